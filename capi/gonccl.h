@@ -1,0 +1,174 @@
+/*
+ * gonccl.h: the public C ABI of libgonccl.so.
+ *
+ * NCCL-shaped: the same call names with a "gonccl" prefix, the same data-type and
+ * reduction-op numbering, the same result codes. A C, C++, CuPy or JAX program links
+ * against (or dlopens) libgonccl.so and includes this header; no torch is involved.
+ *
+ * Buffers. With stream == NULL every buffer is host memory and the call blocks until
+ * the collective has finished on this rank (or failed). Non-NULL streams (CUDA device
+ * buffers) are reserved for the CUDA path and are rejected with goncclInvalidUsage.
+ * In-place calls (sendbuff == recvbuff, or for AllGather sendbuff == recvbuff +
+ * rank*sendcount) are supported.
+ *
+ * Asynchrony. Each collective also has an ...Async form that enqueues the operation on
+ * the communicator and returns a goncclRequest_t at once. Requests complete in issue
+ * order. Wait with goncclRequestWait (blocking, with a timeout), poll with
+ * goncclRequestTest, or register a completion callback with goncclRequestOnComplete,
+ * which is how the PyTorch backend completes its futures without polling.
+ * Every request must be released with goncclRequestFree.
+ *
+ * Errors. Every call returns a goncclResult_t. goncclGetLastError(comm) returns the
+ * message of the last error seen on that communicator (rank, peer, op and sequence
+ * number included); goncclRequestErrorString(req) returns a request's own message.
+ */
+#ifndef GONCCL_H_
+#define GONCCL_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GONCCL_MAJOR 0
+#define GONCCL_MINOR 1
+#define GONCCL_PATCH 0
+/* Encoded like NCCL_VERSION_CODE: major*10000 + minor*100 + patch. */
+#define GONCCL_VERSION_CODE (GONCCL_MAJOR * 10000 + GONCCL_MINOR * 100 + GONCCL_PATCH)
+
+#define GONCCL_UNIQUE_ID_BYTES 128
+typedef struct {
+  char internal[GONCCL_UNIQUE_ID_BYTES];
+} goncclUniqueId;
+
+typedef struct goncclComm* goncclComm_t;
+typedef struct goncclRequest* goncclRequest_t;
+/* A cudaStream_t where CUDA is used; NULL for host buffers. */
+typedef void* goncclStream_t;
+
+typedef enum {
+  goncclSuccess = 0,
+  goncclUnhandledCudaError = 1,
+  goncclSystemError = 2,
+  goncclInternalError = 3,
+  goncclInvalidArgument = 4,
+  goncclInvalidUsage = 5,
+  goncclRemoteError = 6,
+  goncclInProgress = 7,
+  /* gonccl additions, numbered far from NCCL's so they never collide. */
+  goncclTimeout = 100,
+  goncclMismatch = 101,
+  goncclAborted = 102,
+  goncclNotSupported = 103,
+  goncclNumResults = 104
+} goncclResult_t;
+
+typedef enum {
+  goncclInt8 = 0,
+  goncclChar = 0,
+  goncclUint8 = 1,
+  goncclInt32 = 2,
+  goncclInt = 2,
+  goncclUint32 = 3,
+  goncclInt64 = 4,
+  goncclUint64 = 5,
+  goncclFloat16 = 6,
+  goncclHalf = 6,
+  goncclFloat32 = 7,
+  goncclFloat = 7,
+  goncclFloat64 = 8,
+  goncclDouble = 8,
+  goncclBfloat16 = 9,
+  goncclNumTypes = 10
+} goncclDataType_t;
+
+typedef enum {
+  goncclSum = 0,
+  goncclProd = 1,
+  goncclMax = 2,
+  goncclMin = 3,
+  goncclAvg = 4,
+  goncclNumOps = 5
+} goncclRedOp_t;
+
+/* Called once when a request finishes; result is goncclSuccess or the error code.
+ * It runs on a library thread: keep it short and never call back into gonccl
+ * from it except goncclRequestErrorString on the same request. */
+typedef void (*goncclCallback_t)(void* arg, goncclResult_t result);
+
+#ifndef GONCCL_NO_PROTOTYPES
+
+goncclResult_t goncclGetVersion(int* version);
+goncclResult_t goncclGetUniqueId(goncclUniqueId* uniqueId);
+
+/* Creates this rank's communicator; blocks until all nranks ranks have joined or the
+ * init timeout (GONCCL_INIT_TIMEOUT_MS or goncclCommInitRankTimeout's) has passed. */
+goncclResult_t goncclCommInitRank(goncclComm_t* comm, int nranks, goncclUniqueId commId,
+                                  int rank);
+/* Same, with the timeout (milliseconds) that bounds init and every later operation.
+ * timeoutMs <= 0 means the default (GONCCL_TIMEOUT_MS, else 30 minutes). */
+goncclResult_t goncclCommInitRankTimeout(goncclComm_t* comm, int nranks,
+                                         goncclUniqueId commId, int rank,
+                                         int64_t timeoutMs);
+/* Waits for pending operations, then frees the communicator. */
+goncclResult_t goncclCommDestroy(goncclComm_t comm);
+/* Fails pending operations at once, closes every connection, frees the communicator. */
+goncclResult_t goncclCommAbort(goncclComm_t comm);
+goncclResult_t goncclCommCount(const goncclComm_t comm, int* count);
+goncclResult_t goncclCommUserRank(const goncclComm_t comm, int* rank);
+
+const char* goncclGetErrorString(goncclResult_t result);
+const char* goncclGetLastError(goncclComm_t comm);
+
+/* Blocking collectives (stream == NULL: host buffers). */
+goncclResult_t goncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                               goncclDataType_t datatype, goncclRedOp_t op,
+                               goncclComm_t comm, goncclStream_t stream);
+goncclResult_t goncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                               goncclDataType_t datatype, int root, goncclComm_t comm,
+                               goncclStream_t stream);
+goncclResult_t goncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                               goncclDataType_t datatype, goncclComm_t comm,
+                               goncclStream_t stream);
+goncclResult_t goncclBarrier(goncclComm_t comm, goncclStream_t stream);
+
+/* Asynchronous forms: enqueue and return a request at once. The buffers must stay
+ * valid until the request has completed. */
+goncclResult_t goncclAllReduceAsync(const void* sendbuff, void* recvbuff, size_t count,
+                                    goncclDataType_t datatype, goncclRedOp_t op,
+                                    goncclComm_t comm, goncclStream_t stream,
+                                    goncclRequest_t* request);
+goncclResult_t goncclBroadcastAsync(const void* sendbuff, void* recvbuff, size_t count,
+                                    goncclDataType_t datatype, int root, goncclComm_t comm,
+                                    goncclStream_t stream, goncclRequest_t* request);
+goncclResult_t goncclAllGatherAsync(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                    goncclDataType_t datatype, goncclComm_t comm,
+                                    goncclStream_t stream, goncclRequest_t* request);
+goncclResult_t goncclBarrierAsync(goncclComm_t comm, goncclStream_t stream,
+                                  goncclRequest_t* request);
+
+/* Sets *done to 1 when the request has finished; returns its result once done. */
+goncclResult_t goncclRequestTest(goncclRequest_t request, int* done);
+/* Blocks until the request finishes or timeoutMs passes (timeoutMs < 0: no extra limit;
+ * the operation's own deadline still applies). Returns goncclTimeout if the wait timed
+ * out while the operation is still running, else the request's result. */
+goncclResult_t goncclRequestWait(goncclRequest_t request, int64_t timeoutMs);
+/* Registers fn to run once when the request finishes (at once, on the calling thread,
+ * if it already has). At most one callback per request. */
+goncclResult_t goncclRequestOnComplete(goncclRequest_t request, goncclCallback_t fn,
+                                       void* arg);
+/* The request's error message, or "" if it succeeded or has not finished. The string
+ * stays valid until goncclRequestFree. */
+const char* goncclRequestErrorString(goncclRequest_t request);
+/* Releases the request. A request still running keeps running; its callback still runs. */
+goncclResult_t goncclRequestFree(goncclRequest_t request);
+
+#endif /* GONCCL_NO_PROTOTYPES */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GONCCL_H_ */

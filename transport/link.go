@@ -1,0 +1,68 @@
+package transport
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Sentinel errors. Errors returned by a Link wrap one of these (and the underlying
+// cause), so callers can match them with errors.Is.
+var (
+	// ErrTimeout means the deadline passed before the peer sent or accepted data.
+	ErrTimeout = errors.New("timed out")
+	// ErrPeerClosed means the connection to the peer closed or broke.
+	ErrPeerClosed = errors.New("connection closed")
+	// ErrMismatch means the peer sent a frame for a different operation than expected.
+	ErrMismatch = errors.New("mismatched operation")
+)
+
+// Header describes one frame. The sender fills every field; the receiver states the
+// header it expects, and a frame whose header differs is a mismatch (the peer is
+// running a different collective, dtype, size, op or root).
+type Header struct {
+	Seq    uint64 // operation sequence number on the communicator
+	Kind   uint8  // operation kind (values defined by core)
+	DType  uint8  // data type (NCCL numbering)
+	Op     uint8  // reduction op (NCCL numbering), 0 where none
+	Algo   uint8  // algorithm (values defined by core)
+	Root   int32  // root rank, -1 where none
+	Count  uint64 // element count describing the whole operation
+	Offset uint64 // byte offset of this payload within the operation
+	Len    uint32 // payload length in bytes
+}
+
+// MismatchError reports a frame whose header is not the one the receiver expected.
+type MismatchError struct {
+	Peer int
+	Want Header
+	Got  Header
+}
+
+func (e *MismatchError) Error() string {
+	return fmt.Sprintf("rank %d sent %+v, expected %+v", e.Peer, e.Got, e.Want)
+}
+
+// Unwrap makes errors.Is(err, ErrMismatch) true.
+func (e *MismatchError) Unwrap() error { return ErrMismatch }
+
+// Link is a bidirectional, ordered, framed channel to one peer rank.
+//
+// One goroutine may send while another receives; two concurrent Sends (or two
+// concurrent Recvs) on one Link are not allowed. Every call has a deadline.
+type Link interface {
+	// Peer is the rank at the other end.
+	Peer() int
+	// Send writes one frame: h (with h.Len set to len(p)) followed by p.
+	Send(h *Header, p []byte, deadline time.Time) error
+	// Recv reads the next frame into p. The frame's header must equal want with
+	// want.Len = len(p); otherwise Recv returns a *MismatchError and does not read
+	// the payload (the link is then out of step and must be closed).
+	Recv(want *Header, p []byte, deadline time.Time) error
+	// Fail shuts the link down after an error: receiving stops at once, frames being
+	// sent get grace to finish (so the peer can still read them, and see for itself
+	// what went wrong), then the link closes. Later Send and Recv calls fail.
+	Fail(grace time.Duration)
+	// Close closes the link at once; blocked Send and Recv calls return.
+	Close() error
+}

@@ -1,0 +1,151 @@
+package transport
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync/atomic"
+	"time"
+)
+
+// headerSize is the encoded size of a Header on the wire.
+const headerSize = 44
+
+// frameMagic starts every frame so a stray byte stream is recognised at once.
+const frameMagic = 0x474e4346 // "GNCF"
+
+// smallFrame is the payload size up to which header and payload go out in one write.
+const smallFrame = 4096
+
+// StreamLink frames messages over an ordered byte stream.
+type StreamLink struct {
+	peer   int
+	conn   net.Conn
+	failed atomic.Bool
+	failAt atomic.Int64 // unix nanoseconds after which a failed link sends no more
+	wbuf [headerSize + smallFrame]byte
+	rbuf [headerSize]byte
+}
+
+// NewStreamLink returns a Link to peer over conn. The link owns conn.
+func NewStreamLink(peer int, conn net.Conn) *StreamLink {
+	return &StreamLink{peer: peer, conn: conn}
+}
+
+// Peer implements Link.
+func (l *StreamLink) Peer() int { return l.peer }
+
+// Close implements Link.
+func (l *StreamLink) Close() error {
+	l.failed.Store(true)
+	return l.conn.Close()
+}
+
+// Fail implements Link.
+func (l *StreamLink) Fail(grace time.Duration) {
+	if l.failed.Swap(true) {
+		return
+	}
+	now := time.Now()
+	l.failAt.Store(now.Add(grace).UnixNano())
+	_ = l.conn.SetReadDeadline(now)
+	_ = l.conn.SetWriteDeadline(now.Add(grace))
+	time.AfterFunc(grace, func() { l.conn.Close() })
+}
+
+var errFailed = fmt.Errorf("link shut down after an earlier error: %w", ErrPeerClosed)
+
+// Send implements Link.
+func (l *StreamLink) Send(h *Header, p []byte, deadline time.Time) error {
+	if uint64(len(p)) > uint64(^uint32(0)) {
+		return fmt.Errorf("frame of %d bytes is too large", len(p))
+	}
+	if l.failed.Load() {
+		// Still send within the grace period: the frame tells the peer what this
+		// rank was doing, so it can report the failure precisely.
+		if at := time.Unix(0, l.failAt.Load()); at.Before(deadline) {
+			deadline = at
+		}
+	}
+	if err := l.conn.SetWriteDeadline(deadline); err != nil {
+		return l.wrap("send to", err)
+	}
+	encodeHeader(l.wbuf[:headerSize], h, uint32(len(p)))
+	if len(p) <= smallFrame {
+		n := copy(l.wbuf[headerSize:], p)
+		_, err := l.conn.Write(l.wbuf[:headerSize+n])
+		return l.wrap("send to", err)
+	}
+	if _, err := l.conn.Write(l.wbuf[:headerSize]); err != nil {
+		return l.wrap("send to", err)
+	}
+	_, err := l.conn.Write(p)
+	return l.wrap("send to", err)
+}
+
+// Recv implements Link.
+func (l *StreamLink) Recv(want *Header, p []byte, deadline time.Time) error {
+	if l.failed.Load() {
+		return errFailed
+	}
+	if err := l.conn.SetReadDeadline(deadline); err != nil {
+		return l.wrap("receive from", err)
+	}
+	if _, err := io.ReadFull(l.conn, l.rbuf[:]); err != nil {
+		return l.wrap("receive from", err)
+	}
+	got, err := decodeHeader(l.rbuf[:])
+	if err != nil {
+		return fmt.Errorf("receive from rank %d: %w", l.peer, err)
+	}
+	w := *want
+	w.Len = uint32(len(p))
+	if got != w {
+		return &MismatchError{Peer: l.peer, Want: w, Got: got}
+	}
+	_, err = io.ReadFull(l.conn, p)
+	return l.wrap("receive from", err)
+}
+
+// wrap turns a stream error into one that matches the package's sentinels.
+func (l *StreamLink) wrap(what string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return fmt.Errorf("%s rank %d: %w", what, l.peer, ErrTimeout)
+	default:
+		return fmt.Errorf("%s rank %d: %w (%v)", what, l.peer, ErrPeerClosed, err)
+	}
+}
+
+func encodeHeader(b []byte, h *Header, n uint32) {
+	binary.LittleEndian.PutUint32(b[0:], frameMagic)
+	b[4], b[5], b[6], b[7] = h.Kind, h.DType, h.Op, h.Algo
+	binary.LittleEndian.PutUint64(b[8:], h.Seq)
+	binary.LittleEndian.PutUint32(b[16:], uint32(h.Root))
+	binary.LittleEndian.PutUint32(b[20:], n)
+	binary.LittleEndian.PutUint64(b[24:], h.Count)
+	binary.LittleEndian.PutUint64(b[32:], h.Offset)
+	binary.LittleEndian.PutUint32(b[40:], 0) // reserved
+}
+
+func decodeHeader(b []byte) (Header, error) {
+	if m := binary.LittleEndian.Uint32(b[0:]); m != frameMagic {
+		return Header{}, fmt.Errorf("bad frame magic %#x: the stream is corrupt or out of step", m)
+	}
+	return Header{
+		Kind:   b[4],
+		DType:  b[5],
+		Op:     b[6],
+		Algo:   b[7],
+		Seq:    binary.LittleEndian.Uint64(b[8:]),
+		Root:   int32(binary.LittleEndian.Uint32(b[16:])),
+		Len:    binary.LittleEndian.Uint32(b[20:]),
+		Count:  binary.LittleEndian.Uint64(b[24:]),
+		Offset: binary.LittleEndian.Uint64(b[32:]),
+	}, nil
+}

@@ -1,0 +1,56 @@
+package tcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"syscall"
+	"time"
+)
+
+// Listen opens a TCP listener on ifc's address with a port chosen by the kernel.
+func Listen(ifc Interface) (*net.TCPListener, error) {
+	l, err := net.ListenTCP("tcp", &net.TCPAddr{IP: ifc.IP})
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", ifc, err)
+	}
+	return l, nil
+}
+
+// Dial connects to addr, retrying refused connections until deadline (the peer may
+// not be listening yet), then proves the secret with DialHandshake.
+func Dial(addr string, secret []byte, h Hello, deadline time.Time) (*net.TCPConn, error) {
+	backoff := 10 * time.Millisecond
+	for {
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "tcp", addr)
+		cancel()
+		if err == nil {
+			conn := c.(*net.TCPConn)
+			tune(conn)
+			if err := DialHandshake(conn, secret, h, deadline); err != nil {
+				conn.Close()
+				return nil, fmt.Errorf("handshake with %s: %w", addr, err)
+			}
+			return conn, nil
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) || time.Now().Add(backoff).After(deadline) {
+			return nil, fmt.Errorf("connect to %s: %w", addr, err)
+		}
+		time.Sleep(backoff)
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// Tune sets the socket options every gonccl connection uses.
+func tune(c *net.TCPConn) {
+	_ = c.SetNoDelay(true)
+	_ = c.SetKeepAlive(true)
+	_ = c.SetReadBuffer(4 << 20)
+	_ = c.SetWriteBuffer(4 << 20)
+}
+
+// Accepted tunes a connection returned by a listener's Accept.
+func Accepted(c *net.TCPConn) { tune(c) }

@@ -1,0 +1,128 @@
+package tcp
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+)
+
+// SecretSize is the length of a communicator's shared secret.
+const SecretSize = 16
+
+// RootRank stands for the bootstrap root in a handshake's rank fields.
+const RootRank = -1
+
+// ErrAuth means the other end could not prove it knows the communicator's secret.
+var ErrAuth = errors.New("handshake failed: the peer does not know the communicator's secret")
+
+const (
+	helloMagic   = 0x474e4348 // "GNCH"
+	protoVersion = 1
+	nonceSize    = 16
+	macSize      = sha256.Size
+	helloSize    = 4 + 4 + 4 + 4 + nonceSize
+)
+
+// Hello is what the dialling side announces: who it is and whom it wants.
+type Hello struct {
+	From, To int
+}
+
+// The handshake, both ends proving knowledge of the secret without revealing it:
+//
+//	dialer   -> acceptor: magic, version, from, to, nonceD
+//	acceptor -> dialer:   nonceA, HMAC(secret, "A" | nonceD | nonceA | from | to)
+//	dialer   -> acceptor: HMAC(secret, "D" | nonceA | nonceD | from | to)
+//
+// Fresh nonces on both sides make a recorded handshake useless to replay.
+
+// DialHandshake runs the dialling side of the handshake on conn.
+func DialHandshake(conn net.Conn, secret []byte, h Hello, deadline time.Time) error {
+	if err := conn.SetDeadline(deadline); err != nil {
+		return err
+	}
+	defer conn.SetDeadline(time.Time{})
+	var hello [helloSize]byte
+	binary.LittleEndian.PutUint32(hello[0:], helloMagic)
+	binary.LittleEndian.PutUint32(hello[4:], protoVersion)
+	binary.LittleEndian.PutUint32(hello[8:], uint32(int32(h.From)))
+	binary.LittleEndian.PutUint32(hello[12:], uint32(int32(h.To)))
+	nonceD := hello[16:]
+	if _, err := rand.Read(nonceD); err != nil {
+		return err
+	}
+	if _, err := conn.Write(hello[:]); err != nil {
+		return fmt.Errorf("handshake: %w", err)
+	}
+	var reply [nonceSize + macSize]byte
+	if _, err := io.ReadFull(conn, reply[:]); err != nil {
+		return fmt.Errorf("handshake: %w", err)
+	}
+	nonceA := reply[:nonceSize]
+	if !hmac.Equal(reply[nonceSize:], mac(secret, 'A', nonceD, nonceA, h)) {
+		return ErrAuth
+	}
+	if _, err := conn.Write(mac(secret, 'D', nonceA, nonceD, h)); err != nil {
+		return fmt.Errorf("handshake: %w", err)
+	}
+	return nil
+}
+
+// AcceptHandshake runs the accepting side on conn and returns the dialer's Hello once
+// it has proven knowledge of the secret.
+func AcceptHandshake(conn net.Conn, secret []byte, deadline time.Time) (Hello, error) {
+	if err := conn.SetDeadline(deadline); err != nil {
+		return Hello{}, err
+	}
+	defer conn.SetDeadline(time.Time{})
+	var hello [helloSize]byte
+	if _, err := io.ReadFull(conn, hello[:]); err != nil {
+		return Hello{}, fmt.Errorf("handshake: %w", err)
+	}
+	if binary.LittleEndian.Uint32(hello[0:]) != helloMagic {
+		return Hello{}, fmt.Errorf("handshake: not a gonccl peer (bad magic)")
+	}
+	if v := binary.LittleEndian.Uint32(hello[4:]); v != protoVersion {
+		return Hello{}, fmt.Errorf("handshake: peer speaks protocol %d, this rank %d", v, protoVersion)
+	}
+	h := Hello{
+		From: int(int32(binary.LittleEndian.Uint32(hello[8:]))),
+		To:   int(int32(binary.LittleEndian.Uint32(hello[12:]))),
+	}
+	nonceD := hello[16:]
+	var reply [nonceSize + macSize]byte
+	nonceA := reply[:nonceSize]
+	if _, err := rand.Read(nonceA); err != nil {
+		return Hello{}, err
+	}
+	copy(reply[nonceSize:], mac(secret, 'A', nonceD, nonceA, h))
+	if _, err := conn.Write(reply[:]); err != nil {
+		return Hello{}, fmt.Errorf("handshake: %w", err)
+	}
+	var proof [macSize]byte
+	if _, err := io.ReadFull(conn, proof[:]); err != nil {
+		return Hello{}, fmt.Errorf("handshake: %w", err)
+	}
+	if !hmac.Equal(proof[:], mac(secret, 'D', nonceA, nonceD, h)) {
+		return Hello{}, ErrAuth
+	}
+	return h, nil
+}
+
+func mac(secret []byte, role byte, n1, n2 []byte, h Hello) []byte {
+	m := hmac.New(sha256.New, secret)
+	var ranks [8]byte
+	binary.LittleEndian.PutUint32(ranks[0:], uint32(int32(h.From)))
+	binary.LittleEndian.PutUint32(ranks[4:], uint32(int32(h.To)))
+	m.Write([]byte{role})
+	m.Write(n1)
+	m.Write(n2)
+	m.Write(ranks[:])
+	return m.Sum(nil)
+}

@@ -1,0 +1,83 @@
+package tcp
+
+import (
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestIfaceFilter(t *testing.T) {
+	cases := []struct {
+		spec, name string
+		want       bool
+	}{
+		{"eth", "eth0", true},
+		{"eth", "ib0", false},
+		{"^docker,lo", "docker0", false},
+		{"^docker,lo", "eth0", true},
+		{"=eth0", "eth0", true},
+		{"=eth0", "eth01", false},
+		{"^=lo", "lo", false},
+		{"^=lo", "lo1", true},
+		{"ib,eth", "ib3", true},
+	}
+	for _, c := range cases {
+		require.Equal(t, c.want, parseIfaceFilter(c.spec).matches(c.name), "%q vs %q", c.spec, c.name)
+	}
+}
+
+func TestSelectInterface(t *testing.T) {
+	ifc, err := SelectInterface("")
+	require.NoError(t, err)
+	require.NotNil(t, ifc.IP)
+	ifc, err = SelectInterface("=lo")
+	require.NoError(t, err)
+	require.True(t, ifc.IP.IsLoopback())
+	_, err = SelectInterface("=nosuchiface0")
+	require.ErrorContains(t, err, "GONCCL_SOCKET_IFNAME")
+}
+
+func TestHandshake(t *testing.T) {
+	secret := []byte("0123456789abcdef")
+	l, err := Listen(Interface{Name: "lo", IP: net.IPv4(127, 0, 0, 1)})
+	require.NoError(t, err)
+	defer l.Close()
+	type res struct {
+		h   Hello
+		err error
+	}
+	accepted := make(chan res, 3)
+	go func() {
+		for {
+			c, err := l.AcceptTCP()
+			if err != nil {
+				return
+			}
+			h, err := AcceptHandshake(c, secret, time.Now().Add(2*time.Second))
+			accepted <- res{h, err}
+			c.Close()
+		}
+	}()
+	dl := time.Now().Add(2 * time.Second)
+
+	c, err := Dial(l.Addr().String(), secret, Hello{From: 3, To: 1}, dl)
+	require.NoError(t, err)
+	c.Close()
+	r := <-accepted
+	require.NoError(t, r.err)
+	require.Equal(t, Hello{From: 3, To: 1}, r.h)
+
+	_, err = Dial(l.Addr().String(), []byte("wrong secret 123"), Hello{From: 2, To: 1}, dl)
+	require.ErrorIs(t, err, ErrAuth)
+	r = <-accepted
+	require.Error(t, r.err)
+
+	raw, err := net.Dial("tcp", l.Addr().String())
+	require.NoError(t, err)
+	_, _ = raw.Write([]byte("GET / HTTP/1.0\r\n\r\nxxxxxxxxxxxxxxxxxx"))
+	r = <-accepted
+	require.ErrorContains(t, r.err, "not a gonccl peer")
+	raw.Close()
+}
