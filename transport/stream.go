@@ -26,8 +26,8 @@ type StreamLink struct {
 	conn   net.Conn
 	failed atomic.Bool
 	failAt atomic.Int64 // unix nanoseconds after which a failed link sends no more
-	wbuf [headerSize + smallFrame]byte
-	rbuf [headerSize]byte
+	wbuf   [headerSize + smallFrame]byte
+	rbuf   [headerSize]byte
 }
 
 // NewStreamLink returns a Link to peer over conn. The link owns conn.

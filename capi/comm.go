@@ -1,0 +1,197 @@
+package main
+
+// #include "handles.h"
+import "C"
+
+import (
+	"fmt"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/gonccl/gonccl/core"
+)
+
+// commEntry is what a goncclComm_t refers to.
+type commEntry struct {
+	comm *core.Comm
+	mu   sync.Mutex
+	last *C.char // goncclGetLastError's string
+}
+
+// The handle a C caller holds is a small C struct carrying an id into comms. A
+// destroyed communicator's struct is kept with id 0, so a call on it is reported as
+// invalid usage instead of touching freed memory.
+var comms = struct {
+	sync.Mutex
+	next uint64
+	m    map[uint64]*commEntry
+}{m: map[uint64]*commEntry{}}
+
+func lookupComm(h C.goncclComm_t) (*commEntry, error) {
+	if h == nil {
+		return nil, fmt.Errorf("%w: communicator is NULL", core.ErrInvalidArgument)
+	}
+	id := uint64((*C.struct_goncclComm)(unsafe.Pointer(h)).id)
+	comms.Lock()
+	e := comms.m[id]
+	comms.Unlock()
+	if e == nil {
+		return nil, fmt.Errorf("%w: communicator was destroyed or is not a gonccl communicator", errUsage)
+	}
+	return e, nil
+}
+
+// fail records err as the last error (of e, if given, and of the process) and returns
+// its result code.
+func fail(e *commEntry, err error) C.goncclResult_t {
+	if e != nil {
+		e.mu.Lock()
+		setCString(&e.last, err.Error())
+		e.mu.Unlock()
+	}
+	recordGlobal(err)
+	return resultOf(err)
+}
+
+//export goncclGetUniqueId
+func goncclGetUniqueId(out *C.goncclUniqueId) (res C.goncclResult_t) {
+	defer guard(&res)
+	if out == nil {
+		return fail(nil, fmt.Errorf("%w: goncclGetUniqueId: uniqueId is NULL", core.ErrInvalidArgument))
+	}
+	id, err := core.NewUniqueID()
+	if err != nil {
+		return fail(nil, err)
+	}
+	dst := unsafe.Slice((*byte)(unsafe.Pointer(&out.internal[0])), core.UniqueIDSize)
+	copy(dst, id[:])
+	return C.goncclSuccess
+}
+
+//export goncclCommInitRank
+func goncclCommInitRank(out *C.goncclComm_t, nranks C.int, id C.goncclUniqueId, rank C.int) C.goncclResult_t {
+	return goncclCommInitRankTimeout(out, nranks, id, rank, 0)
+}
+
+//export goncclCommInitRankTimeout
+func goncclCommInitRankTimeout(out *C.goncclComm_t, nranks C.int, cid C.goncclUniqueId, rank C.int, timeoutMs C.int64_t) (res C.goncclResult_t) {
+	defer guard(&res)
+	if out == nil {
+		return fail(nil, fmt.Errorf("%w: goncclCommInitRank: comm is NULL", core.ErrInvalidArgument))
+	}
+	*out = nil
+	var id core.UniqueID
+	copy(id[:], unsafe.Slice((*byte)(unsafe.Pointer(&cid.internal[0])), core.UniqueIDSize))
+	opts := core.Options{}
+	if timeoutMs > 0 {
+		opts.Timeout = time.Duration(timeoutMs) * time.Millisecond
+	}
+	c, err := core.NewComm(id, int(nranks), int(rank), opts)
+	if err != nil {
+		return fail(nil, err)
+	}
+	comms.Lock()
+	comms.next++
+	idn := comms.next
+	comms.m[idn] = &commEntry{comm: c}
+	comms.Unlock()
+	h := (*C.struct_goncclComm)(C.malloc(C.size_t(unsafe.Sizeof(C.struct_goncclComm{}))))
+	h.id = C.ulonglong(idn)
+	*out = C.goncclComm_t(unsafe.Pointer(h))
+	return C.goncclSuccess
+}
+
+// release removes the communicator from the table and frees its strings.
+func release(h C.goncclComm_t, e *commEntry) {
+	hs := (*C.struct_goncclComm)(unsafe.Pointer(h))
+	comms.Lock()
+	delete(comms.m, uint64(hs.id))
+	hs.id = 0
+	comms.Unlock()
+	e.mu.Lock()
+	if e.last != nil {
+		C.free(unsafe.Pointer(e.last))
+		e.last = nil
+	}
+	e.mu.Unlock()
+}
+
+//export goncclCommDestroy
+func goncclCommDestroy(h C.goncclComm_t) (res C.goncclResult_t) {
+	defer guard(&res)
+	e, err := lookupComm(h)
+	if err != nil {
+		return fail(nil, err)
+	}
+	err = e.comm.Destroy()
+	release(h, e)
+	if err != nil {
+		return fail(nil, err)
+	}
+	return C.goncclSuccess
+}
+
+//export goncclCommAbort
+func goncclCommAbort(h C.goncclComm_t) (res C.goncclResult_t) {
+	defer guard(&res)
+	e, err := lookupComm(h)
+	if err != nil {
+		return fail(nil, err)
+	}
+	err = e.comm.Abort()
+	release(h, e)
+	if err != nil {
+		return fail(nil, err)
+	}
+	return C.goncclSuccess
+}
+
+//export goncclCommCount
+func goncclCommCount(h C.goncclComm_t, count *C.int) (res C.goncclResult_t) {
+	defer guard(&res)
+	e, err := lookupComm(h)
+	if err != nil {
+		return fail(nil, err)
+	}
+	if count == nil {
+		return fail(e, fmt.Errorf("%w: goncclCommCount: count is NULL", core.ErrInvalidArgument))
+	}
+	*count = C.int(e.comm.Size())
+	return C.goncclSuccess
+}
+
+//export goncclCommUserRank
+func goncclCommUserRank(h C.goncclComm_t, rank *C.int) (res C.goncclResult_t) {
+	defer guard(&res)
+	e, err := lookupComm(h)
+	if err != nil {
+		return fail(nil, err)
+	}
+	if rank == nil {
+		return fail(e, fmt.Errorf("%w: goncclCommUserRank: rank is NULL", core.ErrInvalidArgument))
+	}
+	*rank = C.int(e.comm.Rank())
+	return C.goncclSuccess
+}
+
+//export goncclGetLastError
+func goncclGetLastError(h C.goncclComm_t) *C.char {
+	empty := emptyString
+	if h != nil {
+		if e, err := lookupComm(h); err == nil {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			if e.last != nil {
+				return e.last
+			}
+			return empty
+		}
+	}
+	lastError.Lock()
+	defer lastError.Unlock()
+	if lastError.msg != nil {
+		return lastError.msg
+	}
+	return empty
+}

@@ -1,0 +1,313 @@
+package core
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/gonccl/gonccl/transport"
+	"github.com/gonccl/gonccl/transport/tcp"
+)
+
+// rankInfo is what each rank tells the root about itself, and what the root hands back
+// about every rank.
+type rankInfo struct {
+	Rank     int    `json:"rank"`
+	NRanks   int    `json:"nranks"`
+	Addr     string `json:"addr"`     // the rank's peer listener
+	Host     string `json:"host"`     // hostIdentity()
+	Hostname string `json:"hostname"` // for logs
+	Pid      int    `json:"pid"`
+}
+
+// rootReply is the root's answer: every rank's info, or why the job cannot start.
+type rootReply struct {
+	Ranks []rankInfo `json:"ranks"`
+	Error string     `json:"error,omitempty"`
+}
+
+// maxMsg bounds a bootstrap message, so a hostile peer cannot make us allocate much.
+const maxMsg = 1 << 20
+
+// handshakeTimeout bounds how long an unauthenticated connection may take to prove
+// itself before it is dropped.
+const handshakeTimeout = 10 * time.Second
+
+func writeMsg(c net.Conn, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	var n [4]byte
+	binary.LittleEndian.PutUint32(n[:], uint32(len(b)))
+	if _, err := c.Write(append(n[:], b...)); err != nil {
+		return err
+	}
+	return nil
+}
+
+func readMsg(c net.Conn, v any) error {
+	var n [4]byte
+	if _, err := io.ReadFull(c, n[:]); err != nil {
+		return err
+	}
+	size := binary.LittleEndian.Uint32(n[:])
+	if size > maxMsg {
+		return fmt.Errorf("bootstrap message of %d bytes exceeds the %d-byte limit", size, maxMsg)
+	}
+	b := make([]byte, size)
+	if _, err := io.ReadFull(c, b); err != nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
+}
+
+// serveRoot gathers every rank's info on l and sends the full table back to each,
+// then closes. Connections that fail the handshake are logged and dropped.
+func serveRoot(l *net.TCPListener, secret []byte, deadline time.Time, logs loggers) {
+	defer l.Close()
+	_ = l.SetDeadline(deadline)
+	type member struct {
+		conn net.Conn
+		info rankInfo
+	}
+	joined := make(chan member)
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	defer func() { close(stop); wg.Wait() }()
+	go func() {
+		for {
+			c, err := l.AcceptTCP()
+			if err != nil {
+				return
+			}
+			tcp.Accepted(c)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				h, err := tcp.AcceptHandshake(c, secret, time.Now().Add(handshakeTimeout))
+				if err == nil && h.To != tcp.RootRank {
+					err = fmt.Errorf("peer addressed rank %d, not the bootstrap root", h.To)
+				}
+				var info rankInfo
+				if err == nil {
+					_ = c.SetReadDeadline(time.Now().Add(handshakeTimeout))
+					err = readMsg(c, &info)
+					_ = c.SetReadDeadline(time.Time{})
+				}
+				if err == nil && info.Rank != h.From {
+					err = fmt.Errorf("peer proved rank %d but claims rank %d", h.From, info.Rank)
+				}
+				if err != nil {
+					logs.net.Warn("bootstrap root: dropped connection", zap.Stringer("from", c.RemoteAddr()), zap.Error(err))
+					c.Close()
+					return
+				}
+				select {
+				case joined <- member{c, info}:
+				case <-stop:
+					c.Close()
+				}
+			}()
+		}
+	}()
+
+	var members []member
+	byRank := map[int]bool{}
+	nranks := -1
+	fail := func(msg string) {
+		logs.init.Warn("bootstrap root: " + msg)
+		for _, m := range members {
+			_ = writeMsg(m.conn, rootReply{Error: msg})
+			m.conn.Close()
+		}
+	}
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	for nranks < 0 || len(members) < nranks {
+		select {
+		case m := <-joined:
+			switch {
+			case nranks >= 0 && m.info.NRanks != nranks:
+				_ = writeMsg(m.conn, rootReply{Error: fmt.Sprintf("rank %d says nranks=%d but earlier ranks said %d", m.info.Rank, m.info.NRanks, nranks)})
+				m.conn.Close()
+				continue
+			case m.info.Rank < 0 || m.info.Rank >= m.info.NRanks:
+				_ = writeMsg(m.conn, rootReply{Error: fmt.Sprintf("rank %d is out of range for nranks=%d", m.info.Rank, m.info.NRanks)})
+				m.conn.Close()
+				continue
+			case byRank[m.info.Rank]:
+				_ = writeMsg(m.conn, rootReply{Error: fmt.Sprintf("rank %d joined twice with the same unique id", m.info.Rank)})
+				m.conn.Close()
+				continue
+			}
+			nranks = m.info.NRanks
+			byRank[m.info.Rank] = true
+			members = append(members, m)
+		case <-timer.C:
+			var missing []int
+			for r := 0; r < nranks; r++ {
+				if !byRank[r] {
+					missing = append(missing, r)
+				}
+			}
+			fail(fmt.Sprintf("timed out waiting for ranks %v to join", missing))
+			return
+		}
+	}
+	table := make([]rankInfo, nranks)
+	for _, m := range members {
+		table[m.info.Rank] = m.info
+	}
+	for _, m := range members {
+		_ = writeMsg(m.conn, rootReply{Ranks: table})
+		m.conn.Close()
+	}
+}
+
+// joinRoot tells the root about this rank and returns every rank's info.
+func joinRoot(id *UniqueID, me rankInfo, deadline time.Time) ([]rankInfo, error) {
+	addr, err := id.rootAddr()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+	}
+	c, err := tcp.Dial(addr, id.secret(), tcp.Hello{From: me.Rank, To: tcp.RootRank}, deadline)
+	if err != nil {
+		return nil, fmt.Errorf("bootstrap root: %w", err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(deadline)
+	if err := writeMsg(c, me); err != nil {
+		return nil, fmt.Errorf("bootstrap root at %s: %w", addr, err)
+	}
+	var reply rootReply
+	if err := readMsg(c, &reply); err != nil {
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			return nil, fmt.Errorf("%w: waiting for all %d ranks to join (not every rank called init with this unique id)", ErrTimeout, me.NRanks)
+		}
+		return nil, fmt.Errorf("bootstrap root at %s: %w", addr, err)
+	}
+	if reply.Error != "" {
+		return nil, fmt.Errorf("bootstrap: %s", reply.Error)
+	}
+	if len(reply.Ranks) != me.NRanks {
+		return nil, fmt.Errorf("bootstrap: root returned %d ranks, expected %d", len(reply.Ranks), me.NRanks)
+	}
+	return reply.Ranks, nil
+}
+
+// connectMesh connects this rank to every other: it dials lower ranks and accepts
+// higher ones on l, checking each peer's proof of the secret. Strangers and impostors
+// are logged and dropped; the mesh forms without them.
+func connectMesh(l *net.TCPListener, secret []byte, rank int, ranks []rankInfo, deadline time.Time, logs loggers) ([]transport.Link, error) {
+	n := len(ranks)
+	links := make([]transport.Link, n)
+	var mu sync.Mutex
+	var firstErr error
+	setErr := func(err error) {
+		mu.Lock()
+		if firstErr == nil {
+			firstErr = err
+		}
+		mu.Unlock()
+	}
+	var wg sync.WaitGroup
+	for peer := 0; peer < rank; peer++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := tcp.Dial(ranks[peer].Addr, secret, tcp.Hello{From: rank, To: peer}, deadline)
+			if err != nil {
+				setErr(fmt.Errorf("connecting to rank %d: %w", peer, err))
+				return
+			}
+			mu.Lock()
+			links[peer] = transport.NewStreamLink(peer, c)
+			mu.Unlock()
+		}()
+	}
+	if want := n - 1 - rank; want > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			accepted := make(chan struct{})
+			done := make(chan struct{})
+			defer close(done)
+			go acceptPeers(l, secret, rank, n, links, &mu, accepted, done, logs)
+			timer := time.NewTimer(time.Until(deadline))
+			defer timer.Stop()
+			for got := 0; got < want; {
+				select {
+				case <-accepted:
+					got++
+				case <-timer.C:
+					mu.Lock()
+					var missing []int
+					for p := rank + 1; p < n; p++ {
+						if links[p] == nil {
+							missing = append(missing, p)
+						}
+					}
+					mu.Unlock()
+					setErr(fmt.Errorf("%w: waiting for ranks %v to connect", ErrTimeout, missing))
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		for _, lk := range links {
+			if lk != nil {
+				lk.Close()
+			}
+		}
+		return nil, firstErr
+	}
+	return links, nil
+}
+
+// acceptPeers accepts connections on l until it is closed, and registers in links every
+// higher rank that proves the secret, signalling each on accepted.
+func acceptPeers(l *net.TCPListener, secret []byte, rank, n int, links []transport.Link, mu *sync.Mutex, accepted chan<- struct{}, done <-chan struct{}, logs loggers) {
+	go func() {
+		<-done
+		l.Close()
+	}()
+	for {
+		c, err := l.AcceptTCP()
+		if err != nil {
+			return
+		}
+		tcp.Accepted(c)
+		go func() {
+			h, err := tcp.AcceptHandshake(c, secret, time.Now().Add(handshakeTimeout))
+			mu.Lock()
+			switch {
+			case err != nil:
+			case h.To != rank || h.From <= rank || h.From >= n:
+				err = fmt.Errorf("peer claims to be rank %d calling rank %d", h.From, h.To)
+			case links[h.From] != nil:
+				err = fmt.Errorf("rank %d connected twice", h.From)
+			default:
+				links[h.From] = transport.NewStreamLink(h.From, c)
+			}
+			mu.Unlock()
+			if err != nil {
+				logs.net.Warn("dropped connection", zap.Stringer("from", c.RemoteAddr()), zap.Error(err))
+				c.Close()
+				return
+			}
+			select {
+			case accepted <- struct{}{}:
+			case <-done:
+			}
+		}()
+	}
+}

@@ -1,0 +1,390 @@
+package core
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"github.com/gonccl/gonccl/transport"
+	"github.com/gonccl/gonccl/transport/tcp"
+)
+
+// Version is gonccl's version.
+const Version = "0.1.0"
+
+// VersionCode encodes Version like NCCL_VERSION_CODE: major*10000 + minor*100 + patch.
+const VersionCode = 100
+
+// queueDepth bounds how many operations may wait in a communicator's queue before
+// enqueueing blocks.
+const queueDepth = 1024
+
+// Options tune a communicator at creation.
+type Options struct {
+	// Timeout bounds init and every operation; 0 means GONCCL_TIMEOUT_MS.
+	Timeout time.Duration
+}
+
+// Comm is one rank's end of a communicator: its links to every other rank and the
+// executor goroutine that runs its operations one at a time, in issue order.
+type Comm struct {
+	rank, nranks int
+	cfg          *config
+	logs         loggers
+	links        []transport.Link
+	scratch      []byte // mmap'd: receive staging for reductions
+	timeout      time.Duration
+
+	queue    chan *op
+	finished chan struct{} // closed when the executor has exited
+
+	mu      sync.Mutex
+	seq     uint64
+	closed  bool  // no more operations may be enqueued
+	broken  error // first failure; later operations fail at once with it
+	aborted bool
+}
+
+// gomaxprocsOnce sizes the Go runtime once per process, by the first communicator.
+var gomaxprocsOnce sync.Once
+
+// NewComm joins the communicator identified by id as rank (of nranks). It blocks until
+// every rank has joined and connected, or the timeout passes.
+func NewComm(id UniqueID, nranks, rank int, opts Options) (*Comm, error) {
+	start := time.Now()
+	if nranks < 1 {
+		return nil, invalidf("nranks must be >= 1, got %d", nranks)
+	}
+	if rank < 0 || rank >= nranks {
+		return nil, invalidf("rank %d is out of range for nranks %d", rank, nranks)
+	}
+	cfg, err := loadConfig()
+	if err != nil {
+		return nil, err
+	}
+	timeout := opts.Timeout
+	if timeout <= 0 {
+		timeout = cfg.timeout
+	}
+	logs := newLoggers(cfg, hostname(), rank)
+	for _, s := range cfg.set {
+		logs.env.Info(s)
+	}
+	fail := func(err error) (*Comm, error) {
+		return nil, &OpError{Rank: rank, Op: fmt.Sprintf("init (rank %d of %d)", rank, nranks), Peer: -1, Err: err}
+	}
+	ifc, err := tcp.SelectInterface(cfg.socketIfname)
+	if err != nil {
+		return fail(err)
+	}
+	l, err := tcp.Listen(ifc)
+	if err != nil {
+		return fail(err)
+	}
+	defer l.Close()
+	deadline := start.Add(timeout)
+	me := rankInfo{Rank: rank, NRanks: nranks, Addr: l.Addr().String(), Host: hostIdentity(), Hostname: hostname(), Pid: os.Getpid()}
+	ranks, err := joinRoot(&id, me, deadline)
+	if err != nil {
+		return fail(err)
+	}
+	links, err := connectMesh(l, id.secret(), rank, ranks, deadline, logs)
+	if err != nil {
+		return fail(err)
+	}
+	c, err := newComm(rank, nranks, cfg, logs, links, timeout)
+	if err != nil {
+		return fail(err)
+	}
+	procs := sizeGoMaxProcs(cfg, ranks, me.Host)
+	c.logInit(ifc, ranks, procs, time.Since(start))
+	return c, nil
+}
+
+// newComm builds a communicator over links (one per peer, nil for this rank) and
+// starts its executor.
+func newComm(rank, nranks int, cfg *config, logs loggers, links []transport.Link, timeout time.Duration) (*Comm, error) {
+	scratchBytes := max(cfg.chunkBytes, cfg.llThreshold, 4096)
+	scratch, err := unix.Mmap(-1, 0, scratchBytes, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		for _, lk := range links {
+			if lk != nil {
+				lk.Close()
+			}
+		}
+		return nil, fmt.Errorf("allocating %d bytes of scratch memory: %w", scratchBytes, err)
+	}
+	c := &Comm{
+		rank: rank, nranks: nranks, cfg: cfg, logs: logs, links: links, scratch: scratch,
+		timeout: timeout, queue: make(chan *op, queueDepth), finished: make(chan struct{}),
+	}
+	go c.run()
+	return c, nil
+}
+
+// sizeGoMaxProcs sets GOMAXPROCS once per process: GONCCL_GOMAXPROCS if set, else
+// max(2, cores / ranks on this host), so that ranks sharing a host do not each spin up
+// a thread per core. It returns the value in force.
+func sizeGoMaxProcs(cfg *config, ranks []rankInfo, host string) int {
+	gomaxprocsOnce.Do(func() {
+		n := cfg.gomaxprocs
+		if n == 0 {
+			local := 0
+			for _, ri := range ranks {
+				if ri.Host == host {
+					local++
+				}
+			}
+			n = max(2, runtime.NumCPU()/max(1, local))
+		}
+		runtime.GOMAXPROCS(n)
+	})
+	return runtime.GOMAXPROCS(0)
+}
+
+func (c *Comm) logInit(ifc tcp.Interface, ranks []rankInfo, procs int, took time.Duration) {
+	ring := make([]string, c.nranks)
+	var peers []string
+	for i, ri := range ranks {
+		ring[i] = fmt.Sprint(i)
+		if i != c.rank {
+			peers = append(peers, fmt.Sprintf("%d:tcp(%s)", i, ri.Hostname))
+		}
+	}
+	sort.Strings(peers)
+	c.logs.init.Info(fmt.Sprintf("gonccl %s rank %d/%d host %s pid %d: init done in %v; interface %s; ring %s; peers %s; GOMAXPROCS %d (%d cores)",
+		Version, c.rank, c.nranks, hostname(), os.Getpid(), took.Round(time.Millisecond), ifc,
+		strings.Join(ring, " "), strings.Join(peers, " "), procs, runtime.NumCPU()))
+}
+
+// Rank returns this rank.
+func (c *Comm) Rank() int { return c.rank }
+
+// Size returns the number of ranks.
+func (c *Comm) Size() int { return c.nranks }
+
+// Timeout returns the deadline every operation must meet.
+func (c *Comm) Timeout() time.Duration { return c.timeout }
+
+// enqueue validates nothing: callers check their arguments first.
+func (c *Comm) enqueue(o *op) (*Request, error) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("gonccl rank %d: %s: %w", c.rank, o.kind, ErrClosed)
+	}
+	c.seq++
+	o.seq = c.seq
+	o.req = newRequest()
+	// Sending under the lock keeps sequence numbers in queue order; the queue is deep
+	// and the executor never takes c.mu while holding an op, so this does not deadlock.
+	c.queue <- o
+	c.mu.Unlock()
+	return o.req, nil
+}
+
+// run is the executor: it runs operations one at a time in issue order.
+func (c *Comm) run() {
+	defer close(c.finished)
+	for o := range c.queue {
+		o.req.complete(c.execute(o))
+	}
+}
+
+func (c *Comm) execute(o *op) error {
+	c.mu.Lock()
+	broken, aborted := c.broken, c.aborted
+	c.mu.Unlock()
+	if aborted {
+		return &OpError{Rank: c.rank, Op: o.String(), Peer: -1, Err: ErrAborted}
+	}
+	if broken != nil {
+		return &OpError{Rank: c.rank, Op: o.String(), Peer: -1,
+			Err: fmt.Errorf("communicator failed earlier and cannot be used: %w", broken)}
+	}
+	start := time.Now()
+	e := &exec{
+		rank: c.rank, nranks: c.nranks, links: c.links,
+		hdr: transport.Header{Seq: o.seq, Kind: uint8(o.kind), DType: uint8(o.dtype), Root: int32(o.root),
+			Count: uint64(o.count)},
+		deadline: start.Add(c.timeout), timeout: c.timeout,
+		scratch: c.scratch, chunkBytes: c.cfg.chunkBytes, breakLinks: c.failLinks,
+	}
+	err := c.dispatch(e, o)
+	if err == nil {
+		c.logs.coll.Debug(o.String(), zap.String("algo", Algo(e.hdr.Algo).String()), zap.Duration("took", time.Since(start)))
+		return nil
+	}
+	c.mu.Lock()
+	if c.aborted {
+		err = ErrAborted
+	}
+	if c.broken == nil {
+		c.broken = err
+	}
+	c.mu.Unlock()
+	c.failLinks()
+	oe := &OpError{Rank: c.rank, Op: o.String(), Peer: -1, Err: err}
+	c.logs.coll.Warn(oe.Error())
+	return oe
+}
+
+// dispatch picks the algorithm for o and runs it.
+func (c *Comm) dispatch(e *exec, o *op) error {
+	n, es := c.nranks, o.dtype.Size()
+	switch o.kind {
+	case KindAllReduce:
+		e.hdr.Op = uint8(o.redop)
+		buf := o.recv[:o.count*es]
+		copyIfDistinct(buf, o.send[:o.count*es])
+		if n == 1 {
+			if o.redop == Avg {
+				return DivideBy(buf, o.dtype, 1)
+			}
+			return nil
+		}
+		if c.pick("allreduce", len(buf) <= c.cfg.llThreshold, "rd", "ring") == "rd" {
+			e.hdr.Algo = uint8(AlgoRecDoubling)
+			if len(buf) > len(e.scratch) {
+				return fmt.Errorf("%w: GONCCL_ALGO=allreduce:rd supports at most %d bytes (GONCCL_LL_THRESHOLD/GONCCL_CHUNKSIZE); got %d",
+					ErrNotSupported, len(e.scratch), len(buf))
+			}
+			return e.allReduceRD(buf, o.dtype, o.redop)
+		}
+		e.hdr.Algo = uint8(AlgoRing)
+		return e.allReduceRing(buf, o.count, o.dtype, o.redop)
+	case KindBroadcast:
+		buf := o.recv[:o.count*es]
+		if c.rank == o.root {
+			copyIfDistinct(buf, o.send[:o.count*es])
+		}
+		if n == 1 {
+			return nil
+		}
+		if c.pick("broadcast", len(buf) <= c.cfg.llThreshold || n == 2, "tree", "chain") == "tree" {
+			e.hdr.Algo = uint8(AlgoTree)
+			return e.broadcastTree(buf, o.root)
+		}
+		e.hdr.Algo = uint8(AlgoChain)
+		return e.broadcastChain(buf, o.root)
+	case KindAllGather:
+		block := o.count * es
+		copyIfDistinct(o.recv[c.rank*block:(c.rank+1)*block], o.send[:block])
+		if n == 1 {
+			return nil
+		}
+		e.hdr.Algo = uint8(AlgoRing)
+		return e.allGatherRing(o.recv[:n*block], block)
+	case KindBarrier:
+		if n == 1 {
+			return nil
+		}
+		e.hdr.Algo = uint8(AlgoDissemination)
+		return e.barrierDissemination()
+	}
+	return fmt.Errorf("%w: operation kind %d", ErrNotSupported, o.kind)
+}
+
+// pick returns the algorithm GONCCL_ALGO forces for coll, else small if isSmall, else
+// large.
+func (c *Comm) pick(coll string, isSmall bool, small, large string) string {
+	if a, ok := c.cfg.algo[coll]; ok {
+		return a
+	}
+	if isSmall {
+		return small
+	}
+	return large
+}
+
+func copyIfDistinct(dst, src []byte) {
+	if len(dst) == 0 || &dst[0] == &src[0] {
+		return
+	}
+	copy(dst, src)
+}
+
+// failGrace is how long a failed communicator keeps sending the frames already under
+// way, so that peers read them and diagnose the failure themselves (a mismatch is best
+// explained by both sides) rather than seeing only a closed connection.
+const failGrace = 250 * time.Millisecond
+
+// failLinks shuts every link down after an error (see transport.Link.Fail).
+func (c *Comm) failLinks() {
+	for _, l := range c.links {
+		if l != nil {
+			l.Fail(failGrace)
+		}
+	}
+}
+
+// closeLinks closes every link; blocked sends and receives return at once.
+func (c *Comm) closeLinks() {
+	for _, l := range c.links {
+		if l != nil {
+			l.Close()
+		}
+	}
+}
+
+// Destroy waits for the operations already enqueued to finish, then closes the
+// communicator. Further operations fail with ErrClosed.
+func (c *Comm) Destroy() error {
+	c.mu.Lock()
+	already := c.closed
+	c.closed = true
+	c.mu.Unlock()
+	if already {
+		return fmt.Errorf("gonccl rank %d: destroy: %w", c.rank, ErrClosed)
+	}
+	close(c.queue)
+	<-c.finished
+	c.closeLinks()
+	return c.freeScratch()
+}
+
+// Abort fails every pending operation at once, closes all connections and frees the
+// communicator. It never blocks for long: an operation in progress is interrupted.
+func (c *Comm) Abort() error {
+	c.mu.Lock()
+	already := c.closed
+	c.closed, c.aborted = true, true
+	if c.broken == nil {
+		c.broken = ErrAborted
+	}
+	c.mu.Unlock()
+	c.closeLinks()
+	if already {
+		return nil
+	}
+	close(c.queue)
+	<-c.finished
+	return c.freeScratch()
+}
+
+func (c *Comm) freeScratch() error {
+	if c.scratch == nil {
+		return nil
+	}
+	err := unix.Munmap(c.scratch)
+	c.scratch = nil
+	return err
+}
+
+// Err returns the error that broke the communicator, or nil.
+func (c *Comm) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if errors.Is(c.broken, ErrAborted) {
+		return ErrAborted
+	}
+	return c.broken
+}

@@ -1,0 +1,154 @@
+package core
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/gonccl/gonccl/transport"
+)
+
+// exec is the context one algorithm runs in: the links, the frame header of the
+// current operation, its deadline and scratch memory. Its send and recv turn link
+// errors into errors that name the peer and say what to check.
+type exec struct {
+	rank, nranks int
+	links        []transport.Link
+	hdr          transport.Header
+	deadline     time.Time
+	timeout      time.Duration
+	scratch      []byte // receive staging, outside the Go heap, at least chunkBytes
+	chunkBytes   int
+	breakLinks   func() // closes every link: called on the first failure of an op
+
+	errOnce sync.Once
+	err     error
+}
+
+// fail records the operation's first error and closes the links, so that every
+// goroutine of the operation (and every peer) stops waiting.
+func (e *exec) fail(err error) {
+	e.errOnce.Do(func() {
+		e.err = err
+		e.breakLinks()
+	})
+}
+
+// result returns the operation's first error.
+func (e *exec) result() error {
+	e.errOnce.Do(func() {})
+	return e.err
+}
+
+func (e *exec) send(peer int, off int, p []byte) error {
+	h := e.hdr
+	h.Offset = uint64(off)
+	if err := e.links[peer].Send(&h, p, e.deadline); err != nil {
+		return e.linkErr(peer, err)
+	}
+	return nil
+}
+
+func (e *exec) recv(peer int, off int, p []byte) error {
+	h := e.hdr
+	h.Offset = uint64(off)
+	if err := e.links[peer].Recv(&h, p, e.deadline); err != nil {
+		return e.linkErr(peer, err)
+	}
+	return nil
+}
+
+func (e *exec) linkErr(peer int, err error) error {
+	var m *transport.MismatchError
+	switch {
+	case errors.As(err, &m):
+		return fmt.Errorf("%w: %s", ErrMismatch, mismatchText(e.rank, m))
+	case errors.Is(err, ErrTimeout):
+		return fmt.Errorf("%w after %v waiting for rank %d (is rank %d alive, and calling the same collective?)",
+			ErrTimeout, e.timeout, peer, peer)
+	default:
+		return fmt.Errorf("lost rank %d: %w", peer, err)
+	}
+}
+
+// sendRecv sends sp to one peer while receiving rp from another (or the same) peer.
+func (e *exec) sendRecv(to int, sp []byte, from int, rp []byte) error {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := e.send(to, 0, sp); err != nil {
+			e.fail(err)
+		}
+	}()
+	if err := e.recv(from, 0, rp); err != nil {
+		e.fail(err)
+	}
+	wg.Wait()
+	return e.result()
+}
+
+// pipeline runs a two-sided schedule: recvUnit(0..nrecv-1) in order on this goroutine
+// and sendUnit(0..nsend-1) in order on another, where send unit u may start only after
+// need(u) receive units have completed. Sending, receiving and reducing of different
+// chunks so overlap.
+func (e *exec) pipeline(nsend, nrecv int, need func(u int) int, sendUnit, recvUnit func(u int) error) error {
+	var mu sync.Mutex
+	cond := sync.NewCond(&mu)
+	received, stopped := 0, false // stopped: the operation failed
+	stop := func() {
+		mu.Lock()
+		stopped = true
+		mu.Unlock()
+		cond.Broadcast()
+	}
+	var wg sync.WaitGroup
+	if nsend > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for u := 0; u < nsend; u++ {
+				if n := need(u); n > 0 {
+					mu.Lock()
+					for received < n && !stopped {
+						cond.Wait()
+					}
+					s := stopped
+					mu.Unlock()
+					if s {
+						return
+					}
+				}
+				if err := sendUnit(u); err != nil {
+					e.fail(err)
+					stop()
+					return
+				}
+			}
+		}()
+	}
+	for u := 0; u < nrecv; u++ {
+		if err := recvUnit(u); err != nil {
+			e.fail(err)
+			stop()
+			break
+		}
+		mu.Lock()
+		received++
+		mu.Unlock()
+		cond.Broadcast()
+	}
+	wg.Wait()
+	return e.result()
+}
+
+// split returns the bounds [lo, hi) of part i when n items are cut into parts near-equal
+// parts.
+func split(n, parts, i int) (lo, hi int) {
+	return int(int64(n) * int64(i) / int64(parts)), int(int64(n) * int64(i+1) / int64(parts))
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+func mod(a, n int) int { return ((a % n) + n) % n }

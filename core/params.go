@@ -1,0 +1,147 @@
+package core
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gonccl/gonccl/internal/cenv"
+)
+
+// Param is one GONCCL_* setting: its name, default and meaning. Params is the single
+// list of them; the INFO log echoes the ones that are set and the README's table
+// documents each (a test keeps the two in step).
+type Param struct {
+	Name    string
+	Default string
+	Help    string
+}
+
+// Params lists every environment variable gonccl reads.
+var Params = []Param{
+	{"GONCCL_DEBUG", "WARN", "log level: WARN, INFO or TRACE (also VERSION: like INFO)"},
+	{"GONCCL_DEBUG_SUBSYS", "ALL", "comma-separated subsystems to log (INIT, COLL, NET, ENV, ALL); ^ excludes"},
+	{"GONCCL_SOCKET_IFNAME", "", "interfaces to use: name prefixes, ^ to exclude, = for exact names (NCCL's syntax)"},
+	{"GONCCL_TIMEOUT_MS", "1800000", "default timeout in ms for init and every operation (torch passes its own)"},
+	{"GONCCL_CHUNKSIZE", "524288", "bytes per pipelined chunk in ring and chain algorithms"},
+	{"GONCCL_LL_THRESHOLD", "65536", "bytes up to which all_reduce and broadcast use the latency algorithms"},
+	{"GONCCL_ALGO", "", "force algorithms, e.g. allreduce:ring or allreduce:rd,broadcast:chain"},
+	{"GONCCL_GOMAXPROCS", "", "GOMAXPROCS for the Go runtime; default max(2, cores / ranks on this host)"},
+}
+
+// config holds the parsed settings for one communicator, read when it is created (so
+// that variables a host program sets just before init take effect).
+type config struct {
+	debug, debugSubsys string
+	socketIfname       string
+	timeout            time.Duration
+	chunkBytes         int
+	llThreshold        int
+	algo               map[string]string
+	gomaxprocs         int
+	set                []string // "NAME=value" for every variable the user set
+}
+
+func lookupParam(name string) (string, bool) {
+	if v, ok := cenv.Lookup(name); ok && v != "" {
+		return v, true
+	}
+	for _, p := range Params {
+		if p.Name == name {
+			return p.Default, false
+		}
+	}
+	panic("gonccl: unknown parameter " + name)
+}
+
+func loadConfig() (*config, error) {
+	c := &config{}
+	str := func(name string) string {
+		v, set := lookupParam(name)
+		if set {
+			c.set = append(c.set, name+"="+v)
+		}
+		return v
+	}
+	num := func(name string, min int64) (int64, error) {
+		s := str(name)
+		if s == "" {
+			return 0, nil
+		}
+		v, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || v < min {
+			return 0, fmt.Errorf("%w: %s=%q is not an integer >= %d", ErrInvalidArgument, name, s, min)
+		}
+		return v, nil
+	}
+	c.debug = strings.ToUpper(str("GONCCL_DEBUG"))
+	c.debugSubsys = strings.ToUpper(str("GONCCL_DEBUG_SUBSYS"))
+	c.socketIfname = str("GONCCL_SOCKET_IFNAME")
+	ms, err := num("GONCCL_TIMEOUT_MS", 1)
+	if err != nil {
+		return nil, err
+	}
+	c.timeout = time.Duration(ms) * time.Millisecond
+	chunk, err := num("GONCCL_CHUNKSIZE", 4096)
+	if err != nil {
+		return nil, err
+	}
+	c.chunkBytes = int(chunk)
+	ll, err := num("GONCCL_LL_THRESHOLD", 0)
+	if err != nil {
+		return nil, err
+	}
+	c.llThreshold = int(ll)
+	if c.algo, err = parseAlgo(str("GONCCL_ALGO")); err != nil {
+		return nil, err
+	}
+	gmp, err := num("GONCCL_GOMAXPROCS", 1)
+	if err != nil {
+		return nil, err
+	}
+	c.gomaxprocs = int(gmp)
+	return c, nil
+}
+
+// parseAlgo parses "allreduce:ring,broadcast:tree" into a map from collective to
+// algorithm name, checking both against what exists.
+func parseAlgo(s string) (map[string]string, error) {
+	m := map[string]string{}
+	if s == "" {
+		return m, nil
+	}
+	for _, item := range strings.Split(s, ",") {
+		coll, algo, ok := strings.Cut(strings.TrimSpace(strings.ToLower(item)), ":")
+		choices, known := algoChoices[coll]
+		if !ok || !known || !contains(choices, algo) {
+			return nil, fmt.Errorf("%w: GONCCL_ALGO entry %q: expected one of %s", ErrInvalidArgument, item, algoHelp())
+		}
+		m[coll] = algo
+	}
+	return m, nil
+}
+
+var algoChoices = map[string][]string{
+	"allreduce": {"ring", "rd"},
+	"broadcast": {"tree", "chain"},
+}
+
+func algoHelp() string {
+	var parts []string
+	for _, coll := range []string{"allreduce", "broadcast"} {
+		for _, a := range algoChoices[coll] {
+			parts = append(parts, coll+":"+a)
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

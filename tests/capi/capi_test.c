@@ -1,0 +1,232 @@
+/*
+ * A plain C program that uses gonccl through its public header only, no torch:
+ * run one process per rank as
+ *     capi_test RANK NRANKS ID_FILE
+ * Rank 0 creates the unique id and writes it to ID_FILE; the others read it from there.
+ * Every collective's result is checked against values computed here. Exit status 0
+ * means every check passed.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <pthread.h>
+
+#include "gonccl.h"
+
+static int rank, nranks, checks;
+
+#define CHECK(cond, ...)                                               \
+  do {                                                                 \
+    if (!(cond)) {                                                     \
+      fprintf(stderr, "rank %d: FAILED %s:%d: ", rank, __FILE__, __LINE__); \
+      fprintf(stderr, __VA_ARGS__);                                    \
+      fprintf(stderr, "\n");                                           \
+      exit(1);                                                         \
+    }                                                                  \
+    checks++;                                                          \
+  } while (0)
+
+#define OK(call, comm)                                                          \
+  do {                                                                          \
+    goncclResult_t r_ = (call);                                                 \
+    CHECK(r_ == goncclSuccess, "%s -> %s: %s", #call, goncclGetErrorString(r_), \
+          goncclGetLastError(comm));                                            \
+  } while (0)
+
+static void share_id(const char* path, goncclUniqueId* id) {
+  if (rank == 0) {
+    OK(goncclGetUniqueId(id), NULL);
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE* f = fopen(tmp, "wb");
+    CHECK(f && fwrite(id, sizeof *id, 1, f) == 1 && fclose(f) == 0, "writing %s", tmp);
+    CHECK(rename(tmp, path) == 0, "rename to %s: %s", path, strerror(errno));
+    return;
+  }
+  for (int i = 0; i < 3000; i++) { /* up to 30 s */
+    FILE* f = fopen(path, "rb");
+    if (f) {
+      size_t n = fread(id, sizeof *id, 1, f);
+      fclose(f);
+      if (n == 1) return;
+    }
+    usleep(10000);
+  }
+  CHECK(0, "no unique id appeared in %s", path);
+}
+
+static void test_allreduce(goncclComm_t comm) {
+  size_t counts[] = {0, 1, 7, 1000003};
+  for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+    size_t n = counts[c];
+    float* send = malloc((n + 1) * sizeof(float));
+    float* recv = malloc((n + 1) * sizeof(float));
+    for (size_t i = 0; i < n; i++) send[i] = (float)((rank + 1) * (int)(i % 97));
+    OK(goncclAllReduce(send, recv, n, goncclFloat32, goncclSum, comm, NULL), comm);
+    float tri = (float)(nranks * (nranks + 1) / 2);
+    for (size_t i = 0; i < n; i++)
+      CHECK(recv[i] == tri * (float)(i % 97), "allreduce sum n=%zu [%zu] = %f", n, i, recv[i]);
+    /* in place, MAX */
+    OK(goncclAllReduce(send, send, n, goncclFloat32, goncclMax, comm, NULL), comm);
+    for (size_t i = 0; i < n; i++)
+      CHECK(send[i] == (float)(nranks * (int)(i % 97)), "allreduce max in place [%zu]", i);
+    free(send);
+    free(recv);
+  }
+  /* int32 MIN, PROD and AVG; float64 AVG */
+  int32_t iv[3] = {rank + 1, -(rank + 1), 10 * (rank + 1)};
+  int32_t io[3];
+  OK(goncclAllReduce(iv, io, 3, goncclInt32, goncclMin, comm, NULL), comm);
+  CHECK(io[0] == 1 && io[1] == -nranks && io[2] == 10, "int32 min");
+  OK(goncclAllReduce(iv, io, 1, goncclInt32, goncclProd, comm, NULL), comm);
+  int32_t fact = 1;
+  for (int r = 1; r <= nranks; r++) fact *= r;
+  CHECK(io[0] == fact, "int32 prod %d != %d", io[0], fact);
+  OK(goncclAllReduce(iv, io, 3, goncclInt32, goncclAvg, comm, NULL), comm);
+  CHECK(io[2] == 10 * (nranks * (nranks + 1) / 2) / nranks, "int32 avg");
+  double dv = rank, dout;
+  OK(goncclAllReduce(&dv, &dout, 1, goncclFloat64, goncclAvg, comm, NULL), comm);
+  CHECK(fabs(dout - (nranks - 1) / 2.0) < 1e-12, "float64 avg %f", dout);
+}
+
+static void test_broadcast(goncclComm_t comm) {
+  size_t n = 300001;
+  int64_t* buf = malloc(n * sizeof(int64_t));
+  for (int root = 0; root < nranks; root++) {
+    for (size_t i = 0; i < n; i++) buf[i] = rank == root ? (int64_t)i * 31 + root : -1;
+    OK(goncclBroadcast(buf, buf, n, goncclInt64, root, comm, NULL), comm);
+    for (size_t i = 0; i < n; i++)
+      CHECK(buf[i] == (int64_t)i * 31 + root, "broadcast root %d [%zu] = %lld", root, i, (long long)buf[i]);
+  }
+  free(buf);
+}
+
+static void test_allgather(goncclComm_t comm) {
+  size_t n = 4097;
+  uint8_t* send = malloc(n);
+  uint8_t* recv = malloc(n * nranks);
+  for (size_t i = 0; i < n; i++) send[i] = (uint8_t)(rank * 7 + i);
+  OK(goncclAllGather(send, recv, n, goncclUint8, comm, NULL), comm);
+  for (int r = 0; r < nranks; r++)
+    for (size_t i = 0; i < n; i++)
+      CHECK(recv[r * n + i] == (uint8_t)(r * 7 + i), "allgather block %d [%zu]", r, i);
+  /* in place: the send buffer is this rank's block of recv */
+  memset(recv, 0, n * nranks);
+  memcpy(recv + rank * n, send, n);
+  OK(goncclAllGather(recv + rank * n, recv, n, goncclUint8, comm, NULL), comm);
+  for (int r = 0; r < nranks; r++)
+    for (size_t i = 0; i < n; i++)
+      CHECK(recv[r * n + i] == (uint8_t)(r * 7 + i), "allgather in place block %d [%zu]", r, i);
+  free(send);
+  free(recv);
+}
+
+struct cb_state {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int calls;
+  goncclResult_t result;
+};
+
+static void on_done(void* arg, goncclResult_t result) {
+  struct cb_state* s = arg;
+  pthread_mutex_lock(&s->mu);
+  s->calls++;
+  s->result = result;
+  pthread_cond_signal(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+}
+
+static void test_async(goncclComm_t comm) {
+  enum { N = 8, COUNT = 100000 };
+  float* bufs[N];
+  goncclRequest_t reqs[N];
+  for (int k = 0; k < N; k++) {
+    bufs[k] = malloc(COUNT * sizeof(float));
+    for (int i = 0; i < COUNT; i++) bufs[k][i] = (float)(k + rank);
+    OK(goncclAllReduceAsync(bufs[k], bufs[k], COUNT, goncclFloat32, goncclSum, comm, NULL, &reqs[k]), comm);
+  }
+  /* completion callback on the last request, wait on the rest */
+  struct cb_state s = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, goncclInternalError};
+  OK(goncclRequestOnComplete(reqs[N - 1], on_done, &s), comm);
+  for (int k = 0; k < N - 1; k++) OK(goncclRequestWait(reqs[k], -1), comm);
+  pthread_mutex_lock(&s.mu);
+  while (s.calls == 0) pthread_cond_wait(&s.cv, &s.mu);
+  pthread_mutex_unlock(&s.mu);
+  CHECK(s.calls == 1 && s.result == goncclSuccess, "callback ran %d times, result %d", s.calls, s.result);
+  int done = 0;
+  OK(goncclRequestTest(reqs[N - 1], &done), comm);
+  CHECK(done == 1, "test after completion");
+  float sumr = (float)(nranks * (nranks - 1) / 2);
+  for (int k = 0; k < N; k++) {
+    for (int i = 0; i < COUNT; i++)
+      CHECK(bufs[k][i] == (float)(k * nranks) + sumr, "async allreduce %d [%d]", k, i);
+    OK(goncclRequestFree(reqs[k]), comm);
+    free(bufs[k]);
+  }
+  goncclRequest_t b;
+  OK(goncclBarrierAsync(comm, NULL, &b), comm);
+  OK(goncclRequestWait(b, 30000), comm);
+  OK(goncclRequestFree(b), comm);
+}
+
+static void test_bad_input(goncclComm_t comm) {
+  float x = 1;
+  goncclResult_t r = goncclAllReduce(&x, &x, 1, (goncclDataType_t)42, goncclSum, comm, NULL);
+  CHECK(r == goncclInvalidArgument, "bad dtype -> %d", r);
+  CHECK(strstr(goncclGetLastError(comm), "unknown data type 42") != NULL, "message: %s", goncclGetLastError(comm));
+  r = goncclAllReduce(&x, &x, 1, goncclFloat32, (goncclRedOp_t)17, comm, NULL);
+  CHECK(r == goncclInvalidArgument, "bad op -> %d", r);
+  r = goncclAllReduce(NULL, &x, 1, goncclFloat32, goncclSum, comm, NULL);
+  CHECK(r == goncclInvalidArgument, "NULL sendbuff -> %d", r);
+  r = goncclAllReduce(&x, &x, (size_t)-1, goncclFloat32, goncclSum, comm, NULL);
+  CHECK(r == goncclInvalidArgument, "overflowing count -> %d", r);
+  r = goncclAllReduce(&x, &x, 1, goncclFloat32, goncclSum, NULL, NULL);
+  CHECK(r == goncclInvalidArgument, "NULL comm -> %d", r);
+  r = goncclAllReduce(&x, &x, 1, goncclFloat32, goncclSum, comm, (goncclStream_t)0x1);
+  CHECK(r == goncclNotSupported, "stream -> %d", r);
+  r = goncclBroadcast(&x, &x, 1, goncclFloat32, nranks, comm, NULL);
+  CHECK(r == goncclInvalidArgument, "root out of range -> %d", r);
+  CHECK(strlen(goncclGetErrorString(goncclTimeout)) > 0, "error string");
+  r = goncclGetVersion(NULL);
+  CHECK(r == goncclInvalidArgument, "NULL version -> %d", r);
+}
+
+int main(int argc, char** argv) {
+  if (argc != 4) {
+    fprintf(stderr, "usage: %s RANK NRANKS ID_FILE\n", argv[0]);
+    return 2;
+  }
+  rank = atoi(argv[1]);
+  nranks = atoi(argv[2]);
+  int version = 0;
+  OK(goncclGetVersion(&version), NULL);
+  CHECK(version == GONCCL_VERSION_CODE, "version %d, header says %d", version, GONCCL_VERSION_CODE);
+
+  goncclUniqueId id;
+  share_id(argv[3], &id);
+  goncclComm_t comm;
+  OK(goncclCommInitRankTimeout(&comm, nranks, id, rank, 60000), NULL);
+  int n = -1, r = -1;
+  OK(goncclCommCount(comm, &n), comm);
+  OK(goncclCommUserRank(comm, &r), comm);
+  CHECK(n == nranks && r == rank, "count %d rank %d", n, r);
+
+  test_allreduce(comm);
+  test_broadcast(comm);
+  test_allgather(comm);
+  test_async(comm);
+  OK(goncclBarrier(comm, NULL), comm);
+  test_bad_input(comm);
+  OK(goncclCommDestroy(comm), NULL);
+  float x = 0;
+  goncclResult_t res = goncclAllReduce(&x, &x, 1, goncclFloat32, goncclSum, comm, NULL);
+  CHECK(res == goncclInvalidUsage, "use after destroy -> %d", res);
+  printf("rank %d: %d checks passed\n", rank, checks);
+  return 0;
+}
