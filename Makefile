@@ -1,0 +1,50 @@
+# gonccl developer entry points. Every target finds (or creates) the Python environment
+# with the pinned torch through scripts/python-env.sh; set GONCCL_PYTHON to use your own.
+#
+#   make demo    set everything up, build, install, run the lecture's DDP examples on CPU
+#   make test    build, install, run every test (Go, C ABI, Python multi-process)
+#   make build   build and install the package into the Python environment
+#   make lib     build only libgonccl.so (build/lib/) for C users
+#   make lint    gofmt and go vet
+#   make clean   remove build outputs
+
+PY = $(shell scripts/python-env.sh)
+GO ?= go
+NPROC ?= 2
+
+.PHONY: setup build lib demo test test-go test-py lint clean
+
+setup:
+	@scripts/python-env.sh >/dev/null
+	$(GO) mod download
+
+build: setup
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-build-isolation .
+
+lib:
+	mkdir -p build/lib
+	CGO_ENABLED=1 $(GO) build -buildmode=c-shared -trimpath -o build/lib/libgonccl.so ./capi
+	rm -f build/lib/libgonccl.h
+	cp capi/gonccl.h build/lib/
+
+demo: build
+	mkdir -p build/demo
+	cd build/demo && $(PY) -m torch.distributed.run --nproc_per_node=$(NPROC) ../../examples/ddp_simple.py
+	cd build/demo && $(PY) -m torch.distributed.run --nproc_per_node=$(NPROC) ../../examples/ddp_example.py
+	@echo "demo done: traces in build/demo/"
+
+test: build test-go test-py
+
+test-go:
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 10m ./...
+
+test-py:
+	$(PY) -m pytest -v tests
+
+lint:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
+	$(GO) vet ./...
+
+clean:
+	rm -rf build dist python/*.egg-info python/gonccl/libgonccl.so python/gonccl/_C*.so
