@@ -6,7 +6,8 @@ import "math"
 // patterns in a uint16. The conversions below follow PyTorch's scalar
 // conversions: widening is exact, narrowing rounds to nearest with ties to
 // even, overflows to infinity, keeps subnormals and signed zeros, and turns
-// every NaN into a quiet NaN.
+// every NaN into a quiet NaN. (Widening a half quiets a signalling NaN;
+// widening a bfloat16 is a plain 16-bit shift that keeps every bit.)
 
 const (
 	// f32QuietNaN is the canonical quiet float32 NaN (positive, only the
@@ -81,7 +82,8 @@ func f16Magnitude(a uint32) uint16 {
 }
 
 // Bfloat16ToFloat32 converts the bfloat16 value with bit pattern b to
-// float32. The conversion is exact: b becomes the upper 16 bits.
+// float32. The conversion is exact: b becomes the upper 16 bits, so NaN
+// payloads (even signalling ones) pass through unchanged.
 func Bfloat16ToFloat32(b uint16) float32 {
 	return math.Float32frombits(uint32(b) << 16)
 }

@@ -1,8 +1,14 @@
 package core
 
 import (
+	"cmp"
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -207,4 +213,71 @@ func TestBfloat16FromFloat32Ties(t *testing.T) {
 	for _, bits := range tieNeighbours(bf16) {
 		checkFloat32To16(t, "Float32ToBfloat16", Float32ToBfloat16, bf16, bf16NaNFor, bits)
 	}
+}
+
+// refRoundBinary rounds the float32 f to a binary format with mantBits
+// fraction bits and minimum normal exponent emin, ties to even, using
+// float64 arithmetic: the result is k*2^q with q the format's quantum at |f|.
+// It returns the magnitude bits, clamped to infBits on overflow. f must be
+// finite.
+func refRoundBinary(f float32, mantBits, emin int, infBits uint64) uint64 {
+	ax := math.Abs(float64(f))
+	if ax == 0 {
+		return 0
+	}
+	_, e := math.Frexp(ax) // ax = m * 2^e with m in [0.5, 1)
+	q := max(e-1, emin) - mantBits
+	k := math.RoundToEven(math.Ldexp(ax, -q))
+	// Exponent field (q-emin+mantBits) and the k-1<<mantBits mantissa
+	// combine as below; k == 2<<mantBits carries into the exponent.
+	bits := uint64(int64(q-emin+mantBits)<<mantBits + int64(k))
+	return min(bits, infBits)
+}
+
+// TestFloat16Bfloat16ExhaustiveFloat32 checks every float32 bit pattern
+// (several CPU-minutes); set GONCCL_EXHAUSTIVE=1 to run it.
+func TestFloat16Bfloat16ExhaustiveFloat32(t *testing.T) {
+	if os.Getenv("GONCCL_EXHAUSTIVE") == "" {
+		t.Skip("set GONCCL_EXHAUSTIVE=1 to check all 2^32 float32 values")
+	}
+	const chunks = 256
+	var (
+		next     atomic.Int64
+		mu       sync.Mutex
+		firstErr error
+		wg       sync.WaitGroup
+	)
+	check := func(c int) error {
+		for lo := uint64(c) << 24; lo < uint64(c+1)<<24; lo++ {
+			bits := uint32(lo)
+			f := math.Float32frombits(bits)
+			sign := uint16(bits>>16) & 0x8000
+			wantH, wantB := sign|0x7e00, uint16(0x7fc0)
+			if f == f {
+				wantH = sign | uint16(refRoundBinary(f, 10, -14, 0x7c00))
+				wantB = sign | uint16(refRoundBinary(f, 7, -126, 0x7f80))
+			}
+			if got := Float32ToFloat16(f); got != wantH {
+				return fmt.Errorf("Float32ToFloat16(%#08x) = %#04x, want %#04x", bits, got, wantH)
+			}
+			if got := Float32ToBfloat16(f); got != wantB {
+				return fmt.Errorf("Float32ToBfloat16(%#08x) = %#04x, want %#04x", bits, got, wantB)
+			}
+		}
+		return nil
+	}
+	for range runtime.GOMAXPROCS(0) {
+		wg.Go(func() {
+			for c := int(next.Add(1) - 1); c < chunks; c = int(next.Add(1) - 1) {
+				if err := check(c); err != nil {
+					mu.Lock()
+					firstErr = cmp.Or(firstErr, err)
+					mu.Unlock()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	require.NoError(t, firstErr)
 }

@@ -274,7 +274,8 @@ func reduceF64(d, s []float64, op RedOp) {
 }
 
 // reduceF16 applies op element-wise to half-precision slices of equal
-// length, computing in float32 and rounding once.
+// length, computing in float32 and rounding once. canonF32 makes every NaN
+// positive, so Float32ToFloat16 turns it into the canonical 0x7e00.
 func reduceF16(d, s []uint16, op RedOp) {
 	s = s[:len(d)]
 	switch op {
