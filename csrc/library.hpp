@@ -1,0 +1,56 @@
+// library.hpp: loads libgonccl.so at run time and holds its entry points.
+//
+// The extension never links against libgonccl.so: the Go library carries
+// undefined nvml* symbols (RTLD_NOW would fail) and starting the Go runtime at
+// `import gonccl` would make every later fork() hang the child. So the library
+// is dlopen'ed with RTLD_LAZY on first use and every gonccl* function is called
+// through the table below.
+#pragma once
+
+#include <string>
+
+#include "gonccl.h"
+
+namespace gonccl {
+
+// Entry points of libgonccl.so, filled by dlsym. Types come from gonccl.h.
+struct Library {
+  decltype(&::goncclGetVersion) getVersion;
+  decltype(&::goncclGetUniqueId) getUniqueId;
+  decltype(&::goncclCommInitRankTimeout) commInitRankTimeout;
+  decltype(&::goncclCommDestroy) commDestroy;
+  decltype(&::goncclCommAbort) commAbort;
+  decltype(&::goncclGetErrorString) getErrorString;
+  decltype(&::goncclGetLastError) getLastError;
+  decltype(&::goncclAllReduceAsync) allReduceAsync;
+  decltype(&::goncclBroadcastAsync) broadcastAsync;
+  decltype(&::goncclAllGatherAsync) allGatherAsync;
+  decltype(&::goncclBarrierAsync) barrierAsync;
+  decltype(&::goncclRequestWait) requestWait;
+  decltype(&::goncclRequestOnComplete) requestOnComplete;
+  decltype(&::goncclRequestErrorString) requestErrorString;
+  decltype(&::goncclRequestFree) requestFree;
+};
+
+// Loads libgonccl.so from path (once per process; later calls return the same
+// table whatever path they pass) and records the loading process's pid.
+// Throws c10::Error if the library or one of its symbols cannot be found, and
+// the fork error if this process is a fork of the one that loaded it.
+const Library& loadLibrary(const std::string& path);
+
+// The loaded table; calls checkNotForked() first. Only valid after loadLibrary.
+const Library& lib();
+
+// Throws c10::DistBackendError if the library was loaded by a parent process
+// and this process is its fork: the Go runtime cannot run in a forked child,
+// and calling into it there hangs.
+void checkNotForked();
+
+// True if this process is a fork of the process that loaded the library.
+bool isForkedChild();
+
+// detail if it is not empty (Go's message, with rank, peer, op and sequence
+// number), else goncclGetErrorString(result); never empty.
+std::string errorString(goncclResult_t result, const char* detail);
+
+}  // namespace gonccl

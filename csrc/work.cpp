@@ -1,0 +1,113 @@
+#include "work.hpp"
+
+#include <exception>
+#include <utility>
+
+#include <ATen/core/jit_type.h>
+#include <c10/util/Exception.h>
+#include <ATen/core/grad_mode.h>
+
+namespace gonccl {
+namespace {
+
+std::exception_ptr distError(const std::string& msg) {
+  return std::make_exception_ptr(c10::DistBackendError(
+      c10::SourceLocation{__func__, __FILE__, __LINE__}, msg));
+}
+
+}  // namespace
+
+GoncclWork::GoncclWork(
+    int rank,
+    c10d::OpType opType,
+    const char* profilingTitle,
+    const char* opName,
+    uint64_t seq,
+    std::vector<at::Tensor> inputs,
+    std::vector<at::Tensor> outputs,
+    std::vector<at::Tensor> keepAlive,
+    std::function<void()> postComplete)
+    // The base class opens the profiler range (with the inputs' shapes) when
+    // profilingTitle is set; finish() closes it.
+    : c10d::Work(rank, opType, profilingTitle, inputs),
+      opName_(opName),
+      seq_(seq),
+      inputs_(std::move(inputs)),
+      outputs_(std::move(outputs)),
+      keepAlive_(std::move(keepAlive)),
+      postComplete_(std::move(postComplete)),
+      // CPU tensors only for now: no devices for the future to synchronize.
+      future_(c10::make_intrusive<c10::ivalue::Future>(
+          c10::ListType::create(c10::TensorType::get()),
+          std::vector<c10::Device>{})) {}
+
+GoncclWork::~GoncclWork() = default;
+
+void GoncclWork::complete(const std::string& error) {
+  std::string msg = error;
+  if (msg.empty() && postComplete_) {
+    try {
+      // The completion thread has no autograd state of its own: copy-outs into
+      // tensors that require grad must not be recorded.
+      at::NoGradGuard noGrad;
+      postComplete_();
+    } catch (const std::exception& e) {
+      msg = std::string("gonccl: ") + opName_ +
+            ": copying the result out failed: " + e.what();
+    }
+  }
+  postComplete_ = nullptr;
+  keepAlive_.clear();
+  std::exception_ptr eptr = msg.empty() ? nullptr : distError(msg);
+  try {
+    if (eptr) {
+      future_->setError(eptr);
+    } else {
+      future_->markCompleted(c10::IValue(outputs_));
+    }
+  } catch (const std::exception& e) {
+    // A callback attached to the future threw; the op itself is done.
+    TORCH_WARN("gonccl: ", opName_, ": a future callback failed: ", e.what());
+  }
+  finish(eptr);
+}
+
+void GoncclWork::fail(const std::string& error) {
+  postComplete_ = nullptr;
+  complete(error);
+}
+
+bool GoncclWork::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (timeout == kNoTimeout) {
+    // The op has its own deadline (the process group's timeout) in Go, so this
+    // always ends.
+    cv_.wait(lock, [this] { return completed_; });
+  } else if (!cv_.wait_for(lock, timeout, [this] { return completed_; })) {
+    C10_THROW_ERROR(
+        DistBackendError,
+        c10::str(
+            "gonccl: wait timed out after ",
+            timeout.count(),
+            " ms on ",
+            opName_));
+  }
+  if (exception_) {
+    std::rethrow_exception(exception_);
+  }
+  return true;
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> GoncclWork::getFuture() {
+  return future_;
+}
+
+std::vector<at::Tensor> GoncclWork::result() {
+  return outputs_;
+}
+
+uint64_t GoncclWork::getSequencenumber() const {
+  return seq_;
+}
+
+}  // namespace gonccl

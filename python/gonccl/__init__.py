@@ -1,0 +1,30 @@
+"""gonccl: collective communication with a Go core.
+
+Importing gonccl registers the "gonccl" backend with torch.distributed, so
+`torch.distributed.init_process_group("gonccl")` works (once installed, it
+works without importing gonccl too, through torch's entry points).
+
+Importing gonccl does not load libgonccl.so nor start the Go runtime: that
+happens when the first gonccl process group is created (or version() is
+called). A process must not fork after that point; create process groups in
+the children instead.
+"""
+
+import torch.distributed as _dist
+
+from gonccl._library import include_path, library_path, version
+from gonccl._registration import BACKEND_NAME, register
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BACKEND_NAME",
+    "__version__",
+    "include_path",
+    "library_path",
+    "register",
+    "version",
+]
+
+if _dist.is_available():
+    register()
