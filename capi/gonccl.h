@@ -112,14 +112,21 @@ goncclResult_t goncclCommInitRank(goncclComm_t* comm, int nranks, goncclUniqueId
 goncclResult_t goncclCommInitRankTimeout(goncclComm_t* comm, int nranks,
                                          goncclUniqueId commId, int rank,
                                          int64_t timeoutMs);
-/* Waits for pending operations, then frees the communicator. */
+/* Waits for pending operations, then frees the communicator. Every request of the
+ * communicator has completed (and its callback has run) when it returns; requests
+ * must still be freed with goncclRequestFree, which stays valid after destruction. */
 goncclResult_t goncclCommDestroy(goncclComm_t comm);
-/* Fails pending operations at once, closes every connection, frees the communicator. */
+/* Fails pending operations at once, closes every connection, frees the communicator.
+ * As with goncclCommDestroy, every request has completed when it returns. */
 goncclResult_t goncclCommAbort(goncclComm_t comm);
 goncclResult_t goncclCommCount(const goncclComm_t comm, int* count);
 goncclResult_t goncclCommUserRank(const goncclComm_t comm, int* rank);
 
 const char* goncclGetErrorString(goncclResult_t result);
+/* The message of the last failure on comm, or, with comm == NULL (or a communicator
+ * that failed to initialise), of the last failure in this process; "" if none. The
+ * string stays valid until the next failing call on the same communicator (or, for
+ * NULL, in the process) or until the communicator is destroyed: copy it if needed. */
 const char* goncclGetLastError(goncclComm_t comm);
 
 /* Blocking collectives (stream == NULL: host buffers). */
