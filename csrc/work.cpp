@@ -1,5 +1,8 @@
 #include "work.hpp"
 
+#include <Python.h>
+#include <pybind11/pybind11.h>
+
 #include <exception>
 #include <utility>
 
@@ -13,6 +16,23 @@ namespace {
 std::exception_ptr distError(const std::string& msg) {
   return std::make_exception_ptr(c10::DistBackendError(
       c10::SourceLocation{__func__, __FILE__, __LINE__}, msg));
+}
+
+// How often a wait without a deadline of its own looks for pending signals.
+constexpr auto kSignalSlice = std::chrono::milliseconds(100);
+
+// Runs Python's pending signal handlers if this thread is a Python thread (torch
+// calls wait() with the GIL released); throws what a handler raised, such as
+// KeyboardInterrupt for Ctrl-C. Threads Python does not know (DDP's reducer)
+// are left alone.
+void checkPythonSignals() {
+  if (!Py_IsInitialized() || PyGILState_GetThisThreadState() == nullptr) {
+    return;
+  }
+  pybind11::gil_scoped_acquire gil;
+  if (PyErr_CheckSignals() != 0) {
+    throw pybind11::error_already_set();
+  }
 }
 
 }  // namespace
@@ -81,8 +101,12 @@ bool GoncclWork::wait(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mutex_);
   if (timeout == kNoTimeout) {
     // The op has its own deadline (the process group's timeout) in Go, so this
-    // always ends.
-    cv_.wait(lock, [this] { return completed_; });
+    // always ends; waiting in slices lets Ctrl-C interrupt it before that.
+    while (!cv_.wait_for(lock, kSignalSlice, [this] { return completed_; })) {
+      lock.unlock();
+      checkPythonSignals();
+      lock.lock();
+    }
   } else if (!cv_.wait_for(lock, timeout, [this] { return completed_; })) {
     C10_THROW_ERROR(
         DistBackendError,
