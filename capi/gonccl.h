@@ -81,7 +81,14 @@ typedef enum {
   goncclFloat64 = 8,
   goncclDouble = 8,
   goncclBfloat16 = 9,
-  goncclNumTypes = 10
+  goncclFloat8e4m3 = 10, /* no reductions: data movement only */
+  goncclFloat8e5m2 = 11, /* no reductions: data movement only */
+  /* gonccl additions, numbered far from NCCL's so they never collide. */
+  goncclInt16 = 64,
+  goncclUint16 = 65,
+  goncclBool = 66,       /* one byte, 0 or 1; reduces with max/min/band/bor/bxor/sum(=or)/prod(=and) */
+  goncclComplex64 = 67,  /* two float32; reduces with sum, prod, avg */
+  goncclComplex128 = 68  /* two float64; reduces with sum, prod, avg */
 } goncclDataType_t;
 
 typedef enum {
@@ -90,8 +97,15 @@ typedef enum {
   goncclMax = 2,
   goncclMin = 3,
   goncclAvg = 4,
-  goncclNumOps = 5
+  /* gonccl additions: bitwise ops, for integer and bool types only. */
+  goncclBand = 64,
+  goncclBor = 65,
+  goncclBxor = 66
 } goncclRedOp_t;
+
+/* goncclRecv/goncclRecvAsync peer that matches a message from any rank; the sender is
+ * then reported by goncclRequestSource. */
+#define GONCCL_ANY_SOURCE (-1)
 
 /* Called once when a request finishes; result is goncclSuccess or the error code.
  * It runs on a library thread: keep it short and never call back into gonccl
@@ -141,6 +155,55 @@ goncclResult_t goncclAllGather(const void* sendbuff, void* recvbuff, size_t send
                                goncclStream_t stream);
 goncclResult_t goncclBarrier(goncclComm_t comm, goncclStream_t stream);
 
+/* Reduces count elements from every rank into recvbuff on root (recvbuff is not
+ * touched on other ranks). */
+goncclResult_t goncclReduce(const void* sendbuff, void* recvbuff, size_t count,
+                            goncclDataType_t datatype, goncclRedOp_t op, int root,
+                            goncclComm_t comm, goncclStream_t stream);
+/* Reduces nranks*recvcount elements from every rank; rank i receives block i
+ * (recvcount elements) of the result. In place: recvbuff == sendbuff + rank*recvcount. */
+goncclResult_t goncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                   goncclDataType_t datatype, goncclRedOp_t op,
+                                   goncclComm_t comm, goncclStream_t stream);
+/* Every rank sends count elements to root, which stores rank i's at recvbuff + i*count. */
+goncclResult_t goncclGather(const void* sendbuff, void* recvbuff, size_t count,
+                            goncclDataType_t datatype, int root, goncclComm_t comm,
+                            goncclStream_t stream);
+/* root sends block i (count elements at sendbuff + i*count) to rank i's recvbuff. */
+goncclResult_t goncclScatter(const void* sendbuff, void* recvbuff, size_t count,
+                             goncclDataType_t datatype, int root, goncclComm_t comm,
+                             goncclStream_t stream);
+/* Every rank sends block j (count elements at sendbuff + j*count) to rank j, which
+ * stores it at recvbuff + i*count (i the sender). */
+goncclResult_t goncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
+                              goncclDataType_t datatype, goncclComm_t comm,
+                              goncclStream_t stream);
+/* Uneven all-to-all: rank i sends sendcounts[j] elements at sendbuff + sdispls[j] to
+ * rank j, and receives recvcounts[j] elements from rank j at recvbuff + rdispls[j]
+ * (counts and displacements in elements; each array has nranks entries). The count a
+ * rank sends must equal the count its peer expects, or both get goncclMismatch. */
+goncclResult_t goncclAlltoAllv(const void* sendbuff, const size_t sendcounts[],
+                               const size_t sdispls[], void* recvbuff,
+                               const size_t recvcounts[], const size_t rdispls[],
+                               goncclDataType_t datatype, goncclComm_t comm,
+                               goncclStream_t stream);
+
+/* Point to point. Unlike collectives, these do not wait for earlier operations on the
+ * communicator: sends and receives progress independently, in any order, and never
+ * deadlock where NCCL or Gloo do not. Messages between two ranks with the same tag
+ * arrive in the order they were sent. The blocking forms use tag 0. */
+goncclResult_t goncclSend(const void* sendbuff, size_t count, goncclDataType_t datatype,
+                          int peer, goncclComm_t comm, goncclStream_t stream);
+goncclResult_t goncclRecv(void* recvbuff, size_t count, goncclDataType_t datatype, int peer,
+                          goncclComm_t comm, goncclStream_t stream);
+
+/* Group calls. Between goncclGroupStart and goncclGroupEnd (which nest, per thread),
+ * operations may be issued in any order, as with NCCL; gonccl starts each at once
+ * (point-to-point progresses independently, collectives queue in issue order), so a
+ * group never deadlocks on the order of its calls. */
+goncclResult_t goncclGroupStart(void);
+goncclResult_t goncclGroupEnd(void);
+
 /* Asynchronous forms: enqueue and return a request at once. The buffers must stay
  * valid until the request has completed. */
 goncclResult_t goncclAllReduceAsync(const void* sendbuff, void* recvbuff, size_t count,
@@ -155,6 +218,40 @@ goncclResult_t goncclAllGatherAsync(const void* sendbuff, void* recvbuff, size_t
                                     goncclStream_t stream, goncclRequest_t* request);
 goncclResult_t goncclBarrierAsync(goncclComm_t comm, goncclStream_t stream,
                                   goncclRequest_t* request);
+goncclResult_t goncclReduceAsync(const void* sendbuff, void* recvbuff, size_t count,
+                                 goncclDataType_t datatype, goncclRedOp_t op, int root,
+                                 goncclComm_t comm, goncclStream_t stream,
+                                 goncclRequest_t* request);
+goncclResult_t goncclReduceScatterAsync(const void* sendbuff, void* recvbuff,
+                                        size_t recvcount, goncclDataType_t datatype,
+                                        goncclRedOp_t op, goncclComm_t comm,
+                                        goncclStream_t stream, goncclRequest_t* request);
+goncclResult_t goncclGatherAsync(const void* sendbuff, void* recvbuff, size_t count,
+                                 goncclDataType_t datatype, int root, goncclComm_t comm,
+                                 goncclStream_t stream, goncclRequest_t* request);
+goncclResult_t goncclScatterAsync(const void* sendbuff, void* recvbuff, size_t count,
+                                  goncclDataType_t datatype, int root, goncclComm_t comm,
+                                  goncclStream_t stream, goncclRequest_t* request);
+goncclResult_t goncclAlltoAllAsync(const void* sendbuff, void* recvbuff, size_t count,
+                                   goncclDataType_t datatype, goncclComm_t comm,
+                                   goncclStream_t stream, goncclRequest_t* request);
+/* The count and displacement arrays are copied before this returns. */
+goncclResult_t goncclAlltoAllvAsync(const void* sendbuff, const size_t sendcounts[],
+                                    const size_t sdispls[], void* recvbuff,
+                                    const size_t recvcounts[], const size_t rdispls[],
+                                    goncclDataType_t datatype, goncclComm_t comm,
+                                    goncclStream_t stream, goncclRequest_t* request);
+/* Point to point with a tag (c10d's send/recv tag). The send request completes when the
+ * data has been handed to the transport (the buffer may then be reused); the receive
+ * request when the data is in recvbuff. A receive whose count differs from the
+ * matching send's fails with goncclMismatch naming both sizes. */
+goncclResult_t goncclSendAsync(const void* sendbuff, size_t count, goncclDataType_t datatype,
+                               int peer, int tag, goncclComm_t comm, goncclStream_t stream,
+                               goncclRequest_t* request);
+/* peer may be GONCCL_ANY_SOURCE. */
+goncclResult_t goncclRecvAsync(void* recvbuff, size_t count, goncclDataType_t datatype,
+                               int peer, int tag, goncclComm_t comm, goncclStream_t stream,
+                               goncclRequest_t* request);
 
 /* Sets *done to 1 when the request has finished; returns its result once done. */
 goncclResult_t goncclRequestTest(goncclRequest_t request, int* done);
@@ -169,6 +266,9 @@ goncclResult_t goncclRequestOnComplete(goncclRequest_t request, goncclCallback_t
 /* The request's error message, or "" if it succeeded or has not finished. The string
  * stays valid until goncclRequestFree. */
 const char* goncclRequestErrorString(goncclRequest_t request);
+/* The rank a finished receive came from (for GONCCL_ANY_SOURCE); for other requests
+ * the peer they were issued with, or -1 for collectives. */
+goncclResult_t goncclRequestSource(goncclRequest_t request, int* peer);
 /* Releases the request. A request still running keeps running; its callback still runs. */
 goncclResult_t goncclRequestFree(goncclRequest_t request);
 
