@@ -204,10 +204,13 @@ func joinRoot(id *UniqueID, me rankInfo, deadline time.Time) ([]rankInfo, error)
 
 // connectMesh connects this rank to every other: it dials lower ranks and accepts
 // higher ones on l, checking each peer's proof of the secret. Strangers and impostors
-// are logged and dropped; the mesh forms without them.
-func connectMesh(l *net.TCPListener, secret []byte, rank int, ranks []rankInfo, deadline time.Time, logs loggers) ([]transport.Link, error) {
+// are logged and dropped; the mesh forms without them. Each pair gets two connections:
+// a Link for collectives (tcp.ChannelColl) and one for point-to-point messages
+// (tcp.ChannelP2P), returned as msgs.
+func connectMesh(l *net.TCPListener, secret []byte, rank int, ranks []rankInfo, deadline time.Time, logs loggers) (links []transport.Link, msgs []*transport.MsgConn, err error) {
 	n := len(ranks)
-	links := make([]transport.Link, n)
+	links = make([]transport.Link, n)
+	msgs = make([]*transport.MsgConn, n)
 	var mu sync.Mutex
 	var firstErr error
 	setErr := func(err error) {
@@ -219,27 +222,33 @@ func connectMesh(l *net.TCPListener, secret []byte, rank int, ranks []rankInfo, 
 	}
 	var wg sync.WaitGroup
 	for peer := 0; peer < rank; peer++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c, err := tcp.Dial(ranks[peer].Addr, secret, tcp.Hello{From: rank, To: peer}, deadline)
-			if err != nil {
-				setErr(fmt.Errorf("connecting to rank %d: %w", peer, err))
-				return
-			}
-			mu.Lock()
-			links[peer] = transport.NewStreamLink(peer, c)
-			mu.Unlock()
-		}()
+		for _, ch := range []uint8{tcp.ChannelColl, tcp.ChannelP2P} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c, err := tcp.Dial(ranks[peer].Addr, secret, tcp.Hello{From: rank, To: peer, Channel: ch}, deadline)
+				if err != nil {
+					setErr(fmt.Errorf("connecting to rank %d: %w", peer, err))
+					return
+				}
+				mu.Lock()
+				if ch == tcp.ChannelP2P {
+					msgs[peer] = transport.NewMsgConn(peer, c)
+				} else {
+					links[peer] = transport.NewStreamLink(peer, c)
+				}
+				mu.Unlock()
+			}()
+		}
 	}
-	if want := n - 1 - rank; want > 0 {
+	if want := 2 * (n - 1 - rank); want > 0 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			accepted := make(chan struct{})
 			done := make(chan struct{})
 			defer close(done)
-			go acceptPeers(l, secret, rank, n, links, &mu, accepted, done, logs)
+			go acceptPeers(l, secret, rank, n, links, msgs, &mu, accepted, done, logs)
 			timer := time.NewTimer(time.Until(deadline))
 			defer timer.Stop()
 			for got := 0; got < want; {
@@ -250,7 +259,7 @@ func connectMesh(l *net.TCPListener, secret []byte, rank int, ranks []rankInfo, 
 					mu.Lock()
 					var missing []int
 					for p := rank + 1; p < n; p++ {
-						if links[p] == nil {
+						if links[p] == nil || msgs[p] == nil {
 							missing = append(missing, p)
 						}
 					}
@@ -263,19 +272,23 @@ func connectMesh(l *net.TCPListener, secret []byte, rank int, ranks []rankInfo, 
 	}
 	wg.Wait()
 	if firstErr != nil {
-		for _, lk := range links {
-			if lk != nil {
-				lk.Close()
+		for p := range links {
+			if links[p] != nil {
+				links[p].Close()
+			}
+			if msgs[p] != nil {
+				msgs[p].Close()
 			}
 		}
-		return nil, firstErr
+		return nil, nil, firstErr
 	}
-	return links, nil
+	return links, msgs, nil
 }
 
-// acceptPeers accepts connections on l until it is closed, and registers in links every
-// higher rank that proves the secret, signalling each on accepted.
-func acceptPeers(l *net.TCPListener, secret []byte, rank, n int, links []transport.Link, mu *sync.Mutex, accepted chan<- struct{}, done <-chan struct{}, logs loggers) {
+// acceptPeers accepts connections on l until it is closed, and registers in links (or
+// msgs, by channel) every higher rank that proves the secret, signalling each on
+// accepted.
+func acceptPeers(l *net.TCPListener, secret []byte, rank, n int, links []transport.Link, msgs []*transport.MsgConn, mu *sync.Mutex, accepted chan<- struct{}, done <-chan struct{}, logs loggers) {
 	go func() {
 		<-done
 		l.Close()
@@ -293,8 +306,13 @@ func acceptPeers(l *net.TCPListener, secret []byte, rank, n int, links []transpo
 			case err != nil:
 			case h.To != rank || h.From <= rank || h.From >= n:
 				err = fmt.Errorf("peer claims to be rank %d calling rank %d", h.From, h.To)
-			case links[h.From] != nil:
-				err = fmt.Errorf("rank %d connected twice", h.From)
+			case h.Channel != tcp.ChannelColl && h.Channel != tcp.ChannelP2P:
+				err = fmt.Errorf("rank %d asked for unknown channel %d", h.From, h.Channel)
+			case h.Channel == tcp.ChannelColl && links[h.From] != nil,
+				h.Channel == tcp.ChannelP2P && msgs[h.From] != nil:
+				err = fmt.Errorf("rank %d connected twice on channel %d", h.From, h.Channel)
+			case h.Channel == tcp.ChannelP2P:
+				msgs[h.From] = transport.NewMsgConn(h.From, c)
 			default:
 				links[h.From] = transport.NewStreamLink(h.From, c)
 			}

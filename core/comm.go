@@ -46,6 +46,8 @@ type Comm struct {
 	queue    chan *op
 	finished chan struct{} // closed when the executor has exited
 
+	p2p *p2pEngine // point-to-point messaging, beside the executor (nil: none)
+
 	mu      sync.Mutex
 	seq     uint64
 	closed  bool  // no more operations may be enqueued
@@ -96,14 +98,16 @@ func NewComm(id UniqueID, nranks, rank int, opts Options) (*Comm, error) {
 	if err != nil {
 		return fail(err)
 	}
-	links, err := connectMesh(l, id.secret(), rank, ranks, deadline, logs)
+	links, msgs, err := connectMesh(l, id.secret(), rank, ranks, deadline, logs)
 	if err != nil {
 		return fail(err)
 	}
 	c, err := newComm(rank, nranks, cfg, logs, links, timeout)
 	if err != nil {
+		closeMsgConns(msgs)
 		return fail(err)
 	}
+	c.startP2P(msgs)
 	procs := sizeGoMaxProcs(cfg, ranks, me.Host)
 	c.logInit(ifc, ranks, procs, time.Since(start))
 	return c, nil
@@ -348,6 +352,9 @@ func (c *Comm) Destroy() error {
 	close(c.queue)
 	<-c.finished
 	c.closeLinks()
+	if c.p2p != nil {
+		c.p2p.close(fmt.Errorf("gonccl rank %d: %w", c.rank, ErrClosed))
+	}
 	return c.freeScratch()
 }
 
@@ -362,6 +369,9 @@ func (c *Comm) Abort() error {
 	}
 	c.mu.Unlock()
 	c.closeLinks()
+	if c.p2p != nil {
+		c.p2p.close(ErrAborted)
+	}
 	if already {
 		return nil
 	}

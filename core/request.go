@@ -14,9 +14,24 @@ type Request struct {
 	finished bool
 	err      error
 	onDone   func(error)
+	source   int // see Source
 }
 
-func newRequest() *Request { return &Request{done: make(chan struct{})} }
+func newRequest() *Request { return &Request{done: make(chan struct{}), source: -1} }
+
+// Source is the rank a receive's message came from (for AnySource receives, known once
+// the message has matched), the peer of a send, or -1 for collectives.
+func (r *Request) Source() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.source
+}
+
+func (r *Request) setSource(rank int) {
+	r.mu.Lock()
+	r.source = rank
+	r.mu.Unlock()
+}
 
 // complete finishes the request and runs its callback, if one is registered.
 func (r *Request) complete(err error) {

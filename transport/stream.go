@@ -111,14 +111,16 @@ func (l *StreamLink) Recv(want *Header, p []byte, deadline time.Time) error {
 }
 
 // wrap turns a stream error into one that matches the package's sentinels.
-func (l *StreamLink) wrap(what string, err error) error {
+func (l *StreamLink) wrap(what string, err error) error { return wrapErr(l.peer, what, err) }
+
+func wrapErr(peer int, what string, err error) error {
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, os.ErrDeadlineExceeded):
-		return fmt.Errorf("%s rank %d: %w", what, l.peer, ErrTimeout)
+		return fmt.Errorf("%s rank %d: %w", what, peer, ErrTimeout)
 	default:
-		return fmt.Errorf("%s rank %d: %w (%v)", what, l.peer, ErrPeerClosed, err)
+		return fmt.Errorf("%s rank %d: %w (%v)", what, peer, ErrPeerClosed, err)
 	}
 }
 

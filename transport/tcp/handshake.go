@@ -23,22 +23,32 @@ var ErrAuth = errors.New("handshake failed: the peer does not know the communica
 
 const (
 	helloMagic   = 0x474e4348 // "GNCH"
-	protoVersion = 1
+	protoVersion = 2
 	nonceSize    = 16
 	macSize      = sha256.Size
-	helloSize    = 4 + 4 + 4 + 4 + nonceSize
+	helloSize    = 4 + 4 + 4 + 4 + 4 + nonceSize
 )
 
-// Hello is what the dialling side announces: who it is and whom it wants.
+// Channels: a pair of ranks holds one connection per channel.
+const (
+	// ChannelColl carries collectives (and the bootstrap), driven by the executor.
+	ChannelColl = 0
+	// ChannelP2P carries point-to-point messages, read by its own goroutine.
+	ChannelP2P = 1
+)
+
+// Hello is what the dialling side announces: who it is, whom it wants, and which of
+// the pair's connections this one is.
 type Hello struct {
 	From, To int
+	Channel  uint8
 }
 
 // The handshake, both ends proving knowledge of the secret without revealing it:
 //
-//	dialer   -> acceptor: magic, version, from, to, nonceD
-//	acceptor -> dialer:   nonceA, HMAC(secret, "A" | nonceD | nonceA | from | to)
-//	dialer   -> acceptor: HMAC(secret, "D" | nonceA | nonceD | from | to)
+//	dialer   -> acceptor: magic, version, from, to, channel, nonceD
+//	acceptor -> dialer:   nonceA, HMAC(secret, "A" | nonceD | nonceA | from | to | channel)
+//	dialer   -> acceptor: HMAC(secret, "D" | nonceA | nonceD | from | to | channel)
 //
 // Fresh nonces on both sides make a recorded handshake useless to replay.
 
@@ -53,7 +63,8 @@ func DialHandshake(conn net.Conn, secret []byte, h Hello, deadline time.Time) er
 	binary.LittleEndian.PutUint32(hello[4:], protoVersion)
 	binary.LittleEndian.PutUint32(hello[8:], uint32(int32(h.From)))
 	binary.LittleEndian.PutUint32(hello[12:], uint32(int32(h.To)))
-	nonceD := hello[16:]
+	binary.LittleEndian.PutUint32(hello[16:], uint32(h.Channel))
+	nonceD := hello[20:]
 	if _, err := rand.Read(nonceD); err != nil {
 		return err
 	}
@@ -91,11 +102,16 @@ func AcceptHandshake(conn net.Conn, secret []byte, deadline time.Time) (Hello, e
 	if v := binary.LittleEndian.Uint32(hello[4:]); v != protoVersion {
 		return Hello{}, fmt.Errorf("handshake: peer speaks protocol %d, this rank %d", v, protoVersion)
 	}
-	h := Hello{
-		From: int(int32(binary.LittleEndian.Uint32(hello[8:]))),
-		To:   int(int32(binary.LittleEndian.Uint32(hello[12:]))),
+	ch := binary.LittleEndian.Uint32(hello[16:])
+	if ch > 0xff {
+		return Hello{}, fmt.Errorf("handshake: bad channel %d", ch)
 	}
-	nonceD := hello[16:]
+	h := Hello{
+		From:    int(int32(binary.LittleEndian.Uint32(hello[8:]))),
+		To:      int(int32(binary.LittleEndian.Uint32(hello[12:]))),
+		Channel: uint8(ch),
+	}
+	nonceD := hello[20:]
 	var reply [nonceSize + macSize]byte
 	nonceA := reply[:nonceSize]
 	if _, err := rand.Read(nonceA); err != nil {
@@ -117,9 +133,10 @@ func AcceptHandshake(conn net.Conn, secret []byte, deadline time.Time) (Hello, e
 
 func mac(secret []byte, role byte, n1, n2 []byte, h Hello) []byte {
 	m := hmac.New(sha256.New, secret)
-	var ranks [8]byte
+	var ranks [9]byte
 	binary.LittleEndian.PutUint32(ranks[0:], uint32(int32(h.From)))
 	binary.LittleEndian.PutUint32(ranks[4:], uint32(int32(h.To)))
+	ranks[8] = h.Channel
 	m.Write([]byte{role})
 	m.Write(n1)
 	m.Write(n2)

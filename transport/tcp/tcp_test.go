@@ -69,6 +69,13 @@ func TestHandshake(t *testing.T) {
 	require.NoError(t, r.err)
 	require.Equal(t, Hello{From: 3, To: 1}, r.h)
 
+	c, err = Dial(l.Addr().String(), secret, Hello{From: 2, To: 0, Channel: ChannelP2P}, dl)
+	require.NoError(t, err)
+	c.Close()
+	r = <-accepted
+	require.NoError(t, r.err)
+	require.Equal(t, Hello{From: 2, To: 0, Channel: ChannelP2P}, r.h)
+
 	_, err = Dial(l.Addr().String(), []byte("wrong secret 123"), Hello{From: 2, To: 1}, dl)
 	require.ErrorIs(t, err, ErrAuth)
 	r = <-accepted

@@ -1,0 +1,165 @@
+package transport
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"time"
+)
+
+// Point-to-point messages travel on a connection of their own (not a Link): one
+// goroutine reads it continuously and matches what arrives against posted receives,
+// so its frames carry a tag and a message number instead of a collective's header.
+
+// MsgKind is the kind of a point-to-point frame.
+type MsgKind uint8
+
+// Point-to-point frame kinds. A message of at most the eager size travels as one
+// MsgEager frame. A larger one is announced with MsgRTS; the receiver answers MsgCTS
+// once a matching receive is posted (or MsgNack if that receive has another size), and
+// only then does the sender write the payload as MsgData, straight into the receive
+// buffer. A sender that gave up on an announced message answers a late MsgCTS with
+// MsgCancel.
+const (
+	MsgEager  MsgKind = 1 // Seq, Tag, Len, DType; payload follows
+	MsgRTS    MsgKind = 2 // Seq, Tag, Len, DType; no payload
+	MsgCTS    MsgKind = 3 // Seq: the receiver's answer to the sender's MsgRTS Seq
+	MsgData   MsgKind = 4 // Seq (the sender's), Len; payload follows
+	MsgNack   MsgKind = 5 // Seq; Len: the byte size the receive expected
+	MsgCancel MsgKind = 6 // Seq: the sender withdrew the announced message
+)
+
+func (k MsgKind) String() string {
+	switch k {
+	case MsgEager:
+		return "eager"
+	case MsgRTS:
+		return "rts"
+	case MsgCTS:
+		return "cts"
+	case MsgData:
+		return "data"
+	case MsgNack:
+		return "nack"
+	case MsgCancel:
+		return "cancel"
+	}
+	return fmt.Sprintf("msg(%d)", uint8(k))
+}
+
+// MsgHeader is the header of one point-to-point frame.
+type MsgHeader struct {
+	Kind  MsgKind
+	DType uint8  // sender's data type (NCCL numbering), for error messages
+	Seq   uint64 // message number, per direction of a rank pair
+	Tag   int64
+	Len   uint64 // payload bytes (MsgEager, MsgData), message bytes (MsgRTS, MsgNack)
+}
+
+// HasPayload reports whether Len payload bytes follow the header on the wire.
+func (h *MsgHeader) HasPayload() bool { return h.Kind == MsgEager || h.Kind == MsgData }
+
+// MsgHeaderSize is the encoded size of a MsgHeader.
+const MsgHeaderSize = 32
+
+// msgMagic starts every point-to-point frame.
+const msgMagic = 0x474e4350 // "GNCP"
+
+// EncodeMsgHeader writes h into b (at least MsgHeaderSize bytes).
+func EncodeMsgHeader(b []byte, h *MsgHeader) {
+	binary.LittleEndian.PutUint32(b[0:], msgMagic)
+	b[4], b[5], b[6], b[7] = uint8(h.Kind), h.DType, 0, 0
+	binary.LittleEndian.PutUint64(b[8:], h.Seq)
+	binary.LittleEndian.PutUint64(b[16:], uint64(h.Tag))
+	binary.LittleEndian.PutUint64(b[24:], h.Len)
+}
+
+// DecodeMsgHeader parses a header written by EncodeMsgHeader.
+func DecodeMsgHeader(b []byte) (MsgHeader, error) {
+	if m := binary.LittleEndian.Uint32(b[0:]); m != msgMagic {
+		return MsgHeader{}, fmt.Errorf("bad message magic %#x: the stream is corrupt or out of step", m)
+	}
+	h := MsgHeader{
+		Kind:  MsgKind(b[4]),
+		DType: b[5],
+		Seq:   binary.LittleEndian.Uint64(b[8:]),
+		Tag:   int64(binary.LittleEndian.Uint64(b[16:])),
+		Len:   binary.LittleEndian.Uint64(b[24:]),
+	}
+	if h.Kind < MsgEager || h.Kind > MsgCancel {
+		return MsgHeader{}, fmt.Errorf("unknown message kind %d", b[4])
+	}
+	return h, nil
+}
+
+// MsgConn reads and writes point-to-point frames on a connection. One goroutine may
+// write while another reads.
+type MsgConn struct {
+	peer int
+	conn net.Conn
+	wbuf [MsgHeaderSize + smallFrame]byte
+	rbuf [MsgHeaderSize]byte
+}
+
+// NewMsgConn returns a MsgConn to peer over conn; it owns conn.
+func NewMsgConn(peer int, conn net.Conn) *MsgConn { return &MsgConn{peer: peer, conn: conn} }
+
+// Peer is the rank at the other end.
+func (m *MsgConn) Peer() int { return m.peer }
+
+// Write writes one frame: h, then p if h has a payload (h.Len must be len(p)).
+func (m *MsgConn) Write(h *MsgHeader, p []byte, deadline time.Time) error {
+	if err := m.conn.SetWriteDeadline(deadline); err != nil {
+		return m.wrap("send to", err)
+	}
+	EncodeMsgHeader(m.wbuf[:], h)
+	if len(p) <= smallFrame {
+		n := copy(m.wbuf[MsgHeaderSize:], p)
+		_, err := m.conn.Write(m.wbuf[:MsgHeaderSize+n])
+		return m.wrap("send to", err)
+	}
+	if _, err := m.conn.Write(m.wbuf[:MsgHeaderSize]); err != nil {
+		return m.wrap("send to", err)
+	}
+	_, err := m.conn.Write(p)
+	return m.wrap("send to", err)
+}
+
+// ReadHeader waits, without a deadline, for the next frame's header.
+func (m *MsgConn) ReadHeader() (MsgHeader, error) {
+	if err := m.conn.SetReadDeadline(time.Time{}); err != nil {
+		return MsgHeader{}, m.wrap("receive from", err)
+	}
+	if _, err := io.ReadFull(m.conn, m.rbuf[:]); err != nil {
+		return MsgHeader{}, m.wrap("receive from", err)
+	}
+	h, err := DecodeMsgHeader(m.rbuf[:])
+	if err != nil {
+		return MsgHeader{}, fmt.Errorf("receive from rank %d: %w", m.peer, err)
+	}
+	return h, nil
+}
+
+// ReadPayload reads len(p) payload bytes into p by deadline.
+func (m *MsgConn) ReadPayload(p []byte, deadline time.Time) error {
+	if err := m.conn.SetReadDeadline(deadline); err != nil {
+		return m.wrap("receive from", err)
+	}
+	_, err := io.ReadFull(m.conn, p)
+	return m.wrap("receive from", err)
+}
+
+// Discard reads and drops n payload bytes by deadline.
+func (m *MsgConn) Discard(n uint64, deadline time.Time) error {
+	if err := m.conn.SetReadDeadline(deadline); err != nil {
+		return m.wrap("receive from", err)
+	}
+	_, err := io.CopyN(io.Discard, m.conn, int64(n))
+	return m.wrap("receive from", err)
+}
+
+// Close closes the connection; blocked reads and writes return.
+func (m *MsgConn) Close() error { return m.conn.Close() }
+
+func (m *MsgConn) wrap(what string, err error) error { return wrapErr(m.peer, what, err) }
