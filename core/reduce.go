@@ -20,7 +20,7 @@ const (
 
 // integer is the set of Go types backing the integer DataTypes.
 type integer interface {
-	~int8 | ~uint8 | ~int32 | ~uint32 | ~int64 | ~uint64
+	~int8 | ~uint8 | ~int16 | ~uint16 | ~int32 | ~uint32 | ~int64 | ~uint64
 }
 
 // ReduceInto sets dst[i] = op(dst[i], src[i]) for every element. dst and src
@@ -28,22 +28,23 @@ type integer interface {
 // order, aligned for dt; they must have the same length, a whole number of
 // elements, and must not partially overlap (dst and src may be the same
 // slice). Avg reduces like Sum; the caller divides once at the end with
-// DivideBy.
+// DivideBy. CheckReduction lists the (dt, op) pairs that are defined.
 //
-// Integer Sum and Prod wrap around (two's complement). Float16 and Bfloat16
-// elements are widened to float32, combined, and rounded back once to nearest
-// even. Max and Min return NaN if either operand is NaN and order -0 below
-// +0; every NaN result is canonical, so op(a, b) and op(b, a) give identical
+// Integer Sum and Prod wrap around (two's complement); Band, Bor and Bxor
+// act on the bits. Float16 and Bfloat16 elements are widened to float32,
+// combined, and rounded back once to nearest even. Max and Min return NaN if
+// either operand is NaN and order -0 below +0. Bool ops are logical (see
+// Bool) and write 0 or 1. Complex Sum adds the parts; complex Prod multiplies
+// without fused multiply-adds (see complex.go). Every NaN result, or NaN part
+// of a complex result, is canonical, so op(a, b) and op(b, a) give identical
 // bits for all inputs.
 //
 // ReduceInto does not allocate unless it returns an error. Errors wrap
-// ErrInvalidArgument and leave dst unchanged.
+// ErrInvalidArgument or ErrNotSupported (see CheckReduction) and leave dst
+// unchanged.
 func ReduceInto(dst, src []byte, dt DataType, op RedOp) error {
-	if !dt.Valid() {
-		return fmt.Errorf("%w: ReduceInto: invalid data type %v", ErrInvalidArgument, dt)
-	}
-	if !op.Valid() {
-		return fmt.Errorf("%w: ReduceInto: invalid reduction op %v", ErrInvalidArgument, op)
+	if err := checkReduction("ReduceInto", dt, op); err != nil {
+		return err
 	}
 	if len(dst) != len(src) {
 		return fmt.Errorf("%w: ReduceInto: dst has %d bytes but src has %d", ErrInvalidArgument, len(dst), len(src))
@@ -61,6 +62,10 @@ func ReduceInto(dst, src []byte, dt DataType, op RedOp) error {
 		reduceInts(viewAs[int8](dst, n), viewAs[int8](src, n), op)
 	case Uint8:
 		reduceInts(dst, src, op)
+	case Int16:
+		reduceInts(viewAs[int16](dst, n), viewAs[int16](src, n), op)
+	case Uint16:
+		reduceInts(viewAs[uint16](dst, n), viewAs[uint16](src, n), op)
 	case Int32:
 		reduceInts(viewAs[int32](dst, n), viewAs[int32](src, n), op)
 	case Uint32:
@@ -77,6 +82,12 @@ func ReduceInto(dst, src []byte, dt DataType, op RedOp) error {
 		reduceF64(viewAs[float64](dst, n), viewAs[float64](src, n), op)
 	case Bfloat16:
 		reduceBF16(viewAs[uint16](dst, n), viewAs[uint16](src, n), op)
+	case Bool:
+		reduceBool(dst, src, op)
+	case Complex64:
+		reduceC64(viewAs[complex64](dst, n), viewAs[complex64](src, n), op)
+	case Complex128:
+		reduceC128(viewAs[complex128](dst, n), viewAs[complex128](src, n), op)
 	}
 	return nil
 }
@@ -84,12 +95,13 @@ func ReduceInto(dst, src []byte, dt DataType, op RedOp) error {
 // DivideBy divides every element of buf (raw memory holding elements of type
 // dt, as for ReduceInto) by n in place; it finishes an Avg reduction. Floats
 // use true division (Float16 and Bfloat16 are divided in float32 and rounded
-// back to nearest even) with NaN results canonicalized as in ReduceInto;
-// integers truncate toward zero. n must be positive. Errors wrap
-// ErrInvalidArgument and leave buf unchanged.
+// back to nearest even; complex types divide both parts) with NaN results
+// canonicalized as in ReduceInto; integers truncate toward zero. n must be
+// positive, and dt must support Avg (CheckReduction). Errors wrap
+// ErrInvalidArgument or ErrNotSupported and leave buf unchanged.
 func DivideBy(buf []byte, dt DataType, n int) error {
-	if !dt.Valid() {
-		return fmt.Errorf("%w: DivideBy: invalid data type %v", ErrInvalidArgument, dt)
+	if err := checkReduction("DivideBy", dt, Avg); err != nil {
+		return err
 	}
 	if n <= 0 {
 		return fmt.Errorf("%w: DivideBy: divisor %d is not positive", ErrInvalidArgument, n)
@@ -111,6 +123,16 @@ func DivideBy(buf []byte, dt DataType, n int) error {
 	case Uint8:
 		for i, v := range buf {
 			buf[i] = uint8(uint(v) / uint(n))
+		}
+	case Int16:
+		s := viewAs[int16](buf, count)
+		for i, v := range s {
+			s[i] = int16(int(v) / n)
+		}
+	case Uint16:
+		s := viewAs[uint16](buf, count)
+		for i, v := range s {
+			s[i] = uint16(uint(v) / uint(n))
 		}
 	case Int32:
 		s := viewAs[int32](buf, count)
@@ -156,6 +178,10 @@ func DivideBy(buf []byte, dt DataType, n int) error {
 		for i, v := range s {
 			s[i] = Float32ToBfloat16(Bfloat16ToFloat32(v) / d)
 		}
+	case Complex64:
+		divideC64(viewAs[complex64](buf, count), n)
+	case Complex128:
+		divideC128(viewAs[complex128](buf, count), n)
 	}
 	return nil
 }
@@ -201,6 +227,18 @@ func reduceInts[T integer](d, s []T, op RedOp) {
 	case Min:
 		for i := range d {
 			d[i] = min(d[i], s[i])
+		}
+	case Band:
+		for i := range d {
+			d[i] &= s[i]
+		}
+	case Bor:
+		for i := range d {
+			d[i] |= s[i]
+		}
+	case Bxor:
+		for i := range d {
+			d[i] ^= s[i]
 		}
 	}
 }

@@ -234,18 +234,97 @@ func refInfFor(dt DataType, neg bool) uint64 {
 	return b
 }
 
+// refLanes returns the scalar type a dt element is made of and how many of
+// them: a complex element is two floats (real, imaginary), anything else is
+// one dt.
+func refLanes(dt DataType) (DataType, int) {
+	switch dt {
+	case Complex64:
+		return Float32, 2
+	case Complex128:
+		return Float64, 2
+	}
+	return dt, 1
+}
+
+// refReduce returns op applied element by element to the dt elements of a
+// and b.
+func refReduce(dt DataType, op RedOp, a, b []byte) []byte {
+	out := alignedBytes(len(a))
+	lane, k := refLanes(dt)
+	for i := 0; i < len(a)/dt.Size(); i++ {
+		if k == 1 {
+			refPutElem(out, dt, i, refReduceElem(dt, op, refGetElem(a, dt, i), refGetElem(b, dt, i)))
+			continue
+		}
+		x := [2]uint64{refGetElem(a, lane, 2*i), refGetElem(a, lane, 2*i+1)}
+		y := [2]uint64{refGetElem(b, lane, 2*i), refGetElem(b, lane, 2*i+1)}
+		r := refReduceComplex(lane, op, x, y)
+		refPutElem(out, lane, 2*i, r[0])
+		refPutElem(out, lane, 2*i+1, r[1])
+	}
+	return out
+}
+
+// refDivide returns the dt elements of buf divided by n.
+func refDivide(dt DataType, buf []byte, n int) []byte {
+	out := alignedBytes(len(buf))
+	lane, _ := refLanes(dt)
+	for i := 0; i < len(buf)/lane.Size(); i++ {
+		refPutElem(out, lane, i, refDivideElem(lane, refGetElem(buf, lane, i), n))
+	}
+	return out
+}
+
 // refReduceElem returns op(a, b) for single elements of type dt, given and
-// returned as bit patterns.
+// returned as bit patterns. dt must not be complex (see refReduceComplex).
 func refReduceElem(dt DataType, op RedOp, a, b uint64) uint64 {
-	if dt.IsFloat() {
+	switch {
+	case dt == Bool:
+		return refReduceBool(op, a != 0, b != 0)
+	case dt.IsFloat():
 		return refReduceFloat(dt, op, a, b)
 	}
 	return refReduceInt(dt, op, a, b)
 }
 
+// refReduceBool applies op to two truth values as torch does for bool
+// tensors: sum and max are or, prod and min are and.
+func refReduceBool(op RedOp, x, y bool) uint64 {
+	var r bool
+	switch op {
+	case Sum, Max, Bor:
+		r = x || y
+	case Prod, Min, Band:
+		r = x && y
+	case Bxor:
+		r = x != y
+	}
+	if r {
+		return 1
+	}
+	return 0
+}
+
+// refReduceComplex returns op(x, y) for complex values given as (real,
+// imaginary) bit patterns of the float type part, each operation rounded
+// separately: (a+bi)(c+di) = (ac - bd) + (ad + bc)i.
+func refReduceComplex(part DataType, op RedOp, x, y [2]uint64) [2]uint64 {
+	add := func(p, q uint64) uint64 { return refReduceFloat(part, Sum, p, q) }
+	mul := func(p, q uint64) uint64 { return refReduceFloat(part, Prod, p, q) }
+	neg := func(p uint64) uint64 { return p ^ refFloatFormat(part).signBit() }
+	if op == Prod {
+		return [2]uint64{
+			add(mul(x[0], y[0]), neg(mul(x[1], y[1]))),
+			add(mul(x[0], y[1]), mul(x[1], y[0])),
+		}
+	}
+	return [2]uint64{add(x[0], y[0]), add(x[1], y[1])}
+}
+
 // refIsSigned reports whether dt is a signed integer type.
 func refIsSigned(dt DataType) bool {
-	return dt == Int8 || dt == Int32 || dt == Int64
+	return dt == Int8 || dt == Int16 || dt == Int32 || dt == Int64
 }
 
 // refBigInt returns the integer value of the dt element with bits b.
@@ -284,6 +363,12 @@ func refReduceInt(dt DataType, op RedOp, a, b uint64) uint64 {
 		} else {
 			r.Set(y)
 		}
+	case Band:
+		r.And(x, y)
+	case Bor:
+		r.Or(x, y)
+	case Bxor:
+		r.Xor(x, y)
 	}
 	return refWrap(dt, r)
 }
@@ -395,6 +480,10 @@ func refFloatFormat(dt DataType) refFormat {
 		return refHalfFormat
 	case Bfloat16:
 		return refBF16Format
+	case Float8e4m3:
+		return refFormat{expBits: 4, mantBits: 3}
+	case Float8e5m2:
+		return refFormat{expBits: 5, mantBits: 2}
 	case Float32:
 		return refFormat{expBits: 8, mantBits: 23}
 	default:
@@ -411,6 +500,13 @@ func randElem(rng *rand.Rand, dt DataType, nanBias bool) uint64 {
 	all := uint64(1)<<bits - 1
 	if bits == 64 {
 		all = math.MaxUint64
+	}
+	if dt == Bool {
+		// Mostly 0 and 1, sometimes another byte that must read as true.
+		if rng.IntN(8) == 0 {
+			return rng.Uint64() & all
+		}
+		return uint64(rng.IntN(2))
 	}
 	if !dt.IsFloat() {
 		switch rng.IntN(4) {

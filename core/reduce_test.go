@@ -11,52 +11,72 @@ import (
 )
 
 var (
-	allDataTypes = []DataType{Int8, Uint8, Int32, Uint32, Int64, Uint64, Float16, Float32, Float64, Bfloat16}
-	allRedOps    = []RedOp{Sum, Prod, Max, Min, Avg}
-	floatTypes   = []DataType{Float16, Float32, Float64, Bfloat16}
-	reduceSizes  = []int{0, 1, 7, 1000, 4099}
+	allDataTypes = []DataType{
+		Int8, Uint8, Int32, Uint32, Int64, Uint64, Float16, Float32, Float64, Bfloat16,
+		Float8e4m3, Float8e5m2, Int16, Uint16, Bool, Complex64, Complex128,
+	}
+	allRedOps   = []RedOp{Sum, Prod, Max, Min, Avg, Band, Bor, Bxor}
+	floatTypes  = []DataType{Float16, Float32, Float64, Bfloat16}
+	reduceSizes = []int{0, 1, 7, 1000, 4099}
 )
+
+// reducePair is a (data type, op) pair that CheckReduction accepts.
+type reducePair struct {
+	dt DataType
+	op RedOp
+}
+
+func (p reducePair) String() string { return p.dt.String() + "/" + p.op.String() }
+
+// supportedPairs lists every pair that wantReductionOps says works.
+func supportedPairs() []reducePair {
+	var pairs []reducePair
+	for _, dt := range allDataTypes {
+		for _, op := range wantReductionOps[dt] {
+			pairs = append(pairs, reducePair{dt, op})
+		}
+	}
+	return pairs
+}
 
 // randBuf returns an aligned buffer of n random dt elements.
 func randBuf(rng *rand.Rand, dt DataType, n int, nanBias bool) []byte {
 	buf := alignedBytes(n * dt.Size())
-	for i := range n {
-		refPutElem(buf, dt, i, randElem(rng, dt, nanBias))
+	lane, k := refLanes(dt)
+	for i := range n * k {
+		refPutElem(buf, lane, i, randElem(rng, lane, nanBias))
 	}
 	return buf
 }
 
-// requireSameElems fails with the first differing element of dt.
+// requireSameElems fails with the first differing element (or complex part)
+// of dt.
 func requireSameElems(t *testing.T, dt DataType, want, got []byte, msg string) {
 	t.Helper()
 	require.Equal(t, len(want), len(got), msg)
-	for i := 0; i < len(want)/dt.Size(); i++ {
-		w, g := refGetElem(want, dt, i), refGetElem(got, dt, i)
+	lane, _ := refLanes(dt)
+	for i := 0; i < len(want)/lane.Size(); i++ {
+		w, g := refGetElem(want, lane, i), refGetElem(got, lane, i)
 		if w != g {
-			require.Failf(t, "element mismatch", "%s: element %d: got %#x, want %#x", msg, i, g, w)
+			require.Failf(t, "element mismatch", "%s: %v %d: got %#x, want %#x", msg, lane, i, g, w)
 		}
 	}
 }
 
 func TestReduceIntoMatchesReference(t *testing.T) {
-	for _, dt := range allDataTypes {
-		for _, op := range allRedOps {
-			for _, n := range reduceSizes {
-				t.Run(fmt.Sprintf("%v/%v/%d", dt, op, n), func(t *testing.T) {
-					rng := rand.New(rand.NewPCG(uint64(dt), uint64(op)<<32|uint64(n)))
-					dst := randBuf(rng, dt, n, false)
-					src := randBuf(rng, dt, n, false)
-					want := alignedBytes(len(dst))
-					for i := range n {
-						a, b := refGetElem(dst, dt, i), refGetElem(src, dt, i)
-						refPutElem(want, dt, i, refReduceElem(dt, op, a, b))
-					}
-					srcCopy := bytes.Clone(src)
-					require.NoError(t, ReduceInto(dst, src, dt, op))
-					requireSameElems(t, dt, want, dst, "dst")
-					require.Equal(t, srcCopy, src, "src must not change")
-				})
-			}
+	for _, p := range supportedPairs() {
+		dt, op := p.dt, p.op
+		for _, n := range reduceSizes {
+			t.Run(fmt.Sprintf("%v/%d", p, n), func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(uint64(dt), uint64(op)<<32|uint64(n)))
+				dst := randBuf(rng, dt, n, false)
+				src := randBuf(rng, dt, n, false)
+				want := refReduce(dt, op, dst, src)
+				srcCopy := bytes.Clone(src)
+				require.NoError(t, ReduceInto(dst, src, dt, op))
+				requireSameElems(t, dt, want, dst, "dst")
+				require.Equal(t, srcCopy, src, "src must not change")
+			})
 		}
 	}
 }
@@ -124,7 +144,7 @@ func TestReduceIntoNaNPayloadsCanonical(t *testing.T) {
 		{Bfloat16, 0x7f81, 0xff90},
 	}
 	for _, tt := range tests {
-		for _, op := range allRedOps {
+		for _, op := range wantReductionOps[tt.dt] {
 			t.Run(fmt.Sprintf("%v/%v/%#x/%#x", tt.dt, op, tt.a, tt.b), func(t *testing.T) {
 				for _, pair := range [][2]uint64{{tt.a, tt.b}, {tt.b, tt.a}, {tt.a, 0}, {0, tt.b}} {
 					dst, src := alignedBytes(tt.dt.Size()), alignedBytes(tt.dt.Size())
@@ -157,6 +177,22 @@ func TestReduceIntoIntegerWrap(t *testing.T) {
 		{Int64, Min, 1 << 63, 0, 1 << 63},
 		{Uint64, Min, 1 << 63, 0, 0},
 		{Int32, Avg, 0x7fffffff, 0x7fffffff, 0xfffffffe},
+		{Int16, Sum, 0x7fff, 1, 0x8000},
+		{Int16, Prod, 0x8000, 0xffff, 0x8000}, // -32768 * -1 wraps to -32768
+		{Int16, Max, 0xffff, 1, 1},            // max(-1, 1)
+		{Int16, Min, 0x8000, 0x7fff, 0x8000},
+		{Uint16, Sum, 0xffff, 2, 1},
+		{Uint16, Prod, 0x100, 0x100, 0},
+		{Uint16, Max, 0xffff, 1, 0xffff},
+		{Uint16, Min, 0x8000, 0x7fff, 0x7fff},
+		{Int8, Band, 0xf0, 0x3c, 0x30},
+		{Uint8, Bor, 0xf0, 0x0f, 0xff},
+		{Int16, Bxor, 0xffff, 0x00ff, 0xff00},
+		{Uint16, Band, 0x8001, 0x8003, 0x8001},
+		{Int32, Bor, 0x80000000, 1, 0x80000001},
+		{Uint32, Bxor, 0xdeadbeef, 0xdeadbeef, 0},
+		{Int64, Band, 1 << 63, math.MaxUint64, 1 << 63},
+		{Uint64, Bxor, math.MaxUint64, 1, math.MaxUint64 - 1},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%v/%v/%#x/%#x", tt.dt, tt.op, tt.a, tt.b), func(t *testing.T) {
@@ -171,37 +207,30 @@ func TestReduceIntoIntegerWrap(t *testing.T) {
 
 func TestReduceIntoCommutative(t *testing.T) {
 	const n = 4099
-	for _, dt := range allDataTypes {
-		for _, op := range allRedOps {
-			t.Run(fmt.Sprintf("%v/%v", dt, op), func(t *testing.T) {
-				rng := rand.New(rand.NewPCG(uint64(dt)+100, uint64(op)))
-				for range 8 {
-					a := randBuf(rng, dt, n, true)
-					b := randBuf(rng, dt, n, true)
-					ab := append(alignedBytes(len(a))[:0], a...)
-					ba := append(alignedBytes(len(b))[:0], b...)
-					require.NoError(t, ReduceInto(ab, b, dt, op))
-					require.NoError(t, ReduceInto(ba, a, dt, op))
-					requireSameElems(t, dt, ab, ba, "op(a,b) vs op(b,a)")
-				}
-			})
-		}
+	for _, p := range supportedPairs() {
+		dt, op := p.dt, p.op
+		t.Run(p.String(), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(dt)+100, uint64(op)))
+			for _, nanBias := range []bool{false, true, false, true} {
+				a := randBuf(rng, dt, n, nanBias)
+				b := randBuf(rng, dt, n, nanBias)
+				ab := append(alignedBytes(len(a))[:0], a...)
+				ba := append(alignedBytes(len(b))[:0], b...)
+				require.NoError(t, ReduceInto(ab, b, dt, op))
+				require.NoError(t, ReduceInto(ba, a, dt, op))
+				requireSameElems(t, dt, ab, ba, "op(a,b) vs op(b,a)")
+			}
+		})
 	}
 }
 
 func TestReduceIntoSameBuffer(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 7))
-	for _, dt := range allDataTypes {
-		for _, op := range allRedOps {
-			buf := randBuf(rng, dt, 33, false)
-			want := alignedBytes(len(buf))
-			for i := range 33 {
-				a := refGetElem(buf, dt, i)
-				refPutElem(want, dt, i, refReduceElem(dt, op, a, a))
-			}
-			require.NoError(t, ReduceInto(buf, buf, dt, op))
-			requireSameElems(t, dt, want, buf, fmt.Sprintf("%v/%v", dt, op))
-		}
+	for _, p := range supportedPairs() {
+		buf := randBuf(rng, p.dt, 33, false)
+		want := refReduce(p.dt, p.op, buf, buf)
+		require.NoError(t, ReduceInto(buf, buf, p.dt, p.op))
+		requireSameElems(t, p.dt, want, buf, p.String())
 	}
 }
 
@@ -212,9 +241,12 @@ func TestReduceIntoErrors(t *testing.T) {
 		dt       DataType
 		op       RedOp
 	}{
-		{"invalid datatype", make([]byte, 4), make([]byte, 4), DataType(10), Sum},
+		{"invalid datatype", make([]byte, 4), make([]byte, 4), DataType(12), Sum},
+		{"invalid datatype between ranges", make([]byte, 4), make([]byte, 4), DataType(63), Sum},
 		{"invalid datatype 255", make([]byte, 4), make([]byte, 4), DataType(255), Sum},
 		{"invalid op", make([]byte, 4), make([]byte, 4), Float32, RedOp(5)},
+		{"invalid op after bitwise", make([]byte, 4), make([]byte, 4), Int32, RedOp(67)},
+		{"undefined pair", make([]byte, 4), make([]byte, 4), Float32, Bxor},
 		{"length mismatch", make([]byte, 8), make([]byte, 4), Float32, Sum},
 		{"partial element", make([]byte, 6), make([]byte, 6), Float32, Sum},
 		{"partial half element", make([]byte, 3), make([]byte, 3), Bfloat16, Max},
@@ -237,17 +269,17 @@ func TestReduceIntoErrors(t *testing.T) {
 
 func TestReduceIntoDoesNotAllocate(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 3))
-	for _, dt := range allDataTypes {
-		for _, op := range allRedOps {
-			dst := randBuf(rng, dt, 1000, false)
-			src := randBuf(rng, dt, 1000, false)
-			allocs := testing.AllocsPerRun(10, func() {
-				if err := ReduceInto(dst, src, dt, op); err != nil {
-					panic(err)
-				}
-			})
-			require.Zerof(t, allocs, "%v/%v allocates", dt, op)
-		}
+	for _, p := range supportedPairs() {
+		dst := randBuf(rng, p.dt, 1000, false)
+		src := randBuf(rng, p.dt, 1000, false)
+		allocs := testing.AllocsPerRun(10, func() {
+			if err := ReduceInto(dst, src, p.dt, p.op); err != nil {
+				panic(err)
+			}
+		})
+		require.Zerof(t, allocs, "%v allocates", p)
+	}
+	for _, dt := range avgTypes() {
 		buf := randBuf(rng, dt, 1000, false)
 		allocs := testing.AllocsPerRun(10, func() {
 			if err := DivideBy(buf, dt, 3); err != nil {
@@ -258,17 +290,25 @@ func TestReduceIntoDoesNotAllocate(t *testing.T) {
 	}
 }
 
+// avgTypes lists the data types that support Avg, and so DivideBy.
+func avgTypes() []DataType {
+	var dts []DataType
+	for _, p := range supportedPairs() {
+		if p.op == Avg {
+			dts = append(dts, p.dt)
+		}
+	}
+	return dts
+}
+
 func TestReduceDivideByMatchesReference(t *testing.T) {
-	for _, dt := range allDataTypes {
+	for _, dt := range avgTypes() {
 		for _, n := range []int{1, 2, 3, 7, 8, 100, 1000, 1 << 20} {
 			for _, size := range reduceSizes {
 				t.Run(fmt.Sprintf("%v/%d/%d", dt, n, size), func(t *testing.T) {
 					rng := rand.New(rand.NewPCG(uint64(dt)+200, uint64(n)<<16|uint64(size)))
 					buf := randBuf(rng, dt, size, false)
-					want := alignedBytes(len(buf))
-					for i := range size {
-						refPutElem(want, dt, i, refDivideElem(dt, refGetElem(buf, dt, i), n))
-					}
+					want := refDivide(dt, buf, n)
 					require.NoError(t, DivideBy(buf, dt, n))
 					requireSameElems(t, dt, want, buf, "DivideBy")
 				})
@@ -304,6 +344,12 @@ func TestReduceDivideByKnown(t *testing.T) {
 		{Float16, 0xfd00, 5, 0x7e00},
 		{Bfloat16, 0x3f80, 3, 0x3eab}, // 1/3 in bfloat16
 		{Bfloat16, 0xff81, 3, 0x7fc0},
+		{Int16, 0xfff9, 2, 0xfffd},  // -7/2 = -3
+		{Int16, 0x8000, 3, 0xd556},  // -32768/3 = -10922
+		{Int16, 0x8000, 1 << 20, 0}, // divisor wider than the type
+		{Uint16, 0xffff, 2, 0x7fff}, // 65535/2
+		{Uint16, 0xffff, 65536, 0},  // divisor wider than the type
+		{Uint16, 0xffff, 65535, 1},  // 65535/65535
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%v/%#x/%d", tt.dt, tt.in, tt.n), func(t *testing.T) {
@@ -323,6 +369,7 @@ func TestReduceDivideByErrors(t *testing.T) {
 		n    int
 	}{
 		{"invalid datatype", make([]byte, 4), DataType(12), 2},
+		{"bool has no avg", make([]byte, 4), Bool, 2},
 		{"zero divisor", make([]byte, 4), Float32, 0},
 		{"negative divisor", make([]byte, 4), Int32, -2},
 		{"partial element", make([]byte, 5), Int32, 2},
