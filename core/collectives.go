@@ -60,14 +60,9 @@ func checkType(k Kind, dt DataType) error {
 	return nil
 }
 
+// checkReduce rejects the (dt, redop) pairs that CheckReduction does, naming k.
 func checkReduce(k Kind, dt DataType, redop RedOp) error {
-	if err := checkType(k, dt); err != nil {
-		return err
-	}
-	if !redop.Valid() {
-		return invalidf("%s: unknown reduction op %d", k, uint8(redop))
-	}
-	return nil
+	return checkReduction(k.String(), dt, redop)
 }
 
 func checkBuffers(k Kind, dt DataType, count int, send []byte, sendCount int, recv []byte, recvCount int) error {
