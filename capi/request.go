@@ -135,6 +135,20 @@ func goncclRequestErrorString(h C.goncclRequest_t) *C.char {
 	return e.msg
 }
 
+//export goncclRequestSource
+func goncclRequestSource(h C.goncclRequest_t, peer *C.int) (res C.goncclResult_t) {
+	defer guard(&res)
+	e, err := lookupRequest(h)
+	if err != nil {
+		return fail(nil, err)
+	}
+	if peer == nil {
+		return fail(nil, fmt.Errorf("%w: goncclRequestSource: peer is NULL", core.ErrInvalidArgument))
+	}
+	*peer = C.int(e.req.Source())
+	return C.goncclSuccess
+}
+
 //export goncclRequestFree
 func goncclRequestFree(h C.goncclRequest_t) (res C.goncclResult_t) {
 	defer guard(&res)

@@ -197,6 +197,101 @@ static void test_bad_input(goncclComm_t comm) {
   CHECK(r == goncclInvalidArgument, "NULL version -> %d", r);
 }
 
+/* Point to point: a ring of blocking sends and receives inside a group (large enough
+ * that a send cannot finish before its receive is posted: without the group this order
+ * would deadlock), any-source receives reporting their sender, a size mismatch, and
+ * argument errors. */
+static void test_p2p(goncclComm_t comm) {
+  int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
+  size_t sizes[] = {1, 1 << 20};
+  for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+    size_t n = sizes[k];
+    float* out = malloc(n * sizeof(float));
+    float* in = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) out[i] = (float)(rank * 1000 + (int)(i % 513));
+    OK(goncclGroupStart(), comm);
+    OK(goncclGroupStart(), comm); /* groups nest */
+    OK(goncclSend(out, n, goncclFloat32, next, comm, NULL), comm);
+    OK(goncclGroupEnd(), comm);
+    OK(goncclRecv(in, n, goncclFloat32, prev, comm, NULL), comm);
+    OK(goncclGroupEnd(), comm);
+    for (size_t i = 0; i < n; i++)
+      CHECK(in[i] == (float)(prev * 1000 + (int)(i % 513)), "ring n=%zu [%zu] = %f", n, i, in[i]);
+    free(out);
+    free(in);
+  }
+
+  /* every other rank sends its rank to rank 0, which receives from any source */
+  enum { M = 300000 }; /* ints: large enough to take the rendezvous path */
+  int* msg = malloc(M * sizeof(int));
+  if (rank == 0) {
+    goncclRequest_t reqs[64];
+    int** bufs = malloc(nranks * sizeof(int*));
+    for (int i = 1; i < nranks; i++) {
+      bufs[i] = malloc(M * sizeof(int));
+      OK(goncclRecvAsync(bufs[i], M, goncclInt32, GONCCL_ANY_SOURCE, 5, comm, NULL, &reqs[i]), comm);
+    }
+    int seen = 0;
+    for (int i = 1; i < nranks; i++) {
+      OK(goncclRequestWait(reqs[i], 60000), comm);
+      int src = -2;
+      OK(goncclRequestSource(reqs[i], &src), comm);
+      CHECK(src >= 1 && src < nranks && !(seen & (1 << src)), "any-source receive reported source %d", src);
+      seen |= 1 << src;
+      CHECK(bufs[i][0] == src && bufs[i][M - 1] == src * 7, "data of rank %d", src);
+      OK(goncclRequestFree(reqs[i]), comm);
+      free(bufs[i]);
+    }
+    free(bufs);
+  } else {
+    for (int i = 0; i < M; i++) msg[i] = i == M - 1 ? rank * 7 : rank;
+    goncclRequest_t req;
+    OK(goncclSendAsync(msg, M, goncclInt32, 0, 5, comm, NULL, &req), comm);
+    OK(goncclRequestWait(req, 60000), comm);
+    int src = -2;
+    OK(goncclRequestSource(req, &src), comm);
+    CHECK(src == 0, "send request source %d", src);
+    OK(goncclRequestFree(req), comm);
+  }
+  free(msg);
+
+  /* rank 1 sends S floats, rank 0 expects 2S: both learn of it (rendezvous-sized) */
+  if (rank < 2) {
+    enum { S = 50000 };
+    float* buf = calloc(2 * S, sizeof(float));
+    goncclRequest_t req;
+    if (rank == 0)
+      OK(goncclRecvAsync(buf, 2 * S, goncclFloat32, 1, 6, comm, NULL, &req), comm);
+    else
+      OK(goncclSendAsync(buf, S, goncclFloat32, 0, 6, comm, NULL, &req), comm);
+    goncclResult_t r = goncclRequestWait(req, 60000);
+    CHECK(r == goncclMismatch, "size mismatch -> %s", goncclGetErrorString(r));
+    CHECK(strstr(goncclRequestErrorString(req), "expects 400000 bytes") != NULL, "message: %s",
+          goncclRequestErrorString(req));
+    OK(goncclRequestFree(req), comm);
+    free(buf);
+  }
+
+  /* a collective's request has no source */
+  goncclRequest_t b;
+  OK(goncclBarrierAsync(comm, NULL, &b), comm);
+  OK(goncclRequestWait(b, 60000), comm);
+  int src = 0;
+  OK(goncclRequestSource(b, &src), comm);
+  CHECK(src == -1, "collective source %d", src);
+  OK(goncclRequestFree(b), comm);
+
+  float x = 0;
+  goncclResult_t r = goncclSend(&x, 1, goncclFloat32, rank, comm, NULL);
+  CHECK(r == goncclInvalidArgument, "send to self -> %d", r);
+  r = goncclRecv(&x, 1, goncclFloat32, nranks, comm, NULL);
+  CHECK(r == goncclInvalidArgument, "peer out of range -> %d", r);
+  r = goncclSend(&x, 1, goncclFloat32, next, comm, (goncclStream_t)0x1);
+  CHECK(r == goncclNotSupported, "stream -> %d", r);
+  r = goncclGroupEnd();
+  CHECK(r == goncclInvalidUsage, "unbalanced group end -> %d", r);
+}
+
 int main(int argc, char** argv) {
   if (argc != 4) {
     fprintf(stderr, "usage: %s RANK NRANKS ID_FILE\n", argv[0]);
@@ -221,6 +316,7 @@ int main(int argc, char** argv) {
   test_broadcast(comm);
   test_allgather(comm);
   test_async(comm);
+  test_p2p(comm);
   OK(goncclBarrier(comm, NULL), comm);
   test_bad_input(comm);
   OK(goncclCommDestroy(comm), NULL);
