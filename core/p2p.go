@@ -456,6 +456,9 @@ func (e *p2pEngine) handle(pp *p2pPeer, h transport.MsgHeader) error {
 			return fmt.Errorf("rank %d sent message #%d after #%d: the stream is out of step", pp.rank, h.Seq, pp.lastSeq)
 		}
 		pp.lastSeq = h.Seq
+		if h.Kind == transport.MsgEager && h.Len > p2pEagerBytes {
+			return fmt.Errorf("rank %d sent an eager message of %d bytes, above the %d-byte limit", pp.rank, h.Len, p2pEagerBytes)
+		}
 		e.mu.Lock()
 		r := e.takePosted(pp.rank, h.Tag)
 		if h.Kind == transport.MsgRTS {

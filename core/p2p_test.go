@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand"
+	"net"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gonccl/gonccl/transport"
 )
 
 // wait waits for req and returns its error, failing the test if it does not finish.
@@ -53,7 +56,35 @@ func destroyAll(t *testing.T, comms []*Comm) {
 func TestP2PSymmetricLarge(t *testing.T) {
 	comms := initAll(t, 2)
 	defer destroyAll(t, comms)
-	const n = 32 << 20
+	symmetric(t, comms, 32<<20)
+}
+
+func TestP2PSymmetricOverPipes(t *testing.T) {
+	symmetric(t, memP2P(t, 2), 4<<20)
+}
+
+// memP2P builds n in-memory communicators with point-to-point channels over net.Pipe
+// (unbuffered: a protocol step that relies on buffering deadlocks here).
+func memP2P(t *testing.T, n int) []*Comm {
+	comms := memComms(t, n, nil)
+	msgs := make([][]*transport.MsgConn, n)
+	for i := range msgs {
+		msgs[i] = make([]*transport.MsgConn, n)
+	}
+	for i := 0; i < n; i++ {
+		for j := i + 1; j < n; j++ {
+			a, b := net.Pipe()
+			msgs[i][j] = transport.NewMsgConn(j, a)
+			msgs[j][i] = transport.NewMsgConn(i, b)
+		}
+	}
+	for i, c := range comms {
+		c.startP2P(msgs[i])
+	}
+	return comms
+}
+
+func symmetric(t *testing.T, comms []*Comm, n int) {
 	errs := onRanks(comms, func(c *Comm) error {
 		peer := 1 - c.rank
 		out := pattern(n, int64(c.rank))
@@ -138,6 +169,14 @@ func TestP2PRing(t *testing.T) {
 func TestP2PReverseTagOrder(t *testing.T) {
 	comms := initAll(t, 2)
 	defer destroyAll(t, comms)
+	reverseTags(t, comms)
+}
+
+func TestP2PReverseTagOrderOverPipes(t *testing.T) {
+	reverseTags(t, memP2P(t, 2))
+}
+
+func reverseTags(t *testing.T, comms []*Comm) {
 	const k = 40
 	size := func(tag int) int { return 1 + tag*(p2pEagerBytes/8) } // eager and rendezvous
 	errs := onRanks(comms, func(c *Comm) error {
