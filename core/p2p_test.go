@@ -487,3 +487,49 @@ func TestP2PInvalidArguments(t *testing.T) {
 		require.ErrorContains(t, err, tc.msg, tc.name)
 	}
 }
+
+// BenchmarkP2PPingPong measures one message each way between two ranks over loopback
+// TCP; bytes/s counts both directions.
+func BenchmarkP2PPingPong(b *testing.B) {
+	for _, n := range []int{1 << 10, 1 << 20, 32 << 20} {
+		b.Run(fmt.Sprintf("%dB", n), func(b *testing.B) {
+			id, err := NewUniqueID()
+			require.NoError(b, err)
+			comms := make([]*Comm, 2)
+			var wg sync.WaitGroup
+			for r := range comms {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					comms[r], _ = NewComm(id, 2, r, Options{Timeout: 30 * time.Second})
+				}()
+			}
+			wg.Wait()
+			require.NotNil(b, comms[0])
+			require.NotNil(b, comms[1])
+			outs := [][]byte{make([]byte, n), make([]byte, n)}
+			ins := [][]byte{make([]byte, n), make([]byte, n)}
+			b.SetBytes(int64(2 * n))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				var wg sync.WaitGroup
+				for r, c := range comms {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						s, _ := c.Send(outs[r], n, Uint8, 1-r, 0)
+						rq, _ := c.Recv(ins[r], n, Uint8, 1-r, 0)
+						_, _ = s.Wait(-1)
+						_, _ = rq.Wait(-1)
+					}()
+				}
+				wg.Wait()
+			}
+			b.StopTimer()
+			for _, c := range comms {
+				require.NoError(b, c.Destroy())
+			}
+		})
+	}
+}
