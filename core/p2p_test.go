@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand"
 	"net"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -532,4 +533,22 @@ func BenchmarkP2PPingPong(b *testing.B) {
 			}
 		})
 	}
+}
+
+// Destroy and Abort stop every point-to-point goroutine.
+func TestP2PGoroutinesExit(t *testing.T) {
+	before := runtime.NumGoroutine()
+	comms := initAll(t, 3)
+	_, err := comms[0].Recv(make([]byte, 4), 4, Uint8, 1, 0)
+	require.NoError(t, err)
+	_, err = comms[1].Send(make([]byte, 1<<20), 1<<20, Uint8, 2, 0)
+	require.NoError(t, err)
+	require.NoError(t, comms[0].Abort())
+	require.NoError(t, comms[1].Destroy())
+	require.NoError(t, comms[2].Destroy())
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	require.LessOrEqual(t, runtime.NumGoroutine(), before)
 }
