@@ -41,6 +41,7 @@ type Comm struct {
 	logs         loggers
 	links        []transport.Link
 	scratch      []byte // mmap'd: receive staging for reductions
+	work         []byte // mmap'd, grown on demand: see workBuf
 	timeout      time.Duration
 
 	queue    chan *op
@@ -293,6 +294,8 @@ func (c *Comm) dispatch(e *exec, o *op) error {
 		}
 		e.hdr.Algo = uint8(AlgoDissemination)
 		return e.barrierDissemination()
+	case KindReduce, KindReduceScatter, KindGather, KindScatter, KindAlltoAll, KindAlltoAllv:
+		return c.dispatchExt(e, o)
 	}
 	return fmt.Errorf("%w: operation kind %d", ErrNotSupported, o.kind)
 }
@@ -381,12 +384,13 @@ func (c *Comm) Abort() error {
 }
 
 func (c *Comm) freeScratch() error {
+	werr := c.freeWork()
 	if c.scratch == nil {
-		return nil
+		return werr
 	}
 	err := unix.Munmap(c.scratch)
 	c.scratch = nil
-	return err
+	return errors.Join(err, werr)
 }
 
 // Err returns the error that broke the communicator, or nil.

@@ -15,6 +15,13 @@ const (
 	KindBroadcast Kind = 2
 	KindAllGather Kind = 3
 	KindBarrier   Kind = 4
+
+	KindReduce        Kind = 5
+	KindReduceScatter Kind = 6
+	KindGather        Kind = 7
+	KindScatter       Kind = 8
+	KindAlltoAll      Kind = 9
+	KindAlltoAllv     Kind = 10
 )
 
 func (k Kind) String() string {
@@ -27,6 +34,18 @@ func (k Kind) String() string {
 		return "all_gather"
 	case KindBarrier:
 		return "barrier"
+	case KindReduce:
+		return "reduce"
+	case KindReduceScatter:
+		return "reduce_scatter"
+	case KindGather:
+		return "gather"
+	case KindScatter:
+		return "scatter"
+	case KindAlltoAll:
+		return "alltoall"
+	case KindAlltoAllv:
+		return "alltoallv"
 	}
 	return fmt.Sprintf("op(%d)", uint8(k))
 }
@@ -38,11 +57,13 @@ type Algo uint8
 // Algorithms.
 const (
 	AlgoNone          Algo = 0
-	AlgoRing          Algo = 1 // all_reduce, all_gather: ring, pipelined in chunks
+	AlgoRing          Algo = 1 // all_reduce, all_gather, reduce_scatter: ring, pipelined in chunks
 	AlgoRecDoubling   Algo = 2 // all_reduce: recursive doubling, for small messages
-	AlgoTree          Algo = 3 // broadcast: binomial tree, for small messages
-	AlgoChain         Algo = 4 // broadcast: pipelined chain in ring order from the root
+	AlgoTree          Algo = 3 // broadcast, reduce: binomial tree, for small messages
+	AlgoChain         Algo = 4 // broadcast, reduce: pipelined chain in ring order from/to the root
 	AlgoDissemination Algo = 5 // barrier
+	AlgoDirect        Algo = 6 // gather, scatter: every rank to or from the root directly
+	AlgoPairwise      Algo = 7 // alltoall(v): step s sends to rank r+s, receives from r-s
 )
 
 func (a Algo) String() string {
@@ -57,6 +78,10 @@ func (a Algo) String() string {
 		return "chain"
 	case AlgoDissemination:
 		return "dissemination"
+	case AlgoDirect:
+		return "direct"
+	case AlgoPairwise:
+		return "pairwise"
 	}
 	return "none"
 }
@@ -67,7 +92,8 @@ type op struct {
 	seq   uint64
 	send  []byte // caller's send buffer (may alias recv)
 	recv  []byte // caller's receive buffer
-	count int    // elements: all_reduce/broadcast count, all_gather count per rank
+	count int    // elements: the whole op's, or per rank (all_gather, gather, scatter, reduce_scatter) or per peer (alltoall)
+	vargs *vArgs // alltoallv: per-peer counts and displacements
 	dtype DataType
 	redop RedOp
 	root  int
@@ -83,6 +109,17 @@ func describe(kind Kind, seq uint64, dt DataType, count uint64, redop RedOp, roo
 		return fmt.Sprintf("%s #%d (%s x %d, root %d)", kind, seq, dt, count, root)
 	case KindAllGather:
 		return fmt.Sprintf("%s #%d (%s x %d per rank)", kind, seq, dt, count)
+	case KindReduce:
+		return fmt.Sprintf("%s #%d (%s x %d, %s, root %d)", kind, seq, dt, count, redop, root)
+	case KindReduceScatter:
+		return fmt.Sprintf("%s #%d (%s x %d per rank, %s)", kind, seq, dt, count, redop)
+	case KindGather, KindScatter:
+		return fmt.Sprintf("%s #%d (%s x %d, root %d)", kind, seq, dt, count, root)
+	case KindAlltoAll:
+		return fmt.Sprintf("%s #%d (%s x %d per peer)", kind, seq, dt, count)
+	case KindAlltoAllv:
+		// Counts differ per peer; frames carry the count of their own pair.
+		return fmt.Sprintf("%s #%d (%s)", kind, seq, dt)
 	}
 	return fmt.Sprintf("%s #%d", kind, seq)
 }
