@@ -178,3 +178,262 @@ func goncclBarrierAsync(h C.goncclComm_t, stream C.goncclStream_t, out *C.gonccl
 	defer guard(&res)
 	return barrier(h, stream, out, true)
 }
+
+// perRank returns count*nranks, or an error if it overflows.
+func perRank(what string, count C.size_t, nranks int) (uint64, error) {
+	if uint64(count) > math.MaxInt64/uint64(nranks) {
+		return 0, fmt.Errorf("%w: %s: count %d x %d ranks overflows", core.ErrInvalidArgument, what, uint64(count), nranks)
+	}
+	return uint64(count) * uint64(nranks), nil
+}
+
+func reduce(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, op C.goncclRedOp_t, root C.int,
+	h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
+	return issue(h, stream, out, async, func(c *core.Comm) (*core.Request, error) {
+		d := core.DataType(dt)
+		s, err := hostBytes("sendbuff", send, uint64(count), d)
+		if err != nil {
+			return nil, err
+		}
+		var r []byte // recvbuff is not touched off the root
+		if int(root) == c.Rank() {
+			if r, err = hostBytes("recvbuff", recv, uint64(count), d); err != nil {
+				return nil, err
+			}
+		}
+		return c.Reduce(s, r, int(count), d, core.RedOp(op), int(root))
+	})
+}
+
+func reduceScatter(send, recv unsafe.Pointer, recvCount C.size_t, dt C.goncclDataType_t, op C.goncclRedOp_t,
+	h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
+	return issue(h, stream, out, async, func(c *core.Comm) (*core.Request, error) {
+		d := core.DataType(dt)
+		total, err := perRank("sendbuff", recvCount, c.Size())
+		if err != nil {
+			return nil, err
+		}
+		s, err := hostBytes("sendbuff", send, total, d)
+		if err != nil {
+			return nil, err
+		}
+		r, err := hostBytes("recvbuff", recv, uint64(recvCount), d)
+		if err != nil {
+			return nil, err
+		}
+		return c.ReduceScatter(s, r, int(recvCount), d, core.RedOp(op))
+	})
+}
+
+func gather(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, root C.int,
+	h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
+	return issue(h, stream, out, async, func(c *core.Comm) (*core.Request, error) {
+		d := core.DataType(dt)
+		s, err := hostBytes("sendbuff", send, uint64(count), d)
+		if err != nil {
+			return nil, err
+		}
+		var r []byte // recvbuff is used on the root only
+		if int(root) == c.Rank() {
+			total, err := perRank("recvbuff", count, c.Size())
+			if err != nil {
+				return nil, err
+			}
+			if r, err = hostBytes("recvbuff", recv, total, d); err != nil {
+				return nil, err
+			}
+		}
+		return c.Gather(s, r, int(count), d, int(root))
+	})
+}
+
+func scatter(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, root C.int,
+	h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
+	return issue(h, stream, out, async, func(c *core.Comm) (*core.Request, error) {
+		d := core.DataType(dt)
+		var s []byte // sendbuff is used on the root only
+		if int(root) == c.Rank() {
+			total, err := perRank("sendbuff", count, c.Size())
+			if err != nil {
+				return nil, err
+			}
+			if s, err = hostBytes("sendbuff", send, total, d); err != nil {
+				return nil, err
+			}
+		}
+		r, err := hostBytes("recvbuff", recv, uint64(count), d)
+		if err != nil {
+			return nil, err
+		}
+		return c.Scatter(s, r, int(count), d, int(root))
+	})
+}
+
+func alltoAll(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t,
+	h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
+	return issue(h, stream, out, async, func(c *core.Comm) (*core.Request, error) {
+		d := core.DataType(dt)
+		total, err := perRank("buffers", count, c.Size())
+		if err != nil {
+			return nil, err
+		}
+		s, err := hostBytes("sendbuff", send, total, d)
+		if err != nil {
+			return nil, err
+		}
+		r, err := hostBytes("recvbuff", recv, total, d)
+		if err != nil {
+			return nil, err
+		}
+		return c.AlltoAll(s, r, int(count), d)
+	})
+}
+
+// sizes copies n size_t values at p (a caller's counts or displacements array).
+func sizes(what string, p *C.size_t, n int) ([]int, error) {
+	if p == nil {
+		return nil, fmt.Errorf("%w: %s is NULL", core.ErrInvalidArgument, what)
+	}
+	out := make([]int, n)
+	for i, v := range unsafe.Slice(p, n) {
+		if uint64(v) > math.MaxInt64/16 {
+			return nil, fmt.Errorf("%w: %s[%d] = %d is too large", core.ErrInvalidArgument, what, i, uint64(v))
+		}
+		out[i] = int(v)
+	}
+	return out, nil
+}
+
+// extent returns how many elements counts and displs reach into their buffer.
+func extent(what string, counts, displs []int) (uint64, error) {
+	var end uint64
+	for j := range counts {
+		if counts[j] > 0 {
+			end = max(end, uint64(displs[j])+uint64(counts[j]))
+		}
+	}
+	if end > math.MaxInt64/16 {
+		return 0, fmt.Errorf("%w: %s: counts and displacements reach element %d", core.ErrInvalidArgument, what, end)
+	}
+	return end, nil
+}
+
+func alltoAllv(send unsafe.Pointer, sendCounts, sendDispls *C.size_t, recv unsafe.Pointer, recvCounts, recvDispls *C.size_t,
+	dt C.goncclDataType_t, h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
+	return issue(h, stream, out, async, func(c *core.Comm) (*core.Request, error) {
+		d, n := core.DataType(dt), c.Size()
+		var arrays [4][]int
+		for i, a := range []struct {
+			name string
+			p    *C.size_t
+		}{{"sendcounts", sendCounts}, {"sdispls", sendDispls}, {"recvcounts", recvCounts}, {"rdispls", recvDispls}} {
+			var err error
+			if arrays[i], err = sizes(a.name, a.p, n); err != nil {
+				return nil, err
+			}
+		}
+		sc, sd, rc, rd := arrays[0], arrays[1], arrays[2], arrays[3]
+		sendLen, err := extent("sendbuff", sc, sd)
+		if err != nil {
+			return nil, err
+		}
+		recvLen, err := extent("recvbuff", rc, rd)
+		if err != nil {
+			return nil, err
+		}
+		s, err := hostBytes("sendbuff", send, sendLen, d)
+		if err != nil {
+			return nil, err
+		}
+		r, err := hostBytes("recvbuff", recv, recvLen, d)
+		if err != nil {
+			return nil, err
+		}
+		return c.AlltoAllv(s, sc, sd, r, rc, rd, d)
+	})
+}
+
+//export goncclReduce
+func goncclReduce(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, op C.goncclRedOp_t, root C.int,
+	h C.goncclComm_t, stream C.goncclStream_t) (res C.goncclResult_t) {
+	defer guard(&res)
+	return reduce(send, recv, count, dt, op, root, h, stream, nil, false)
+}
+
+//export goncclReduceAsync
+func goncclReduceAsync(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, op C.goncclRedOp_t, root C.int,
+	h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t) (res C.goncclResult_t) {
+	defer guard(&res)
+	return reduce(send, recv, count, dt, op, root, h, stream, out, true)
+}
+
+//export goncclReduceScatter
+func goncclReduceScatter(send, recv unsafe.Pointer, recvCount C.size_t, dt C.goncclDataType_t, op C.goncclRedOp_t,
+	h C.goncclComm_t, stream C.goncclStream_t) (res C.goncclResult_t) {
+	defer guard(&res)
+	return reduceScatter(send, recv, recvCount, dt, op, h, stream, nil, false)
+}
+
+//export goncclReduceScatterAsync
+func goncclReduceScatterAsync(send, recv unsafe.Pointer, recvCount C.size_t, dt C.goncclDataType_t, op C.goncclRedOp_t,
+	h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t) (res C.goncclResult_t) {
+	defer guard(&res)
+	return reduceScatter(send, recv, recvCount, dt, op, h, stream, out, true)
+}
+
+//export goncclGather
+func goncclGather(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, root C.int,
+	h C.goncclComm_t, stream C.goncclStream_t) (res C.goncclResult_t) {
+	defer guard(&res)
+	return gather(send, recv, count, dt, root, h, stream, nil, false)
+}
+
+//export goncclGatherAsync
+func goncclGatherAsync(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, root C.int,
+	h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t) (res C.goncclResult_t) {
+	defer guard(&res)
+	return gather(send, recv, count, dt, root, h, stream, out, true)
+}
+
+//export goncclScatter
+func goncclScatter(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, root C.int,
+	h C.goncclComm_t, stream C.goncclStream_t) (res C.goncclResult_t) {
+	defer guard(&res)
+	return scatter(send, recv, count, dt, root, h, stream, nil, false)
+}
+
+//export goncclScatterAsync
+func goncclScatterAsync(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, root C.int,
+	h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t) (res C.goncclResult_t) {
+	defer guard(&res)
+	return scatter(send, recv, count, dt, root, h, stream, out, true)
+}
+
+//export goncclAlltoAll
+func goncclAlltoAll(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t,
+	h C.goncclComm_t, stream C.goncclStream_t) (res C.goncclResult_t) {
+	defer guard(&res)
+	return alltoAll(send, recv, count, dt, h, stream, nil, false)
+}
+
+//export goncclAlltoAllAsync
+func goncclAlltoAllAsync(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t,
+	h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t) (res C.goncclResult_t) {
+	defer guard(&res)
+	return alltoAll(send, recv, count, dt, h, stream, out, true)
+}
+
+//export goncclAlltoAllv
+func goncclAlltoAllv(send unsafe.Pointer, sendCounts, sendDispls *C.size_t, recv unsafe.Pointer,
+	recvCounts, recvDispls *C.size_t, dt C.goncclDataType_t, h C.goncclComm_t, stream C.goncclStream_t) (res C.goncclResult_t) {
+	defer guard(&res)
+	return alltoAllv(send, sendCounts, sendDispls, recv, recvCounts, recvDispls, dt, h, stream, nil, false)
+}
+
+//export goncclAlltoAllvAsync
+func goncclAlltoAllvAsync(send unsafe.Pointer, sendCounts, sendDispls *C.size_t, recv unsafe.Pointer,
+	recvCounts, recvDispls *C.size_t, dt C.goncclDataType_t, h C.goncclComm_t, stream C.goncclStream_t,
+	out *C.goncclRequest_t) (res C.goncclResult_t) {
+	defer guard(&res)
+	return alltoAllv(send, sendCounts, sendDispls, recv, recvCounts, recvDispls, dt, h, stream, out, true)
+}
