@@ -292,6 +292,213 @@ static void test_p2p(goncclComm_t comm) {
   CHECK(r == goncclInvalidUsage, "unbalanced group end -> %d", r);
 }
 
+/* Reduce to every root (out of place, and in place at the root); other ranks' recvbuff
+ * is never written, so a NULL one is fine. */
+static void test_reduce(goncclComm_t comm) {
+  size_t counts[] = {0, 1, 1000003};
+  for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+    size_t n = counts[c];
+    int32_t* send = malloc((n + 1) * sizeof(int32_t));
+    int32_t* recv = malloc((n + 1) * sizeof(int32_t));
+    for (int root = 0; root < nranks; root++) {
+      for (size_t i = 0; i < n; i++) send[i] = (rank + 1) * (int32_t)(i % 101);
+      for (size_t i = 0; i < n; i++) recv[i] = -7;
+      OK(goncclReduce(send, rank == root ? recv : NULL, n, goncclInt32, goncclSum, root, comm, NULL), comm);
+      int32_t tri = nranks * (nranks + 1) / 2;
+      for (size_t i = 0; i < n; i++) {
+        CHECK(send[i] == (rank + 1) * (int32_t)(i % 101), "reduce changed sendbuff [%zu]", i);
+        if (rank == root)
+          CHECK(recv[i] == tri * (int32_t)(i % 101), "reduce n=%zu root %d [%zu] = %d", n, root, i, recv[i]);
+      }
+      /* in place at the root, MAX */
+      OK(goncclReduce(send, send, n, goncclInt32, goncclMax, root, comm, NULL), comm);
+      if (rank == root)
+        for (size_t i = 0; i < n; i++)
+          CHECK(send[i] == nranks * (int32_t)(i % 101), "reduce max in place [%zu] = %d", i, send[i]);
+    }
+    free(send);
+    free(recv);
+  }
+  double dv = rank, dout = -1;
+  OK(goncclReduce(&dv, &dout, 1, goncclFloat64, goncclAvg, nranks - 1, comm, NULL), comm);
+  if (rank == nranks - 1) CHECK(fabs(dout - (nranks - 1) / 2.0) < 1e-12, "reduce avg %f", dout);
+  else CHECK(dout == -1, "reduce wrote recvbuff off the root");
+  float x = 1;
+  goncclResult_t r = goncclReduce(&x, &x, 1, goncclFloat32, goncclSum, nranks, comm, NULL);
+  CHECK(r == goncclInvalidArgument, "reduce root out of range -> %d", r);
+}
+
+/* Block i of the reduction lands on rank i; out of place keeps sendbuff, in place uses
+ * recvbuff == sendbuff + rank*recvcount. */
+static void test_reduce_scatter(goncclComm_t comm) {
+  size_t counts[] = {0, 1, 7, 262147};
+  for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+    size_t n = counts[c], total = n * nranks;
+    float* send = malloc((total + 1) * sizeof(float));
+    float* recv = malloc((n + 1) * sizeof(float));
+    for (size_t i = 0; i < total; i++) send[i] = (float)((rank + 1) * (int)(i % 89));
+    OK(goncclReduceScatter(send, recv, n, goncclFloat32, goncclSum, comm, NULL), comm);
+    float tri = (float)(nranks * (nranks + 1) / 2);
+    for (size_t i = 0; i < n; i++) {
+      size_t g = rank * n + i;
+      CHECK(recv[i] == tri * (float)(g % 89), "reduce_scatter n=%zu [%zu] = %f", n, i, recv[i]);
+    }
+    for (size_t i = 0; i < total; i++)
+      CHECK(send[i] == (float)((rank + 1) * (int)(i % 89)), "reduce_scatter changed sendbuff [%zu]", i);
+    OK(goncclReduceScatter(send, send + rank * n, n, goncclFloat32, goncclAvg, comm, NULL), comm);
+    for (size_t i = 0; i < n; i++) {
+      size_t g = rank * n + i;
+      CHECK(fabsf(send[g] - tri * (float)(g % 89) / nranks) < 1e-3f, "reduce_scatter avg in place [%zu] = %f", i, send[g]);
+    }
+    free(send);
+    free(recv);
+  }
+}
+
+/* Gather to and scatter from every root; the root's own block also in place. */
+static void test_gather_scatter(goncclComm_t comm) {
+  size_t n = 100003;
+  int64_t* mine = malloc(n * sizeof(int64_t));
+  int64_t* all = malloc(n * nranks * sizeof(int64_t));
+  for (int root = 0; root < nranks; root++) {
+    for (size_t i = 0; i < n; i++) mine[i] = (int64_t)rank << 40 | (int64_t)i;
+    for (size_t i = 0; i < n * nranks; i++) all[i] = -1;
+    OK(goncclGather(mine, rank == root ? all : NULL, n, goncclInt64, root, comm, NULL), comm);
+    for (size_t i = 0; i < n * nranks; i++) {
+      int64_t want = rank == root ? ((int64_t)(i / n) << 40 | (int64_t)(i % n)) : -1;
+      CHECK(all[i] == want, "gather root %d [%zu] = %lld", root, i, (long long)all[i]);
+    }
+    /* in place at the root: sendbuff is the root's block of recvbuff */
+    if (rank == root) {
+      for (size_t i = 0; i < n * nranks; i++) all[i] = -1;
+      memcpy(all + root * n, mine, n * sizeof(int64_t));
+    }
+    OK(goncclGather(rank == root ? all + root * n : mine, all, n, goncclInt64, root, comm, NULL), comm);
+    if (rank == root)
+      for (size_t i = 0; i < n * nranks; i++)
+        CHECK(all[i] == ((int64_t)(i / n) << 40 | (int64_t)(i % n)), "gather in place [%zu]", i);
+
+    /* scatter: the root sends block i (its gathered data shifted) to rank i */
+    if (rank == root)
+      for (size_t i = 0; i < n * nranks; i++) all[i] = all[i] + 5;
+    for (size_t i = 0; i < n; i++) mine[i] = -1;
+    OK(goncclScatter(rank == root ? all : NULL, mine, n, goncclInt64, root, comm, NULL), comm);
+    for (size_t i = 0; i < n; i++)
+      CHECK(mine[i] == ((int64_t)rank << 40 | (int64_t)i) + 5, "scatter root %d [%zu] = %lld", root, i,
+            (long long)mine[i]);
+    /* in place at the root: recvbuff is the root's block of sendbuff */
+    OK(goncclScatter(all, rank == root ? all + root * n : mine, n, goncclInt64, root, comm, NULL), comm);
+    if (rank == root)
+      for (size_t i = 0; i < n; i++)
+        CHECK(all[root * n + i] == ((int64_t)root << 40 | (int64_t)i) + 5, "scatter in place [%zu]", i);
+  }
+  free(mine);
+  free(all);
+}
+
+/* Element (from, to, i) is unique, so a block delivered to the wrong place shows. */
+static uint32_t a2a_value(int from, int to, size_t i) { return (uint32_t)from << 24 | (uint32_t)to << 16 | (uint32_t)(i & 0xffff); }
+
+static void test_alltoall(goncclComm_t comm) {
+  size_t counts[] = {0, 1, 65537};
+  for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+    size_t n = counts[c], total = n * nranks;
+    uint32_t* send = malloc((total + 1) * sizeof(uint32_t));
+    uint32_t* recv = malloc((total + 1) * sizeof(uint32_t));
+    for (int j = 0; j < nranks; j++)
+      for (size_t i = 0; i < n; i++) send[j * n + i] = a2a_value(rank, j, i);
+    OK(goncclAlltoAll(send, recv, n, goncclUint32, comm, NULL), comm);
+    for (int j = 0; j < nranks; j++)
+      for (size_t i = 0; i < n; i++)
+        CHECK(recv[j * n + i] == a2a_value(j, rank, i), "alltoall n=%zu from %d [%zu] = %#x", n, j, i, recv[j * n + i]);
+    /* in place, async */
+    goncclRequest_t req;
+    OK(goncclAlltoAllAsync(send, send, n, goncclUint32, comm, NULL, &req), comm);
+    OK(goncclRequestWait(req, 60000), comm);
+    OK(goncclRequestFree(req), comm);
+    CHECK(memcmp(send, recv, total * sizeof(uint32_t)) == 0, "alltoall in place differs");
+    free(send);
+    free(recv);
+  }
+}
+
+/* Uneven: rank i sends rank j (i + 2*j) % 5 * 1000 elements (zero for some pairs), with
+ * the blocks laid out in reverse order and gaps between them. The count arrays are
+ * clobbered right after the async call returns: the library must have copied them. */
+static void test_alltoallv(goncclComm_t comm) {
+  size_t* sc = malloc(nranks * sizeof(size_t));
+  size_t* sd = malloc(nranks * sizeof(size_t));
+  size_t* rc = malloc(nranks * sizeof(size_t));
+  size_t* rd = malloc(nranks * sizeof(size_t));
+  size_t send_len = 0, recv_len = 0;
+  for (int j = nranks - 1; j >= 0; j--) {
+    sc[j] = (size_t)((rank + 2 * j) % 5) * 1000;
+    rc[j] = (size_t)((j + 2 * rank) % 5) * 1000;
+    sd[j] = send_len;
+    rd[j] = recv_len;
+    send_len += sc[j] + 3;
+    recv_len += rc[j] + 3;
+  }
+  uint32_t* send = malloc(send_len * sizeof(uint32_t));
+  uint32_t* recv = malloc(recv_len * sizeof(uint32_t));
+  for (int j = 0; j < nranks; j++)
+    for (size_t i = 0; i < sc[j]; i++) send[sd[j] + i] = a2a_value(rank, j, i);
+  for (size_t i = 0; i < recv_len; i++) recv[i] = 0xdeadbeef;
+  size_t* want_rc = malloc(nranks * sizeof(size_t));
+  size_t* want_rd = malloc(nranks * sizeof(size_t));
+  memcpy(want_rc, rc, nranks * sizeof(size_t));
+  memcpy(want_rd, rd, nranks * sizeof(size_t));
+  goncclRequest_t req;
+  OK(goncclAlltoAllvAsync(send, sc, sd, recv, rc, rd, goncclUint32, comm, NULL, &req), comm);
+  memset(sc, 0xff, nranks * sizeof(size_t));
+  memset(rc, 0xff, nranks * sizeof(size_t));
+  OK(goncclRequestWait(req, 60000), comm);
+  OK(goncclRequestFree(req), comm);
+  for (int j = 0; j < nranks; j++) {
+    for (size_t i = 0; i < want_rc[j]; i++)
+      CHECK(recv[want_rd[j] + i] == a2a_value(j, rank, i), "alltoallv from %d [%zu] = %#x", j, i,
+            recv[want_rd[j] + i]);
+    for (size_t i = want_rc[j]; i < want_rc[j] + 3; i++) /* the gap after each block */
+      CHECK(recv[want_rd[j] + i] == 0xdeadbeef, "alltoallv wrote past block %d", j);
+  }
+  /* the blocking form, with everything zero but the diagonal */
+  for (int j = 0; j < nranks; j++) sc[j] = rc[j] = sd[j] = rd[j] = 0;
+  sc[rank] = rc[rank] = 2;
+  uint32_t one[2] = {7, 8}, back[2] = {0, 0};
+  OK(goncclAlltoAllv(one, sc, sd, back, rc, rd, goncclUint32, comm, NULL), comm);
+  CHECK(back[0] == 7 && back[1] == 8, "alltoallv own block");
+  goncclResult_t r = goncclAlltoAllv(one, NULL, sd, back, rc, rd, goncclUint32, comm, NULL);
+  CHECK(r == goncclInvalidArgument, "alltoallv NULL sendcounts -> %d", r);
+  free(sc), free(sd), free(rc), free(rd), free(want_rc), free(want_rd), free(send), free(recv);
+}
+
+/* On a communicator of its own (the mismatch breaks it): rank 0 sends rank 1 one
+ * element more than rank 1 expects; both ranks get goncclMismatch naming both counts. */
+static void test_alltoallv_mismatch(const char* id_path) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s.alltoallv", id_path);
+  goncclUniqueId id;
+  share_id(path, &id);
+  goncclComm_t comm;
+  OK(goncclCommInitRankTimeout(&comm, nranks, id, rank, 60000), NULL);
+  size_t* counts = malloc(nranks * sizeof(size_t));
+  size_t* rcounts = malloc(nranks * sizeof(size_t));
+  size_t* displs = malloc(nranks * sizeof(size_t));
+  for (int j = 0; j < nranks; j++) counts[j] = rcounts[j] = 4, displs[j] = 5 * (size_t)j;
+  if (rank == 0) counts[1] = 5;
+  int64_t* send = calloc(5 * nranks, sizeof(int64_t));
+  int64_t* recv = calloc(5 * nranks, sizeof(int64_t));
+  goncclResult_t r = goncclAlltoAllv(send, counts, displs, recv, rcounts, displs, goncclInt64, comm, NULL);
+  CHECK(r != goncclSuccess, "mismatched alltoallv succeeded");
+  if (rank < 2) {
+    CHECK(r == goncclMismatch, "alltoallv mismatch -> %s: %s", goncclGetErrorString(r), goncclGetLastError(comm));
+    CHECK(strstr(goncclGetLastError(comm), "rank 0 sent 5 elements to rank 1, which expected 4") != NULL,
+          "message: %s", goncclGetLastError(comm));
+  }
+  OK(goncclCommAbort(comm), NULL);
+  free(counts), free(rcounts), free(displs), free(send), free(recv);
+}
+
 int main(int argc, char** argv) {
   if (argc != 4) {
     fprintf(stderr, "usage: %s RANK NRANKS ID_FILE\n", argv[0]);
@@ -319,6 +526,12 @@ int main(int argc, char** argv) {
   test_p2p(comm);
   OK(goncclBarrier(comm, NULL), comm);
   test_bad_input(comm);
+  test_reduce(comm);
+  test_reduce_scatter(comm);
+  test_gather_scatter(comm);
+  test_alltoall(comm);
+  test_alltoallv(comm);
+  test_alltoallv_mismatch(argv[3]);
   OK(goncclCommDestroy(comm), NULL);
   float x = 0;
   goncclResult_t res = goncclAllReduce(&x, &x, 1, goncclFloat32, goncclSum, comm, NULL);
