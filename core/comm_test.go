@@ -467,3 +467,16 @@ func TestInvalidArguments(t *testing.T) {
 	_, err = c.Broadcast(buf, buf, 1, Float32, 1)
 	require.ErrorContains(t, err, "root 1 is out of range")
 }
+
+// A failure after an earlier successful exchange of the same operation must still be
+// reported (recursive doubling and the barrier exchange several times per operation).
+func TestLateFailureIsReported(t *testing.T) {
+	comms := memComms(t, 4, nil)
+	for _, c := range comms {
+		c.timeout = 300 * time.Millisecond
+	}
+	errs := onAll(t, comms[:3], func(c *Comm) (*Request, error) { return c.Barrier() }) // rank 3 never calls
+	for r, err := range errs {
+		require.Error(t, err, "rank %d reported success although rank 3 never entered the barrier", r)
+	}
+}

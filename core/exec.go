@@ -22,22 +22,28 @@ type exec struct {
 	chunkBytes   int
 	breakLinks   func() // closes every link: called on the first failure of an op
 
-	errOnce sync.Once
-	err     error
+	errMu sync.Mutex
+	err   error // the operation's first error
 }
 
 // fail records the operation's first error and closes the links, so that every
 // goroutine of the operation (and every peer) stops waiting.
 func (e *exec) fail(err error) {
-	e.errOnce.Do(func() {
+	e.errMu.Lock()
+	first := e.err == nil
+	if first {
 		e.err = err
+	}
+	e.errMu.Unlock()
+	if first {
 		e.breakLinks()
-	})
+	}
 }
 
 // result returns the operation's first error.
 func (e *exec) result() error {
-	e.errOnce.Do(func() {})
+	e.errMu.Lock()
+	defer e.errMu.Unlock()
 	return e.err
 }
 
@@ -109,6 +115,14 @@ func (e *exec) pipeline(nsend, nrecv int, need func(u int) int, sendUnit, recvUn
 		go func() {
 			defer wg.Done()
 			for u := 0; u < nsend; u++ {
+				// After a failure the first unit still goes out, within the links' grace
+				// period: its header lets the peer diagnose a mismatch itself.
+				mu.Lock()
+				s := stopped && u > 0
+				mu.Unlock()
+				if s {
+					return
+				}
 				if n := need(u); n > 0 {
 					mu.Lock()
 					for received < n && !stopped {

@@ -85,7 +85,8 @@ func (e *exec) pipelineWindow(nsend, nrecv int, need, free func(u int) int, send
 		go func() {
 			defer wg.Done()
 			for u := 0; u < nsend; u++ {
-				if !wait(&received, need(u)) {
+				// After a failure only the first unit still goes out (see exec.pipeline).
+				if !wait(&received, need(u)) && (u > 0 || received < need(u)) {
 					return
 				}
 				if err := sendUnit(u); err != nil {

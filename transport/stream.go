@@ -40,17 +40,19 @@ func (l *StreamLink) Peer() int { return l.peer }
 
 // Close implements Link.
 func (l *StreamLink) Close() error {
+	l.failAt.CompareAndSwap(0, 1) // long past: no more sends
 	l.failed.Store(true)
 	return l.conn.Close()
 }
 
 // Fail implements Link.
 func (l *StreamLink) Fail(grace time.Duration) {
-	if l.failed.Swap(true) {
+	now := time.Now()
+	// failAt is set before failed, so a Send that sees failed also sees its grace.
+	if !l.failAt.CompareAndSwap(0, now.Add(grace).UnixNano()) {
 		return
 	}
-	now := time.Now()
-	l.failAt.Store(now.Add(grace).UnixNano())
+	l.failed.Store(true)
 	_ = l.conn.SetReadDeadline(now)
 	_ = l.conn.SetWriteDeadline(now.Add(grace))
 	time.AfterFunc(grace, func() { l.conn.Close() })
