@@ -26,7 +26,7 @@ var Params = []Param{
 	{"GONCCL_TIMEOUT_MS", "1800000", "default timeout in ms for init and every operation (torch passes its own)"},
 	{"GONCCL_CHUNKSIZE", "524288", "bytes per pipelined chunk in ring and chain algorithms"},
 	{"GONCCL_LL_THRESHOLD", "65536", "bytes up to which all_reduce and broadcast use the latency algorithms"},
-	{"GONCCL_ALGO", "", "force algorithms, e.g. allreduce:ring or allreduce:rd,broadcast:chain"},
+	{"GONCCL_ALGO", "", "force algorithms: allreduce:ring|rd, broadcast:tree|chain, reduce:tree|chain (comma-separated)"},
 	{"GONCCL_GOMAXPROCS", "", "GOMAXPROCS for the Go runtime; default max(2, cores / ranks on this host)"},
 }
 
@@ -125,11 +125,12 @@ func parseAlgo(s string) (map[string]string, error) {
 var algoChoices = map[string][]string{
 	"allreduce": {"ring", "rd"},
 	"broadcast": {"tree", "chain"},
+	"reduce":    {"tree", "chain"},
 }
 
 func algoHelp() string {
 	var parts []string
-	for _, coll := range []string{"allreduce", "broadcast"} {
+	for _, coll := range []string{"allreduce", "broadcast", "reduce"} {
 		for _, a := range algoChoices[coll] {
 			parts = append(parts, coll+":"+a)
 		}
