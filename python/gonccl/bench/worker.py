@@ -1,0 +1,270 @@
+"""One rank of a collective benchmark (launched by gonccl.bench or torchrun).
+
+The default process group is Gloo and only coordinates (barriers, the MAX of the
+times, the sum of #wrong); every measured backend gets its own group over all ranks,
+and for each size the backends run one after the other, so a ratio compares runs
+made under the same machine load.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from gonccl.bench import collectives as C
+from gonccl.bench import report
+
+AVERAGE_NAMES = {0: "rank 0", 1: "average over ranks", 2: "min over ranks", 3: "max over ranks"}
+
+
+def memcpy_bandwidth(nbytes: int, iters: int) -> float:
+    """GB/s of a single-threaded torch copy_ of nbytes (bytes copied / time)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        src = torch.ones(nbytes, dtype=torch.uint8)
+        dst = torch.empty(nbytes, dtype=torch.uint8)
+        for _ in range(2):
+            dst.copy_(src)
+        best = float("inf")
+        for _ in range(max(iters, 3)):
+            t0 = time.perf_counter()
+            dst.copy_(src)
+            best = min(best, time.perf_counter() - t0)
+        return nbytes / best / 1e9
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _combine(value: float, how: int, nranks: int) -> float:
+    t = torch.tensor([value], dtype=torch.float64)
+    if how == 0:
+        dist.broadcast(t, src=0)
+    elif how == 1:
+        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        t /= nranks
+    else:
+        dist.all_reduce(t, op=dist.ReduceOp.MIN if how == 2 else dist.ReduceOp.MAX)
+    return float(t.item())
+
+
+def _agree_error(msg: str | None) -> str | None:
+    """All ranks learn whether any rank failed (so all skip the same measurement)."""
+    flag = torch.tensor([1 if msg else 0], dtype=torch.int64)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    if flag.item() == 0:
+        return None
+    return msg or "failed on another rank"
+
+
+def measure(inst: C.Instance, args, nranks: int) -> dict:
+    """#wrong (if checking), then the timed loop; returns time/algbw/busbw/#wrong."""
+    wrong = None
+    err = None
+    try:
+        if args.check:
+            bad = 0
+            for _ in range(args.check):
+                inst.fill_check()
+                for w in inst.start():
+                    w.wait()
+                bad += inst.wrong()
+            wrong = bad
+        for _ in range(args.warmup_iters):
+            for w in inst.start():
+                w.wait()
+    except Exception as e:  # noqa: BLE001 - reported in the table, the run goes on
+        err = f"{type(e).__name__}: {e}"
+    err = _agree_error(err)
+    if err:
+        return {"error": err}
+    t = torch.tensor([wrong or 0], dtype=torch.int64)
+    dist.all_reduce(t)
+    if wrong is not None:
+        wrong = int(t.item())
+    try:
+        dist.barrier()
+        t0 = time.perf_counter()
+        if args.blocking:
+            for _ in range(args.iters):
+                for w in inst.start():
+                    w.wait()
+        else:
+            works = []
+            for _ in range(args.iters):
+                works.extend(inst.start())
+            for w in works:
+                w.wait()
+        local = (time.perf_counter() - t0) / args.iters
+    except Exception as e:  # noqa: BLE001
+        err = f"{type(e).__name__}: {e}"
+        local = 0.0
+    err = _agree_error(err)
+    if err:
+        return {"error": err}
+    sec = _combine(local, args.average, nranks)
+    algbw = inst.shape.size / sec / 1e9 if sec > 0 else float("nan")
+    return {
+        "time_us": sec * 1e6,
+        "algbw": algbw,
+        "busbw": algbw * C.busbw_factor(inst.coll, nranks),
+        "wrong": wrong,
+    }
+
+
+def sizes(args) -> list[int]:
+    out = []
+    s = args.minbytes
+    while s <= args.maxbytes:
+        out.append(s)
+        if args.stepfactor > 1:
+            s *= args.stepfactor
+        elif args.stepbytes > 0:
+            s += args.stepbytes
+        else:
+            break
+    return out
+
+
+def run(args) -> int:
+    rank = int(os.environ["RANK"])
+    nranks = int(os.environ["WORLD_SIZE"])
+    timeout = timedelta(seconds=args.pg_timeout)
+    dist.init_process_group("gloo", rank=rank, world_size=nranks, timeout=timeout)
+    try:
+        return _run(args, rank, nranks, timeout)
+    finally:
+        dist.destroy_process_group()
+
+
+def _run(args, rank: int, nranks: int, timeout) -> int:
+    coll = args.coll
+    dtype = C.DTYPES[args.datatype]
+    elsize = torch.empty(0, dtype=dtype).element_size()
+    if coll == "sendrecv" and nranks < 2:
+        raise SystemExit("gonccl.bench: sendrecv needs at least 2 ranks")
+    if coll in C.ROOTED and not 0 <= args.root < nranks:
+        raise SystemExit(f"gonccl.bench: root {args.root} is not a rank of {nranks}")
+    groups = {b: dist.new_group(backend=b, timeout=timeout) for b in args.backends}
+    with_ratio = "gonccl" in groups and "gloo" in groups
+    say = rank == 0
+
+    # the physical reference: rank 0 copies while the others wait
+    mem = None
+    if args.memcpy:
+        if rank == 0:
+            mem = memcpy_bandwidth(max(args.maxbytes, 1), args.iters)
+        dist.barrier()
+
+    redop = args.op if coll in C.REDUCING else "none"
+    root = args.root if coll in C.ROOTED else None
+    if coll in C.SPLIT:
+        convention = "size = bytes of the larger buffer (all ranks' data), count = elements per rank"
+    else:
+        convention = "size = bytes of the buffer, count = its elements"
+    if say:
+        b, f = C.BUSBW_FACTORS[coll][1], args.stepfactor
+        step = f"{f}(factor)" if f > 1 else f"{args.stepbytes}(bytes)"
+        report.print_lines([
+            f"# gonccl.bench {coll}: nranks {nranks} minBytes {args.minbytes} maxBytes {args.maxbytes} "
+            f"step: {step} warmup iters: {args.warmup_iters} iters: {args.iters} validation: {args.check} "
+            f"blocking: {args.blocking}",
+            f"# backends: {','.join(args.backends)}   torch {torch.__version__}   host {socket.gethostname()}   "
+            f"OMP/intra-op threads per rank: {torch.get_num_threads()}",
+            f"# time: average of {args.iters} iters after {args.warmup_iters} warm-up, "
+            f"{AVERAGE_NAMES[args.average]}; algbw = size/time (1 GB = 1e9 B); "
+            f"busbw = algbw * {b} (nccl-tests PERFORMANCE.md)",
+            f"# {convention}",
+            "# forms torch lacks print N/A"
+            + ("; ratio = gonccl busbw / gloo busbw (in-place if the collective has it, else out-of-place)"
+               if with_ratio else ""),
+            "#",
+            (f"# memcpy reference: torch copy_ of {args.maxbytes} B, 1 thread, rank 0 alone: {mem:.2f} GB/s"
+             if mem is not None else "# memcpy reference: skipped (--no-memcpy)"),
+            "#",
+            *report.header_lines(with_ratio),
+        ])
+
+    rows = []
+    oop_form, ip_form = C.FORMS[coll]
+    skipped = []
+    for nbytes in sizes(args):
+        shape = C.shape_for(coll, nbytes, elsize, nranks)
+        if shape is None:
+            skipped.append(nbytes)
+            continue
+        size_rows = []
+        for backend, group in groups.items():
+            row = {
+                "size": shape.size, "count": shape.count, "type": C.TYPE_NAMES[dtype],
+                "redop": redop, "root": root, "backend": backend, "oop": None, "ip": None,
+            }
+            for form, present in (("oop", oop_form), ("ip", ip_form)):
+                if not present:
+                    continue
+                inst = C.Instance(coll, group, shape, dtype, args.op, args.root, form == "ip", rank, nranks)
+                row[form] = measure(inst, args, nranks)
+                del inst
+            size_rows.append(row)
+        if with_ratio:
+            by = {r["backend"]: r for r in size_rows}
+            form = "ip" if ip_form else "oop"
+            g, o = by["gonccl"][form], by["gloo"][form]
+            if g and o and not g.get("error") and not o.get("error") and o["busbw"] > 0:
+                by["gonccl"]["ratio"] = g["busbw"] / o["busbw"]
+        if say:
+            report.print_lines([report.row_line(r, with_ratio) for r in size_rows])
+        rows.extend(size_rows)
+
+    if not say:
+        return 0
+    lines = []
+    if skipped:
+        lines.append(f"# skipped sizes that hold no element per rank: {skipped}")
+    errors = {}
+    for r in rows:
+        for form in ("oop", "ip"):
+            if r[form] and r[form].get("error"):
+                errors.setdefault((r["backend"], form), (r["size"], r[form]["error"]))
+    for (backend, form), (size, msg) in errors.items():
+        lines.append(f"# {backend} {form} failed (first at size {size}): {msg.splitlines()[0][:300]}")
+    total_wrong = 0
+    for backend in args.backends:
+        vals = []
+        for r in rows:
+            if r["backend"] != backend:
+                continue
+            res = r["ip"] if ip_form else r["oop"]
+            if res and not res.get("error"):
+                vals.append(res["busbw"])
+            for form in ("oop", "ip"):
+                if r[form] and not r[form].get("error") and r[form]["wrong"]:
+                    total_wrong += r[form]["wrong"]
+        avg = sum(vals) / len(vals) if vals else float("nan")
+        lines.append(f"# {backend:>7}: Avg bus bandwidth    : {avg:.4f} GB/s ({'in' if ip_form else 'out-of'}-place)")
+    lines.append(f"# Out of bounds values : {total_wrong} {'OK' if total_wrong == 0 else 'FAILED'}")
+    report.print_lines(lines + ["#"])
+
+    doc = {
+        "tool": "gonccl.bench", "coll": coll, "nranks": nranks, "backends": args.backends,
+        "type": C.TYPE_NAMES[dtype], "redop": redop, "root": root,
+        "iters": args.iters, "warmup_iters": args.warmup_iters, "check": args.check,
+        "time_across_ranks": AVERAGE_NAMES[args.average], "blocking": args.blocking,
+        "busbw_factor": C.BUSBW_FACTORS[coll][1], "size_convention": convention,
+        "memcpy_GBps": mem, "rows": rows,
+    }
+    if args.json:
+        report.write_json(args.json, doc)
+        print(f"# wrote {args.json}", flush=True)
+    if args.plot:
+        err = report.plot(args.plot, doc)
+        if err:
+            print(f"# gonccl.bench: {err}", flush=True)
+            return 3
+        print(f"# wrote {args.plot}", flush=True)
+    return 1 if total_wrong else 0
