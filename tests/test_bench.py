@@ -1,0 +1,108 @@
+"""Smoke test of the bench tool (python -m gonccl.bench): tiny sizes, 2 ranks, gonccl
+and gloo in one run, -c 1. It checks the tool, not gonccl's speed: the table has
+nccl-tests' columns, one row per (size, backend), #wrong is 0 everywhere, busbw is
+algbw times the collective's factor, the JSON agrees with the table, and a rank that
+cannot rendezvous does not outlive the --timeout.
+
+The tool runs through bench/run.py, which uses the installed gonccl.bench if setup.py
+installed it and this checkout's python/gonccl/bench otherwise.
+"""
+
+import json
+import os
+import re
+
+import pytest
+
+import _harness
+
+RUNNER = os.path.join(_harness.REPO_ROOT, "bench", "run.py")
+TIMEOUT = 120
+
+
+def bench(tmp_path, *args, timeout=TIMEOUT):
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    run = _harness.run_processes(
+        [[_harness.PYTHON, RUNNER, *args]], timeout=timeout, envs=[env], cwd=str(tmp_path), names=["bench"]
+    )
+    return run
+
+
+def table_rows(out: str) -> list[list[str]]:
+    return [line.split() for line in out.splitlines() if line.strip() and not line.startswith("#")]
+
+
+@pytest.mark.timeout(TIMEOUT + 30)
+@pytest.mark.parametrize("coll,factor", [("all_reduce", 1.0), ("all_gather", 0.5)])
+def test_bench_table(tmp_path, coll, factor):
+    out_json = tmp_path / "out.json"
+    run = bench(tmp_path, coll, "-b", "8", "-e", "64K", "-f", "32", "-n", "3", "-w", "1", "-c", "1",
+                "--backends", "gonccl,gloo", "-np", "2", "--json", str(out_json))
+    run.assert_ok(f"gonccl.bench {coll}")
+    out = run.procs[0].stdout
+    header = [line for line in out.splitlines() if line.startswith("#") and "#wrong" in line]
+    assert header, out
+    for col in ("size", "count", "type", "redop", "root", "backend", "time", "algbw", "busbw", "#wrong", "ratio"):
+        assert col in header[0], f"column {col!r} missing:\n{out}"
+    assert header[0].count("#wrong") == 2 and "out-of-place" in out and "in-place" in out, out
+    assert re.search(r"# memcpy reference: .* [0-9.]+ GB/s", out), out
+
+    rows = table_rows(out)
+    # sizes 8, 256, 8192 (all_gather: 2 ranks split 8 B into 1 float each), gonccl and gloo each
+    assert [(r[0], r[5]) for r in rows] == [
+        (s, b) for s in ("8", "256", "8192") for b in ("gonccl", "gloo")
+    ], out
+    for r in rows:
+        assert r[2] == "float", out
+        # out-of-place: cols 6-9, in-place: cols 10-13
+        halves = [r[6:10], r[10:14]] if coll == "all_gather" else [r[10:14]]
+        if coll == "all_reduce":
+            assert r[6:10] == ["N/A"] * 4, f"all_reduce has no out-of-place form in torch:\n{out}"
+        for h in halves:
+            assert h[3] == "0", f"wrong elements:\n{out}"
+            assert float(h[0]) > 0, out
+        if r[5] == "gonccl":
+            assert r[-1].endswith("x"), f"no gonccl/gloo ratio:\n{out}"
+    assert "# Out of bounds values : 0 OK" in out, out
+
+    doc = json.loads(out_json.read_text())
+    assert doc["coll"] == coll and doc["nranks"] == 2 and doc["backends"] == ["gonccl", "gloo"]
+    assert len(doc["rows"]) == 6
+    for row in doc["rows"]:
+        for form in ("oop", "ip"):
+            res = row[form]
+            if res is None:
+                continue
+            assert res["wrong"] == 0
+            assert res["busbw"] == pytest.approx(res["algbw"] * factor)
+            assert res["algbw"] == pytest.approx(row["size"] / (res["time_us"] * 1e-6) / 1e9)
+    if coll == "all_gather":
+        # nccl-tests' convention: size = the gathered buffer, count = elements per rank
+        assert [(r["size"], r["count"]) for r in doc["rows"][::2]] == [(8, 1), (256, 32), (8192, 1024)]
+
+
+def procs_in(cwd) -> list[int]:
+    """pids of live processes whose working directory is cwd."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.readlink(f"/proc/{entry}/cwd") == str(cwd):
+                    found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+@pytest.mark.timeout(60)
+def test_bench_launcher_timeout_kills_ranks(tmp_path):
+    """A run longer than --timeout ends with exit code 124 and a message, and the
+    launcher leaves no rank behind."""
+    run = bench(tmp_path, "all_reduce", "-b", "64M", "-e", "64M", "-n", "1000", "--backends", "gloo",
+                "-np", "2", "--timeout", "3", "--no-memcpy", timeout=50)
+    assert not run.timed_out, run.describe()
+    assert run.procs[0].returncode == 124, run.describe()
+    assert "timed out after 3 s" in run.procs[0].stderr, run.describe()
+    assert procs_in(tmp_path) == [], "ranks outlived the launcher"
