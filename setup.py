@@ -71,7 +71,7 @@ class BuildGoncclExt(BuildExtension):
 
 setup(
     package_dir={"": "python"},
-    packages=["gonccl"],
+    packages=["gonccl", "gonccl.bench"],
     package_data={"gonccl": ["libgonccl.so", "include/gonccl.h"]},
     ext_modules=[
         CppExtension(
