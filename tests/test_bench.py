@@ -50,9 +50,10 @@ def test_bench_table(tmp_path, coll, factor):
     assert re.search(r"# memcpy reference: .* [0-9.]+ GB/s", out), out
 
     rows = table_rows(out)
-    # sizes 8, 256, 8192 (all_gather: 2 ranks split 8 B into 1 float each), gonccl and gloo each
+    # sizes 8, 256, 8192 and then -e, 65536 (all_gather: 2 ranks split 8 B into 1 float
+    # each), gonccl and gloo each
     assert [(r[0], r[5]) for r in rows] == [
-        (s, b) for s in ("8", "256", "8192") for b in ("gonccl", "gloo")
+        (s, b) for s in ("8", "256", "8192", "65536") for b in ("gonccl", "gloo")
     ], out
     for r in rows:
         assert r[2] == "float", out
@@ -69,7 +70,7 @@ def test_bench_table(tmp_path, coll, factor):
 
     doc = json.loads(out_json.read_text())
     assert doc["coll"] == coll and doc["nranks"] == 2 and doc["backends"] == ["gonccl", "gloo"]
-    assert len(doc["rows"]) == 6
+    assert len(doc["rows"]) == 8
     for row in doc["rows"]:
         for form in ("oop", "ip"):
             res = row[form]
@@ -80,7 +81,7 @@ def test_bench_table(tmp_path, coll, factor):
             assert res["algbw"] == pytest.approx(row["size"] / (res["time_us"] * 1e-6) / 1e9)
     if coll == "all_gather":
         # nccl-tests' convention: size = the gathered buffer, count = elements per rank
-        assert [(r["size"], r["count"]) for r in doc["rows"][::2]] == [(8, 1), (256, 32), (8192, 1024)]
+        assert [(r["size"], r["count"]) for r in doc["rows"][::2]] == [(8, 1), (256, 32), (8192, 1024), (65536, 8192)]
 
 
 def procs_in(cwd) -> list[int]:

@@ -117,7 +117,7 @@ def measure(inst: C.Instance, args, nranks: int) -> dict:
     }
 
 
-def sizes(args) -> list[int]:
+def sizes(args, add_max: bool = True) -> list[int]:
     out = []
     s = args.minbytes
     while s <= args.maxbytes:
@@ -128,6 +128,9 @@ def sizes(args) -> list[int]:
             s += args.stepbytes
         else:
             break
+    if add_max and out and out[-1] != args.maxbytes:
+        # unlike nccl-tests, always end at -e (so -b 8 -e 64M -f 4 measures 64M too)
+        out.append(args.maxbytes)
     return out
 
 
@@ -170,6 +173,8 @@ def _run(args, rank: int, nranks: int, timeout) -> int:
     if say:
         b, f = C.BUSBW_FACTORS[coll][1], args.stepfactor
         step = f"{f}(factor)" if f > 1 else f"{args.stepbytes}(bytes)"
+        if sizes(args) != sizes(args, add_max=False):
+            step += ", then maxBytes"
         report.print_lines([
             f"# gonccl.bench {coll}: nranks {nranks} minBytes {args.minbytes} maxBytes {args.maxbytes} "
             f"step: {step} warmup iters: {args.warmup_iters} iters: {args.iters} validation: {args.check} "
