@@ -39,6 +39,10 @@ type integer interface {
 // of a complex result, is canonical, so op(a, b) and op(b, a) give identical
 // bits for all inputs.
 //
+// On x86-64 CPUs with AVX2 and F16C, large buffers of integers and real
+// floats go to vector kernels (reduce_kernels_amd64.c) that give the same
+// bits as the loops below, which remain the portable fallback.
+//
 // ReduceInto does not allocate unless it returns an error. Errors wrap
 // ErrInvalidArgument or ErrNotSupported (see CheckReduction) and leave dst
 // unchanged.
@@ -54,7 +58,7 @@ func ReduceInto(dst, src []byte, dt DataType, op RedOp) error {
 		return fmt.Errorf("%w: ReduceInto: %d bytes is not a whole number of %v elements", ErrInvalidArgument, len(dst), dt)
 	}
 	n := len(dst) / size
-	if n == 0 {
+	if n == 0 || reduceVector(dst, src, n, dt, op) {
 		return nil
 	}
 	switch dt {
@@ -111,7 +115,7 @@ func DivideBy(buf []byte, dt DataType, n int) error {
 		return fmt.Errorf("%w: DivideBy: %d bytes is not a whole number of %v elements", ErrInvalidArgument, len(buf), dt)
 	}
 	count := len(buf) / size
-	if count == 0 {
+	if count == 0 || divideVector(buf, count, dt, n) {
 		return nil
 	}
 	switch dt {
