@@ -204,4 +204,3 @@ func TestReduceIntoVectorDoesNotAllocate(t *testing.T) {
 		}
 	}
 }
-
