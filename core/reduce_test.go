@@ -382,29 +382,80 @@ func TestReduceDivideByErrors(t *testing.T) {
 	require.NoError(t, DivideBy(nil, Float64, 3))
 }
 
+// BenchmarkReduceInto times ReduceInto with the vector kernels (path=vector)
+// and with the pure-Go loops (path=go), next to a plain copy of the same
+// size (memmove), the physical reference. Bytes are those of dst: a
+// reduction reads two buffers and writes one, a copy reads one and writes one.
 func BenchmarkReduceInto(b *testing.B) {
-	const size = 1 << 20
+	sizes := []int{64 << 10, 1 << 20, 16 << 20}
+	for _, size := range sizes {
+		b.Run(fmt.Sprintf("memmove/%s", benchSize(size)), func(b *testing.B) {
+			dst, src := alignedBytes(size), alignedBytes(size)
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			for b.Loop() {
+				copy(dst, src)
+			}
+		})
+	}
+	type benchCase struct {
+		dt   DataType
+		op   RedOp
+		size int
+	}
+	var cases []benchCase
+	for _, dt := range []DataType{Float32, Float16, Bfloat16, Float64, Int32} {
+		for _, size := range sizes {
+			cases = append(cases, benchCase{dt, Sum, size})
+		}
+	}
 	for _, dt := range []DataType{Float32, Float16, Bfloat16} {
-		for _, op := range []RedOp{Sum, Max} {
-			b.Run(fmt.Sprintf("%v/%v", dt, op), func(b *testing.B) {
-				rng := rand.New(rand.NewPCG(1, 2))
-				n := size / dt.Size()
-				dst, src := alignedBytes(size), alignedBytes(size)
-				for i := range n {
-					// Moderate finite values: the common case.
-					refPutElem(dst, dt, i, benchElem(dt, rng.Float32()*2-1))
-					refPutElem(src, dt, i, benchElem(dt, rng.Float32()*2-1))
+		cases = append(cases, benchCase{dt, Max, 1 << 20})
+	}
+	for _, c := range cases {
+		for _, vec := range []bool{true, false} {
+			path := "go"
+			if vec {
+				path = "vector"
+			}
+			b.Run(fmt.Sprintf("%v/%v/%s/path=%s", c.dt, c.op, benchSize(c.size), path), func(b *testing.B) {
+				if vec && !vectorReductions {
+					b.Skip("no vector reduction kernels in this build or on this CPU")
 				}
-				b.SetBytes(size)
+				avail := vectorReductions
+				vectorReductions = vec
+				defer func() { vectorReductions = avail }()
+				dst, src := benchBuffers(c.dt, c.size)
+				b.SetBytes(int64(c.size))
 				b.ReportAllocs()
 				for b.Loop() {
-					if err := ReduceInto(dst, src, dt, op); err != nil {
+					if err := ReduceInto(dst, src, c.dt, c.op); err != nil {
 						b.Fatal(err)
 					}
 				}
 			})
 		}
 	}
+}
+
+// benchBuffers returns dst and src of size bytes of moderate finite dt
+// values: the common case.
+func benchBuffers(dt DataType, size int) (dst, src []byte) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	dst, src = alignedBytes(size), alignedBytes(size)
+	for i := range size / dt.Size() {
+		refPutElem(dst, dt, i, benchElem(dt, rng.Float32()*2-1))
+		refPutElem(src, dt, i, benchElem(dt, rng.Float32()*2-1))
+	}
+	return dst, src
+}
+
+// benchSize names a byte count in KiB or MiB.
+func benchSize(n int) string {
+	if n >= 1<<20 {
+		return fmt.Sprintf("%dMiB", n>>20)
+	}
+	return fmt.Sprintf("%dKiB", n>>10)
 }
 
 // benchElem encodes f as a dt element for benchmarks.
@@ -414,6 +465,10 @@ func benchElem(dt DataType, f float32) uint64 {
 		return uint64(Float32ToFloat16(f))
 	case Bfloat16:
 		return uint64(Float32ToBfloat16(f))
+	case Float64:
+		return math.Float64bits(float64(f))
+	case Int32:
+		return uint64(uint32(int32(f * 1000)))
 	default:
 		return uint64(math.Float32bits(f))
 	}

@@ -204,3 +204,29 @@ func TestReduceIntoVectorDoesNotAllocate(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkReduceIntoSmall finds the size below which a cgo call to the
+// kernels costs more than the pure-Go loops (vectorMinBytes).
+func BenchmarkReduceIntoSmall(b *testing.B) {
+	for _, dt := range []DataType{Float32, Float64, Int32, Int8, Float16, Bfloat16} {
+		for _, size := range []int{128, 256, 512, 1024, 2048, 4096} {
+			for _, vec := range []bool{true, false} {
+				b.Run(fmt.Sprintf("%v/%dB/vector=%v", dt, size, vec), func(b *testing.B) {
+					if vec && !vectorReductions {
+						b.Skip("no vector reduction kernels in this build or on this CPU")
+					}
+					avail, minBytes := vectorReductions, vectorMinBytes
+					vectorReductions, vectorMinBytes = vec, 0
+					defer func() { vectorReductions, vectorMinBytes = avail, minBytes }()
+					dst, src := benchBuffers(dt, size)
+					b.SetBytes(int64(size))
+					for b.Loop() {
+						if err := ReduceInto(dst, src, dt, Sum); err != nil {
+							b.Fatal(err)
+						}
+					}
+				})
+			}
+		}
+	}
+}
