@@ -11,8 +11,11 @@ import (
 	"time"
 )
 
-// headerSize is the encoded size of a Header on the wire.
-const headerSize = 44
+// HeaderSize is the encoded size of a Header on the wire.
+const HeaderSize = 44
+
+// headerSize is HeaderSize, for this package's own use.
+const headerSize = HeaderSize
 
 // frameMagic starts every frame so a stray byte stream is recognised at once.
 const frameMagic = 0x474e4346 // "GNCF"
@@ -37,6 +40,10 @@ func NewStreamLink(peer int, conn net.Conn) *StreamLink {
 
 // Peer implements Link.
 func (l *StreamLink) Peer() int { return l.peer }
+
+// Conn returns the connection under the link, for a transport that takes it over
+// (shm keeps it open as the pair's liveness channel). Do not use the link after that.
+func (l *StreamLink) Conn() net.Conn { return l.conn }
 
 // Close implements Link.
 func (l *StreamLink) Close() error {
@@ -125,6 +132,13 @@ func wrapErr(peer int, what string, err error) error {
 		return fmt.Errorf("%s rank %d: %w (%v)", what, peer, ErrPeerClosed, err)
 	}
 }
+
+// EncodeHeader writes h, with payload length n, into b (at least HeaderSize bytes),
+// exactly as StreamLink sends it.
+func EncodeHeader(b []byte, h *Header, n uint32) { encodeHeader(b, h, n) }
+
+// DecodeHeader parses a header written by EncodeHeader.
+func DecodeHeader(b []byte) (Header, error) { return decodeHeader(b) }
 
 func encodeHeader(b []byte, h *Header, n uint32) {
 	binary.LittleEndian.PutUint32(b[0:], frameMagic)
