@@ -1,0 +1,334 @@
+package shm
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gonccl/gonccl/transport"
+)
+
+// DefaultRingSize is the bytes of each direction's ring.
+const DefaultRingSize = 4 << 20
+
+// pieceMax bounds how much a sender copies before publishing it, so the receiver can
+// copy out one piece while the next is copied in.
+const pieceMax = 64 << 10
+
+// Spin bounds: a wait first polls for up to a spin time (adapted per direction
+// between these), then sleeps on the futex. Waking a futex sleeper costs a few
+// microseconds on each side, about the time a piece takes to copy, so a short poll
+// keeps a streaming pair out of the kernel; a long one would steal the core the peer
+// needs when ranks outnumber cores.
+const (
+	minSpin = 2 * time.Microsecond
+	maxSpin = 50 * time.Microsecond
+)
+
+var (
+	errFailed = fmt.Errorf("link shut down after an earlier error: %w", transport.ErrPeerClosed)
+	errClosed = fmt.Errorf("link closed: %w", transport.ErrPeerClosed)
+)
+
+// Link is a transport.Link over a shared-memory segment. One goroutine may send while
+// another receives.
+type Link struct {
+	peer int
+	side int // 0: created the segment, 1: opened it
+	conn net.Conn
+
+	mu  sync.RWMutex // read-held by every call; Close write-holds it to unmap
+	seg *segment     // nil once closed
+	tx  ring         // this side produces
+	rx  ring         // this side consumes
+
+	head uint64 // tx bytes written (the sender's own copy)
+	pub  uint64 // tx bytes published to the peer
+	tail uint64 // rx bytes read (the receiver's own copy)
+
+	closing  atomic.Bool   // Close has begun
+	failed   atomic.Bool   // Fail was called: receiving stops
+	failAt   atomic.Int64  // unix ns after which a failed link sends no more
+	peerGone atomic.Bool   // the liveness connection reached EOF
+	sendSpin time.Duration // adaptive spin budgets, one per direction
+	recvSpin time.Duration
+	once     sync.Once
+	hb       [transport.HeaderSize]byte // send header buffer
+	rb       [transport.HeaderSize]byte // receive header buffer
+}
+
+func newLink(peer, side int, seg *segment, conn net.Conn) *Link {
+	l := &Link{peer: peer, side: side, conn: conn, seg: seg,
+		tx: seg.ring(side), rx: seg.ring(1 - side), sendSpin: maxSpin, recvSpin: maxSpin}
+	l.head = l.tx.head.Load()
+	l.pub = l.head
+	l.tail = l.rx.tail.Load()
+	go l.watch()
+	return l
+}
+
+// watch reads the liveness connection: nothing is ever sent on it, so its return
+// (EOF when the peer closes or dies, an error when we close) means the pair is over.
+func (l *Link) watch() {
+	var b [1]byte
+	_, _ = l.conn.Read(b[:])
+	l.peerGone.Store(true)
+	l.mu.RLock()
+	if l.seg != nil {
+		kick(l.rx.dataEv)
+		kick(l.tx.spaceEv)
+	}
+	l.mu.RUnlock()
+}
+
+// Peer implements transport.Link.
+func (l *Link) Peer() int { return l.peer }
+
+// Fail implements transport.Link.
+func (l *Link) Fail(grace time.Duration) {
+	if !l.failAt.CompareAndSwap(0, time.Now().Add(grace).UnixNano()) {
+		return
+	}
+	l.failed.Store(true)
+	l.mu.RLock()
+	if l.seg != nil {
+		kick(l.rx.dataEv) // a blocked Recv returns at once
+	}
+	l.mu.RUnlock()
+	time.AfterFunc(grace, func() { l.Close() })
+}
+
+// Close implements transport.Link: it tells the peer (through the segment and by
+// closing the liveness connection), wakes every waiter on both sides, waits for this
+// side's calls to return and unmaps the segment.
+func (l *Link) Close() error {
+	var err error
+	l.once.Do(func() {
+		l.failAt.CompareAndSwap(0, 1)
+		l.closing.Store(true)
+		s := l.seg
+		s.closed(l.side).Store(1)
+		for i := 0; i < 2; i++ {
+			r := s.ring(i)
+			kick(r.dataEv)
+			kick(r.spaceEv)
+		}
+		err = l.conn.Close()
+		l.mu.Lock()
+		l.seg = nil
+		err = errors.Join(err, s.unmap())
+		l.mu.Unlock()
+	})
+	return err
+}
+
+// gone reports why the peer will never move its counters again, or nil.
+func (l *Link) gone() bool {
+	return l.peerGone.Load() || l.seg.closed(1-l.side).Load() != 0
+}
+
+// Send implements transport.Link.
+func (l *Link) Send(h *transport.Header, p []byte, deadline time.Time) error {
+	if uint64(len(p)) > uint64(^uint32(0)) {
+		return fmt.Errorf("frame of %d bytes is too large", len(p))
+	}
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.seg == nil || l.closing.Load() {
+		return l.wrap("send to", errClosed)
+	}
+	if l.failed.Load() {
+		// Still send within the grace period, like StreamLink: the frame tells the peer
+		// what this rank was doing.
+		if at := time.Unix(0, l.failAt.Load()); deadline.IsZero() || at.Before(deadline) {
+			deadline = at
+		}
+	}
+	transport.EncodeHeader(l.hb[:], h, uint32(len(p)))
+	if err := l.write(l.hb[:], deadline); err != nil {
+		return l.wrap("send to", err)
+	}
+	if err := l.write(p, deadline); err != nil {
+		return l.wrap("send to", err)
+	}
+	l.publish()
+	return nil
+}
+
+// write copies b into the tx ring, waiting for space as needed. It publishes what it
+// has copied before every wait and after every pieceMax bytes; the caller publishes
+// the rest.
+func (l *Link) write(b []byte, deadline time.Time) error {
+	r := &l.tx
+	size := uint64(len(r.data))
+	for len(b) > 0 {
+		free := size - (l.head - r.tail.Load())
+		if free == 0 {
+			l.publish()
+			if err := l.wait(false, deadline); err != nil {
+				return err
+			}
+			continue
+		}
+		raceAcquire()
+		n := min(free, uint64(len(b)), pieceMax)
+		at := l.head & r.mask
+		k := uint64(copy(r.data[at:], b[:n]))
+		copy(r.data, b[k:n])
+		l.head += n
+		b = b[n:]
+		if l.head-l.pub >= pieceMax {
+			l.publish()
+		}
+	}
+	return nil
+}
+
+// publish makes the bytes written so far visible to the receiver and wakes it if it
+// sleeps.
+func (l *Link) publish() {
+	if l.pub == l.head {
+		return
+	}
+	l.pub = l.head
+	raceRelease()
+	l.tx.head.Store(l.head)
+	notify(l.tx.dataEv, l.tx.dataWait)
+}
+
+// Recv implements transport.Link.
+func (l *Link) Recv(want *transport.Header, p []byte, deadline time.Time) error {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.seg == nil || l.closing.Load() {
+		return l.wrap("receive from", errClosed)
+	}
+	if l.failed.Load() {
+		return l.wrap("receive from", errFailed)
+	}
+	if err := l.read(l.rb[:], deadline); err != nil {
+		return l.wrap("receive from", err)
+	}
+	got, err := transport.DecodeHeader(l.rb[:])
+	if err != nil {
+		return fmt.Errorf("receive from rank %d: %w", l.peer, err)
+	}
+	w := *want
+	w.Len = uint32(len(p))
+	if got != w {
+		return &transport.MismatchError{Peer: l.peer, Want: w, Got: got}
+	}
+	if err := l.read(p, deadline); err != nil {
+		return l.wrap("receive from", err)
+	}
+	return nil
+}
+
+// read copies len(b) bytes out of the rx ring, waiting for them as needed, and frees
+// the space of each piece as soon as it is copied.
+func (l *Link) read(b []byte, deadline time.Time) error {
+	r := &l.rx
+	for len(b) > 0 {
+		avail := r.head.Load() - l.tail
+		if avail == 0 {
+			if err := l.wait(true, deadline); err != nil {
+				return err
+			}
+			continue
+		}
+		raceAcquire()
+		n := min(avail, uint64(len(b)), pieceMax)
+		at := l.tail & r.mask
+		k := uint64(copy(b[:n], r.data[at:]))
+		copy(b[k:n], r.data)
+		l.tail += n
+		b = b[n:]
+		raceRelease()
+		r.tail.Store(l.tail)
+		notify(r.spaceEv, r.spaceWait)
+	}
+	return nil
+}
+
+// wait blocks until the rx ring has data (recv) or the tx ring has space (!recv), the
+// link stops, or the deadline passes.
+//
+// It spins first (adapting the budget: doubled when the spin was enough, halved when
+// not), then sleeps on the event word. The sleeper sets its wait flag, then reads the
+// event word, then re-checks the counter; the other side stores the counter, then
+// reads the wait flag and, if set, bumps the event word and wakes. Go's atomics are
+// sequentially consistent, so either the sleeper sees the new counter or the other
+// side sees the flag and bumps the word, and FUTEX_WAIT then returns at once.
+func (l *Link) wait(recv bool, deadline time.Time) error {
+	ready := func() bool {
+		if recv {
+			return l.rx.head.Load() != l.tail
+		}
+		return l.head-l.tx.tail.Load() < uint64(len(l.tx.data))
+	}
+	spin := &l.sendSpin
+	ev, flag := l.tx.spaceEv, l.tx.spaceWait
+	if recv {
+		spin = &l.recvSpin
+		ev, flag = l.rx.dataEv, l.rx.dataWait
+	}
+	start := time.Now()
+	for i := 1; ; i++ {
+		if ready() {
+			*spin = min(2**spin, maxSpin)
+			return nil
+		}
+		if i%64 == 0 {
+			if err := l.stopped(recv); err != nil {
+				return err
+			}
+			if time.Since(start) > *spin {
+				break
+			}
+			runtime.Gosched()
+		}
+	}
+	*spin = max(*spin/2, minSpin)
+	defer flag.Store(0)
+	for {
+		flag.Store(1)
+		seq := ev.Load()
+		if ready() {
+			return nil
+		}
+		if err := l.stopped(recv); err != nil {
+			return err
+		}
+		d := time.Duration(-1)
+		if !deadline.IsZero() {
+			if d = time.Until(deadline); d <= 0 {
+				return transport.ErrTimeout
+			}
+		}
+		futexSleep(ev, seq, d)
+	}
+}
+
+// stopped says why a wait must end without its condition, or nil.
+func (l *Link) stopped(recv bool) error {
+	switch {
+	case l.closing.Load():
+		return errClosed
+	case recv && l.failed.Load():
+		return errFailed
+	case l.gone():
+		return fmt.Errorf("peer closed its end or exited: %w", transport.ErrPeerClosed)
+	}
+	return nil
+}
+
+func (l *Link) wrap(what string, err error) error {
+	if errors.Is(err, transport.ErrTimeout) {
+		return fmt.Errorf("%s rank %d: %w", what, l.peer, transport.ErrTimeout)
+	}
+	return fmt.Errorf("%s rank %d: %w", what, l.peer, err)
+}

@@ -1,0 +1,265 @@
+package shm
+
+import (
+	"bytes"
+	"errors"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gonccl/gonccl/transport"
+)
+
+// pair connects two Links through a real segment handed over /proc/self/fd, the two
+// sides in one process, with a net.Pipe as the liveness connection.
+func pair(t testing.TB, ringSize int) (a, b *Link) {
+	t.Helper()
+	ca, cb := net.Pipe()
+	dl := time.Now().Add(5 * time.Second)
+	var errA error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		a, errA = Connect(ca, 1, true, ringSize, dl)
+	}()
+	b, errB := Connect(cb, 0, false, ringSize, dl)
+	<-done
+	require.NoError(t, errA)
+	require.NoError(t, errB)
+	return a, b
+}
+
+// resources counts this process's open fds and gonccl segment mappings.
+func resources(t testing.TB) (fds, maps int) {
+	ents, err := os.ReadDir("/proc/self/fd")
+	require.NoError(t, err)
+	m, err := os.ReadFile("/proc/self/maps")
+	require.NoError(t, err)
+	return len(ents), strings.Count(string(m), "gonccl-shm")
+}
+
+func noLeaks(t *testing.T) {
+	fds, maps := resources(t)
+	t.Cleanup(func() {
+		require.Eventually(t, func() bool {
+			f, m := resources(t)
+			return f <= fds && m <= maps
+		}, 2*time.Second, 10*time.Millisecond, "leaked fds or segment mappings")
+	})
+}
+
+func pattern(n int, seed byte) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*7) + seed
+	}
+	return b
+}
+
+func TestRoundTrip(t *testing.T) {
+	noLeaks(t)
+	for _, ring := range []int{64, 4096, 1 << 16} {
+		a, b := pair(t, ring)
+		sizes := []int{0, 1, ring - 1, ring, ring + 1, 3*ring + 5, 1 << 20}
+		for i, n := range sizes {
+			h := transport.Header{Seq: uint64(i), Kind: 1, DType: 7, Algo: 2, Root: -1, Count: 99, Offset: 12}
+			payload := pattern(n, byte(i))
+			dl := time.Now().Add(5 * time.Second)
+			errc := make(chan error, 1)
+			go func() { errc <- a.Send(&h, payload, dl) }()
+			got := make([]byte, n)
+			require.NoError(t, b.Recv(&h, got, dl), "ring %d size %d", ring, n)
+			require.NoError(t, <-errc)
+			require.True(t, bytes.Equal(payload, got), "ring %d size %d", ring, n)
+			// and back
+			go func() { errc <- b.Send(&h, payload, dl) }()
+			clear(got)
+			require.NoError(t, a.Recv(&h, got, dl))
+			require.NoError(t, <-errc)
+			require.True(t, bytes.Equal(payload, got))
+		}
+		require.NoError(t, a.Close())
+		require.NoError(t, b.Close())
+	}
+}
+
+func TestMismatchLeavesPayload(t *testing.T) {
+	noLeaks(t)
+	a, b := pair(t, 4096)
+	defer a.Close()
+	defer b.Close()
+	dl := time.Now().Add(5 * time.Second)
+	sent := transport.Header{Seq: 1, Kind: 1, DType: 7, Count: 2048, Root: -1}
+	require.NoError(t, a.Send(&sent, make([]byte, 16), dl))
+	want := transport.Header{Seq: 1, Kind: 1, DType: 7, Count: 1024, Root: -1}
+	err := b.Recv(&want, make([]byte, 16), dl)
+	var me *transport.MismatchError
+	require.ErrorAs(t, err, &me)
+	require.ErrorIs(t, err, transport.ErrMismatch)
+	require.Equal(t, uint64(2048), me.Got.Count)
+	require.Equal(t, uint32(16), me.Got.Len)
+	require.Equal(t, 0, me.Peer)
+	require.Equal(t, uint64(transport.HeaderSize), b.tail, "the payload must stay unread")
+}
+
+func TestTimeout(t *testing.T) {
+	noLeaks(t)
+	a, b := pair(t, 64)
+	defer a.Close()
+	defer b.Close()
+	start := time.Now()
+	err := b.Recv(&transport.Header{}, nil, time.Now().Add(50*time.Millisecond))
+	require.ErrorIs(t, err, transport.ErrTimeout)
+	require.Less(t, time.Since(start), 2*time.Second)
+	// A sender whose frame does not fit times out too.
+	err = a.Send(&transport.Header{}, make([]byte, 1000), time.Now().Add(50*time.Millisecond))
+	require.ErrorIs(t, err, transport.ErrTimeout)
+}
+
+func TestCloseWakesBlockedCalls(t *testing.T) {
+	noLeaks(t)
+	for _, who := range []string{"self", "peer"} {
+		a, b := pair(t, 64)
+		recvErr := make(chan error, 1)
+		sendErr := make(chan error, 1)
+		go func() { recvErr <- b.Recv(&transport.Header{}, nil, time.Now().Add(time.Minute)) }()
+		go func() { sendErr <- b.Send(&transport.Header{}, make([]byte, 1000), time.Now().Add(time.Minute)) }()
+		time.Sleep(50 * time.Millisecond) // both are asleep on the futex by now
+		start := time.Now()
+		if who == "self" {
+			go b.Close()
+		} else {
+			a.Close()
+		}
+		for _, c := range []chan error{recvErr, sendErr} {
+			select {
+			case err := <-c:
+				require.ErrorIs(t, err, transport.ErrPeerClosed, who)
+			case <-time.After(5 * time.Second):
+				t.Fatalf("%s close: a blocked call did not return", who)
+			}
+		}
+		require.Less(t, time.Since(start), time.Second)
+		a.Close()
+		b.Close()
+	}
+}
+
+// The liveness connection's EOF (the peer process died) ends waits even though the
+// peer never marked the segment closed.
+func TestPeerDeathWakesReceiver(t *testing.T) {
+	noLeaks(t)
+	a, b := pair(t, 64)
+	defer b.Close()
+	recvErr := make(chan error, 1)
+	go func() { recvErr <- b.Recv(&transport.Header{}, nil, time.Now().Add(time.Minute)) }()
+	time.Sleep(20 * time.Millisecond)
+	a.conn.Close() // as the kernel does when a process dies
+	select {
+	case err := <-recvErr:
+		require.ErrorIs(t, err, transport.ErrPeerClosed)
+	case <-time.After(5 * time.Second):
+		t.Fatal("peer death did not wake the receiver")
+	}
+	a.Close()
+}
+
+// Frames written before the peer closed can still be read: a failed rank's last frame
+// reaches its peer, which can then report the mismatch itself.
+func TestFailDeliversFramesInGrace(t *testing.T) {
+	noLeaks(t)
+	a, b := pair(t, 4096)
+	defer b.Close()
+	h := transport.Header{Seq: 3, Count: 10, Root: -1}
+	a.Fail(50 * time.Millisecond)
+	require.ErrorIs(t, a.Recv(&h, nil, time.Now().Add(time.Second)), transport.ErrPeerClosed)
+	require.NoError(t, a.Send(&h, []byte("last words"), time.Now().Add(time.Second)))
+	time.Sleep(100 * time.Millisecond) // a is closed now
+	got := make([]byte, 10)
+	require.NoError(t, b.Recv(&h, got, time.Now().Add(time.Second)))
+	require.Equal(t, "last words", string(got))
+	require.ErrorIs(t, b.Recv(&h, got, time.Now().Add(time.Second)), transport.ErrPeerClosed)
+	require.ErrorIs(t, a.Send(&h, got, time.Now().Add(time.Second)), transport.ErrPeerClosed)
+}
+
+// Both sides send and receive large frames at once, one goroutine per direction.
+func TestConcurrentBothWays(t *testing.T) {
+	noLeaks(t)
+	a, b := pair(t, 1<<16)
+	defer a.Close()
+	defer b.Close()
+	const frames = 20
+	dl := time.Now().Add(30 * time.Second)
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for side, l := range []*Link{a, b} {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < frames; i++ {
+				h := transport.Header{Seq: uint64(i), Root: int32(side)}
+				if err := l.Send(&h, pattern(1<<20+i, byte(side+i)), dl); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			for i := 0; i < frames; i++ {
+				h := transport.Header{Seq: uint64(i), Root: int32(1 - side)}
+				got := make([]byte, 1<<20+i)
+				if err := l.Recv(&h, got, dl); err != nil {
+					errs <- err
+					return
+				}
+				if !bytes.Equal(got, pattern(1<<20+i, byte(1-side+i))) {
+					errs <- errors.New("corrupt frame")
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+}
+
+func TestConnectRejectsBadRingSize(t *testing.T) {
+	ca, cb := net.Pipe()
+	defer ca.Close()
+	defer cb.Close()
+	_, err := Connect(ca, 1, true, 1000, time.Now().Add(time.Second))
+	require.ErrorIs(t, err, ErrUnavailable)
+}
+
+// An opener that cannot map the segment answers no; both sides then keep the
+// connection, in step, for TCP.
+func TestConnectFallsBackWhenPeerCannotMap(t *testing.T) {
+	noLeaks(t)
+	ca, cb := net.Pipe()
+	defer ca.Close()
+	defer cb.Close()
+	dl := time.Now().Add(5 * time.Second)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := Connect(ca, 1, true, 4096, dl)
+		errc <- err
+	}()
+	_, err := Connect(cb, 0, false, 8192, dl) // disagrees on the size
+	require.ErrorIs(t, err, ErrUnavailable)
+	require.ErrorIs(t, <-errc, ErrUnavailable)
+	// The connection is still in step.
+	go func() { _, _ = ca.Write([]byte("ok")) }()
+	buf := make([]byte, 2)
+	_, err = cb.Read(buf)
+	require.NoError(t, err)
+	require.Equal(t, "ok", string(buf))
+}
