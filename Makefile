@@ -65,4 +65,4 @@ bench: build
 	  $(PY) bench/run.py $$c $(BENCH_ARGS) -np $(BENCH_NP) --backends gonccl,gloo \
 	    --json build/bench/$$c.json $(if $(BENCH_PLOT),--plot build/bench/$$c.png) || exit 1; \
 	done
-	$(PY) bench/run.py ddp -np $(BENCH_NP) --backends gonccl,gloo --json build/bench/ddp.json
+	$(PY) bench/run.py ddp -np $(BENCH_NP) --backends gonccl,gloo --rounds 2 --json build/bench/ddp.json

@@ -90,7 +90,8 @@ def plot(path: str, doc: dict) -> str | None:
         )
     fig, ax = plt.subplots(figsize=(8, 5))
     rows = doc["rows"]
-    for backend in doc["backends"]:
+    for i, backend in enumerate(doc["backends"]):
+        color = f"C{i}"
         for form, style in (("oop", "-"), ("ip", "--")):
             pts = [
                 (r["size"], r[form]["busbw"])
@@ -99,15 +100,17 @@ def plot(path: str, doc: dict) -> str | None:
             ]
             if pts:
                 label = f"{backend} {'out-of-place' if form == 'oop' else 'in-place'}"
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], style, marker="o", ms=3, label=label)
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], style, color=color, marker="o", ms=3, label=label)
     mem = doc.get("memcpy_GBps")
     if mem:
         ax.axhline(mem, color="gray", ls=":", label=f"memcpy {mem:.1f} GB/s (1 thread)")
     ax.set_xscale("log", base=2)
-    ax.set_xlabel(f"size (bytes; {doc['size_convention']})")
+    ax.set_xlabel("size S (bytes)")
     ax.set_ylabel("busbw (GB/s)")
     ax.set_title(
-        f"{doc['coll']}  {doc['nranks']} ranks  {doc['type']}  {doc['redop']}  (gonccl.bench)"
+        f"{doc['coll']}  {doc['nranks']} ranks  {doc['type']}  {doc['redop']}  (gonccl.bench)\n"
+        f"{doc['size_convention']}; busbw = S/t * {doc['busbw_factor']}",
+        fontsize=9,
     )
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
