@@ -24,6 +24,7 @@ type rankInfo struct {
 	Host     string `json:"host"`     // hostIdentity()
 	Hostname string `json:"hostname"` // for logs
 	Pid      int    `json:"pid"`
+	Shm      bool   `json:"shm"` // willing to use shared memory with ranks on its host
 }
 
 // rootReply is the root's answer: every rank's info, or why the job cannot start.

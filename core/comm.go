@@ -94,13 +94,18 @@ func NewComm(id UniqueID, nranks, rank int, opts Options) (*Comm, error) {
 	}
 	defer l.Close()
 	deadline := start.Add(timeout)
-	me := rankInfo{Rank: rank, NRanks: nranks, Addr: l.Addr().String(), Host: hostIdentity(), Hostname: hostname(), Pid: os.Getpid()}
+	me := rankInfo{Rank: rank, NRanks: nranks, Addr: l.Addr().String(), Host: hostIdentity(), Hostname: hostname(), Pid: os.Getpid(), Shm: !cfg.shmDisable}
 	ranks, err := joinRoot(&id, me, deadline)
 	if err != nil {
 		return fail(err)
 	}
 	links, msgs, err := connectMesh(l, id.secret(), rank, ranks, deadline, logs)
 	if err != nil {
+		return fail(err)
+	}
+	if err := connectShm(rank, ranks, links, deadline, logs); err != nil {
+		closeLinks(links)
+		closeMsgConns(msgs)
 		return fail(err)
 	}
 	c, err := newComm(rank, nranks, cfg, logs, links, timeout)
@@ -120,11 +125,7 @@ func newComm(rank, nranks int, cfg *config, logs loggers, links []transport.Link
 	scratchBytes := max(cfg.chunkBytes, cfg.llThreshold, 4096)
 	scratch, err := unix.Mmap(-1, 0, scratchBytes, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	if err != nil {
-		for _, lk := range links {
-			if lk != nil {
-				lk.Close()
-			}
-		}
+		closeLinks(links)
 		return nil, fmt.Errorf("allocating %d bytes of scratch memory: %w", scratchBytes, err)
 	}
 	c := &Comm{
@@ -161,7 +162,7 @@ func (c *Comm) logInit(ifc tcp.Interface, ranks []rankInfo, procs int, took time
 	for i, ri := range ranks {
 		ring[i] = fmt.Sprint(i)
 		if i != c.rank {
-			peers = append(peers, fmt.Sprintf("%d:tcp(%s)", i, ri.Hostname))
+			peers = append(peers, fmt.Sprintf("%d:%s(%s)", i, transportName(c.links[i]), ri.Hostname))
 		}
 	}
 	sort.Strings(peers)
@@ -334,8 +335,10 @@ func (c *Comm) failLinks() {
 }
 
 // closeLinks closes every link; blocked sends and receives return at once.
-func (c *Comm) closeLinks() {
-	for _, l := range c.links {
+func (c *Comm) closeLinks() { closeLinks(c.links) }
+
+func closeLinks(links []transport.Link) {
+	for _, l := range links {
 		if l != nil {
 			l.Close()
 		}

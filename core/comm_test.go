@@ -19,15 +19,23 @@ import (
 // any schedule that relies on buffering deadlocks here instead of passing by luck).
 func memComms(t testing.TB, n int, tweak func(*config)) []*Comm {
 	t.Helper()
+	return commsOver(t, n, tweak, func(i, j int) (transport.Link, transport.Link) {
+		a, b := net.Pipe()
+		return transport.NewStreamLink(j, a), transport.NewStreamLink(i, b)
+	})
+}
+
+// commsOver builds n communicators in this process, joining each pair i < j with the
+// links pair(i, j) returns (i's end first).
+func commsOver(t testing.TB, n int, tweak func(*config), pair func(i, j int) (transport.Link, transport.Link)) []*Comm {
+	t.Helper()
 	links := make([][]transport.Link, n)
 	for i := range links {
 		links[i] = make([]transport.Link, n)
 	}
 	for i := 0; i < n; i++ {
 		for j := i + 1; j < n; j++ {
-			a, b := net.Pipe()
-			links[i][j] = transport.NewStreamLink(j, a)
-			links[j][i] = transport.NewStreamLink(i, b)
+			links[i][j], links[j][i] = pair(i, j)
 		}
 	}
 	comms := make([]*Comm, n)

@@ -21,13 +21,14 @@ type Param struct {
 // Params lists every environment variable gonccl reads.
 var Params = []Param{
 	{"GONCCL_DEBUG", "WARN", "log level: WARN, INFO or TRACE (also VERSION: like INFO)"},
-	{"GONCCL_DEBUG_SUBSYS", "ALL", "comma-separated subsystems to log (INIT, COLL, NET, ENV, ALL); ^ excludes"},
+	{"GONCCL_DEBUG_SUBSYS", "ALL", "comma-separated subsystems to log (INIT, COLL, NET, SHM, ENV, ALL); ^ excludes"},
 	{"GONCCL_SOCKET_IFNAME", "", "interfaces to use: name prefixes, ^ to exclude, = for exact names (NCCL's syntax)"},
 	{"GONCCL_TIMEOUT_MS", "1800000", "default timeout in ms for init and every operation (torch passes its own)"},
 	{"GONCCL_CHUNKSIZE", "524288", "bytes per pipelined chunk in ring and chain algorithms"},
 	{"GONCCL_LL_THRESHOLD", "65536", "bytes up to which all_reduce and broadcast use the latency algorithms"},
 	{"GONCCL_ALGO", "", "force algorithms: allreduce:ring|rd, broadcast:tree|chain, reduce:tree|chain (comma-separated)"},
 	{"GONCCL_GOMAXPROCS", "", "GOMAXPROCS for the Go runtime; default max(2, cores / ranks on this host)"},
+	{"GONCCL_SHM_DISABLE", "0", "1: ranks on one host talk over TCP instead of shared memory"},
 }
 
 // config holds the parsed settings for one communicator, read when it is created (so
@@ -40,6 +41,7 @@ type config struct {
 	llThreshold        int
 	algo               map[string]string
 	gomaxprocs         int
+	shmDisable         bool
 	set                []string // "NAME=value" for every variable the user set
 }
 
@@ -101,6 +103,12 @@ func loadConfig() (*config, error) {
 		return nil, err
 	}
 	c.gomaxprocs = int(gmp)
+	switch v := str("GONCCL_SHM_DISABLE"); v {
+	case "0", "1":
+		c.shmDisable = v == "1"
+	default:
+		return nil, fmt.Errorf("%w: GONCCL_SHM_DISABLE=%q: expected 0 or 1", ErrInvalidArgument, v)
+	}
 	return c, nil
 }
 
