@@ -121,8 +121,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _child_argv() -> list[str]:
-    """This process's own command line (so ranks start exactly as we were started)."""
+def _child_argv(argv=None) -> list[str]:
+    """The ranks' command line: this process's own (so ranks start exactly as we were
+    started, e.g. through bench/run.py), or `-m gonccl.bench argv` if main() was called
+    with explicit arguments."""
+    if argv is not None:
+        return [sys.executable, "-m", "gonccl.bench", *argv]
     orig = getattr(sys, "orig_argv", None)
     if orig:
         return [sys.executable, *orig[1:]]
@@ -141,11 +145,11 @@ def _kill(proc: subprocess.Popen) -> None:
             pass
 
 
-def launch(args) -> int:
+def launch(args, argv=None) -> int:
     """Runs args.nprocs ranks of this same command; rank 0's output is ours."""
     n = args.nprocs
     port = _free_port()
-    argv = _child_argv()
+    argv = _child_argv(argv)
     procs: list[subprocess.Popen] = []
     errs = []
     start = time.monotonic()
@@ -210,7 +214,7 @@ def launch(args) -> int:
 def main(argv=None) -> int:
     args = parse_args(argv)
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
-        return launch(args)
+        return launch(args, None if argv is None else list(argv))
     if args.coll == "ddp":
         from gonccl.bench import ddp
 
