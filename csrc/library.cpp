@@ -33,6 +33,16 @@ void bind(void* handle, const std::string& path, const char* name, Fn& slot) {
   slot = reinterpret_cast<Fn>(sym);
 }
 
+// Like bind, but leaves slot null if the symbol is missing; returns whether it
+// was found.
+template <typename Fn>
+bool bindOptional(void* handle, const char* name, Fn& slot) {
+  dlerror();
+  void* sym = dlsym(handle, name);
+  slot = dlerror() == nullptr ? reinterpret_cast<Fn>(sym) : nullptr;
+  return slot != nullptr;
+}
+
 }  // namespace
 
 bool isForkedChild() {
@@ -79,6 +89,19 @@ const Library& loadLibrary(const std::string& path) {
   bind(handle, path, "goncclRequestOnComplete", t.requestOnComplete);
   bind(handle, path, "goncclRequestErrorString", t.requestErrorString);
   bind(handle, path, "goncclRequestFree", t.requestFree);
+  bool all = true;
+  all &= bindOptional(handle, "goncclReduceAsync", t.reduceAsync);
+  all &= bindOptional(handle, "goncclReduceScatterAsync", t.reduceScatterAsync);
+  all &= bindOptional(handle, "goncclGatherAsync", t.gatherAsync);
+  all &= bindOptional(handle, "goncclScatterAsync", t.scatterAsync);
+  all &= bindOptional(handle, "goncclAlltoAllAsync", t.alltoAllAsync);
+  all &= bindOptional(handle, "goncclAlltoAllvAsync", t.alltoAllvAsync);
+  all &= bindOptional(handle, "goncclSendAsync", t.sendAsync);
+  all &= bindOptional(handle, "goncclRecvAsync", t.recvAsync);
+  all &= bindOptional(handle, "goncclRequestSource", t.requestSource);
+  all &= bindOptional(handle, "goncclGroupStart", t.groupStart);
+  all &= bindOptional(handle, "goncclGroupEnd", t.groupEnd);
+  t.fullSurface = all;
   // The handle is never closed: a Go runtime cannot be unloaded.
   int version = 0;
   TORCH_CHECK(
@@ -103,6 +126,18 @@ const Library& lib() {
       "gonccl: libgonccl.so used before it was loaded");
   checkNotForked();
   return table;
+}
+
+void missingSymbol(const char* symbol, const char* op) {
+  C10_THROW_ERROR(
+      DistBackendError,
+      c10::str(
+          "gonccl: ",
+          op,
+          " is not supported: ",
+          symbol,
+          " is not available in this libgonccl.so (it predates it; rebuild "
+          "the package)"));
 }
 
 std::string errorString(goncclResult_t result, const char* detail) {

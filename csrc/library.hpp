@@ -30,7 +30,43 @@ struct Library {
   decltype(&::goncclRequestOnComplete) requestOnComplete;
   decltype(&::goncclRequestErrorString) requestErrorString;
   decltype(&::goncclRequestFree) requestFree;
+
+  // The rest of the collective surface. Resolved if present, null otherwise, so
+  // that an extension built against the full header still loads a library
+  // that predates them; call them through need().
+  decltype(&::goncclReduceAsync) reduceAsync;
+  decltype(&::goncclReduceScatterAsync) reduceScatterAsync;
+  decltype(&::goncclGatherAsync) gatherAsync;
+  decltype(&::goncclScatterAsync) scatterAsync;
+  decltype(&::goncclAlltoAllAsync) alltoAllAsync;
+  decltype(&::goncclAlltoAllvAsync) alltoAllvAsync;
+  decltype(&::goncclSendAsync) sendAsync;
+  decltype(&::goncclRecvAsync) recvAsync;
+  decltype(&::goncclRequestSource) requestSource;
+  decltype(&::goncclGroupStart) groupStart;
+  decltype(&::goncclGroupEnd) groupEnd;
+
+  // True if every optional entry point above was found. The dtypes and reduce
+  // ops that came with them (bool, int16, uint16/32/64, float8, complex;
+  // BAND/BOR/BXOR) are only used when this is true.
+  bool fullSurface = false;
 };
+
+// fn if it is not null, else throws DistBackendError "gonccl: <op> is not
+// supported: <symbol> is not available in this libgonccl.so".
+template <typename Fn>
+Fn need(Fn fn, const char* symbol, const char* op);
+
+// Throws the error need() throws.
+[[noreturn]] void missingSymbol(const char* symbol, const char* op);
+
+template <typename Fn>
+Fn need(Fn fn, const char* symbol, const char* op) {
+  if (fn == nullptr) {
+    missingSymbol(symbol, op);
+  }
+  return fn;
+}
 
 // Loads libgonccl.so from path (once per process; later calls return the same
 // table whatever path they pass) and records the loading process's pid.
