@@ -2,6 +2,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -35,13 +36,41 @@ class GoncclBackend : public c10d::Backend {
   c10::intrusive_ptr<Options> getBackendOptions() override;
   uint64_t getSequenceNumberForGroup() override;
 
-  // Supported collectives (CPU tensors).
+  bool supportsCoalescing() const override {
+    return true;
+  }
+  bool supportsSplitting() const override {
+    return true;
+  }
+
+  // Ops issued between startCoalescing and endCoalescing (a
+  // batch_isend_irecv, a _coalescing_manager block) start at once, as usual;
+  // endCoalescing returns one Work that completes when all of them have.
+  void startCoalescing() override;
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+
+  // A new backend for the members of ranks (ranks of this group, in the new
+  // group's order), joined over store (already prefixed for the new group).
+  c10::intrusive_ptr<c10d::Backend> split(
+      const c10::intrusive_ptr<c10d::Store>& store,
+      const std::vector<int>& ranks,
+      const c10::intrusive_ptr<Options>& opts) override;
+
+  // Collectives (CPU tensors). Where c10d has a canonical name and a
+  // deprecated alias that forward to each other, the alias is overridden, so
+  // both names reach it. Defined in collectives.cpp.
   c10::intrusive_ptr<c10d::Work> allreduce(
       std::vector<at::Tensor>& tensors,
       const c10d::AllreduceOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
       std::vector<at::Tensor>& tensors,
       const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_sparse(
+      std::vector<at::Tensor>& tensors,
+      const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(
+      std::vector<at::Tensor>& tensors,
+      const c10d::ReduceOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> broadcast(
       std::vector<at::Tensor>& tensors,
       const c10d::BroadcastOptions& opts) override;
@@ -53,18 +82,6 @@ class GoncclBackend : public c10d::Backend {
       at::Tensor& outputBuffer,
       at::Tensor& inputBuffer,
       const c10d::AllgatherOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> barrier(
-      const c10d::BarrierOptions& opts) override;
-
-  // Not supported yet: each raises DistBackendError. Where c10d has a
-  // canonical name and a deprecated alias that forward to each other, the
-  // alias is overridden, so both names reach it.
-  c10::intrusive_ptr<c10d::Work> allreduce_sparse(
-      std::vector<at::Tensor>& tensors,
-      const c10d::AllreduceOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> reduce(
-      std::vector<at::Tensor>& tensors,
-      const c10d::ReduceOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allgather_coalesced(
       std::vector<std::vector<at::Tensor>>& outputTensorLists,
       std::vector<at::Tensor>& inputTensors,
@@ -107,12 +124,19 @@ class GoncclBackend : public c10d::Backend {
       std::vector<at::Tensor>& outputTensors,
       std::vector<at::Tensor>& inputTensors,
       const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> barrier(
+      const c10d::BarrierOptions& opts) override;
+
+  // Point to point and the monitored barrier built on it (p2p.cpp).
   c10::intrusive_ptr<c10d::Work> send(
       std::vector<at::Tensor>& tensors, int dstRank, int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(
       std::vector<at::Tensor>& tensors, int srcRank, int tag) override;
   c10::intrusive_ptr<c10d::Work> recvAnysource(
       std::vector<at::Tensor>& tensors, int tag) override;
+  // Like Gloo's: every rank reports to rank 0, which names the ranks that
+  // did not arrive within the timeout (all of them if waitAllRanks, else the
+  // first), then releases the others.
   void monitoredBarrier(
       const c10d::BarrierOptions& opts, bool waitAllRanks) override;
 
@@ -122,32 +146,62 @@ class GoncclBackend : public c10d::Backend {
   // Fails every pending op at once (goncclCommAbort) and joins the thread.
   void abort() override;
 
+  // The requests one op starts: a start function calls
+  //   parts.add(lib().xAsync(..., parts.comm, nullptr, parts.next()))
+  // for each, and returns the first failure (or goncclSuccess).
+  struct Parts {
+    goncclComm_t comm = nullptr;
+    std::vector<goncclRequest_t> requests;
+    goncclRequest_t* next() {
+      pending_ = nullptr;
+      return &pending_;
+    }
+    goncclResult_t add(goncclResult_t rc) {
+      if (rc == goncclSuccess) {
+        requests.push_back(pending_);
+      }
+      pending_ = nullptr;
+      return rc;
+    }
+
+   private:
+    goncclRequest_t pending_ = nullptr;
+  };
+  using Start = std::function<goncclResult_t(Parts&)>;
+
+  // What issue() needs besides the start function.
+  struct Op {
+    c10d::OpType type;
+    const char* profilingTitle;  // a string literal: "gonccl:<op>"
+    const char* name;            // for messages: "all_reduce"
+    std::vector<at::Tensor> inputs;
+    std::vector<at::Tensor> outputs;  // the future's value
+    std::vector<at::Tensor> keepAlive = {};  // staging buffers
+    std::function<void()> postComplete = nullptr;  // copy-out
+    bool anySource = false;  // a receive from any source
+  };
+
+  // Issues one op under issueMutex_: builds the Work, runs start, hands each
+  // request to the completion queue. An op that starts no request (nothing
+  // to move) completes at once. If start fails, throws DistBackendError; the
+  // parts it had started still finish before their buffers are released.
+  c10::intrusive_ptr<GoncclWork> issue(Op op, const Start& start);
+
  private:
   // Throws if the backend is shut down or this process is a fork; returns the
   // communicator.
   goncclComm_t liveComm(const char* op);
 
-  // Issues one op under issueMutex_: builds the Work, calls `start` (which
-  // calls a goncclXAsync function and returns its result), hands the request
-  // to the completion queue.
-  template <typename Start>
-  c10::intrusive_ptr<c10d::Work> issue(
-      c10d::OpType opType,
-      const char* profilingTitle,
-      const char* opName,
-      std::vector<at::Tensor> inputs,
-      std::vector<at::Tensor> outputs,
-      std::vector<at::Tensor> keepAlive,
-      std::function<void()> postComplete,
-      Start start);
-
   void close(bool abort);
 
+  std::string libraryPath_;
   std::chrono::milliseconds timeout_;
   std::mutex issueMutex_;
   goncclComm_t comm_ = nullptr;
   uint64_t seq_ = 0;
   bool closed_ = false;
+  bool coalescing_ = false;
+  std::vector<c10::intrusive_ptr<GoncclWork>> coalesced_;
   std::shared_ptr<CompletionQueue> queue_;
 };
 

@@ -1,7 +1,9 @@
 // checks.hpp: validation of what torch hands the backend, before anything
 // reaches Go. Every failure throws with a message that starts with
 // "gonccl: <op>: " and names the problem:
-//   unsupported dtype                                  -> TypeError
+//   unsupported dtype, reduce op that has no meaning
+//   for the dtype (BXOR on float, MAX on complex, any
+//   reduction of float8)                               -> TypeError
 //   sparse / non-CPU / non-contiguous / wrong count /
 //   size mismatch / bad root / unsupported reduce op   -> ValueError
 #pragma once
@@ -33,6 +35,35 @@ void checkSameDtype(
     const char* op,
     const char* what);
 
-goncclRedOp_t toRedOp(const c10d::ReduceOp& reduceOp, const char* op);
+// t.numel() == expected (ValueError naming both otherwise).
+void checkNumel(
+    const at::Tensor& t,
+    int64_t expected,
+    const char* op,
+    const char* what);
+
+// 0 <= root < size.
+void checkRoot(int64_t root, int size, const char* op);
+
+// A c10d reduce op checked against a dtype. PREMUL_SUM becomes a SUM of the
+// inputs scaled by the op's factor (a double or a one-element tensor).
+struct Reduction {
+  goncclRedOp_t op = goncclSum;
+  bool premul = false;
+  double factor = 1.0;
+  at::Tensor tensorFactor;  // defined if the factor is a tensor
+
+  // For PREMUL_SUM: t scaled by the factor, in place if inPlace, else a new
+  // tensor. Otherwise t itself.
+  at::Tensor scaled(const at::Tensor& t, bool inPlace) const;
+};
+
+Reduction checkReduceOp(
+    const c10d::ReduceOp& reduceOp,
+    at::ScalarType dtype,
+    const char* op);
+
+// "torch.float32".
+std::string dtypeName(at::ScalarType type);
 
 }  // namespace gonccl

@@ -11,7 +11,8 @@ namespace gonccl {
 
 std::shared_ptr<CompletionQueue> CompletionQueue::create() {
   std::shared_ptr<CompletionQueue> q(new CompletionQueue());
-  q->thread_ = std::thread([raw = q.get()] { raw->run(); });
+  std::lock_guard<std::mutex> lock(q->mu_);
+  q->spawnLocked();
   return q;
 }
 
@@ -19,13 +20,20 @@ CompletionQueue::~CompletionQueue() {
   // The owner calls stop(); a queue still running here can only be one a
   // forked child leaked on purpose, which never reaches this destructor.
   TORCH_INTERNAL_ASSERT(
-      !thread_.joinable(), "gonccl: CompletionQueue not stopped");
+      threads_.empty(), "gonccl: CompletionQueue not stopped");
 }
 
-void CompletionQueue::track(c10::intrusive_ptr<GoncclWork> work) {
+void CompletionQueue::spawnLocked() {
+  ++idle_;
+  threads_.emplace_back([this] { run(); });
+}
+
+void CompletionQueue::track(
+    c10::intrusive_ptr<GoncclWork> work,
+    goncclRequest_t req) {
   const Library& L = lib();
-  goncclRequest_t req = work->request;
-  auto* token = new Token{shared_from_this(), std::move(work), goncclSuccess};
+  auto* token =
+      new Token{shared_from_this(), std::move(work), req, goncclSuccess};
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++pending_;
@@ -54,6 +62,9 @@ void CompletionQueue::push(Token* token) {
     // than completed on a Go thread. Only a callback arriving after the owner
     // gave up waiting for it gets here.
     ready_.push_back(token);
+    if (idle_ == 0 && !stopping_ && threads_.size() < kMaxThreads) {
+      spawnLocked();
+    }
   }
   ready_cv_.notify_one();
 }
@@ -69,33 +80,35 @@ bool CompletionQueue::drain(std::chrono::milliseconds timeout) {
 }
 
 void CompletionQueue::stop() {
+  std::vector<std::thread> threads;
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
+    threads = std::move(threads_);
+    threads_.clear();
   }
   ready_cv_.notify_all();
-  if (thread_.joinable()) {
-    thread_.join();
+  for (std::thread& t : threads) {
+    t.join();
   }
 }
 
 void CompletionQueue::run() {
+  // spawnLocked counted this thread idle already.
+  std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    Token* token = nullptr;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      ready_cv_.wait(lock, [this] { return stopping_ || !ready_.empty(); });
-      if (ready_.empty()) {
-        return;
-      }
-      token = ready_.front();
-      ready_.pop_front();
+    ready_cv_.wait(lock, [this] { return stopping_ || !ready_.empty(); });
+    --idle_;
+    if (ready_.empty()) {
+      return;
     }
+    Token* token = ready_.front();
+    ready_.pop_front();
+    lock.unlock();
     process(token);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      --pending_;
-    }
+    lock.lock();
+    --pending_;
+    ++idle_;
     drained_cv_.notify_all();
   }
 }
@@ -107,16 +120,20 @@ void CompletionQueue::process(Token* token) {
     const Library& L = lib();
     if (token->result != goncclSuccess) {
       error = std::string("gonccl: ") + work.opName() + " failed: " +
-              errorString(token->result, L.requestErrorString(work.request));
+              errorString(token->result, L.requestErrorString(token->request));
+    } else if (work.recordsSource() && L.requestSource != nullptr) {
+      int peer = -1;
+      if (L.requestSource(token->request, &peer) == goncclSuccess) {
+        work.setSourceRank(peer);
+      }
     }
-    L.requestFree(work.request);
-    work.request = nullptr;
+    L.requestFree(token->request);
   } catch (const std::exception& e) {
     if (error.empty()) {
       error = std::string("gonccl: ") + work.opName() + " failed: " + e.what();
     }
   }
-  work.complete(error);
+  work.partDone(error);
   delete token;
 }
 

@@ -1,5 +1,6 @@
-// completion.hpp: hands finished gonccl requests from Go's threads to one C++
-// thread per backend, which completes the Works.
+// completion.hpp: hands finished gonccl requests from Go's threads to C++
+// threads of the backend (one, more while it is busy), which complete the
+// Works.
 //
 //   issuing thread              Go thread                 completion thread
 //   --------------              ---------                 -----------------
@@ -9,7 +10,8 @@
 //                                   push token, notify --> pop token
 //                                                          error string, free
 //                                                          request
-//                                                          work->complete():
+//                                                          work->partDone():
+//                                                          (last part)
 //                                                          copy-out, future,
 //                                                          finish()
 //
@@ -17,6 +19,12 @@
 // appends to a queue. A token owns a reference to its Work (so the tensors stay
 // alive while Go uses them) and to the queue (so a callback can never touch a
 // freed queue).
+//
+// Completing a Work runs the callbacks attached to its future, and some block
+// on another op of the same backend (PowerSGD's DDP hook waits on an
+// all_reduce inside a then() callback). So a token that arrives while every
+// completion thread is busy starts another one (up to kMaxThreads): a blocked
+// callback never holds up the completion it waits for.
 #pragma once
 
 #include <chrono>
@@ -26,6 +34,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "work.hpp"
 
@@ -33,13 +42,14 @@ namespace gonccl {
 
 class CompletionQueue : public std::enable_shared_from_this<CompletionQueue> {
  public:
-  // Creates the queue and starts its thread.
+  // Creates the queue and starts its first thread.
   static std::shared_ptr<CompletionQueue> create();
   ~CompletionQueue();
 
-  // Takes over work->request: work is completed on the queue's thread when Go
-  // reports the request finished. Never throws once the token is registered.
-  void track(c10::intrusive_ptr<GoncclWork> work);
+  // Takes over request, one part of work: the part is reported done
+  // (GoncclWork::partDone) on the queue's thread when Go reports the request
+  // finished. Never throws once the token is registered.
+  void track(c10::intrusive_ptr<GoncclWork> work, goncclRequest_t request);
 
   // Number of tracked Works not completed yet.
   size_t pending();
@@ -47,14 +57,15 @@ class CompletionQueue : public std::enable_shared_from_this<CompletionQueue> {
   // Waits until no tracked Work is pending or timeout passes; true if drained.
   bool drain(std::chrono::milliseconds timeout);
 
-  // Completes what is queued, then stops and joins the thread. Idempotent.
-  // Must not be called in a forked child (the thread does not exist there).
+  // Completes what is queued, then stops and joins the threads. Idempotent.
+  // Must not be called in a forked child (the threads do not exist there).
   void stop();
 
  private:
   struct Token {
     std::shared_ptr<CompletionQueue> queue;
     c10::intrusive_ptr<GoncclWork> work;
+    goncclRequest_t request;
     goncclResult_t result;
   };
 
@@ -73,7 +84,11 @@ class CompletionQueue : public std::enable_shared_from_this<CompletionQueue> {
   std::deque<Token*> ready_;
   size_t pending_ = 0;
   bool stopping_ = false;
-  std::thread thread_;
+  static constexpr size_t kMaxThreads = 8;
+  // Starts a thread; mu_ must be held.
+  void spawnLocked();
+  size_t idle_ = 0;
+  std::vector<std::thread> threads_;
 };
 
 }  // namespace gonccl

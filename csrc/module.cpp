@@ -61,7 +61,14 @@ PYBIND11_MODULE(_C, m) {
           py::arg("size"),
           py::arg("timeout_ms"),
           py::arg("library_path"),
-          "Joins a gonccl communicator (blocks until all ranks have joined).");
+          "Joins a gonccl communicator (blocks until all ranks have joined).")
+      .def(
+          "perform_nocolor_split",
+          [](gonccl::GoncclBackend& /*self*/, const c10::Device& /*device*/) {},
+          py::arg("device"),
+          "Called by new_group on the ranks left out of a group split from "
+          "this one (when the default group has a bound device). A no-op: "
+          "gonccl builds a subgroup's communicator among its members only.");
 
   m.def(
       "library_version",

@@ -92,6 +92,38 @@ void GoncclWork::complete(const std::string& error) {
   finish(eptr);
 }
 
+void GoncclWork::expectParts(size_t n, std::string issueError) {
+  std::lock_guard<std::mutex> guard(partsMutex_);
+  partsLeft_ = n;
+  partsError_ = std::move(issueError);
+}
+
+void GoncclWork::partDone(const std::string& error) {
+  std::string result;
+  {
+    std::lock_guard<std::mutex> guard(partsMutex_);
+    if (partsError_.empty()) {
+      partsError_ = error;
+    }
+    if (partsLeft_ == 0 || --partsLeft_ > 0) {
+      return;
+    }
+    result = partsError_;
+  }
+  complete(result);
+}
+
+int GoncclWork::sourceRank() const {
+  const int rank = sourceRank_.load();
+  TORCH_CHECK(
+      recordsSource_ && rank >= 0,
+      "gonccl: ",
+      opName_,
+      ": the source rank is only known for a finished receive from any "
+      "source");
+  return rank;
+}
+
 void GoncclWork::fail(const std::string& error) {
   postComplete_ = nullptr;
   complete(error);
