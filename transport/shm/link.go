@@ -15,8 +15,8 @@ import (
 // DefaultRingSize is the bytes of each direction's ring.
 const DefaultRingSize = 4 << 20
 
-// pieceMax bounds how much a sender copies before publishing it, so the receiver can
-// copy out one piece while the next is copied in.
+// pieceMax bounds how much a sender copies before publishing it, and a receiver
+// before freeing it, so that one side copies a piece while the other copies the next.
 const pieceMax = 64 << 10
 
 // Spin bounds: a wait first polls for up to a spin time (adapted per direction
@@ -46,19 +46,22 @@ type Link struct {
 	tx  ring         // this side produces
 	rx  ring         // this side consumes
 
-	head uint64 // tx bytes written (the sender's own copy)
-	pub  uint64 // tx bytes published to the peer
-	tail uint64 // rx bytes read (the receiver's own copy)
-
-	closing  atomic.Bool   // Close has begun
-	failed   atomic.Bool   // Fail was called: receiving stops
-	failAt   atomic.Int64  // unix ns after which a failed link sends no more
-	peerGone atomic.Bool   // the liveness connection reached EOF
-	sendSpin time.Duration // adaptive spin budgets, one per direction
-	recvSpin time.Duration
+	closing  atomic.Bool  // Close has begun
+	failed   atomic.Bool  // Fail was called: receiving stops
+	failAt   atomic.Int64 // unix ns after which a failed link sends no more
+	peerGone atomic.Bool  // the liveness connection reached EOF
 	once     sync.Once
-	hb       [transport.HeaderSize]byte // send header buffer
-	rb       [transport.HeaderSize]byte // receive header buffer
+
+	// The sending goroutine's state, then the receiving one's, a cache line apart.
+	_        [cacheLine]byte
+	head     uint64        // tx bytes written (the sender's own copy)
+	pub      uint64        // tx bytes published to the peer
+	sendSpin time.Duration // adaptive spin budget
+	hb       [transport.HeaderSize]byte
+	_        [cacheLine]byte
+	tail     uint64 // rx bytes read (the receiver's own copy)
+	recvSpin time.Duration
+	rb       [transport.HeaderSize]byte
 }
 
 func newLink(peer, side int, seg *segment, conn net.Conn) *Link {
@@ -126,7 +129,8 @@ func (l *Link) Close() error {
 	return err
 }
 
-// gone reports why the peer will never move its counters again, or nil.
+// gone reports whether the peer will never move its counters again: it closed its end,
+// or its liveness connection ended.
 func (l *Link) gone() bool {
 	return l.peerGone.Load() || l.seg.closed(1-l.side).Load() != 0
 }
