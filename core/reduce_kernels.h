@@ -35,12 +35,16 @@ enum {
 	GONCCL_OP_BXOR,
 };
 
+// The kernels are internal to libgonccl.so: hidden, so that they never join
+// the exported gonccl* C API.
+#define GONCCL_KERNEL __attribute__((visibility("hidden")))
+
 // gonccl_reduce sets dst[i] = op(dst[i], src[i]) for n elements of kind.
 // dst and src need no alignment and may be the same buffer.
-void gonccl_reduce(void *dst, const void *src, size_t n, int kind, int op);
+GONCCL_KERNEL void gonccl_reduce(void *dst, const void *src, size_t n, int kind, int op);
 
 // gonccl_divide divides n float elements of kind (F16, BF16, F32 or F64) in
 // buf by the divisor: f for the 32-bit and 16-bit kinds, d for F64.
-void gonccl_divide(void *buf, size_t n, int kind, float f, double d);
+GONCCL_KERNEL void gonccl_divide(void *buf, size_t n, int kind, float f, double d);
 
 #endif

@@ -125,10 +125,9 @@ static inline __m256 min_ps(__m256 a, __m256 b)
 	return _mm256_blendv_ps(r, nan, _mm256_cmp_ps(a, b, _CMP_UNORD_Q));
 }
 
-// Loads and stores of eight lanes in each 32-bit-computed format. The
-// values stored have already been canonicalized: F16C's round-to-nearest-even
-// conversion turns the canonical float32 NaN into the canonical half 0x7e00,
-// and the bfloat16 rounding below turns it into 0x7fc0.
+// Loads and stores of eight float32 or half lanes. The values stored have
+// already been canonicalized: F16C's round-to-nearest-even conversion turns
+// the canonical float32 NaN into the canonical half 0x7e00.
 static inline __m256 ld_f32(const void *p) { return _mm256_loadu_ps(p); }
 static inline void st_f32(void *p, __m256 v) { _mm256_storeu_ps(p, v); }
 
@@ -136,24 +135,6 @@ static inline __m256 ld_f16(const void *p) { return _mm256_cvtph_ps(_mm_loadu_si
 static inline void st_f16(void *p, __m256 v)
 {
 	_mm_storeu_si128(p, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-}
-
-// A bfloat16 widens exactly to the float32 with its bits on top.
-static inline __m256 ld_bf16(const void *p)
-{
-	return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(p)), 16));
-}
-
-// st_bf16 rounds to nearest even by adding 0x7fff plus the lowest kept bit
-// and dropping the low half (no NaN reaches here but the canonical one,
-// which this maps to 0x7fc0).
-static inline void st_bf16(void *p, __m256 v)
-{
-	__m256i b = _mm256_castps_si256(v);
-	__m256i lsb = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
-	b = _mm256_add_epi32(b, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
-	b = _mm256_srli_epi32(b, 16);
-	_mm_storeu_si128(p, _mm_packus_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1)));
 }
 
 #define F32_BLOCK(FMT, OP)                                                 \
@@ -193,7 +174,70 @@ static inline void st_bf16(void *p, __m256 v)
 
 FMT_KERNEL(f32, float)
 FMT_KERNEL(f16, uint16_t)
-FMT_KERNEL(bf16, uint16_t)
+
+// ---- bfloat16: sixteen lanes at a time ------------------------------------
+//
+// A bfloat16 widens exactly to the float32 with its bits on top: unpacking
+// 16-bit zeros below each element does it, within each 128-bit half, so
+// bf16_lo holds elements 0-3 and 8-11 and bf16_hi 4-7 and 12-15. Packing the
+// narrowed halves back (bf16_pack) restores the order.
+
+static inline __m256 bf16_lo(__m256i v) { return _mm256_castsi256_ps(_mm256_unpacklo_epi16(_mm256_setzero_si256(), v)); }
+static inline __m256 bf16_hi(__m256i v) { return _mm256_castsi256_ps(_mm256_unpackhi_epi16(_mm256_setzero_si256(), v)); }
+
+// bf16_round rounds each float32 lane to nearest even bfloat16 by adding
+// 0x7fff plus the lowest kept bit and dropping the low half, leaving the
+// result in the low 16 bits. No NaN reaches here but the canonical one, which
+// becomes 0x7fc0.
+static inline __m256i bf16_round(__m256 v)
+{
+	__m256i b = _mm256_castps_si256(v);
+	__m256i lsb = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
+	b = _mm256_add_epi32(b, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
+	return _mm256_srli_epi32(b, 16);
+}
+
+static inline void bf16_pack(void *p, __m256 lo, __m256 hi)
+{
+	_mm256_storeu_si256(p, _mm256_packus_epi32(bf16_round(lo), bf16_round(hi)));
+}
+
+#define BF16_BLOCK(OP)                                                      \
+	static inline void bf16_##OP(void *d, const void *s, int u_)        \
+	{                                                                   \
+		(void)u_;                                                   \
+		__m256i a = _mm256_loadu_si256(d), b = _mm256_loadu_si256(s); \
+		bf16_pack(d, OP##_ps(bf16_lo(a), bf16_lo(b)), OP##_ps(bf16_hi(a), bf16_hi(b))); \
+	}
+
+BF16_BLOCK(add)
+BF16_BLOCK(mul)
+BF16_BLOCK(max)
+BF16_BLOCK(min)
+
+static void reduce_bf16(void *dst, const void *src, size_t n, int op)
+{
+	switch (op) {
+	case GONCCL_OP_SUM: LOOP(uint16_t, 16, bf16_add, 0); break;
+	case GONCCL_OP_PROD: LOOP(uint16_t, 16, bf16_mul, 0); break;
+	case GONCCL_OP_MAX: LOOP(uint16_t, 16, bf16_max, 0); break;
+	case GONCCL_OP_MIN: LOOP(uint16_t, 16, bf16_min, 0); break;
+	}
+}
+
+static inline void bf16_div(void *d, const void *s, __m256 x)
+{
+	(void)s;
+	__m256i a = _mm256_loadu_si256(d);
+	bf16_pack(d, canon_ps(_mm256_div_ps(bf16_lo(a), x)), canon_ps(_mm256_div_ps(bf16_hi(a), x)));
+}
+
+static void divide_bf16(void *buf, size_t n, float f)
+{
+	void *dst = buf;
+	const void *src = buf;
+	LOOP(uint16_t, 16, bf16_div, _mm256_set1_ps(f));
+}
 
 // ---- float64 ------------------------------------------------------------
 
