@@ -43,8 +43,10 @@ enum {
 // dst and src need no alignment and may be the same buffer.
 GONCCL_KERNEL void gonccl_reduce(void *dst, const void *src, size_t n, int kind, int op);
 
-// gonccl_divide divides n float elements of kind (F16, BF16, F32 or F64) in
-// buf by the divisor: f for the 32-bit and 16-bit kinds, d for F64.
+// gonccl_divide divides n elements of kind in buf by the divisor: f for F32,
+// F16 and BF16, d for F64 and for integers of up to 32 bits (truncating
+// toward zero; d must be a positive integer no larger than 2^53). 64-bit
+// integers have no kernel.
 GONCCL_KERNEL void gonccl_divide(void *buf, size_t n, int kind, float f, double d);
 
 #endif

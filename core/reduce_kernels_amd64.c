@@ -301,6 +301,92 @@ static void divide_f64(void *buf, size_t n, double x)
 	LOOP(double, 4, f64_div, _mm256_set1_pd(x));
 }
 
+// ---- integer division ---------------------------------------------------
+//
+// Integers of up to 32 bits divide exactly in float64: for |a| < 2^32 and an
+// integer divisor d <= 2^53 (so exact in float64), a/d rounded to float64 is
+// off by less than 2^-21/d, less than the 1/d that separates a non-integer
+// a/d from the nearest integer, so truncating it gives Go's quotient. Four
+// elements at a time, each widened to int32 and then to float64.
+
+static inline __m256d int_quot(__m128i x, __m256d d) { return _mm256_div_pd(_mm256_cvtepi32_pd(x), d); }
+static inline __m128i int_trunc(__m256d q) { return _mm256_cvttpd_epi32(q); }
+
+static inline __m128i ld4_8(const void *p)
+{
+	int32_t w;
+	memcpy(&w, p, 4);
+	return _mm_cvtsi32_si128(w);
+}
+
+static inline void st4_8(void *p, __m128i v)
+{
+	int32_t w = _mm_cvtsi128_si32(v);
+	memcpy(p, &w, 4);
+}
+
+static inline void i8_div(void *d, const void *s, __m256d x)
+{
+	(void)s;
+	__m128i q = int_trunc(int_quot(_mm_cvtepi8_epi32(ld4_8(d)), x));
+	st4_8(d, _mm_packs_epi16(_mm_packs_epi32(q, q), q));
+}
+
+static inline void u8_div(void *d, const void *s, __m256d x)
+{
+	(void)s;
+	__m128i q = int_trunc(int_quot(_mm_cvtepu8_epi32(ld4_8(d)), x));
+	st4_8(d, _mm_packus_epi16(_mm_packus_epi32(q, q), q));
+}
+
+static inline void i16_div(void *d, const void *s, __m256d x)
+{
+	(void)s;
+	__m128i q = int_trunc(int_quot(_mm_cvtepi16_epi32(_mm_loadl_epi64(d)), x));
+	_mm_storel_epi64(d, _mm_packs_epi32(q, q));
+}
+
+static inline void u16_div(void *d, const void *s, __m256d x)
+{
+	(void)s;
+	__m128i q = int_trunc(int_quot(_mm_cvtepu16_epi32(_mm_loadl_epi64(d)), x));
+	_mm_storel_epi64(d, _mm_packus_epi32(q, q));
+}
+
+static inline void i32_div(void *d, const void *s, __m256d x)
+{
+	(void)s;
+	_mm_storeu_si128(d, int_trunc(int_quot(_mm_loadu_si128(d), x)));
+}
+
+// u32_div shifts each element by -2^31 into int32 range and back; the
+// quotient is truncated (non-negative, so toward zero) before the shift so
+// that the shifted value is an exact integer.
+static inline void u32_div(void *d, const void *s, __m256d x)
+{
+	(void)s;
+	__m128i bias = _mm_set1_epi32((int32_t)0x80000000u);
+	__m256d two31 = _mm256_set1_pd(2147483648.0);
+	__m256d a = _mm256_add_pd(_mm256_cvtepi32_pd(_mm_xor_si128(_mm_loadu_si128(d), bias)), two31);
+	__m256d q = _mm256_round_pd(_mm256_div_pd(a, x), _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+	_mm_storeu_si128(d, _mm_xor_si128(int_trunc(_mm256_sub_pd(q, two31)), bias));
+}
+
+#define DIVIDE_INT(NAME, T)                                  \
+	static void divide_##NAME(void *buf, size_t n, double d) \
+	{                                                    \
+		void *dst = buf;                             \
+		const void *src = buf;                       \
+		LOOP(T, 4, NAME##_div, _mm256_set1_pd(d));   \
+	}
+
+DIVIDE_INT(i8, int8_t)
+DIVIDE_INT(u8, uint8_t)
+DIVIDE_INT(i16, int16_t)
+DIVIDE_INT(u16, uint16_t)
+DIVIDE_INT(i32, int32_t)
+DIVIDE_INT(u32, uint32_t)
+
 // ---- entry points -------------------------------------------------------
 
 void gonccl_reduce(void *dst, const void *src, size_t n, int kind, int op)
@@ -328,5 +414,11 @@ void gonccl_divide(void *buf, size_t n, int kind, float f, double d)
 	case GONCCL_K_BF16: divide_bf16(buf, n, f); break;
 	case GONCCL_K_F32: divide_f32(buf, n, f); break;
 	case GONCCL_K_F64: divide_f64(buf, n, d); break;
+	case GONCCL_K_I8: divide_i8(buf, n, d); break;
+	case GONCCL_K_U8: divide_u8(buf, n, d); break;
+	case GONCCL_K_I16: divide_i16(buf, n, d); break;
+	case GONCCL_K_U16: divide_u16(buf, n, d); break;
+	case GONCCL_K_I32: divide_i32(buf, n, d); break;
+	case GONCCL_K_U32: divide_u32(buf, n, d); break;
 	}
 }

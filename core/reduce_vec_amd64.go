@@ -97,11 +97,12 @@ func reduceVector(dst, src []byte, n int, dt DataType, op RedOp) bool {
 	return true
 }
 
-// divideVector is DivideBy's counterpart of reduceVector; it has kernels for
-// the floating-point types only.
+// divideVector is DivideBy's counterpart of reduceVector. Its kernels divide
+// floats, and integers of up to 32 bits exactly in float64 when n is exact in
+// float64 (always, for a rank count); 64-bit integers stay in Go.
 func divideVector(buf []byte, count int, dt DataType, n int) bool {
 	kind, ok := vectorKind(dt, len(buf))
-	if !ok || !dt.IsFloat() {
+	if !ok || (!dt.IsFloat() && (dt.Size() == 8 || n > 1<<53)) {
 		return false
 	}
 	C.gonccl_divide(unsafe.Pointer(unsafe.SliceData(buf)), C.size_t(count), kind,

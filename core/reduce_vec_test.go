@@ -119,20 +119,23 @@ func TestReduceIntoVectorHalfExhaustive(t *testing.T) {
 
 func TestDivideByVectorMatchesFallback(t *testing.T) {
 	setVector(t, true)
-	for _, dt := range floatTypes {
-		for _, d := range []int{1, 2, 3, 7, 10, 1 << 20, 1<<25 + 1, 1<<62 + 1} {
+	divisors := []int{1, 2, 3, 7, 10, 127, 128, 255, 256, 65535, 1 << 20, 1<<25 + 1, 1 << 31, 1<<32 + 3, 1 << 53, 1<<53 + 1, 1<<62 + 1}
+	for _, dt := range vectorTypes {
+		for _, d := range divisors {
 			t.Run(fmt.Sprintf("%v/%d", dt, d), func(t *testing.T) {
 				rng := rand.New(rand.NewPCG(uint64(dt)+400, uint64(d)))
 				lengths := vectorLengths()
-				if dt.Size() == 2 {
-					lengths = append(lengths, 1<<16)
+				all := 0 // every bit pattern of a 1- or 2-byte type
+				if dt.Size() <= 2 {
+					all = 1 << (8 * dt.Size())
+					lengths = append(lengths, all)
 				}
 				for _, n := range lengths {
 					for _, off := range []int{0, 1} {
 						buf, _, sub, _ := guardedPair(rng, dt, n, off, n%2 == 1)
-						if n == 1<<16 {
+						if n == all {
 							for i := range n {
-								refPutElem(sub, dt, i, uint64(i)) // every half or bfloat16
+								refPutElem(sub, dt, i, uint64(i))
 							}
 						}
 						before := bytes.Clone(buf)
@@ -194,7 +197,7 @@ func TestReduceIntoVectorDoesNotAllocate(t *testing.T) {
 			})
 			require.Zerof(t, allocs, "%v/%v allocates", dt, op)
 		}
-		if dt.IsFloat() {
+		if dt.Size() < 8 || dt.IsFloat() {
 			allocs := testing.AllocsPerRun(10, func() {
 				if err := DivideBy(dst, dt, 3); err != nil {
 					panic(err)
@@ -227,6 +230,32 @@ func BenchmarkReduceIntoSmall(b *testing.B) {
 					}
 				})
 			}
+		}
+	}
+}
+
+// BenchmarkDivideBy times DivideBy at 1 MiB with the vector kernels and with
+// the pure-Go loops.
+func BenchmarkDivideBy(b *testing.B) {
+	const size = 1 << 20
+	for _, dt := range []DataType{Float32, Bfloat16, Int32, Uint32, Int8} {
+		for _, vec := range []bool{true, false} {
+			b.Run(fmt.Sprintf("%v/vector=%v", dt, vec), func(b *testing.B) {
+				if vec && !vectorReductions {
+					b.Skip("no vector reduction kernels in this build or on this CPU")
+				}
+				avail := vectorReductions
+				vectorReductions = vec
+				defer func() { vectorReductions = avail }()
+				buf, _ := benchBuffers(dt, size)
+				b.SetBytes(size)
+				b.ReportAllocs()
+				for b.Loop() {
+					if err := DivideBy(buf, dt, 1); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
 		}
 	}
 }
