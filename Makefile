@@ -52,7 +52,7 @@ clean:
 # make bench: gonccl against Gloo in one run, 2 ranks, nccl-tests-style tables for
 # all_reduce and all_gather and the lecture's DDP step; JSON (and plots, if matplotlib is
 # installed) in build/bench/. Override e.g. BENCH_NP=4 BENCH_ARGS="-b 8 -e 256M -f 2 -n 20".
-# (bench/run.py runs gonccl.bench from this checkout if the installed package lacks it.)
+# (bench/run.py ARGS runs this checkout's gonccl.bench against the installed gonccl.)
 BENCH_NP ?= 2
 BENCH_ARGS ?= -b 8 -e 64M -f 4 -n 5 -w 2 -c 1
 BENCH_PLOT = $(shell $(PY) -c "import matplotlib" >/dev/null 2>&1 && echo 1)
@@ -62,7 +62,7 @@ bench: build
 	mkdir -p build/bench
 	@test -n "$(BENCH_PLOT)" || echo "bench: matplotlib is not installed, no plots ($(PY) -m pip install matplotlib)"
 	for c in all_reduce all_gather; do \
-	  $(PY) bench/run.py $$c $(BENCH_ARGS) -np $(BENCH_NP) --backends gonccl,gloo \
+	  $(PY) -m gonccl.bench $$c $(BENCH_ARGS) -np $(BENCH_NP) --backends gonccl,gloo \
 	    --json build/bench/$$c.json $(if $(BENCH_PLOT),--plot build/bench/$$c.png) || exit 1; \
 	done
-	$(PY) bench/run.py ddp -np $(BENCH_NP) --backends gonccl,gloo --rounds 2 --json build/bench/ddp.json
+	$(PY) -m gonccl.bench ddp -np $(BENCH_NP) --backends gonccl,gloo --rounds 2 --json build/bench/ddp.json

@@ -1,7 +1,6 @@
-"""Runs gonccl.bench from this checkout's python/gonccl/bench when the installed
-gonccl package does not include it (setup.py lists only the top-level package), and
-the installed one otherwise. The rest of gonccl (the C++ extension, libgonccl.so)
-always comes from the installed package.
+"""Runs this checkout's python/gonccl/bench (the bench tool's source) with the installed
+gonccl package for everything else (the C++ extension, libgonccl.so): for working on the
+tool without reinstalling. `python -m gonccl.bench` runs the installed copy.
 
     $(scripts/python-env.sh) bench/run.py all_reduce -b 8 -e 64M --backends gonccl,gloo -np 2
 """
@@ -11,11 +10,15 @@ import os
 import runpy
 import sys
 
-import gonccl
+import gonccl  # noqa: F401 - the installed package; only gonccl.bench comes from here
 
-if importlib.util.find_spec("gonccl.bench") is None:
-    src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python", "gonccl")
-    gonccl.__path__.append(src)  # after the installed directory: only bench comes from here
+src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python", "gonccl", "bench")
+spec = importlib.util.spec_from_file_location(
+    "gonccl.bench", os.path.join(src, "__init__.py"), submodule_search_locations=[src]
+)
+module = importlib.util.module_from_spec(spec)
+sys.modules["gonccl.bench"] = module
+spec.loader.exec_module(module)
 
 sys.argv[0] = "python -m gonccl.bench"
 runpy.run_module("gonccl.bench", run_name="__main__", alter_sys=True)

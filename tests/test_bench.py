@@ -4,8 +4,7 @@ nccl-tests' columns, one row per (size, backend), #wrong is 0 everywhere, busbw 
 algbw times the collective's factor, the JSON agrees with the table, and a rank that
 cannot rendezvous does not outlive the --timeout.
 
-The tool runs through bench/run.py, which uses the installed gonccl.bench if setup.py
-installed it and this checkout's python/gonccl/bench otherwise.
+It runs the installed tool, `python -m gonccl.bench` (make test builds and installs first).
 """
 
 import json
@@ -16,7 +15,6 @@ import pytest
 
 import _harness
 
-RUNNER = os.path.join(_harness.REPO_ROOT, "bench", "run.py")
 TIMEOUT = 120
 
 
@@ -25,7 +23,7 @@ def bench(tmp_path, *args, timeout=TIMEOUT):
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(k, None)
     run = _harness.run_processes(
-        [[_harness.PYTHON, RUNNER, *args]], timeout=timeout, envs=[env], cwd=str(tmp_path), names=["bench"]
+        [[_harness.PYTHON, "-m", "gonccl.bench", *args]], timeout=timeout, envs=[env], cwd=str(tmp_path), names=["bench"]
     )
     return run
 
