@@ -59,7 +59,7 @@ def row_line(row: dict, with_ratio: bool) -> str:
     if with_ratio:
         r = row.get("ratio")
         line += f" {r:>7.2f}x" if r is not None else f" {'':>8}"
-    return line
+    return line.rstrip()
 
 
 def print_lines(lines, stream=None) -> None:
