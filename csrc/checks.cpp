@@ -72,7 +72,10 @@ std::string dtypeName(at::ScalarType type) {
   return "torch." + std::string(c10::getDtypeNames(type).first);
 }
 
-goncclDataType_t checkTensor(const at::Tensor& t, const char* op) {
+goncclDataType_t checkTensor(
+    const at::Tensor& t,
+    const char* op,
+    bool contiguous) {
   if (t.layout() != at::kStrided) {
     C10_THROW_ERROR(
         ValueError,
@@ -183,7 +186,7 @@ goncclDataType_t checkTensor(const at::Tensor& t, const char* op) {
             " is not supported by this libgonccl.so (it predates it; "
             "rebuild the package)"));
   }
-  if (!t.is_contiguous()) {
+  if (contiguous && !t.is_contiguous()) {
     C10_THROW_ERROR(
         ValueError,
         c10::str(

@@ -18,8 +18,12 @@
 
 namespace gonccl {
 
-// A dense, contiguous CPU tensor of a supported dtype; returns its dtype.
-goncclDataType_t checkTensor(const at::Tensor& t, const char* op);
+// A dense (and, if contiguous, contiguous) CPU tensor of a supported dtype;
+// returns its dtype.
+goncclDataType_t checkTensor(
+    const at::Tensor& t,
+    const char* op,
+    bool contiguous = true);
 
 // tensors.size() == expected.
 void checkCount(

@@ -22,7 +22,8 @@ bool consecutive(const std::vector<at::Tensor>& ts, int64_t n) {
   const auto* base = static_cast<const char*>(ts[0].data_ptr());
   const size_t pieceBytes = n * ts[0].element_size();
   for (size_t i = 0; i < ts.size(); ++i) {
-    if (ts[i].numel() != n || !ts[i].storage().is_alias_of(ts[0].storage()) ||
+    if (ts[i].numel() != n || !ts[i].is_contiguous() ||
+        !ts[i].storage().is_alias_of(ts[0].storage()) ||
         static_cast<const char*>(ts[i].data_ptr()) != base + i * pieceBytes) {
       return false;
     }
@@ -47,13 +48,61 @@ at::Tensor flatten(const std::vector<at::Tensor>& ts, int64_t total) {
 void unflatten(const at::Tensor& flat, const std::vector<at::Tensor>& ts) {
   int64_t offset = 0;
   for (const at::Tensor& t : ts) {
-    t.view({-1}).copy_(flat.narrow(0, offset, t.numel()));
+    t.copy_(flat.narrow(0, offset, t.numel()).view(t.sizes()));
     offset += t.numel();
   }
 }
 
+// Non-contiguous tensors, which Gloo takes for every collective but
+// all_to_all_single's input: the op works on contiguous copies, and the copy
+// of a tensor that receives data is copied back when the op has finished.
+class Dense {
+ public:
+  // t itself if it is contiguous (or not strided: checkTensor rejects that),
+  // else a contiguous copy; if written, t gets the copy back afterwards.
+  at::Tensor operator()(const at::Tensor& t, bool written) {
+    if (t.layout() != at::kStrided || t.is_contiguous()) {
+      return t;
+    }
+    at::NoGradGuard noGrad;
+    at::Tensor copy = t.contiguous();
+    if (written) {
+      pairs_.emplace_back(t, copy);
+    }
+    return copy;
+  }
+
+  std::vector<at::Tensor> operator()(
+      const std::vector<at::Tensor>& ts,
+      bool written) {
+    std::vector<at::Tensor> out;
+    for (const at::Tensor& t : ts) {
+      out.push_back((*this)(t, written));
+    }
+    return out;
+  }
+
+  // The op's post-completion step: first (if set), then the copy-backs.
+  std::function<void()> copyBack(std::function<void()> first = nullptr) {
+    if (pairs_.empty()) {
+      return first;
+    }
+    return [first = std::move(first), pairs = pairs_]() {
+      if (first) {
+        first();
+      }
+      for (const auto& [t, copy] : pairs) {
+        t.copy_(copy);
+      }
+    };
+  }
+
+ private:
+  std::vector<std::pair<at::Tensor, at::Tensor>> pairs_;
+};
+
 // Checks every tensor of a list against the reference: supported, same dtype,
-// n elements.
+// n elements (contiguous or not: the caller stages them).
 void checkList(
     const std::vector<at::Tensor>& ts,
     const at::Tensor& ref,
@@ -61,7 +110,7 @@ void checkList(
     const char* op,
     const char* what) {
   for (size_t i = 0; i < ts.size(); ++i) {
-    checkTensor(ts[i], op);
+    checkTensor(ts[i], op, /*contiguous=*/false);
     checkSameDtype(ts[i], ref, op, what);
     checkNumel(ts[i], n, op, c10::str(what, " ", i).c_str());
   }
@@ -158,14 +207,21 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::allreduce(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
   constexpr const char* op = "all_reduce";
   checkCount(tensors, 1, op);
-  at::Tensor t = tensors[0];
+  Dense dense;
+  at::Tensor t = dense(tensors[0], /*written=*/true);
   goncclDataType_t type = checkTensor(t, op);
   Reduction r = checkReduceOp(opts.reduceOp, t.scalar_type(), op);
   r.scaled(t, /*inPlace=*/true);
   void* buf = t.data_ptr();
   size_t count = t.numel();
   return issue(
-      {c10d::OpType::ALLREDUCE, "gonccl:all_reduce", op, {t}, {t}},
+      {c10d::OpType::ALLREDUCE,
+       "gonccl:all_reduce",
+       op,
+       {tensors[0]},
+       {tensors[0]},
+       {t},
+       dense.copyBack()},
       [&](Parts& p) {
         return p.add(lib().allReduceAsync(
             buf, buf, count, type, r.op, p.comm, nullptr, p.next()));
@@ -183,7 +239,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::allreduce_coalesced(
   goncclDataType_t type = goncclFloat32;
   int64_t total = 0;
   for (const at::Tensor& t : tensors) {
-    type = checkTensor(t, op);
+    type = checkTensor(t, op, /*contiguous=*/false);
     checkSameDtype(t, tensors[0], op, "every tensor");
     total += t.numel();
   }
@@ -221,7 +277,8 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::reduce(
     std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
   constexpr const char* op = "reduce";
   checkCount(tensors, 1, op);
-  at::Tensor t = tensors[0];
+  Dense dense;
+  at::Tensor t = dense(tensors[0], /*written=*/opts.rootRank == rank_);
   goncclDataType_t type = checkTensor(t, op);
   checkRootTensor(opts.rootTensor, op);
   checkRoot(opts.rootRank, size_, op);
@@ -235,7 +292,13 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::reduce(
   size_t count = t.numel();
   int root = static_cast<int>(opts.rootRank);
   return issue(
-      {c10d::OpType::REDUCE, "gonccl:reduce", op, {t}, {t}, {send}},
+      {c10d::OpType::REDUCE,
+       "gonccl:reduce",
+       op,
+       {tensors[0]},
+       {tensors[0]},
+       {send, t},
+       dense.copyBack()},
       [&](Parts& p) {
         return p.add(fn(
             sendbuf,
@@ -254,7 +317,8 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::broadcast(
     std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
   constexpr const char* op = "broadcast";
   checkCount(tensors, 1, op);
-  at::Tensor t = tensors[0];
+  Dense dense;
+  at::Tensor t = dense(tensors[0], /*written=*/opts.rootRank != rank_);
   goncclDataType_t type = checkTensor(t, op);
   checkRootTensor(opts.rootTensor, op);
   checkRoot(opts.rootRank, size_, op);
@@ -262,7 +326,13 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::broadcast(
   size_t count = t.numel();
   int root = static_cast<int>(opts.rootRank);
   return issue(
-      {c10d::OpType::BROADCAST, "gonccl:broadcast", op, {t}, {t}},
+      {c10d::OpType::BROADCAST,
+       "gonccl:broadcast",
+       op,
+       {tensors[0]},
+       {tensors[0]},
+       {t},
+       dense.copyBack()},
       [&](Parts& p) {
         return p.add(lib().broadcastAsync(
             buf, buf, count, type, root, p.comm, nullptr, p.next()));
@@ -284,7 +354,8 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::allgather(
             ": expected 1 list of output tensors, got ",
             outputTensors.size()));
   }
-  at::Tensor input = inputTensors[0];
+  Dense dense;
+  at::Tensor input = dense(inputTensors[0], /*written=*/false);
   std::vector<at::Tensor> outputs = outputTensors[0];
   goncclDataType_t type = checkTensor(input, op);
   checkCount(outputs, size_, op, "output tensor");
@@ -309,11 +380,12 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::allgather(
     copyOut = [flat, outputs]() { unflatten(flat, outputs); };
   }
   void* send = input.data_ptr();
+  keepAlive.push_back(input);
   return issue(
       {c10d::OpType::ALLGATHER,
        "gonccl:all_gather",
        op,
-       {input},
+       {inputTensors[0]},
        outputs,
        std::move(keepAlive),
        std::move(copyOut)},
@@ -328,8 +400,11 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::_allgather_base(
     at::Tensor& inputBuffer,
     const c10d::AllgatherOptions& /*opts*/) {
   constexpr const char* op = "all_gather_into_tensor";
-  goncclDataType_t type = checkTensor(inputBuffer, op);
-  checkTensor(outputBuffer, op);
+  Dense dense;
+  at::Tensor input = dense(inputBuffer, /*written=*/false);
+  at::Tensor output = dense(outputBuffer, /*written=*/true);
+  goncclDataType_t type = checkTensor(input, op);
+  checkTensor(output, op);
   checkSameDtype(outputBuffer, inputBuffer, op, "the output tensor");
   const int64_t n = inputBuffer.numel();
   if (outputBuffer.numel() != n * size_) {
@@ -348,14 +423,16 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::_allgather_base(
             n * size_,
             ")"));
   }
-  void* send = inputBuffer.data_ptr();
-  void* recv = outputBuffer.data_ptr();
+  void* send = input.data_ptr();
+  void* recv = output.data_ptr();
   return issue(
       {c10d::OpType::_ALLGATHER_BASE,
        "gonccl:all_gather_into_tensor",
        op,
        {inputBuffer},
-       {outputBuffer}},
+       {outputBuffer},
+       {input, output},
+       dense.copyBack()},
       [&](Parts& p) {
         return p.add(lib().allGatherAsync(
             send, recv, n, type, p.comm, nullptr, p.next()));
@@ -386,7 +463,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::allgather_coalesced(
   goncclDataType_t type = goncclFloat32;
   int64_t total = 0;
   for (const at::Tensor& t : inputTensors) {
-    type = checkTensor(t, op);
+    type = checkTensor(t, op, /*contiguous=*/false);
     checkSameDtype(t, inputTensors[0], op, "every input tensor");
     total += t.numel();
   }
@@ -395,7 +472,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::allgather_coalesced(
   for (const auto& list : outputTensorLists) {
     checkCount(list, inputTensors.size(), op, "output tensor per list");
     for (size_t i = 0; i < list.size(); ++i) {
-      checkTensor(list[i], op);
+      checkTensor(list[i], op, /*contiguous=*/false);
       checkSameDtype(list[i], inputTensors[0], op, "an output tensor");
       checkNumel(
           list[i],
@@ -471,7 +548,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::gather(
   constexpr const char* op = "gather";
   checkCount(inputTensors, 1, op, "input tensor");
   checkRoot(opts.rootRank, size_, op);
-  at::Tensor input = inputTensors[0];
+  at::Tensor input = Dense()(inputTensors[0], /*written=*/false);
   goncclDataType_t type = checkTensor(input, op);
   auto fn = need(lib().gatherAsync, "goncclGatherAsync", op);
   const int root = static_cast<int>(opts.rootRank);
@@ -516,11 +593,12 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::gather(
             " list(s)"));
   }
   void* send = input.data_ptr();
+  keepAlive.push_back(input);
   return issue(
       {c10d::OpType::GATHER,
        "gonccl:gather",
        op,
-       {input},
+       {inputTensors[0]},
        outputs,
        std::move(keepAlive),
        std::move(copyOut)},
@@ -568,7 +646,8 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::scatter(
   constexpr const char* op = "scatter";
   checkCount(outputTensors, 1, op, "output tensor");
   checkRoot(opts.rootRank, size_, op);
-  at::Tensor output = outputTensors[0];
+  Dense dense;
+  at::Tensor output = dense(outputTensors[0], /*written=*/true);
   goncclDataType_t type = checkTensor(output, op);
   auto fn = need(lib().scatterAsync, "goncclScatterAsync", op);
   const int root = static_cast<int>(opts.rootRank);
@@ -611,13 +690,15 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::scatter(
             " list(s)"));
   }
   void* recv = output.data_ptr();
+  keepAlive.push_back(output);
   return issue(
       {c10d::OpType::SCATTER,
        "gonccl:scatter",
        op,
        inputs,
-       {output},
-       std::move(keepAlive)},
+       {outputTensors[0]},
+       std::move(keepAlive),
+       dense.copyBack()},
       [&](Parts& p) {
         return p.add(
             fn(send, recv, n, type, root, p.comm, nullptr, p.next()));
@@ -639,7 +720,8 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::reduce_scatter(
             ": expected 1 list of input tensors, got ",
             inputTensors.size()));
   }
-  at::Tensor output = outputTensors[0];
+  Dense dense;
+  at::Tensor output = dense(outputTensors[0], /*written=*/true);
   std::vector<at::Tensor> inputs = inputTensors[0];
   goncclDataType_t type = checkTensor(output, op);
   checkCount(inputs, size_, op, "input tensor");
@@ -648,7 +730,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::reduce_scatter(
   bool uniform = true;
   int64_t total = 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    checkTensor(inputs[i], op);
+    checkTensor(inputs[i], op, /*contiguous=*/false);
     checkSameDtype(inputs[i], output, op, "an input tensor");
     uniform = uniform && inputs[i].numel() == n;
     total += inputs[i].numel();
@@ -664,18 +746,20 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::reduce_scatter(
     auto fn = need(lib().reduceAsync, "goncclReduceAsync", op);
     std::vector<at::Tensor> sends;
     for (const at::Tensor& t : inputs) {
-      sends.push_back(r.scaled(t, /*inPlace=*/false));
+      sends.push_back(r.scaled(dense(t, /*written=*/false), /*inPlace=*/false));
     }
     at::Tensor scratch = at::empty({total}, output.options());
     std::vector<at::Tensor> keepAlive = sends;
     keepAlive.push_back(scratch);
+    keepAlive.push_back(output);
     return issue(
         {c10d::OpType::REDUCE_SCATTER,
          "gonccl:reduce_scatter",
          op,
          inputs,
-         {output},
-         std::move(keepAlive)},
+         {outputTensors[0]},
+         std::move(keepAlive),
+         dense.copyBack()},
         [&](Parts& p) {
           for (int i = 0; i < size_; ++i) {
             void* recv =
@@ -709,13 +793,15 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::reduce_scatter(
     keepAlive.push_back(flat);
   }
   void* recv = output.data_ptr();
+  keepAlive.push_back(output);
   return issue(
       {c10d::OpType::REDUCE_SCATTER,
        "gonccl:reduce_scatter",
        op,
        inputs,
-       {output},
-       std::move(keepAlive)},
+       {outputTensors[0]},
+       std::move(keepAlive),
+       dense.copyBack()},
       [&](Parts& p) {
         return p.add(
             fn(send, recv, n, type, r.op, p.comm, nullptr, p.next()));
@@ -727,24 +813,28 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::_reduce_scatter_base(
     at::Tensor& inputBuffer,
     const c10d::ReduceScatterOptions& opts) {
   constexpr const char* op = "reduce_scatter_tensor";
-  goncclDataType_t type = checkTensor(inputBuffer, op);
-  checkTensor(outputBuffer, op);
+  Dense dense;
+  at::Tensor input = dense(inputBuffer, /*written=*/false);
+  at::Tensor output = dense(outputBuffer, /*written=*/true);
+  goncclDataType_t type = checkTensor(input, op);
+  checkTensor(output, op);
   checkSameDtype(outputBuffer, inputBuffer, op, "the output tensor");
   const int64_t n = outputBuffer.numel();
   checkNumel(
       inputBuffer, n * size_, op, "the input tensor (world_size * output)");
   Reduction r = checkReduceOp(opts.reduceOp, inputBuffer.scalar_type(), op);
   auto fn = need(lib().reduceScatterAsync, "goncclReduceScatterAsync", op);
-  at::Tensor send = r.scaled(inputBuffer, /*inPlace=*/false);
+  at::Tensor send = r.scaled(input, /*inPlace=*/false);
   const void* sendbuf = send.data_ptr();
-  void* recvbuf = outputBuffer.data_ptr();
+  void* recvbuf = output.data_ptr();
   return issue(
       {c10d::OpType::_REDUCE_SCATTER_BASE,
        "gonccl:reduce_scatter_tensor",
        op,
        {inputBuffer},
        {outputBuffer},
-       {send}},
+       {send, output},
+       dense.copyBack()},
       [&](Parts& p) {
         return p.add(
             fn(sendbuf, recvbuf, n, type, r.op, p.comm, nullptr, p.next()));
@@ -807,7 +897,9 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::alltoall_base(
     const c10d::AllToAllOptions& /*opts*/) {
   constexpr const char* op = "all_to_all_single";
   goncclDataType_t type = checkTensor(inputBuffer, op);
-  checkTensor(outputBuffer, op);
+  Dense dense;
+  at::Tensor output = dense(outputBuffer, /*written=*/true);
+  checkTensor(output, op);
   checkSameDtype(outputBuffer, inputBuffer, op, "the output tensor");
   std::vector<size_t> sendCounts, sendDispls, recvCounts, recvDispls;
   splitCounts(
@@ -821,13 +913,15 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::alltoall_base(
       recvCounts,
       recvDispls);
   const void* send = inputBuffer.data_ptr();
-  void* recv = outputBuffer.data_ptr();
+  void* recv = output.data_ptr();
   Op desc{
       c10d::OpType::ALLTOALL_BASE,
       "gonccl:all_to_all_single",
       op,
       {inputBuffer},
-      {outputBuffer}};
+      {outputBuffer},
+      {output},
+      dense.copyBack()};
   const bool even = std::all_of(
                         sendCounts.begin(),
                         sendCounts.end(),
@@ -863,15 +957,16 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::alltoall(
   constexpr const char* op = "all_to_all";
   checkCount(inputTensors, size_, op, "input tensor");
   checkCount(outputTensors, size_, op, "output tensor");
-  goncclDataType_t type = checkTensor(inputTensors[0], op);
+  goncclDataType_t type =
+      checkTensor(inputTensors[0], op, /*contiguous=*/false);
   auto fn = need(lib().alltoAllvAsync, "goncclAlltoAllvAsync", op);
   std::vector<size_t> sendCounts, sendDispls, recvCounts, recvDispls;
   size_t sendTotal = 0;
   size_t recvTotal = 0;
   for (int i = 0; i < size_; ++i) {
-    checkTensor(inputTensors[i], op);
+    checkTensor(inputTensors[i], op, /*contiguous=*/false);
     checkSameDtype(inputTensors[i], inputTensors[0], op, "an input tensor");
-    checkTensor(outputTensors[i], op);
+    checkTensor(outputTensors[i], op, /*contiguous=*/false);
     checkSameDtype(outputTensors[i], inputTensors[0], op, "an output tensor");
     sendDispls.push_back(sendTotal);
     sendCounts.push_back(inputTensors[i].numel());
