@@ -35,9 +35,9 @@ for name, ver in want.items():
 PY
 }
 
-if ! have "torch==$TORCH_VERSION" numpy pytest pytest-timeout setuptools wheel; then
-  echo "gonccl: installing torch==$TORCH_VERSION, numpy, pytest into $venv (first run: several GB)" >&2
+if ! have "torch==$TORCH_VERSION" numpy pytest pytest-timeout setuptools wheel matplotlib; then
+  echo "gonccl: installing torch==$TORCH_VERSION, numpy, pytest, matplotlib into $venv (first run: several GB)" >&2
   "$py" -m pip install --quiet --disable-pip-version-check \
-    "torch==$TORCH_VERSION" numpy pytest pytest-timeout setuptools wheel >&2
+    "torch==$TORCH_VERSION" numpy pytest pytest-timeout setuptools wheel matplotlib >&2
 fi
 echo "$py"
