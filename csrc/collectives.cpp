@@ -922,12 +922,24 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::alltoall_base(
       {outputBuffer},
       {output},
       dense.copyBack()};
-  const bool even = std::all_of(
-                        sendCounts.begin(),
-                        sendCounts.end(),
-                        [&](size_t c) { return c == sendCounts[0]; }) &&
-      sendCounts == recvCounts;
+  // Every rank must pick the same C call: the split sizes are a per-rank
+  // view, so even splits on this rank say nothing about the others. Only
+  // "no split sizes" (equal blocks by definition) is the same everywhere.
+  const bool even = inputSplitSizes.empty() && outputSplitSizes.empty();
   if (even) {
+    if (inputBuffer.numel() != outputBuffer.numel()) {
+      C10_THROW_ERROR(
+          ValueError,
+          c10::str(
+              "gonccl: ",
+              op,
+              ": without split sizes the input and output must have as many "
+              "elements (got ",
+              inputBuffer.numel(),
+              " and ",
+              outputBuffer.numel(),
+              ")"));
+    }
     auto fn = need(lib().alltoAllAsync, "goncclAlltoAllAsync", op);
     size_t count = sendCounts[0];
     return issue(std::move(desc), [&](Parts& p) {
