@@ -32,10 +32,8 @@ Sections:
 import pytest
 
 CONFIGS = {"ws1": 1, "ws2": 2, "ws3": 3, "ws4": 4}
-# The worker also runs alltoall_uneven and noncontiguous_parity; their tests join this
-# list once gonccl passes them.
-SECTIONS = ["reductions", "coalesced", "premul_sum", "bad_combinations", "data_movement", "p2p",
-            "monitored_barrier", "noncontiguous", "threads_groups"]
+SECTIONS = ["reductions", "coalesced", "premul_sum", "bad_combinations", "data_movement", "alltoall_uneven", "p2p",
+            "monitored_barrier", "noncontiguous", "noncontiguous_parity", "threads_groups"]
 TIMEOUT = 300
 
 
