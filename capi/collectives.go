@@ -38,9 +38,23 @@ func hostOnly(stream C.goncclStream_t) error {
 	return nil
 }
 
-// issue runs one operation: start enqueues it; then either a request handle is
+// issue runs one collective: start enqueues it; then either a request handle is
 // returned (async) or the call waits for it.
 func issue(h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool,
+	start func(c *core.Comm) (*core.Request, error)) C.goncclResult_t {
+	return run(h, stream, out, async, false, start)
+}
+
+// issueP2P runs one send or receive like issue, except that a blocking call inside
+// goncclGroupStart/End does not wait: its request joins the group and goncclGroupEnd
+// waits for it (as in NCCL, where a group's calls launch at its end; waiting here would
+// deadlock a ring of blocking sends too large to go out before their receives).
+func issueP2P(h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool,
+	start func(c *core.Comm) (*core.Request, error)) C.goncclResult_t {
+	return run(h, stream, out, async, true, start)
+}
+
+func run(h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async, groupable bool,
 	start func(c *core.Comm) (*core.Request, error)) C.goncclResult_t {
 	e, err := lookupComm(h)
 	if err != nil {
@@ -63,8 +77,10 @@ func issue(h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, as
 		*out = newRequestHandle(req, e)
 		return C.goncclSuccess
 	}
-	_, err = req.Wait(-1)
-	if err != nil {
+	if groupable && joinGroup(req, e) {
+		return C.goncclSuccess
+	}
+	if _, err := req.Wait(-1); err != nil {
 		return fail(e, err)
 	}
 	return C.goncclSuccess
