@@ -65,6 +65,32 @@ func (e *exec) recv(peer int, off int, p []byte) error {
 	return nil
 }
 
+// recvReduce receives len(dst) bytes from peer and reduces them into dst
+// (dst = dst op received). Over a link that hands out its payload in place (shared
+// memory) the reduction reads the peer's bytes where they lie; otherwise they pass
+// through scratch memory.
+func (e *exec) recvReduce(peer int, off int, dst []byte, dt DataType, op RedOp) error {
+	if pr, ok := e.links[peer].(transport.PieceReceiver); ok {
+		h := e.hdr
+		h.Offset = uint64(off)
+		err := pr.RecvPieces(&h, len(dst), dt.Size(), e.deadline, func(o int, piece []byte) error {
+			return ReduceInto(dst[o:o+len(piece)], piece, dt, op)
+		})
+		if err != nil {
+			return e.linkErr(peer, err)
+		}
+		return nil
+	}
+	if len(dst) > len(e.scratch) {
+		return fmt.Errorf("internal error: a reduced frame of %d bytes exceeds the %d bytes of scratch memory", len(dst), len(e.scratch))
+	}
+	tmp := e.scratch[:len(dst)]
+	if err := e.recv(peer, off, tmp); err != nil {
+		return err
+	}
+	return ReduceInto(dst, tmp, dt, op)
+}
+
 func (e *exec) linkErr(peer int, err error) error {
 	var m *transport.MismatchError
 	switch {

@@ -66,3 +66,15 @@ type Link interface {
 	// Close closes the link at once; blocked Send and Recv calls return.
 	Close() error
 }
+
+// PieceReceiver is implemented by links that can hand a frame's payload to the caller
+// in place, piece by piece, instead of copying it into a buffer: a reduction then reads
+// the peer's bytes straight out of shared memory, saving one copy of every byte.
+type PieceReceiver interface {
+	// RecvPieces reads the next frame, whose header must equal want with want.Len = n
+	// (as for Recv), and calls fn with consecutive pieces of its payload: off is the
+	// piece's offset within the payload, and every piece holds whole elements of
+	// elemSize bytes (n must be a multiple of elemSize). fn must not keep the piece.
+	// An error from fn ends the call (the link is then out of step and must be closed).
+	RecvPieces(want *Header, n, elemSize int, deadline time.Time, fn func(off int, piece []byte) error) error
+}
