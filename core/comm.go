@@ -45,6 +45,10 @@ type Comm struct {
 	timeout      time.Duration
 	sel          *selector // the cost model: picks each operation's algorithm
 
+	// Per-peer frame headers and reduce sinks for the executor's operations (see exec).
+	sendHdrs, recvHdrs []transport.Header
+	sinks              []reduceSink
+
 	queue    chan *op
 	finished chan struct{} // closed when the executor has exited
 
@@ -134,6 +138,8 @@ func newComm(rank, nranks int, cfg *config, logs loggers, links []transport.Link
 		timeout: timeout, queue: make(chan *op, queueDepth), finished: make(chan struct{}),
 	}
 	c.sel = newSelector(c.costModel(), cfg.algo, logs)
+	c.sendHdrs, c.recvHdrs = make([]transport.Header, nranks), make([]transport.Header, nranks)
+	c.sinks = make([]reduceSink, nranks)
 	go c.run()
 	return c, nil
 }
@@ -234,6 +240,7 @@ func (c *Comm) execute(o *op) error {
 			Count: uint64(o.count)},
 		deadline: start.Add(c.timeout), timeout: c.timeout,
 		scratch: c.scratch, chunkBytes: c.cfg.chunkBytes, breakLinks: c.failLinks,
+		sendHdrs: c.sendHdrs, recvHdrs: c.recvHdrs, sinks: c.sinks,
 	}
 	err := c.dispatch(e, o)
 	if err == nil {

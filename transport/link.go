@@ -72,9 +72,15 @@ type Link interface {
 // the peer's bytes straight out of shared memory, saving one copy of every byte.
 type PieceReceiver interface {
 	// RecvPieces reads the next frame, whose header must equal want with want.Len = n
-	// (as for Recv), and calls fn with consecutive pieces of its payload: off is the
-	// piece's offset within the payload, and every piece holds whole elements of
-	// elemSize bytes (n must be a multiple of elemSize). fn must not keep the piece.
-	// An error from fn ends the call (the link is then out of step and must be closed).
-	RecvPieces(want *Header, n, elemSize int, deadline time.Time, fn func(off int, piece []byte) error) error
+	// (as for Recv), and hands consecutive pieces of its payload to sink. Every piece
+	// holds whole elements of elemSize bytes (n must be a multiple of elemSize).
+	// An error from sink ends the call (the link is then out of step and must be closed).
+	RecvPieces(want *Header, n, elemSize int, deadline time.Time, sink PieceSink) error
+}
+
+// PieceSink consumes a payload handed out in place by a PieceReceiver.
+type PieceSink interface {
+	// Piece is called with the payload's bytes [off, off+len(piece)); it must not keep
+	// piece after it returns.
+	Piece(off int, piece []byte) error
 }

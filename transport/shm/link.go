@@ -218,10 +218,10 @@ func (l *Link) Recv(want *transport.Header, p []byte, deadline time.Time) error 
 	return nil
 }
 
-// RecvPieces implements transport.PieceReceiver: fn reads the payload where it lies in
-// the rx ring, and each piece's space is freed as soon as fn returns. An element that
+// RecvPieces implements transport.PieceReceiver: the sink reads the payload where it lies in
+// the rx ring, and each piece's space is freed as soon as the sink returns. An element that
 // straddles the ring's end is passed through a small copy.
-func (l *Link) RecvPieces(want *transport.Header, n, elemSize int, deadline time.Time, fn func(off int, piece []byte) error) error {
+func (l *Link) RecvPieces(want *transport.Header, n, elemSize int, deadline time.Time, sink transport.PieceSink) error {
 	if elemSize <= 0 || elemSize > len(l.straddle) || n%elemSize != 0 {
 		return fmt.Errorf("receive from rank %d: %d bytes in elements of %d: %w", l.peer, n, elemSize, transport.ErrMismatch)
 	}
@@ -254,7 +254,7 @@ func (l *Link) RecvPieces(want *transport.Header, n, elemSize int, deadline time
 			copy(l.straddle[c:es], r.data)
 			piece = l.straddle[:es]
 		}
-		if err := fn(int(off), piece); err != nil {
+		if err := sink.Piece(int(off), piece); err != nil {
 			return err
 		}
 		off += k

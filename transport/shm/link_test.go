@@ -280,7 +280,7 @@ func TestRecvPiecesWholeElements(t *testing.T) {
 				errc := make(chan error, 1)
 				go func() { errc <- a.Send(&h, payload, dl) }()
 				got := make([]byte, 0, n)
-				err := b.RecvPieces(&h, n, elem, dl, func(off int, piece []byte) error {
+				err := b.RecvPieces(&h, n, elem, dl, sinkFunc(func(off int, piece []byte) error {
 					require.Equal(t, len(got), off, "pieces arrive in order")
 					require.Zero(t, len(piece)%elem, "piece of %d bytes, elements of %d", len(piece), elem)
 					require.NotZero(t, len(piece))
@@ -289,7 +289,7 @@ func TestRecvPiecesWholeElements(t *testing.T) {
 					}
 					got = append(got, piece...)
 					return nil
-				})
+				}))
 				require.NoError(t, err, "ring %d elem %d count %d", ring, elem, count)
 				require.NoError(t, <-errc)
 				require.True(t, bytes.Equal(payload, got), "ring %d elem %d count %d", ring, elem, count)
@@ -307,3 +307,7 @@ func TestRecvPiecesWholeElements(t *testing.T) {
 		require.NoError(t, b.Close())
 	}
 }
+
+type sinkFunc func(off int, piece []byte) error
+
+func (f sinkFunc) Piece(off int, piece []byte) error { return f(off, piece) }
