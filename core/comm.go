@@ -54,11 +54,15 @@ type Comm struct {
 
 	p2p *p2pEngine // point-to-point messaging, beside the executor (nil: none)
 
-	mu      sync.Mutex
-	seq     uint64
-	closed  bool  // no more operations may be enqueued
-	broken  error // first failure; later operations fail at once with it
-	aborted bool
+	mu          sync.Mutex
+	seq         uint64
+	closed      bool  // no more operations may be enqueued
+	broken      error // first failure; later operations fail at once with it
+	aborted     bool
+	issuedOp    string // the last operation enqueued, described (for status reports)
+	running     *op    // the operation the executor runs now
+	finishedSeq uint64 // the last operation the executor finished
+	brokenText  string // what broke the communicator, without peers' diagnoses
 }
 
 // gomaxprocsOnce sizes the Go runtime once per process, by the first communicator.
@@ -207,6 +211,7 @@ func (c *Comm) enqueue(o *op) (*Request, error) {
 	c.seq++
 	o.seq = c.seq
 	o.req = newRequest()
+	c.issuedOp = o.String()
 	// Sending under the lock keeps sequence numbers in queue order; the queue is deep
 	// and the executor never takes c.mu while holding an op, so this does not deadlock.
 	c.queue <- o
@@ -225,7 +230,13 @@ func (c *Comm) run() {
 func (c *Comm) execute(o *op) error {
 	c.mu.Lock()
 	broken, aborted := c.broken, c.aborted
+	c.running = o
 	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		c.running, c.finishedSeq = nil, o.seq
+		c.mu.Unlock()
+	}()
 	if aborted {
 		return &OpError{Rank: c.rank, Op: o.String(), Peer: -1, Err: ErrAborted}
 	}
@@ -251,12 +262,17 @@ func (c *Comm) execute(o *op) error {
 	if c.aborted {
 		err = ErrAborted
 	}
+	aborted = c.aborted
 	if c.broken == nil {
 		c.broken = err
+		c.brokenText = truncate(fmt.Sprintf("%s: %v", o, err), 1024)
 	}
 	c.mu.Unlock()
 	c.failLinks()
 	oe := &OpError{Rank: c.rank, Op: o.String(), Peer: -1, Err: err}
+	if !aborted && !errors.Is(err, ErrInvalidArgument) && !errors.Is(err, ErrNotSupported) {
+		oe.Diagnosis = c.diagnose(o)
+	}
 	c.logs.coll.Warn(oe.Error())
 	return oe
 }
@@ -433,4 +449,11 @@ func (c *Comm) Err() error {
 		return ErrAborted
 	}
 	return c.broken
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
 }

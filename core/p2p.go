@@ -127,6 +127,9 @@ type p2pEngine struct {
 	nrecv      uint64
 	closed     error
 	wg         sync.WaitGroup
+
+	status        func() statusReport // this rank's progress, for peers that ask (see status.go)
+	statusAnswers chan statusAnswer   // where peers' answers go while this rank asks
 }
 
 // completion is a request to finish once mu is released.
@@ -158,7 +161,7 @@ func closeMsgConns(msgs []*transport.MsgConn) {
 // startP2P starts point-to-point messaging over msgs (one per peer, nil at this rank).
 func (c *Comm) startP2P(msgs []*transport.MsgConn) {
 	e := &p2pEngine{rank: c.rank, nranks: c.nranks, timeout: c.timeout, log: c.logs.net,
-		peers: make([]*p2pPeer, c.nranks)}
+		peers: make([]*p2pPeer, c.nranks), status: c.status}
 	for r, m := range msgs {
 		if m == nil || r == c.rank {
 			continue
@@ -523,6 +526,10 @@ func (e *p2pEngine) handle(pp *p2pPeer, h transport.MsgHeader) error {
 			e.log.Warn(fmt.Sprintf("gonccl rank %d: rank %d rejected message #%d: its receive expected %d bytes, a different size from what this rank sent",
 				e.rank, pp.rank, h.Seq, h.Len))
 		}
+	case transport.MsgStatusQuery:
+		e.answerStatus(pp)
+	case transport.MsgStatus:
+		return e.readStatus(pp, h)
 	case transport.MsgCancel:
 		e.mu.Lock()
 		r := pp.rdv[h.Seq]
@@ -631,6 +638,12 @@ func (e *p2pEngine) failPeer(pp *p2pPeer, err error) {
 	pp.err = fmt.Errorf("lost rank %d: %w", pp.rank, err)
 	done := e.drainPeer(pp, pp.err)
 	closed := e.closed != nil
+	if e.statusAnswers != nil { // a status query waits for this peer: it will not answer
+		select {
+		case e.statusAnswers <- statusAnswer{from: pp.rank, err: err}:
+		default:
+		}
+	}
 	e.mu.Unlock()
 	pp.conn.Close()
 	if len(done) > 0 && !closed {

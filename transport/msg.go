@@ -28,7 +28,15 @@ const (
 	MsgData   MsgKind = 4 // Seq (the sender's), Len; payload follows
 	MsgNack   MsgKind = 5 // Seq; Len: the byte size the receive expected
 	MsgCancel MsgKind = 6 // Seq: the sender withdrew the announced message
+	// A rank whose collective failed or timed out asks every peer where it stands
+	// (MsgStatusQuery, Seq: the asker's operation number) and each answers with a
+	// MsgStatus whose payload (Len bytes, at most MaxStatusBytes) is its report.
+	MsgStatusQuery MsgKind = 7
+	MsgStatus      MsgKind = 8
 )
+
+// MaxStatusBytes bounds a MsgStatus payload.
+const MaxStatusBytes = 16 << 10
 
 func (k MsgKind) String() string {
 	switch k {
@@ -44,6 +52,10 @@ func (k MsgKind) String() string {
 		return "nack"
 	case MsgCancel:
 		return "cancel"
+	case MsgStatusQuery:
+		return "status-query"
+	case MsgStatus:
+		return "status"
 	}
 	return fmt.Sprintf("msg(%d)", uint8(k))
 }
@@ -58,7 +70,9 @@ type MsgHeader struct {
 }
 
 // HasPayload reports whether Len payload bytes follow the header on the wire.
-func (h *MsgHeader) HasPayload() bool { return h.Kind == MsgEager || h.Kind == MsgData }
+func (h *MsgHeader) HasPayload() bool {
+	return h.Kind == MsgEager || h.Kind == MsgData || h.Kind == MsgStatus
+}
 
 // MsgHeaderSize is the encoded size of a MsgHeader.
 const MsgHeaderSize = 32
@@ -87,7 +101,7 @@ func DecodeMsgHeader(b []byte) (MsgHeader, error) {
 		Tag:   int64(binary.LittleEndian.Uint64(b[16:])),
 		Len:   binary.LittleEndian.Uint64(b[24:]),
 	}
-	if h.Kind < MsgEager || h.Kind > MsgCancel {
+	if h.Kind < MsgEager || h.Kind > MsgStatus {
 		return MsgHeader{}, fmt.Errorf("unknown message kind %d", b[4])
 	}
 	return h, nil
