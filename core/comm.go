@@ -404,7 +404,7 @@ func (c *Comm) Destroy() error {
 	<-c.finished
 	c.closeLinks()
 	if c.p2p != nil {
-		c.p2p.close(fmt.Errorf("gonccl rank %d: %w", c.rank, ErrClosed))
+		c.p2p.close(fmt.Errorf("gonccl rank %d: %w", c.rank, ErrClosed), c.leaving("destroyed"))
 	}
 	return c.freeScratch()
 }
@@ -421,7 +421,7 @@ func (c *Comm) Abort() error {
 	c.mu.Unlock()
 	c.closeLinks()
 	if c.p2p != nil {
-		c.p2p.close(ErrAborted)
+		c.p2p.close(ErrAborted, c.leaving("aborted"))
 	}
 	if already {
 		return nil
@@ -439,6 +439,16 @@ func (c *Comm) freeScratch() error {
 	err := unix.Munmap(c.scratch)
 	c.scratch = nil
 	return errors.Join(err, werr)
+}
+
+// leaving says why this rank closes its communicator, for the peers (see sayBye).
+func (c *Comm) leaving(how string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.brokenText != "" {
+		return how + " after " + c.brokenText
+	}
+	return how
 }
 
 // Err returns the error that broke the communicator, or nil.

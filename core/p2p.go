@@ -88,6 +88,7 @@ type p2pFrame struct {
 	send     *p2pSend // for eager, rts and data frames
 	deadline time.Time
 	queued   bool
+	written  chan struct{} // if set, closed once the frame is on the wire (bye)
 }
 
 // p2pUnexpected is a message that arrived before a receive for it was posted.
@@ -424,6 +425,9 @@ func (e *p2pEngine) writer(pp *p2pPeer) {
 			e.failPeer(pp, err)
 			return
 		}
+		if f.written != nil {
+			close(f.written)
+		}
 		if s != nil {
 			e.mu.Lock()
 			pp.writing = nil
@@ -530,6 +534,8 @@ func (e *p2pEngine) handle(pp *p2pPeer, h transport.MsgHeader) error {
 		e.answerStatus(pp)
 	case transport.MsgStatus:
 		return e.readStatus(pp, h)
+	case transport.MsgBye:
+		return e.readBye(pp, h)
 	case transport.MsgCancel:
 		e.mu.Lock()
 		r := pp.rdv[h.Seq]
@@ -709,7 +715,8 @@ func (e *p2pEngine) drainPeer(pp *p2pPeer, err error) completions {
 
 // close fails every pending point-to-point request with err, closes the channels and
 // waits for their goroutines, so that no buffer is touched after it returns.
-func (e *p2pEngine) close(err error) {
+func (e *p2pEngine) close(err error, reason string) {
+	e.sayBye(reason)
 	e.mu.Lock()
 	if e.closed != nil {
 		e.mu.Unlock()

@@ -60,8 +60,13 @@ func (c *Comm) diagnose(o *op) string {
 			continue
 		}
 		if err, ok := errs[p]; ok {
+			var left *peerLeftError
+			if errors.As(err, &left) {
+				notes = append(notes, fmt.Sprintf("rank %d left: %s", p, left.reason))
+				continue
+			}
 			gone = append(gone, p)
-			notes = append(notes, fmt.Sprintf("rank %d is unreachable (%v): did it exit or crash?", p, err))
+			notes = append(notes, fmt.Sprintf("rank %d is gone: its connection ended without a goodbye (%v): did it exit or crash?", p, err))
 			continue
 		}
 		r, ok := reports[p]
@@ -128,7 +133,7 @@ func (e *p2pEngine) queryStatus(seq uint64, wait time.Duration) (map[int]statusR
 		e.mu.Unlock()
 		return reports, errs
 	}
-	asked := 0
+	asked := map[int]bool{}
 	e.statusAnswers = answers
 	for _, pp := range e.peers {
 		if pp == nil {
@@ -140,7 +145,7 @@ func (e *p2pEngine) queryStatus(seq uint64, wait time.Duration) (map[int]statusR
 		}
 		e.enqueue(pp, &p2pFrame{h: transport.MsgHeader{Kind: transport.MsgStatusQuery, Seq: seq},
 			deadline: time.Now().Add(wait)}, true)
-		asked++
+		asked[pp.rank] = true
 	}
 	e.mu.Unlock()
 	defer func() {
@@ -150,15 +155,18 @@ func (e *p2pEngine) queryStatus(seq uint64, wait time.Duration) (map[int]statusR
 	}()
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
-	for asked > 0 {
+	for len(asked) > 0 {
 		select {
 		case a := <-answers:
+			if !asked[a.from] {
+				continue // a second word from one peer (it answered, then left)
+			}
+			delete(asked, a.from)
 			if a.err != nil {
 				errs[a.from] = a.err
 			} else {
 				reports[a.from] = a.report
 			}
-			asked--
 		case <-timer.C:
 			return reports, errs
 		}
@@ -212,4 +220,56 @@ func (e *p2pEngine) readStatus(pp *p2pPeer, h transport.MsgHeader) error {
 		}
 	}
 	return nil
+}
+
+// byeWait bounds how long closing waits for the goodbyes to go out.
+const byeWait = 200 * time.Millisecond
+
+// peerLeftError is how a peer's channel ends when the peer closed its communicator on
+// purpose (it said why), as opposed to dying.
+type peerLeftError struct{ reason string }
+
+func (e *peerLeftError) Error() string { return "it closed its communicator: " + e.reason }
+func (e *peerLeftError) Unwrap() error { return transport.ErrPeerClosed }
+
+// sayBye tells every live peer that this rank is leaving and why, waiting briefly for
+// the frames to go out, so that peers can tell a rank that left from one that died.
+func (e *p2pEngine) sayBye(reason string) {
+	b := []byte(truncate(reason, transport.MaxStatusBytes-16))
+	var sent []chan struct{}
+	e.mu.Lock()
+	if e.closed == nil {
+		for _, pp := range e.peers {
+			if pp == nil || pp.err != nil {
+				continue
+			}
+			f := &p2pFrame{h: transport.MsgHeader{Kind: transport.MsgBye, Len: uint64(len(b))}, payload: b,
+				deadline: time.Now().Add(byeWait), written: make(chan struct{})}
+			e.enqueue(pp, f, true)
+			sent = append(sent, f.written)
+		}
+	}
+	e.mu.Unlock()
+	timer := time.NewTimer(byeWait)
+	defer timer.Stop()
+	for _, ch := range sent {
+		select {
+		case <-ch:
+		case <-timer.C:
+			return
+		}
+	}
+}
+
+// readBye reads a peer's goodbye; the channel then ends, failing what is pending on
+// it with the peer's reason.
+func (e *p2pEngine) readBye(pp *p2pPeer, h transport.MsgHeader) error {
+	if h.Len > transport.MaxStatusBytes {
+		return fmt.Errorf("rank %d sent a goodbye of %d bytes, above the %d-byte limit", pp.rank, h.Len, transport.MaxStatusBytes)
+	}
+	b := make([]byte, h.Len)
+	if err := pp.conn.ReadPayload(b, time.Now().Add(statusWait)); err != nil {
+		return err
+	}
+	return &peerLeftError{reason: string(b)}
 }

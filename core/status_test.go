@@ -98,8 +98,9 @@ func TestDifferentRootsAreNamed(t *testing.T) {
 	}
 }
 
-// When one rank's communicator goes away mid-run, the others name it (gone), not just
-// the neighbour that failed after it.
+// When one rank closes its communicator (abort), the others name it and say it left
+// on purpose, not just the neighbour that failed after it. (A rank that dies without a
+// goodbye is "gone": tests/test_faults.py kills one.)
 func TestDeadRankIsNamed(t *testing.T) {
 	const n = 4
 	comms := initAllTimeout(t, n, 5*time.Second)
@@ -113,7 +114,8 @@ func TestDeadRankIsNamed(t *testing.T) {
 	for _, r := range []int{0, 1, 3} {
 		require.Error(t, errs[r], "rank %d", r)
 		msg := errs[r].Error()
-		require.Contains(t, msg, "gone: rank 2", "rank %d: %s", r, msg)
+		require.Contains(t, msg, "rank 2 left: aborted", "rank %d: %s", r, msg)
+		require.NotContains(t, msg, "gone:", "rank %d: %s", r, msg)
 	}
 }
 

@@ -33,6 +33,10 @@ const (
 	// MsgStatus whose payload (Len bytes, at most MaxStatusBytes) is its report.
 	MsgStatusQuery MsgKind = 7
 	MsgStatus      MsgKind = 8
+	// MsgBye tells the peer this rank is closing its communicator on purpose (destroy
+	// or abort, for example after an error); its payload (Len bytes, at most
+	// MaxStatusBytes) says why. A connection that ends without one means the rank died.
+	MsgBye MsgKind = 9
 )
 
 // MaxStatusBytes bounds a MsgStatus payload.
@@ -56,6 +60,8 @@ func (k MsgKind) String() string {
 		return "status-query"
 	case MsgStatus:
 		return "status"
+	case MsgBye:
+		return "bye"
 	}
 	return fmt.Sprintf("msg(%d)", uint8(k))
 }
@@ -71,7 +77,7 @@ type MsgHeader struct {
 
 // HasPayload reports whether Len payload bytes follow the header on the wire.
 func (h *MsgHeader) HasPayload() bool {
-	return h.Kind == MsgEager || h.Kind == MsgData || h.Kind == MsgStatus
+	return h.Kind == MsgEager || h.Kind == MsgData || h.Kind == MsgStatus || h.Kind == MsgBye
 }
 
 // MsgHeaderSize is the encoded size of a MsgHeader.
@@ -101,7 +107,7 @@ func DecodeMsgHeader(b []byte) (MsgHeader, error) {
 		Tag:   int64(binary.LittleEndian.Uint64(b[16:])),
 		Len:   binary.LittleEndian.Uint64(b[24:]),
 	}
-	if h.Kind < MsgEager || h.Kind > MsgStatus {
+	if h.Kind < MsgEager || h.Kind > MsgBye {
 		return MsgHeader{}, fmt.Errorf("unknown message kind %d", b[4])
 	}
 	return h, nil
