@@ -16,7 +16,7 @@ def faults_run(worker_runs):
 
 
 @pytest.mark.timeout(RUN_TIMEOUT + 60)
-@pytest.mark.parametrize("section", ["init", "timeout_missing_rank", "mismatch_everywhere"])
+@pytest.mark.parametrize("section", ["init", "timeout_missing_rank", "mismatch_everywhere", "dataloader_fork"])
 def test_fault_section(worker_runs, section):
     faults_run(worker_runs).section(section)
 

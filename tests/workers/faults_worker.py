@@ -8,6 +8,8 @@ Sections:
   mismatch_everywhere   rank 1 calls all_reduce with 2048 elements, the others 1024:
                         every rank's error names both sizes (not only the ranks that
                         read rank 1's frame).
+  dataloader_fork       a DataLoader with forked workers after init works, and so does
+                        the process group after it.
   kill9                 the last section: a loop of all_reduce in which rank 1 SIGKILLs
                         itself; ranks 0, 2 and 3 raise within 30 s naming rank 1 (the
                         group's timeout is 120 s, so only detection can explain it), then
@@ -70,6 +72,27 @@ def sec_mismatch_everywhere() -> None:
     dist.barrier()
 
 
+class Squares(torch.utils.data.Dataset):
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        return torch.tensor([float(i * i)])
+
+
+def sec_dataloader_fork() -> None:
+    # Forked DataLoader workers after init (the Go runtime is running in the parent):
+    # the children only run Python, so they must work and exit, and the parent's
+    # process group must keep working afterwards.
+    loader = torch.utils.data.DataLoader(Squares(), batch_size=8, num_workers=2,
+                                         multiprocessing_context="fork")
+    total = sum(float(b.sum()) for b in loader)
+    CK.check(total == float(sum(i * i for i in range(64))), f"DataLoader with forked workers gave {total}")
+    t = torch.full((8,), float(RANK))
+    dist.all_reduce(t)
+    CK.check(bool((t == sum(range(WS))).all()), f"all_reduce after forked DataLoader workers gave {t}")
+
+
 def sec_kill9() -> None:
     g = dist.new_group(backend="gonccl", timeout=timedelta(seconds=120))
     t = torch.ones(1 << 16)
@@ -102,6 +125,8 @@ def main() -> None:
         sec_timeout_missing_rank()
     with CK.section("mismatch_everywhere"):
         sec_mismatch_everywhere()
+    with CK.section("dataloader_fork"):
+        sec_dataloader_fork()
     with CK.section("kill9"):
         sec_kill9()
     print(f"EXITING AT {time.time():.3f}", flush=True)
