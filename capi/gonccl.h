@@ -116,6 +116,10 @@ typedef void (*goncclCallback_t)(void* arg, goncclResult_t result);
 
 goncclResult_t goncclGetVersion(int* version);
 goncclResult_t goncclGetUniqueId(goncclUniqueId* uniqueId);
+/* gonccl extension, for leak checks: the process's live goroutines, the live Go heap
+ * (bytes, after a garbage collection) and the number of live communicators. Any pointer
+ * may be NULL. */
+goncclResult_t goncclDebugStats(int64_t* goroutines, int64_t* goHeapBytes, int64_t* comms);
 
 /* Creates this rank's communicator; blocks until all nranks ranks have joined or the
  * init timeout (GONCCL_INIT_TIMEOUT_MS or goncclCommInitRankTimeout's) has passed. */

@@ -7,7 +7,9 @@ usage: differential_worker.py REPORT_DIR NOPS SEED
 env:   RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT;
        GONCCL_DIFF_CANDIDATE=gloo runs the candidate on Gloo too (self-test of the harness);
        GONCCL_DIFF_SKIP=kind,kind leaves those kinds out (triage);
-       GONCCL_DIFF_TRACE=1 prints every operation before it runs.
+       GONCCL_DIFF_TRACE=1 prints every operation before it runs;
+       GONCCL_DIFF_SOAK=1 is the soak mode (tests/test_soak.py): small messages only, and
+       the process's resources (fds, threads, RSS, goroutines, Go heap) sampled ten times.
 
 The plan of every operation (kind, group, dtype, reduce op, size, root, split sizes,
 async or not, in place or not) is drawn from one random.Random(SEED) that every rank
@@ -42,7 +44,27 @@ CANDIDATE = os.environ.get("GONCCL_DIFF_CANDIDATE", "gonccl")
 TRACE = os.environ.get("GONCCL_DIFF_TRACE", "") not in ("", "0")  # print every operation
 # Kinds to leave out (triage: see what else differs while one kind is known broken).
 SKIP = set(os.environ.get("GONCCL_DIFF_SKIP", "").split(",")) - {""}
+SOAK = os.environ.get("GONCCL_DIFF_SOAK", "") not in ("", "0")
 CK: Checker
+
+
+def resources() -> dict:
+    """This process's open fds, threads and RSS, and (from libgonccl) its goroutines,
+    Go heap and live communicators."""
+    import ctypes
+
+    import gonccl
+
+    with open("/proc/self/statm") as f:
+        rss_pages = int(f.read().split()[1])
+    out = {"fds": len(os.listdir("/proc/self/fd")), "threads": len(os.listdir("/proc/self/task")),
+           "rss_mib": round(rss_pages * os.sysconf("SC_PAGE_SIZE") / 2**20, 1)}
+    lib = ctypes.CDLL(os.path.join(os.path.dirname(gonccl.__file__), "libgonccl.so"),
+                      mode=os.RTLD_LAZY | getattr(os, "RTLD_NOLOAD", 0))
+    g, heap, comms = ctypes.c_int64(), ctypes.c_int64(), ctypes.c_int64()
+    if lib.goncclDebugStats(ctypes.byref(g), ctypes.byref(heap), ctypes.byref(comms)) == 0:
+        out.update(goroutines=g.value, go_heap_mib=round(heap.value / 2**20, 1), comms=comms.value)
+    return out
 
 KINDS = {  # kind -> weight
     "broadcast": 10, "all_reduce": 14, "reduce": 8, "all_gather": 7, "all_gather_into_tensor": 7,
@@ -93,7 +115,7 @@ def make_plan(rng, step, groups, long_mode):
     # premul factors are exact in every float dtype
     p["premul"] = rng.choice([0.5, 3.0, -1.25, 0.375]) if p["op"] == "PREMUL" else None
     p["premul_tensor"] = rng.random() < 0.5
-    big = rng.random() < (0.03 if not long_mode else 0.02)
+    big = rng.random() < (0.03 if not long_mode else 0.02) and not SOAK
     n = rng.choice(LARGE) if big else rng.choice(SMALL)
     if kind in ("all_gather", "all_gather_into_tensor", "gather", "scatter", "reduce_scatter",
                 "reduce_scatter_tensor", "all_to_all_single", "all_to_all"):
@@ -372,7 +394,11 @@ def run(nops, seed, long_mode):
             finish(item)
         pending.clear()
 
+    samples = []
     for step in range(nops):
+        if SOAK and step % max(1, nops // 10) == 0:
+            flush()
+            samples.append({"step": step, **resources()})
         p = make_plan(rng, step, groups, long_mode)
         grp = groups[p["group"]]
         p["gsize"] = grp.size
@@ -428,6 +454,9 @@ def run(nops, seed, long_mode):
                 compare(p, grp, outs, orac_outs, wants, fails)
     flush()
     dist.barrier(group=world.orac)
+    if SOAK:
+        samples.append({"step": nops, **resources()})
+        CK.data("resources", samples)
     # The earliest operation that failed (async ones are checked when waited, later).
     CK.data("first_failure", min(fails, key=lambda f: int(f.split()[0][3:])) if fails else None)
     for f in fails:
