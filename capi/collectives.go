@@ -14,20 +14,30 @@ import (
 // hostBytes views n elements of dt at p as a byte slice (no copy). A NULL pointer is
 // allowed only for zero elements.
 func hostBytes(what string, p unsafe.Pointer, n uint64, dt core.DataType) ([]byte, error) {
+	size, err := bufBytes(what, p, n, dt)
+	if err != nil {
+		return nil, err
+	}
+	if size == 0 {
+		return []byte{}, nil
+	}
+	return unsafe.Slice((*byte)(p), size), nil
+}
+
+// bufBytes checks a buffer argument of n elements of dt at p and returns its size in
+// bytes. A NULL pointer is allowed only for zero elements.
+func bufBytes(what string, p unsafe.Pointer, n uint64, dt core.DataType) (int, error) {
 	if !dt.Valid() {
-		return nil, fmt.Errorf("%w: unknown data type %d", core.ErrInvalidArgument, uint8(dt))
+		return 0, fmt.Errorf("%w: unknown data type %d", core.ErrInvalidArgument, uint8(dt))
 	}
 	es := uint64(dt.Size())
 	if n > math.MaxInt64/es/16 {
-		return nil, fmt.Errorf("%w: %s: count %d x %s overflows", core.ErrInvalidArgument, what, n, dt)
+		return 0, fmt.Errorf("%w: %s: count %d x %s overflows", core.ErrInvalidArgument, what, n, dt)
 	}
-	if n == 0 {
-		return []byte{}, nil
+	if n > 0 && p == nil {
+		return 0, fmt.Errorf("%w: %s is NULL", core.ErrInvalidArgument, what)
 	}
-	if p == nil {
-		return nil, fmt.Errorf("%w: %s is NULL", core.ErrInvalidArgument, what)
-	}
-	return unsafe.Slice((*byte)(p), n*es), nil
+	return int(n * es), nil
 }
 
 // issue runs one collective: start enqueues it, taking its buffers from v (host

@@ -72,19 +72,22 @@ func (v *views) get(dt core.DataType, bufs ...buf) ([][]byte, error) {
 		if b.name == "" {
 			continue
 		}
-		// hostBytes checks type, overflow and NULL; the view itself is not used.
-		hb, err := hostBytes(b.name, b.p, b.n, dt)
+		size, err := bufBytes(b.name, b.p, b.n, dt)
 		if err != nil {
 			return nil, err
 		}
-		if len(hb) == 0 {
+		if size == 0 {
 			continue
 		}
+		// Both ends must be device memory CUDA knows: a bad buffer is refused here, on
+		// the caller's thread, rather than failing the collective on every rank.
 		ptr := uintptr(b.p)
-		if _, err := v.drv.PointerDevice(v.ctx, ptr); err != nil {
-			return nil, fmt.Errorf("%w: %s %p is not device memory CUDA knows: %w", core.ErrInvalidArgument, b.name, b.p, err)
+		for _, at := range []uintptr{ptr, ptr + uintptr(size) - 1} {
+			if _, err := v.drv.PointerDevice(v.ctx, at); err != nil {
+				return nil, fmt.Errorf("%w: %s %p (%d bytes) is not device memory CUDA knows: %w", core.ErrInvalidArgument, b.name, b.p, size, err)
+			}
 		}
-		regions[i] = cuda.Region{Name: b.name, Ptr: ptr, Bytes: len(hb), In: b.in, Out: b.out}
+		regions[i] = cuda.Region{Name: b.name, Ptr: ptr, Bytes: size, In: b.in, Out: b.out}
 	}
 	pool, err := v.e.stagingPool(v.drv)
 	if err != nil {

@@ -265,6 +265,13 @@ static void test_bad(goncclComm_t comm) {
   CHECK(r == goncclInvalidArgument, "freed pointer -> %d", r);
   CHECK(strstr(goncclGetLastError(comm), "recvbuff") && strstr(goncclGetLastError(comm), "CUDA_ERROR_INVALID_VALUE"),
         "message: %s", goncclGetLastError(comm));
+  /* A buffer shorter than count: its last element is not device memory. */
+  float* small = dmalloc(4);
+  r = goncclAllReduce(good, small, 16, goncclFloat32, goncclSum, comm, stream);
+  CHECK(r == goncclInvalidArgument, "short buffer -> %d", r);
+  CHECK(strstr(goncclGetLastError(comm), "recvbuff") && strstr(goncclGetLastError(comm), "64 bytes"), "message: %s",
+        goncclGetLastError(comm));
+  fakecudaFree(small);
   /* A stream that is not one. */
   r = goncclAllReduce(good, good, 16, goncclFloat32, goncclSum, comm, (goncclStream_t)good);
   CHECK(r == goncclUnhandledCudaError, "bad stream -> %d", r);
