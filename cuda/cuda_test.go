@@ -219,18 +219,28 @@ func TestCopyErrorNamesTheCUDAError(t *testing.T) {
 	s := f.Stream(0)
 	ctx, err := d.StreamContext(cuda.Stream(s))
 	require.NoError(t, err)
-	buf := f.Malloc(0, 64)
+	before := f.Counters()
+	good, buf := f.Malloc(0, 64), f.Malloc(0, 64)
 	require.NoError(t, f.Free(buf))
+	f.SetDelay(5000, 5000) // the good copy is still queued when the bad one fails
+	defer f.SetDelay(0, 200)
 	pool := cuda.NewPool(d)
 	defer pool.Close(10 * time.Second)
-	st, err := pool.Stage(ctx, cuda.Stream(s), []cuda.Region{{Name: "sendbuff", Ptr: buf, Bytes: 64, In: true}})
+	regions := []cuda.Region{{Name: "good", Ptr: good, Bytes: 64, In: true}, {Name: "sendbuff", Ptr: buf, Bytes: 64, In: true}}
+	st, err := pool.Stage(ctx, cuda.Stream(s), regions)
 	require.NoError(t, err)
 	err = st.Before(time.Now().Add(10 * time.Second))
 	var ce *cuda.Error
 	require.True(t, errors.As(err, &ce), "%v", err)
 	require.Equal(t, "CUDA_ERROR_INVALID_VALUE", ce.Name)
 	require.Contains(t, err.Error(), "cuda: cuMemcpyDtoHAsync (sendbuff")
+	require.Equal(t, 1, f.Counters().DtoH-before.DtoH, "Before returned before the copy it had enqueued ran")
 	require.NoError(t, st.After(err))
+	f.Drain(s)
+	st2, err := pool.Stage(ctx, cuda.Stream(s), regions[:1])
+	require.NoError(t, err)
+	st2.Cancel()
+	require.Equal(t, 1, pool.Stats().Reuses, "the failed staging's block must be reused once its copy ran")
 }
 
 // floats views pinned host memory as float32s.

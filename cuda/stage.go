@@ -223,6 +223,8 @@ func (s *Staging) Before(deadline time.Time) error {
 			}
 			s.inFlight = true
 			if err := s.d.memcpyDtoH(s.Host[i], r.Ptr, s.stream); err != nil {
+				// Track the copies already enqueued, so the wait below covers them.
+				_ = s.recordLocked()
 				return withWhat(err, fmt.Sprintf("%s %#x, %d bytes", r.Name, r.Ptr, r.Bytes))
 			}
 		}
