@@ -8,7 +8,8 @@ reduce_scatter, reduce, alltoall, gather and alltoallv on "device" buffers; that
 slow kernel queued before a call is seen by it; that work queued after a blocking call
 or on another stream after goncclRequestWaitStream sees the result; that no queued
 copy touched freed memory and the pinned pool is freed by goncclCommDestroy; and that
-bad pointers and streams give errors naming the CUDA error.
+bad pointers and streams give errors naming the CUDA error; and that a collective the
+ranks disagree on fails everywhere without copying anything back.
 
 This is the only place the CUDA path runs in CI: no real GPU is involved.
 """

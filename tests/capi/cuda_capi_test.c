@@ -288,6 +288,26 @@ static void test_bad(goncclComm_t comm) {
   fakecudaFree(good);
 }
 
+/* A failed collective (ranks disagree on the count) fails on every rank, copies nothing
+ * back, and leaves the pinned pool to be freed by goncclCommDestroy. Runs last: the
+ * communicator is broken afterwards. */
+static void test_failure(goncclComm_t comm) {
+  size_t n = 1000 + 1000 * (size_t)rank;
+  float *send = dmalloc(n), *recv = dmalloc(n);
+  CHECK(fakecudaFillF32(stream, send, n, 1, 0) == 0, "fill");
+  CHECK(fakecudaFillF32(stream, recv, n, -5, SLOW_US) == 0, "fill");
+  goncclRequest_t req;
+  OK(goncclAllReduceAsync(send, recv, n, goncclFloat32, goncclSum, comm, stream, &req), comm);
+  goncclResult_t r = goncclRequestWaitStream(req, other);
+  CHECK(r != goncclSuccess, "mismatched all_reduce succeeded");
+  CHECK(strlen(goncclRequestErrorString(req)) > 0, "no message for %d", r);
+  OK(goncclRequestFree(req), comm);
+  fakecudaStreamDrain(stream);
+  for (size_t i = 0; i < n; i += 99) CHECK(recv[i] == -5, "failed op wrote recvbuff[%zu] = %f", i, recv[i]);
+  fakecudaFree(send);
+  fakecudaFree(recv);
+}
+
 int main(int argc, char** argv) {
   if (argc != 4) {
     fprintf(stderr, "usage: %s RANK NRANKS ID_FILE\n", argv[0]);
@@ -317,6 +337,7 @@ int main(int argc, char** argv) {
   fakecudaGetCounters(&c);
   CHECK(c.host_live > 0, "the pinned pool should hold memory before destroy");
   CHECK(c.host_allocs < 40, "the pinned pool allocated %ld blocks: not reused", c.host_allocs);
+  test_failure(comm);
   OK(goncclCommDestroy(comm), NULL);
   fakecudaStreamDrain(stream);
   fakecudaStreamDrain(other);
