@@ -281,7 +281,11 @@ func (s *Staging) WaitOn(waiter Stream) error {
 	if s.done || !s.recorded {
 		return nil
 	}
-	return s.d.do(0, func() error { return s.d.streamWaitEvent(waiter, s.ev) })
+	ctx, err := s.d.StreamContext(waiter)
+	if err != nil {
+		return err
+	}
+	return s.d.do(ctx, func() error { return s.d.streamWaitEvent(waiter, s.ev) })
 }
 
 // recordLocked records ev on the stream, capturing every copy enqueued so far.
