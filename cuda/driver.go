@@ -28,18 +28,19 @@ typedef struct {
   CUresult (*EventCreate)(CUevent*, unsigned int);
   CUresult (*EventRecord)(CUevent, CUstream);
   CUresult (*EventQuery)(CUevent);
-  CUresult (*EventSynchronize)(CUevent);
   CUresult (*EventDestroy)(CUevent);
   CUresult (*StreamWaitEvent)(CUstream, CUevent, unsigned int);
-  CUresult (*StreamSynchronize)(CUstream);
 } gcFns;
 
 static const char* gcSymbols[] = {
   "cuInit", "cuGetErrorName", "cuStreamGetCtx", "cuCtxGetCurrent", "cuCtxSetCurrent",
   "cuPointerGetAttribute", "cuMemHostAlloc", "cuMemFreeHost", "cuMemcpyDtoHAsync_v2",
   "cuMemcpyHtoDAsync_v2", "cuEventCreate", "cuEventRecord", "cuEventQuery",
-  "cuEventSynchronize", "cuEventDestroy_v2", "cuStreamWaitEvent", "cuStreamSynchronize",
+  "cuEventDestroy_v2", "cuStreamWaitEvent",
 };
+
+_Static_assert(sizeof(gcFns) == sizeof(gcSymbols) / sizeof(gcSymbols[0]) * sizeof(void*),
+               "gcFns and gcSymbols must list the same entry points, in the same order");
 
 // gcOpen dlopens path and fills *f. On failure it returns a malloc'd message.
 static char* gcOpen(const char* path, gcFns* f, void** handle) {
@@ -62,8 +63,6 @@ static char* gcOpen(const char* path, gcFns* f, void** handle) {
   *handle = h;
   return NULL;
 }
-
-static int gcSymbolCount(void) { return sizeof(gcSymbols) / sizeof(gcSymbols[0]); }
 
 #include <stdint.h>
 #define H(x) ((void*)(x))
@@ -107,10 +106,8 @@ static CUresult gcEventCreate(gcFns* f, uintptr_t* e) {
 }
 static CUresult gcEventRecord(gcFns* f, uintptr_t e, uintptr_t s) { return f->EventRecord(H(e), H(s)); }
 static CUresult gcEventQuery(gcFns* f, uintptr_t e) { return f->EventQuery(H(e)); }
-static CUresult gcEventSynchronize(gcFns* f, uintptr_t e) { return f->EventSynchronize(H(e)); }
 static CUresult gcEventDestroy(gcFns* f, uintptr_t e) { return f->EventDestroy(H(e)); }
 static CUresult gcStreamWaitEvent(gcFns* f, uintptr_t s, uintptr_t e) { return f->StreamWaitEvent(H(s), H(e), 0); }
-static CUresult gcStreamSynchronize(gcFns* f, uintptr_t s) { return f->StreamSynchronize(H(s)); }
 */
 import "C"
 
@@ -183,9 +180,6 @@ func Open(path string) (*Driver, error) {
 
 // Path is the library the driver was loaded from.
 func (d *Driver) Path() string { return d.path }
-
-// Symbols returns how many driver entry points gonccl resolves.
-func Symbols() int { return int(C.gcSymbolCount()) }
 
 var defaultDriver struct {
 	once sync.Once
@@ -279,13 +273,6 @@ func (d *Driver) PointerDevice(ctx Context, p uintptr) (int, error) {
 		return d.check("cuPointerGetAttribute", C.gcPointerDevice(d.fns, &ord, C.uintptr_t(p)))
 	})
 	return int(ord), err
-}
-
-// Synchronize blocks until all work queued on s has finished.
-func (d *Driver) Synchronize(ctx Context, s Stream) error {
-	return d.do(ctx, func() error {
-		return d.check("cuStreamSynchronize", C.gcStreamSynchronize(d.fns, C.uintptr_t(s)))
-	})
 }
 
 // The wrappers below expect the right context to be current (see do).
