@@ -14,34 +14,37 @@ import (
 // hostBytes views n elements of dt at p as a byte slice (no copy). A NULL pointer is
 // allowed only for zero elements.
 func hostBytes(what string, p unsafe.Pointer, n uint64, dt core.DataType) ([]byte, error) {
+	size, err := bufBytes(what, p, n, dt)
+	if err != nil {
+		return nil, err
+	}
+	if size == 0 {
+		return []byte{}, nil
+	}
+	return unsafe.Slice((*byte)(p), size), nil
+}
+
+// bufBytes checks a buffer argument of n elements of dt at p and returns its size in
+// bytes. A NULL pointer is allowed only for zero elements.
+func bufBytes(what string, p unsafe.Pointer, n uint64, dt core.DataType) (int, error) {
 	if !dt.Valid() {
-		return nil, fmt.Errorf("%w: unknown data type %d", core.ErrInvalidArgument, uint8(dt))
+		return 0, fmt.Errorf("%w: unknown data type %d", core.ErrInvalidArgument, uint8(dt))
 	}
 	es := uint64(dt.Size())
 	if n > math.MaxInt64/es/16 {
-		return nil, fmt.Errorf("%w: %s: count %d x %s overflows", core.ErrInvalidArgument, what, n, dt)
+		return 0, fmt.Errorf("%w: %s: count %d x %s overflows", core.ErrInvalidArgument, what, n, dt)
 	}
-	if n == 0 {
-		return []byte{}, nil
+	if n > 0 && p == nil {
+		return 0, fmt.Errorf("%w: %s is NULL", core.ErrInvalidArgument, what)
 	}
-	if p == nil {
-		return nil, fmt.Errorf("%w: %s is NULL", core.ErrInvalidArgument, what)
-	}
-	return unsafe.Slice((*byte)(p), n*es), nil
+	return int(n * es), nil
 }
 
-// hostOnly rejects CUDA streams, which belong to the CUDA path.
-func hostOnly(stream C.goncclStream_t) error {
-	if stream != nil {
-		return fmt.Errorf("%w: CUDA streams (device buffers) are not supported yet; pass stream = NULL with host buffers", core.ErrNotSupported)
-	}
-	return nil
-}
-
-// issue runs one collective: start enqueues it; then either a request handle is
-// returned (async) or the call waits for it.
+// issue runs one collective: start enqueues it, taking its buffers from v (host
+// memory, or device memory staged through pinned host buffers when a stream is given);
+// then either a request handle is returned (async) or the call waits for it.
 func issue(h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool,
-	start func(c *core.Comm) (*core.Request, error)) C.goncclResult_t {
+	start func(c *core.Comm, v *views) (*core.Request, error)) C.goncclResult_t {
 	return run(h, stream, out, async, false, start)
 }
 
@@ -49,13 +52,18 @@ func issue(h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, as
 // goncclGroupStart/End does not wait: its request joins the group and goncclGroupEnd
 // waits for it (as in NCCL, where a group's calls launch at its end; waiting here would
 // deadlock a ring of blocking sends too large to go out before their receives).
+// Point-to-point does not run on the executor, so it takes host buffers only.
 func issueP2P(h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool,
-	start func(c *core.Comm) (*core.Request, error)) C.goncclResult_t {
+	start func(c *core.Comm, v *views) (*core.Request, error)) C.goncclResult_t {
+	if stream != nil {
+		e, _ := lookupComm(h)
+		return fail(e, fmt.Errorf("%w: send/recv with a CUDA stream (device buffers) is not supported yet; pass stream = NULL with host buffers", core.ErrNotSupported))
+	}
 	return run(h, stream, out, async, true, start)
 }
 
 func run(h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async, groupable bool,
-	start func(c *core.Comm) (*core.Request, error)) C.goncclResult_t {
+	start func(c *core.Comm, v *views) (*core.Request, error)) C.goncclResult_t {
 	e, err := lookupComm(h)
 	if err != nil {
 		return fail(nil, err)
@@ -66,15 +74,17 @@ func run(h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, asyn
 		}
 		*out = nil
 	}
-	if err := hostOnly(stream); err != nil {
-		return fail(e, err)
-	}
-	req, err := start(e.comm)
+	v, err := newViews(e, stream)
 	if err != nil {
 		return fail(e, err)
 	}
+	req, err := start(e.comm, v)
+	if err != nil {
+		v.cancel()
+		return fail(e, err)
+	}
 	if async {
-		*out = newRequestHandle(req, e)
+		*out = newRequestHandle(req, e, v.staging)
 		return C.goncclSuccess
 	}
 	if groupable && joinGroup(req, e) {
@@ -88,57 +98,55 @@ func run(h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, asyn
 
 func allReduce(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, op C.goncclRedOp_t,
 	h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
-	return issue(h, stream, out, async, func(c *core.Comm) (*core.Request, error) {
+	return issue(h, stream, out, async, func(c *core.Comm, v *views) (*core.Request, error) {
 		d := core.DataType(dt)
-		s, err := hostBytes("sendbuff", send, uint64(count), d)
+		b, err := v.get(d, buf{"sendbuff", send, uint64(count), true, false}, buf{"recvbuff", recv, uint64(count), false, true})
 		if err != nil {
 			return nil, err
 		}
-		r, err := hostBytes("recvbuff", recv, uint64(count), d)
-		if err != nil {
-			return nil, err
-		}
-		return c.AllReduce(s, r, int(count), d, core.RedOp(op))
+		return c.AllReduce(b[0], b[1], int(count), d, core.RedOp(op), v.opts...)
 	})
 }
 
 func broadcast(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, root C.int,
 	h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
-	return issue(h, stream, out, async, func(c *core.Comm) (*core.Request, error) {
+	return issue(h, stream, out, async, func(c *core.Comm, v *views) (*core.Request, error) {
 		d := core.DataType(dt)
-		var s []byte
+		var sb buf // sendbuff is read on the root only
 		if int(root) == c.Rank() {
-			var err error
-			if s, err = hostBytes("sendbuff", send, uint64(count), d); err != nil {
-				return nil, err
-			}
+			sb = buf{"sendbuff", send, uint64(count), true, false}
 		}
-		r, err := hostBytes("recvbuff", recv, uint64(count), d)
+		b, err := v.get(d, sb, buf{"recvbuff", recv, uint64(count), false, true})
 		if err != nil {
 			return nil, err
 		}
-		return c.Broadcast(s, r, int(count), d, int(root))
+		return c.Broadcast(b[0], b[1], int(count), d, int(root), v.opts...)
 	})
 }
 
 func allGather(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t,
 	h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
-	return issue(h, stream, out, async, func(c *core.Comm) (*core.Request, error) {
+	return issue(h, stream, out, async, func(c *core.Comm, v *views) (*core.Request, error) {
 		d := core.DataType(dt)
-		s, err := hostBytes("sendbuff", send, uint64(count), d)
+		total, err := perRank("recvbuff", count, c.Size())
 		if err != nil {
 			return nil, err
 		}
-		r, err := hostBytes("recvbuff", recv, uint64(count)*uint64(c.Size()), d)
+		b, err := v.get(d, buf{"sendbuff", send, uint64(count), true, false}, buf{"recvbuff", recv, total, false, true})
 		if err != nil {
 			return nil, err
 		}
-		return c.AllGather(s, r, int(count), d)
+		return c.AllGather(b[0], b[1], int(count), d, v.opts...)
 	})
 }
 
 func barrier(h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
-	return issue(h, stream, out, async, func(c *core.Comm) (*core.Request, error) { return c.Barrier() })
+	return issue(h, stream, out, async, func(c *core.Comm, v *views) (*core.Request, error) {
+		if _, err := v.get(core.Int8); err != nil {
+			return nil, err
+		}
+		return c.Barrier(v.opts...)
+	})
 }
 
 //export goncclAllReduce
@@ -205,103 +213,89 @@ func perRank(what string, count C.size_t, nranks int) (uint64, error) {
 
 func reduce(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, op C.goncclRedOp_t, root C.int,
 	h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
-	return issue(h, stream, out, async, func(c *core.Comm) (*core.Request, error) {
+	return issue(h, stream, out, async, func(c *core.Comm, v *views) (*core.Request, error) {
 		d := core.DataType(dt)
-		s, err := hostBytes("sendbuff", send, uint64(count), d)
+		var rb buf // recvbuff is not touched off the root
+		if int(root) == c.Rank() {
+			rb = buf{"recvbuff", recv, uint64(count), false, true}
+		}
+		b, err := v.get(d, buf{"sendbuff", send, uint64(count), true, false}, rb)
 		if err != nil {
 			return nil, err
 		}
-		var r []byte // recvbuff is not touched off the root
-		if int(root) == c.Rank() {
-			if r, err = hostBytes("recvbuff", recv, uint64(count), d); err != nil {
-				return nil, err
-			}
-		}
-		return c.Reduce(s, r, int(count), d, core.RedOp(op), int(root))
+		return c.Reduce(b[0], b[1], int(count), d, core.RedOp(op), int(root), v.opts...)
 	})
 }
 
 func reduceScatter(send, recv unsafe.Pointer, recvCount C.size_t, dt C.goncclDataType_t, op C.goncclRedOp_t,
 	h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
-	return issue(h, stream, out, async, func(c *core.Comm) (*core.Request, error) {
+	return issue(h, stream, out, async, func(c *core.Comm, v *views) (*core.Request, error) {
 		d := core.DataType(dt)
 		total, err := perRank("sendbuff", recvCount, c.Size())
 		if err != nil {
 			return nil, err
 		}
-		s, err := hostBytes("sendbuff", send, total, d)
+		b, err := v.get(d, buf{"sendbuff", send, total, true, false}, buf{"recvbuff", recv, uint64(recvCount), false, true})
 		if err != nil {
 			return nil, err
 		}
-		r, err := hostBytes("recvbuff", recv, uint64(recvCount), d)
-		if err != nil {
-			return nil, err
-		}
-		return c.ReduceScatter(s, r, int(recvCount), d, core.RedOp(op))
+		return c.ReduceScatter(b[0], b[1], int(recvCount), d, core.RedOp(op), v.opts...)
 	})
 }
 
 func gather(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, root C.int,
 	h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
-	return issue(h, stream, out, async, func(c *core.Comm) (*core.Request, error) {
+	return issue(h, stream, out, async, func(c *core.Comm, v *views) (*core.Request, error) {
 		d := core.DataType(dt)
-		s, err := hostBytes("sendbuff", send, uint64(count), d)
-		if err != nil {
-			return nil, err
-		}
-		var r []byte // recvbuff is used on the root only
+		var rb buf // recvbuff is used on the root only
 		if int(root) == c.Rank() {
 			total, err := perRank("recvbuff", count, c.Size())
 			if err != nil {
 				return nil, err
 			}
-			if r, err = hostBytes("recvbuff", recv, total, d); err != nil {
-				return nil, err
-			}
+			rb = buf{"recvbuff", recv, total, false, true}
 		}
-		return c.Gather(s, r, int(count), d, int(root))
+		b, err := v.get(d, buf{"sendbuff", send, uint64(count), true, false}, rb)
+		if err != nil {
+			return nil, err
+		}
+		return c.Gather(b[0], b[1], int(count), d, int(root), v.opts...)
 	})
 }
 
 func scatter(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, root C.int,
 	h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
-	return issue(h, stream, out, async, func(c *core.Comm) (*core.Request, error) {
+	return issue(h, stream, out, async, func(c *core.Comm, v *views) (*core.Request, error) {
 		d := core.DataType(dt)
-		var s []byte // sendbuff is used on the root only
+		var sb buf // sendbuff is used on the root only
 		if int(root) == c.Rank() {
 			total, err := perRank("sendbuff", count, c.Size())
 			if err != nil {
 				return nil, err
 			}
-			if s, err = hostBytes("sendbuff", send, total, d); err != nil {
-				return nil, err
-			}
+			sb = buf{"sendbuff", send, total, true, false}
 		}
-		r, err := hostBytes("recvbuff", recv, uint64(count), d)
+		b, err := v.get(d, sb, buf{"recvbuff", recv, uint64(count), false, true})
 		if err != nil {
 			return nil, err
 		}
-		return c.Scatter(s, r, int(count), d, int(root))
+		return c.Scatter(b[0], b[1], int(count), d, int(root), v.opts...)
 	})
 }
 
 func alltoAll(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t,
 	h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
-	return issue(h, stream, out, async, func(c *core.Comm) (*core.Request, error) {
+	return issue(h, stream, out, async, func(c *core.Comm, v *views) (*core.Request, error) {
 		d := core.DataType(dt)
 		total, err := perRank("buffers", count, c.Size())
 		if err != nil {
 			return nil, err
 		}
-		s, err := hostBytes("sendbuff", send, total, d)
+		b, err := v.get(d, buf{"sendbuff", send, total, true, false}, buf{"recvbuff", recv, total, false, true})
 		if err != nil {
 			return nil, err
 		}
-		r, err := hostBytes("recvbuff", recv, total, d)
-		if err != nil {
-			return nil, err
-		}
-		return c.AlltoAll(s, r, int(count), d)
+		return c.AlltoAll(b[0], b[1], int(count), d, v.opts...)
 	})
 }
 
@@ -336,7 +330,7 @@ func extent(what string, counts, displs []int) (uint64, error) {
 
 func alltoAllv(send unsafe.Pointer, sendCounts, sendDispls *C.size_t, recv unsafe.Pointer, recvCounts, recvDispls *C.size_t,
 	dt C.goncclDataType_t, h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
-	return issue(h, stream, out, async, func(c *core.Comm) (*core.Request, error) {
+	return issue(h, stream, out, async, func(c *core.Comm, v *views) (*core.Request, error) {
 		d, n := core.DataType(dt), c.Size()
 		var arrays [4][]int
 		for i, a := range []struct {
@@ -357,15 +351,13 @@ func alltoAllv(send unsafe.Pointer, sendCounts, sendDispls *C.size_t, recv unsaf
 		if err != nil {
 			return nil, err
 		}
-		s, err := hostBytes("sendbuff", send, sendLen, d)
+		// recvbuff is read too: the gaps between the blocks written must keep what the
+		// device holds when it is staged back.
+		b, err := v.get(d, buf{"sendbuff", send, sendLen, true, false}, buf{"recvbuff", recv, recvLen, true, true})
 		if err != nil {
 			return nil, err
 		}
-		r, err := hostBytes("recvbuff", recv, recvLen, d)
-		if err != nil {
-			return nil, err
-		}
-		return c.AlltoAllv(s, sc, sd, r, rc, rd, d)
+		return c.AlltoAllv(b[0], sc, sd, b[1], rc, rd, d, v.opts...)
 	})
 }
 

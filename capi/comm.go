@@ -4,6 +4,7 @@ package main
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -17,6 +18,7 @@ type commEntry struct {
 	comm *core.Comm
 	mu   sync.Mutex
 	last *C.char // goncclGetLastError's string
+	poolState
 }
 
 // The handle a C caller holds is a small C struct carrying an id into comms. A
@@ -124,7 +126,7 @@ func goncclCommDestroy(h C.goncclComm_t) (res C.goncclResult_t) {
 	if err != nil {
 		return fail(nil, err)
 	}
-	err = e.comm.Destroy()
+	err = errors.Join(e.comm.Destroy(), e.closePool())
 	release(h, e)
 	if err != nil {
 		return fail(nil, err)
@@ -139,7 +141,7 @@ func goncclCommAbort(h C.goncclComm_t) (res C.goncclResult_t) {
 	if err != nil {
 		return fail(nil, err)
 	}
-	err = e.comm.Abort()
+	err = errors.Join(e.comm.Abort(), e.closePool())
 	release(h, e)
 	if err != nil {
 		return fail(nil, err)

@@ -6,10 +6,28 @@
  * against (or dlopens) libgonccl.so and includes this header; no torch is involved.
  *
  * Buffers. With stream == NULL every buffer is host memory and the call blocks until
- * the collective has finished on this rank (or failed). Non-NULL streams (CUDA device
- * buffers) are reserved for the CUDA path and are rejected with goncclInvalidUsage.
- * In-place calls (sendbuff == recvbuff, or for AllGather sendbuff == recvbuff +
- * rank*sendcount) are supported.
+ * the collective has finished on this rank (or failed). In-place calls (sendbuff ==
+ * recvbuff, or for AllGather sendbuff == recvbuff + rank*sendcount) are supported.
+ *
+ * Device buffers. With a non-NULL stream (a cudaStream_t / CUstream; use
+ * cudaStreamLegacy or cudaStreamPerThread for the default streams, as NULL means host
+ * buffers) every buffer is CUDA device memory. gonccl loads the CUDA driver with dlopen
+ * (GONCCL_CUDA_LIBRARY, else libcuda.so.1); without it such calls fail with
+ * goncclInvalidUsage ("stream given but CUDA is not available: ..."). When the
+ * operation runs, in the communicator's issue order, gonccl enqueues device->host
+ * copies of its inputs on `stream` into pinned host buffers and waits for them, runs
+ * the host algorithm on those buffers, enqueues host->device copies of the result on
+ * `stream` and records a completion event on `stream`. Hence the operation sees all
+ * work queued on `stream` before it ran, and later work on `stream` sees the result.
+ * Give gonccl a stream dedicated to it (like NCCL's communicator stream) and order
+ * other streams with goncclRequestWaitStream or CUDA events. The pinned buffers are
+ * reused only once the completion event has completed and are freed by
+ * goncclCommDestroy. A blocking call with a stream returns once the host part is done
+ * and the host->device copies are enqueued (not finished: synchronise `stream` or wait
+ * on it before reading the result on the host). Collectives and barrier accept
+ * streams; goncclSend/goncclRecv do not yet (goncclNotSupported). A pointer CUDA does
+ * not know gives goncclInvalidArgument, a failed CUDA call goncclUnhandledCudaError;
+ * messages name the CUDA error (e.g. "cuda: cuMemcpyDtoHAsync: CUDA_ERROR_INVALID_VALUE").
  *
  * Asynchrony. Each collective also has an ...Async form that enqueues the operation on
  * the communicator and returns a goncclRequest_t at once. Requests complete in issue
@@ -273,6 +291,12 @@ const char* goncclRequestErrorString(goncclRequest_t request);
 /* The rank a finished receive came from (for GONCCL_ANY_SOURCE); for other requests
  * the peer they were issued with, or -1 for collectives. */
 goncclResult_t goncclRequestSource(goncclRequest_t request, int* peer);
+/* For a request of an operation on device buffers: blocks until its host part is done
+ * (returning the operation's error if it failed), then makes stream `waiter` wait
+ * (cuStreamWaitEvent) for the operation's completion event, so work queued on `waiter`
+ * afterwards sees the result. waiter == NULL, or a request on host buffers: only the
+ * host wait. */
+goncclResult_t goncclRequestWaitStream(goncclRequest_t request, goncclStream_t waiter);
 /* Releases the request. A request still running keeps running; its callback still runs. */
 goncclResult_t goncclRequestFree(goncclRequest_t request);
 

@@ -9,27 +9,27 @@ import (
 	"github.com/gonccl/gonccl/core"
 )
 
-func send(buf unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, peer, tag C.int,
+func send(p unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, peer, tag C.int,
 	h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
-	return issueP2P(h, stream, out, async, func(c *core.Comm) (*core.Request, error) {
+	return issueP2P(h, stream, out, async, func(c *core.Comm, v *views) (*core.Request, error) {
 		d := core.DataType(dt)
-		b, err := hostBytes("sendbuff", buf, uint64(count), d)
+		b, err := v.get(d, buf{"sendbuff", p, uint64(count), true, false})
 		if err != nil {
 			return nil, err
 		}
-		return c.Send(b, int(count), d, int(peer), int(tag))
+		return c.Send(b[0], int(count), d, int(peer), int(tag))
 	})
 }
 
-func recv(buf unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, peer, tag C.int,
+func recv(p unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, peer, tag C.int,
 	h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
-	return issueP2P(h, stream, out, async, func(c *core.Comm) (*core.Request, error) {
+	return issueP2P(h, stream, out, async, func(c *core.Comm, v *views) (*core.Request, error) {
 		d := core.DataType(dt)
-		b, err := hostBytes("recvbuff", buf, uint64(count), d)
+		b, err := v.get(d, buf{"recvbuff", p, uint64(count), false, true})
 		if err != nil {
 			return nil, err
 		}
-		return c.Recv(b, int(count), d, int(peer), int(tag))
+		return c.Recv(b[0], int(count), d, int(peer), int(tag))
 	})
 }
 

@@ -10,14 +10,16 @@ import (
 	"unsafe"
 
 	"github.com/gonccl/gonccl/core"
+	"github.com/gonccl/gonccl/cuda"
 )
 
 // reqEntry is what a goncclRequest_t refers to.
 type reqEntry struct {
-	req  *core.Request
-	comm *commEntry
-	mu   sync.Mutex
-	msg  *C.char // error message once failed
+	req     *core.Request
+	comm    *commEntry
+	staging *cuda.Staging // device buffers: the op's completion event (nil: host buffers)
+	mu      sync.Mutex
+	msg     *C.char // error message once failed
 }
 
 var requests = struct {
@@ -27,8 +29,8 @@ var requests = struct {
 }{m: map[uint64]*reqEntry{}}
 
 // newRequestHandle registers req and returns the handle a C caller holds.
-func newRequestHandle(req *core.Request, ce *commEntry) C.goncclRequest_t {
-	e := &reqEntry{req: req, comm: ce}
+func newRequestHandle(req *core.Request, ce *commEntry, st *cuda.Staging) C.goncclRequest_t {
+	e := &reqEntry{req: req, comm: ce, staging: st}
 	requests.Lock()
 	requests.next++
 	id := requests.next

@@ -33,6 +33,8 @@ func resultOf(err error) C.goncclResult_t {
 		return C.goncclInvalidUsage
 	case errors.Is(err, core.ErrPeerClosed):
 		return C.goncclRemoteError
+	case isCUDA(err):
+		return C.goncclUnhandledCudaError
 	}
 	return C.goncclSystemError
 }

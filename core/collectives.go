@@ -9,19 +9,19 @@ import "math"
 
 // AllReduce reduces count elements of send across all ranks with redop and leaves the
 // result, identical on every rank, in recv.
-func (c *Comm) AllReduce(send, recv []byte, count int, dt DataType, redop RedOp) (*Request, error) {
+func (c *Comm) AllReduce(send, recv []byte, count int, dt DataType, redop RedOp, opts ...OpOption) (*Request, error) {
 	if err := checkReduce(KindAllReduce, dt, redop); err != nil {
 		return nil, err
 	}
 	if err := checkBuffers(KindAllReduce, dt, count, send, count, recv, count); err != nil {
 		return nil, err
 	}
-	return c.enqueue(&op{kind: KindAllReduce, send: send, recv: recv, count: count, dtype: dt, redop: redop, root: -1})
+	return c.enqueue(&op{kind: KindAllReduce, send: send, recv: recv, count: count, dtype: dt, redop: redop, root: -1}, opts...)
 }
 
 // Broadcast copies count elements of send on root into recv on every rank. send is
 // read only on the root.
-func (c *Comm) Broadcast(send, recv []byte, count int, dt DataType, root int) (*Request, error) {
+func (c *Comm) Broadcast(send, recv []byte, count int, dt DataType, root int, opts ...OpOption) (*Request, error) {
 	if err := checkType(KindBroadcast, dt); err != nil {
 		return nil, err
 	}
@@ -35,24 +35,24 @@ func (c *Comm) Broadcast(send, recv []byte, count int, dt DataType, root int) (*
 	if err := checkBuffers(KindBroadcast, dt, count, send, sendCount, recv, count); err != nil {
 		return nil, err
 	}
-	return c.enqueue(&op{kind: KindBroadcast, send: send, recv: recv, count: count, dtype: dt, root: root})
+	return c.enqueue(&op{kind: KindBroadcast, send: send, recv: recv, count: count, dtype: dt, root: root}, opts...)
 }
 
 // AllGather gathers sendCount elements from every rank into recv, rank i's at element
 // offset i*sendCount. In place: send is recv's own block.
-func (c *Comm) AllGather(send, recv []byte, sendCount int, dt DataType) (*Request, error) {
+func (c *Comm) AllGather(send, recv []byte, sendCount int, dt DataType, opts ...OpOption) (*Request, error) {
 	if err := checkType(KindAllGather, dt); err != nil {
 		return nil, err
 	}
 	if err := checkBuffers(KindAllGather, dt, sendCount, send, sendCount, recv, sendCount*c.nranks); err != nil {
 		return nil, err
 	}
-	return c.enqueue(&op{kind: KindAllGather, send: send, recv: recv, count: sendCount, dtype: dt, root: -1})
+	return c.enqueue(&op{kind: KindAllGather, send: send, recv: recv, count: sendCount, dtype: dt, root: -1}, opts...)
 }
 
 // Barrier completes once every rank has called Barrier.
-func (c *Comm) Barrier() (*Request, error) {
-	return c.enqueue(&op{kind: KindBarrier, root: -1})
+func (c *Comm) Barrier(opts ...OpOption) (*Request, error) {
+	return c.enqueue(&op{kind: KindBarrier, root: -1}, opts...)
 }
 
 func checkType(k Kind, dt DataType) error {
@@ -84,7 +84,7 @@ func checkBuffers(k Kind, dt DataType, count int, send []byte, sendCount int, re
 // Reduce reduces count elements of send across all ranks with redop and leaves the
 // result in recv on root. recv is neither read nor written on the other ranks (it
 // may be nil there), and send is never written.
-func (c *Comm) Reduce(send, recv []byte, count int, dt DataType, redop RedOp, root int) (*Request, error) {
+func (c *Comm) Reduce(send, recv []byte, count int, dt DataType, redop RedOp, root int, opts ...OpOption) (*Request, error) {
 	if err := checkReduce(KindReduce, dt, redop); err != nil {
 		return nil, err
 	}
@@ -98,13 +98,13 @@ func (c *Comm) Reduce(send, recv []byte, count int, dt DataType, redop RedOp, ro
 	if err := checkBuffers(KindReduce, dt, count, send, count, recv, recvCount); err != nil {
 		return nil, err
 	}
-	return c.enqueue(&op{kind: KindReduce, send: send, recv: recv, count: count, dtype: dt, redop: redop, root: root})
+	return c.enqueue(&op{kind: KindReduce, send: send, recv: recv, count: count, dtype: dt, redop: redop, root: root}, opts...)
 }
 
 // ReduceScatter reduces nranks*recvCount elements of send across all ranks with
 // redop; rank i receives block i (recvCount elements) of the result in recv. In
 // place: recv is send's block rank. send is never written unless recv is in it.
-func (c *Comm) ReduceScatter(send, recv []byte, recvCount int, dt DataType, redop RedOp) (*Request, error) {
+func (c *Comm) ReduceScatter(send, recv []byte, recvCount int, dt DataType, redop RedOp, opts ...OpOption) (*Request, error) {
 	if err := checkReduce(KindReduceScatter, dt, redop); err != nil {
 		return nil, err
 	}
@@ -115,13 +115,13 @@ func (c *Comm) ReduceScatter(send, recv []byte, recvCount int, dt DataType, redo
 	if err := checkBuffers(KindReduceScatter, dt, recvCount, send, total, recv, recvCount); err != nil {
 		return nil, err
 	}
-	return c.enqueue(&op{kind: KindReduceScatter, send: send, recv: recv, count: recvCount, dtype: dt, redop: redop, root: -1})
+	return c.enqueue(&op{kind: KindReduceScatter, send: send, recv: recv, count: recvCount, dtype: dt, redop: redop, root: -1}, opts...)
 }
 
 // Gather collects count elements of send from every rank into recv on root, rank
 // i's at element offset i*count. recv is used only on root. In place: root's send is
 // its own block of recv.
-func (c *Comm) Gather(send, recv []byte, count int, dt DataType, root int) (*Request, error) {
+func (c *Comm) Gather(send, recv []byte, count int, dt DataType, root int, opts ...OpOption) (*Request, error) {
 	if err := checkType(KindGather, dt); err != nil {
 		return nil, err
 	}
@@ -138,13 +138,13 @@ func (c *Comm) Gather(send, recv []byte, count int, dt DataType, root int) (*Req
 	if err := checkBuffers(KindGather, dt, count, send, count, recv, recvCount); err != nil {
 		return nil, err
 	}
-	return c.enqueue(&op{kind: KindGather, send: send, recv: recv, count: count, dtype: dt, root: root})
+	return c.enqueue(&op{kind: KindGather, send: send, recv: recv, count: count, dtype: dt, root: root}, opts...)
 }
 
 // Scatter sends block i (count elements at element offset i*count of send on root)
 // to rank i's recv. send is used only on root. In place: root's recv is its own
 // block of send.
-func (c *Comm) Scatter(send, recv []byte, count int, dt DataType, root int) (*Request, error) {
+func (c *Comm) Scatter(send, recv []byte, count int, dt DataType, root int, opts ...OpOption) (*Request, error) {
 	if err := checkType(KindScatter, dt); err != nil {
 		return nil, err
 	}
@@ -161,13 +161,13 @@ func (c *Comm) Scatter(send, recv []byte, count int, dt DataType, root int) (*Re
 	if err := checkBuffers(KindScatter, dt, count, send, sendCount, recv, count); err != nil {
 		return nil, err
 	}
-	return c.enqueue(&op{kind: KindScatter, send: send, recv: recv, count: count, dtype: dt, root: root})
+	return c.enqueue(&op{kind: KindScatter, send: send, recv: recv, count: count, dtype: dt, root: root}, opts...)
 }
 
 // AlltoAll sends block j (count elements at element offset j*count of send) to rank
 // j, which stores it as block i of its recv (i the sender). send and recv may be the
 // same buffer.
-func (c *Comm) AlltoAll(send, recv []byte, count int, dt DataType) (*Request, error) {
+func (c *Comm) AlltoAll(send, recv []byte, count int, dt DataType, opts ...OpOption) (*Request, error) {
 	if err := checkType(KindAlltoAll, dt); err != nil {
 		return nil, err
 	}
@@ -178,7 +178,7 @@ func (c *Comm) AlltoAll(send, recv []byte, count int, dt DataType) (*Request, er
 	if err := checkBuffers(KindAlltoAll, dt, count, send, total, recv, total); err != nil {
 		return nil, err
 	}
-	return c.enqueue(&op{kind: KindAlltoAll, send: send, recv: recv, count: count, dtype: dt, root: -1})
+	return c.enqueue(&op{kind: KindAlltoAll, send: send, recv: recv, count: count, dtype: dt, root: -1}, opts...)
 }
 
 // AlltoAllv sends sendCounts[j] elements at element offset sendDispls[j] of send to
@@ -186,7 +186,7 @@ func (c *Comm) AlltoAll(send, recv []byte, count int, dt DataType) (*Request, er
 // recvDispls[j] of recv. Each slice has one entry per rank and is copied before
 // AlltoAllv returns. What rank i sends to rank j must be what rank j expects from
 // rank i, or both fail with ErrMismatch. send and recv may overlap.
-func (c *Comm) AlltoAllv(send []byte, sendCounts, sendDispls []int, recv []byte, recvCounts, recvDispls []int, dt DataType) (*Request, error) {
+func (c *Comm) AlltoAllv(send []byte, sendCounts, sendDispls []int, recv []byte, recvCounts, recvDispls []int, dt DataType, opts ...OpOption) (*Request, error) {
 	k := KindAlltoAllv
 	if err := checkType(k, dt); err != nil {
 		return nil, err
@@ -230,7 +230,7 @@ func (c *Comm) AlltoAllv(send []byte, sendCounts, sendDispls []int, recv []byte,
 			}
 		}
 	}
-	return c.enqueue(&op{kind: k, send: send, recv: recv, vargs: a, dtype: dt, root: -1})
+	return c.enqueue(&op{kind: k, send: send, recv: recv, vargs: a, dtype: dt, root: -1}, opts...)
 }
 
 func (c *Comm) checkRoot(k Kind, root int) error {

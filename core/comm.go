@@ -202,7 +202,10 @@ func (c *Comm) Size() int { return c.nranks }
 func (c *Comm) Timeout() time.Duration { return c.timeout }
 
 // enqueue validates nothing: callers check their arguments first.
-func (c *Comm) enqueue(o *op) (*Request, error) {
+func (c *Comm) enqueue(o *op, opts ...OpOption) (*Request, error) {
+	for _, opt := range opts {
+		opt(o)
+	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -223,7 +226,17 @@ func (c *Comm) enqueue(o *op) (*Request, error) {
 func (c *Comm) run() {
 	defer close(c.finished)
 	for o := range c.queue {
-		o.req.complete(c.execute(o))
+		err := c.execute(o)
+		if o.hooks.After != nil {
+			if aerr := o.hooks.After(err); aerr != nil {
+				if err == nil {
+					err = &OpError{Rank: c.rank, Op: o.String(), Peer: -1, Err: aerr}
+				} else {
+					c.logs.coll.Warn(fmt.Sprintf("gonccl rank %d: %s: after the failure: %v", c.rank, o, aerr))
+				}
+			}
+		}
+		o.req.complete(err)
 	}
 }
 
@@ -253,7 +266,13 @@ func (c *Comm) execute(o *op) error {
 		scratch: c.scratch, chunkBytes: c.cfg.chunkBytes, breakLinks: c.failLinks,
 		sendHdrs: c.sendHdrs, recvHdrs: c.recvHdrs, sinks: c.sinks,
 	}
-	err := c.dispatch(e, o)
+	var err error
+	if o.hooks.Before != nil {
+		err = o.hooks.Before(e.deadline)
+	}
+	if err == nil {
+		err = c.dispatch(e, o)
+	}
 	if err == nil {
 		c.logs.coll.Debug(o.String(), zap.String("algo", Algo(e.hdr.Algo).String()), zap.Duration("took", time.Since(start)))
 		return nil

@@ -98,6 +98,7 @@ type op struct {
 	redop RedOp
 	root  int
 	req   *Request
+	hooks Hooks // optional: see WithHooks
 }
 
 // describe renders an operation as a user would have called it.

@@ -29,6 +29,7 @@ var Params = []Param{
 	{"GONCCL_ALGO", "", "restrict the algorithms the cost model may pick, NCCL's syntax: allreduce:ring, allreduce:ring,rd;broadcast:chain, ^direct (choices: allreduce rd|direct|ring, broadcast tree|chain, reduce tree|chain, allgather direct|ring)"},
 	{"GONCCL_GOMAXPROCS", "", "GOMAXPROCS for the Go runtime; default max(2, cores / ranks on this host)"},
 	{"GONCCL_SHM_DISABLE", "0", "1: ranks on one host talk over TCP instead of shared memory"},
+	{"GONCCL_CUDA_LIBRARY", "libcuda.so.1", "CUDA driver library to dlopen for device buffers (package cuda reads it, once per process)"},
 }
 
 // config holds the parsed settings for one communicator, read when it is created (so
@@ -103,6 +104,7 @@ func loadConfig() (*config, error) {
 		return nil, err
 	}
 	c.gomaxprocs = int(gmp)
+	str("GONCCL_CUDA_LIBRARY") // read by package cuda; looked up here so INFO echoes it
 	switch v := str("GONCCL_SHM_DISABLE"); v {
 	case "0", "1":
 		c.shmDisable = v == "1"

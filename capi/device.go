@@ -1,0 +1,173 @@
+package main
+
+// #include "handles.h"
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"unsafe"
+
+	"github.com/gonccl/gonccl/core"
+	"github.com/gonccl/gonccl/cuda"
+)
+
+// buf is one buffer argument of an operation.
+type buf struct {
+	name    string         // "" for a buffer the operation does not use on this rank
+	p       unsafe.Pointer // host pointer, or a device pointer with a stream
+	n       uint64         // elements
+	in, out bool           // read, written by the operation
+}
+
+// views turns an operation's buffer arguments into the byte slices core runs on. With
+// no stream they are the caller's host memory. With a stream they are device pointers:
+// views then stages them through the communicator's pinned pool (package cuda) and
+// hooks the copies around the operation on the executor.
+type views struct {
+	e       *commEntry
+	stream  cuda.Stream // 0: host buffers
+	drv     *cuda.Driver
+	ctx     cuda.Context
+	staging *cuda.Staging // set by get with a stream
+	opts    []core.OpOption
+}
+
+// newViews prepares the buffer views of one call; with a stream it loads CUDA and
+// finds the stream's context (on the calling thread, where it is current).
+func newViews(e *commEntry, stream C.goncclStream_t) (*views, error) {
+	v := &views{e: e}
+	if stream == nil {
+		return v, nil
+	}
+	drv, err := cuda.Default()
+	if err != nil {
+		return nil, fmt.Errorf("%w: stream given but CUDA is not available: %w", errUsage, err)
+	}
+	v.drv, v.stream = drv, cuda.Stream(uintptr(unsafe.Pointer(stream)))
+	if v.ctx, err = drv.StreamContext(v.stream); err != nil {
+		return nil, fmt.Errorf("stream %p: %w", unsafe.Pointer(stream), err)
+	}
+	return v, nil
+}
+
+// get returns the byte slices for bufs, in order (nil for an unused one).
+func (v *views) get(dt core.DataType, bufs ...buf) ([][]byte, error) {
+	out := make([][]byte, len(bufs))
+	if v.stream == 0 {
+		for i, b := range bufs {
+			if b.name == "" {
+				continue
+			}
+			var err error
+			if out[i], err = hostBytes(b.name, b.p, b.n, dt); err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
+	}
+	regions := make([]cuda.Region, len(bufs))
+	for i, b := range bufs {
+		if b.name == "" {
+			continue
+		}
+		size, err := bufBytes(b.name, b.p, b.n, dt)
+		if err != nil {
+			return nil, err
+		}
+		if size == 0 {
+			continue
+		}
+		// Both ends must be device memory CUDA knows: a bad buffer is refused here, on
+		// the caller's thread, rather than failing the collective on every rank.
+		ptr := uintptr(b.p)
+		for _, at := range []uintptr{ptr, ptr + uintptr(size) - 1} {
+			if _, err := v.drv.PointerDevice(v.ctx, at); err != nil {
+				return nil, fmt.Errorf("%w: %s %p (%d bytes) is not device memory CUDA knows: %w", core.ErrInvalidArgument, b.name, b.p, size, err)
+			}
+		}
+		regions[i] = cuda.Region{Name: b.name, Ptr: ptr, Bytes: size, In: b.in, Out: b.out}
+	}
+	pool, err := v.e.stagingPool(v.drv)
+	if err != nil {
+		return nil, err
+	}
+	st, err := pool.Stage(v.ctx, v.stream, regions)
+	if err != nil {
+		return nil, err
+	}
+	v.staging = st
+	v.opts = []core.OpOption{core.WithHooks(core.Hooks{Before: st.Before, After: st.After})}
+	for i, b := range bufs {
+		if b.name != "" {
+			out[i] = st.Host[i]
+		}
+	}
+	return out, nil
+}
+
+// cancel releases the staging of an operation that was not issued.
+func (v *views) cancel() {
+	if v.staging != nil {
+		v.staging.Cancel()
+	}
+}
+
+// stagingPool returns the communicator's pinned staging pool, creating it on first use.
+func (e *commEntry) stagingPool(d *cuda.Driver) (*cuda.Pool, error) {
+	e.poolMu.Lock()
+	defer e.poolMu.Unlock()
+	if e.poolClosed {
+		return nil, fmt.Errorf("gonccl: %w", core.ErrClosed)
+	}
+	if e.pool == nil {
+		e.pool = cuda.NewPool(d)
+	}
+	return e.pool, nil
+}
+
+// closePool frees the pinned staging memory once every operation has finished.
+func (e *commEntry) closePool() error {
+	e.poolMu.Lock()
+	defer e.poolMu.Unlock()
+	e.poolClosed = true
+	if e.pool == nil {
+		return nil
+	}
+	err := e.pool.Close(e.comm.Timeout())
+	e.pool = nil
+	return err
+}
+
+// poolState is the part of commEntry that belongs to the CUDA path.
+type poolState struct {
+	poolMu     sync.Mutex
+	pool       *cuda.Pool
+	poolClosed bool
+}
+
+//export goncclRequestWaitStream
+func goncclRequestWaitStream(h C.goncclRequest_t, waiter C.goncclStream_t) (res C.goncclResult_t) {
+	defer guard(&res)
+	e, err := lookupRequest(h)
+	if err != nil {
+		return fail(nil, err)
+	}
+	if _, err := e.req.Wait(-1); err != nil {
+		return e.finish(err)
+	}
+	if waiter == nil || e.staging == nil {
+		return C.goncclSuccess
+	}
+	if err := e.staging.WaitOn(cuda.Stream(uintptr(unsafe.Pointer(waiter)))); err != nil {
+		return fail(e.comm, fmt.Errorf("goncclRequestWaitStream: %w", err))
+	}
+	return C.goncclSuccess
+}
+
+// isCUDA reports whether err is a CUDA driver error.
+func isCUDA(err error) bool {
+	var ce *cuda.Error
+	return errors.As(err, &ce)
+}

@@ -1,0 +1,24 @@
+package core
+
+import "time"
+
+// Hooks run around one operation on the executor, in the communicator's issue order.
+// They are how device buffers are staged (package cuda, wired by capi) without core
+// knowing about devices: Before moves inputs into the host buffers the operation was
+// issued with, After moves the results out.
+type Hooks struct {
+	// Before runs just before the algorithm, with the operation's deadline. Its error
+	// fails the operation (and the communicator) as an algorithm's error would, so
+	// peers waiting for this rank are released.
+	Before func(deadline time.Time) error
+	// After runs once the operation has finished or failed (also if it never ran),
+	// with its error, before the request completes. Its own error fails the request
+	// but not the communicator: every rank finished the collective.
+	After func(opErr error) error
+}
+
+// OpOption changes how one operation runs.
+type OpOption func(*op)
+
+// WithHooks runs h around the operation.
+func WithHooks(h Hooks) OpOption { return func(o *op) { o.hooks = h } }

@@ -1,0 +1,174 @@
+// Package cudatest builds the fake CUDA driver (tests/fakecuda) for Go tests and
+// reaches its test hooks. Only tests import it.
+package cudatest
+
+/*
+#cgo LDFLAGS: -ldl
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+typedef struct {
+  long dtoh, htod, kernels, host_allocs, host_frees, host_live, events_created, events_destroyed,
+      bad_access, host_races, context_errors;
+} counters;
+
+typedef struct {
+  void* (*Malloc)(int, size_t);
+  int (*Free)(void*);
+  void* (*StreamCreate)(int);
+  void* (*Context)(int);
+  void (*SetDelay)(unsigned, unsigned);
+  int (*FillF32)(void*, void*, size_t, float, unsigned);
+  int (*AddF32)(void*, void*, size_t, float, unsigned);
+  int (*Drain)(void*);
+  void (*Counters)(counters*);
+} hooks;
+
+static const char* hookNames[] = {
+  "fakecudaMalloc", "fakecudaFree", "fakecudaStreamCreate", "fakecudaContext", "fakecudaSetDelay",
+  "fakecudaFillF32", "fakecudaAddF32", "fakecudaStreamDrain", "fakecudaGetCounters",
+};
+
+static int openHooks(const char* path, hooks* h) {
+  void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (lib == NULL) return -1;
+  void** slots = (void**)h;
+  for (size_t i = 0; i < sizeof(hookNames) / sizeof(hookNames[0]); i++) {
+    slots[i] = dlsym(lib, hookNames[i]);
+    if (slots[i] == NULL) return -2 - (int)i;
+  }
+  return 0;
+}
+
+static uintptr_t hMalloc(hooks* h, int dev, size_t n) { return (uintptr_t)h->Malloc(dev, n); }
+static int hFree(hooks* h, uintptr_t p) { return h->Free((void*)p); }
+static uintptr_t hStream(hooks* h, int dev) { return (uintptr_t)h->StreamCreate(dev); }
+static uintptr_t hContext(hooks* h, int dev) { return (uintptr_t)h->Context(dev); }
+static void hSetDelay(hooks* h, unsigned lo, unsigned hi) { h->SetDelay(lo, hi); }
+static int hFill(hooks* h, uintptr_t s, uintptr_t p, size_t n, float v, unsigned d) { return h->FillF32((void*)s, (void*)p, n, v, d); }
+static int hAdd(hooks* h, uintptr_t s, uintptr_t p, size_t n, float v, unsigned d) { return h->AddF32((void*)s, (void*)p, n, v, d); }
+static int hDrain(hooks* h, uintptr_t s) { return h->Drain((void*)s); }
+static void hCounters(hooks* h, counters* c) { h->Counters(c); }
+static float hRead(uintptr_t p, size_t i) { return ((float*)p)[i]; }
+static void hWrite(uintptr_t p, size_t i, float v) { ((float*)p)[i] = v; }
+*/
+import "C"
+
+import (
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"unsafe"
+)
+
+// Source returns the path of tests/fakecuda/fakecuda.c.
+func Source() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "tests", "fakecuda", "fakecuda.c")
+}
+
+// Build compiles the fake driver into a temporary directory of t and returns its path.
+func Build(t testing.TB) string {
+	t.Helper()
+	path, err := BuildIn(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// BuildIn compiles the fake driver into dir and returns its path.
+func BuildIn(dir string) (string, error) {
+	out := filepath.Join(dir, "libfakecuda.so")
+	cmd := exec.Command("gcc", "-shared", "-fPIC", "-O1", "-Wall", "-pthread", "-o", out, Source())
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building the fake CUDA driver: %v\n%s", err, b)
+	}
+	return out, nil
+}
+
+// Fake is the fake driver's test hooks.
+type Fake struct{ h *C.hooks }
+
+// Counters mirrors fakecudaCounters.
+type Counters struct {
+	DtoH, HtoD, Kernels, HostAllocs, HostFrees, HostLive, EventsCreated, EventsDestroyed,
+	BadAccess, HostRaces, ContextErrors int
+}
+
+// Open reaches the hooks of the fake at path (the same loaded copy the driver uses).
+func Open(path string) (*Fake, error) {
+	cp := C.CString(path)
+	defer C.free(unsafe.Pointer(cp))
+	h := (*C.hooks)(C.calloc(1, C.size_t(unsafe.Sizeof(C.hooks{}))))
+	if r := C.openHooks(cp, h); r != 0 {
+		return nil, fmt.Errorf("opening fake CUDA hooks in %s: %d", path, int(r))
+	}
+	return &Fake{h: h}, nil
+}
+
+// Malloc returns n bytes of "device" memory of device dev.
+func (f *Fake) Malloc(dev, n int) uintptr { return uintptr(C.hMalloc(f.h, C.int(dev), C.size_t(n))) }
+
+// Free frees (and poisons) device memory.
+func (f *Fake) Free(p uintptr) error {
+	if C.hFree(f.h, C.uintptr_t(p)) != 0 {
+		return fmt.Errorf("fakecudaFree(%#x) failed", p)
+	}
+	return nil
+}
+
+// Stream creates a stream on device dev.
+func (f *Fake) Stream(dev int) uintptr { return uintptr(C.hStream(f.h, C.int(dev))) }
+
+// Context returns device dev's context.
+func (f *Fake) Context(dev int) uintptr { return uintptr(C.hContext(f.h, C.int(dev))) }
+
+// SetDelay sets the random delay of every queued operation.
+func (f *Fake) SetDelay(minUs, maxUs uint) { C.hSetDelay(f.h, C.uint(minUs), C.uint(maxUs)) }
+
+// Fill queues a kernel that sets n float32s at p to v after delayUs.
+func (f *Fake) Fill(s, p uintptr, n int, v float32, delayUs uint) error {
+	if C.hFill(f.h, C.uintptr_t(s), C.uintptr_t(p), C.size_t(n), C.float(v), C.uint(delayUs)) != 0 {
+		return fmt.Errorf("fakecudaFillF32 failed")
+	}
+	return nil
+}
+
+// Add queues a kernel that adds v to n float32s at p after delayUs.
+func (f *Fake) Add(s, p uintptr, n int, v float32, delayUs uint) error {
+	if C.hAdd(f.h, C.uintptr_t(s), C.uintptr_t(p), C.size_t(n), C.float(v), C.uint(delayUs)) != 0 {
+		return fmt.Errorf("fakecudaAddF32 failed")
+	}
+	return nil
+}
+
+// Drain waits until stream s is idle.
+func (f *Fake) Drain(s uintptr) { C.hDrain(f.h, C.uintptr_t(s)) }
+
+// Floats reads n float32s of device memory p (host memory in the fake).
+func (f *Fake) Floats(p uintptr, n int) []float32 {
+	out := make([]float32, n)
+	for i := range out {
+		out[i] = float32(C.hRead(C.uintptr_t(p), C.size_t(i)))
+	}
+	return out
+}
+
+// SetFloats writes vals to device memory p directly (no stream).
+func (f *Fake) SetFloats(p uintptr, vals []float32) {
+	for i, v := range vals {
+		C.hWrite(C.uintptr_t(p), C.size_t(i), C.float(v))
+	}
+}
+
+// Counters returns the fake's counters.
+func (f *Fake) Counters() Counters {
+	var c C.counters
+	C.hCounters(f.h, &c)
+	return Counters{int(c.dtoh), int(c.htod), int(c.kernels), int(c.host_allocs), int(c.host_frees), int(c.host_live),
+		int(c.events_created), int(c.events_destroyed), int(c.bad_access), int(c.host_races), int(c.context_errors)}
+}

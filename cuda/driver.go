@@ -1,0 +1,334 @@
+package cuda
+
+/*
+#cgo LDFLAGS: -ldl
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int CUresult;
+typedef void* CUcontext;
+typedef void* CUstream;
+typedef void* CUevent;
+typedef unsigned long long CUdeviceptr;
+
+// The driver entry points gonccl uses, resolved by name with dlsym. The names are the
+// ones libcuda exports (cuda.h maps e.g. cuMemcpyDtoHAsync to cuMemcpyDtoHAsync_v2).
+typedef struct {
+  CUresult (*Init)(unsigned int);
+  CUresult (*GetErrorName)(CUresult, const char**);
+  CUresult (*StreamGetCtx)(CUstream, CUcontext*);
+  CUresult (*CtxGetCurrent)(CUcontext*);
+  CUresult (*CtxSetCurrent)(CUcontext);
+  CUresult (*PointerGetAttribute)(void*, int, CUdeviceptr);
+  CUresult (*MemHostAlloc)(void**, size_t, unsigned int);
+  CUresult (*MemFreeHost)(void*);
+  CUresult (*MemcpyDtoHAsync)(void*, CUdeviceptr, size_t, CUstream);
+  CUresult (*MemcpyHtoDAsync)(CUdeviceptr, const void*, size_t, CUstream);
+  CUresult (*EventCreate)(CUevent*, unsigned int);
+  CUresult (*EventRecord)(CUevent, CUstream);
+  CUresult (*EventQuery)(CUevent);
+  CUresult (*EventDestroy)(CUevent);
+  CUresult (*StreamWaitEvent)(CUstream, CUevent, unsigned int);
+} gcFns;
+
+static const char* gcSymbols[] = {
+  "cuInit", "cuGetErrorName", "cuStreamGetCtx", "cuCtxGetCurrent", "cuCtxSetCurrent",
+  "cuPointerGetAttribute", "cuMemHostAlloc", "cuMemFreeHost", "cuMemcpyDtoHAsync_v2",
+  "cuMemcpyHtoDAsync_v2", "cuEventCreate", "cuEventRecord", "cuEventQuery",
+  "cuEventDestroy_v2", "cuStreamWaitEvent",
+};
+
+_Static_assert(sizeof(gcFns) == sizeof(gcSymbols) / sizeof(gcSymbols[0]) * sizeof(void*),
+               "gcFns and gcSymbols must list the same entry points, in the same order");
+
+// gcOpen dlopens path and fills *f. On failure it returns a malloc'd message.
+static char* gcOpen(const char* path, gcFns* f, void** handle) {
+  void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (h == NULL) {
+    const char* e = dlerror();
+    return strdup(e ? e : "dlopen failed");
+  }
+  void** slots = (void**)f;
+  for (size_t i = 0; i < sizeof(gcSymbols) / sizeof(gcSymbols[0]); i++) {
+    dlerror();
+    slots[i] = dlsym(h, gcSymbols[i]);
+    if (slots[i] == NULL) {
+      const char* e = dlerror();
+      char* msg = strdup(e ? e : gcSymbols[i]);
+      dlclose(h);
+      return msg;
+    }
+  }
+  *handle = h;
+  return NULL;
+}
+
+#include <stdint.h>
+#define H(x) ((void*)(x))
+static CUresult gcInit(gcFns* f) { return f->Init(0); }
+static const char* gcErrorName(gcFns* f, CUresult r) {
+  const char* s = NULL;
+  if (f->GetErrorName(r, &s) != 0) return NULL;
+  return s;
+}
+static CUresult gcStreamGetCtx(gcFns* f, uintptr_t s, uintptr_t* c) {
+  CUcontext ctx = NULL;
+  CUresult r = f->StreamGetCtx(H(s), &ctx);
+  *c = (uintptr_t)ctx;
+  return r;
+}
+static CUresult gcCtxGetCurrent(gcFns* f, uintptr_t* c) {
+  CUcontext ctx = NULL;
+  CUresult r = f->CtxGetCurrent(&ctx);
+  *c = (uintptr_t)ctx;
+  return r;
+}
+static CUresult gcCtxSetCurrent(gcFns* f, uintptr_t c) { return f->CtxSetCurrent(H(c)); }
+static CUresult gcPointerDevice(gcFns* f, int* ord, uintptr_t p) {
+  return f->PointerGetAttribute(ord, 9, (CUdeviceptr)p); // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+}
+static CUresult gcMemHostAlloc(gcFns* f, void** p, size_t n, unsigned int flags) {
+  return f->MemHostAlloc(p, n, flags);
+}
+static CUresult gcMemFreeHost(gcFns* f, void* p) { return f->MemFreeHost(p); }
+static CUresult gcMemcpyDtoHAsync(gcFns* f, void* dst, uintptr_t src, size_t n, uintptr_t s) {
+  return f->MemcpyDtoHAsync(dst, (CUdeviceptr)src, n, H(s));
+}
+static CUresult gcMemcpyHtoDAsync(gcFns* f, uintptr_t dst, void* src, size_t n, uintptr_t s) {
+  return f->MemcpyHtoDAsync((CUdeviceptr)dst, src, n, H(s));
+}
+static CUresult gcEventCreate(gcFns* f, uintptr_t* e) {
+  CUevent ev = NULL;
+  CUresult r = f->EventCreate(&ev, 0x2); // CU_EVENT_DISABLE_TIMING
+  *e = (uintptr_t)ev;
+  return r;
+}
+static CUresult gcEventRecord(gcFns* f, uintptr_t e, uintptr_t s) { return f->EventRecord(H(e), H(s)); }
+static CUresult gcEventQuery(gcFns* f, uintptr_t e) { return f->EventQuery(H(e)); }
+static CUresult gcEventDestroy(gcFns* f, uintptr_t e) { return f->EventDestroy(H(e)); }
+static CUresult gcStreamWaitEvent(gcFns* f, uintptr_t s, uintptr_t e) { return f->StreamWaitEvent(H(s), H(e), 0); }
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"unsafe"
+
+	"github.com/gonccl/gonccl/internal/cenv"
+)
+
+// DefaultLibrary is the library Default loads unless GONCCL_CUDA_LIBRARY names another.
+const DefaultLibrary = "libcuda.so.1"
+
+// ErrUnavailable means CUDA could not be loaded or initialised on this machine. It is
+// the normal state of a machine without a GPU, not a failure of gonccl.
+var ErrUnavailable = errors.New("CUDA is not available")
+
+// Driver result codes gonccl acts on.
+const (
+	resultSuccess  = 0
+	resultNotReady = 600 // CUDA_ERROR_NOT_READY: an event or stream has work pending
+)
+
+// hostAllocPortable is CU_MEMHOSTALLOC_PORTABLE: pinned memory usable from every context.
+const hostAllocPortable = 0x1
+
+// Error is a failed driver call: the function and the CUDA error's name.
+type Error struct {
+	Func string // the driver entry point, e.g. "cuMemcpyDtoHAsync"
+	What string // optional detail, e.g. which buffer
+	Code int    // the CUresult
+	Name string // cuGetErrorName's name for Code, e.g. "CUDA_ERROR_INVALID_VALUE"
+}
+
+func (e *Error) Error() string {
+	if e.What != "" {
+		return fmt.Sprintf("cuda: %s (%s): %s", e.Func, e.What, e.Name)
+	}
+	return fmt.Sprintf("cuda: %s: %s", e.Func, e.Name)
+}
+
+// Driver is a loaded CUDA driver library.
+type Driver struct {
+	path string
+	fns  *C.gcFns // C memory: the function table
+}
+
+// Open loads the driver library at path (a file name or path, as for dlopen), resolves
+// every entry point gonccl uses and initialises the driver. Any failure wraps
+// ErrUnavailable and says why.
+func Open(path string) (*Driver, error) {
+	cpath := C.CString(path)
+	defer C.free(unsafe.Pointer(cpath))
+	fns := (*C.gcFns)(C.calloc(1, C.size_t(unsafe.Sizeof(C.gcFns{}))))
+	var handle unsafe.Pointer
+	if msg := C.gcOpen(cpath, fns, &handle); msg != nil {
+		defer C.free(unsafe.Pointer(msg))
+		C.free(unsafe.Pointer(fns))
+		return nil, fmt.Errorf("%w: loading %s: %s", ErrUnavailable, path, C.GoString(msg))
+	}
+	d := &Driver{path: path, fns: fns}
+	if err := d.check("cuInit", C.gcInit(fns)); err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrUnavailable, path, err)
+	}
+	return d, nil
+}
+
+// Path is the library the driver was loaded from.
+func (d *Driver) Path() string { return d.path }
+
+var defaultDriver struct {
+	once sync.Once
+	d    *Driver
+	err  error
+}
+
+// Default returns the process's driver, loading it on first use from
+// GONCCL_CUDA_LIBRARY, else libcuda.so.1. Whether CUDA is available is decided once
+// per process and logged at INFO (GONCCL_DEBUG=INFO); its absence is not an error
+// until someone gives gonccl a stream.
+func Default() (*Driver, error) {
+	defaultDriver.once.Do(func() {
+		path := DefaultLibrary
+		if v, ok := cenv.Lookup("GONCCL_CUDA_LIBRARY"); ok && v != "" {
+			path = v
+		}
+		defaultDriver.d, defaultDriver.err = Open(path)
+		if defaultDriver.err != nil {
+			logInfo(fmt.Sprintf("CUDA unavailable (device buffers will be refused): %v", defaultDriver.err))
+		} else {
+			logInfo(fmt.Sprintf("CUDA driver loaded from %s", path))
+		}
+	})
+	return defaultDriver.d, defaultDriver.err
+}
+
+// check turns a CUresult into nil or an *Error naming fn and the CUDA error.
+func (d *Driver) check(fn string, r C.CUresult) error {
+	if r == resultSuccess {
+		return nil
+	}
+	return &Error{Func: fn, Code: int(r), Name: d.errorName(r)}
+}
+
+func (d *Driver) errorName(r C.CUresult) string {
+	if s := C.gcErrorName(d.fns, r); s != nil {
+		return C.GoString(s)
+	}
+	return fmt.Sprintf("CUDA error %d", int(r))
+}
+
+// Context is a CUcontext.
+type Context uintptr
+
+// Stream is a CUstream (the same handle as the runtime's cudaStream_t).
+type Stream uintptr
+
+// event is a CUevent.
+type event uintptr
+
+// do runs f on this goroutine's OS thread with ctx current, then restores the thread's
+// previous context. ctx 0 leaves the current context as it is.
+func (d *Driver) do(ctx Context, f func() error) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if ctx == 0 {
+		return f()
+	}
+	var old C.uintptr_t
+	if err := d.check("cuCtxGetCurrent", C.gcCtxGetCurrent(d.fns, &old)); err != nil {
+		return err
+	}
+	if uintptr(old) != uintptr(ctx) {
+		if err := d.check("cuCtxSetCurrent", C.gcCtxSetCurrent(d.fns, C.uintptr_t(ctx))); err != nil {
+			return err
+		}
+		defer C.gcCtxSetCurrent(d.fns, old)
+	}
+	return f()
+}
+
+// StreamContext returns the context stream s belongs to. For the special handles
+// CU_STREAM_LEGACY and CU_STREAM_PER_THREAD that is the calling thread's current
+// context, so call it on the thread that issued the work.
+func (d *Driver) StreamContext(s Stream) (Context, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var ctx C.uintptr_t
+	if err := d.check("cuStreamGetCtx", C.gcStreamGetCtx(d.fns, C.uintptr_t(s), &ctx)); err != nil {
+		return 0, err
+	}
+	return Context(ctx), nil
+}
+
+// PointerDevice returns the device ordinal of device pointer p, or an error naming the
+// CUDA error if p is not device memory CUDA knows. It runs with ctx current.
+func (d *Driver) PointerDevice(ctx Context, p uintptr) (int, error) {
+	var ord C.int
+	err := d.do(ctx, func() error {
+		return d.check("cuPointerGetAttribute", C.gcPointerDevice(d.fns, &ord, C.uintptr_t(p)))
+	})
+	return int(ord), err
+}
+
+// The wrappers below expect the right context to be current (see do).
+
+func (d *Driver) memcpyDtoH(dst []byte, src uintptr, s Stream) error {
+	if len(dst) == 0 {
+		return nil
+	}
+	return d.check("cuMemcpyDtoHAsync", C.gcMemcpyDtoHAsync(d.fns, unsafe.Pointer(&dst[0]), C.uintptr_t(src), C.size_t(len(dst)), C.uintptr_t(s)))
+}
+
+func (d *Driver) memcpyHtoD(dst uintptr, src []byte, s Stream) error {
+	if len(src) == 0 {
+		return nil
+	}
+	return d.check("cuMemcpyHtoDAsync", C.gcMemcpyHtoDAsync(d.fns, C.uintptr_t(dst), unsafe.Pointer(&src[0]), C.size_t(len(src)), C.uintptr_t(s)))
+}
+
+func (d *Driver) eventCreate() (event, error) {
+	var e C.uintptr_t
+	if err := d.check("cuEventCreate", C.gcEventCreate(d.fns, &e)); err != nil {
+		return 0, err
+	}
+	return event(e), nil
+}
+
+func (d *Driver) eventRecord(e event, s Stream) error {
+	return d.check("cuEventRecord", C.gcEventRecord(d.fns, C.uintptr_t(e), C.uintptr_t(s)))
+}
+
+// eventDone reports whether every piece of work e captured has completed.
+func (d *Driver) eventDone(e event) (bool, error) {
+	r := C.gcEventQuery(d.fns, C.uintptr_t(e))
+	if r == resultNotReady {
+		return false, nil
+	}
+	return r == resultSuccess, d.check("cuEventQuery", r)
+}
+
+func (d *Driver) eventDestroy(e event) error {
+	return d.check("cuEventDestroy", C.gcEventDestroy(d.fns, C.uintptr_t(e)))
+}
+
+func (d *Driver) streamWaitEvent(s Stream, e event) error {
+	return d.check("cuStreamWaitEvent", C.gcStreamWaitEvent(d.fns, C.uintptr_t(s), C.uintptr_t(e)))
+}
+
+// hostAlloc allocates n bytes of pinned host memory, usable from every context.
+func (d *Driver) hostAlloc(n int) (unsafe.Pointer, error) {
+	var p unsafe.Pointer
+	if err := d.check("cuMemHostAlloc", C.gcMemHostAlloc(d.fns, &p, C.size_t(n), hostAllocPortable)); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func (d *Driver) hostFree(p unsafe.Pointer) error {
+	return d.check("cuMemFreeHost", C.gcMemFreeHost(d.fns, p))
+}

@@ -1,0 +1,374 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+	"unsafe"
+)
+
+// Region is one device buffer of an operation.
+type Region struct {
+	Name  string  // for error messages: "sendbuff", "recvbuff"
+	Ptr   uintptr // device pointer; 0 with Bytes 0 for a buffer the operation does not use
+	Bytes int
+	In    bool // the host algorithm reads it: copied device->host before it runs
+	Out   bool // the host algorithm writes it: copied host->device after it succeeds
+}
+
+// block is one pinned host allocation of the pool.
+type block struct {
+	p    unsafe.Pointer
+	size int
+}
+
+func (b *block) bytes() []byte { return unsafe.Slice((*byte)(b.p), b.size) }
+
+// Pool is a communicator's pinned host staging memory: blocks allocated with
+// cuMemHostAlloc, reused by later operations once the completion event of the
+// operation that last used them has completed, freed by Close.
+type Pool struct {
+	d     *Driver
+	mu    sync.Mutex
+	ctx   Context // a context to free blocks under (the first one allocated in)
+	free  []*block
+	busy  []*Staging // handed out and not yet known to be finished
+	all   int        // bytes allocated
+	stats PoolStats
+}
+
+// PoolStats counts a pool's allocations, for tests and logs.
+type PoolStats struct {
+	Allocs, Reuses int // blocks allocated, and blocks handed out again
+	Bytes          int // pinned bytes held
+}
+
+// minBlock is the smallest pinned allocation: tiny operations share a size class.
+const minBlock = 64 << 10
+
+// NewPool returns an empty pool using driver d.
+func NewPool(d *Driver) *Pool { return &Pool{d: d} }
+
+// Stats returns the pool's counters.
+func (p *Pool) Stats() PoolStats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.stats
+	s.Bytes = p.all
+	return s
+}
+
+// reclaimLocked returns to the free list the blocks of stagings whose completion
+// event has completed.
+func (p *Pool) reclaimLocked() {
+	kept := p.busy[:0]
+	for _, s := range p.busy {
+		if blocks, ok := s.reclaim(); ok {
+			p.free = append(p.free, blocks...)
+			continue
+		}
+		kept = append(kept, s)
+	}
+	clear(p.busy[len(kept):])
+	p.busy = kept
+}
+
+// getLocked returns a free block of at least n bytes, or allocates one.
+func (p *Pool) getLocked(ctx Context, n int) (*block, error) {
+	best := -1
+	for i, b := range p.free {
+		if b.size >= n && (best < 0 || b.size < p.free[best].size) {
+			best = i
+		}
+	}
+	if best >= 0 {
+		b := p.free[best]
+		p.free = append(p.free[:best], p.free[best+1:]...)
+		p.stats.Reuses++
+		return b, nil
+	}
+	size := max(n, minBlock)
+	size = (size + 4095) &^ 4095
+	var ptr unsafe.Pointer
+	err := p.d.do(ctx, func() (err error) {
+		ptr, err = p.d.hostAlloc(size)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("allocating %d bytes of pinned staging memory: %w", size, err)
+	}
+	if p.ctx == 0 {
+		p.ctx = ctx
+	}
+	p.all += size
+	p.stats.Allocs++
+	return &block{p: ptr, size: size}, nil
+}
+
+// Stage prepares the staging of one operation on stream s (in context ctx): pinned
+// host buffers for its regions, returned in Host in the order of regions. Regions
+// whose device ranges overlap (in-place operations) share host memory the same way,
+// so the host algorithm sees the same aliasing. Call Before and After around the host
+// algorithm, or Cancel if the operation never runs.
+func (p *Pool) Stage(ctx Context, s Stream, regions []Region) (*Staging, error) {
+	st := &Staging{d: p.d, pool: p, ctx: ctx, stream: s, regions: regions, Host: make([][]byte, len(regions))}
+	// Group overlapping regions: sort by start, merge while the next starts before the
+	// current group ends.
+	idx := make([]int, 0, len(regions))
+	for i, r := range regions {
+		if r.Bytes > 0 {
+			idx = append(idx, i)
+		} else {
+			st.Host[i] = []byte{}
+		}
+	}
+	sort.Slice(idx, func(a, b int) bool { return regions[idx[a]].Ptr < regions[idx[b]].Ptr })
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.reclaimLocked()
+	for g := 0; g < len(idx); {
+		lo, hi := regions[idx[g]].Ptr, regions[idx[g]].Ptr+uintptr(regions[idx[g]].Bytes)
+		e := g + 1
+		for e < len(idx) && regions[idx[e]].Ptr < hi {
+			hi = max(hi, regions[idx[e]].Ptr+uintptr(regions[idx[e]].Bytes))
+			e++
+		}
+		b, err := p.getLocked(ctx, int(hi-lo))
+		if err != nil {
+			p.free = append(p.free, st.blocks...)
+			return nil, err
+		}
+		st.blocks = append(st.blocks, b)
+		mem := b.bytes()
+		for _, i := range idx[g:e] {
+			off := int(regions[i].Ptr - lo)
+			st.Host[i] = mem[off : off+regions[i].Bytes : off+regions[i].Bytes]
+		}
+		g = e
+	}
+	if len(st.blocks) > 0 {
+		err := p.d.do(ctx, func() (err error) {
+			st.ev, err = p.d.eventCreate()
+			return err
+		})
+		if err != nil {
+			p.free = append(p.free, st.blocks...)
+			return nil, err
+		}
+	}
+	p.busy = append(p.busy, st)
+	return st, nil
+}
+
+// Close waits (up to timeout) for every staging still in flight and frees the pool's
+// pinned memory. Blocks whose copies are still running after timeout are leaked rather
+// than freed under the device's feet.
+func (p *Pool) Close(timeout time.Duration) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	deadline := time.Now().Add(timeout)
+	var errs []error
+	for _, s := range p.busy {
+		if err := s.waitDone(deadline); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if blocks, ok := s.reclaim(); ok {
+			p.free = append(p.free, blocks...)
+		}
+	}
+	p.busy = nil
+	for _, b := range p.free {
+		if err := p.d.do(p.ctx, func() error { return p.d.hostFree(b.p) }); err != nil {
+			errs = append(errs, err)
+		}
+		p.all -= b.size
+	}
+	p.free = nil
+	return errors.Join(errs...)
+}
+
+// Staging is one operation's passage through the pool.
+type Staging struct {
+	// Host holds the pinned host buffers standing in for the regions given to Stage.
+	Host [][]byte
+
+	d       *Driver
+	pool    *Pool
+	ctx     Context
+	stream  Stream
+	regions []Region
+	blocks  []*block
+
+	mu       sync.Mutex
+	ev       event // recorded after the D2H copies, then after the H2D copies
+	recorded bool  // ev captures every copy enqueued so far
+	inFlight bool  // copies were enqueued that ev may not capture: never reuse the blocks
+	finished bool  // After or Cancel ran: no more copies will be enqueued
+	done     bool  // blocks returned to the pool, ev destroyed
+}
+
+// Before enqueues the device->host copies of the input regions on the stream and waits
+// (until deadline) for them: the host buffers then hold what the device buffers held
+// after all work queued on the stream before this call.
+func (s *Staging) Before(deadline time.Time) error {
+	var err error
+	s.mu.Lock()
+	err = s.d.do(s.ctx, func() error {
+		for i, r := range s.regions {
+			if !r.In || r.Bytes == 0 {
+				continue
+			}
+			s.inFlight = true
+			if err := s.d.memcpyDtoH(s.Host[i], r.Ptr, s.stream); err != nil {
+				// Track the copies already enqueued, so the wait below covers them.
+				_ = s.recordLocked()
+				return withWhat(err, fmt.Sprintf("%s %#x, %d bytes", r.Name, r.Ptr, r.Bytes))
+			}
+		}
+		return s.recordLocked()
+	})
+	s.mu.Unlock()
+	if werr := s.waitDone(deadline); err == nil {
+		err = werr
+	}
+	return err
+}
+
+// After finishes the staging: if opErr is nil it enqueues the host->device copies of
+// the output regions; in every case it records the completion event on the stream and
+// hands the host buffers back to the pool, which reuses them only once the event has
+// completed. It returns the error of its own CUDA calls.
+func (s *Staging) After(opErr error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.finished = true
+	if opErr != nil && !s.inFlight {
+		return nil // nothing was enqueued: the blocks are free as soon as reclaimed
+	}
+	return s.d.do(s.ctx, func() error {
+		if opErr == nil {
+			for i, r := range s.regions {
+				if !r.Out || r.Bytes == 0 {
+					continue
+				}
+				s.inFlight = true
+				if err := s.d.memcpyHtoD(r.Ptr, s.Host[i], s.stream); err != nil {
+					// Record what was enqueued, so the blocks can still be reclaimed.
+					_ = s.recordLocked()
+					return withWhat(err, fmt.Sprintf("%s %#x, %d bytes", r.Name, r.Ptr, r.Bytes))
+				}
+			}
+		}
+		return s.recordLocked()
+	})
+}
+
+// Cancel releases a staging whose operation was never issued.
+func (s *Staging) Cancel() {
+	s.mu.Lock()
+	s.finished = true
+	s.mu.Unlock()
+}
+
+// WaitOn makes stream waiter wait for the staging's completion event (the H2D copies
+// of the result). After must have run. It is a no-op once the event has completed.
+func (s *Staging) WaitOn(waiter Stream) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done || !s.recorded {
+		return nil
+	}
+	ctx, err := s.d.StreamContext(waiter)
+	if err != nil {
+		return err
+	}
+	return s.d.do(ctx, func() error { return s.d.streamWaitEvent(waiter, s.ev) })
+}
+
+// recordLocked records ev on the stream, capturing every copy enqueued so far.
+func (s *Staging) recordLocked() error {
+	if !s.inFlight {
+		return nil
+	}
+	if err := s.d.eventRecord(s.ev, s.stream); err != nil {
+		s.recorded = false
+		return err
+	}
+	s.recorded = true
+	return nil
+}
+
+// waitDone polls ev until the copies it captured have completed or deadline passes.
+func (s *Staging) waitDone(deadline time.Time) error {
+	pause := 10 * time.Microsecond
+	for {
+		s.mu.Lock()
+		if s.done || !s.inFlight {
+			s.mu.Unlock()
+			return nil
+		}
+		if !s.recorded {
+			s.mu.Unlock()
+			return fmt.Errorf("cuda: staging copies on stream %#x could not be tracked by an event", uintptr(s.stream))
+		}
+		var ok bool
+		err := s.d.do(s.ctx, func() (err error) {
+			ok, err = s.d.eventDone(s.ev)
+			return err
+		})
+		s.mu.Unlock()
+		if err != nil || ok {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("cuda: staging copies on stream %#x did not finish in time (is the stream's earlier work stuck?)", uintptr(s.stream))
+		}
+		time.Sleep(pause)
+		pause = min(2*pause, time.Millisecond)
+	}
+}
+
+// reclaim returns the staging's blocks if it has finished and its copies are done,
+// and destroys its event. The pool calls it under its lock.
+func (s *Staging) reclaim() ([]*block, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done {
+		return nil, false
+	}
+	if !s.finished {
+		return nil, false
+	}
+	if s.inFlight {
+		if !s.recorded {
+			return nil, false // copies not captured by an event: leak rather than reuse
+		}
+		var ok bool
+		err := s.d.do(s.ctx, func() (err error) {
+			ok, err = s.d.eventDone(s.ev)
+			return err
+		})
+		if err != nil || !ok {
+			return nil, false
+		}
+	}
+	if s.ev != 0 {
+		_ = s.d.do(s.ctx, func() error { return s.d.eventDestroy(s.ev) })
+	}
+	s.done = true
+	return s.blocks, true
+}
+
+// withWhat adds detail to a driver error.
+func withWhat(err error, what string) error {
+	var e *Error
+	if errors.As(err, &e) && e.What == "" {
+		c := *e
+		c.What = what
+		return &c
+	}
+	return err
+}

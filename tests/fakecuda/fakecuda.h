@@ -1,0 +1,51 @@
+/*
+ * fakecuda.h: test hooks of the fake CUDA driver (tests/fakecuda/fakecuda.c).
+ *
+ * The fake stands in for libcuda.so.1 in tests (GONCCL_CUDA_LIBRARY=path/to/it): host
+ * memory stands in for device memory; every stream is an ordered queue run by its own
+ * thread, with a configurable delay per queued operation, so asynchrony and ordering
+ * bugs show up. It exports the driver entry points gonccl's cuda package dlsyms, and
+ * the hooks below, which a test reaches by linking the same shared object (the dynamic
+ * loader then hands gonccl's dlopen the very same copy).
+ */
+#ifndef FAKECUDA_H_
+#define FAKECUDA_H_
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+  long dtoh, htod;         /* copies executed */
+  long kernels;            /* fake kernels executed */
+  long host_allocs, host_frees, host_live; /* cuMemHostAlloc / cuMemFreeHost */
+  long events_created, events_destroyed;
+  long bad_access;         /* a queued op touched freed or unknown memory when it ran */
+  long host_races;         /* a copy was queued on host memory another stream's pending op uses */
+  long context_errors;     /* calls refused for a missing or wrong current context */
+} fakecudaCounters;
+
+/* "Device" memory of device dev (malloc'd host memory, tracked). */
+void* fakecudaMalloc(int dev, size_t bytes);
+/* Frees it: the memory is poisoned (0xDB) and kept, so later use is detected. Returns 0,
+ * or -1 if p is not a live allocation. */
+int fakecudaFree(void* p);
+/* A stream on device dev (its context is that device's), run by its own thread. */
+void* fakecudaStreamCreate(int dev);
+/* The context of device dev, for cuCtxSetCurrent. */
+void* fakecudaContext(int dev);
+/* Delay of every queued operation: uniformly random in [min_us, max_us]. */
+void fakecudaSetDelay(unsigned min_us, unsigned max_us);
+/* Fake kernels: after delay_us on the stream, set or add value to count floats at p. */
+int fakecudaFillF32(void* stream, void* p, size_t count, float value, unsigned delay_us);
+int fakecudaAddF32(void* stream, void* p, size_t count, float value, unsigned delay_us);
+/* Blocks until all work queued on stream has run. */
+int fakecudaStreamDrain(void* stream);
+void fakecudaGetCounters(fakecudaCounters* out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
