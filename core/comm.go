@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"golang.org/x/sys/unix"
 
 	"github.com/gonccl/gonccl/transport"
@@ -55,6 +56,12 @@ type Comm struct {
 	broken  error // first failure; later operations fail at once with it
 	aborted bool
 }
+
+// DeviceTopology, if set, returns lines describing this process's GPUs (names, PCI bus
+// ids, NVLink peers, NUMA nodes) that each rank logs at INIT, or one line saying why
+// there are none. libgonccl sets it to package cuda's reader (core must not import
+// cuda); it is only called when INIT logs at INFO.
+var DeviceTopology func() []string
 
 // gomaxprocsOnce sizes the Go runtime once per process, by the first communicator.
 var gomaxprocsOnce sync.Once
@@ -169,6 +176,11 @@ func (c *Comm) logInit(ifc tcp.Interface, ranks []rankInfo, procs int, took time
 	c.logs.init.Info(fmt.Sprintf("gonccl %s rank %d/%d host %s pid %d: init done in %v; interface %s; ring %s; peers %s; GOMAXPROCS %d (%d cores)",
 		Version, c.rank, c.nranks, hostname(), os.Getpid(), took.Round(time.Millisecond), ifc,
 		strings.Join(ring, " "), strings.Join(peers, " "), procs, runtime.NumCPU()))
+	if DeviceTopology != nil && c.logs.init.Core().Enabled(zapcore.InfoLevel) {
+		for _, line := range DeviceTopology() {
+			c.logs.init.Info(fmt.Sprintf("rank %d: %s", c.rank, line))
+		}
+	}
 }
 
 // Rank returns this rank.
