@@ -241,20 +241,16 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::endCoalescing() {
   // The group's future synchronizes with the members' device if they all ran
   // on one; its wait() makes the current stream wait on every member.
   std::optional<c10::Stream> stream;
-  bool oneStream = !works.empty();
+  if (!works.empty()) {
+    stream = works.front()->stream();
+  }
   for (const auto& w : works) {
     for (const at::Tensor& t : w->result()) {
       outputs.push_back(t);
     }
-    const auto& s = w->stream();
-    oneStream = oneStream && s.has_value() &&
-        (w == works.front() || (stream.has_value() && *s == *stream));
-    if (w == works.front()) {
-      stream = s;
+    if (w->stream() != stream) {
+      stream.reset();
     }
-  }
-  if (!oneStream) {
-    stream.reset();
   }
   auto group = c10::make_intrusive<GoncclWork>(
       rank_,

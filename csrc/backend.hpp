@@ -61,9 +61,9 @@ class GoncclBackend : public c10d::Backend {
       const c10::intrusive_ptr<Options>& opts) override;
 
   // Collectives, on CPU tensors or (in a build with CUDA support) on CUDA
-  // tensors of one device; see cuda.hpp for the CUDA path. Where c10d has a canonical name and a
-  // deprecated alias that forward to each other, the alias is overridden, so
-  // both names reach it. Defined in collectives.cpp.
+  // tensors of one device; see cuda.hpp for the CUDA path. Where c10d has a
+  // canonical name and a deprecated alias that forward to each other, the
+  // alias is overridden, so both names reach it. Defined in collectives.cpp.
   c10::intrusive_ptr<c10d::Work> allreduce(
       std::vector<at::Tensor>& tensors,
       const c10d::AllreduceOptions& opts) override;
@@ -193,9 +193,10 @@ class GoncclBackend : public c10d::Backend {
   // builds the Work, runs start, hands each request to the completion queue.
   // For CUDA tensors, start runs with parts.stream set to the device's gonccl
   // stream, which first waits on the caller's current stream (so the op sees
-  // the staging done above and all earlier work queued there). An op that starts no request (nothing
-  // to move) completes at once. If start fails, throws DistBackendError; the
-  // parts it had started still finish before their buffers are released.
+  // the staging done before issue() and all earlier work queued there). An op
+  // that starts no request (nothing to move) completes at once. If start
+  // fails, throws DistBackendError; the parts it had started still finish
+  // before their buffers are released.
   c10::intrusive_ptr<GoncclWork> issue(Op op, const Start& start);
 
  private:

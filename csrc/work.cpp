@@ -108,7 +108,8 @@ void GoncclWork::complete(const std::string& error) {
     try {
       onStream.emplace(*stream_);
     } catch (const std::exception& e) {
-      TORCH_WARN("gonccl: ", opName_, ": selecting its stream failed: ", e.what());
+      TORCH_WARN(
+          "gonccl: ", opName_, ": selecting its stream failed: ", e.what());
     }
   }
   std::string msg = error;
