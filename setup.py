@@ -9,6 +9,13 @@ gonccl/_C*.so, plus the C header as gonccl/include/gonccl.h. gonccl._C does
 not link against libgonccl.so; it dlopen()s it when the first process group is
 created (see csrc/library.hpp for why).
 
+The extension is built with CUDA support when the torch it is built against
+has CUDA (torch.version.cuda, and its libc10_cuda): csrc is then compiled with
+-DGONCCL_WITH_CUDA=1. It reaches CUDA only through torch's device-generic
+interfaces (see cuda_config), so no CUDA toolkit, header or nvcc is needed.
+Otherwise it is built without (collectives on CUDA tensors then raise a clear
+error); the build log says which, and why.
+
 GONCCL_SKIP_GO_BUILD=1 builds only the C++ extension (for work on csrc/ while
 the Go side does not build); the package is then unusable until libgonccl.so
 is built.
@@ -20,7 +27,7 @@ import shutil
 import subprocess
 
 from setuptools import setup
-from torch.utils.cpp_extension import BuildExtension, CppExtension
+from torch.utils.cpp_extension import BuildExtension
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
@@ -69,22 +76,64 @@ class BuildGoncclExt(BuildExtension):
             os.remove(generated)
 
 
+def cuda_config():
+    """(extension keyword arguments, None) for a CUDA build, or (None, reason).
+
+    The CUDA path (csrc/cuda.cpp) reaches CUDA only through torch's own device
+    interfaces (c10::Stream, c10::Event, the CUDA device guard that c10_cuda
+    registers), so it needs no CUDA header or library of its own: PyPI's CUDA
+    torch ships the CUDA runtime headers without crt/host_config.h, which
+    c10/cuda's headers need, so they cannot be compiled against as installed.
+    What it needs is a torch built with CUDA, whose c10_cuda provides that guard.
+    """
+    import torch
+
+    if torch.version.cuda is None:
+        return None, f"torch {torch.__version__} has no CUDA (torch.version.cuda is None)"
+    from torch.utils.cpp_extension import library_paths
+
+    torch_libs = library_paths()
+    if not any(glob.glob(os.path.join(d, "libc10_cuda.*")) for d in torch_libs):
+        return None, (
+            f"torch {torch.__version__} says CUDA {torch.version.cuda} but ships no "
+            f"libc10_cuda in {torch_libs}"
+        )
+    return {"define_macros": [("GONCCL_WITH_CUDA", "1")]}, None
+
+
+def extension():
+    """gonccl._C, with CUDA support where the torch it is built against has it."""
+    import torch
+    from torch.utils.cpp_extension import CppExtension
+
+    kwargs = {
+        "include_dirs": [os.path.join(ROOT, "capi")],
+        "libraries": ["dl"],
+        "define_macros": [],
+    }
+    cuda, reason = cuda_config()
+    if cuda is None:
+        print(f"gonccl: building the extension without CUDA support: {reason}")
+    else:
+        print(f"gonccl: building the extension with CUDA support (torch cuda {torch.version.cuda})")
+        for key, value in cuda.items():
+            kwargs[key] = kwargs[key] + value
+    return CppExtension(
+        name="gonccl._C",
+        sources=sorted(
+            os.path.relpath(path, ROOT)
+            for path in glob.glob(os.path.join(ROOT, "csrc", "*.cpp"))
+        ),
+        extra_compile_args=["-O2", "-fvisibility=hidden"],
+        **kwargs,
+    )
+
+
 setup(
     package_dir={"": "python"},
     packages=["gonccl", "gonccl.bench"],
     package_data={"gonccl": ["libgonccl.so", "include/gonccl.h"]},
-    ext_modules=[
-        CppExtension(
-            name="gonccl._C",
-            sources=sorted(
-                os.path.relpath(path, ROOT)
-                for path in glob.glob(os.path.join(ROOT, "csrc", "*.cpp"))
-            ),
-            include_dirs=[os.path.join(ROOT, "capi")],
-            libraries=["dl"],
-            extra_compile_args=["-O2", "-fvisibility=hidden"],
-        )
-    ],
+    ext_modules=[extension()],
     cmdclass={"build_ext": BuildGoncclExt},
     zip_safe=False,
 )

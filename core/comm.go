@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"golang.org/x/sys/unix"
 
 	"github.com/gonccl/gonccl/transport"
@@ -64,6 +65,12 @@ type Comm struct {
 	finishedSeq uint64 // the last operation the executor finished
 	brokenText  string // what broke the communicator, without peers' diagnoses
 }
+
+// DeviceTopology, if set, returns lines describing this process's GPUs (names, PCI bus
+// ids, NVLink peers, NUMA nodes) that each rank logs at INIT, or one line saying why
+// there are none. libgonccl sets it to package cuda's reader (core must not import
+// cuda); it is only called when INIT logs at INFO.
+var DeviceTopology func() []string
 
 // gomaxprocsOnce sizes the Go runtime once per process, by the first communicator.
 var gomaxprocsOnce sync.Once
@@ -189,6 +196,11 @@ func (c *Comm) logInit(ifc tcp.Interface, ranks []rankInfo, procs int, took time
 		c.nranks, c.sel.m.link.name, c.sel.m.link.latencyUS, c.sel.m.link.bwGBs, restrict))
 	for _, line := range c.sel.table() {
 		c.logs.tune.Info(line)
+	}
+	if DeviceTopology != nil && c.logs.init.Core().Enabled(zapcore.InfoLevel) {
+		for _, line := range DeviceTopology() {
+			c.logs.init.Info(fmt.Sprintf("rank %d: %s", c.rank, line))
+		}
 	}
 }
 

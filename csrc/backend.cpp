@@ -11,6 +11,7 @@
 #include <ATen/core/grad_mode.h>
 
 #include "checks.hpp"
+#include "cuda.hpp"
 #include "library.hpp"
 
 namespace gonccl {
@@ -137,6 +138,31 @@ c10::intrusive_ptr<GoncclWork> GoncclBackend::issue(
   std::lock_guard<std::mutex> guard(issueMutex_);
   Parts parts;
   parts.comm = liveComm(op.name);
+  std::vector<at::Tensor> touched;
+  for (const auto* list : {&op.inputs, &op.outputs, &op.keepAlive}) {
+    for (const at::Tensor& t : *list) {
+      if (t.defined()) {
+        touched.push_back(t);
+      }
+    }
+  }
+  std::vector<c10::Device> devices;
+  for (const at::Tensor& t : touched) {
+    devices.push_back(t.device());
+  }
+  const c10::Device device = cuda::opDevice(devices, op.name);
+  std::optional<c10::Stream> stream;
+  if (device.is_cuda()) {
+    need(lib().requestWaitStream, "goncclRequestWaitStream", op.name);
+    stream = deviceStream(device.index());
+    // The op must see what the caller queued before it, the staging above
+    // included.
+    cuda::streamWait(*stream, cuda::currentStream(device.index()));
+    for (const at::Tensor& t : touched) {
+      cuda::recordStream(t, *stream);
+    }
+    parts.stream = cuda::handle(*stream);
+  }
   auto work = c10::make_intrusive<GoncclWork>(
       rank_,
       op.type,
@@ -146,7 +172,8 @@ c10::intrusive_ptr<GoncclWork> GoncclBackend::issue(
       std::move(op.inputs),
       std::move(op.outputs),
       std::move(op.keepAlive),
-      std::move(op.postComplete));
+      std::move(op.postComplete),
+      stream);
   if (op.anySource) {
     work->recordSourceRank();
   }
@@ -182,6 +209,14 @@ c10::intrusive_ptr<GoncclWork> GoncclBackend::issue(
   return work;
 }
 
+c10::Stream GoncclBackend::deviceStream(c10::DeviceIndex device) {
+  auto it = streams_.find(device);
+  if (it == streams_.end()) {
+    it = streams_.emplace(device, cuda::poolStream(device)).first;
+  }
+  return it->second;
+}
+
 void GoncclBackend::startCoalescing() {
   std::lock_guard<std::mutex> guard(issueMutex_);
   TORCH_CHECK(
@@ -203,9 +238,18 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::endCoalescing() {
   }
   std::vector<at::Tensor> inputs;
   std::vector<at::Tensor> outputs;
+  // The group's future synchronizes with the members' device if they all ran
+  // on one; its wait() makes the current stream wait on every member.
+  std::optional<c10::Stream> stream;
+  if (!works.empty()) {
+    stream = works.front()->stream();
+  }
   for (const auto& w : works) {
     for (const at::Tensor& t : w->result()) {
       outputs.push_back(t);
+    }
+    if (w->stream() != stream) {
+      stream.reset();
     }
   }
   auto group = c10::make_intrusive<GoncclWork>(
@@ -215,13 +259,19 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::endCoalescing() {
       "coalesced ops",
       seq,
       std::move(inputs),
-      std::move(outputs));
+      std::move(outputs),
+      std::vector<at::Tensor>{},
+      nullptr,
+      stream);
   if (works.empty()) {
     group->complete("");
     return group;
   }
   group->expectParts(works.size());
   for (const auto& w : works) {
+    if (w->stream()) {
+      group->addMember(w);
+    }
     // Runs on the completion thread, or here if w has already finished.
     w->getFuture()->addCallback([group](c10::ivalue::Future& f) {
       group->partDone(f.hasError() ? f.tryRetrieveErrorMessage() : "");

@@ -3,10 +3,14 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include <c10/core/Stream.h>
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -56,9 +60,10 @@ class GoncclBackend : public c10d::Backend {
       const std::vector<int>& ranks,
       const c10::intrusive_ptr<Options>& opts) override;
 
-  // Collectives (CPU tensors). Where c10d has a canonical name and a
-  // deprecated alias that forward to each other, the alias is overridden, so
-  // both names reach it. Defined in collectives.cpp.
+  // Collectives, on CPU tensors or (in a build with CUDA support) on CUDA
+  // tensors of one device; see cuda.hpp for the CUDA path. Where c10d has a
+  // canonical name and a deprecated alias that forward to each other, the
+  // alias is overridden, so both names reach it. Defined in collectives.cpp.
   c10::intrusive_ptr<c10d::Work> allreduce(
       std::vector<at::Tensor>& tensors,
       const c10d::AllreduceOptions& opts) override;
@@ -147,10 +152,13 @@ class GoncclBackend : public c10d::Backend {
   void abort() override;
 
   // The requests one op starts: a start function calls
-  //   parts.add(lib().xAsync(..., parts.comm, nullptr, parts.next()))
+  //   parts.add(lib().xAsync(..., parts.comm, parts.stream, parts.next()))
   // for each, and returns the first failure (or goncclSuccess).
   struct Parts {
     goncclComm_t comm = nullptr;
+    // The gonccl stream of a CUDA op (buffers are device pointers), else null
+    // (host buffers).
+    goncclStream_t stream = nullptr;
     std::vector<goncclRequest_t> requests;
     goncclRequest_t* next() {
       pending_ = nullptr;
@@ -181,10 +189,14 @@ class GoncclBackend : public c10d::Backend {
     bool anySource = false;  // a receive from any source
   };
 
-  // Issues one op under issueMutex_: builds the Work, runs start, hands each
-  // request to the completion queue. An op that starts no request (nothing
-  // to move) completes at once. If start fails, throws DistBackendError; the
-  // parts it had started still finish before their buffers are released.
+  // Issues one op under issueMutex_: checks that its tensors share one device,
+  // builds the Work, runs start, hands each request to the completion queue.
+  // For CUDA tensors, start runs with parts.stream set to the device's gonccl
+  // stream, which first waits on the caller's current stream (so the op sees
+  // the staging done before issue() and all earlier work queued there). An op
+  // that starts no request (nothing to move) completes at once. If start
+  // fails, throws DistBackendError; the parts it had started still finish
+  // before their buffers are released.
   c10::intrusive_ptr<GoncclWork> issue(Op op, const Start& start);
 
  private:
@@ -194,6 +206,10 @@ class GoncclBackend : public c10d::Backend {
 
   void close(bool abort);
 
+  // The gonccl stream of a CUDA device (created on first use); issueMutex_
+  // must be held.
+  c10::Stream deviceStream(c10::DeviceIndex device);
+
   std::string libraryPath_;
   std::chrono::milliseconds timeout_;
   std::mutex issueMutex_;
@@ -202,6 +218,7 @@ class GoncclBackend : public c10d::Backend {
   bool closed_ = false;
   bool coalescing_ = false;
   std::vector<c10::intrusive_ptr<GoncclWork>> coalesced_;
+  std::map<c10::DeviceIndex, c10::Stream> streams_;
   std::shared_ptr<CompletionQueue> queue_;
 };
 

@@ -7,6 +7,7 @@
 #include <c10/core/ScalarType.h>
 #include <c10/util/Exception.h>
 
+#include "cuda.hpp"
 #include "library.hpp"
 
 namespace gonccl {
@@ -86,18 +87,16 @@ goncclDataType_t checkTensor(
             t.layout(),
             ")"));
   }
-  if (t.is_cuda()) {
-    C10_THROW_ERROR(
-        ValueError,
-        c10::str("gonccl: ", op, ": CUDA tensors are not supported yet"));
+  if (t.is_cuda() && !cuda::support()) {
+    C10_THROW_ERROR(ValueError, cuda::noCudaMessage(op));
   }
-  if (!t.is_cpu()) {
+  if (!t.is_cpu() && !t.is_cuda()) {
     C10_THROW_ERROR(
         ValueError,
         c10::str(
             "gonccl: ",
             op,
-            ": tensors must be on the CPU (got device ",
+            ": tensors must be on the CPU or a CUDA device (got device ",
             t.device(),
             ")"));
   }
@@ -283,7 +282,7 @@ at::Tensor Reduction::scaled(const at::Tensor& t, bool inPlace) const {
   at::NoGradGuard noGrad;
   at::Tensor out = inPlace ? t : t.clone();
   if (tensorFactor.defined()) {
-    out.mul_(tensorFactor.to(at::kCPU).reshape({}));
+    out.mul_(tensorFactor.to(out.device()).reshape({}));
   } else {
     out.mul_(factor);
   }

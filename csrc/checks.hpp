@@ -4,7 +4,8 @@
 //   unsupported dtype, reduce op that has no meaning
 //   for the dtype (BXOR on float, MAX on complex, any
 //   reduction of float8)                               -> TypeError
-//   sparse / non-CPU / non-contiguous / wrong count /
+//   sparse / not CPU or CUDA / CUDA in a build without
+//   CUDA / non-contiguous / wrong count /
 //   size mismatch / bad root / unsupported reduce op   -> ValueError
 #pragma once
 
@@ -18,8 +19,9 @@
 
 namespace gonccl {
 
-// A dense (and, if contiguous, contiguous) CPU tensor of a supported dtype;
-// returns its dtype.
+// A dense (and, if contiguous, contiguous) CPU or CUDA tensor (CUDA only in a
+// build with CUDA support) of a supported dtype; returns its dtype. That all of
+// an op's tensors share one device is checked when it is issued.
 goncclDataType_t checkTensor(
     const at::Tensor& t,
     const char* op,

@@ -224,7 +224,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::allreduce(
        dense.copyBack()},
       [&](Parts& p) {
         return p.add(lib().allReduceAsync(
-            buf, buf, count, type, r.op, p.comm, nullptr, p.next()));
+            buf, buf, count, type, r.op, p.comm, p.stream, p.next()));
       });
 }
 
@@ -260,7 +260,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::allreduce_coalesced(
        [flat, outputs]() { unflatten(flat, outputs); }},
       [&](Parts& p) {
         return p.add(lib().allReduceAsync(
-            buf, buf, count, type, r.op, p.comm, nullptr, p.next()));
+            buf, buf, count, type, r.op, p.comm, p.stream, p.next()));
       });
 }
 
@@ -308,7 +308,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::reduce(
             r.op,
             root,
             p.comm,
-            nullptr,
+            p.stream,
             p.next()));
       });
 }
@@ -335,7 +335,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::broadcast(
        dense.copyBack()},
       [&](Parts& p) {
         return p.add(lib().broadcastAsync(
-            buf, buf, count, type, root, p.comm, nullptr, p.next()));
+            buf, buf, count, type, root, p.comm, p.stream, p.next()));
       });
 }
 
@@ -391,7 +391,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::allgather(
        std::move(copyOut)},
       [&](Parts& p) {
         return p.add(lib().allGatherAsync(
-            send, recv, n, type, p.comm, nullptr, p.next()));
+            send, recv, n, type, p.comm, p.stream, p.next()));
       });
 }
 
@@ -435,7 +435,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::_allgather_base(
        dense.copyBack()},
       [&](Parts& p) {
         return p.add(lib().allGatherAsync(
-            send, recv, n, type, p.comm, nullptr, p.next()));
+            send, recv, n, type, p.comm, p.stream, p.next()));
       });
 }
 
@@ -496,7 +496,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::allgather_coalesced(
        [recv, outputs]() { unflatten(recv, outputs); }},
       [&](Parts& p) {
         return p.add(lib().allGatherAsync(
-            sendbuf, recvbuf, total, type, p.comm, nullptr, p.next()));
+            sendbuf, recvbuf, total, type, p.comm, p.stream, p.next()));
       });
 }
 
@@ -531,7 +531,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::allgather_into_tensor_coalesced(
               inputs[i].numel(),
               types[i],
               p.comm,
-              nullptr,
+              p.stream,
               p.next()));
           if (rc != goncclSuccess) {
             return rc;
@@ -604,7 +604,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::gather(
        std::move(copyOut)},
       [&](Parts& p) {
         return p.add(
-            fn(send, recv, n, type, root, p.comm, nullptr, p.next()));
+            fn(send, recv, n, type, root, p.comm, p.stream, p.next()));
       });
 }
 
@@ -635,7 +635,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::gather_into_tensor(
        {outputBuffer}},
       [&](Parts& p) {
         return p.add(
-            fn(send, recv, n, type, root, p.comm, nullptr, p.next()));
+            fn(send, recv, n, type, root, p.comm, p.stream, p.next()));
       });
 }
 
@@ -701,7 +701,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::scatter(
        dense.copyBack()},
       [&](Parts& p) {
         return p.add(
-            fn(send, recv, n, type, root, p.comm, nullptr, p.next()));
+            fn(send, recv, n, type, root, p.comm, p.stream, p.next()));
       });
 }
 
@@ -772,7 +772,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::reduce_scatter(
                 r.op,
                 i,
                 p.comm,
-                nullptr,
+                p.stream,
                 p.next()));
             if (rc != goncclSuccess) {
               return rc;
@@ -804,7 +804,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::reduce_scatter(
        dense.copyBack()},
       [&](Parts& p) {
         return p.add(
-            fn(send, recv, n, type, r.op, p.comm, nullptr, p.next()));
+            fn(send, recv, n, type, r.op, p.comm, p.stream, p.next()));
       });
 }
 
@@ -837,7 +837,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::_reduce_scatter_base(
        dense.copyBack()},
       [&](Parts& p) {
         return p.add(
-            fn(sendbuf, recvbuf, n, type, r.op, p.comm, nullptr, p.next()));
+            fn(sendbuf, recvbuf, n, type, r.op, p.comm, p.stream, p.next()));
       });
 }
 
@@ -879,7 +879,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::reduce_scatter_tensor_coalesced(
               types[i],
               r.op,
               p.comm,
-              nullptr,
+              p.stream,
               p.next()));
           if (rc != goncclSuccess) {
             return rc;
@@ -943,7 +943,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::alltoall_base(
     auto fn = need(lib().alltoAllAsync, "goncclAlltoAllAsync", op);
     size_t count = sendCounts[0];
     return issue(std::move(desc), [&](Parts& p) {
-      return p.add(fn(send, recv, count, type, p.comm, nullptr, p.next()));
+      return p.add(fn(send, recv, count, type, p.comm, p.stream, p.next()));
     });
   }
   auto fn = need(lib().alltoAllvAsync, "goncclAlltoAllvAsync", op);
@@ -957,7 +957,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::alltoall_base(
         recvDispls.data(),
         type,
         p.comm,
-        nullptr,
+        p.stream,
         p.next()));
   });
 }
@@ -1010,7 +1010,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::alltoall(
             recvDispls.data(),
             type,
             p.comm,
-            nullptr,
+            p.stream,
             p.next()));
       });
 }
@@ -1020,7 +1020,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::barrier(
   return issue(
       {c10d::OpType::BARRIER, "gonccl:barrier", "barrier", {}, {}},
       [&](Parts& p) {
-        return p.add(lib().barrierAsync(p.comm, nullptr, p.next()));
+        return p.add(lib().barrierAsync(p.comm, p.stream, p.next()));
       });
 }
 

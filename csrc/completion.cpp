@@ -127,7 +127,12 @@ void CompletionQueue::process(Token* token) {
         work.setSourceRank(peer);
       }
     }
-    L.requestFree(token->request);
+    if (work.stream()) {
+      // wait() still needs it: goncclRequestWaitStream.
+      work.adoptRequest(token->request);
+    } else {
+      L.requestFree(token->request);
+    }
   } catch (const std::exception& e) {
     if (error.empty()) {
       error = std::string("gonccl: ") + work.opName() + " failed: " + e.what();

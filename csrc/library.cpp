@@ -102,6 +102,7 @@ const Library& loadLibrary(const std::string& path) {
   all &= bindOptional(handle, "goncclGroupStart", t.groupStart);
   all &= bindOptional(handle, "goncclGroupEnd", t.groupEnd);
   t.fullSurface = all;
+  bindOptional(handle, "goncclRequestWaitStream", t.requestWaitStream);
   // The handle is never closed: a Go runtime cannot be unloaded.
   int version = 0;
   TORCH_CHECK(

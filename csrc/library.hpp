@@ -10,6 +10,7 @@
 #include <string>
 
 #include "gonccl.h"
+#include "gonccl_stream.h"
 
 namespace gonccl {
 
@@ -45,6 +46,10 @@ struct Library {
   decltype(&::goncclRequestSource) requestSource;
   decltype(&::goncclGroupStart) groupStart;
   decltype(&::goncclGroupEnd) groupEnd;
+
+  // The CUDA path (device buffers on a stream). Resolved if present, null
+  // otherwise; not part of fullSurface: CUDA ops need() it.
+  decltype(&::goncclRequestWaitStream) requestWaitStream;
 
   // True if every optional entry point above was found. The dtypes and reduce
   // ops that came with them (bool, int16, uint16/32/64, float8, complex;

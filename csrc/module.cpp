@@ -5,12 +5,15 @@
 #include <torch/extension.h>
 
 #include <chrono>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "backend.hpp"
+#include "cuda.hpp"
 #include "library.hpp"
 
 namespace py = pybind11;
@@ -76,6 +79,26 @@ PYBIND11_MODULE(_C, m) {
       py::arg("library_path"),
       "Loads libgonccl.so (starting the Go runtime) and returns "
       "goncclGetVersion's code: major*10000 + minor*100 + patch.");
+  m.def(
+      "cuda_support",
+      &gonccl::cuda::support,
+      "True if this extension was built with CUDA support (against a CUDA "
+      "torch): collectives then take CUDA tensors too. A build-time fact; "
+      "whether a GPU is present is torch.cuda.is_available().");
+  m.def(
+      "_op_device",
+      [](const std::string& op,
+         const std::vector<c10::Device>& devices,
+         std::optional<bool> cudaBuilt) {
+        return gonccl::cuda::opDevice(
+            devices, op.c_str(), cudaBuilt.value_or(gonccl::cuda::support()));
+      },
+      py::arg("op"),
+      py::arg("devices"),
+      py::arg("cuda_built") = py::none(),
+      "For tests: the device an op on tensors of these devices runs on, or "
+      "the error the backend raises for them (cuda_built overrides the "
+      "build's CUDA support).");
   m.def(
       "header_version",
       []() { return GONCCL_VERSION_CODE; },

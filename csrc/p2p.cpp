@@ -63,7 +63,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::send(
   return issue(
       {c10d::OpType::SEND, "gonccl:send", op, {t}, {t}}, [&](Parts& p) {
         return p.add(
-            fn(buf, count, type, dstRank, tag, p.comm, nullptr, p.next()));
+            fn(buf, count, type, dstRank, tag, p.comm, p.stream, p.next()));
       });
 }
 
@@ -80,7 +80,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::recv(
   return issue(
       {c10d::OpType::RECV, "gonccl:recv", op, {t}, {t}}, [&](Parts& p) {
         return p.add(
-            fn(buf, count, type, srcRank, tag, p.comm, nullptr, p.next()));
+            fn(buf, count, type, srcRank, tag, p.comm, p.stream, p.next()));
       });
 }
 
@@ -111,7 +111,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::recvAnysource(
             GONCCL_ANY_SOURCE,
             tag,
             p.comm,
-            nullptr,
+            p.stream,
             p.next()));
       });
 }

@@ -7,8 +7,12 @@
 #include <utility>
 
 #include <ATen/core/jit_type.h>
+#include <c10/core/StreamGuard.h>
 #include <c10/util/Exception.h>
 #include <ATen/core/grad_mode.h>
+
+#include "cuda.hpp"
+#include "library.hpp"
 
 namespace gonccl {
 namespace {
@@ -35,6 +39,13 @@ void checkPythonSignals() {
   }
 }
 
+std::vector<c10::Device> devicesOf(const std::optional<c10::Stream>& stream) {
+  if (!stream) {
+    return {};
+  }
+  return {stream->device()};
+}
+
 }  // namespace
 
 GoncclWork::GoncclWork(
@@ -46,7 +57,8 @@ GoncclWork::GoncclWork(
     std::vector<at::Tensor> inputs,
     std::vector<at::Tensor> outputs,
     std::vector<at::Tensor> keepAlive,
-    std::function<void()> postComplete)
+    std::function<void()> postComplete,
+    std::optional<c10::Stream> stream)
     // The base class opens the profiler range (with the inputs' shapes) when
     // profilingTitle is set; finish() closes it.
     : c10d::Work(rank, opType, profilingTitle, inputs),
@@ -56,14 +68,50 @@ GoncclWork::GoncclWork(
       outputs_(std::move(outputs)),
       keepAlive_(std::move(keepAlive)),
       postComplete_(std::move(postComplete)),
-      // CPU tensors only for now: no devices for the future to synchronize.
+      stream_(std::move(stream)),
+      // A CUDA op's future records events on the device's current stream when
+      // it completes (the gonccl stream: see complete()) and makes its users
+      // wait on them.
       future_(c10::make_intrusive<c10::ivalue::Future>(
           c10::ListType::create(c10::TensorType::get()),
-          std::vector<c10::Device>{})) {}
+          devicesOf(stream_))) {}
 
-GoncclWork::~GoncclWork() = default;
+GoncclWork::~GoncclWork() {
+  if (requests_.empty() || isForkedChild()) {
+    // A forked child must not call into Go: its requests are leaked.
+    return;
+  }
+  try {
+    const Library& L = lib();
+    for (goncclRequest_t request : requests_) {
+      L.requestFree(request);
+    }
+  } catch (const std::exception& e) {
+    TORCH_WARN("gonccl: ", opName_, ": freeing requests failed: ", e.what());
+  }
+}
+
+void GoncclWork::adoptRequest(goncclRequest_t request) {
+  std::lock_guard<std::mutex> guard(partsMutex_);
+  requests_.push_back(request);
+}
+
+void GoncclWork::addMember(c10::intrusive_ptr<GoncclWork> member) {
+  members_.push_back(std::move(member));
+}
 
 void GoncclWork::complete(const std::string& error) {
+  // A CUDA op's copy-out and the events its future records go on the gonccl
+  // stream, behind the op's host->device copies.
+  std::optional<c10::StreamGuard> onStream;
+  if (stream_ && error.empty()) {
+    try {
+      onStream.emplace(*stream_);
+    } catch (const std::exception& e) {
+      TORCH_WARN(
+          "gonccl: ", opName_, ": selecting its stream failed: ", e.what());
+    }
+  }
   std::string msg = error;
   if (msg.empty() && postComplete_) {
     try {
@@ -151,7 +199,44 @@ bool GoncclWork::wait(std::chrono::milliseconds timeout) {
   if (exception_) {
     std::rethrow_exception(exception_);
   }
+  lock.unlock();
+  waitStreams();
   return true;
+}
+
+void GoncclWork::synchronize() {
+  wait(kNoTimeout);
+}
+
+void GoncclWork::waitStreams() {
+  for (const auto& member : members_) {
+    member->waitStreams();
+  }
+  if (!stream_) {
+    return;
+  }
+  const Library& L = lib();
+  auto waitStream =
+      need(L.requestWaitStream, "goncclRequestWaitStream", opName_);
+  goncclStream_t waiter =
+      cuda::handle(cuda::currentStream(stream_->device_index()));
+  std::vector<goncclRequest_t> requests;
+  {
+    std::lock_guard<std::mutex> guard(partsMutex_);
+    requests = requests_;
+  }
+  for (goncclRequest_t request : requests) {
+    goncclResult_t rc = waitStream(request, waiter);
+    if (rc != goncclSuccess) {
+      C10_THROW_ERROR(
+          DistBackendError,
+          c10::str(
+              "gonccl: ",
+              opName_,
+              " failed: ",
+              errorString(rc, L.requestErrorString(request))));
+    }
+  }
 }
 
 c10::intrusive_ptr<c10::ivalue::Future> GoncclWork::getFuture() {

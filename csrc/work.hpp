@@ -5,10 +5,12 @@
 #include <chrono>
 #include <mutex>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <ATen/core/ivalue.h>
+#include <c10/core/Stream.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include "gonccl.h"
@@ -26,12 +28,20 @@ namespace gonccl {
 // (finish: ends the profiler range and wakes wait()).
 // isCompleted / isSuccess / exception are the base class's, which read the
 // state finish() sets.
+//
+// A Work on CUDA tensors has the gonccl stream its op ran on (cuda.hpp). Its
+// copy-out and future completion are queued on that stream, its future carries
+// the device (so then() callbacks and Future.wait() are ordered after the op),
+// and it keeps its requests until destroyed: wait() and synchronize() block the
+// CPU until the host part is done, then make the caller's current stream wait
+// on each request's completion event (goncclRequestWaitStream).
 class GoncclWork : public c10d::Work {
  public:
   // profilingTitle must be a string literal (the profiler keeps the pointer).
   // opName names the op in error messages ("all_reduce").
   // inputs are shown in the profiler; outputs are the future's value and
   // result(). keepAlive holds any other tensor the op touches (staging).
+  // stream is the gonccl stream of an op on CUDA tensors, or empty.
   GoncclWork(
       int rank,
       c10d::OpType opType,
@@ -41,10 +51,14 @@ class GoncclWork : public c10d::Work {
       std::vector<at::Tensor> inputs,
       std::vector<at::Tensor> outputs,
       std::vector<at::Tensor> keepAlive = {},
-      std::function<void()> postComplete = nullptr);
+      std::function<void()> postComplete = nullptr,
+      std::optional<c10::Stream> stream = std::nullopt);
   ~GoncclWork() override;
 
   bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+  // wait() without a deadline of its own: for a CUDA op that is the CPU
+  // waiting for the host part, then the current stream for the device part.
+  void synchronize() override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   std::vector<at::Tensor> result() override;
   uint64_t getSequencenumber() const override;
@@ -54,6 +68,20 @@ class GoncclWork : public c10d::Work {
   const char* opName() const {
     return opName_;
   }
+
+  // The gonccl stream of an op on CUDA tensors (empty for CPU ops).
+  const std::optional<c10::Stream>& stream() const {
+    return stream_;
+  }
+
+  // A CUDA op keeps its finished requests (freed with the Work) for wait():
+  // the completion thread hands each one over before reporting its part done.
+  // Thread-safe. Never throws.
+  void adoptRequest(goncclRequest_t request);
+
+  // A member of a coalesced group: the group's wait() makes the current
+  // stream wait on it too. Call before the group can complete.
+  void addMember(c10::intrusive_ptr<GoncclWork> member);
 
   // The Work completes after n more calls of partDone. issueError, if not
   // empty, is the error the Work will end with whatever the parts report (the
@@ -84,6 +112,11 @@ class GoncclWork : public c10d::Work {
   void fail(const std::string& error);
 
  private:
+  // Makes the current stream of the op's device wait on the op's completion
+  // events (members' first). The host part must be done. Throws the op's
+  // error if goncclRequestWaitStream reports one.
+  void waitStreams();
+
   std::mutex partsMutex_;
   size_t partsLeft_ = 0;
   std::string partsError_;
@@ -96,6 +129,9 @@ class GoncclWork : public c10d::Work {
   std::vector<at::Tensor> outputs_;
   std::vector<at::Tensor> keepAlive_;
   std::function<void()> postComplete_;
+  const std::optional<c10::Stream> stream_;
+  std::vector<goncclRequest_t> requests_;  // partsMutex_; CUDA ops only
+  std::vector<c10::intrusive_ptr<GoncclWork>> members_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 

@@ -25,7 +25,10 @@ def demo_basic():
     print(f"Start running basic DDP example on rank {rank}.")
 
     if torch.cuda.is_available():
-        device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}")
+        # Several ranks may share a GPU with gonccl: wrap around the devices.
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        device = torch.device(f"cuda:{local_rank % torch.cuda.device_count()}")
+        torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
 

@@ -104,3 +104,34 @@ def test_no_info_log_by_default(worker_runs):
     run.run.assert_ok("package worker (quiet)")
     noisy = [line for line in run.run.procs[0].stderr.splitlines() if is_init_log(line) or line.startswith("INFO")]
     assert not noisy, f"INFO logs without GONCCL_DEBUG: {noisy}"
+
+
+def test_library_leaves_no_nvml_symbol_undefined(package_dir):
+    """GPU topology reads NVML through cuda/nvml.go's dlopen backend, not go-nvml's
+    bindings, whose undefined nvml* symbols would break RTLD_NOW loads (ctypes' default)
+    and linking a C program with -lgonccl (DESIGN.md, hazards)."""
+    import shutil
+    import subprocess
+
+    nm = shutil.which("nm")
+    if nm is None:
+        pytest.skip("nm (binutils) is not installed")
+    lib = os.path.join(package_dir, "libgonccl.so")
+    out = subprocess.run([nm, "-D", "--undefined-only", lib], capture_output=True, text=True, timeout=60, check=True)
+    nvml = [line.split()[-1] for line in out.stdout.splitlines() if "nvml" in line.lower()]
+    assert not nvml, f"{lib} leaves NVML symbols undefined: {nvml[:10]}"
+
+
+@pytest.mark.timeout(RUN_TIMEOUT + 30)
+def test_init_log_describes_gpu_topology(worker_runs):
+    """At INIT each rank logs its GPUs, or (no NVIDIA driver, as here and in CI) one
+    INFO line saying NVML is absent; never an error or warning."""
+    run = package_run(worker_runs, "debug")
+    logs = stderr_between(run, "MARK before init", "MARK after init")
+    topo = [line for line in logs if "INIT" in line and "rank 0: " in line and "GPU topology" in line]
+    assert topo, f"no GPU topology line at INIT:\n{run.run.describe()}"
+    assert all(line.startswith("INFO") or " INFO " in line for line in topo), topo
+    if "no GPU topology: NVML is not available" in topo[0]:
+        assert "libnvidia-ml.so.1" in topo[0], topo[0]
+    else:
+        assert "GPU topology (NVML): " in topo[0], topo[0]
