@@ -10,7 +10,6 @@
 #include <string>
 
 #include "gonccl.h"
-#include "gonccl_stream.h"
 
 namespace gonccl {
 
