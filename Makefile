@@ -62,7 +62,14 @@ BENCH_NP ?= 2
 BENCH_ARGS ?= -b 8 -e 64M -f 4 -n 5 -w 2 -c 1
 BENCH_PLOT = $(shell $(PY) -c "import matplotlib" >/dev/null 2>&1 && echo 1)
 
-.PHONY: bench
+.PHONY: bench bench-targets
+# make bench-targets: issue 4's targets (all_reduce 2/4 ranks, all_gather and
+# reduce_scatter 2/4 ranks at 64 MiB, 8 B latency, memcpy fraction, DDP step) as a
+# markdown table of gonccl/Gloo ratios (median of 3 runs) and the 2-rank all_reduce plot
+# in bench/results/.
+bench-targets: build
+	$(PY) bench/targets.py
+
 bench: build
 	mkdir -p build/bench
 	@test -n "$(BENCH_PLOT)" || echo "bench: matplotlib is not installed, no plots ($(PY) -m pip install matplotlib)"
