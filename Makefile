@@ -12,7 +12,7 @@ PY = $(shell scripts/python-env.sh)
 GO ?= go
 NPROC ?= 2
 
-.PHONY: setup build lib demo test test-go test-py lint clean
+.PHONY: setup build lib demo test test-go test-py fuzz-short lint clean
 
 setup:
 	@scripts/python-env.sh >/dev/null
@@ -38,6 +38,19 @@ test: build test-go test-py
 test-go:
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 10m ./...
+	$(MAKE) fuzz-short
+
+# fuzz-short: each wire fuzz target for FUZZTIME (a malicious peer's bytes must not
+# crash, hang or blow up a rank). Longer: make fuzz-short FUZZTIME=10m.
+FUZZTIME ?= 8s
+FUZZ_TARGETS = transport:FuzzDecodeHeader transport:FuzzStreamLinkRecv transport:FuzzMsgConn \
+	transport/tcp:FuzzAcceptHandshake core:FuzzBootstrapMsg core:FuzzP2PReader
+
+fuzz-short:
+	@for t in $(FUZZ_TARGETS); do \
+	  pkg=$${t%%:*}; fn=$${t#*:}; echo "fuzz $$fn ($$pkg, $(FUZZTIME))"; \
+	  $(GO) test -run='^$$' -fuzz="^$$fn\$$" -fuzztime=$(FUZZTIME) ./$$pkg || exit 1; \
+	done
 
 test-py:
 	$(PY) -m pytest -v tests

@@ -63,8 +63,8 @@ var gomaxprocsOnce sync.Once
 // every rank has joined and connected, or the timeout passes.
 func NewComm(id UniqueID, nranks, rank int, opts Options) (*Comm, error) {
 	start := time.Now()
-	if nranks < 1 {
-		return nil, invalidf("nranks must be >= 1, got %d", nranks)
+	if nranks < 1 || nranks > MaxRanks {
+		return nil, invalidf("nranks must be in 1..%d, got %d", MaxRanks, nranks)
 	}
 	if rank < 0 || rank >= nranks {
 		return nil, invalidf("rank %d is out of range for nranks %d", rank, nranks)
