@@ -39,8 +39,8 @@ type rootReply struct {
 const maxMsg = 1 << 20
 
 // handshakeTimeout bounds how long an unauthenticated connection may take to prove
-// itself before it is dropped.
-const handshakeTimeout = 10 * time.Second
+// itself before it is dropped (a variable so tests can shorten it).
+var handshakeTimeout = 10 * time.Second
 
 func writeMsg(c net.Conn, v any) error {
 	b, err := json.Marshal(v)
@@ -249,12 +249,19 @@ func missingRanks(nranks int, joined map[int]bool) string {
 	return "[" + strings.Join(list, " ") + "]"
 }
 
+// meshListening, when set (by tests), is told each rank's peer listener address as
+// the rank starts connecting its mesh.
+var meshListening func(rank int, addr string)
+
 // connectMesh connects this rank to every other: it dials lower ranks and accepts
 // higher ones on l, checking each peer's proof of the secret. Strangers and impostors
 // are logged and dropped; the mesh forms without them. Each pair gets two connections:
 // a Link for collectives (tcp.ChannelColl) and one for point-to-point messages
 // (tcp.ChannelP2P), returned as msgs.
 func connectMesh(l *net.TCPListener, secret []byte, rank int, ranks []rankInfo, deadline time.Time, logs loggers) (links []transport.Link, msgs []*transport.MsgConn, err error) {
+	if meshListening != nil {
+		meshListening(rank, l.Addr().String())
+	}
 	n := len(ranks)
 	links = make([]transport.Link, n)
 	msgs = make([]*transport.MsgConn, n)
