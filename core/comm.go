@@ -43,6 +43,7 @@ type Comm struct {
 	scratch      []byte // mmap'd: receive staging for reductions
 	work         []byte // mmap'd, grown on demand: see workBuf
 	timeout      time.Duration
+	sel          *selector // the cost model: picks each operation's algorithm
 
 	queue    chan *op
 	finished chan struct{} // closed when the executor has exited
@@ -132,6 +133,7 @@ func newComm(rank, nranks int, cfg *config, logs loggers, links []transport.Link
 		rank: rank, nranks: nranks, cfg: cfg, logs: logs, links: links, scratch: scratch,
 		timeout: timeout, queue: make(chan *op, queueDepth), finished: make(chan struct{}),
 	}
+	c.sel = newSelector(c.costModel(), cfg.algo, logs)
 	go c.run()
 	return c, nil
 }
@@ -169,6 +171,15 @@ func (c *Comm) logInit(ifc tcp.Interface, ranks []rankInfo, procs int, took time
 	c.logs.init.Info(fmt.Sprintf("gonccl %s rank %d/%d host %s pid %d: init done in %v; interface %s; ring %s; peers %s; GOMAXPROCS %d (%d cores)",
 		Version, c.rank, c.nranks, hostname(), os.Getpid(), took.Round(time.Millisecond), ifc,
 		strings.Join(ring, " "), strings.Join(peers, " "), procs, runtime.NumCPU()))
+	restrict := ""
+	if len(c.cfg.algo) > 0 {
+		restrict = "; GONCCL_ALGO allows " + describeAllow(c.cfg.algo)
+	}
+	c.logs.tune.Info(fmt.Sprintf("cost model: %d ranks, %s links (latency %.0fus, %.1f GB/s)%s",
+		c.nranks, c.sel.m.link.name, c.sel.m.link.latencyUS, c.sel.m.link.bwGBs, restrict))
+	for _, line := range c.sel.table() {
+		c.logs.tune.Info(line)
+	}
 }
 
 // Rank returns this rank.
@@ -257,13 +268,21 @@ func (c *Comm) dispatch(e *exec, o *op) error {
 			}
 			return nil
 		}
-		if c.pick("allreduce", len(buf) <= c.cfg.llThreshold, "rd", "ring") == "rd" {
+		algo, err := c.sel.choose("allreduce", len(buf))
+		if err != nil {
+			return err
+		}
+		switch algo {
+		case "rd":
 			e.hdr.Algo = uint8(AlgoRecDoubling)
-			if len(buf) > len(e.scratch) {
-				return fmt.Errorf("%w: GONCCL_ALGO=allreduce:rd supports at most %d bytes (GONCCL_LL_THRESHOLD/GONCCL_CHUNKSIZE); got %d",
-					ErrNotSupported, len(e.scratch), len(buf))
-			}
 			return e.allReduceRD(buf, o.dtype, o.redop)
+		case "direct":
+			e.hdr.Algo = uint8(AlgoDirect)
+			work, err := c.workBuf(2 * len(buf))
+			if err != nil {
+				return err
+			}
+			return e.allReduceDirect(buf, o.dtype, o.redop, work)
 		}
 		e.hdr.Algo = uint8(AlgoRing)
 		return e.allReduceRing(buf, o.count, o.dtype, o.redop)
@@ -275,7 +294,11 @@ func (c *Comm) dispatch(e *exec, o *op) error {
 		if n == 1 {
 			return nil
 		}
-		if c.pick("broadcast", len(buf) <= c.cfg.llThreshold || n == 2, "tree", "chain") == "tree" {
+		algo, err := c.sel.choose("broadcast", len(buf))
+		if err != nil {
+			return err
+		}
+		if algo == "tree" {
 			e.hdr.Algo = uint8(AlgoTree)
 			return e.broadcastTree(buf, o.root)
 		}
@@ -287,11 +310,22 @@ func (c *Comm) dispatch(e *exec, o *op) error {
 		if n == 1 {
 			return nil
 		}
+		algo, err := c.sel.choose("allgather", block)
+		if err != nil {
+			return err
+		}
+		if algo == "direct" {
+			e.hdr.Algo = uint8(AlgoDirect)
+			return e.allGatherDirect(o.recv[:n*block], block)
+		}
 		e.hdr.Algo = uint8(AlgoRing)
 		return e.allGatherRing(o.recv[:n*block], block)
 	case KindBarrier:
 		if n == 1 {
 			return nil
+		}
+		if _, err := c.sel.choose("barrier", 0); err != nil {
+			return err
 		}
 		e.hdr.Algo = uint8(AlgoDissemination)
 		return e.barrierDissemination()
@@ -299,18 +333,6 @@ func (c *Comm) dispatch(e *exec, o *op) error {
 		return c.dispatchExt(e, o)
 	}
 	return fmt.Errorf("%w: operation kind %d", ErrNotSupported, o.kind)
-}
-
-// pick returns the algorithm GONCCL_ALGO forces for coll, else small if isSmall, else
-// large.
-func (c *Comm) pick(coll string, isSmall bool, small, large string) string {
-	if a, ok := c.cfg.algo[coll]; ok {
-		return a
-	}
-	if isSmall {
-		return small
-	}
-	return large
 }
 
 func copyIfDistinct(dst, src []byte) {

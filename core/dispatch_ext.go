@@ -17,7 +17,11 @@ func (c *Comm) dispatchExt(e *exec, o *op) error {
 			}
 			return nil
 		}
-		if c.pick("reduce", size <= c.cfg.llThreshold, "tree", "chain") == "tree" {
+		algo, err := c.sel.choose("reduce", size)
+		if err != nil {
+			return err
+		}
+		if algo == "tree" {
 			e.hdr.Algo = uint8(AlgoTree)
 			work, err := c.workBuf(2 * size)
 			if err != nil {
@@ -41,6 +45,9 @@ func (c *Comm) dispatchExt(e *exec, o *op) error {
 			}
 			return nil
 		}
+		if _, err := c.sel.choose("reducescatter", block); err != nil {
+			return err
+		}
 		e.hdr.Algo = uint8(AlgoRing)
 		work, err := c.workBuf(reduceWindow * (c.cfg.chunkBytes + es))
 		if err != nil {
@@ -48,12 +55,21 @@ func (c *Comm) dispatchExt(e *exec, o *op) error {
 		}
 		return e.reduceScatterRing(o.send[:n*block], o.recv, o.count, o.dtype, o.redop, work)
 	case KindGather:
+		if _, err := c.sel.choose("gather", o.count*es); err != nil {
+			return err
+		}
 		e.hdr.Algo = uint8(AlgoDirect)
 		return e.gatherDirect(o.send, o.recv, o.count*es, o.root)
 	case KindScatter:
+		if _, err := c.sel.choose("scatter", o.count*es); err != nil {
+			return err
+		}
 		e.hdr.Algo = uint8(AlgoDirect)
 		return e.scatterDirect(o.send, o.recv, o.count*es, o.root)
 	case KindAlltoAll:
+		if _, err := c.sel.choose("alltoall", o.count*es); err != nil {
+			return err
+		}
 		e.hdr.Algo = uint8(AlgoPairwise)
 		block := o.count * es
 		send := o.send[:n*block]
@@ -71,6 +87,9 @@ func (c *Comm) dispatchExt(e *exec, o *op) error {
 			func(j int) []byte { return o.recv[j*block : (j+1)*block] },
 			per, per, nil)
 	case KindAlltoAllv:
+		if _, err := c.sel.choose("alltoall", 0); err != nil {
+			return err
+		}
 		e.hdr.Algo = uint8(AlgoPairwise)
 		a := o.vargs
 		block := func(buf []byte, displ, count int) []byte {

@@ -11,7 +11,7 @@ import (
 
 // loggers holds one logger per subsystem; a disabled subsystem gets a no-op logger.
 type loggers struct {
-	init, coll, net, shm, env *zap.Logger
+	init, coll, net, shm, env, tune *zap.Logger
 }
 
 // logTee, when set (by tests), also receives every log entry.
@@ -47,7 +47,7 @@ func newLoggers(cfg *config, host string, rank int) loggers {
 		}
 		return base.Named(name)
 	}
-	return loggers{init: pick("INIT"), coll: pick("COLL"), net: pick("NET"), shm: pick("SHM"), env: pick("ENV")}
+	return loggers{init: pick("INIT"), coll: pick("COLL"), net: pick("NET"), shm: pick("SHM"), env: pick("ENV"), tune: pick("TUNING")}
 }
 
 // parseSubsys returns whether a subsystem is enabled under spec ("ALL", "INIT,NET",

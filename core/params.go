@@ -25,8 +25,8 @@ var Params = []Param{
 	{"GONCCL_SOCKET_IFNAME", "", "interfaces to use: name prefixes, ^ to exclude, = for exact names (NCCL's syntax)"},
 	{"GONCCL_TIMEOUT_MS", "1800000", "default timeout in ms for init and every operation (torch passes its own)"},
 	{"GONCCL_CHUNKSIZE", "524288", "bytes per pipelined chunk in ring and chain algorithms"},
-	{"GONCCL_LL_THRESHOLD", "65536", "bytes up to which all_reduce and broadcast use the latency algorithms"},
-	{"GONCCL_ALGO", "", "force algorithms: allreduce:ring|rd, broadcast:tree|chain, reduce:tree|chain (comma-separated)"},
+	{"GONCCL_LL_THRESHOLD", "65536", "largest message (bytes) the one-shot direct all_reduce and all_gather may take; recursive doubling takes up to max(this, GONCCL_CHUNKSIZE)"},
+	{"GONCCL_ALGO", "", "restrict the algorithms the cost model may pick, NCCL's syntax: allreduce:ring, allreduce:ring,rd;broadcast:chain, ^direct (choices: allreduce rd|direct|ring, broadcast tree|chain, reduce tree|chain, allgather direct|ring)"},
 	{"GONCCL_GOMAXPROCS", "", "GOMAXPROCS for the Go runtime; default max(2, cores / ranks on this host)"},
 	{"GONCCL_SHM_DISABLE", "0", "1: ranks on one host talk over TCP instead of shared memory"},
 }
@@ -39,7 +39,7 @@ type config struct {
 	timeout            time.Duration
 	chunkBytes         int
 	llThreshold        int
-	algo               map[string]string
+	algo               map[string][]string // GONCCL_ALGO: collective -> allowed algorithms
 	gomaxprocs         int
 	shmDisable         bool
 	set                []string // "NAME=value" for every variable the user set
@@ -110,47 +110,4 @@ func loadConfig() (*config, error) {
 		return nil, fmt.Errorf("%w: GONCCL_SHM_DISABLE=%q: expected 0 or 1", ErrInvalidArgument, v)
 	}
 	return c, nil
-}
-
-// parseAlgo parses "allreduce:ring,broadcast:tree" into a map from collective to
-// algorithm name, checking both against what exists.
-func parseAlgo(s string) (map[string]string, error) {
-	m := map[string]string{}
-	if s == "" {
-		return m, nil
-	}
-	for _, item := range strings.Split(s, ",") {
-		coll, algo, ok := strings.Cut(strings.TrimSpace(strings.ToLower(item)), ":")
-		choices, known := algoChoices[coll]
-		if !ok || !known || !contains(choices, algo) {
-			return nil, fmt.Errorf("%w: GONCCL_ALGO entry %q: expected one of %s", ErrInvalidArgument, item, algoHelp())
-		}
-		m[coll] = algo
-	}
-	return m, nil
-}
-
-var algoChoices = map[string][]string{
-	"allreduce": {"ring", "rd"},
-	"broadcast": {"tree", "chain"},
-	"reduce":    {"tree", "chain"},
-}
-
-func algoHelp() string {
-	var parts []string
-	for _, coll := range []string{"allreduce", "broadcast", "reduce"} {
-		for _, a := range algoChoices[coll] {
-			parts = append(parts, coll+":"+a)
-		}
-	}
-	return strings.Join(parts, ", ")
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

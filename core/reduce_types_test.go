@@ -91,7 +91,7 @@ func TestReduceAndReduceScatterExtendedTypes(t *testing.T) {
 	cases := extendedCases()
 	for _, n := range []int{1, 2, 3, 5, 8} {
 		for _, algo := range []string{"tree", "chain"} {
-			comms := memComms(t, n, func(c *config) { c.algo["reduce"] = algo })
+			comms := memComms(t, n, func(c *config) { c.algo["reduce"] = []string{algo} })
 			for ci, count := range []int{0, 1, 7, 1000, 5000} {
 				for _, k := range cases {
 					dt, op := DataType(k[0]), RedOp(k[1])

@@ -54,12 +54,12 @@ func TestCollectivesOverShm(t *testing.T) {
 			name := fmt.Sprintf("n=%d ring=%d", n, ring)
 			for ci, count := range []int{0, 1, 7, 1000, 40000} {
 				for _, dt := range []DataType{Int32, Float32, Float64, Bfloat16} {
-					for _, algo := range []string{"ring", "rd"} {
-						if algo == "rd" && count*dt.Size() > 8192 {
+					for _, algo := range []string{"ring", "rd", "direct"} {
+						if algo == "rd" && count*dt.Size() > 8192 || algo == "direct" && count*dt.Size() > 1024 {
 							continue
 						}
 						for _, c := range comms {
-							c.cfg.algo["allreduce"] = algo
+							c.cfg.algo["allreduce"] = []string{algo}
 						}
 						ins := make([][]byte, n)
 						outs := make([][]byte, n)
@@ -94,18 +94,26 @@ func TestCollectivesOverShm(t *testing.T) {
 					require.NoError(t, errs[r])
 					require.Equal(t, src, bufs[r], "%s broadcast count=%d rank %d", name, count, r)
 				}
-				gathered := make([][]byte, n)
-				all := []byte{}
-				for r := range gathered {
-					gathered[r] = make([]byte, n*count*4)
-					all = append(all, inputs(Int32, Sum, count, r, int64(ci))...)
-				}
-				errs = onAll(t, comms, func(c *Comm) (*Request, error) {
-					return c.AllGather(inputs(Int32, Sum, count, c.rank, int64(ci)), gathered[c.rank], count, Int32)
-				})
-				for r := range comms {
-					require.NoError(t, errs[r])
-					require.Equal(t, all, gathered[r], "%s all_gather count=%d rank %d", name, count, r)
+				for _, algo := range []string{"ring", "direct"} {
+					if algo == "direct" && count*4 > 1024 {
+						continue
+					}
+					for _, c := range comms {
+						c.cfg.algo["allgather"] = []string{algo}
+					}
+					gathered := make([][]byte, n)
+					all := []byte{}
+					for r := range gathered {
+						gathered[r] = make([]byte, n*count*4)
+						all = append(all, inputs(Int32, Sum, count, r, int64(ci))...)
+					}
+					errs = onAll(t, comms, func(c *Comm) (*Request, error) {
+						return c.AllGather(inputs(Int32, Sum, count, c.rank, int64(ci)), gathered[c.rank], count, Int32)
+					})
+					for r := range comms {
+						require.NoError(t, errs[r])
+						require.Equal(t, all, gathered[r], "%s all_gather %s count=%d rank %d", name, algo, count, r)
+					}
 				}
 			}
 			errs := onAll(t, comms, func(c *Comm) (*Request, error) { return c.Barrier() })
