@@ -43,7 +43,8 @@ type Comm struct {
 	scratch      []byte // mmap'd: receive staging for reductions
 	work         []byte // mmap'd, grown on demand: see workBuf
 	timeout      time.Duration
-	sel          *selector // the cost model: picks each operation's algorithm
+	sel          *selector       // the cost model: picks each operation's algorithm
+	trace        *flightRecorder // recent operations (nil: off); see trace.go
 
 	queue    chan *op
 	finished chan struct{} // closed when the executor has exited
@@ -114,6 +115,7 @@ func NewComm(id UniqueID, nranks, rank int, opts Options) (*Comm, error) {
 		closeMsgConns(msgs)
 		return fail(err)
 	}
+	c.trace.setComm(commIDOf(&id))
 	c.startP2P(msgs)
 	procs := sizeGoMaxProcs(cfg, ranks, me.Host)
 	c.logInit(ifc, ranks, procs, time.Since(start))
@@ -134,6 +136,7 @@ func newComm(rank, nranks int, cfg *config, logs loggers, links []transport.Link
 		timeout: timeout, queue: make(chan *op, queueDepth), finished: make(chan struct{}),
 	}
 	c.sel = newSelector(c.costModel(), cfg.algo, logs)
+	c.trace = newFlightRecorder(cfg.traceSize, rank, nranks, cfg.traceDir)
 	go c.run()
 	return c, nil
 }
@@ -201,6 +204,7 @@ func (c *Comm) enqueue(o *op) (*Request, error) {
 	c.seq++
 	o.seq = c.seq
 	o.req = newRequest()
+	c.trace.enqueued(o)
 	// Sending under the lock keeps sequence numbers in queue order; the queue is deep
 	// and the executor never takes c.mu while holding an op, so this does not deadlock.
 	c.queue <- o
@@ -212,8 +216,9 @@ func (c *Comm) enqueue(o *op) (*Request, error) {
 func (c *Comm) run() {
 	defer close(c.finished)
 	for o := range c.queue {
-		o.req.complete(c.execute(o))
+		o.req.complete(c.recordRun(o))
 	}
+	c.autoDump("communicator closed")
 }
 
 func (c *Comm) execute(o *op) error {
@@ -236,6 +241,7 @@ func (c *Comm) execute(o *op) error {
 		scratch: c.scratch, chunkBytes: c.cfg.chunkBytes, breakLinks: c.failLinks,
 	}
 	err := c.dispatch(e, o)
+	o.algo = Algo(e.hdr.Algo)
 	if err == nil {
 		c.logs.coll.Debug(o.String(), zap.String("algo", Algo(e.hdr.Algo).String()), zap.Duration("took", time.Since(start)))
 		return nil

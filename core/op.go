@@ -98,6 +98,7 @@ type op struct {
 	redop RedOp
 	root  int
 	req   *Request
+	algo  Algo // the algorithm it ran with, once run
 }
 
 // describe renders an operation as a user would have called it.
