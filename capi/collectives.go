@@ -89,7 +89,14 @@ func run(h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, asyn
 func allReduce(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, op C.goncclRedOp_t,
 	h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
 	return issue(h, stream, out, async, func(c *core.Comm) (*core.Request, error) {
-		d := core.DataType(dt)
+		d, err := dataType(dt)
+		if err != nil {
+			return nil, err
+		}
+		rop, err := redOp(op)
+		if err != nil {
+			return nil, err
+		}
 		s, err := hostBytes("sendbuff", send, uint64(count), d)
 		if err != nil {
 			return nil, err
@@ -98,14 +105,17 @@ func allReduce(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t,
 		if err != nil {
 			return nil, err
 		}
-		return c.AllReduce(s, r, int(count), d, core.RedOp(op))
+		return c.AllReduce(s, r, int(count), d, rop)
 	})
 }
 
 func broadcast(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, root C.int,
 	h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
 	return issue(h, stream, out, async, func(c *core.Comm) (*core.Request, error) {
-		d := core.DataType(dt)
+		d, err := dataType(dt)
+		if err != nil {
+			return nil, err
+		}
 		var s []byte
 		if int(root) == c.Rank() {
 			var err error
@@ -124,7 +134,10 @@ func broadcast(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t,
 func allGather(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t,
 	h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
 	return issue(h, stream, out, async, func(c *core.Comm) (*core.Request, error) {
-		d := core.DataType(dt)
+		d, err := dataType(dt)
+		if err != nil {
+			return nil, err
+		}
 		s, err := hostBytes("sendbuff", send, uint64(count), d)
 		if err != nil {
 			return nil, err
@@ -206,7 +219,14 @@ func perRank(what string, count C.size_t, nranks int) (uint64, error) {
 func reduce(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, op C.goncclRedOp_t, root C.int,
 	h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
 	return issue(h, stream, out, async, func(c *core.Comm) (*core.Request, error) {
-		d := core.DataType(dt)
+		d, err := dataType(dt)
+		if err != nil {
+			return nil, err
+		}
+		rop, err := redOp(op)
+		if err != nil {
+			return nil, err
+		}
 		s, err := hostBytes("sendbuff", send, uint64(count), d)
 		if err != nil {
 			return nil, err
@@ -217,14 +237,21 @@ func reduce(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, op
 				return nil, err
 			}
 		}
-		return c.Reduce(s, r, int(count), d, core.RedOp(op), int(root))
+		return c.Reduce(s, r, int(count), d, rop, int(root))
 	})
 }
 
 func reduceScatter(send, recv unsafe.Pointer, recvCount C.size_t, dt C.goncclDataType_t, op C.goncclRedOp_t,
 	h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
 	return issue(h, stream, out, async, func(c *core.Comm) (*core.Request, error) {
-		d := core.DataType(dt)
+		d, err := dataType(dt)
+		if err != nil {
+			return nil, err
+		}
+		rop, err := redOp(op)
+		if err != nil {
+			return nil, err
+		}
 		total, err := perRank("sendbuff", recvCount, c.Size())
 		if err != nil {
 			return nil, err
@@ -237,14 +264,17 @@ func reduceScatter(send, recv unsafe.Pointer, recvCount C.size_t, dt C.goncclDat
 		if err != nil {
 			return nil, err
 		}
-		return c.ReduceScatter(s, r, int(recvCount), d, core.RedOp(op))
+		return c.ReduceScatter(s, r, int(recvCount), d, rop)
 	})
 }
 
 func gather(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, root C.int,
 	h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
 	return issue(h, stream, out, async, func(c *core.Comm) (*core.Request, error) {
-		d := core.DataType(dt)
+		d, err := dataType(dt)
+		if err != nil {
+			return nil, err
+		}
 		s, err := hostBytes("sendbuff", send, uint64(count), d)
 		if err != nil {
 			return nil, err
@@ -266,7 +296,10 @@ func gather(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, ro
 func scatter(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, root C.int,
 	h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
 	return issue(h, stream, out, async, func(c *core.Comm) (*core.Request, error) {
-		d := core.DataType(dt)
+		d, err := dataType(dt)
+		if err != nil {
+			return nil, err
+		}
 		var s []byte // sendbuff is used on the root only
 		if int(root) == c.Rank() {
 			total, err := perRank("sendbuff", count, c.Size())
@@ -288,7 +321,10 @@ func scatter(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, r
 func alltoAll(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t,
 	h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
 	return issue(h, stream, out, async, func(c *core.Comm) (*core.Request, error) {
-		d := core.DataType(dt)
+		d, err := dataType(dt)
+		if err != nil {
+			return nil, err
+		}
 		total, err := perRank("buffers", count, c.Size())
 		if err != nil {
 			return nil, err
@@ -337,7 +373,11 @@ func extent(what string, counts, displs []int) (uint64, error) {
 func alltoAllv(send unsafe.Pointer, sendCounts, sendDispls *C.size_t, recv unsafe.Pointer, recvCounts, recvDispls *C.size_t,
 	dt C.goncclDataType_t, h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
 	return issue(h, stream, out, async, func(c *core.Comm) (*core.Request, error) {
-		d, n := core.DataType(dt), c.Size()
+		n := c.Size()
+		d, err := dataType(dt)
+		if err != nil {
+			return nil, err
+		}
 		var arrays [4][]int
 		for i, a := range []struct {
 			name string

@@ -12,7 +12,10 @@ import (
 func send(buf unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, peer, tag C.int,
 	h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
 	return issueP2P(h, stream, out, async, func(c *core.Comm) (*core.Request, error) {
-		d := core.DataType(dt)
+		d, err := dataType(dt)
+		if err != nil {
+			return nil, err
+		}
 		b, err := hostBytes("sendbuff", buf, uint64(count), d)
 		if err != nil {
 			return nil, err
@@ -24,7 +27,10 @@ func send(buf unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, peer, tag C
 func recv(buf unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, peer, tag C.int,
 	h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
 	return issueP2P(h, stream, out, async, func(c *core.Comm) (*core.Request, error) {
-		d := core.DataType(dt)
+		d, err := dataType(dt)
+		if err != nil {
+			return nil, err
+		}
 		b, err := hostBytes("recvbuff", buf, uint64(count), d)
 		if err != nil {
 			return nil, err

@@ -167,6 +167,13 @@ func (f *flightRecorder) finished(seq uint64, algo Algo, err error) (firstFailur
 	return false
 }
 
+// empty reports whether nothing was ever recorded.
+func (f *flightRecorder) empty() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.ring[0].seq == 0
+}
+
 // entries returns the recorded operations, oldest first.
 func (f *flightRecorder) entries() []TraceEntry {
 	if f == nil {
@@ -286,7 +293,7 @@ func (f *flightRecorder) dump(path, reason string) error {
 // autoDump writes the recorder into GONCCL_TRACE_DUMP_DIR, if set, logging the outcome.
 func (c *Comm) autoDump(reason string) {
 	f := c.trace
-	if f == nil || f.dir == "" {
+	if f == nil || f.dir == "" || f.empty() {
 		return
 	}
 	if err := os.MkdirAll(f.dir, 0o755); err != nil {
