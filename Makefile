@@ -5,6 +5,7 @@
 #   make test    build, install, run every test (Go, C ABI, Python multi-process)
 #   make build   build and install the package into the Python environment
 #   make lib     build only libgonccl.so (build/lib/) for C users
+#   make fuzz-short  run each wire fuzz target briefly (part of make test)
 #   make lint    gofmt and go vet
 #   make clean   remove build outputs
 
