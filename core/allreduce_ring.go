@@ -51,11 +51,7 @@ func (e *exec) allReduceRing(buf []byte, count int, dt DataType, op RedOp) error
 			if s >= n-1 {
 				return e.recv(prev, lo, dst)
 			}
-			tmp := e.scratch[:len(dst)]
-			if err := e.recv(prev, lo, tmp); err != nil {
-				return err
-			}
-			if err := ReduceInto(dst, tmp, dt, op); err != nil {
+			if err := e.recvReduce(prev, lo, dst, dt, op); err != nil {
 				return err
 			}
 			if s == n-2 && op == Avg {

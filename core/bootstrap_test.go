@@ -12,6 +12,12 @@ import (
 // initAll creates an n-rank communicator over real TCP sockets, one goroutine per rank.
 func initAll(t *testing.T, n int) []*Comm {
 	t.Helper()
+	return initAllTimeout(t, n, 10*time.Second)
+}
+
+// initAllTimeout is initAll with the communicator's operation timeout.
+func initAllTimeout(t *testing.T, n int, timeout time.Duration) []*Comm {
+	t.Helper()
 	id, err := NewUniqueID()
 	require.NoError(t, err)
 	comms := make([]*Comm, n)
@@ -21,7 +27,7 @@ func initAll(t *testing.T, n int) []*Comm {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			comms[r], errs[r] = NewComm(id, n, r, Options{Timeout: 10 * time.Second})
+			comms[r], errs[r] = NewComm(id, n, r, Options{Timeout: timeout})
 		}()
 	}
 	wg.Wait()

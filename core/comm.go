@@ -46,16 +46,24 @@ type Comm struct {
 	sel          *selector       // the cost model: picks each operation's algorithm
 	trace        *flightRecorder // recent operations (nil: off); see trace.go
 
+	// Per-peer frame headers and reduce sinks for the executor's operations (see exec).
+	sendHdrs, recvHdrs []transport.Header
+	sinks              []reduceSink
+
 	queue    chan *op
 	finished chan struct{} // closed when the executor has exited
 
 	p2p *p2pEngine // point-to-point messaging, beside the executor (nil: none)
 
-	mu      sync.Mutex
-	seq     uint64
-	closed  bool  // no more operations may be enqueued
-	broken  error // first failure; later operations fail at once with it
-	aborted bool
+	mu          sync.Mutex
+	seq         uint64
+	closed      bool  // no more operations may be enqueued
+	broken      error // first failure; later operations fail at once with it
+	aborted     bool
+	issuedOp    string // the last operation enqueued, described (for status reports)
+	running     *op    // the operation the executor runs now
+	finishedSeq uint64 // the last operation the executor finished
+	brokenText  string // what broke the communicator, without peers' diagnoses
 }
 
 // gomaxprocsOnce sizes the Go runtime once per process, by the first communicator.
@@ -136,6 +144,8 @@ func newComm(rank, nranks int, cfg *config, logs loggers, links []transport.Link
 		timeout: timeout, queue: make(chan *op, queueDepth), finished: make(chan struct{}),
 	}
 	c.sel = newSelector(c.costModel(), cfg.algo, logs)
+	c.sendHdrs, c.recvHdrs = make([]transport.Header, nranks), make([]transport.Header, nranks)
+	c.sinks = make([]reduceSink, nranks)
 	c.trace = newFlightRecorder(cfg.traceSize, rank, nranks, cfg.traceDir)
 	go c.run()
 	return c, nil
@@ -204,6 +214,7 @@ func (c *Comm) enqueue(o *op) (*Request, error) {
 	c.seq++
 	o.seq = c.seq
 	o.req = newRequest()
+	c.issuedOp = o.String()
 	c.trace.enqueued(o)
 	// Sending under the lock keeps sequence numbers in queue order; the queue is deep
 	// and the executor never takes c.mu while holding an op, so this does not deadlock.
@@ -224,7 +235,13 @@ func (c *Comm) run() {
 func (c *Comm) execute(o *op) error {
 	c.mu.Lock()
 	broken, aborted := c.broken, c.aborted
+	c.running = o
 	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		c.running, c.finishedSeq = nil, o.seq
+		c.mu.Unlock()
+	}()
 	if aborted {
 		return &OpError{Rank: c.rank, Op: o.String(), Peer: -1, Err: ErrAborted}
 	}
@@ -239,6 +256,7 @@ func (c *Comm) execute(o *op) error {
 			Count: uint64(o.count)},
 		deadline: start.Add(c.timeout), timeout: c.timeout,
 		scratch: c.scratch, chunkBytes: c.cfg.chunkBytes, breakLinks: c.failLinks,
+		sendHdrs: c.sendHdrs, recvHdrs: c.recvHdrs, sinks: c.sinks,
 	}
 	err := c.dispatch(e, o)
 	o.algo = Algo(e.hdr.Algo)
@@ -250,12 +268,17 @@ func (c *Comm) execute(o *op) error {
 	if c.aborted {
 		err = ErrAborted
 	}
+	aborted = c.aborted
 	if c.broken == nil {
 		c.broken = err
+		c.brokenText = truncate(fmt.Sprintf("%s: %v", o, err), 1024)
 	}
 	c.mu.Unlock()
 	c.failLinks()
 	oe := &OpError{Rank: c.rank, Op: o.String(), Peer: -1, Err: err}
+	if !aborted && !errors.Is(err, ErrInvalidArgument) && !errors.Is(err, ErrNotSupported) {
+		oe.Diagnosis = c.diagnose(o)
+	}
 	c.logs.coll.Warn(oe.Error())
 	return oe
 }
@@ -387,7 +410,7 @@ func (c *Comm) Destroy() error {
 	<-c.finished
 	c.closeLinks()
 	if c.p2p != nil {
-		c.p2p.close(fmt.Errorf("gonccl rank %d: %w", c.rank, ErrClosed))
+		c.p2p.close(fmt.Errorf("gonccl rank %d: %w", c.rank, ErrClosed), c.leaving("destroyed"))
 	}
 	return c.freeScratch()
 }
@@ -404,7 +427,7 @@ func (c *Comm) Abort() error {
 	c.mu.Unlock()
 	c.closeLinks()
 	if c.p2p != nil {
-		c.p2p.close(ErrAborted)
+		c.p2p.close(ErrAborted, c.leaving("aborted"))
 	}
 	if already {
 		return nil
@@ -424,6 +447,16 @@ func (c *Comm) freeScratch() error {
 	return errors.Join(err, werr)
 }
 
+// leaving says why this rank closes its communicator, for the peers (see sayBye).
+func (c *Comm) leaving(how string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.brokenText != "" {
+		return how + " after " + c.brokenText
+	}
+	return how
+}
+
 // Err returns the error that broke the communicator, or nil.
 func (c *Comm) Err() error {
 	c.mu.Lock()
@@ -432,4 +465,11 @@ func (c *Comm) Err() error {
 		return ErrAborted
 	}
 	return c.broken
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
 }

@@ -33,9 +33,15 @@ type OpError struct {
 	Op   string // operation description, e.g. "all_reduce #12 (float32 x 1024, sum)"
 	Peer int    // the peer involved, or -1
 	Err  error
+	// Diagnosis says where the other ranks stood when a collective failed: which ones
+	// had not called it, were gone, or called something else (see Comm.diagnose).
+	Diagnosis string
 }
 
 func (e *OpError) Error() string {
+	if e.Diagnosis != "" {
+		return fmt.Sprintf("gonccl rank %d: %s: %v [other ranks: %s]", e.Rank, e.Op, e.Err, e.Diagnosis)
+	}
 	return fmt.Sprintf("gonccl rank %d: %s: %v", e.Rank, e.Op, e.Err)
 }
 

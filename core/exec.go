@@ -22,6 +22,13 @@ type exec struct {
 	chunkBytes   int
 	breakLinks   func() // closes every link: called on the first failure of an op
 
+	// Per peer, reused by every frame so that nothing is allocated per chunk: the
+	// header of the frame being sent, of the one being received, and the sink a
+	// received frame is reduced through (see recvReduce). One goroutine at a time
+	// sends to (or receives from) a peer, as transport.Link requires.
+	sendHdrs, recvHdrs []transport.Header
+	sinks              []reduceSink
+
 	errMu sync.Mutex
 	err   error // the operation's first error
 }
@@ -48,21 +55,62 @@ func (e *exec) result() error {
 }
 
 func (e *exec) send(peer int, off int, p []byte) error {
-	h := e.hdr
+	h := &e.sendHdrs[peer]
+	*h = e.hdr
 	h.Offset = uint64(off)
-	if err := e.links[peer].Send(&h, p, e.deadline); err != nil {
+	if err := e.links[peer].Send(h, p, e.deadline); err != nil {
 		return e.linkErr(peer, err)
 	}
 	return nil
 }
 
 func (e *exec) recv(peer int, off int, p []byte) error {
-	h := e.hdr
+	h := &e.recvHdrs[peer]
+	*h = e.hdr
 	h.Offset = uint64(off)
-	if err := e.links[peer].Recv(&h, p, e.deadline); err != nil {
+	if err := e.links[peer].Recv(h, p, e.deadline); err != nil {
 		return e.linkErr(peer, err)
 	}
 	return nil
+}
+
+// recvReduce receives len(dst) bytes from peer and reduces them into dst
+// (dst = dst op received). Over a link that hands out its payload in place (shared
+// memory) the reduction reads the peer's bytes where they lie; otherwise they pass
+// through scratch memory.
+func (e *exec) recvReduce(peer int, off int, dst []byte, dt DataType, op RedOp) error {
+	if pr, ok := e.links[peer].(transport.PieceReceiver); ok {
+		h := &e.recvHdrs[peer]
+		*h = e.hdr
+		h.Offset = uint64(off)
+		sink := &e.sinks[peer]
+		*sink = reduceSink{dst: dst, dt: dt, op: op}
+		err := pr.RecvPieces(h, len(dst), dt.Size(), e.deadline, sink)
+		*sink = reduceSink{}
+		if err != nil {
+			return e.linkErr(peer, err)
+		}
+		return nil
+	}
+	if len(dst) > len(e.scratch) {
+		return fmt.Errorf("internal error: a reduced frame of %d bytes exceeds the %d bytes of scratch memory", len(dst), len(e.scratch))
+	}
+	tmp := e.scratch[:len(dst)]
+	if err := e.recv(peer, off, tmp); err != nil {
+		return err
+	}
+	return ReduceInto(dst, tmp, dt, op)
+}
+
+// reduceSink reduces a frame handed out in place into dst: dst op= piece.
+type reduceSink struct {
+	dst []byte
+	dt  DataType
+	op  RedOp
+}
+
+func (s *reduceSink) Piece(off int, piece []byte) error {
+	return ReduceInto(s.dst[off:off+len(piece)], piece, s.dt, s.op)
 }
 
 func (e *exec) linkErr(peer int, err error) error {

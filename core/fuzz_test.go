@@ -90,6 +90,10 @@ func FuzzP2PReader(f *testing.F) {
 	f.Add(wireMsg(transport.MsgHeader{Kind: transport.MsgNack, Seq: 4, Len: 3}, nil))
 	f.Add(wireMsg(transport.MsgHeader{Kind: transport.MsgCancel, Seq: 2}, nil))
 	f.Add(eager[:20])
+	f.Add(wireMsg(transport.MsgHeader{Kind: transport.MsgStatusQuery, Seq: 3}, nil))
+	f.Add(wireMsg(transport.MsgHeader{Kind: transport.MsgStatus, Seq: 3, Len: 1 << 40}, nil))
+	f.Add(wireMsg(transport.MsgHeader{Kind: transport.MsgStatus, Seq: 3, Len: 4}, []byte("{\"a\"")))
+	f.Add(wireMsg(transport.MsgHeader{Kind: transport.MsgBye, Len: 5}, []byte("bye!!")))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		c := &Comm{rank: 0, nranks: 2, timeout: 2 * time.Second, logs: loggers{net: zap.NewNop()}}
 		c.startP2P([]*transport.MsgConn{nil, transport.NewMsgConn(1, feedConn(in))})
@@ -118,7 +122,7 @@ func FuzzP2PReader(f *testing.F) {
 		if held > len(in) {
 			t.Fatalf("holding %d bytes of unexpected messages from %d bytes of input", held, len(in))
 		}
-		e.close(ErrClosed)
+		e.close(ErrClosed, "fuzz")
 		for i, r := range reqs {
 			if ok, _ := r.Wait(time.Second); !ok {
 				t.Fatalf("receive %d of %d is still pending after close", i, len(reqs))

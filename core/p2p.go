@@ -88,6 +88,7 @@ type p2pFrame struct {
 	send     *p2pSend // for eager, rts and data frames
 	deadline time.Time
 	queued   bool
+	written  chan struct{} // if set, closed once the frame is on the wire (bye)
 }
 
 // p2pUnexpected is a message that arrived before a receive for it was posted.
@@ -127,6 +128,9 @@ type p2pEngine struct {
 	nrecv      uint64
 	closed     error
 	wg         sync.WaitGroup
+
+	status        func() statusReport // this rank's progress, for peers that ask (see status.go)
+	statusAnswers chan statusAnswer   // where peers' answers go while this rank asks
 }
 
 // completion is a request to finish once mu is released.
@@ -158,7 +162,7 @@ func closeMsgConns(msgs []*transport.MsgConn) {
 // startP2P starts point-to-point messaging over msgs (one per peer, nil at this rank).
 func (c *Comm) startP2P(msgs []*transport.MsgConn) {
 	e := &p2pEngine{rank: c.rank, nranks: c.nranks, timeout: c.timeout, log: c.logs.net,
-		peers: make([]*p2pPeer, c.nranks)}
+		peers: make([]*p2pPeer, c.nranks), status: c.status}
 	for r, m := range msgs {
 		if m == nil || r == c.rank {
 			continue
@@ -424,6 +428,9 @@ func (e *p2pEngine) writer(pp *p2pPeer) {
 			e.failPeer(pp, err)
 			return
 		}
+		if f.written != nil {
+			close(f.written)
+		}
 		if s != nil {
 			e.mu.Lock()
 			pp.writing = nil
@@ -529,6 +536,12 @@ func (e *p2pEngine) handle(pp *p2pPeer, h transport.MsgHeader) error {
 			e.log.Warn(fmt.Sprintf("gonccl rank %d: rank %d rejected message #%d: its receive expected %d bytes, a different size from what this rank sent",
 				e.rank, pp.rank, h.Seq, h.Len))
 		}
+	case transport.MsgStatusQuery:
+		e.answerStatus(pp)
+	case transport.MsgStatus:
+		return e.readStatus(pp, h)
+	case transport.MsgBye:
+		return e.readBye(pp, h)
 	case transport.MsgCancel:
 		e.mu.Lock()
 		r := pp.rdv[h.Seq]
@@ -637,6 +650,12 @@ func (e *p2pEngine) failPeer(pp *p2pPeer, err error) {
 	pp.err = fmt.Errorf("lost rank %d: %w", pp.rank, err)
 	done := e.drainPeer(pp, pp.err)
 	closed := e.closed != nil
+	if e.statusAnswers != nil { // a status query waits for this peer: it will not answer
+		select {
+		case e.statusAnswers <- statusAnswer{from: pp.rank, err: err}:
+		default:
+		}
+	}
 	e.mu.Unlock()
 	pp.conn.Close()
 	if len(done) > 0 && !closed {
@@ -702,7 +721,8 @@ func (e *p2pEngine) drainPeer(pp *p2pPeer, err error) completions {
 
 // close fails every pending point-to-point request with err, closes the channels and
 // waits for their goroutines, so that no buffer is touched after it returns.
-func (e *p2pEngine) close(err error) {
+func (e *p2pEngine) close(err error, reason string) {
+	e.sayBye(reason)
 	e.mu.Lock()
 	if e.closed != nil {
 		e.mu.Unlock()

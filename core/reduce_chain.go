@@ -45,11 +45,7 @@ func (e *exec) reduceChain(send, recv []byte, count int, dt DataType, op RedOp, 
 				}
 				return ReduceInto(out[lo:hi], send[lo:hi], dt, op)
 			}
-			tmp := work[:hi-lo]
-			if err := e.recv(from, lo, tmp); err != nil {
-				return err
-			}
-			return ReduceInto(out[lo:hi], tmp, dt, op)
+			return e.recvReduce(from, lo, out[lo:hi], dt, op)
 		})
 		if err != nil || op != Avg {
 			return err

@@ -66,3 +66,21 @@ type Link interface {
 	// Close closes the link at once; blocked Send and Recv calls return.
 	Close() error
 }
+
+// PieceReceiver is implemented by links that can hand a frame's payload to the caller
+// in place, piece by piece, instead of copying it into a buffer: a reduction then reads
+// the peer's bytes straight out of shared memory, saving one copy of every byte.
+type PieceReceiver interface {
+	// RecvPieces reads the next frame, whose header must equal want with want.Len = n
+	// (as for Recv), and hands consecutive pieces of its payload to sink. Every piece
+	// holds whole elements of elemSize bytes (n must be a multiple of elemSize).
+	// An error from sink ends the call (the link is then out of step and must be closed).
+	RecvPieces(want *Header, n, elemSize int, deadline time.Time, sink PieceSink) error
+}
+
+// PieceSink consumes a payload handed out in place by a PieceReceiver.
+type PieceSink interface {
+	// Piece is called with the payload's bytes [off, off+len(piece)); it must not keep
+	// piece after it returns.
+	Piece(off int, piece []byte) error
+}

@@ -28,7 +28,19 @@ const (
 	MsgData   MsgKind = 4 // Seq (the sender's), Len; payload follows
 	MsgNack   MsgKind = 5 // Seq; Len: the byte size the receive expected
 	MsgCancel MsgKind = 6 // Seq: the sender withdrew the announced message
+	// A rank whose collective failed or timed out asks every peer where it stands
+	// (MsgStatusQuery, Seq: the asker's operation number) and each answers with a
+	// MsgStatus whose payload (Len bytes, at most MaxStatusBytes) is its report.
+	MsgStatusQuery MsgKind = 7
+	MsgStatus      MsgKind = 8
+	// MsgBye tells the peer this rank is closing its communicator on purpose (destroy
+	// or abort, for example after an error); its payload (Len bytes, at most
+	// MaxStatusBytes) says why. A connection that ends without one means the rank died.
+	MsgBye MsgKind = 9
 )
+
+// MaxStatusBytes bounds a MsgStatus payload.
+const MaxStatusBytes = 16 << 10
 
 func (k MsgKind) String() string {
 	switch k {
@@ -44,6 +56,12 @@ func (k MsgKind) String() string {
 		return "nack"
 	case MsgCancel:
 		return "cancel"
+	case MsgStatusQuery:
+		return "status-query"
+	case MsgStatus:
+		return "status"
+	case MsgBye:
+		return "bye"
 	}
 	return fmt.Sprintf("msg(%d)", uint8(k))
 }
@@ -58,7 +76,9 @@ type MsgHeader struct {
 }
 
 // HasPayload reports whether Len payload bytes follow the header on the wire.
-func (h *MsgHeader) HasPayload() bool { return h.Kind == MsgEager || h.Kind == MsgData }
+func (h *MsgHeader) HasPayload() bool {
+	return h.Kind == MsgEager || h.Kind == MsgData || h.Kind == MsgStatus || h.Kind == MsgBye
+}
 
 // MaxMsgLen bounds the length a point-to-point header may carry, so that no length read
 // from the wire overflows an int64 (io.CopyN) or an int (a slice length). Receivers
@@ -92,7 +112,7 @@ func DecodeMsgHeader(b []byte) (MsgHeader, error) {
 		Tag:   int64(binary.LittleEndian.Uint64(b[16:])),
 		Len:   binary.LittleEndian.Uint64(b[24:]),
 	}
-	if h.Kind < MsgEager || h.Kind > MsgCancel {
+	if h.Kind < MsgEager || h.Kind > MsgBye {
 		return MsgHeader{}, fmt.Errorf("unknown message kind %d", b[4])
 	}
 	if h.Len > MaxMsgLen {

@@ -62,6 +62,7 @@ type Link struct {
 	tail     uint64 // rx bytes read (the receiver's own copy)
 	recvSpin time.Duration
 	rb       [transport.HeaderSize]byte
+	straddle [16]byte // an element split by the rx ring's end, for RecvPieces
 }
 
 func newLink(peer, side int, seg *segment, conn net.Conn) *Link {
@@ -208,6 +209,66 @@ func (l *Link) publish() {
 func (l *Link) Recv(want *transport.Header, p []byte, deadline time.Time) error {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
+	if err := l.recvHeader(want, len(p), deadline); err != nil {
+		return err
+	}
+	if err := l.read(p, deadline); err != nil {
+		return l.wrap("receive from", err)
+	}
+	return nil
+}
+
+// RecvPieces implements transport.PieceReceiver: the sink reads the payload where it lies in
+// the rx ring, and each piece's space is freed as soon as the sink returns. An element that
+// straddles the ring's end is passed through a small copy.
+func (l *Link) RecvPieces(want *transport.Header, n, elemSize int, deadline time.Time, sink transport.PieceSink) error {
+	if elemSize <= 0 || elemSize > len(l.straddle) || n%elemSize != 0 {
+		return fmt.Errorf("receive from rank %d: %d bytes in elements of %d: %w", l.peer, n, elemSize, transport.ErrMismatch)
+	}
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if err := l.recvHeader(want, n, deadline); err != nil {
+		return err
+	}
+	r := &l.rx
+	size := uint64(len(r.data))
+	es := uint64(elemSize)
+	for off := uint64(0); off < uint64(n); {
+		avail := r.head.Load() - l.tail
+		if avail < es {
+			if err := l.wait(true, deadline); err != nil {
+				return l.wrap("receive from", err)
+			}
+			continue
+		}
+		raceAcquire()
+		at := l.tail & r.mask
+		k := min(avail, uint64(n)-off, pieceMax, size-at)
+		var piece []byte
+		if k >= es {
+			k -= k % es
+			piece = r.data[at : at+k]
+		} else { // the next element wraps around the ring's end
+			k = es
+			c := copy(l.straddle[:es], r.data[at:])
+			copy(l.straddle[c:es], r.data)
+			piece = l.straddle[:es]
+		}
+		if err := sink.Piece(int(off), piece); err != nil {
+			return err
+		}
+		off += k
+		l.tail += k
+		raceRelease()
+		r.tail.Store(l.tail)
+		notify(r.spaceEv, r.spaceWait)
+	}
+	return nil
+}
+
+// recvHeader reads the next frame's header and checks it against want (with Len n).
+// The caller holds l.mu for reading.
+func (l *Link) recvHeader(want *transport.Header, n int, deadline time.Time) error {
 	if l.seg == nil || l.closing.Load() {
 		return l.wrap("receive from", errClosed)
 	}
@@ -222,12 +283,9 @@ func (l *Link) Recv(want *transport.Header, p []byte, deadline time.Time) error 
 		return fmt.Errorf("receive from rank %d: %w", l.peer, err)
 	}
 	w := *want
-	w.Len = uint32(len(p))
+	w.Len = uint32(n)
 	if got != w {
 		return &transport.MismatchError{Peer: l.peer, Want: w, Got: got}
-	}
-	if err := l.read(p, deadline); err != nil {
-		return l.wrap("receive from", err)
 	}
 	return nil
 }

@@ -263,3 +263,51 @@ func TestConnectFallsBackWhenPeerCannotMap(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "ok", string(buf))
 }
+
+// RecvPieces hands out the payload in place, in whole elements, with elements split by
+// the ring's end passed whole through a copy; mixed with Recv the stream stays in step.
+func TestRecvPiecesWholeElements(t *testing.T) {
+	noLeaks(t)
+	for _, ring := range []int{64, 4096} {
+		a, b := pair(t, ring)
+		straddled := 0
+		for i, elem := range []int{1, 2, 4, 8, 16, 8, 16, 4} {
+			for _, count := range []int{0, 1, 3, ring/elem + 1, 5*ring/elem + 3} {
+				n := count * elem
+				h := transport.Header{Seq: uint64(i), Kind: 1, DType: 7, Root: -1, Count: uint64(count)}
+				payload := pattern(n, byte(i+count))
+				dl := time.Now().Add(5 * time.Second)
+				errc := make(chan error, 1)
+				go func() { errc <- a.Send(&h, payload, dl) }()
+				got := make([]byte, 0, n)
+				err := b.RecvPieces(&h, n, elem, dl, sinkFunc(func(off int, piece []byte) error {
+					require.Equal(t, len(got), off, "pieces arrive in order")
+					require.Zero(t, len(piece)%elem, "piece of %d bytes, elements of %d", len(piece), elem)
+					require.NotZero(t, len(piece))
+					if len(piece) == elem && &piece[0] == &b.straddle[0] {
+						straddled++
+					}
+					got = append(got, piece...)
+					return nil
+				}))
+				require.NoError(t, err, "ring %d elem %d count %d", ring, elem, count)
+				require.NoError(t, <-errc)
+				require.True(t, bytes.Equal(payload, got), "ring %d elem %d count %d", ring, elem, count)
+				// a plain Recv after it still finds the next frame's header
+				go func() { errc <- a.Send(&h, payload[:min(n, 3)], dl) }()
+				small := make([]byte, min(n, 3))
+				require.NoError(t, b.Recv(&h, small, dl))
+				require.NoError(t, <-errc)
+			}
+		}
+		require.NotZero(t, straddled, "ring %d: no element ever straddled the ring's end", ring)
+		bad := b.RecvPieces(&transport.Header{}, 10, 4, time.Now().Add(time.Second), nil)
+		require.ErrorIs(t, bad, transport.ErrMismatch, "10 bytes are not whole 4-byte elements")
+		require.NoError(t, a.Close())
+		require.NoError(t, b.Close())
+	}
+}
+
+type sinkFunc func(off int, piece []byte) error
+
+func (f sinkFunc) Piece(off int, piece []byte) error { return f(off, piece) }

@@ -1,0 +1,275 @@
+package core
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/gonccl/gonccl/transport"
+)
+
+// When a collective fails or times out, the link error alone names only the peer this
+// rank was talking to, which may itself be waiting for someone else. So the failing
+// rank asks every peer, over the point-to-point channel (which the collective's failure
+// leaves open), where it stands, and names the rank(s) that are really behind, dead or
+// calling something else:
+//
+//	all_reduce #5 (float32 x 1024, sum): timed out after 30s waiting for rank 1 ...
+//	[ranks: rank 2 has not called operation #5 (its last is #4 all_reduce ...); rank 1 is waiting in #5 too]
+
+// statusWait bounds how long a failing rank waits for its peers' reports.
+const statusWait = 2 * time.Second
+
+// statusReport is what a rank tells a peer that asks where it stands.
+type statusReport struct {
+	Issued     uint64 `json:"issued"`      // collectives issued on this communicator
+	IssuedOp   string `json:"issued_op"`   // the last one issued, as describe renders it
+	Running    string `json:"running"`     // the one the executor runs now, "" if idle
+	RunningSeq uint64 `json:"running_seq"` // its number
+	Finished   uint64 `json:"finished"`    // collectives finished (or failed)
+	Err        string `json:"err"`         // what broke the communicator, if anything
+}
+
+// status reports this communicator's progress (for a peer's diagnosis).
+func (c *Comm) status() statusReport {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := statusReport{Issued: c.seq, IssuedOp: c.issuedOp, Finished: c.finishedSeq, Err: c.brokenText}
+	if c.running != nil {
+		r.Running, r.RunningSeq = c.running.String(), c.running.seq
+	}
+	return r
+}
+
+// diagnose asks every peer for its status and explains, for this rank's failed
+// operation o, which ranks are behind, gone, or running something else. It returns ""
+// when there is nothing to add (no point-to-point channels, or every peer is in o).
+func (c *Comm) diagnose(o *op) string {
+	if c.p2p == nil {
+		return ""
+	}
+	reports, errs := c.p2p.queryStatus(o.seq, statusWait)
+	mine := o.String()
+	var missing, gone []int
+	var notes []string
+	for p := 0; p < c.nranks; p++ {
+		if p == c.rank {
+			continue
+		}
+		if err, ok := errs[p]; ok {
+			var left *peerLeftError
+			if errors.As(err, &left) {
+				notes = append(notes, fmt.Sprintf("rank %d left: %s", p, left.reason))
+				continue
+			}
+			gone = append(gone, p)
+			notes = append(notes, fmt.Sprintf("rank %d is gone: its connection ended without a goodbye (%v): did it exit or crash?", p, err))
+			continue
+		}
+		r, ok := reports[p]
+		if !ok {
+			notes = append(notes, fmt.Sprintf("rank %d did not answer within %v (hung, stopped or overloaded?)", p, statusWait))
+			continue
+		}
+		theirs := "" // the peer's own description of operation #o.seq, where known
+		switch {
+		case r.RunningSeq == o.seq:
+			theirs = r.Running
+		case r.Issued == o.seq:
+			theirs = r.IssuedOp
+		}
+		switch {
+		case r.Issued < o.seq:
+			missing = append(missing, p)
+			last := "none yet"
+			if r.IssuedOp != "" {
+				last = r.IssuedOp
+			}
+			notes = append(notes, fmt.Sprintf("rank %d has not called operation #%d (its last call: %s)", p, o.seq, last))
+		case r.RunningSeq != 0 && r.RunningSeq < o.seq:
+			notes = append(notes, fmt.Sprintf("rank %d is still in %s", p, r.Running))
+		case theirs != "" && theirs != mine:
+			notes = append(notes, fmt.Sprintf("rank %d called %s but rank %d called %s", p, theirs, c.rank, mine))
+		case r.Err != "":
+			notes = append(notes, fmt.Sprintf("rank %d failed: %s", p, r.Err))
+		}
+	}
+	if len(notes) == 0 {
+		return ""
+	}
+	head := ""
+	if len(missing) > 0 {
+		head = fmt.Sprintf("missing: %s; ", rankList(missing))
+	}
+	if len(gone) > 0 {
+		head += fmt.Sprintf("gone: %s; ", rankList(gone))
+	}
+	return head + strings.Join(notes, "; ")
+}
+
+func rankList(ranks []int) string {
+	sort.Ints(ranks)
+	parts := make([]string, len(ranks))
+	for i, r := range ranks {
+		parts[i] = fmt.Sprint(r)
+	}
+	word := "rank "
+	if len(ranks) > 1 {
+		word = "ranks "
+	}
+	return word + strings.Join(parts, ", ")
+}
+
+// queryStatus asks every reachable peer for its status report and waits up to wait for
+// the answers. Peers whose channel has failed are returned in errs.
+func (e *p2pEngine) queryStatus(seq uint64, wait time.Duration) (map[int]statusReport, map[int]error) {
+	reports, errs := map[int]statusReport{}, map[int]error{}
+	answers := make(chan statusAnswer, e.nranks)
+	e.mu.Lock()
+	if e.closed != nil {
+		e.mu.Unlock()
+		return reports, errs
+	}
+	asked := map[int]bool{}
+	e.statusAnswers = answers
+	for _, pp := range e.peers {
+		if pp == nil {
+			continue
+		}
+		if pp.err != nil {
+			errs[pp.rank] = errors.Unwrap(pp.err)
+			continue
+		}
+		e.enqueue(pp, &p2pFrame{h: transport.MsgHeader{Kind: transport.MsgStatusQuery, Seq: seq},
+			deadline: time.Now().Add(wait)}, true)
+		asked[pp.rank] = true
+	}
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		e.statusAnswers = nil
+		e.mu.Unlock()
+	}()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for len(asked) > 0 {
+		select {
+		case a := <-answers:
+			if !asked[a.from] {
+				continue // a second word from one peer (it answered, then left)
+			}
+			delete(asked, a.from)
+			if a.err != nil {
+				errs[a.from] = a.err
+			} else {
+				reports[a.from] = a.report
+			}
+		case <-timer.C:
+			return reports, errs
+		}
+	}
+	return reports, errs
+}
+
+type statusAnswer struct {
+	from   int
+	report statusReport
+	err    error
+}
+
+// answerStatus sends this rank's status report to pp (on its reader goroutine).
+func (e *p2pEngine) answerStatus(pp *p2pPeer) {
+	if e.status == nil {
+		return
+	}
+	b, err := json.Marshal(e.status())
+	if err != nil || len(b) > transport.MaxStatusBytes {
+		b = []byte("{}")
+	}
+	e.mu.Lock()
+	if pp.err == nil {
+		e.enqueue(pp, &p2pFrame{h: transport.MsgHeader{Kind: transport.MsgStatus, Len: uint64(len(b))},
+			payload: b, deadline: time.Now().Add(statusWait)}, true)
+	}
+	e.mu.Unlock()
+}
+
+// readStatus reads a peer's status report and hands it to a waiting queryStatus.
+func (e *p2pEngine) readStatus(pp *p2pPeer, h transport.MsgHeader) error {
+	if h.Len > transport.MaxStatusBytes {
+		return fmt.Errorf("rank %d sent a status report of %d bytes, above the %d-byte limit", pp.rank, h.Len, transport.MaxStatusBytes)
+	}
+	b := make([]byte, h.Len)
+	if err := pp.conn.ReadPayload(b, time.Now().Add(statusWait)); err != nil {
+		return err
+	}
+	a := statusAnswer{from: pp.rank}
+	if err := json.Unmarshal(b, &a.report); err != nil {
+		a.err = fmt.Errorf("unreadable status report: %w", err)
+	}
+	e.mu.Lock()
+	ch := e.statusAnswers
+	e.mu.Unlock()
+	if ch != nil {
+		select {
+		case ch <- a:
+		default:
+		}
+	}
+	return nil
+}
+
+// byeWait bounds how long closing waits for the goodbyes to go out.
+const byeWait = 200 * time.Millisecond
+
+// peerLeftError is how a peer's channel ends when the peer closed its communicator on
+// purpose (it said why), as opposed to dying.
+type peerLeftError struct{ reason string }
+
+func (e *peerLeftError) Error() string { return "it closed its communicator: " + e.reason }
+func (e *peerLeftError) Unwrap() error { return transport.ErrPeerClosed }
+
+// sayBye tells every live peer that this rank is leaving and why, waiting briefly for
+// the frames to go out, so that peers can tell a rank that left from one that died.
+func (e *p2pEngine) sayBye(reason string) {
+	b := []byte(truncate(reason, transport.MaxStatusBytes-16))
+	var sent []chan struct{}
+	e.mu.Lock()
+	if e.closed == nil {
+		for _, pp := range e.peers {
+			if pp == nil || pp.err != nil {
+				continue
+			}
+			f := &p2pFrame{h: transport.MsgHeader{Kind: transport.MsgBye, Len: uint64(len(b))}, payload: b,
+				deadline: time.Now().Add(byeWait), written: make(chan struct{})}
+			e.enqueue(pp, f, true)
+			sent = append(sent, f.written)
+		}
+	}
+	e.mu.Unlock()
+	timer := time.NewTimer(byeWait)
+	defer timer.Stop()
+	for _, ch := range sent {
+		select {
+		case <-ch:
+		case <-timer.C:
+			return
+		}
+	}
+}
+
+// readBye reads a peer's goodbye; the channel then ends, failing what is pending on
+// it with the peer's reason.
+func (e *p2pEngine) readBye(pp *p2pPeer, h transport.MsgHeader) error {
+	if h.Len > transport.MaxStatusBytes {
+		return fmt.Errorf("rank %d sent a goodbye of %d bytes, above the %d-byte limit", pp.rank, h.Len, transport.MaxStatusBytes)
+	}
+	b := make([]byte, h.Len)
+	if err := pp.conn.ReadPayload(b, time.Now().Add(statusWait)); err != nil {
+		return err
+	}
+	return &peerLeftError{reason: string(b)}
+}
