@@ -150,3 +150,16 @@ func TestCommIDOf(t *testing.T) {
 	require.NotEqual(t, ida, commIDOf(&b))
 	require.Len(t, ida, 12)
 }
+
+// BenchmarkFlightRecorder: the recorder's cost per operation (enqueue, start, finish).
+func BenchmarkFlightRecorder(b *testing.B) {
+	f := newFlightRecorder(2000, 0, 2, "")
+	o := &op{kind: KindAllReduce, dtype: Float32, count: 1024, root: -1}
+	b.ReportAllocs()
+	for b.Loop() {
+		o.seq++
+		f.enqueued(o)
+		f.started(o.seq)
+		f.finished(o.seq, AlgoRing, nil)
+	}
+}
