@@ -5,6 +5,7 @@
 #   make test    build, install, run every test (Go, C ABI, Python multi-process)
 #   make build   build and install the package into the Python environment
 #   make lib     build only libgonccl.so (build/lib/) for C users
+#   make fuzz-short  run each wire fuzz target briefly (part of make test)
 #   make lint    gofmt and go vet
 #   make clean   remove build outputs
 
@@ -12,7 +13,7 @@ PY = $(shell scripts/python-env.sh)
 GO ?= go
 NPROC ?= 2
 
-.PHONY: setup build lib demo test test-go test-py soak lint clean
+.PHONY: setup build lib demo test test-go test-py soak fuzz-short lint clean
 
 setup:
 	@scripts/python-env.sh >/dev/null
@@ -38,6 +39,19 @@ test: build test-go test-py
 test-go:
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 10m ./...
+	$(MAKE) fuzz-short
+
+# fuzz-short: each wire fuzz target for FUZZTIME (a malicious peer's bytes must not
+# crash, hang or blow up a rank). Longer: make fuzz-short FUZZTIME=10m.
+FUZZTIME ?= 8s
+FUZZ_TARGETS = transport:FuzzDecodeHeader transport:FuzzStreamLinkRecv transport:FuzzMsgConn \
+	transport/tcp:FuzzAcceptHandshake core:FuzzBootstrapMsg core:FuzzP2PReader
+
+fuzz-short:
+	@for t in $(FUZZ_TARGETS); do \
+	  pkg=$${t%%:*}; fn=$${t#*:}; echo "fuzz $$fn ($$pkg, $(FUZZTIME))"; \
+	  $(GO) test -run='^$$' -fuzz="^$$fn\$$" -fuzztime=$(FUZZTIME) ./$$pkg || exit 1; \
+	done
 
 test-py:
 	$(PY) -m pytest -v tests

@@ -99,19 +99,29 @@ func run(h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, asyn
 func allReduce(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, op C.goncclRedOp_t,
 	h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
 	return issue(h, stream, out, async, func(c *core.Comm, v *views) (*core.Request, error) {
-		d := core.DataType(dt)
+		d, err := dataType(dt)
+		if err != nil {
+			return nil, err
+		}
 		b, err := v.get(d, buf{"sendbuff", send, uint64(count), true, false}, buf{"recvbuff", recv, uint64(count), false, true})
 		if err != nil {
 			return nil, err
 		}
-		return c.AllReduce(b[0], b[1], int(count), d, core.RedOp(op), v.opts...)
+		rop, err := redOp(op)
+		if err != nil {
+			return nil, err
+		}
+		return c.AllReduce(b[0], b[1], int(count), d, rop, v.opts...)
 	})
 }
 
 func broadcast(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, root C.int,
 	h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
 	return issue(h, stream, out, async, func(c *core.Comm, v *views) (*core.Request, error) {
-		d := core.DataType(dt)
+		d, err := dataType(dt)
+		if err != nil {
+			return nil, err
+		}
 		var sb buf // sendbuff is read on the root only
 		if int(root) == c.Rank() {
 			sb = buf{"sendbuff", send, uint64(count), true, false}
@@ -127,7 +137,10 @@ func broadcast(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t,
 func allGather(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t,
 	h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
 	return issue(h, stream, out, async, func(c *core.Comm, v *views) (*core.Request, error) {
-		d := core.DataType(dt)
+		d, err := dataType(dt)
+		if err != nil {
+			return nil, err
+		}
 		total, err := perRank("recvbuff", count, c.Size())
 		if err != nil {
 			return nil, err
@@ -214,7 +227,10 @@ func perRank(what string, count C.size_t, nranks int) (uint64, error) {
 func reduce(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, op C.goncclRedOp_t, root C.int,
 	h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
 	return issue(h, stream, out, async, func(c *core.Comm, v *views) (*core.Request, error) {
-		d := core.DataType(dt)
+		d, err := dataType(dt)
+		if err != nil {
+			return nil, err
+		}
 		var rb buf // recvbuff is not touched off the root
 		if int(root) == c.Rank() {
 			rb = buf{"recvbuff", recv, uint64(count), false, true}
@@ -223,14 +239,21 @@ func reduce(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, op
 		if err != nil {
 			return nil, err
 		}
-		return c.Reduce(b[0], b[1], int(count), d, core.RedOp(op), int(root), v.opts...)
+		rop, err := redOp(op)
+		if err != nil {
+			return nil, err
+		}
+		return c.Reduce(b[0], b[1], int(count), d, rop, int(root), v.opts...)
 	})
 }
 
 func reduceScatter(send, recv unsafe.Pointer, recvCount C.size_t, dt C.goncclDataType_t, op C.goncclRedOp_t,
 	h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
 	return issue(h, stream, out, async, func(c *core.Comm, v *views) (*core.Request, error) {
-		d := core.DataType(dt)
+		d, err := dataType(dt)
+		if err != nil {
+			return nil, err
+		}
 		total, err := perRank("sendbuff", recvCount, c.Size())
 		if err != nil {
 			return nil, err
@@ -239,14 +262,21 @@ func reduceScatter(send, recv unsafe.Pointer, recvCount C.size_t, dt C.goncclDat
 		if err != nil {
 			return nil, err
 		}
-		return c.ReduceScatter(b[0], b[1], int(recvCount), d, core.RedOp(op), v.opts...)
+		rop, err := redOp(op)
+		if err != nil {
+			return nil, err
+		}
+		return c.ReduceScatter(b[0], b[1], int(recvCount), d, rop, v.opts...)
 	})
 }
 
 func gather(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, root C.int,
 	h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
 	return issue(h, stream, out, async, func(c *core.Comm, v *views) (*core.Request, error) {
-		d := core.DataType(dt)
+		d, err := dataType(dt)
+		if err != nil {
+			return nil, err
+		}
 		var rb buf // recvbuff is used on the root only
 		if int(root) == c.Rank() {
 			total, err := perRank("recvbuff", count, c.Size())
@@ -266,7 +296,10 @@ func gather(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, ro
 func scatter(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, root C.int,
 	h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
 	return issue(h, stream, out, async, func(c *core.Comm, v *views) (*core.Request, error) {
-		d := core.DataType(dt)
+		d, err := dataType(dt)
+		if err != nil {
+			return nil, err
+		}
 		var sb buf // sendbuff is used on the root only
 		if int(root) == c.Rank() {
 			total, err := perRank("sendbuff", count, c.Size())
@@ -286,7 +319,10 @@ func scatter(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, r
 func alltoAll(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t,
 	h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
 	return issue(h, stream, out, async, func(c *core.Comm, v *views) (*core.Request, error) {
-		d := core.DataType(dt)
+		d, err := dataType(dt)
+		if err != nil {
+			return nil, err
+		}
 		total, err := perRank("buffers", count, c.Size())
 		if err != nil {
 			return nil, err
@@ -331,7 +367,11 @@ func extent(what string, counts, displs []int) (uint64, error) {
 func alltoAllv(send unsafe.Pointer, sendCounts, sendDispls *C.size_t, recv unsafe.Pointer, recvCounts, recvDispls *C.size_t,
 	dt C.goncclDataType_t, h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
 	return issue(h, stream, out, async, func(c *core.Comm, v *views) (*core.Request, error) {
-		d, n := core.DataType(dt), c.Size()
+		d, err := dataType(dt)
+		if err != nil {
+			return nil, err
+		}
+		n := c.Size()
 		var arrays [4][]int
 		for i, a := range []struct {
 			name string

@@ -197,3 +197,19 @@ func goncclGetLastError(h C.goncclComm_t) *C.char {
 	}
 	return empty
 }
+
+//export goncclCommDumpTrace
+func goncclCommDumpTrace(h C.goncclComm_t, path *C.char) (res C.goncclResult_t) {
+	defer guard(&res)
+	e, err := lookupComm(h)
+	if err != nil {
+		return fail(nil, err)
+	}
+	if path == nil {
+		return fail(e, fmt.Errorf("%w: goncclCommDumpTrace: path is NULL", core.ErrInvalidArgument))
+	}
+	if err := e.comm.DumpTrace(C.GoString(path)); err != nil {
+		return fail(e, err)
+	}
+	return C.goncclSuccess
+}

@@ -165,6 +165,12 @@ const char* goncclGetErrorString(goncclResult_t result);
  * NULL, in the process) or until the communicator is destroyed: copy it if needed. */
 const char* goncclGetLastError(goncclComm_t comm);
 
+/* Writes comm's flight recorder (its last GONCCL_TRACE_BUFFER_SIZE collectives: what,
+ * algorithm, state, times, error) as JSON to path, or, if path is a directory, to
+ * gonccl_trace_<comm>_rank<r>_pid<pid>.json inside it. `python -m gonccl.trace DIR`
+ * reads every rank's file and names the rank that is behind or stuck. */
+goncclResult_t goncclCommDumpTrace(goncclComm_t comm, const char* path);
+
 /* Blocking collectives (stream == NULL: host buffers). */
 goncclResult_t goncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                                goncclDataType_t datatype, goncclRedOp_t op,

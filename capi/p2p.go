@@ -12,7 +12,10 @@ import (
 func send(p unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, peer, tag C.int,
 	h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
 	return issueP2P(h, stream, out, async, func(c *core.Comm, v *views) (*core.Request, error) {
-		d := core.DataType(dt)
+		d, err := dataType(dt)
+		if err != nil {
+			return nil, err
+		}
 		b, err := v.get(d, buf{"sendbuff", p, uint64(count), true, false})
 		if err != nil {
 			return nil, err
@@ -24,7 +27,10 @@ func send(p unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, peer, tag C.i
 func recv(p unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, peer, tag C.int,
 	h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
 	return issueP2P(h, stream, out, async, func(c *core.Comm, v *views) (*core.Request, error) {
-		d := core.DataType(dt)
+		d, err := dataType(dt)
+		if err != nil {
+			return nil, err
+		}
 		b, err := v.get(d, buf{"recvbuff", p, uint64(count), false, true})
 		if err != nil {
 			return nil, err

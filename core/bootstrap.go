@@ -3,9 +3,11 @@ package core
 import (
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -37,8 +39,8 @@ type rootReply struct {
 const maxMsg = 1 << 20
 
 // handshakeTimeout bounds how long an unauthenticated connection may take to prove
-// itself before it is dropped.
-const handshakeTimeout = 10 * time.Second
+// itself before it is dropped (a variable so tests can shorten it).
+var handshakeTimeout = 10 * time.Second
 
 func writeMsg(c net.Conn, v any) error {
 	b, err := json.Marshal(v)
@@ -62,11 +64,18 @@ func readMsg(c net.Conn, v any) error {
 	if size > maxMsg {
 		return fmt.Errorf("bootstrap message of %d bytes exceeds the %d-byte limit", size, maxMsg)
 	}
-	b := make([]byte, size)
-	if _, err := io.ReadFull(c, b); err != nil {
+	// Memory grows with the bytes that actually arrive, not with the announced size.
+	b, err := io.ReadAll(io.LimitReader(c, int64(size)))
+	if err != nil {
 		return err
 	}
-	return json.Unmarshal(b, v)
+	if len(b) < int(size) {
+		return fmt.Errorf("bootstrap message cut short after %d of %d bytes: %w", len(b), size, io.ErrUnexpectedEOF)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("malformed bootstrap message: %w", err)
+	}
+	return nil
 }
 
 // serveRoot gathers every rank's info on l and sends the full table back to each,
@@ -134,17 +143,8 @@ func serveRoot(l *net.TCPListener, secret []byte, deadline time.Time, logs logge
 	for nranks < 0 || len(members) < nranks {
 		select {
 		case m := <-joined:
-			switch {
-			case nranks >= 0 && m.info.NRanks != nranks:
-				_ = writeMsg(m.conn, rootReply{Error: fmt.Sprintf("rank %d says nranks=%d but earlier ranks said %d", m.info.Rank, m.info.NRanks, nranks)})
-				m.conn.Close()
-				continue
-			case m.info.Rank < 0 || m.info.Rank >= m.info.NRanks:
-				_ = writeMsg(m.conn, rootReply{Error: fmt.Sprintf("rank %d is out of range for nranks=%d", m.info.Rank, m.info.NRanks)})
-				m.conn.Close()
-				continue
-			case byRank[m.info.Rank]:
-				_ = writeMsg(m.conn, rootReply{Error: fmt.Sprintf("rank %d joined twice with the same unique id", m.info.Rank)})
+			if err := checkJoin(m.info, nranks, byRank); err != nil {
+				_ = writeMsg(m.conn, rootReply{Error: err.Error()})
 				m.conn.Close()
 				continue
 			}
@@ -152,13 +152,7 @@ func serveRoot(l *net.TCPListener, secret []byte, deadline time.Time, logs logge
 			byRank[m.info.Rank] = true
 			members = append(members, m)
 		case <-timer.C:
-			var missing []int
-			for r := 0; r < nranks; r++ {
-				if !byRank[r] {
-					missing = append(missing, r)
-				}
-			}
-			fail(fmt.Sprintf("timed out waiting for ranks %v to join", missing))
+			fail(fmt.Sprintf("timed out waiting for ranks %s to join", missingRanks(nranks, byRank)))
 			return
 		}
 	}
@@ -194,14 +188,70 @@ func joinRoot(id *UniqueID, me rankInfo, deadline time.Time) ([]rankInfo, error)
 		}
 		return nil, fmt.Errorf("bootstrap root at %s: %w", addr, err)
 	}
-	if reply.Error != "" {
-		return nil, fmt.Errorf("bootstrap: %s", reply.Error)
-	}
-	if len(reply.Ranks) != me.NRanks {
-		return nil, fmt.Errorf("bootstrap: root returned %d ranks, expected %d", len(reply.Ranks), me.NRanks)
+	if err := checkReply(&reply, me.NRanks); err != nil {
+		return nil, fmt.Errorf("bootstrap: %w", err)
 	}
 	return reply.Ranks, nil
 }
+
+// MaxRanks bounds a communicator's size, so that a rank count read from the wire (or
+// passed by mistake) cannot make the root or a rank allocate without limit.
+const MaxRanks = 1 << 20
+
+// checkJoin is the root's check of a rank's announcement, given the rank count the
+// earlier ranks announced (-1: none yet) and the ranks already joined.
+func checkJoin(info rankInfo, nranks int, byRank map[int]bool) error {
+	switch {
+	case info.NRanks < 1 || info.NRanks > MaxRanks:
+		return fmt.Errorf("rank %d says nranks=%d, outside 1..%d", info.Rank, info.NRanks, MaxRanks)
+	case nranks >= 0 && info.NRanks != nranks:
+		return fmt.Errorf("rank %d says nranks=%d but earlier ranks said %d", info.Rank, info.NRanks, nranks)
+	case info.Rank < 0 || info.Rank >= info.NRanks:
+		return fmt.Errorf("rank %d is out of range for nranks=%d", info.Rank, info.NRanks)
+	case byRank[info.Rank]:
+		return fmt.Errorf("rank %d joined twice with the same unique id", info.Rank)
+	}
+	return nil
+}
+
+// checkReply is a rank's check of the root's answer.
+func checkReply(reply *rootReply, nranks int) error {
+	if reply.Error != "" {
+		return errors.New(reply.Error)
+	}
+	if len(reply.Ranks) != nranks {
+		return fmt.Errorf("root returned %d ranks, expected %d", len(reply.Ranks), nranks)
+	}
+	for i, ri := range reply.Ranks {
+		if ri.Rank != i || ri.NRanks != nranks {
+			return fmt.Errorf("root's table has rank %d of %d in slot %d", ri.Rank, ri.NRanks, i)
+		}
+	}
+	return nil
+}
+
+// missingRanks lists the ranks below nranks not in joined, the first few of them only.
+func missingRanks(nranks int, joined map[int]bool) string {
+	const show = 16
+	var list []string
+	n := 0
+	for r := 0; r < nranks && n < nranks-len(joined); r++ {
+		if !joined[r] {
+			if n < show {
+				list = append(list, fmt.Sprint(r))
+			}
+			n++
+		}
+	}
+	if n > show {
+		list = append(list, fmt.Sprintf("... (%d in all)", n))
+	}
+	return "[" + strings.Join(list, " ") + "]"
+}
+
+// meshListening, when set (by tests), is told each rank's peer listener address as
+// the rank starts connecting its mesh.
+var meshListening func(rank int, addr string)
 
 // connectMesh connects this rank to every other: it dials lower ranks and accepts
 // higher ones on l, checking each peer's proof of the secret. Strangers and impostors
@@ -209,6 +259,9 @@ func joinRoot(id *UniqueID, me rankInfo, deadline time.Time) ([]rankInfo, error)
 // a Link for collectives (tcp.ChannelColl) and one for point-to-point messages
 // (tcp.ChannelP2P), returned as msgs.
 func connectMesh(l *net.TCPListener, secret []byte, rank int, ranks []rankInfo, deadline time.Time, logs loggers) (links []transport.Link, msgs []*transport.MsgConn, err error) {
+	if meshListening != nil {
+		meshListening(rank, l.Addr().String())
+	}
 	n := len(ranks)
 	links = make([]transport.Link, n)
 	msgs = make([]*transport.MsgConn, n)

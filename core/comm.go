@@ -44,7 +44,8 @@ type Comm struct {
 	scratch      []byte // mmap'd: receive staging for reductions
 	work         []byte // mmap'd, grown on demand: see workBuf
 	timeout      time.Duration
-	sel          *selector // the cost model: picks each operation's algorithm
+	sel          *selector       // the cost model: picks each operation's algorithm
+	trace        *flightRecorder // recent operations (nil: off); see trace.go
 
 	// Per-peer frame headers and reduce sinks for the executor's operations (see exec).
 	sendHdrs, recvHdrs []transport.Header
@@ -79,8 +80,8 @@ var gomaxprocsOnce sync.Once
 // every rank has joined and connected, or the timeout passes.
 func NewComm(id UniqueID, nranks, rank int, opts Options) (*Comm, error) {
 	start := time.Now()
-	if nranks < 1 {
-		return nil, invalidf("nranks must be >= 1, got %d", nranks)
+	if nranks < 1 || nranks > MaxRanks {
+		return nil, invalidf("nranks must be in 1..%d, got %d", MaxRanks, nranks)
 	}
 	if rank < 0 || rank >= nranks {
 		return nil, invalidf("rank %d is out of range for nranks %d", rank, nranks)
@@ -129,6 +130,7 @@ func NewComm(id UniqueID, nranks, rank int, opts Options) (*Comm, error) {
 		closeMsgConns(msgs)
 		return fail(err)
 	}
+	c.trace.setComm(commIDOf(&id))
 	c.startP2P(msgs)
 	procs := sizeGoMaxProcs(cfg, ranks, me.Host)
 	c.logInit(ifc, ranks, procs, time.Since(start))
@@ -151,6 +153,7 @@ func newComm(rank, nranks int, cfg *config, logs loggers, links []transport.Link
 	c.sel = newSelector(c.costModel(), cfg.algo, logs)
 	c.sendHdrs, c.recvHdrs = make([]transport.Header, nranks), make([]transport.Header, nranks)
 	c.sinks = make([]reduceSink, nranks)
+	c.trace = newFlightRecorder(cfg.traceSize, rank, nranks, cfg.traceDir)
 	go c.run()
 	return c, nil
 }
@@ -227,6 +230,7 @@ func (c *Comm) enqueue(o *op, opts ...OpOption) (*Request, error) {
 	o.seq = c.seq
 	o.req = newRequest()
 	c.issuedOp = o.String()
+	c.trace.enqueued(o)
 	// Sending under the lock keeps sequence numbers in queue order; the queue is deep
 	// and the executor never takes c.mu while holding an op, so this does not deadlock.
 	c.queue <- o
@@ -238,7 +242,7 @@ func (c *Comm) enqueue(o *op, opts ...OpOption) (*Request, error) {
 func (c *Comm) run() {
 	defer close(c.finished)
 	for o := range c.queue {
-		err := c.execute(o)
+		err := c.recordRun(o)
 		if o.hooks.After != nil {
 			if aerr := o.hooks.After(err); aerr != nil {
 				if err == nil {
@@ -250,6 +254,7 @@ func (c *Comm) run() {
 		}
 		o.req.complete(err)
 	}
+	c.autoDump("communicator closed")
 }
 
 func (c *Comm) execute(o *op) error {
@@ -285,6 +290,7 @@ func (c *Comm) execute(o *op) error {
 	if err == nil {
 		err = c.dispatch(e, o)
 	}
+	o.algo = Algo(e.hdr.Algo)
 	if err == nil {
 		c.logs.coll.Debug(o.String(), zap.String("algo", Algo(e.hdr.Algo).String()), zap.Duration("took", time.Since(start)))
 		return nil

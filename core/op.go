@@ -99,6 +99,7 @@ type op struct {
 	root  int
 	req   *Request
 	hooks Hooks // optional: see WithHooks
+	algo  Algo  // the algorithm it ran with, once run
 }
 
 // describe renders an operation as a user would have called it.

@@ -281,6 +281,9 @@ func (e *p2pEngine) recv(p []byte, count int, dt DataType, src int, tag int64) (
 	var done completions
 	if u := e.takeUnexpected(src, tag); u != nil {
 		e.deliver(r, u, &done)
+		if r.state != recvDone { // waiting for an announced message's data: it has a deadline too
+			r.timer = time.AfterFunc(e.timeout, func() { e.expireRecv(r) })
+		}
 	} else if src != AnySource && e.peers[src].err != nil {
 		e.mu.Unlock()
 		return nil, &OpError{Rank: e.rank, Op: r.what, Peer: src, Err: e.peers[src].err}
@@ -497,8 +500,11 @@ func (e *p2pEngine) handle(pp *p2pPeer, h transport.MsgHeader) error {
 			return pp.conn.Discard(h.Len, time.Now().Add(e.timeout))
 		}
 		if h.Len != uint64(len(r.buf)) {
+			err := fmt.Errorf("rank %d sent %d bytes for message #%d, announced as %d", pp.rank, h.Len, h.Seq, len(r.buf))
+			r.state = recvDone
+			done = append(done, completion{r.req, r.timer, &OpError{Rank: e.rank, Op: r.what, Peer: pp.rank, Err: err}})
 			e.mu.Unlock()
-			return fmt.Errorf("rank %d sent %d bytes for message #%d, announced as %d", pp.rank, h.Len, h.Seq, len(r.buf))
+			return err
 		}
 		return e.fill(pp, r, &done)
 	case transport.MsgCTS:

@@ -30,7 +30,12 @@ var Params = []Param{
 	{"GONCCL_GOMAXPROCS", "", "GOMAXPROCS for the Go runtime; default max(2, cores / ranks on this host)"},
 	{"GONCCL_SHM_DISABLE", "0", "1: ranks on one host talk over TCP instead of shared memory"},
 	{"GONCCL_CUDA_LIBRARY", "libcuda.so.1", "CUDA driver library to dlopen for device buffers (package cuda reads it, once per process)"},
+	{"GONCCL_TRACE_BUFFER_SIZE", "2000", "operations each communicator's flight recorder keeps (0: off)"},
+	{"GONCCL_TRACE_DUMP_DIR", "", "directory where each rank writes its flight recorder as JSON on the first failure and when the communicator closes"},
 }
+
+// maxTraceSize bounds GONCCL_TRACE_BUFFER_SIZE (each slot is about 100 bytes).
+const maxTraceSize = 1 << 20
 
 // config holds the parsed settings for one communicator, read when it is created (so
 // that variables a host program sets just before init take effect).
@@ -43,6 +48,8 @@ type config struct {
 	algo               map[string][]string // GONCCL_ALGO: collective -> allowed algorithms
 	gomaxprocs         int
 	shmDisable         bool
+	traceSize          int      // GONCCL_TRACE_BUFFER_SIZE
+	traceDir           string   // GONCCL_TRACE_DUMP_DIR
 	set                []string // "NAME=value" for every variable the user set
 }
 
@@ -111,5 +118,14 @@ func loadConfig() (*config, error) {
 	default:
 		return nil, fmt.Errorf("%w: GONCCL_SHM_DISABLE=%q: expected 0 or 1", ErrInvalidArgument, v)
 	}
+	ts, err := num("GONCCL_TRACE_BUFFER_SIZE", 0)
+	if err != nil {
+		return nil, err
+	}
+	if ts > maxTraceSize {
+		return nil, fmt.Errorf("%w: GONCCL_TRACE_BUFFER_SIZE=%d: at most %d", ErrInvalidArgument, ts, maxTraceSize)
+	}
+	c.traceSize = int(ts)
+	c.traceDir = str("GONCCL_TRACE_DUMP_DIR")
 	return c, nil
 }

@@ -80,6 +80,11 @@ func (h *MsgHeader) HasPayload() bool {
 	return h.Kind == MsgEager || h.Kind == MsgData || h.Kind == MsgStatus || h.Kind == MsgBye
 }
 
+// MaxMsgLen bounds the length a point-to-point header may carry, so that no length read
+// from the wire overflows an int64 (io.CopyN) or an int (a slice length). Receivers
+// apply tighter limits of their own (the eager size, the posted receive's size).
+const MaxMsgLen = 1<<62 - 1
+
 // MsgHeaderSize is the encoded size of a MsgHeader.
 const MsgHeaderSize = 32
 
@@ -109,6 +114,9 @@ func DecodeMsgHeader(b []byte) (MsgHeader, error) {
 	}
 	if h.Kind < MsgEager || h.Kind > MsgBye {
 		return MsgHeader{}, fmt.Errorf("unknown message kind %d", b[4])
+	}
+	if h.Len > MaxMsgLen {
+		return MsgHeader{}, fmt.Errorf("%s message of %d bytes exceeds the %d-byte limit", h.Kind, h.Len, uint64(MaxMsgLen))
 	}
 	return h, nil
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"time"
 )
 
@@ -94,7 +95,7 @@ func AcceptHandshake(conn net.Conn, secret []byte, deadline time.Time) (Hello, e
 	defer conn.SetDeadline(time.Time{})
 	var hello [helloSize]byte
 	if _, err := io.ReadFull(conn, hello[:]); err != nil {
-		return Hello{}, fmt.Errorf("handshake: %w", err)
+		return Hello{}, acceptErr("hello", err)
 	}
 	if binary.LittleEndian.Uint32(hello[0:]) != helloMagic {
 		return Hello{}, fmt.Errorf("handshake: not a gonccl peer (bad magic)")
@@ -123,12 +124,20 @@ func AcceptHandshake(conn net.Conn, secret []byte, deadline time.Time) (Hello, e
 	}
 	var proof [macSize]byte
 	if _, err := io.ReadFull(conn, proof[:]); err != nil {
-		return Hello{}, fmt.Errorf("handshake: %w", err)
+		return Hello{}, acceptErr("proof of the secret", err)
 	}
 	if !hmac.Equal(proof[:], mac(secret, 'D', nonceA, nonceD, h)) {
 		return Hello{}, ErrAuth
 	}
 	return h, nil
+}
+
+// acceptErr explains why the dialer's hello or proof did not arrive.
+func acceptErr(what string, err error) error {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return fmt.Errorf("handshake: no %s before the deadline (a silent or slow client): %w", what, err)
+	}
+	return fmt.Errorf("handshake: connection ended before its %s: %w", what, err)
 }
 
 func mac(secret []byte, role byte, n1, n2 []byte, h Hello) []byte {

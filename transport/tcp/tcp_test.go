@@ -1,6 +1,7 @@
 package tcp
 
 import (
+	"fmt"
 	"net"
 	"testing"
 	"time"
@@ -87,4 +88,34 @@ func TestHandshake(t *testing.T) {
 	r = <-accepted
 	require.ErrorContains(t, r.err, "not a gonccl peer")
 	raw.Close()
+}
+
+// Listen binds to the selected interface's address only: the port is not reachable
+// through the machine's other addresses.
+func TestListenBindsToTheInterfaceOnly(t *testing.T) {
+	lo := Interface{Name: "lo", IP: net.IPv4(127, 0, 0, 1)}
+	l, err := Listen(lo)
+	require.NoError(t, err)
+	defer l.Close()
+	addr := l.Addr().(*net.TCPAddr)
+	require.True(t, addr.IP.Equal(lo.IP), "listening on %s", addr)
+	other, err := SelectInterface("^lo")
+	if err != nil || other.IP.IsLoopback() {
+		t.Skip("no non-loopback interface to check from")
+	}
+	c, err := net.DialTimeout("tcp", net.JoinHostPort(other.IP.String(), fmt.Sprint(addr.Port)), 2*time.Second)
+	if err == nil {
+		c.Close()
+	}
+	require.Error(t, err, "a listener on %s accepted a connection through %s", lo, other)
+
+	l2, err := Listen(other)
+	require.NoError(t, err)
+	defer l2.Close()
+	require.True(t, l2.Addr().(*net.TCPAddr).IP.Equal(other.IP))
+	c, err = net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", fmt.Sprint(l2.Addr().(*net.TCPAddr).Port)), 2*time.Second)
+	if err == nil {
+		c.Close()
+	}
+	require.Error(t, err, "a listener on %s accepted a connection through loopback", other)
 }

@@ -1,0 +1,267 @@
+package core
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/gonccl/gonccl/transport/tcp"
+)
+
+// Strangers: processes that connect to a rank's listening ports (the bootstrap root's
+// and each rank's peer listener) without being part of the job. Each is dropped and
+// logged at WARN, and the job forms and computes as if they were not there.
+
+// strangerHello is the first message of a dialer's handshake (tcp/handshake.go's
+// layout), claiming to be rank from calling rank to on channel 0.
+func strangerHello(from, to int) []byte {
+	b := make([]byte, 36)
+	binary.LittleEndian.PutUint32(b[0:], 0x474e4348) // "GNCH"
+	binary.LittleEndian.PutUint32(b[4:], 2)          // protocol version
+	binary.LittleEndian.PutUint32(b[8:], uint32(int32(from)))
+	binary.LittleEndian.PutUint32(b[12:], uint32(int32(to)))
+	_, _ = rand.Read(b[20:])
+	return b
+}
+
+// recorder wraps a connection and keeps every byte read from it.
+type recorder struct {
+	net.Conn
+	mu  sync.Mutex
+	got []byte
+}
+
+func (r *recorder) Read(p []byte) (int, error) {
+	n, err := r.Conn.Read(p)
+	r.mu.Lock()
+	r.got = append(r.got, p[:n]...)
+	r.mu.Unlock()
+	return n, err
+}
+
+// recordHandshake records what a genuine rank sends when it dials with the secret:
+// the bytes an eavesdropper would capture and replay.
+func recordHandshake(t *testing.T, secret []byte, h tcp.Hello) []byte {
+	l, err := tcp.Listen(tcp.Interface{Name: "lo", IP: net.IPv4(127, 0, 0, 1)})
+	require.NoError(t, err)
+	defer l.Close()
+	rec := make(chan []byte, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			rec <- nil
+			return
+		}
+		r := &recorder{Conn: c}
+		_, err = tcp.AcceptHandshake(r, secret, time.Now().Add(5*time.Second))
+		c.Close()
+		if err != nil {
+			rec <- nil
+			return
+		}
+		rec <- r.got
+	}()
+	c, err := tcp.Dial(l.Addr().String(), secret, h, time.Now().Add(5*time.Second))
+	require.NoError(t, err)
+	c.Close()
+	got := <-rec
+	require.NotEmpty(t, got)
+	return got
+}
+
+// stranger is one kind of unwelcome visitor: it connects to addr, behaves badly, and
+// waits for the rank to hang up.
+type stranger struct {
+	name string
+	act  func(c net.Conn) error
+}
+
+func strangers(replay []byte, to int) []stranger {
+	return []stranger{
+		{"wrong secret", func(c net.Conn) error {
+			if _, err := c.Write(strangerHello(1, to)); err != nil {
+				return err
+			}
+			var reply [16 + 32]byte
+			if _, err := io.ReadFull(c, reply[:]); err != nil {
+				return err
+			}
+			m := hmac.New(sha256.New, []byte("not the secret!!"))
+			m.Write(reply[:])
+			_, err := c.Write(m.Sum(nil))
+			return err
+		}},
+		{"garbage", func(c net.Conn) error {
+			_, err := c.Write([]byte("GET / HTTP/1.1\r\nHost: gonccl\r\n\r\n and then some more bytes"))
+			return err
+		}},
+		{"replay", func(c net.Conn) error {
+			_, err := c.Write(replay)
+			return err
+		}},
+		{"silent", func(c net.Conn) error { return nil }},
+	}
+}
+
+// visit runs every stranger against addr at once; each reports on done once the rank
+// has dropped it (or with the reason it could not tell).
+func visit(addr string, ss []stranger, done chan<- error) {
+	for _, s := range ss {
+		go func() {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				done <- err
+				return
+			}
+			defer c.Close()
+			if err := s.act(c); err != nil {
+				done <- errors.New(s.name + ": " + err.Error())
+				return
+			}
+			// The rank must hang up: reading returns EOF (or a reset), not our deadline.
+			_ = c.SetReadDeadline(time.Now().Add(handshakeTimeout + 10*time.Second))
+			_, err = io.Copy(io.Discard, c)
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				done <- errors.New(s.name + ": the rank never dropped the connection")
+				return
+			}
+			done <- nil
+		}()
+	}
+}
+
+func TestStrangersAreDroppedAndLogged(t *testing.T) {
+	oldTimeout := handshakeTimeout
+	handshakeTimeout = time.Second
+	obsCore, logs := observer.New(zapcore.WarnLevel)
+	logTee = obsCore
+	t.Cleanup(func() { handshakeTimeout, logTee, meshListening = oldTimeout, nil, nil })
+
+	id, err := NewUniqueID()
+	require.NoError(t, err)
+	rootAddr, err := id.rootAddr()
+	require.NoError(t, err)
+
+	const n = 3
+	done := make(chan error, 8)
+	visit(rootAddr, strangers(recordHandshake(t, id.secret(), tcp.Hello{From: 1, To: tcp.RootRank}), tcp.RootRank), done)
+	peerReplay := recordHandshake(t, id.secret(), tcp.Hello{From: 1, To: 0})
+	meshListening = func(rank int, addr string) {
+		if rank == 0 { // rank 0 accepts every other rank: the strangers queue with them
+			visit(addr, strangers(peerReplay, 0), done)
+		}
+	}
+	comms := make([]*Comm, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := 0; r < n; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			comms[r], errs[r] = NewComm(id, n, r, Options{Timeout: 20 * time.Second})
+		}()
+	}
+	wg.Wait()
+	for r := range errs {
+		require.NoError(t, errs[r], "rank %d", r)
+	}
+	defer destroyAll(t, comms)
+
+	count := 50001
+	ins, outs := make([][]byte, n), make([][]byte, n)
+	for r := range ins {
+		ins[r] = inputs(Float32, Sum, count, r, 3)
+		outs[r] = make([]byte, len(ins[r]))
+	}
+	for r, err := range onAll(t, comms, func(c *Comm) (*Request, error) {
+		return c.AllReduce(ins[c.rank], outs[c.rank], count, Float32, Sum)
+	}) {
+		require.NoError(t, err, "rank %d", r)
+	}
+	want := reference(Float32, Sum, ins, count)
+	for r := range outs {
+		require.Equal(t, want, outs[r], "rank %d", r)
+	}
+
+	for i := 0; i < 8; i++ {
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("only %d of 8 strangers were dropped", i)
+		}
+	}
+
+	// One WARN line per stranger and listener, naming why it was dropped.
+	reasons := map[string][]string{}
+	for _, e := range logs.All() {
+		if !strings.HasSuffix(e.Message, "dropped connection") {
+			continue
+		}
+		where := "peer"
+		if strings.HasPrefix(e.Message, "bootstrap root") {
+			where = "root"
+		}
+		require.Equal(t, zapcore.WarnLevel, e.Level)
+		reasons[where] = append(reasons[where], e.ContextMap()["error"].(string))
+	}
+	for _, where := range []string{"root", "peer"} {
+		got := strings.Join(reasons[where], "\n")
+		require.Len(t, reasons[where], 4, "%s listener drops:\n%s", where, got)
+		require.Equal(t, 2, strings.Count(got, tcp.ErrAuth.Error()), "wrong secret and replay, %s:\n%s", where, got)
+		require.Contains(t, got, "not a gonccl peer", where)
+		require.Contains(t, got, "i/o timeout", "the silent one, %s", where)
+	}
+}
+
+// After init nothing listens any more: the root and the peer listeners are closed.
+func TestNoListenerOutlivesInit(t *testing.T) {
+	var mu sync.Mutex
+	var addrs []string
+	meshListening = func(rank int, addr string) {
+		mu.Lock()
+		addrs = append(addrs, addr)
+		mu.Unlock()
+	}
+	t.Cleanup(func() { meshListening = nil })
+	id, err := NewUniqueID()
+	require.NoError(t, err)
+	rootAddr, err := id.rootAddr()
+	require.NoError(t, err)
+	comms, errs := make([]*Comm, 2), make([]error, 2)
+	var wg sync.WaitGroup
+	for r := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			comms[r], errs[r] = NewComm(id, 2, r, Options{Timeout: 10 * time.Second})
+		}()
+	}
+	wg.Wait()
+	for r := range comms {
+		require.NoError(t, errs[r])
+	}
+	defer destroyAll(t, comms)
+	require.Len(t, addrs, 2)
+	for _, a := range append(addrs, rootAddr) {
+		require.Eventually(t, func() bool {
+			c, err := net.DialTimeout("tcp", a, time.Second)
+			if err == nil {
+				c.Close()
+			}
+			return err != nil
+		}, 5*time.Second, 20*time.Millisecond, "%s still accepts connections after init", a)
+	}
+}

@@ -1,0 +1,184 @@
+"""Read the flight-recorder files gonccl ranks write and say who is behind or stuck.
+
+    python -m gonccl.trace DIR
+
+Every rank of a job run with GONCCL_TRACE_DUMP_DIR=DIR writes, per communicator,
+gonccl_trace_<comm>_rank<r>_pid<pid>.json there when an operation first fails and when
+the communicator closes (see the README, "Debugging hangs"). This reads all of them,
+prints a table per communicator (each rank's last completed operation and the one it
+is in) and a diagnosis: the ranks that never reached the operation the others are
+stuck in, ranks that called different operations at one sequence number, and ranks
+that left no file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+
+
+@dataclass
+class RankTrace:
+    """One rank's most recent dump for one communicator."""
+
+    comm: str
+    rank: int
+    nranks: int
+    pid: int
+    host: str
+    reason: str
+    dumped_at: float
+    ops: list[dict] = field(default_factory=list)
+    path: str = ""
+
+    @property
+    def last_completed(self) -> dict | None:
+        done = [o for o in self.ops if o["state"] == "completed"]
+        return done[-1] if done else None
+
+    @property
+    def current(self) -> dict | None:
+        """The oldest operation that did not complete (the one the rank is in)."""
+        for o in self.ops:
+            if o["state"] != "completed":
+                return o
+        return None
+
+    @property
+    def last(self) -> dict | None:
+        return self.ops[-1] if self.ops else None
+
+
+def load(directory: str) -> dict[str, dict[int, RankTrace]]:
+    """Reads every trace file in directory: {comm: {rank: newest dump}}."""
+    comms: dict[str, dict[int, RankTrace]] = {}
+    for path in sorted(glob.glob(os.path.join(directory, "gonccl_trace_*.json"))):
+        try:
+            with open(path) as f:
+                d = json.load(f)
+        except (OSError, ValueError) as e:
+            print(f"skipping {path}: {e}", file=sys.stderr)
+            continue
+        t = RankTrace(comm=d["comm"], rank=d["rank"], nranks=d["nranks"], pid=d.get("pid", 0),
+                      host=d.get("host", ""), reason=d.get("reason", ""), dumped_at=d.get("dumped_at", 0.0),
+                      ops=sorted(d.get("ops") or [], key=lambda o: o["seq"]), path=path)
+        ranks = comms.setdefault(t.comm, {})
+        old = ranks.get(t.rank)
+        if old is None or t.dumped_at >= old.dumped_at:
+            ranks[t.rank] = t
+    return comms
+
+
+def describe(o: dict | None) -> str:
+    """all_reduce(float32, 1024), broadcast(int64, 8, root 1), barrier."""
+    if o is None:
+        return "-"
+    if o["op"] == "barrier":
+        return "barrier"
+    args = [o["dtype"], str(o["count"])]
+    if o.get("root", -1) >= 0:
+        args.append(f"root {o['root']}")
+    return f"{o['op']}({', '.join(args)})"
+
+
+def ranks_text(ranks: list[int]) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + ",".join(str(r) for r in sorted(ranks))
+
+
+def verb(ranks: list[int], one: str, many: str) -> str:
+    return one if len(ranks) == 1 else many
+
+
+def diagnose(ranks: dict[int, RankTrace]) -> list[str]:
+    """Findings for one communicator, most important first."""
+    nranks = max(t.nranks for t in ranks.values())
+    out: list[str] = []
+    missing = [r for r in range(nranks) if r not in ranks]
+    stuck = {r: t.current for r, t in ranks.items() if t.current is not None}
+    if stuck:
+        seq = min(o["seq"] for o in stuck.values())
+        at_seq = {r: o for r, o in stuck.items() if o["seq"] == seq}
+        # Ranks whose record never reached seq: they are behind.
+        behind = sorted(r for r, t in ranks.items() if t.last is None or t.last["seq"] < seq)
+        for r in behind:
+            last = ranks[r].last
+            what = "it recorded no operation" if last is None else \
+                f"its last op is seq {last['seq']} {last['op']} ({last['state']})"
+            out.append(f"rank {r} is behind: {what}; {ranks_text(list(at_seq))} "
+                       f"{verb(list(at_seq), 'is', 'are')} stuck in seq {seq} {describe(next(iter(at_seq.values())))}")
+        # Ranks that called something else at seq.
+        calls: dict[str, list[int]] = {}
+        for r, t in ranks.items():
+            for o in t.ops:
+                if o["seq"] == seq:
+                    calls.setdefault(describe(o), []).append(r)
+        if len(calls) > 1:
+            parts = [f"{ranks_text(rs)} called {d}" for d, rs in sorted(calls.items(), key=lambda kv: min(kv[1]))]
+            out.append(f"ranks disagree at seq {seq}: " + "; ".join(parts))
+        if not behind and len(calls) <= 1:
+            states = sorted({o["state"] for o in at_seq.values()})
+            out.append(f"{ranks_text(list(at_seq))} {verb(list(at_seq), 'is', 'are')} stuck in seq {seq} "
+                       f"{describe(next(iter(at_seq.values())))} ({'/'.join(states)}) and no rank is behind")
+        errors = {r: o.get("error", "") for r, o in at_seq.items() if o.get("error")}
+        for r in sorted(errors):
+            out.append(f"rank {r} failed: {errors[r].splitlines()[0][:300]}")
+    else:
+        lasts = {r: (t.last["seq"] if t.last else 0) for r, t in ranks.items()}
+        top = max(lasts.values()) if lasts else 0
+        behind = sorted(r for r, s in lasts.items() if s < top)
+        if behind:
+            for r in behind:
+                out.append(f"rank {r} is behind: its last op is seq {lasts[r]}; other ranks completed up to seq {top}")
+        else:
+            out.append(f"every rank completed every recorded operation (up to seq {top})")
+    for r in missing:
+        out.append(f"rank {r} left no trace file (still running, hung outside gonccl, or killed before it could write one)")
+    return out
+
+
+def table(ranks: dict[int, RankTrace]) -> list[str]:
+    rows = [("rank", "pid", "host", "last completed", "current", "state", "dump reason")]
+    for r in sorted(ranks):
+        t = ranks[r]
+        lc, cur = t.last_completed, t.current
+        rows.append((str(r), str(t.pid), t.host,
+                     f"{lc['seq']} {describe(lc)}" if lc else "-",
+                     f"{cur['seq']} {describe(cur)} [{cur['algo']}]" if cur else "-",
+                     cur["state"] if cur else "idle",
+                     t.reason.splitlines()[0][:60] if t.reason else ""))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+
+
+def report(directory: str) -> tuple[str, bool]:
+    """The text `python -m gonccl.trace directory` prints, and whether files were found."""
+    comms = load(directory)
+    if not comms:
+        return f"no gonccl trace files (gonccl_trace_*.json) in {directory}", False
+    lines: list[str] = []
+    for comm in sorted(comms):
+        ranks = comms[comm]
+        nranks = max(t.nranks for t in ranks.values())
+        nops = max((len(t.ops) for t in ranks.values()), default=0)
+        lines.append(f"communicator {comm}: {nranks} ranks, {len(ranks)} trace files, up to {nops} operations each")
+        lines.extend("  " + row for row in table(ranks))
+        lines.extend("  => " + f for f in diagnose(ranks))
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n", True
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m gonccl.trace", description=__doc__.split("\n\n")[0])
+    p.add_argument("directory", help="the GONCCL_TRACE_DUMP_DIR the ranks wrote to")
+    args = p.parse_args(argv)
+    text, found = report(args.directory)
+    sys.stdout.write(text)
+    return 0 if found else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

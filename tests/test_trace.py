@@ -1,0 +1,92 @@
+"""The flight recorder finds the rank that holds a job up.
+
+Three ranks run three all_reduces on a group with a 3 s timeout; then rank 2 skips the
+fourth, so ranks 0 and 1 time out in it. With GONCCL_TRACE_DUMP_DIR set, every rank
+writes its recorder there, and `python -m gonccl.trace DIR` must name rank 2 as behind
+(its last op completed) and ranks 0,1 as stuck in that all_reduce. The analysis is
+also checked on hand-made files: a mismatch, a missing rank, a clean run.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+import _harness
+
+from gonccl import trace
+
+
+@pytest.mark.timeout(240)
+def test_trace_names_the_lagging_rank(tmp_path):
+    dump = tmp_path / "traces"
+    run = _harness.run_ranks(
+        lambda r: _harness.worker_argv("trace_worker.py", "2"),
+        3,
+        timeout=180,
+        env={"GONCCL_TRACE_DUMP_DIR": str(dump)},
+        cwd=str(tmp_path),
+    )
+    run.assert_ok("trace_worker.py on 3 ranks")
+
+    files = sorted(os.listdir(dump))
+    by_comm = {}
+    for name in files:
+        with open(dump / name) as f:
+            d = json.load(f)
+        assert name == f"gonccl_trace_{d['comm']}_rank{d['rank']}_pid{d['pid']}.json"
+        by_comm.setdefault(d["comm"], {})[d["rank"]] = d
+    traced = [c for c, ranks in by_comm.items() if any(len(d["ops"]) >= 3 for d in ranks.values())]
+    assert len(traced) == 1, files
+    ranks = by_comm[traced[0]]
+    assert sorted(ranks) == [0, 1, 2]
+    for r in (0, 1):
+        last = ranks[r]["ops"][-1]
+        assert (last["op"], last["dtype"], last["count"], last["state"]) == ("all_reduce", "float32", 1024, "failed")
+        assert last["error"], last
+        assert last["started"] is not None and last["finished"] >= last["started"]
+    assert ranks[2]["ops"][-1]["state"] == "completed"
+    assert ranks[2]["ops"][-1]["seq"] == ranks[0]["ops"][-1]["seq"] - 1
+
+    out = subprocess.run([sys.executable, "-m", "gonccl.trace", str(dump)], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    m = re.search(r"rank 2 is behind: its last op is seq (\d+) all_reduce \(completed\); "
+                  r"ranks 0,1 are stuck in seq (\d+) all_reduce\(float32, 1024\)", out.stdout)
+    assert m, out.stdout
+    assert int(m.group(2)) == int(m.group(1)) + 1 == ranks[0]["ops"][-1]["seq"], out.stdout
+    assert "timed out" in out.stdout or "lost rank" in out.stdout, out.stdout
+
+
+def _op(seq, op="all_reduce", dtype="float32", count=1024, state="completed", error=""):
+    return {"seq": seq, "op": op, "dtype": dtype, "count": count, "bytes": 4 * count, "root": -1,
+            "algo": "ring", "state": state, "enqueued": 1.0, "started": 1.0, "finished": 2.0, "error": error}
+
+
+def _write(d, comm, rank, nranks, ops):
+    with open(os.path.join(d, f"gonccl_trace_{comm}_rank{rank}_pid{100 + rank}.json"), "w") as f:
+        json.dump({"version": 1, "comm": comm, "rank": rank, "nranks": nranks, "pid": 100 + rank, "host": "h",
+                   "reason": "test", "dumped_at": 5.0, "ops": ops}, f)
+
+
+def test_trace_analysis_on_handmade_files(tmp_path):
+    d = str(tmp_path)
+    # Communicator a: rank 1 called a broadcast where rank 0 called an all_reduce.
+    _write(d, "a", 0, 2, [_op(1), _op(2, state="failed", error="mismatch ...")])
+    _write(d, "a", 1, 2, [_op(1), _op(2, op="broadcast", count=8, state="failed", error="mismatch ...")])
+    # Communicator b: rank 3 left no file, ranks 0-2 are stuck at seq 7.
+    for r in range(3):
+        _write(d, "b", r, 4, [_op(6), _op(7, state="started")])
+    # Communicator c: all is well.
+    for r in range(2):
+        _write(d, "c", r, 2, [_op(1), _op(2)])
+    text, found = trace.report(d)
+    assert found
+    assert "ranks disagree at seq 2: rank 0 called all_reduce(float32, 1024); rank 1 called broadcast(float32, 8)" in text
+    assert "rank 3 left no trace file" in text
+    assert "ranks 0,1,2 are stuck in seq 7 all_reduce(float32, 1024) (started) and no rank is behind" in text
+    assert "every rank completed every recorded operation (up to seq 2)" in text
+    assert trace.main([str(tmp_path / "nothing-here")]) == 1
