@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gonccl/gonccl/internal/cenv"
+	"github.com/gonccl/gonccl/transport"
 )
 
 // Param is one GONCCL_* setting: its name, default and meaning. Params is the single
@@ -29,6 +30,8 @@ var Params = []Param{
 	{"GONCCL_ALGO", "", "force algorithms: allreduce:ring|rd, broadcast:tree|chain, reduce:tree|chain (comma-separated)"},
 	{"GONCCL_GOMAXPROCS", "", "GOMAXPROCS for the Go runtime; default max(2, cores / ranks on this host)"},
 	{"GONCCL_SHM_DISABLE", "0", "1: ranks on one host talk over TCP instead of shared memory"},
+	{"GONCCL_SOCKET_NTHREADS", "1", "goroutines that send on the TCP connections to one peer (1..16)"},
+	{"GONCCL_NSOCKS_PERTHREAD", "2", "TCP connections each of those goroutines drives (1..16); connections per peer = product, at most 16"},
 }
 
 // config holds the parsed settings for one communicator, read when it is created (so
@@ -42,6 +45,8 @@ type config struct {
 	algo               map[string]string
 	gomaxprocs         int
 	shmDisable         bool
+	sockThreads        int      // sending goroutines per TCP peer
+	socksPerThread     int      // connections each drives
 	set                []string // "NAME=value" for every variable the user set
 }
 
@@ -109,7 +114,32 @@ func loadConfig() (*config, error) {
 	default:
 		return nil, fmt.Errorf("%w: GONCCL_SHM_DISABLE=%q: expected 0 or 1", ErrInvalidArgument, v)
 	}
+	threads, err := num("GONCCL_SOCKET_NTHREADS", 1)
+	if err != nil {
+		return nil, err
+	}
+	per, err := num("GONCCL_NSOCKS_PERTHREAD", 1)
+	if err != nil {
+		return nil, err
+	}
+	if c.sockThreads, c.socksPerThread, err = socketLayout(threads, per); err != nil {
+		return nil, err
+	}
 	return c, nil
+}
+
+// socketLayout checks the TCP connection layout to each peer and caps it, as NCCL
+// does, at transport.MaxSockets connections: past the cap, each thread gets fewer.
+func socketLayout(threads, per int64) (int, int, error) {
+	const most = transport.MaxSockets
+	if threads > most || per > most {
+		return 0, 0, fmt.Errorf("%w: GONCCL_SOCKET_NTHREADS=%d, GONCCL_NSOCKS_PERTHREAD=%d: each must be 1..%d",
+			ErrInvalidArgument, threads, per, most)
+	}
+	if threads*per > most {
+		per = most / threads
+	}
+	return int(threads), int(per), nil
 }
 
 // parseAlgo parses "allreduce:ring,broadcast:tree" into a map from collective to
