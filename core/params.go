@@ -31,7 +31,7 @@ var Params = []Param{
 	{"GONCCL_GOMAXPROCS", "", "GOMAXPROCS for the Go runtime; default max(2, cores / ranks on this host)"},
 	{"GONCCL_SHM_DISABLE", "0", "1: ranks on one host talk over TCP instead of shared memory"},
 	{"GONCCL_SOCKET_NTHREADS", "1", "goroutines that send on the TCP connections to one peer (1..16)"},
-	{"GONCCL_NSOCKS_PERTHREAD", "2", "TCP connections each of those goroutines drives (1..16); connections per peer = product, at most 16"},
+	{"GONCCL_NSOCKS_PERTHREAD", "1", "TCP connections each of those goroutines drives (1..16); connections per peer = product, at most 16"},
 }
 
 // config holds the parsed settings for one communicator, read when it is created (so

@@ -122,12 +122,14 @@ bench() {
   trap 'exit 130' INT TERM
   local i
   for i in 0 1; do
-    local out=/dev/stdout
-    [[ $i == 0 ]] || out="$log1"
-    ip netns exec "$(ns "$i")" env GLOO_SOCKET_IFNAME="$IFNAME" GONCCL_SOCKET_IFNAME="=$IFNAME" OMP_NUM_THREADS=1 \
-      "$py" -m torch.distributed.run --nnodes 2 --node_rank "$i" --nproc_per_node "$NPROC" \
-      --master_addr "$(ip_of 0)" --master_port "$port" -m gonccl.bench "$@" \
-      >"$out" 2>&1 &
+    local cmd=(ip netns exec "$(ns "$i")" env GLOO_SOCKET_IFNAME="$IFNAME" GONCCL_SOCKET_IFNAME="=$IFNAME"
+      OMP_NUM_THREADS=1 "$py" -m torch.distributed.run --nnodes 2 --node_rank "$i" --nproc_per_node "$NPROC"
+      --master_addr "$(ip_of 0)" --master_port "$port" -m gonccl.bench "$@")
+    if [[ $i == 0 ]]; then
+      "${cmd[@]}" &
+    else
+      "${cmd[@]}" >"$log1" 2>&1 &
+    fi
     pids+=("$!")
   done
   local rc=0
