@@ -344,6 +344,11 @@ func meshLinks(rank int, conns [][]net.Conn, threads []int, logs loggers) ([]tra
 		default:
 			sl, err := transport.NewStripedLink(p, cs, threads[p])
 			if err != nil {
+				for _, l := range links[:p] {
+					if sl, ok := l.(*transport.StripedLink); ok {
+						sl.Close() // stops its goroutines; the caller closes the rest
+					}
+				}
 				return nil, err
 			}
 			links[p] = sl
