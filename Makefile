@@ -92,3 +92,16 @@ bench: build
 	    --json build/bench/$$c.json $(if $(BENCH_PLOT),--plot build/bench/$$c.png) || exit 1; \
 	done
 	$(PY) -m gonccl.bench ddp -np $(BENCH_NP) --backends gonccl,gloo --rounds 2 --json build/bench/ddp.json
+
+# make bench-2hosts: all_reduce 8 B..64 MiB, gonccl against Gloo, on 2 "hosts" x 2 ranks
+# (network namespaces joined by a veth: scripts/two-hosts.sh; needs root). Ranks of one
+# namespace use shared memory, the namespaces talk TCP over the veth. Tables on stdout,
+# JSON in build/bench/. Override BENCH_2H_ARGS, or the TCP layout with
+# GONCCL_SOCKET_NTHREADS / GONCCL_NSOCKS_PERTHREAD.
+BENCH_2H_ARGS ?= -b 8 -e 64M -f 4 -n 10 -w 2 -c 1
+
+.PHONY: bench-2hosts
+bench-2hosts: build
+	mkdir -p build/bench
+	GONCCL_PYTHON=$(PY) scripts/two-hosts.sh bench all_reduce $(BENCH_2H_ARGS) --backends gonccl,gloo \
+	  --json $(CURDIR)/build/bench/all_reduce_2hosts.json

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -27,6 +28,23 @@ type rankInfo struct {
 	Hostname string `json:"hostname"` // for logs
 	Pid      int    `json:"pid"`
 	Shm      bool   `json:"shm"` // willing to use shared memory with ranks on its host
+	// TCP layout toward peers on other hosts (GONCCL_SOCKET_NTHREADS and
+	// GONCCL_NSOCKS_PERTHREAD); joinRoot fills them in if the caller did not.
+	SockThreads    int `json:"sock_threads"`
+	SocksPerThread int `json:"socks_per_thread"`
+}
+
+// pairSockets returns how many TCP connections the collective link between me and
+// peer has, and how many goroutines send on it at me's end. Both ends compute the
+// same connection count (the smaller of their two products); the thread count is
+// me's own. A pair that will talk through shared memory keeps one connection, its
+// liveness channel.
+func pairSockets(me, peer rankInfo) (socks, threads int) {
+	if me.Host == peer.Host && me.Shm && peer.Shm {
+		return 1, 1
+	}
+	socks = max(1, min(me.SockThreads*me.SocksPerThread, peer.SockThreads*peer.SocksPerThread, transport.MaxSockets))
+	return socks, max(1, min(me.SockThreads, socks))
 }
 
 // rootReply is the root's answer: every rank's info, or why the job cannot start.
@@ -168,6 +186,13 @@ func serveRoot(l *net.TCPListener, secret []byte, deadline time.Time, logs logge
 
 // joinRoot tells the root about this rank and returns every rank's info.
 func joinRoot(id *UniqueID, me rankInfo, deadline time.Time) ([]rankInfo, error) {
+	if me.SockThreads == 0 {
+		cfg, err := loadConfig()
+		if err != nil {
+			return nil, err
+		}
+		me.SockThreads, me.SocksPerThread = cfg.sockThreads, cfg.socksPerThread
+	}
 	addr, err := id.rootAddr()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
@@ -255,15 +280,24 @@ var meshListening func(rank int, addr string)
 
 // connectMesh connects this rank to every other: it dials lower ranks and accepts
 // higher ones on l, checking each peer's proof of the secret. Strangers and impostors
-// are logged and dropped; the mesh forms without them. Each pair gets two connections:
-// a Link for collectives (tcp.ChannelColl) and one for point-to-point messages
-// (tcp.ChannelP2P), returned as msgs.
+// are logged and dropped; the mesh forms without them. Each pair gets a collective
+// link over pairSockets connections (channels tcp.CollChannel(0..)), a StreamLink
+// over one or a StripedLink over several, and one connection for point-to-point
+// messages (tcp.ChannelP2P), returned as msgs.
 func connectMesh(l *net.TCPListener, secret []byte, rank int, ranks []rankInfo, deadline time.Time, logs loggers) (links []transport.Link, msgs []*transport.MsgConn, err error) {
 	if meshListening != nil {
 		meshListening(rank, l.Addr().String())
 	}
 	n := len(ranks)
-	links = make([]transport.Link, n)
+	conns := make([][]net.Conn, n)
+	threads := make([]int, n)
+	for p := range ranks {
+		if p != rank {
+			var k int
+			k, threads[p] = pairSockets(ranks[rank], ranks[p])
+			conns[p] = make([]net.Conn, k)
+		}
+	}
 	msgs = make([]*transport.MsgConn, n)
 	var mu sync.Mutex
 	var firstErr error
@@ -276,7 +310,11 @@ func connectMesh(l *net.TCPListener, secret []byte, rank int, ranks []rankInfo, 
 	}
 	var wg sync.WaitGroup
 	for peer := 0; peer < rank; peer++ {
-		for _, ch := range []uint8{tcp.ChannelColl, tcp.ChannelP2P} {
+		chans := []uint8{tcp.ChannelP2P}
+		for s := range conns[peer] {
+			chans = append(chans, tcp.CollChannel(s))
+		}
+		for _, ch := range chans {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -289,20 +327,24 @@ func connectMesh(l *net.TCPListener, secret []byte, rank int, ranks []rankInfo, 
 				if ch == tcp.ChannelP2P {
 					msgs[peer] = transport.NewMsgConn(peer, c)
 				} else {
-					links[peer] = transport.NewStreamLink(peer, c)
+					conns[peer][tcp.CollSocket(ch)] = c
 				}
 				mu.Unlock()
 			}()
 		}
 	}
-	if want := 2 * (n - 1 - rank); want > 0 {
+	want := 0
+	for p := rank + 1; p < n; p++ {
+		want += len(conns[p]) + 1
+	}
+	if want > 0 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			accepted := make(chan struct{})
 			done := make(chan struct{})
 			defer close(done)
-			go acceptPeers(l, secret, rank, n, links, msgs, &mu, accepted, done, logs)
+			go acceptPeers(l, secret, rank, n, conns, msgs, &mu, accepted, done, logs)
 			timer := time.NewTimer(time.Until(deadline))
 			defer timer.Stop()
 			for got := 0; got < want; {
@@ -313,7 +355,7 @@ func connectMesh(l *net.TCPListener, secret []byte, rank int, ranks []rankInfo, 
 					mu.Lock()
 					var missing []int
 					for p := rank + 1; p < n; p++ {
-						if links[p] == nil || msgs[p] == nil {
+						if msgs[p] == nil || slices.Contains(conns[p], nil) {
 							missing = append(missing, p)
 						}
 					}
@@ -325,10 +367,15 @@ func connectMesh(l *net.TCPListener, secret []byte, rank int, ranks []rankInfo, 
 		}()
 	}
 	wg.Wait()
+	if firstErr == nil {
+		links, firstErr = meshLinks(rank, conns, threads, logs)
+	}
 	if firstErr != nil {
-		for p := range links {
-			if links[p] != nil {
-				links[p].Close()
+		for p := range conns {
+			for _, c := range conns[p] {
+				if c != nil {
+					c.Close()
+				}
 			}
 			if msgs[p] != nil {
 				msgs[p].Close()
@@ -339,10 +386,35 @@ func connectMesh(l *net.TCPListener, secret []byte, rank int, ranks []rankInfo, 
 	return links, msgs, nil
 }
 
-// acceptPeers accepts connections on l until it is closed, and registers in links (or
+// meshLinks builds the collective link to each peer over its connections.
+func meshLinks(rank int, conns [][]net.Conn, threads []int, logs loggers) ([]transport.Link, error) {
+	links := make([]transport.Link, len(conns))
+	for p, cs := range conns {
+		switch {
+		case p == rank:
+		case len(cs) == 1:
+			links[p] = transport.NewStreamLink(p, cs[0])
+		default:
+			sl, err := transport.NewStripedLink(p, cs, threads[p])
+			if err != nil {
+				for _, l := range links[:p] {
+					if sl, ok := l.(*transport.StripedLink); ok {
+						sl.Close() // stops its goroutines; the caller closes the rest
+					}
+				}
+				return nil, err
+			}
+			links[p] = sl
+			logs.net.Info(fmt.Sprintf("rank %d: %d tcp connections, %d sending goroutines", p, len(cs), threads[p]))
+		}
+	}
+	return links, nil
+}
+
+// acceptPeers accepts connections on l until it is closed, and registers in conns (or
 // msgs, by channel) every higher rank that proves the secret, signalling each on
 // accepted.
-func acceptPeers(l *net.TCPListener, secret []byte, rank, n int, links []transport.Link, msgs []*transport.MsgConn, mu *sync.Mutex, accepted chan<- struct{}, done <-chan struct{}, logs loggers) {
+func acceptPeers(l *net.TCPListener, secret []byte, rank, n int, conns [][]net.Conn, msgs []*transport.MsgConn, mu *sync.Mutex, accepted chan<- struct{}, done <-chan struct{}, logs loggers) {
 	go func() {
 		<-done
 		l.Close()
@@ -356,19 +428,20 @@ func acceptPeers(l *net.TCPListener, secret []byte, rank, n int, links []transpo
 		go func() {
 			h, err := tcp.AcceptHandshake(c, secret, time.Now().Add(handshakeTimeout))
 			mu.Lock()
+			sock := tcp.CollSocket(h.Channel)
 			switch {
 			case err != nil:
 			case h.To != rank || h.From <= rank || h.From >= n:
 				err = fmt.Errorf("peer claims to be rank %d calling rank %d", h.From, h.To)
-			case h.Channel != tcp.ChannelColl && h.Channel != tcp.ChannelP2P:
-				err = fmt.Errorf("rank %d asked for unknown channel %d", h.From, h.Channel)
-			case h.Channel == tcp.ChannelColl && links[h.From] != nil,
-				h.Channel == tcp.ChannelP2P && msgs[h.From] != nil:
+			case h.Channel != tcp.ChannelP2P && (sock < 0 || sock >= len(conns[h.From])):
+				err = fmt.Errorf("rank %d asked for unknown channel %d (its link has %d connections)", h.From, h.Channel, len(conns[h.From]))
+			case h.Channel == tcp.ChannelP2P && msgs[h.From] != nil,
+				h.Channel != tcp.ChannelP2P && conns[h.From][sock] != nil:
 				err = fmt.Errorf("rank %d connected twice on channel %d", h.From, h.Channel)
 			case h.Channel == tcp.ChannelP2P:
 				msgs[h.From] = transport.NewMsgConn(h.From, c)
 			default:
-				links[h.From] = transport.NewStreamLink(h.From, c)
+				conns[h.From][sock] = c
 			}
 			mu.Unlock()
 			if err != nil {

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gonccl/gonccl/transport"
 )
 
 // initAll creates an n-rank communicator over real TCP sockets, one goroutine per rank.
@@ -103,4 +105,87 @@ func TestUniqueIDRejectsGarbage(t *testing.T) {
 	_, err := NewComm(id, 2, 0, Options{Timeout: time.Second})
 	require.ErrorIs(t, err, ErrInvalidArgument)
 	require.ErrorContains(t, err, "not a gonccl unique id")
+}
+
+func TestPairSockets(t *testing.T) {
+	a := rankInfo{Host: "h1", Shm: true, SockThreads: 2, SocksPerThread: 4}
+	b := rankInfo{Host: "h2", Shm: true, SockThreads: 1, SocksPerThread: 2}
+	socks, threads := pairSockets(a, b)
+	require.Equal(t, 2, socks, "the smaller product of the two ends")
+	require.Equal(t, 2, threads, "a's own thread count")
+	socks, threads = pairSockets(b, a)
+	require.Equal(t, []int{2, 1}, []int{socks, threads})
+	c := a
+	c.Host = "h2"
+	socks, _ = pairSockets(a, c)
+	require.Equal(t, 8, socks)
+	c.Host = "h1"
+	socks, threads = pairSockets(a, c)
+	require.Equal(t, []int{1, 1}, []int{socks, threads}, "shared memory carries same-host pairs")
+	c.Shm = false
+	socks, _ = pairSockets(a, c)
+	require.Equal(t, 8, socks, "without shared memory a same-host pair stripes over TCP")
+	socks, threads = pairSockets(rankInfo{Host: "x"}, rankInfo{Host: "y"})
+	require.Equal(t, []int{1, 1}, []int{socks, threads}, "a peer that states no layout gets one connection")
+}
+
+func TestSocketLayoutParams(t *testing.T) {
+	t.Setenv("GONCCL_SOCKET_NTHREADS", "4")
+	t.Setenv("GONCCL_NSOCKS_PERTHREAD", "8")
+	cfg, err := loadConfig()
+	require.NoError(t, err)
+	require.Equal(t, []int{4, 4}, []int{cfg.sockThreads, cfg.socksPerThread}, "capped at 16 connections per peer")
+	t.Setenv("GONCCL_NSOCKS_PERTHREAD", "0")
+	_, err = loadConfig()
+	require.ErrorContains(t, err, "GONCCL_NSOCKS_PERTHREAD")
+	t.Setenv("GONCCL_NSOCKS_PERTHREAD", "1")
+	t.Setenv("GONCCL_SOCKET_NTHREADS", "17")
+	_, err = loadConfig()
+	require.ErrorContains(t, err, "GONCCL_SOCKET_NTHREADS")
+}
+
+// Over TCP with several connections per peer (shared memory off), collectives large
+// enough to be striped give the reference result, and a mismatch still names both
+// ranks' operations on both sides.
+func TestStripedTCPCollectives(t *testing.T) {
+	t.Setenv("GONCCL_SHM_DISABLE", "1")
+	t.Setenv("GONCCL_SOCKET_NTHREADS", "2")
+	t.Setenv("GONCCL_NSOCKS_PERTHREAD", "3")
+	n := 3
+	comms := initAll(t, n)
+	for _, c := range comms {
+		for p, l := range c.links {
+			if p != c.rank {
+				sl, ok := l.(*transport.StripedLink)
+				require.True(t, ok, "rank %d's link to %d is a %T", c.rank, p, l)
+				require.Equal(t, 6, sl.Sockets())
+			}
+		}
+	}
+	for _, count := range []int{1, 1000, 1<<20 + 3} {
+		ins := make([][]byte, n)
+		outs := make([][]byte, n)
+		for r := range ins {
+			ins[r] = inputs(Float32, Sum, count, r, int64(count))
+			outs[r] = make([]byte, len(ins[r]))
+		}
+		errs := onAll(t, comms, func(c *Comm) (*Request, error) {
+			return c.AllReduce(ins[c.rank], outs[c.rank], count, Float32, Sum)
+		})
+		want := reference(Float32, Sum, ins, count)
+		for r := range comms {
+			require.NoError(t, errs[r])
+			require.Equal(t, want, outs[r], "count %d rank %d", count, r)
+		}
+	}
+	counts := []int{1 << 20, 1<<20 + 1024, 1 << 20}
+	errs := onAll(t, comms, func(c *Comm) (*Request, error) {
+		buf := make([]byte, 4*counts[c.rank])
+		return c.Broadcast(buf, buf, counts[c.rank], Float32, 0)
+	})
+	require.ErrorIs(t, errs[1], ErrMismatch)
+	require.ErrorContains(t, errs[1], "rank 1 called broadcast #4 (float32 x 1049600, root 0) but rank 0 called broadcast #4 (float32 x 1048576, root 0)")
+	for _, c := range comms {
+		_ = c.Abort()
+	}
 }

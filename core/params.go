@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gonccl/gonccl/internal/cenv"
+	"github.com/gonccl/gonccl/transport"
 )
 
 // Param is one GONCCL_* setting: its name, default and meaning. Params is the single
@@ -32,6 +33,8 @@ var Params = []Param{
 	{"GONCCL_CUDA_LIBRARY", "libcuda.so.1", "CUDA driver library to dlopen for device buffers (package cuda reads it, once per process)"},
 	{"GONCCL_TRACE_BUFFER_SIZE", "2000", "operations each communicator's flight recorder keeps (0: off)"},
 	{"GONCCL_TRACE_DUMP_DIR", "", "directory where each rank writes its flight recorder as JSON on the first failure and when the communicator closes"},
+	{"GONCCL_SOCKET_NTHREADS", "1", "goroutines that send on the TCP connections to one peer (1..16)"},
+	{"GONCCL_NSOCKS_PERTHREAD", "1", "TCP connections each of those goroutines drives (1..16); connections per peer = product, at most 16"},
 }
 
 // maxTraceSize bounds GONCCL_TRACE_BUFFER_SIZE (each slot is about 100 bytes).
@@ -50,6 +53,8 @@ type config struct {
 	shmDisable         bool
 	traceSize          int      // GONCCL_TRACE_BUFFER_SIZE
 	traceDir           string   // GONCCL_TRACE_DUMP_DIR
+	sockThreads        int      // sending goroutines per TCP peer
+	socksPerThread     int      // connections each drives
 	set                []string // "NAME=value" for every variable the user set
 }
 
@@ -127,5 +132,30 @@ func loadConfig() (*config, error) {
 	}
 	c.traceSize = int(ts)
 	c.traceDir = str("GONCCL_TRACE_DUMP_DIR")
+	threads, err := num("GONCCL_SOCKET_NTHREADS", 1)
+	if err != nil {
+		return nil, err
+	}
+	per, err := num("GONCCL_NSOCKS_PERTHREAD", 1)
+	if err != nil {
+		return nil, err
+	}
+	if c.sockThreads, c.socksPerThread, err = socketLayout(threads, per); err != nil {
+		return nil, err
+	}
 	return c, nil
+}
+
+// socketLayout checks the TCP connection layout to each peer and caps it, as NCCL
+// does, at transport.MaxSockets connections: past the cap, each thread gets fewer.
+func socketLayout(threads, per int64) (int, int, error) {
+	const most = transport.MaxSockets
+	if threads > most || per > most {
+		return 0, 0, fmt.Errorf("%w: GONCCL_SOCKET_NTHREADS=%d, GONCCL_NSOCKS_PERTHREAD=%d: each must be 1..%d",
+			ErrInvalidArgument, threads, per, most)
+	}
+	if threads*per > most {
+		per = most / threads
+	}
+	return int(threads), int(per), nil
 }

@@ -31,6 +31,8 @@ type StreamLink struct {
 	failAt atomic.Int64 // unix nanoseconds after which a failed link sends no more
 	wbuf   [headerSize + smallFrame]byte
 	rbuf   [headerSize]byte
+	vec    [2][]byte
+	bufs   net.Buffers // kept here so that writev does not allocate
 }
 
 // NewStreamLink returns a Link to peer over conn. The link owns conn.
@@ -88,10 +90,12 @@ func (l *StreamLink) Send(h *Header, p []byte, deadline time.Time) error {
 		_, err := l.conn.Write(l.wbuf[:headerSize+n])
 		return l.wrap("send to", err)
 	}
-	if _, err := l.conn.Write(l.wbuf[:headerSize]); err != nil {
-		return l.wrap("send to", err)
-	}
-	_, err := l.conn.Write(p)
+	// Header and payload in one writev: one system call, and no lone header segment
+	// on the wire (TCP_NODELAY would send it at once).
+	l.vec[0], l.vec[1] = l.wbuf[:headerSize], p
+	l.bufs = l.vec[:]
+	_, err := l.bufs.WriteTo(l.conn)
+	l.vec[1] = nil
 	return l.wrap("send to", err)
 }
 

@@ -69,3 +69,36 @@ func TestStreamLinkRejectsGarbage(t *testing.T) {
 	err := l.Recv(&Header{}, nil, time.Now().Add(time.Second))
 	require.ErrorContains(t, err, "bad frame magic")
 }
+
+// Sending and receiving frames allocates nothing, small or large (writev included).
+func TestStreamLinkDoesNotAllocate(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	ca, cb := tcpConns(t, 1)
+	a, b := NewStreamLink(1, ca[0]), NewStreamLink(0, cb[0])
+	defer a.Close()
+	defer b.Close()
+	for _, n := range []int{64, 1 << 20} {
+		h := Header{Seq: 1, Count: uint64(n)}
+		src, dst := make([]byte, n), make([]byte, n)
+		dl := time.Now().Add(time.Minute)
+		kick, done := make(chan struct{}), make(chan error)
+		go func() {
+			for range kick {
+				done <- a.Send(&h, src, dl)
+			}
+		}()
+		allocs := testing.AllocsPerRun(20, func() {
+			kick <- struct{}{}
+			if err := b.Recv(&h, dst, dl); err != nil {
+				panic(err)
+			}
+			if err := <-done; err != nil {
+				panic(err)
+			}
+		})
+		close(kick)
+		require.Zero(t, allocs, "%d-byte frames", n)
+	}
+}

@@ -38,6 +38,27 @@ const (
 	ChannelP2P = 1
 )
 
+// CollChannel is the channel of connection i of a pair's collective link: connection 0
+// is ChannelColl, the others (several sockets per peer) follow ChannelP2P.
+func CollChannel(i int) uint8 {
+	if i == 0 {
+		return ChannelColl
+	}
+	return uint8(ChannelP2P + i)
+}
+
+// CollSocket is the inverse of CollChannel: which connection of the collective link
+// channel ch is, or -1 if ch is not a collective channel.
+func CollSocket(ch uint8) int {
+	switch {
+	case ch == ChannelColl:
+		return 0
+	case ch > ChannelP2P:
+		return int(ch) - ChannelP2P
+	}
+	return -1
+}
+
 // Hello is what the dialling side announces: who it is, whom it wants, and which of
 // the pair's connections this one is.
 type Hello struct {

@@ -1,0 +1,109 @@
+"""One rank of a 2-host job (tests/test_two_hosts.py): ranks run in two network
+namespaces, so gonccl joins them over TCP between the namespaces and shared memory
+within each.
+
+usage: two_hosts_worker.py REPORT_DIR collectives
+       two_hosts_worker.py REPORT_DIR ddp EXAMPLE_PATH STEPS SIZE
+
+collectives: all_reduce, all_gather and broadcast of sizes from one element to
+several MiB (large enough for the TCP links to cut frames into stripes), each
+checked against the value computed here with plain torch from every rank's
+(reproducible) input.
+
+ddp: the lecture's examples/ddp_example.py, its demo_basic() run as is except for
+its model width (SIZE) and number of steps (STEPS), so that 4 ranks on a 2-core
+machine finish in seconds; checks as in ddp_example_wrapper.py: the ranks start
+from different weights, DDP's broadcast makes them equal, training changes them,
+and the final weights and gradients are bit-identical on every rank.
+"""
+
+from __future__ import annotations
+
+import builtins
+import importlib.util
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+import ddp_example_wrapper as wrapper
+from _common import Checker, exact_mismatch
+
+RANK = int(os.environ["RANK"])
+WS = int(os.environ["WORLD_SIZE"])
+
+
+def rank_input(rank: int, n: int, dtype=torch.float32) -> torch.Tensor:
+    """Rank r's input: small integers (so float sums are exact in any order)."""
+    g = torch.Generator().manual_seed(1000 + rank * 7 + n)
+    return torch.randint(-50, 50, (n,), generator=g).to(dtype)
+
+
+def collectives(ck: Checker) -> None:
+    dist.init_process_group("gonccl")
+    sizes = [1, 1000, (1 << 20) + 3]  # elements; 4 MiB + 12 B is striped
+    with ck.section("all_reduce"):
+        for n in sizes:
+            t = rank_input(RANK, n)
+            dist.all_reduce(t)
+            want = sum(rank_input(r, n) for r in range(WS))
+            bad = exact_mismatch(t, want)
+            ck.check(bad is None, f"all_reduce of {n} floats: {bad}")
+    with ck.section("all_gather"):
+        for n in sizes:
+            out = [torch.empty(n) for _ in range(WS)]
+            dist.all_gather(out, rank_input(RANK, n))
+            for r in range(WS):
+                bad = exact_mismatch(out[r], rank_input(r, n))
+                ck.check(bad is None, f"all_gather of {n} floats, rank {r}'s part: {bad}")
+    with ck.section("broadcast"):
+        for root in range(WS):
+            for n in sizes:
+                t = rank_input(RANK, n, torch.float64)
+                dist.broadcast(t, src=root)
+                bad = exact_mismatch(t, rank_input(root, n, torch.float64))
+                ck.check(bad is None, f"broadcast of {n} doubles from rank {root}: {bad}")
+    dist.destroy_process_group()
+
+
+def ddp(ck: Checker, example: str, steps: int, size: int) -> None:
+    wrapper.CK = ck
+    with ck.section("run_example"):
+        torch.manual_seed(1234 + 1000 * RANK)
+        wrapper.install_wrappers()
+        spec = importlib.util.spec_from_file_location("ddp_example", example)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        mod.SIZE = size
+        mod.range = lambda n: builtins.range(min(n, steps))  # the example's loop only
+        mod.demo_basic()
+        ck.check("ddp" in wrapper.captured, "demo_basic() never constructed DistributedDataParallel")
+        ck.check(wrapper.captured["forward_calls"] == steps,
+                 f"{wrapper.captured['forward_calls']} training steps ran, expected {steps}")
+        ck.check(dist.get_backend() == "gonccl", "the example's process group is not gonccl")
+    with ck.section("checksums"):
+        params = list(wrapper.captured["ddp"].module.parameters())
+        before = wrapper.gather_checksums("before_ddp", wrapper.captured["before_ddp"])
+        after = wrapper.gather_checksums("after_ddp", wrapper.captured["after_ddp"])
+        final = wrapper.gather_checksums("final_params", wrapper.checksum(params))
+        grads = wrapper.gather_checksums("final_grads", wrapper.checksum([p.grad for p in params]))
+        ck.check(len({b for _, b in before}) == WS, "the ranks' weights were equal before DDP")
+        ck.check(len({b for _, b in after}) == 1, "weights differ across ranks after DDP's broadcast")
+        ck.check(len({b for _, b in final}) == 1, "final weights are not bit-identical across ranks")
+        ck.check(len({b for _, b in grads}) == 1, "final gradients are not bit-identical across ranks")
+        ck.check(final[0][1] != after[0][1], "the weights did not change in training")
+    dist.destroy_process_group()
+
+
+def main() -> None:
+    ck = Checker(sys.argv[1], RANK)
+    if sys.argv[2] == "collectives":
+        collectives(ck)
+    else:
+        ddp(ck, sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
+    ck.finish()
+
+
+if __name__ == "__main__":
+    main()
