@@ -3,6 +3,7 @@ package core
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -111,6 +112,7 @@ type p2pPeer struct {
 	reading    *p2pRecv            // the receive the reader is filling
 	writing    *p2pSend            // the send the writer is writing
 	err        error               // set once the channel failed
+	lastSent   atomic.Int64        // unix ns of the last frame written (heartbeats)
 }
 
 // p2pEngine is one communicator's point-to-point state. All fields are guarded by mu;
@@ -130,6 +132,9 @@ type p2pEngine struct {
 	wg         sync.WaitGroup
 
 	status        func() statusReport // this rank's progress, for peers that ask (see status.go)
+	onDead        func(rank int, err error) // a peer missed its heartbeats (see heartbeat.go)
+	stop          chan struct{}             // closed by close: ends the heartbeat goroutine
+	hbPaused      atomic.Bool               // tests: stop sending heartbeats
 	statusAnswers chan statusAnswer   // where peers' answers go while this rank asks
 }
 
@@ -162,7 +167,7 @@ func closeMsgConns(msgs []*transport.MsgConn) {
 // startP2P starts point-to-point messaging over msgs (one per peer, nil at this rank).
 func (c *Comm) startP2P(msgs []*transport.MsgConn) {
 	e := &p2pEngine{rank: c.rank, nranks: c.nranks, timeout: c.timeout, log: c.logs.net,
-		peers: make([]*p2pPeer, c.nranks), status: c.status}
+		peers: make([]*p2pPeer, c.nranks), status: c.status, onDead: c.peerDead, stop: make(chan struct{})}
 	for r, m := range msgs {
 		if m == nil || r == c.rank {
 			continue
@@ -172,10 +177,15 @@ func (c *Comm) startP2P(msgs []*transport.MsgConn) {
 	}
 	for _, p := range e.peers {
 		if p != nil {
+			p.lastSent.Store(time.Now().UnixNano())
 			e.wg.Add(2)
 			go e.writer(p)
 			go e.reader(p)
 		}
+	}
+	if c.cfg.heartbeatTimeout > 0 {
+		e.wg.Add(1)
+		go e.heartbeat(heartbeatInterval(c.cfg.heartbeatTimeout), c.cfg.heartbeatTimeout)
 	}
 	c.p2p = e
 }
@@ -428,6 +438,7 @@ func (e *p2pEngine) writer(pp *p2pPeer) {
 			e.failPeer(pp, err)
 			return
 		}
+		pp.lastSent.Store(time.Now().UnixNano())
 		if f.written != nil {
 			close(f.written)
 		}
@@ -542,6 +553,7 @@ func (e *p2pEngine) handle(pp *p2pPeer, h transport.MsgHeader) error {
 		return e.readStatus(pp, h)
 	case transport.MsgBye:
 		return e.readBye(pp, h)
+	case transport.MsgHeartbeat: // its arrival is the point (see heartbeat.go)
 	case transport.MsgCancel:
 		e.mu.Lock()
 		r := pp.rdv[h.Seq]
@@ -730,6 +742,7 @@ func (e *p2pEngine) close(err error, reason string) {
 		return
 	}
 	e.closed = err
+	close(e.stop)
 	var done completions
 	for _, pp := range e.peers {
 		if pp != nil && pp.err == nil {

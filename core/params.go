@@ -31,6 +31,7 @@ var Params = []Param{
 	{"GONCCL_GOMAXPROCS", "", "GOMAXPROCS for the Go runtime; default max(2, cores / ranks on this host)"},
 	{"GONCCL_SHM_DISABLE", "0", "1: ranks on one host talk over TCP instead of shared memory"},
 	{"GONCCL_CUDA_LIBRARY", "libcuda.so.1", "CUDA driver library to dlopen for device buffers (package cuda reads it, once per process)"},
+	{"GONCCL_HEARTBEAT_TIMEOUT_MS", "15000", "a peer from which nothing (not even a heartbeat) arrives for this long is declared gone (hung, stopped, or its network cut); 0: no heartbeats"},
 	{"GONCCL_TRACE_BUFFER_SIZE", "2000", "operations each communicator's flight recorder keeps (0: off)"},
 	{"GONCCL_TRACE_DUMP_DIR", "", "directory where each rank writes its flight recorder as JSON on the first failure and when the communicator closes"},
 	{"GONCCL_SOCKET_NTHREADS", "1", "goroutines that send on the TCP connections to one peer (1..16)"},
@@ -51,11 +52,12 @@ type config struct {
 	algo               map[string][]string // GONCCL_ALGO: collective -> allowed algorithms
 	gomaxprocs         int
 	shmDisable         bool
-	traceSize          int      // GONCCL_TRACE_BUFFER_SIZE
-	traceDir           string   // GONCCL_TRACE_DUMP_DIR
-	sockThreads        int      // sending goroutines per TCP peer
-	socksPerThread     int      // connections each drives
-	set                []string // "NAME=value" for every variable the user set
+	heartbeatTimeout   time.Duration // GONCCL_HEARTBEAT_TIMEOUT_MS; 0: off
+	traceSize          int           // GONCCL_TRACE_BUFFER_SIZE
+	traceDir           string        // GONCCL_TRACE_DUMP_DIR
+	sockThreads        int           // sending goroutines per TCP peer
+	socksPerThread     int           // connections each drives
+	set                []string      // "NAME=value" for every variable the user set
 }
 
 func lookupParam(name string) (string, bool) {
@@ -123,6 +125,11 @@ func loadConfig() (*config, error) {
 	default:
 		return nil, fmt.Errorf("%w: GONCCL_SHM_DISABLE=%q: expected 0 or 1", ErrInvalidArgument, v)
 	}
+	hb, err := num("GONCCL_HEARTBEAT_TIMEOUT_MS", 0)
+	if err != nil {
+		return nil, err
+	}
+	c.heartbeatTimeout = time.Duration(hb) * time.Millisecond
 	ts, err := num("GONCCL_TRACE_BUFFER_SIZE", 0)
 	if err != nil {
 		return nil, err

@@ -66,7 +66,11 @@ func (c *Comm) diagnose(o *op) string {
 				continue
 			}
 			gone = append(gone, p)
-			notes = append(notes, fmt.Sprintf("rank %d is gone: its connection ended without a goodbye (%v): did it exit or crash?", p, err))
+			if errors.Is(err, ErrTimeout) { // missed heartbeats
+				notes = append(notes, fmt.Sprintf("rank %d is gone: %v", p, err))
+			} else {
+				notes = append(notes, fmt.Sprintf("rank %d is gone: its connection ended without a goodbye (%v): did it exit or crash?", p, err))
+			}
 			continue
 		}
 		r, ok := reports[p]

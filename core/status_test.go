@@ -144,3 +144,27 @@ func TestMismatchExplainedOnEveryRank(t *testing.T) {
 		require.Contains(t, msg, "float32 x 1024", "rank %d: %s", r, msg)
 	}
 }
+
+// A peer that goes silent without closing anything (hung, stopped, network cut) is
+// declared gone after the heartbeat timeout, and a collective waiting on it fails then,
+// naming it, long before the operation's own timeout.
+func TestSilentPeerMissesHeartbeats(t *testing.T) {
+	t.Setenv("GONCCL_HEARTBEAT_TIMEOUT_MS", "1000")
+	comms := initAllTimeout(t, 3, 30*time.Second)
+	defer func() {
+		for _, c := range comms {
+			c.Abort()
+		}
+	}()
+	comms[2].p2p.hbPaused.Store(true) // rank 2 falls silent
+	start := time.Now()
+	errs := runOn(t, comms, []int{0, 1}, 20*time.Second, allReduceOn)
+	took := time.Since(start)
+	for _, r := range []int{0, 1} {
+		require.Error(t, errs[r], "rank %d", r)
+		msg := errs[r].Error()
+		require.Contains(t, msg, "gone: rank 2", "rank %d: %s", r, msg)
+		require.Contains(t, msg, "missed heartbeats", "rank %d: %s", r, msg)
+	}
+	require.Less(t, took, 10*time.Second, "the silent peer was noticed only after %v", took)
+}

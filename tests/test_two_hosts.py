@@ -8,7 +8,11 @@ shared memory and the two hosts over TCP, with 2 connections per peer here
   elements, each rank checking the result against plain torch, and rank 0's INIT log
   showing shm to rank 1 and tcp to ranks 2 and 3 over 2 connections each;
 * ddp: the lecture's examples/ddp_example.py (its model narrowed and its loop cut to
-  3 steps so 4 ranks fit in the time on 2 cores), with bit-identical final weights.
+  3 steps so 4 ranks fit in the time on 2 cores), with bit-identical final weights;
+* faults: during a loop of all_reduce, host 1's link is cut (`ip link set gnc down`:
+  nothing is closed, only heartbeats can tell) or host 1's ranks are SIGKILLed; every
+  surviving rank raises DistBackendError within 30 s of the fault (the group timeout is
+  120 s), naming a rank of the other host.
 
 Needs root and `ip netns`; skipped otherwise. The namespaces are removed and every
 rank killed whatever happens (the fixture's finalizer; stale namespaces left by a
@@ -82,7 +86,8 @@ class TwoHostRun(_harness.WorkerRun):
     `two-hosts.sh run I python two_hosts_worker.py ...` (which execs, so the harness
     kills the rank itself)."""
 
-    def __init__(self, prefix: str, report_dir: str, args: list[str]):
+    def __init__(self, prefix: str, report_dir: str, args: list[str], extra_env: dict | None = None,
+                 during=None):
         self.worker, self.world_size, self.report_dir = "two_hosts_worker.py", 4, report_dir
         port = _harness.free_port()
         argvs, envs = [], []
@@ -93,8 +98,11 @@ class TwoHostRun(_harness.WorkerRun):
                 MASTER_ADDR="10.77.0.1", LOCAL_RANK=str(rank % 2), LOCAL_WORLD_SIZE="2",
                 GONCCL_2H_PREFIX=prefix, GONCCL_SOCKET_IFNAME="=gnc", GLOO_SOCKET_IFNAME="gnc",
                 GONCCL_SOCKET_NTHREADS="1", GONCCL_NSOCKS_PERTHREAD="2",
-                GONCCL_DEBUG="INFO", GONCCL_DEBUG_SUBSYS="INIT,NET",
+                GONCCL_DEBUG="INFO", GONCCL_DEBUG_SUBSYS="INIT,NET", **(extra_env or {}),
             )))
+        if during is not None:  # a thread that strikes while the ranks run
+            import threading
+            threading.Thread(target=during, daemon=True).start()
         self.run = _harness.run_processes(argvs, timeout=TIMEOUT, envs=envs, cwd=report_dir,
                                           names=[f"rank {r} (host {r // 2})" for r in range(4)], grace=15)
         self.reports = []
@@ -127,3 +135,57 @@ def test_ddp_example_across_two_hosts(hosts, tmp_path):
     wr.section("checksums")
     wr.run.assert_ok("2 hosts x 2 ranks: ddp_example")
     assert os.path.isfile(tmp_path / "trace_ddp_example.json")
+
+
+def _strike(report_dir: str, action) -> None:
+    """Waits for the loop to run, then records the time and runs action."""
+    import time
+    started = os.path.join(report_dir, "started")
+    deadline = time.time() + 40
+    while not os.path.exists(started) and time.time() < deadline:
+        time.sleep(0.1)
+    if not os.path.exists(started):
+        return
+    with open(os.path.join(report_dir, "fault_at"), "w") as f:
+        f.write(repr(time.time()))
+    action()
+
+
+def _host1_pids(prefix: str) -> list[int]:
+    out = subprocess.run(["ip", "netns", "pids", f"{prefix}1"], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+@pytest.mark.timeout(TIMEOUT + 60)
+@pytest.mark.parametrize("how", ["cut_link", "kill_host"])
+def test_fault_across_two_hosts(hosts, tmp_path, how):
+    report_dir = str(tmp_path)
+
+    def cut():
+        subprocess.run(["ip", "netns", "exec", f"{hosts}1", "ip", "link", "set", "gnc", "down"], check=True)
+
+    def kill():
+        for pid in _host1_pids(hosts):
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+
+    wr = TwoHostRun(hosts, report_dir, ["fault"], extra_env={"GONCCL_HEARTBEAT_TIMEOUT_MS": "5000"},
+                    during=lambda: _strike(report_dir, cut if how == "cut_link" else kill))
+    try:
+        assert os.path.exists(os.path.join(report_dir, "fault_at")), f"the loop never started:\n{wr.run.describe()}"
+        survivors = [0, 1, 2, 3] if how == "cut_link" else [0, 1]
+        for r in survivors:
+            sec = wr.reports[r]["sections"].get("fault")
+            assert sec is not None, f"rank {r} recorded nothing:\n{wr.run.describe()}"
+            err = sec["data"].get("error")
+            assert err, f"rank {r}: no error after the fault:\n{wr.run.describe()}"
+            assert err["type"] == "DistBackendError", err
+            assert err["after_fault_s"] is not None and err["after_fault_s"] < 30, err
+            other = (2, 3) if r < 2 else (0, 1)
+            assert any(f"rank {o}" in err["message"] for o in other), f"rank {r} does not name the other host: {err}"
+            assert "gone: rank" in err["message"], f"rank {r} does not say which ranks are gone: {err}"
+            assert not wr.run.procs[r].killed, f"rank {r} had to be killed:\n{wr.run.describe()}"
+    finally:
+        subprocess.run(["ip", "netns", "exec", f"{hosts}1", "ip", "link", "set", "gnc", "up"], capture_output=True)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync/atomic"
 	"time"
 )
 
@@ -37,6 +38,10 @@ const (
 	// or abort, for example after an error); its payload (Len bytes, at most
 	// MaxStatusBytes) says why. A connection that ends without one means the rank died.
 	MsgBye MsgKind = 9
+	// MsgHeartbeat says "still here"; it carries nothing. Each rank sends one to a peer
+	// it has not written to for a while, so that a peer that hears nothing at all for
+	// the heartbeat timeout knows this rank (or the network to it) is gone.
+	MsgHeartbeat MsgKind = 10
 )
 
 // MaxStatusBytes bounds a MsgStatus payload.
@@ -62,6 +67,8 @@ func (k MsgKind) String() string {
 		return "status"
 	case MsgBye:
 		return "bye"
+	case MsgHeartbeat:
+		return "heartbeat"
 	}
 	return fmt.Sprintf("msg(%d)", uint8(k))
 }
@@ -112,7 +119,7 @@ func DecodeMsgHeader(b []byte) (MsgHeader, error) {
 		Tag:   int64(binary.LittleEndian.Uint64(b[16:])),
 		Len:   binary.LittleEndian.Uint64(b[24:]),
 	}
-	if h.Kind < MsgEager || h.Kind > MsgBye {
+	if h.Kind < MsgEager || h.Kind > MsgHeartbeat {
 		return MsgHeader{}, fmt.Errorf("unknown message kind %d", b[4])
 	}
 	if h.Len > MaxMsgLen {
@@ -126,12 +133,36 @@ func DecodeMsgHeader(b []byte) (MsgHeader, error) {
 type MsgConn struct {
 	peer int
 	conn net.Conn
+	in   activityReader // reads conn, noting when bytes last arrived
 	wbuf [MsgHeaderSize + smallFrame]byte
 	rbuf [MsgHeaderSize]byte
 }
 
 // NewMsgConn returns a MsgConn to peer over conn; it owns conn.
-func NewMsgConn(peer int, conn net.Conn) *MsgConn { return &MsgConn{peer: peer, conn: conn} }
+func NewMsgConn(peer int, conn net.Conn) *MsgConn {
+	m := &MsgConn{peer: peer, conn: conn}
+	m.in.conn = conn
+	m.in.last.Store(time.Now().UnixNano())
+	return m
+}
+
+// LastActivity is when bytes last arrived from the peer (or when the MsgConn was made).
+func (m *MsgConn) LastActivity() time.Time { return time.Unix(0, m.in.last.Load()) }
+
+// activityReader reads a connection and notes the time of every read that returned
+// bytes, so that a long payload still counts as a sign of life while it arrives.
+type activityReader struct {
+	conn net.Conn
+	last atomic.Int64 // unix ns
+}
+
+func (a *activityReader) Read(p []byte) (int, error) {
+	n, err := a.conn.Read(p)
+	if n > 0 {
+		a.last.Store(time.Now().UnixNano())
+	}
+	return n, err
+}
 
 // Peer is the rank at the other end.
 func (m *MsgConn) Peer() int { return m.peer }
@@ -159,7 +190,7 @@ func (m *MsgConn) ReadHeader() (MsgHeader, error) {
 	if err := m.conn.SetReadDeadline(time.Time{}); err != nil {
 		return MsgHeader{}, m.wrap("receive from", err)
 	}
-	if _, err := io.ReadFull(m.conn, m.rbuf[:]); err != nil {
+	if _, err := io.ReadFull(&m.in, m.rbuf[:]); err != nil {
 		return MsgHeader{}, m.wrap("receive from", err)
 	}
 	h, err := DecodeMsgHeader(m.rbuf[:])
@@ -174,7 +205,7 @@ func (m *MsgConn) ReadPayload(p []byte, deadline time.Time) error {
 	if err := m.conn.SetReadDeadline(deadline); err != nil {
 		return m.wrap("receive from", err)
 	}
-	_, err := io.ReadFull(m.conn, p)
+	_, err := io.ReadFull(&m.in, p)
 	return m.wrap("receive from", err)
 }
 
@@ -183,7 +214,7 @@ func (m *MsgConn) Discard(n uint64, deadline time.Time) error {
 	if err := m.conn.SetReadDeadline(deadline); err != nil {
 		return m.wrap("receive from", err)
 	}
-	_, err := io.CopyN(io.Discard, m.conn, int64(n))
+	_, err := io.CopyN(io.Discard, &m.in, int64(n))
 	return m.wrap("receive from", err)
 }
 

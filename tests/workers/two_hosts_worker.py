@@ -4,6 +4,12 @@ within each.
 
 usage: two_hosts_worker.py REPORT_DIR collectives
        two_hosts_worker.py REPORT_DIR ddp EXAMPLE_PATH STEPS SIZE
+       two_hosts_worker.py REPORT_DIR fault
+
+fault: a loop of all_reduce (group timeout 120 s) during which the test cuts host 1's
+link or kills host 1's ranks; every rank still alive records the error it got, how
+long after the fault it came, and exits. Rank 0 writes REPORT_DIR/started once the
+loop runs; the test writes REPORT_DIR/fault_at (a time.time()) when it strikes.
 
 collectives: all_reduce, all_gather and broadcast of sizes from one element to
 several MiB (large enough for the TCP links to cut frames into stripes), each
@@ -96,10 +102,38 @@ def ddp(ck: Checker, example: str, steps: int, size: int) -> None:
     dist.destroy_process_group()
 
 
+def fault(ck: Checker, report_dir: str) -> None:
+    import time
+    from datetime import timedelta
+
+    dist.init_process_group("gonccl", timeout=timedelta(seconds=120))
+    t = torch.ones(1 << 14)
+    with ck.section("fault"):
+        try:
+            for i in range(10**9):
+                dist.all_reduce(t)
+                t.fill_(1.0)
+                if RANK == 0 and i == 20:
+                    with open(os.path.join(report_dir, "started"), "w") as f:
+                        f.write("1")
+                if i >= 20:
+                    time.sleep(0.01)
+        except Exception as e:  # noqa: BLE001
+            now = time.time()
+            at = os.path.join(report_dir, "fault_at")
+            since = now - float(open(at).read()) if os.path.exists(at) else None
+            ck.data("error", {"type": type(e).__name__, "message": str(e)[:3000], "after_fault_s": since})
+    print("EXITING", flush=True)
+    ck.finish()
+    os._exit(0)
+
+
 def main() -> None:
     ck = Checker(sys.argv[1], RANK)
     if sys.argv[2] == "collectives":
         collectives(ck)
+    elif sys.argv[2] == "fault":
+        fault(ck, sys.argv[1])
     else:
         ddp(ck, sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
     ck.finish()

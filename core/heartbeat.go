@@ -1,0 +1,70 @@
+package core
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/gonccl/gonccl/transport"
+)
+
+// Heartbeats find a peer that went silent without closing anything: a hung or stopped
+// process, a host whose network link was cut. Every rank writes a heartbeat frame on
+// the point-to-point channel to each peer it has not written to for an interval, and
+// declares a peer gone when nothing at all (heartbeat or data) has arrived from it for
+// the heartbeat timeout (GONCCL_HEARTBEAT_TIMEOUT_MS). The point-to-point channel is
+// read by its own goroutine whatever the rank is doing (long compute included), so
+// silence means the process or the network is gone. Declaring a peer gone fails the
+// channel and closes the collective link to it, so a collective waiting on it fails at
+// once, naming it, instead of at the operation's timeout.
+
+// heartbeatInterval is how often heartbeats go out for a given timeout.
+func heartbeatInterval(timeout time.Duration) time.Duration {
+	return min(max(timeout/10, 50*time.Millisecond), time.Second)
+}
+
+func (e *p2pEngine) heartbeat(interval, timeout time.Duration) {
+	defer e.wg.Done()
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-e.stop:
+			return
+		case <-tick.C:
+		}
+		now := time.Now()
+		var dead []*p2pPeer
+		e.mu.Lock()
+		for _, pp := range e.peers {
+			if pp == nil || pp.err != nil {
+				continue
+			}
+			if now.Sub(pp.conn.LastActivity()) > timeout {
+				dead = append(dead, pp)
+				continue
+			}
+			idle := now.Sub(time.Unix(0, pp.lastSent.Load())) >= interval
+			if idle && !e.hbPaused.Load() && len(pp.ctrl) == 0 && len(pp.data) == 0 {
+				e.enqueue(pp, &p2pFrame{h: transport.MsgHeader{Kind: transport.MsgHeartbeat}, deadline: now.Add(timeout)}, true)
+			}
+		}
+		e.mu.Unlock()
+		for _, pp := range dead {
+			err := fmt.Errorf("%w: nothing heard from rank %d for %v (missed heartbeats; GONCCL_HEARTBEAT_TIMEOUT_MS): is it hung or stopped, or is the network to it down?",
+				ErrTimeout, pp.rank, timeout.Round(time.Millisecond))
+			e.failPeer(pp, err)
+			if e.onDead != nil {
+				e.onDead(pp.rank, err)
+			}
+		}
+	}
+}
+
+// peerDead closes the collective link to a peer that missed its heartbeats, so that an
+// operation waiting on it fails now.
+func (c *Comm) peerDead(rank int, err error) {
+	c.logs.net.Warn(fmt.Sprintf("gonccl rank %d: %v", c.rank, err))
+	if rank >= 0 && rank < len(c.links) && c.links[rank] != nil {
+		c.links[rank].Close()
+	}
+}
