@@ -131,11 +131,11 @@ type p2pEngine struct {
 	closed     error
 	wg         sync.WaitGroup
 
-	status        func() statusReport // this rank's progress, for peers that ask (see status.go)
+	status        func() statusReport       // this rank's progress, for peers that ask (see status.go)
 	onDead        func(rank int, err error) // a peer missed its heartbeats (see heartbeat.go)
 	stop          chan struct{}             // closed by close: ends the heartbeat goroutine
 	hbPaused      atomic.Bool               // tests: stop sending heartbeats
-	statusAnswers chan statusAnswer   // where peers' answers go while this rank asks
+	statusAnswers chan statusAnswer         // where peers' answers go while this rank asks
 }
 
 // completion is a request to finish once mu is released.
@@ -183,7 +183,7 @@ func (c *Comm) startP2P(msgs []*transport.MsgConn) {
 			go e.reader(p)
 		}
 	}
-	if c.cfg.heartbeatTimeout > 0 {
+	if c.cfg != nil && c.cfg.heartbeatTimeout > 0 {
 		e.wg.Add(1)
 		go e.heartbeat(heartbeatInterval(c.cfg.heartbeatTimeout), c.cfg.heartbeatTimeout)
 	}
