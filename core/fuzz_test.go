@@ -94,6 +94,7 @@ func FuzzP2PReader(f *testing.F) {
 	f.Add(wireMsg(transport.MsgHeader{Kind: transport.MsgStatus, Seq: 3, Len: 1 << 40}, nil))
 	f.Add(wireMsg(transport.MsgHeader{Kind: transport.MsgStatus, Seq: 3, Len: 4}, []byte("{\"a\"")))
 	f.Add(wireMsg(transport.MsgHeader{Kind: transport.MsgBye, Len: 5}, []byte("bye!!")))
+	f.Add(wireMsg(transport.MsgHeader{Kind: transport.MsgHeartbeat}, nil))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		c := &Comm{rank: 0, nranks: 2, timeout: 2 * time.Second, logs: loggers{net: zap.NewNop()}}
 		c.startP2P([]*transport.MsgConn{nil, transport.NewMsgConn(1, feedConn(in))})
