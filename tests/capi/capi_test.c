@@ -17,48 +17,7 @@
 #include <pthread.h>
 
 #include "gonccl.h"
-
-static int rank, nranks, checks;
-
-#define CHECK(cond, ...)                                               \
-  do {                                                                 \
-    if (!(cond)) {                                                     \
-      fprintf(stderr, "rank %d: FAILED %s:%d: ", rank, __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                                    \
-      fprintf(stderr, "\n");                                           \
-      exit(1);                                                         \
-    }                                                                  \
-    checks++;                                                          \
-  } while (0)
-
-#define OK(call, comm)                                                          \
-  do {                                                                          \
-    goncclResult_t r_ = (call);                                                 \
-    CHECK(r_ == goncclSuccess, "%s -> %s: %s", #call, goncclGetErrorString(r_), \
-          goncclGetLastError(comm));                                            \
-  } while (0)
-
-static void share_id(const char* path, goncclUniqueId* id) {
-  if (rank == 0) {
-    OK(goncclGetUniqueId(id), NULL);
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE* f = fopen(tmp, "wb");
-    CHECK(f && fwrite(id, sizeof *id, 1, f) == 1 && fclose(f) == 0, "writing %s", tmp);
-    CHECK(rename(tmp, path) == 0, "rename to %s: %s", path, strerror(errno));
-    return;
-  }
-  for (int i = 0; i < 3000; i++) { /* up to 30 s */
-    FILE* f = fopen(path, "rb");
-    if (f) {
-      size_t n = fread(id, sizeof *id, 1, f);
-      fclose(f);
-      if (n == 1) return;
-    }
-    usleep(10000);
-  }
-  CHECK(0, "no unique id appeared in %s", path);
-}
+#include "test_harness.h"
 
 static void test_allreduce(goncclComm_t comm) {
   size_t counts[] = {0, 1, 7, 1000003};
