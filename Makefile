@@ -6,7 +6,7 @@
 #   make build   build and install the package into the Python environment
 #   make lib     build only libgonccl.so (build/lib/) for C users
 #   make fuzz-short  run each wire fuzz target briefly (part of make test)
-#   make lint    gofmt and go vet
+#   make lint    gofmt, go vet, staticcheck, clang-format (csrc), ruff (Python)
 #   make clean   remove build outputs
 
 PY = $(shell scripts/python-env.sh)
@@ -34,7 +34,7 @@ demo: build
 	cd build/demo && $(PY) -m torch.distributed.run --nproc_per_node=$(NPROC) ../../examples/ddp_example.py
 	@echo "demo done: traces in build/demo/"
 
-test: build test-go test-py
+test: lint build test-go test-py
 
 test-go:
 	$(GO) vet ./...
@@ -61,9 +61,17 @@ test-py:
 soak: build
 	GONCCL_SOAK_OPS=20000 $(PY) -m pytest -v -s tests/test_soak.py
 
-lint:
+# Linters, pinned: staticcheck (2026.2.2 = module v0.8.2) through the Go module proxy (go run caches it), ruff and
+# clang-format from the Python environment (scripts/python-env.sh installs them).
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+PYBIN = $(dir $(PY))
+
+lint: setup
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
+	$(PYBIN)clang-format --dry-run -Werror $$(git ls-files 'csrc/*.cpp' 'csrc/*.hpp')
+	$(PYBIN)ruff check python tests bench examples setup.py
 
 clean:
 	rm -rf build dist python/*.egg-info python/gonccl/libgonccl.so python/gonccl/_C*.so

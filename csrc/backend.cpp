@@ -131,9 +131,7 @@ goncclComm_t GoncclBackend::liveComm(const char* op) {
   return comm_;
 }
 
-c10::intrusive_ptr<GoncclWork> GoncclBackend::issue(
-    Op op,
-    const Start& start) {
+c10::intrusive_ptr<GoncclWork> GoncclBackend::issue(Op op, const Start& start) {
   // One op at a time: the sequence number and the order Go sees must agree.
   std::lock_guard<std::mutex> guard(issueMutex_);
   Parts parts;

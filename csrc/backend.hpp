@@ -183,10 +183,10 @@ class GoncclBackend : public c10d::Backend {
     const char* profilingTitle;  // a string literal: "gonccl:<op>"
     const char* name;            // for messages: "all_reduce"
     std::vector<at::Tensor> inputs;
-    std::vector<at::Tensor> outputs;  // the future's value
-    std::vector<at::Tensor> keepAlive = {};  // staging buffers
+    std::vector<at::Tensor> outputs;               // the future's value
+    std::vector<at::Tensor> keepAlive = {};        // staging buffers
     std::function<void()> postComplete = nullptr;  // copy-out
-    bool anySource = false;  // a receive from any source
+    bool anySource = false;                        // a receive from any source
   };
 
   // Issues one op under issueMutex_: checks that its tensors share one device,

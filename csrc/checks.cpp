@@ -74,9 +74,7 @@ std::string dtypeName(at::ScalarType type) {
 }
 
 goncclDataType_t checkTensor(
-    const at::Tensor& t,
-    const char* op,
-    bool contiguous) {
+    const at::Tensor& t, const char* op, bool contiguous) {
   if (t.layout() != at::kStrided) {
     C10_THROW_ERROR(
         ValueError,
@@ -242,10 +240,7 @@ void checkSameDtype(
 }
 
 void checkNumel(
-    const at::Tensor& t,
-    int64_t expected,
-    const char* op,
-    const char* what) {
+    const at::Tensor& t, int64_t expected, const char* op, const char* what) {
   if (t.numel() != expected) {
     C10_THROW_ERROR(
         ValueError,
@@ -290,9 +285,7 @@ at::Tensor Reduction::scaled(const at::Tensor& t, bool inPlace) const {
 }
 
 Reduction checkReduceOp(
-    const c10d::ReduceOp& reduceOp,
-    at::ScalarType dtype,
-    const char* op) {
+    const c10d::ReduceOp& reduceOp, at::ScalarType dtype, const char* op) {
   const auto kind = reduceOp.op_;
   if (isFloat8(dtype)) {
     badCombination(
@@ -344,17 +337,16 @@ Reduction checkReduceOp(
             op, kind, dtype, "bitwise ops need an integer or bool dtype");
       }
       r.op = kind == c10d::ReduceOp::BAND
-          ? goncclBand
-          : (kind == c10d::ReduceOp::BOR ? goncclBor : goncclBxor);
+                 ? goncclBand
+                 : (kind == c10d::ReduceOp::BOR ? goncclBor : goncclBxor);
       break;
     case c10d::ReduceOp::PREMUL_SUM: {
       if (!at::isFloatingType(dtype) && !complex) {
         badCombination(
             op, kind, dtype, "the factor needs a floating or complex dtype");
       }
-      const auto* supplement =
-          dynamic_cast<const c10d::PreMulSumSupplement*>(
-              reduceOp.supplement_.get());
+      const auto* supplement = dynamic_cast<const c10d::PreMulSumSupplement*>(
+          reduceOp.supplement_.get());
       if (supplement == nullptr) {
         C10_THROW_ERROR(
             ValueError,

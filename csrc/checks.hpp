@@ -23,9 +23,7 @@ namespace gonccl {
 // build with CUDA support) of a supported dtype; returns its dtype. That all of
 // an op's tensors share one device is checked when it is issued.
 goncclDataType_t checkTensor(
-    const at::Tensor& t,
-    const char* op,
-    bool contiguous = true);
+    const at::Tensor& t, const char* op, bool contiguous = true);
 
 // tensors.size() == expected.
 void checkCount(
@@ -43,10 +41,7 @@ void checkSameDtype(
 
 // t.numel() == expected (ValueError naming both otherwise).
 void checkNumel(
-    const at::Tensor& t,
-    int64_t expected,
-    const char* op,
-    const char* what);
+    const at::Tensor& t, int64_t expected, const char* op, const char* what);
 
 // 0 <= root < size.
 void checkRoot(int64_t root, int size, const char* op);
@@ -65,9 +60,7 @@ struct Reduction {
 };
 
 Reduction checkReduceOp(
-    const c10d::ReduceOp& reduceOp,
-    at::ScalarType dtype,
-    const char* op);
+    const c10d::ReduceOp& reduceOp, at::ScalarType dtype, const char* op);
 
 // "torch.float32".
 std::string dtypeName(at::ScalarType type);

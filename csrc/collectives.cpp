@@ -73,8 +73,7 @@ class Dense {
   }
 
   std::vector<at::Tensor> operator()(
-      const std::vector<at::Tensor>& ts,
-      bool written) {
+      const std::vector<at::Tensor>& ts, bool written) {
     std::vector<at::Tensor> out;
     for (const at::Tensor& t : ts) {
       out.push_back((*this)(t, written));
@@ -300,16 +299,16 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::reduce(
        {send, t},
        dense.copyBack()},
       [&](Parts& p) {
-        return p.add(fn(
-            sendbuf,
-            recvbuf,
-            count,
-            type,
-            r.op,
-            root,
-            p.comm,
-            p.stream,
-            p.next()));
+        return p.add(
+            fn(sendbuf,
+               recvbuf,
+               count,
+               type,
+               r.op,
+               root,
+               p.comm,
+               p.stream,
+               p.next()));
       });
 }
 
@@ -603,8 +602,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::gather(
        std::move(keepAlive),
        std::move(copyOut)},
       [&](Parts& p) {
-        return p.add(
-            fn(send, recv, n, type, root, p.comm, p.stream, p.next()));
+        return p.add(fn(send, recv, n, type, root, p.comm, p.stream, p.next()));
       });
 }
 
@@ -634,8 +632,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::gather_into_tensor(
        {inputBuffer},
        {outputBuffer}},
       [&](Parts& p) {
-        return p.add(
-            fn(send, recv, n, type, root, p.comm, p.stream, p.next()));
+        return p.add(fn(send, recv, n, type, root, p.comm, p.stream, p.next()));
       });
 }
 
@@ -700,8 +697,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::scatter(
        std::move(keepAlive),
        dense.copyBack()},
       [&](Parts& p) {
-        return p.add(
-            fn(send, recv, n, type, root, p.comm, p.stream, p.next()));
+        return p.add(fn(send, recv, n, type, root, p.comm, p.stream, p.next()));
       });
 }
 
@@ -762,18 +758,17 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::reduce_scatter(
          dense.copyBack()},
         [&](Parts& p) {
           for (int i = 0; i < size_; ++i) {
-            void* recv =
-                i == rank_ ? output.data_ptr() : scratch.data_ptr();
-            goncclResult_t rc = p.add(fn(
-                sends[i].data_ptr(),
-                recv,
-                sends[i].numel(),
-                type,
-                r.op,
-                i,
-                p.comm,
-                p.stream,
-                p.next()));
+            void* recv = i == rank_ ? output.data_ptr() : scratch.data_ptr();
+            goncclResult_t rc = p.add(
+                fn(sends[i].data_ptr(),
+                   recv,
+                   sends[i].numel(),
+                   type,
+                   r.op,
+                   i,
+                   p.comm,
+                   p.stream,
+                   p.next()));
             if (rc != goncclSuccess) {
               return rc;
             }
@@ -803,8 +798,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::reduce_scatter(
        std::move(keepAlive),
        dense.copyBack()},
       [&](Parts& p) {
-        return p.add(
-            fn(send, recv, n, type, r.op, p.comm, p.stream, p.next()));
+        return p.add(fn(send, recv, n, type, r.op, p.comm, p.stream, p.next()));
       });
 }
 
@@ -872,15 +866,15 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::reduce_scatter_tensor_coalesced(
        sends},
       [&](Parts& p) {
         for (size_t i = 0; i < inputs.size(); ++i) {
-          goncclResult_t rc = p.add(fn(
-              sends[i].data_ptr(),
-              outputs[i].data_ptr(),
-              outputs[i].numel(),
-              types[i],
-              r.op,
-              p.comm,
-              p.stream,
-              p.next()));
+          goncclResult_t rc = p.add(
+              fn(sends[i].data_ptr(),
+                 outputs[i].data_ptr(),
+                 outputs[i].numel(),
+                 types[i],
+                 r.op,
+                 p.comm,
+                 p.stream,
+                 p.next()));
           if (rc != goncclSuccess) {
             return rc;
           }
@@ -948,17 +942,17 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::alltoall_base(
   }
   auto fn = need(lib().alltoAllvAsync, "goncclAlltoAllvAsync", op);
   return issue(std::move(desc), [&](Parts& p) {
-    return p.add(fn(
-        send,
-        sendCounts.data(),
-        sendDispls.data(),
-        recv,
-        recvCounts.data(),
-        recvDispls.data(),
-        type,
-        p.comm,
-        p.stream,
-        p.next()));
+    return p.add(
+        fn(send,
+           sendCounts.data(),
+           sendDispls.data(),
+           recv,
+           recvCounts.data(),
+           recvDispls.data(),
+           type,
+           p.comm,
+           p.stream,
+           p.next()));
   });
 }
 
@@ -988,7 +982,8 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::alltoall(
     recvTotal += outputTensors[i].numel();
   }
   at::Tensor send = flatten(inputTensors, sendTotal);
-  at::Tensor recv = at::empty({static_cast<int64_t>(recvTotal)}, send.options());
+  at::Tensor recv =
+      at::empty({static_cast<int64_t>(recvTotal)}, send.options());
   std::vector<at::Tensor> outputs = outputTensors;
   const void* sendbuf = send.data_ptr();
   void* recvbuf = recv.data_ptr();
@@ -1001,17 +996,17 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::alltoall(
        {send, recv},
        [recv, outputs]() { unflatten(recv, outputs); }},
       [&](Parts& p) {
-        return p.add(fn(
-            sendbuf,
-            sendCounts.data(),
-            sendDispls.data(),
-            recvbuf,
-            recvCounts.data(),
-            recvDispls.data(),
-            type,
-            p.comm,
-            p.stream,
-            p.next()));
+        return p.add(
+            fn(sendbuf,
+               sendCounts.data(),
+               sendDispls.data(),
+               recvbuf,
+               recvCounts.data(),
+               recvDispls.data(),
+               type,
+               p.comm,
+               p.stream,
+               p.next()));
       });
 }
 

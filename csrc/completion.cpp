@@ -29,8 +29,7 @@ void CompletionQueue::spawnLocked() {
 }
 
 void CompletionQueue::track(
-    c10::intrusive_ptr<GoncclWork> work,
-    goncclRequest_t req) {
+    c10::intrusive_ptr<GoncclWork> work, goncclRequest_t req) {
   const Library& L = lib();
   auto* token =
       new Token{shared_from_this(), std::move(work), req, goncclSuccess};

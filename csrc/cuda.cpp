@@ -25,9 +25,7 @@ std::string noCudaMessage(const char* op) {
 }
 
 c10::Device opDevice(
-    const std::vector<c10::Device>& devices,
-    const char* op,
-    bool cudaBuilt) {
+    const std::vector<c10::Device>& devices, const char* op, bool cudaBuilt) {
   if (devices.empty()) {
     return c10::Device(c10::kCPU);
   }

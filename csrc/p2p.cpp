@@ -104,15 +104,15 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::recvAnysource(
        nullptr,
        /*anySource=*/true},
       [&](Parts& p) {
-        return p.add(fn(
-            buf,
-            count,
-            type,
-            GONCCL_ANY_SOURCE,
-            tag,
-            p.comm,
-            p.stream,
-            p.next()));
+        return p.add(
+            fn(buf,
+               count,
+               type,
+               GONCCL_ANY_SOURCE,
+               tag,
+               p.comm,
+               p.stream,
+               p.next()));
       });
 }
 

@@ -25,10 +25,10 @@ std::exception_ptr distError(const std::string& msg) {
 // How often a wait without a deadline of its own looks for pending signals.
 constexpr auto kSignalSlice = std::chrono::milliseconds(100);
 
-// Runs Python's pending signal handlers if this thread is a Python thread (torch
-// calls wait() with the GIL released); throws what a handler raised, such as
-// KeyboardInterrupt for Ctrl-C. Threads Python does not know (DDP's reducer)
-// are left alone.
+// Runs Python's pending signal handlers if this thread is a Python thread
+// (torch calls wait() with the GIL released); throws what a handler raised,
+// such as KeyboardInterrupt for Ctrl-C. Threads Python does not know (DDP's
+// reducer) are left alone.
 void checkPythonSignals() {
   if (!Py_IsInitialized() || PyGILState_GetThisThreadState() == nullptr) {
     return;
@@ -73,8 +73,7 @@ GoncclWork::GoncclWork(
       // it completes (the gonccl stream: see complete()) and makes its users
       // wait on them.
       future_(c10::make_intrusive<c10::ivalue::Future>(
-          c10::ListType::create(c10::TensorType::get()),
-          devicesOf(stream_))) {}
+          c10::ListType::create(c10::TensorType::get()), devicesOf(stream_))) {}
 
 GoncclWork::~GoncclWork() {
   if (requests_.empty() || isForkedChild()) {

@@ -35,9 +35,12 @@ for name, ver in want.items():
 PY
 }
 
-if ! have "torch==$TORCH_VERSION" numpy pytest pytest-timeout setuptools wheel matplotlib; then
+# Dev tools, pinned so that `make lint` gives the same verdict everywhere.
+DEV_TOOLS=(ruff==0.17.6 clang-format==19.1.7)
+
+if ! have "torch==$TORCH_VERSION" numpy pytest pytest-timeout setuptools wheel matplotlib "${DEV_TOOLS[@]}"; then
   echo "gonccl: installing torch==$TORCH_VERSION, numpy, pytest, matplotlib into $venv (first run: several GB)" >&2
   "$py" -m pip install --quiet --disable-pip-version-check \
-    "torch==$TORCH_VERSION" numpy pytest pytest-timeout setuptools wheel matplotlib >&2
+    "torch==$TORCH_VERSION" numpy pytest pytest-timeout setuptools wheel matplotlib "${DEV_TOOLS[@]}" >&2
 fi
 echo "$py"

@@ -278,12 +278,12 @@ func TestStripedPeerDeath(t *testing.T) {
 }
 
 func TestStripedTimeoutFailAndClose(t *testing.T) {
-	a, b := stripedPair(t, pipeConns, 4, 4)
+	_, b := stripedPair(t, pipeConns, 4, 4)
 	err := b.Recv(&Header{}, make([]byte, 1<<20), time.Now().Add(50*time.Millisecond))
 	require.ErrorIs(t, err, ErrTimeout)
 
 	// Fail: receiving stops at once; a send within the grace period still goes out.
-	a, b = stripedPair(t, tcpConns, 4, 2)
+	a, b := stripedPair(t, tcpConns, 4, 2)
 	a.Fail(5 * time.Second)
 	require.ErrorIs(t, a.Recv(&Header{}, nil, time.Now().Add(time.Second)), ErrPeerClosed)
 	h := Header{Seq: 2, Count: 1 << 18}

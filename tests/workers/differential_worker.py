@@ -36,7 +36,7 @@ import torch.distributed as dist
 from torch.distributed import ReduceOp
 
 from _common import Checker, close_mismatch, exact_mismatch
-from _reference import BITWISE, COMPLEX, FLOAT8, FLOATS, make_input, mismatch, reduce_reference, valid_ops
+from _reference import COMPLEX, FLOAT8, FLOATS, make_input, mismatch, reduce_reference, valid_ops
 
 RANK = int(os.environ["RANK"])
 WS = int(os.environ["WORLD_SIZE"])

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed import ReduceOp
 
-from _common import Checker, exact_mismatch
+from _common import Checker
 from _reference import COMPLEX, FLOAT8, FLOATS, INTS, OPS, make_input, mismatch, reduce_reference, valid_ops
 
 RANK = int(os.environ["RANK"])
@@ -183,7 +183,7 @@ def sec_bad_combinations():
             CK.check(names_op and names_dtype, f"{what}: the error does not name both op and dtype: "
                                                f"{type(e).__name__}: {msg[:300]}")
         else:
-            CK.check(False, f"{what}: no error (result {t[:3].tolist() if not dtype in FLOAT8 else t[:3].float().tolist()})")
+            CK.check(False, f"{what}: no error (result {t[:3].tolist() if dtype not in FLOAT8 else t[:3].float().tolist()})")
         u = torch.full((3,), float(RANK + 1))
         ok, _ = attempt(f"all_reduce after the rejected {what}", lambda: dist.all_reduce(u))
         if ok:
