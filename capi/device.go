@@ -31,7 +31,7 @@ type views struct {
 	stream  cuda.Stream // 0: host buffers
 	drv     *cuda.Driver
 	ctx     cuda.Context
-	dev     int // the stream's device
+	dev     int           // the stream's device
 	staging *cuda.Staging // set by get with a stream
 	opts    []core.OpOption
 }
