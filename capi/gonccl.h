@@ -307,8 +307,9 @@ goncclResult_t goncclRequestSource(goncclRequest_t request, int* peer);
 /* For a request of an operation on device buffers: blocks until its host part is done
  * (returning the operation's error if it failed), then makes stream `waiter` wait
  * (cuStreamWaitEvent) for the operation's completion event, so work queued on `waiter`
- * afterwards sees the result. waiter == NULL, or a request on host buffers: only the
- * host wait. */
+ * afterwards sees the result. waiter may be any stream of the operation's context,
+ * cudaStreamLegacy and cudaStreamPerThread included (resolved on the calling thread).
+ * waiter == NULL, or a request on host buffers: only the host wait. */
 goncclResult_t goncclRequestWaitStream(goncclRequest_t request, goncclStream_t waiter);
 /* For a request of a collective on device buffers whose caller queues follow-up work on
  * the operation's stream once it has completed (copies out of the buffers, as the
