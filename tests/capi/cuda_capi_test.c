@@ -350,8 +350,8 @@ static void test_hold_orders_copy_outs(goncclComm_t comm) {
     OK(goncclRequestFree(gather), comm);
     OK(goncclRequestFree(reduce), comm);
   }
-  /* A hold nobody releases fails the next operation at its deadline instead of
-   * hanging; freeing the request releases it. */
+  /* Freeing a held request releases it: the next operation runs. (One never released
+   * fails the next operation at its deadline: go test ./cuda.) */
   goncclRequest_t held, next;
   OK(goncclAllReduceAsync(send, send, n, goncclFloat32, goncclSum, comm, g, &held), comm);
   OK(goncclRequestHoldStream(held), comm);
