@@ -313,6 +313,13 @@ static void test_default_stream_waiters(goncclComm_t comm) {
       CHECK(fakecudaStreamDrain(waiters[w]) == 0, "drain");
     }
   }
+  /* The legacy stream as the operation's stream (a C caller's default stream): the
+   * copies, queued from gonccl's threads, go on the same legacy stream. */
+  CHECK(fakecudaFillF32(STREAM_LEGACY, x, n, (float)(rank + 1), SLOW_US) == 0, "fill");
+  OK(goncclAllReduce(x, x, n, goncclFloat32, goncclSum, comm, STREAM_LEGACY), comm);
+  CHECK(fakecudaCheckF32(STREAM_LEGACY, x, n, tri(), 0) == 0, "check");
+  CHECK(fakecudaStreamDrain(STREAM_LEGACY) == 0, "drain");
+  CHECK(x[n - 1] == tri(), "all_reduce on the legacy stream: %f", x[n - 1]);
   fakecudaStreamDrain(g);
   fakecudaFree(x);
   fakecudaCounters c;
