@@ -33,7 +33,7 @@ func TestFakeLegacyStreamSemantics(t *testing.T) {
 			defer f.SetCurrent(0)
 			f.SetFloats(buf, []float32{0})
 			before := f.Counters().StaleReads
-			require.NoError(t, f.Fill(tc.s, buf, 1, 7, 30000))
+			require.NoError(t, f.Fill(tc.s, buf, 1, 7, 200000)) // 200 ms: long enough to lose any race
 			require.NoError(t, f.Check(cudatestLegacy, buf, 1, 7, 0))
 			f.Drain(cudatestLegacy)
 			f.Drain(tc.s)
