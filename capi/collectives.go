@@ -52,13 +52,11 @@ func issue(h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, as
 // goncclGroupStart/End does not wait: its request joins the group and goncclGroupEnd
 // waits for it (as in NCCL, where a group's calls launch at its end; waiting here would
 // deadlock a ring of blocking sends too large to go out before their receives).
-// Point-to-point does not run on the executor, so it takes host buffers only.
+// Point-to-point does not run on the executor: with device buffers, a send copies its
+// data to host memory on the issuing thread, a receive copies it to the device when it
+// has arrived (views.copyIn, views.then).
 func issueP2P(h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool,
 	start func(c *core.Comm, v *views) (*core.Request, error)) C.goncclResult_t {
-	if stream != nil {
-		e, _ := lookupComm(h)
-		return fail(e, fmt.Errorf("%w: send/recv with a CUDA stream (device buffers) is not supported yet; pass stream = NULL with host buffers", core.ErrNotSupported))
-	}
 	return run(h, stream, out, async, true, start)
 }
 

@@ -47,8 +47,10 @@ struct Library {
   decltype(&::goncclGroupEnd) groupEnd;
 
   // The CUDA path (device buffers on a stream). Resolved if present, null
-  // otherwise; not part of fullSurface: CUDA ops need() it.
-  decltype(&::goncclRequestWaitStream) requestWaitStream;
+  // otherwise; not part of fullSurface: CUDA ops need() them.
+  decltype(&::goncclStreamCheck) streamCheck;
+  decltype(&::goncclRequestHoldStream) requestHoldStream;
+  decltype(&::goncclRequestReleaseStream) requestReleaseStream;
 
   // True if every optional entry point above was found. The dtypes and reduce
   // ops that came with them (bool, int16, uint16/32/64, float8, complex;
