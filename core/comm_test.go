@@ -41,7 +41,7 @@ func commsOver(t testing.TB, n int, tweak func(*config), pair func(i, j int) (tr
 	comms := make([]*Comm, n)
 	for i := range comms {
 		cfg := &config{debug: "WARN", debugSubsys: "ALL", timeout: 20 * time.Second, chunkBytes: 4096,
-			llThreshold: 256, algo: map[string][]string{}}
+			llThreshold: 256, algo: map[string][]string{}, queueDepth: 1024}
 		if tweak != nil {
 			tweak(cfg)
 		}
