@@ -132,6 +132,10 @@ goncclComm_t GoncclBackend::liveComm(const char* op) {
 }
 
 c10::intrusive_ptr<GoncclWork> GoncclBackend::issue(Op op, const Start& start) {
+  // Go blocks the issuing thread while the communicator's queue is full
+  // (GONCCL_QUEUE_DEPTH), until the executor makes room: other Python threads
+  // must run meanwhile, and one waiting for issueMutex_ must not hold the GIL.
+  GilRelease noGil;
   // One op at a time: the sequence number and the order Go sees must agree.
   std::lock_guard<std::mutex> guard(issueMutex_);
   Parts parts;
