@@ -313,6 +313,9 @@ void GoncclBackend::abort() {
 }
 
 void GoncclBackend::close(bool abort) {
+  // A thread issuing on a full queue holds issueMutex_ until Go makes room:
+  // wait for it without the GIL.
+  GilRelease noGil;
   goncclComm_t comm = nullptr;
   std::shared_ptr<CompletionQueue> queue;
   {
@@ -330,7 +333,6 @@ void GoncclBackend::close(bool abort) {
     new std::shared_ptr<CompletionQueue>(std::move(queue));
     return;
   }
-  GilRelease noGil;
   const Library& L = lib();
   // No new op can start now (closed_). Pending ops would keep a graceful
   // destroy waiting until their deadline; fail them instead.
