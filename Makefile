@@ -3,6 +3,7 @@
 #
 #   make demo    set everything up, build, install, run the lecture's DDP examples on CPU
 #   make test    build, install, run every test (Go, C ABI, Python multi-process)
+#   make test-race  the race detector over core, transport and cuda (-short subset)
 #   make build   build and install the package into the Python environment
 #   make lib     build only libgonccl.so (build/lib/) for C users
 #   make fuzz-short  run each wire fuzz target briefly (part of make test)
@@ -13,7 +14,7 @@ PY = $(shell scripts/python-env.sh)
 GO ?= go
 NPROC ?= 2
 
-.PHONY: setup build lib demo test test-go test-py soak fuzz-short lint clean
+.PHONY: setup build lib demo test test-go test-race test-py soak fuzz-short lint clean
 
 setup:
 	@scripts/python-env.sh >/dev/null
@@ -34,12 +35,23 @@ demo: build
 	cd build/demo && $(PY) -m torch.distributed.run --nproc_per_node=$(NPROC) ../../examples/ddp_example.py
 	@echo "demo done: traces in build/demo/"
 
-test: lint build test-go test-py
+test: lint build test-go test-race test-py
 
 test-go:
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 10m ./...
 	$(MAKE) fuzz-short
+
+# test-race: go test -race over the packages with goroutines of their own, -short (the
+# stress test then runs 1,500 operations per rank instead of 50,000, and the collective
+# sweeps go up to 4 ranks instead of 8), so that it stays a few minutes on 2 cores. The
+# reduction-kernel comparisons are skipped: they run on one goroutine, the detector has
+# nothing to find there, and they are its slowest tests (test-go runs them).
+RACE_PKGS = ./core ./transport/... ./cuda/...
+RACE_SKIP = VectorMatchesFallback|VectorHalfExhaustive|Float16Random|FromFloat32Random|MatchesReference$$
+
+test-race:
+	$(GO) test -race -short -count=1 -timeout 15m -skip '$(RACE_SKIP)' $(RACE_PKGS)
 
 # fuzz-short: each wire fuzz target for FUZZTIME (a malicious peer's bytes must not
 # crash, hang or blow up a rank). Longer: make fuzz-short FUZZTIME=10m.

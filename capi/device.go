@@ -182,16 +182,18 @@ func (e *commEntry) stagingPool(d *cuda.Driver) (*cuda.Pool, error) {
 }
 
 // closePool frees the pinned staging memory once every operation has finished.
+// The wait happens after poolMu is released: an issuer that takes poolMu meanwhile
+// finds the pool closed at once instead of waiting out the timeout.
 func (e *commEntry) closePool() error {
 	e.poolMu.Lock()
-	defer e.poolMu.Unlock()
 	e.poolClosed = true
-	if e.pool == nil {
+	pool := e.pool
+	e.pool = nil
+	e.poolMu.Unlock()
+	if pool == nil {
 		return nil
 	}
-	err := e.pool.Close(e.comm.Timeout())
-	e.pool = nil
-	return err
+	return pool.Close(e.comm.Timeout())
 }
 
 // poolState is the part of commEntry that belongs to the CUDA path.

@@ -240,7 +240,12 @@ goncclResult_t goncclGroupStart(void);
 goncclResult_t goncclGroupEnd(void);
 
 /* Asynchronous forms: enqueue and return a request at once. The buffers must stay
- * valid until the request has completed. */
+ * valid until the request has completed. A communicator queues at most
+ * GONCCL_QUEUE_DEPTH collectives (default 1024); a collective issued, async or not, while
+ * its queue is full blocks the calling thread until the executor makes room, without
+ * holding any lock. It returns goncclTimeout if the queue stays full for the operation
+ * timeout, and an error at once if the communicator is destroyed or aborted
+ * meanwhile. */
 goncclResult_t goncclAllReduceAsync(const void* sendbuff, void* recvbuff, size_t count,
                                     goncclDataType_t datatype, goncclRedOp_t op,
                                     goncclComm_t comm, goncclStream_t stream,

@@ -24,10 +24,6 @@ const Version = "0.1.0"
 // VersionCode encodes Version like NCCL_VERSION_CODE: major*10000 + minor*100 + patch.
 const VersionCode = 100
 
-// queueDepth bounds how many operations may wait in a communicator's queue before
-// enqueueing blocks.
-const queueDepth = 1024
-
 // Options tune a communicator at creation.
 type Options struct {
 	// Timeout bounds init and every operation; 0 means GONCCL_TIMEOUT_MS.
@@ -51,7 +47,14 @@ type Comm struct {
 	sendHdrs, recvHdrs []transport.Header
 	sinks              []reduceSink
 
+	// The queue of issued operations, bounded by GONCCL_QUEUE_DEPTH (back-pressure): an
+	// issuer first takes a token in slots (blocking, without any lock, while the queue is
+	// full), then sends on queue under mu, which therefore never blocks; the executor
+	// gives a token back for every operation it takes out. closing wakes issuers that
+	// wait for a token when the communicator is destroyed or aborted.
 	queue    chan *op
+	slots    chan struct{}
+	closing  chan struct{}
 	finished chan struct{} // closed when the executor has exited
 
 	p2p *p2pEngine // point-to-point messaging, beside the executor (nil: none)
@@ -148,7 +151,8 @@ func newComm(rank, nranks int, cfg *config, logs loggers, links []transport.Link
 	}
 	c := &Comm{
 		rank: rank, nranks: nranks, cfg: cfg, logs: logs, links: links, scratch: scratch,
-		timeout: timeout, queue: make(chan *op, queueDepth), finished: make(chan struct{}),
+		timeout: timeout, queue: make(chan *op, cfg.queueDepth), slots: make(chan struct{}, cfg.queueDepth),
+		closing: make(chan struct{}), finished: make(chan struct{}),
 	}
 	c.sel = newSelector(c.costModel(), cfg.algo, logs)
 	c.sendHdrs, c.recvHdrs = make([]transport.Header, nranks), make([]transport.Header, nranks)
@@ -216,14 +220,21 @@ func (c *Comm) Size() int { return c.nranks }
 // Timeout returns the deadline every operation must meet.
 func (c *Comm) Timeout() time.Duration { return c.timeout }
 
-// enqueue validates nothing: callers check their arguments first.
+// enqueue validates nothing: callers check their arguments first. While the queue is
+// full it blocks (back-pressure) until the executor takes an operation out, the
+// operation timeout passes, or the communicator is destroyed or aborted; it holds no
+// lock meanwhile.
 func (c *Comm) enqueue(o *op, opts ...OpOption) (*Request, error) {
 	for _, opt := range opts {
 		opt(o)
 	}
+	if err := c.takeSlot(o); err != nil {
+		return nil, err
+	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
+		<-c.slots // this caller's own token: never blocks
 		return nil, fmt.Errorf("gonccl rank %d: %s: %w", c.rank, o.kind, ErrClosed)
 	}
 	c.seq++
@@ -231,17 +242,51 @@ func (c *Comm) enqueue(o *op, opts ...OpOption) (*Request, error) {
 	o.req = newRequest()
 	c.issuedOp = o.String()
 	c.trace.enqueued(o)
-	// Sending under the lock keeps sequence numbers in queue order; the queue is deep
-	// and the executor never takes c.mu while holding an op, so this does not deadlock.
-	c.queue <- o
+	// Sending under the lock keeps sequence numbers in queue order. It cannot block: the
+	// queue holds at most as many operations as there are tokens taken, and this caller
+	// holds one whose operation is not in the queue yet.
+	select {
+	case c.queue <- o:
+	default:
+		c.mu.Unlock()
+		panic("gonccl: internal error: the operation queue is full although a slot was taken")
+	}
 	c.mu.Unlock()
 	return o.req, nil
+}
+
+// takeSlot waits for room in the queue: a token in c.slots. It fails if the
+// communicator closes meanwhile, or if the queue stays full for the operation timeout
+// (the executor is stuck: a peer that does not call the same operations, say).
+func (c *Comm) takeSlot(o *op) error {
+	select {
+	case c.slots <- struct{}{}:
+		return nil
+	default:
+	}
+	t := time.NewTimer(c.timeout)
+	defer t.Stop()
+	select {
+	case c.slots <- struct{}{}:
+		return nil
+	case <-c.closing:
+		err := ErrClosed
+		if errors.Is(c.Err(), ErrAborted) {
+			err = ErrAborted
+		}
+		return fmt.Errorf("gonccl rank %d: %s: while waiting for room in the operation queue: %w", c.rank, o.kind, err)
+	case <-t.C:
+		return &OpError{Rank: c.rank, Op: o.kind.String(), Peer: -1, Err: fmt.Errorf(
+			"%w after %v waiting for room in the operation queue (%d operations queued, GONCCL_QUEUE_DEPTH): the operations ahead are not finishing; are all ranks calling the same collectives?",
+			ErrTimeout, c.timeout, cap(c.slots))}
+	}
 }
 
 // run is the executor: it runs operations one at a time in issue order.
 func (c *Comm) run() {
 	defer close(c.finished)
 	for o := range c.queue {
+		<-c.slots // room for one more issuer
 		err := c.recordRun(o)
 		if o.hooks.After != nil {
 			if aerr := o.hooks.After(err); aerr != nil {
@@ -433,6 +478,9 @@ func (c *Comm) Destroy() error {
 	c.mu.Lock()
 	already := c.closed
 	c.closed = true
+	if !already {
+		close(c.closing)
+	}
 	c.mu.Unlock()
 	if already {
 		return fmt.Errorf("gonccl rank %d: destroy: %w", c.rank, ErrClosed)
@@ -454,6 +502,9 @@ func (c *Comm) Abort() error {
 	c.closed, c.aborted = true, true
 	if c.broken == nil {
 		c.broken = ErrAborted
+	}
+	if !already {
+		close(c.closing)
 	}
 	c.mu.Unlock()
 	c.closeLinks()

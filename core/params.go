@@ -35,8 +35,12 @@ var Params = []Param{
 	{"GONCCL_TRACE_BUFFER_SIZE", "2000", "operations each communicator's flight recorder keeps (0: off)"},
 	{"GONCCL_TRACE_DUMP_DIR", "", "directory where each rank writes its flight recorder as JSON on the first failure and when the communicator closes"},
 	{"GONCCL_SOCKET_NTHREADS", "1", "goroutines that send on the TCP connections to one peer (1..16)"},
+	{"GONCCL_QUEUE_DEPTH", "1024", "operations one communicator queues before issuing more blocks the caller until the oldest finish (back-pressure; the operation timeout bounds the wait)"},
 	{"GONCCL_NSOCKS_PERTHREAD", "1", "TCP connections each of those goroutines drives (1..16); connections per peer = product, at most 16"},
 }
+
+// maxQueueDepth bounds GONCCL_QUEUE_DEPTH.
+const maxQueueDepth = 1 << 20
 
 // maxTraceSize bounds GONCCL_TRACE_BUFFER_SIZE (each slot is about 100 bytes).
 const maxTraceSize = 1 << 20
@@ -57,6 +61,7 @@ type config struct {
 	traceDir           string        // GONCCL_TRACE_DUMP_DIR
 	sockThreads        int           // sending goroutines per TCP peer
 	socksPerThread     int           // connections each drives
+	queueDepth         int           // GONCCL_QUEUE_DEPTH
 	set                []string      // "NAME=value" for every variable the user set
 }
 
@@ -150,6 +155,14 @@ func loadConfig() (*config, error) {
 	if c.sockThreads, c.socksPerThread, err = socketLayout(threads, per); err != nil {
 		return nil, err
 	}
+	qd, err := num("GONCCL_QUEUE_DEPTH", 1)
+	if err != nil {
+		return nil, err
+	}
+	if qd > maxQueueDepth {
+		return nil, fmt.Errorf("%w: GONCCL_QUEUE_DEPTH=%d: at most %d", ErrInvalidArgument, qd, maxQueueDepth)
+	}
+	c.queueDepth = int(qd)
 	return c, nil
 }
 

@@ -73,6 +73,11 @@ func (e *exec) pipelineWindow(nsend, nrecv int, need, free func(u int) int, send
 		}
 		return !stopped
 	}
+	reached := func(counter *int, n int) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return *counter >= n
+	}
 	bump := func(counter *int) {
 		mu.Lock()
 		*counter++
@@ -85,8 +90,9 @@ func (e *exec) pipelineWindow(nsend, nrecv int, need, free func(u int) int, send
 		go func() {
 			defer wg.Done()
 			for u := 0; u < nsend; u++ {
-				// After a failure only the first unit still goes out (see exec.pipeline).
-				if !wait(&received, need(u)) && (u > 0 || received < need(u)) {
+				// After a failure only the first unit still goes out (see exec.pipeline),
+				// and only if what it forwards has arrived.
+				if !wait(&received, need(u)) && (u > 0 || !reached(&received, need(u))) {
 					return
 				}
 				if err := sendUnit(u); err != nil {

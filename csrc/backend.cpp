@@ -132,6 +132,10 @@ goncclComm_t GoncclBackend::liveComm(const char* op) {
 }
 
 c10::intrusive_ptr<GoncclWork> GoncclBackend::issue(Op op, const Start& start) {
+  // Go blocks the issuing thread while the communicator's queue is full
+  // (GONCCL_QUEUE_DEPTH), until the executor makes room: other Python threads
+  // must run meanwhile, and one waiting for issueMutex_ must not hold the GIL.
+  GilRelease noGil;
   // One op at a time: the sequence number and the order Go sees must agree.
   std::lock_guard<std::mutex> guard(issueMutex_);
   Parts parts;
@@ -323,6 +327,9 @@ void GoncclBackend::abort() {
 }
 
 void GoncclBackend::close(bool abort) {
+  // A thread issuing on a full queue holds issueMutex_ until Go makes room:
+  // wait for it without the GIL.
+  GilRelease noGil;
   goncclComm_t comm = nullptr;
   std::shared_ptr<CompletionQueue> queue;
   {
@@ -340,7 +347,6 @@ void GoncclBackend::close(bool abort) {
     new std::shared_ptr<CompletionQueue>(std::move(queue));
     return;
   }
-  GilRelease noGil;
   const Library& L = lib();
   // No new op can start now (closed_). Pending ops would keep a graceful
   // destroy waiting until their deadline; fail them instead.

@@ -196,25 +196,31 @@ func (p *Pool) Stage(ctx Context, s Stream, regions []Region) (*Staging, error) 
 
 // Close waits (up to timeout) for every staging still in flight and frees the pool's
 // pinned memory. Blocks whose copies are still running after timeout are leaked rather
-// than freed under the device's feet.
+// than freed under the device's feet. The wait is made without holding the pool's
+// lock; the caller must not stage through the pool once Close has begun.
 func (p *Pool) Close(timeout time.Duration) error {
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	busy := p.busy
+	p.busy, p.last = nil, nil
+	p.mu.Unlock()
+	// A held staging would keep the next one's copies waiting: closing ends every hold.
+	for _, s := range busy {
+		s.Release()
+	}
 	deadline := time.Now().Add(timeout)
 	var errs []error
-	for _, s := range p.busy {
+	for _, s := range busy {
 		if err := s.waitDone(deadline); err != nil {
 			errs = append(errs, err)
-			continue
 		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, s := range busy {
 		if blocks, ok := s.reclaim(); ok {
 			p.free = append(p.free, blocks...)
 		}
 	}
-	for _, s := range p.busy {
-		s.Release()
-	}
-	p.busy, p.last = nil, nil
 	for _, b := range p.free {
 		if err := p.d.do(p.ctx, func() error { return p.d.hostFree(b.p) }); err != nil {
 			errs = append(errs, err)
