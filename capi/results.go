@@ -19,6 +19,8 @@ func resultOf(err error) C.goncclResult_t {
 	switch {
 	case err == nil:
 		return C.goncclSuccess
+	case errors.Is(err, core.ErrInternal):
+		return C.goncclInternalError
 	case errors.Is(err, core.ErrInvalidArgument):
 		return C.goncclInvalidArgument
 	case errors.Is(err, core.ErrTimeout):
