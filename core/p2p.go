@@ -203,6 +203,9 @@ func (c *Comm) checkP2P(what string, buf []byte, count int, dt DataType, peer, t
 	if count < 0 {
 		return invalidf("%s: negative count %d", what, count)
 	}
+	if err := checkByteSize(what, count, dt); err != nil {
+		return err
+	}
 	if es := dt.Size(); len(buf) < count*es {
 		return invalidf("%s: buffer holds %d bytes, need %d (%d x %s)", what, len(buf), count*es, count, dt)
 	}
