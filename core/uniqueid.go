@@ -67,7 +67,7 @@ func newUniqueID(injectPanic func(site string)) (UniqueID, error) {
 	}
 	logs := newLoggers(cfg, hostname(), -1)
 	g := cfg.guard(logs.init)
-	g.Go("bootstrap root", nil, nil, func() { serveRoot(l, id.secret(), time.Now().Add(cfg.timeout), logs, g) })
+	g.Go("bootstrap root", nil, func(error) { l.Close() }, func() { serveRoot(l, id.secret(), time.Now().Add(cfg.timeout), logs, g) })
 	return id, nil
 }
 
