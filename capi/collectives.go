@@ -31,13 +31,18 @@ func bufBytes(what string, p unsafe.Pointer, n uint64, dt core.DataType) (int, e
 		return 0, fmt.Errorf("%w: unknown data type %d", core.ErrInvalidArgument, uint8(dt))
 	}
 	es := uint64(dt.Size())
-	if n > math.MaxInt64/es/16 {
-		return 0, fmt.Errorf("%w: %s: count %d x %s overflows", core.ErrInvalidArgument, what, n, dt)
+	if n > core.MaxBufferBytes/es {
+		return 0, fmt.Errorf("%w: %s: count %d x %s (%d bytes each) overflows: more than the %d bytes any buffer can hold",
+			core.ErrInvalidArgument, what, n, dt, es, uint64(core.MaxBufferBytes))
 	}
 	if n > 0 && p == nil {
 		return 0, fmt.Errorf("%w: %s is NULL", core.ErrInvalidArgument, what)
 	}
-	return int(n * es), nil
+	size := n * es
+	if end := uintptr(p) + uintptr(size); end < uintptr(p) {
+		return 0, fmt.Errorf("%w: %s %p + %d bytes wraps around the address space", core.ErrInvalidArgument, what, p, size)
+	}
+	return int(size), nil
 }
 
 // issue runs one collective: start enqueues it, taking its buffers from v (host

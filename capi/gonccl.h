@@ -165,11 +165,20 @@ goncclResult_t goncclCommAbort(goncclComm_t comm);
 goncclResult_t goncclCommCount(const goncclComm_t comm, int* count);
 goncclResult_t goncclCommUserRank(const goncclComm_t comm, int* rank);
 
+/* The name of a result code. The string is static: valid for the life of the process,
+ * from any thread. */
 const char* goncclGetErrorString(goncclResult_t result);
 /* The message of the last failure on comm, or, with comm == NULL (or a communicator
- * that failed to initialise), of the last failure in this process; "" if none. The
- * string stays valid until the next failing call on the same communicator (or, for
- * NULL, in the process) or until the communicator is destroyed: copy it if needed. */
+ * that failed to initialise or was destroyed), of the last failure in this process, by
+ * any thread (the executor failing an operation included); "" if none. Never NULL.
+ *
+ * Lifetime: the string is a copy in storage of the calling thread's own. It stays
+ * valid and unchanged until the same thread calls goncclGetLastError again (the next
+ * call reuses the storage) or exits; failures and calls on other threads, and
+ * destroying comm, do not touch it. Copy it to keep it longer. (NCCL's
+ * ncclGetLastError returns one process-wide buffer that any thread's next error
+ * overwrites; gonccl's promise is stronger.) Safe to call from any thread, any number
+ * of threads at once. */
 const char* goncclGetLastError(goncclComm_t comm);
 
 /* Writes comm's flight recorder (its last GONCCL_TRACE_BUFFER_SIZE collectives: what,
@@ -303,8 +312,10 @@ goncclResult_t goncclRequestWait(goncclRequest_t request, int64_t timeoutMs);
  * if it already has). At most one callback per request. */
 goncclResult_t goncclRequestOnComplete(goncclRequest_t request, goncclCallback_t fn,
                                        void* arg);
-/* The request's error message, or "" if it succeeded or has not finished. The string
- * stays valid until goncclRequestFree. */
+/* The request's error message, or "" if it succeeded or has not finished. Never NULL.
+ * The string is set once, when the request fails, and never changes: it stays valid,
+ * from any thread, until goncclRequestFree(request) (which must not race with a
+ * reader of it). */
 const char* goncclRequestErrorString(goncclRequest_t request);
 /* The rank a finished receive came from (for GONCCL_ANY_SOURCE); for other requests
  * the peer they were issued with, or -1 for collectives. */

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"golang.org/x/sys/unix"
 
+	"github.com/gonccl/gonccl/internal/safego"
 	"github.com/gonccl/gonccl/transport"
 	"github.com/gonccl/gonccl/transport/tcp"
 )
@@ -28,6 +29,8 @@ const VersionCode = 100
 type Options struct {
 	// Timeout bounds init and every operation; 0 means GONCCL_TIMEOUT_MS.
 	Timeout time.Duration
+
+	injectPanic func(site string) // tests only: see config.injectPanic
 }
 
 // Comm is one rank's end of a communicator: its links to every other rank and the
@@ -42,6 +45,7 @@ type Comm struct {
 	timeout      time.Duration
 	sel          *selector       // the cost model: picks each operation's algorithm
 	trace        *flightRecorder // recent operations (nil: off); see trace.go
+	guard        safego.Guard    // how its goroutines survive panics (see safety.go)
 
 	// Per-peer frame headers and reduce sinks for the executor's operations (see exec).
 	sendHdrs, recvHdrs []transport.Header
@@ -97,6 +101,9 @@ func NewComm(id UniqueID, nranks, rank int, opts Options) (*Comm, error) {
 	if timeout <= 0 {
 		timeout = cfg.timeout
 	}
+	if opts.injectPanic != nil {
+		cfg.injectPanic = opts.injectPanic
+	}
 	logs := newLoggers(cfg, hostname(), rank)
 	for _, s := range cfg.set {
 		logs.env.Info(s)
@@ -119,11 +126,11 @@ func NewComm(id UniqueID, nranks, rank int, opts Options) (*Comm, error) {
 	if err != nil {
 		return fail(err)
 	}
-	links, msgs, err := connectMesh(l, id.secret(), rank, ranks, deadline, logs)
+	links, msgs, err := connectMesh(l, id.secret(), rank, ranks, deadline, logs, cfg.guard(logs.init))
 	if err != nil {
 		return fail(err)
 	}
-	if err := connectShm(rank, ranks, links, deadline, logs); err != nil {
+	if err := connectShm(rank, ranks, links, deadline, logs, cfg.guard(logs.shm)); err != nil {
 		closeLinks(links)
 		closeMsgConns(msgs)
 		return fail(err)
@@ -158,7 +165,8 @@ func newComm(rank, nranks int, cfg *config, logs loggers, links []transport.Link
 	c.sendHdrs, c.recvHdrs = make([]transport.Header, nranks), make([]transport.Header, nranks)
 	c.sinks = make([]reduceSink, nranks)
 	c.trace = newFlightRecorder(cfg.traceSize, rank, nranks, cfg.traceDir)
-	go c.run()
+	c.guard = cfg.guard(logs.coll)
+	c.guard.Go("executor", nil, c.executorDied, c.run)
 	return c, nil
 }
 
@@ -282,14 +290,14 @@ func (c *Comm) takeSlot(o *op) error {
 	}
 }
 
-// run is the executor: it runs operations one at a time in issue order.
+// run is the executor: it runs operations one at a time in issue order. If it
+// panics, executorDied takes over (and closes c.finished).
 func (c *Comm) run() {
-	defer close(c.finished)
 	for o := range c.queue {
 		<-c.slots // room for one more issuer
 		err := c.recordRun(o)
 		if o.hooks.After != nil {
-			if aerr := o.hooks.After(err); aerr != nil {
+			if aerr := c.guard.Run("op hook", func() error { return o.hooks.After(err) }); aerr != nil {
 				if err == nil {
 					err = &OpError{Rank: c.rank, Op: o.String(), Peer: -1, Err: aerr}
 				} else {
@@ -300,6 +308,7 @@ func (c *Comm) run() {
 		o.req.complete(err)
 	}
 	c.autoDump("communicator closed")
+	close(c.finished)
 }
 
 func (c *Comm) execute(o *op) error {
@@ -325,16 +334,17 @@ func (c *Comm) execute(o *op) error {
 		hdr: transport.Header{Seq: o.seq, Kind: uint8(o.kind), DType: uint8(o.dtype), Root: int32(o.root),
 			Count: uint64(o.count)},
 		deadline: start.Add(c.timeout), timeout: c.timeout,
-		scratch: c.scratch, chunkBytes: c.cfg.chunkBytes, breakLinks: c.failLinks,
+		scratch: c.scratch, chunkBytes: c.cfg.chunkBytes, breakLinks: c.failLinks, guard: c.guard,
 		sendHdrs: c.sendHdrs, recvHdrs: c.recvHdrs, sinks: c.sinks,
 	}
-	var err error
-	if o.hooks.Before != nil {
-		err = o.hooks.Before(e.deadline)
-	}
-	if err == nil {
-		err = c.dispatch(e, o)
-	}
+	err := c.guard.Run("collective", func() error {
+		if o.hooks.Before != nil {
+			if err := o.hooks.Before(e.deadline); err != nil {
+				return err
+			}
+		}
+		return c.dispatch(e, o)
+	})
 	o.algo = Algo(e.hdr.Algo)
 	if err == nil {
 		c.logs.coll.Debug(o.String(), zap.String("algo", Algo(e.hdr.Algo).String()), zap.Duration("took", time.Since(start)))

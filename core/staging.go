@@ -85,10 +85,9 @@ func (e *exec) pipelineWindow(nsend, nrecv int, need, free func(u int) int, send
 		cond.Broadcast()
 	}
 	var wg sync.WaitGroup
+	defer e.joinOnPanic(stop, &wg)
 	if nsend > 0 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		e.guard.Go("window sender", &wg, func(err error) { e.fail(err); stop() }, func() {
 			for u := 0; u < nsend; u++ {
 				// After a failure only the first unit still goes out (see exec.pipeline),
 				// and only if what it forwards has arrived.
@@ -102,7 +101,7 @@ func (e *exec) pipelineWindow(nsend, nrecv int, need, free func(u int) int, send
 				}
 				bump(&sent)
 			}
-		}()
+		})
 	}
 	for v := 0; v < nrecv; v++ {
 		if !wait(&sent, free(v)) {
