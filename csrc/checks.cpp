@@ -9,6 +9,7 @@
 
 #include "cuda.hpp"
 #include "library.hpp"
+#include "torch_compat.hpp"
 
 namespace gonccl {
 namespace {
@@ -362,8 +363,8 @@ Reduction checkReduceOp(
         badCombination(
             op, kind, dtype, "the factor needs a floating or complex dtype");
       }
-      const auto* supplement = dynamic_cast<const c10d::PreMulSumSupplement*>(
-          reduceOp.supplement_.get());
+      const auto* supplement =
+          dynamic_cast<const PreMulSumSupplement*>(reduceOp.supplement_.get());
       if (supplement == nullptr) {
         C10_THROW_ERROR(
             ValueError,

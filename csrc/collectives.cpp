@@ -629,6 +629,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::gather(
       });
 }
 
+#if GONCCL_HAS_GATHER_INTO_TENSOR
 c10::intrusive_ptr<c10d::Work> GoncclBackend::gather_into_tensor(
     at::Tensor& outputBuffer,
     at::Tensor& inputBuffer,
@@ -661,6 +662,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::gather_into_tensor(
         return p.add(fn(send, recv, n, type, root, p.comm, p.stream, p.next()));
       });
 }
+#endif
 
 c10::intrusive_ptr<c10d::Work> GoncclBackend::scatter(
     std::vector<at::Tensor>& outputTensors,
