@@ -128,13 +128,18 @@ BENCH_NP ?= 2
 BENCH_ARGS ?= -b 8 -e 64M -f 4 -n 5 -w 2 -c 1
 BENCH_PLOT = $(shell $(PY) -c "import matplotlib" >/dev/null 2>&1 && echo 1)
 
-.PHONY: bench bench-targets
+.PHONY: bench bench-targets bench-latency
 # make bench-targets: issue 4's targets (all_reduce 2/4 ranks, all_gather and
-# reduce_scatter 2/4 ranks at 64 MiB, 8 B latency, memcpy fraction, DDP step) as a
-# markdown table of gonccl/Gloo ratios (median of 3 runs) and the 2-rank all_reduce plot
-# in bench/results/.
+# reduce_scatter 2/4 ranks at 64 MiB, 8 B latency, memcpy fraction, DDP step) and issue
+# 14's small-op targets (8 B all_reduce, 1,000 ops, blocking: vs Gloo and vs the C ABI
+# floor; queued: throughput vs Gloo) as a markdown table of gonccl/Gloo ratios (median
+# of 3 runs) and the 2-rank all_reduce plot in bench/results/. make bench-latency: only
+# issue 14's.
 bench-targets: build
 	$(PY) bench/targets.py
+
+bench-latency: build
+	$(PY) bench/targets.py --latency-only --skip-ddp
 
 bench: build
 	mkdir -p build/bench

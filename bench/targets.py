@@ -3,12 +3,14 @@
 machine, and prints them as a markdown table (also written to build/bench/targets.md),
 with the busbw plot of the 2-rank all_reduce sweep in bench/results/.
 
-    python bench/targets.py [--rounds 3] [--iters 10] [--skip-ddp]
+    python bench/targets.py [--rounds 3] [--iters 10] [--skip-ddp] [--latency-only]
 
 Each measurement runs --rounds times (each a fresh `python -m gonccl.bench` launch, both
 backends in that launch); the table shows the median ratio and the range. Ratios are
 gonccl/Gloo busbw (higher is better), except latency and DDP step time (gonccl/Gloo
-time, lower is better). Absolute numbers on a shared 2-core VM are noise; ratios from one
+time, lower is better). Issue 14's small-op targets: 8 B all_reduce, 2 ranks, 1,000 ops,
+blocking (time vs Gloo, and vs the engine's C ABI floor from the same run, lower is
+better) and queued (throughput vs Gloo, higher is better). Absolute numbers on a shared 2-core VM are noise; ratios from one
 run are what we quote (DESIGN.md).
 """
 
@@ -55,11 +57,27 @@ def time_ratio(doc: dict, size: int) -> float:
     return form(row_at(doc, "gonccl", size))["time_us"] / form(row_at(doc, "gloo", size))["time_us"]
 
 
+def floor_ratio(doc: dict, size: int) -> float:
+    return form(row_at(doc, "gonccl", size))["time_us"] / form(row_at(doc, "capi", size))["time_us"]
+
+
+def small_ops(tmp: str, rnd: int, add) -> None:
+    """Issue 14: 8 B all_reduce, 2 ranks, 1,000 ops, blocking and queued."""
+    args = ["all_reduce", "-np", "2", "-b", "8", "-e", "8", "-n", "1000", "-w", "50", "--no-memcpy",
+            "--backends", "gonccl,gloo"]
+    doc = bench([*args, "-z", "1"], os.path.join(tmp, f"ar2-8B-blocking-{rnd}.json"))
+    add("ar2_8B_blocking", time_ratio(doc, 8))
+    add("ar2_8B_floor", floor_ratio(doc, 8))
+    doc = bench([*args, "-z", "0"], os.path.join(tmp, f"ar2-8B-queued-{rnd}.json"))
+    add("ar2_8B_queued", 1 / time_ratio(doc, 8))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--skip-ddp", action="store_true")
+    ap.add_argument("--latency-only", action="store_true", help="only issue 14's small-op targets")
     ap.add_argument("--out", default=os.path.join(ROOT, "build", "bench"))
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -72,6 +90,9 @@ def main() -> int:
         results.setdefault(key, []).append(value)
 
     for rnd in range(args.rounds):
+        small_ops(tmp, rnd, add)
+        if args.latency_only:
+            continue
         sweep = os.path.join(tmp, f"ar2-{rnd}.json")
         plot = os.path.join(HERE, "results", "all_reduce_2ranks.png") if rnd == 0 else None
         doc = bench(["all_reduce", "-np", "2", "-b", "8", "-e", "64M", "-f", "8", *it, "--backends", "gonccl,gloo"]
@@ -100,6 +121,12 @@ def main() -> int:
     targets = [
         ("ar2_64M", "all_reduce, 2 ranks, 64 MiB: busbw vs Gloo", ">= 3x", lambda r: r >= 3),
         ("ar2_8B", "all_reduce, 2 ranks, 8 B: latency vs Gloo", "<= 0.5x", lambda r: r <= 0.5),
+        ("ar2_8B_blocking", "all_reduce, 2 ranks, 8 B, blocking, through torch: time vs Gloo", "<= 0.2x",
+         lambda r: r <= 0.2),
+        ("ar2_8B_floor", "all_reduce, 2 ranks, 8 B, blocking: time vs gonccl's own C ABI floor", "<= 3x",
+         lambda r: r <= 3),
+        ("ar2_8B_queued", "all_reduce, 2 ranks, 8 B, 1,000 queued: throughput vs Gloo", ">= 10x",
+         lambda r: r >= 10),
         ("ar4_64M", "all_reduce, 4 ranks, 64 MiB: busbw vs Gloo", ">= 2x", lambda r: r >= 2),
         ("ag2_64M", "all_gather, 2 ranks, 64 MiB: busbw vs Gloo", ">= 2x", lambda r: r >= 2),
         ("ag4_64M", "all_gather, 4 ranks, 64 MiB: busbw vs Gloo", ">= 2x", lambda r: r >= 2),

@@ -145,6 +145,11 @@ goncclResult_t goncclGetUniqueId(goncclUniqueId* uniqueId);
  * (bytes, after a garbage collection) and the number of live communicators. Any pointer
  * may be NULL. */
 goncclResult_t goncclDebugStats(int64_t* goroutines, int64_t* goHeapBytes, int64_t* comms);
+/* gonccl extension: the per-hop timing GONCCL_DEBUG_HOPS=1 collects in this process
+ * (see core/hops.go), as lines "hop name\tcount\ttotal ns\n" in buf (NUL-terminated,
+ * cut at len). *needed (if not NULL) gets the bytes the whole text needs, NUL included.
+ * reset != 0 zeroes the sums after reading them. */
+goncclResult_t goncclDebugHops(char* buf, size_t len, int reset, size_t* needed);
 
 /* Creates this rank's communicator; blocks until all nranks ranks have joined or the
  * init timeout (GONCCL_INIT_TIMEOUT_MS or goncclCommInitRankTimeout's) has passed. */

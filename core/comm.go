@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -60,6 +61,13 @@ type Comm struct {
 	slots    chan struct{}
 	closing  chan struct{}
 	finished chan struct{} // closed when the executor has exited
+
+	// Who runs the queued operations (see inline.go): the holder of runMu, the
+	// executor or a waiter, takes them out one at a time and runs each to its end;
+	// kick wakes the executor; queueClosed is set before queue is closed.
+	runMu       sync.Mutex
+	kick        chan struct{}
+	queueClosed atomic.Bool
 
 	p2p *p2pEngine // point-to-point messaging, beside the executor (nil: none)
 
@@ -159,9 +167,13 @@ func newComm(rank, nranks int, cfg *config, logs loggers, links []transport.Link
 	c := &Comm{
 		rank: rank, nranks: nranks, cfg: cfg, logs: logs, links: links, scratch: scratch,
 		timeout: timeout, queue: make(chan *op, cfg.queueDepth), slots: make(chan struct{}, cfg.queueDepth),
-		closing: make(chan struct{}), finished: make(chan struct{}),
+		closing: make(chan struct{}), finished: make(chan struct{}), kick: make(chan struct{}, 1),
 	}
 	c.sel = newSelector(c.costModel(), cfg.algo, logs)
+	if cfg.debugHops {
+		EnableHops()
+	}
+	noSpin.Store(cfg.slowPath)
 	c.sendHdrs, c.recvHdrs = make([]transport.Header, nranks), make([]transport.Header, nranks)
 	c.sinks = make([]reduceSink, nranks)
 	c.trace = newFlightRecorder(cfg.traceSize, rank, nranks, cfg.traceDir)
@@ -233,6 +245,7 @@ func (c *Comm) Timeout() time.Duration { return c.timeout }
 // operation timeout passes, or the communicator is destroyed or aborted; it holds no
 // lock meanwhile.
 func (c *Comm) enqueue(o *op, opts ...OpOption) (*Request, error) {
+	o.stamp = hopNow()
 	for _, opt := range opts {
 		opt(o)
 	}
@@ -248,8 +261,10 @@ func (c *Comm) enqueue(o *op, opts ...OpOption) (*Request, error) {
 	c.seq++
 	o.seq = c.seq
 	o.req = newRequest()
+	o.req.owner = c
 	c.issuedOp = o.String()
 	c.trace.enqueued(o)
+	o.stamp = hopEnd(HopEnqueue, o.stamp)
 	// Sending under the lock keeps sequence numbers in queue order. It cannot block: the
 	// queue holds at most as many operations as there are tokens taken, and this caller
 	// holds one whose operation is not in the queue yet.
@@ -260,6 +275,7 @@ func (c *Comm) enqueue(o *op, opts ...OpOption) (*Request, error) {
 		panic("gonccl: internal error: the operation queue is full although a slot was taken")
 	}
 	c.mu.Unlock()
+	c.kickExecutor()
 	return o.req, nil
 }
 
@@ -290,25 +306,25 @@ func (c *Comm) takeSlot(o *op) error {
 	}
 }
 
-// run is the executor: it runs operations one at a time in issue order. If it
-// panics, executorDied takes over (and closes c.finished).
-func (c *Comm) run() {
-	for o := range c.queue {
-		<-c.slots // room for one more issuer
-		err := c.recordRun(o)
-		if o.hooks.After != nil {
-			if aerr := c.guard.Run("op hook", func() error { return o.hooks.After(err) }); aerr != nil {
-				if err == nil {
-					err = &OpError{Rank: c.rank, Op: o.String(), Peer: -1, Err: aerr}
-				} else {
-					c.logs.coll.Warn(fmt.Sprintf("gonccl rank %d: %s: after the failure: %v", c.rank, o, aerr))
-				}
+// runOne runs o, taken out of the queue by the holder of c.runMu, and completes its
+// request; with laterCallback, the request's completion callback runs on a goroutine
+// of its own (see inline.go).
+func (c *Comm) runOne(o *op, laterCallback bool) {
+	<-c.slots // room for one more issuer
+	started := hopEnd(HopQueue, o.stamp)
+	err := c.recordRun(o)
+	ran := hopEnd(HopRun, started)
+	if o.hooks.After != nil {
+		if aerr := c.guard.Run("op hook", func() error { return o.hooks.After(err) }); aerr != nil {
+			if err == nil {
+				err = &OpError{Rank: c.rank, Op: o.String(), Peer: -1, Err: aerr}
+			} else {
+				c.logs.coll.Warn(fmt.Sprintf("gonccl rank %d: %s: after the failure: %v", c.rank, o, aerr))
 			}
 		}
-		o.req.complete(err)
 	}
-	c.autoDump("communicator closed")
-	close(c.finished)
+	o.req.doneAt = hopEnd(HopFinish, ran)
+	o.req.finish(err, laterCallback)
 }
 
 func (c *Comm) execute(o *op) error {
@@ -495,7 +511,7 @@ func (c *Comm) Destroy() error {
 	if already {
 		return fmt.Errorf("gonccl rank %d: destroy: %w", c.rank, ErrClosed)
 	}
-	close(c.queue)
+	c.closeQueue()
 	<-c.finished
 	c.closeLinks()
 	if c.p2p != nil {
@@ -524,7 +540,7 @@ func (c *Comm) Abort() error {
 	if already {
 		return nil
 	}
-	close(c.queue)
+	c.closeQueue()
 	<-c.finished
 	return c.freeScratch()
 }

@@ -100,6 +100,7 @@ type op struct {
 	req   *Request
 	hooks Hooks // optional: see WithHooks
 	algo  Algo  // the algorithm it ran with, once run
+	stamp int64 // hop timing: the end of its last hop so far (see hops.go)
 }
 
 // describe renders an operation as a user would have called it.

@@ -23,6 +23,8 @@ type Param struct {
 var Params = []Param{
 	{"GONCCL_DEBUG", "WARN", "log level: WARN, INFO or TRACE (also VERSION: like INFO)"},
 	{"GONCCL_DEBUG_SUBSYS", "ALL", "comma-separated subsystems to log (INIT, COLL, NET, SHM, ENV, ALL); ^ excludes"},
+	{"GONCCL_DEBUG_HOPS", "0", "1: time each operation's hops (issue, queue, run, completion, wake-up) in this process, for gonccl.bench --hops (goncclDebugHops)"},
+	{"GONCCL_FAST_PATH", "1", "0: waits sleep at once instead of polling briefly (the executor for the next operation, a waiter for its request) and a waiting thread never completes its op itself (the C++ completion thread always does): the path before issue 14, for comparisons, or for hosts so oversubscribed that even a bounded poll hurts"},
 	{"GONCCL_SOCKET_IFNAME", "", "interfaces to use: name prefixes, ^ to exclude, = for exact names (NCCL's syntax)"},
 	{"GONCCL_TIMEOUT_MS", "1800000", "default timeout in ms for init and every operation (torch passes its own)"},
 	{"GONCCL_CHUNKSIZE", "524288", "bytes per pipelined chunk in ring and chain algorithms"},
@@ -50,6 +52,8 @@ const maxTraceSize = 1 << 20
 // that variables a host program sets just before init take effect).
 type config struct {
 	debug, debugSubsys string
+	debugHops          bool // GONCCL_DEBUG_HOPS
+	slowPath           bool // GONCCL_FAST_PATH=0
 	socketIfname       string
 	timeout            time.Duration
 	chunkBytes         int
@@ -105,6 +109,18 @@ func loadConfig() (*config, error) {
 	}
 	c.debug = strings.ToUpper(str("GONCCL_DEBUG"))
 	c.debugSubsys = strings.ToUpper(str("GONCCL_DEBUG_SUBSYS"))
+	switch v := str("GONCCL_DEBUG_HOPS"); v {
+	case "0", "1":
+		c.debugHops = v == "1"
+	default:
+		return nil, fmt.Errorf("%w: GONCCL_DEBUG_HOPS=%q: expected 0 or 1", ErrInvalidArgument, v)
+	}
+	switch v := str("GONCCL_FAST_PATH"); v {
+	case "0", "1":
+		c.slowPath = v == "0"
+	default:
+		return nil, fmt.Errorf("%w: GONCCL_FAST_PATH=%q: expected 0 or 1", ErrInvalidArgument, v)
+	}
 	c.socketIfname = str("GONCCL_SOCKET_IFNAME")
 	ms, err := num("GONCCL_TIMEOUT_MS", 1)
 	if err != nil {

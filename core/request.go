@@ -3,13 +3,17 @@ package core
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // Request is the handle of one enqueued operation. It completes exactly once, with nil
 // or the operation's error.
 type Request struct {
-	done chan struct{}
+	done   chan struct{}
+	fin    atomic.Bool // set just before done is closed: what Wait polls
+	doneAt int64       // hop timing: when it completed (see hops.go)
+	owner  *Comm       // a collective's communicator, whose queue Wait may run (inline.go)
 
 	mu       sync.Mutex
 	finished bool
@@ -35,7 +39,10 @@ func (r *Request) setSource(rank int) {
 }
 
 // complete finishes the request and runs its callback, if one is registered.
-func (r *Request) complete(err error) {
+func (r *Request) complete(err error) { r.finish(err, false) }
+
+// finish is complete; with laterCallback the callback runs on a goroutine of its own.
+func (r *Request) finish(err error, laterCallback bool) {
 	r.mu.Lock()
 	if r.finished {
 		r.mu.Unlock()
@@ -45,10 +52,22 @@ func (r *Request) complete(err error) {
 	fn := r.onDone
 	r.onDone = nil
 	r.mu.Unlock()
+	r.fin.Store(true)
 	close(r.done)
-	if fn != nil {
-		fn(err)
+	switch {
+	case fn == nil:
+	case laterCallback:
+		// Only a waiter's own operation (inline.go), so owner is set. A panic in fn
+		// (a C callback) is logged; the request has finished already.
+		r.owner.guard.Go("request callback", nil, nil, func() { r.callback(fn, err) })
+	default:
+		r.callback(fn, err)
 	}
+}
+
+func (r *Request) callback(fn func(error), err error) {
+	fn(err)
+	hopEnd(HopCallback, r.doneAt)
 }
 
 // Done is closed when the request has finished.
@@ -63,20 +82,35 @@ func (r *Request) Test() (bool, error) {
 
 // Wait blocks until the request finishes or timeout passes (timeout < 0: no limit of
 // its own; the operation's deadline still ends it). It reports whether the request
-// finished, and its error if so.
+// finished, and its error if so. The operation of a collective's request, and those
+// queued before it, may run on the caller's goroutine if the executor is not running
+// one (see inline.go); otherwise Wait polls briefly before it sleeps (see spin.go).
 func (r *Request) Wait(timeout time.Duration) (bool, error) {
+	if timeout != 0 && r.owner != nil && !r.fin.Load() {
+		r.owner.runInline(r)
+	}
+	if r.fin.Load() || (timeout != 0 && waitSpin.spin(r.fin.Load)) {
+		return r.woken()
+	}
 	if timeout < 0 {
 		<-r.done
-		return r.Test()
+		return r.woken()
 	}
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
 	case <-r.done:
-		return r.Test()
+		return r.woken()
 	case <-t.C:
 		return false, nil
 	}
+}
+
+// woken is Wait's result once the request has finished.
+func (r *Request) woken() (bool, error) {
+	<-r.done // closed: orders the read of doneAt after complete's write
+	hopEnd(HopWake, r.doneAt)
+	return r.Test()
 }
 
 // OnComplete registers fn to run once when the request finishes, on the goroutine that

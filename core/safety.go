@@ -18,6 +18,8 @@ import (
 //	executor          the executor goroutine: the communicator, and every queued op
 //	collective        one operation on the executor (algorithm, staging Before hook): that op, then the communicator
 //	op hook           an operation's After hook on the executor: that op, then the communicator
+//	inline op         an operation a waiter runs itself (inline.go), outside the guards above: that op, then the communicator
+//	request callback  the completion callback of a waiter's own operation, run after the waiter returns: nothing (logged)
 //	sendrecv sender   exec.sendRecv's sending goroutine: the op
 //	pipeline sender   exec.pipeline's sending goroutine: the op
 //	window sender     exec.pipelineWindow's sending goroutine: the op
@@ -76,11 +78,15 @@ func panicOnPass(site string, nth int64) func(string) {
 // enqueued until Destroy or Abort closes the queue), then lets Destroy and Abort go on.
 func (c *Comm) executorDied(err error) {
 	c.breakWith("executor", err)
+	// Waiters that run operations themselves (inline.go) release runMu after each
+	// turn; from here on nobody else takes an operation out.
+	c.runMu.Lock()
 	for o := range c.queue {
 		<-c.slots // room for one more issuer, as run gives
 		o.req.complete(&OpError{Rank: c.rank, Op: o.String(), Peer: -1,
 			Err: fmt.Errorf("communicator failed earlier and cannot be used: %w", err)})
 	}
+	c.runMu.Unlock()
 	close(c.finished)
 }
 

@@ -12,6 +12,7 @@
 
 #include "checks.hpp"
 #include "cuda.hpp"
+#include "hops.hpp"
 #include "library.hpp"
 
 namespace gonccl {
@@ -60,6 +61,7 @@ GoncclBackend::GoncclBackend(
       " for a group of size ",
       size);
   const Library& L = loadLibrary(libraryPath);
+  hops::configure();
 
   goncclUniqueId id;
   if (rank == 0) {
@@ -135,6 +137,7 @@ c10::intrusive_ptr<GoncclWork> GoncclBackend::issue(Op op, const Start& start) {
   // Go blocks the issuing thread while the communicator's queue is full
   // (GONCCL_QUEUE_DEPTH), until the executor makes room: other Python threads
   // must run meanwhile, and one waiting for issueMutex_ must not hold the GIL.
+  const int64_t issuedAt = hops::now();
   GilRelease noGil;
   // One op at a time: the sequence number and the order Go sees must agree.
   std::lock_guard<std::mutex> guard(issueMutex_);
@@ -185,6 +188,7 @@ c10::intrusive_ptr<GoncclWork> GoncclBackend::issue(Op op, const Start& start) {
   if (op.anySource) {
     work->recordSourceRank();
   }
+  work->setIssuedAt(issuedAt);
   goncclResult_t rc = start(parts);
   if (holds) {
     // The copy-out comes after the op on the gonccl stream, and the next op
@@ -212,8 +216,11 @@ c10::intrusive_ptr<GoncclWork> GoncclBackend::issue(Op op, const Start& start) {
   } else {
     ++seq_;
     work->expectParts(parts.requests.size(), error);
+    // A waiter may complete an op of one request on host memory itself.
+    const bool waiterMayComplete = parts.requests.size() == 1 &&
+                                   error.empty() && !stream && hops::fastPath();
     for (goncclRequest_t request : parts.requests) {
-      queue_->track(work, request);
+      queue_->track(work, request, waiterMayComplete);
     }
     if (!error.empty()) {
       C10_THROW_ERROR(DistBackendError, error);
@@ -222,6 +229,7 @@ c10::intrusive_ptr<GoncclWork> GoncclBackend::issue(Op op, const Start& start) {
   if (coalescing_) {
     coalesced_.push_back(work);
   }
+  hops::since(hops::kIssue, issuedAt);
   return work;
 }
 

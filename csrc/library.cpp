@@ -105,6 +105,8 @@ const Library& loadLibrary(const std::string& path) {
   bindOptional(handle, "goncclStreamCheck", t.streamCheck);
   bindOptional(handle, "goncclRequestHoldStream", t.requestHoldStream);
   bindOptional(handle, "goncclRequestReleaseStream", t.requestReleaseStream);
+  bindOptional(handle, "goncclRequestTest", t.requestTest);
+  bindOptional(handle, "goncclDebugHops", t.debugHops);
   // The handle is never closed: a Go runtime cannot be unloaded.
   int version = 0;
   TORCH_CHECK(
@@ -121,6 +123,10 @@ const Library& loadLibrary(const std::string& path) {
   loaderPid = getpid();
   loaded.store(true, std::memory_order_release);
   return table;
+}
+
+bool libraryLoaded() {
+  return loaded.load(std::memory_order_acquire) && !isForkedChild();
 }
 
 const Library& lib() {

@@ -52,6 +52,12 @@ struct Library {
   decltype(&::goncclRequestHoldStream) requestHoldStream;
   decltype(&::goncclRequestReleaseStream) requestReleaseStream;
 
+  // Latency paths: a waiter that completes its op itself (goncclRequestTest
+  // tells a finished op's timeout from a wait's), and per-hop timing. Resolved
+  // if present, null otherwise.
+  decltype(&::goncclRequestTest) requestTest;
+  decltype(&::goncclDebugHops) debugHops;
+
   // True if every optional entry point above was found. The dtypes and reduce
   // ops that came with them (bool, int16, uint16/32/64, float8, complex;
   // BAND/BOR/BXOR) are only used when this is true.
@@ -90,6 +96,9 @@ void checkNotForked();
 
 // True if this process is a fork of the process that loaded the library.
 bool isForkedChild();
+
+// True once loadLibrary has succeeded (in this process or its parent).
+bool libraryLoaded();
 
 // detail if it is not empty (Go's message, with rank, peer, op and sequence
 // number), else goncclGetErrorString(result); never empty.

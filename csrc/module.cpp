@@ -14,6 +14,7 @@
 
 #include "backend.hpp"
 #include "cuda.hpp"
+#include "hops.hpp"
 #include "library.hpp"
 
 namespace py = pybind11;
@@ -99,6 +100,15 @@ PYBIND11_MODULE(_C, m) {
       "For tests: the device an op on tensors of these devices runs on, or "
       "the error the backend raises for them (cuda_built overrides the "
       "build's CUDA support).");
+  m.def(
+      "_hops",
+      [](bool reset) {
+        py::gil_scoped_release noGil;
+        return gonccl::hops::stats(reset);
+      },
+      py::arg("reset") = false,
+      "Per-hop timing of this process (GONCCL_DEBUG_HOPS=1): (hop, count, "
+      "total ns) for C++'s hops, then Go's; reset zeroes them after reading.");
   m.def(
       "header_version",
       []() { return GONCCL_VERSION_CODE; },

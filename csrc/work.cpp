@@ -12,6 +12,7 @@
 #include <ATen/core/grad_mode.h>
 
 #include "cuda.hpp"
+#include "hops.hpp"
 #include "library.hpp"
 
 namespace gonccl {
@@ -139,6 +140,12 @@ void GoncclWork::complete(const std::string& error) {
   releaseHolds();
   postComplete_ = nullptr;
   keepAlive_.clear();
+  std::function<bool(std::chrono::milliseconds)> dropped;
+  {
+    std::lock_guard<std::mutex> guard(partsMutex_);
+    dropped = std::move(inline_);
+    inline_ = nullptr;
+  }
   std::exception_ptr eptr = msg.empty() ? nullptr : distError(msg);
   try {
     if (eptr) {
@@ -150,7 +157,14 @@ void GoncclWork::complete(const std::string& error) {
     // A callback attached to the future threw; the op itself is done.
     TORCH_WARN("gonccl: ", opName_, ": a future callback failed: ", e.what());
   }
+  completedAt_ = hops::now();
   finish(eptr);
+}
+
+void GoncclWork::setInlineCompletion(
+    std::function<bool(std::chrono::milliseconds)> fn) {
+  std::lock_guard<std::mutex> guard(partsMutex_);
+  inline_ = std::move(fn);
 }
 
 void GoncclWork::releaseHolds() {
@@ -214,7 +228,16 @@ void GoncclWork::fail(const std::string& error) {
 }
 
 bool GoncclWork::wait(std::chrono::milliseconds timeout) {
+  std::function<bool(std::chrono::milliseconds)> completeHere;
+  {
+    std::lock_guard<std::mutex> guard(partsMutex_);
+    completeHere = inline_;
+  }
+  // The latency path: wait for the op in Go and complete it on this thread.
+  const bool completedHere = completeHere && completeHere(timeout);
+  completeHere = nullptr;
   std::unique_lock<std::mutex> lock(mutex_);
+  const bool waited = !completed_;
   if (timeout == kNoTimeout) {
     // The op has its own deadline (the process group's timeout) in Go, so this
     // always ends; waiting in slices lets Ctrl-C interrupt it before that.
@@ -232,6 +255,10 @@ bool GoncclWork::wait(std::chrono::milliseconds timeout) {
             " ms on ",
             opName_));
   }
+  if (!completedHere && waited) {
+    hops::since(hops::kWake, completedAt_);
+  }
+  hops::since(hops::kIssueToWait, issuedAt_);
   if (exception_) {
     std::rethrow_exception(exception_);
   }

@@ -115,6 +115,17 @@ class GoncclWork : public c10d::Work {
   // Fails the Work at once (the op could not be issued). Never throws.
   void fail(const std::string& error);
 
+  // How wait() may complete the Work itself instead of waiting for the
+  // completion thread (see completion.hpp): fn waits for the op in Go for up
+  // to its timeout (at most one slice) and returns true if it completed the
+  // Work. complete() drops it. Set before the op can finish.
+  void setInlineCompletion(std::function<bool(std::chrono::milliseconds)> fn);
+
+  // Hop timing (hops.hpp): when GoncclBackend::issue began this op.
+  void setIssuedAt(int64_t ns) {
+    issuedAt_ = ns;
+  }
+
  private:
   // Makes the current stream of the op's device wait on the op's completion
   // event (members' first). The host part must be done.
@@ -124,6 +135,9 @@ class GoncclWork : public c10d::Work {
   void releaseHolds();
 
   std::mutex partsMutex_;
+  std::function<bool(std::chrono::milliseconds)> inline_;  // partsMutex_
+  int64_t issuedAt_ = 0;
+  int64_t completedAt_ = 0;  // written before finish(), read after wait()
   size_t partsLeft_ = 0;
   std::string partsError_;
   bool recordsSource_ = false;

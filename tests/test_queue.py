@@ -8,7 +8,14 @@ GIL released) and every result is exact. Before back-pressure, both ranks hung a
   allreduce-threads  5,000 from each of 4 threads on 2 groups (also with a queue of 16)
   p2p                20,000 isend/irecv pairs from one thread
   p2p-threads        5,000 pairs from each of 4 threads on 2 groups
+
+test_latency_paths: the waiter's own completion of a blocking op (issue 14) keeps
+results, issue order, future callbacks (exactly once) and errors right, across threads
+and groups; with GONCCL_FAST_PATH=0 every op goes through the completion thread. The
+per-hop counts (GONCCL_DEBUG_HOPS=1) prove which path the ops took.
 """
+
+import re
 
 import pytest
 
@@ -33,3 +40,22 @@ def test_many_queued_ops(case):
     run.assert_ok(f"{case}: {n} async operations per thread")
     for p in run.procs:
         print(p.stdout.strip())
+
+
+@pytest.mark.timeout(TIMEOUT + 60)
+@pytest.mark.parametrize("fast", ["1", "0"])
+def test_latency_paths(fast):
+    env = {"GONCCL_DEBUG_HOPS": "1", "GONCCL_FAST_PATH": fast}
+    run = run_ranks(lambda r: worker_argv("queue_worker.py", "latency", 300), 2, timeout=TIMEOUT, env=env)
+    run.assert_ok(f"latency paths, GONCCL_FAST_PATH={fast}")
+    for p in run.procs:
+        print(p.stdout.strip())
+        m = re.search(r"completed by the waiter: (\d+), by the completion thread: (\d+)", p.stdout)
+        assert m, p.stdout
+        by_waiter, by_thread = int(m.group(1)), int(m.group(2))
+        assert by_waiter + by_thread >= 4 * 300, p.stdout
+        if fast == "1":
+            # blocking ops are waited at once: most are the waiter's (the thread may win a race)
+            assert by_waiter >= 300, p.stdout
+        else:
+            assert by_waiter == 0, p.stdout

@@ -13,6 +13,12 @@ MODE
                      issues the same sequence on each group
   p2p                N isend/irecv pairs with the other rank from one thread
   p2p-threads        4 threads, N pairs each, on 2 groups, each thread with its own tag
+  latency            the latency paths (issue 14: a waiter completes its op itself, waits
+                     poll before sleeping): N blocking all_reduces; N async ones waited
+                     newest first, each with a future callback that must run exactly
+                     once; 2 threads doing N blocking all_reduces each on their own group
+                     at once; then a mismatched all_reduce that must fail on both ranks.
+                     Prints how many ops each completion path took (GONCCL_DEBUG_HOPS=1)
 
 Every result is checked exactly; the first few mismatches are printed and the rank
 exits 1. The process group's timeout is short, so a hang ends as an error here, not
@@ -89,7 +95,69 @@ def p2p_ops(group, n: int, thread: int) -> list[str]:
     return check(f"thread {thread} recv", got, want)
 
 
-def threaded(groups, n: int, body) -> list[str]:
+def latency_ops(n: int, world: int) -> list[str]:
+    rank = dist.get_rank()
+    errors: list[str] = []
+    got = []
+    for k in range(n):
+        t = torch.tensor([value(k, rank)], dtype=torch.int64)
+        dist.all_reduce(t)
+        got.append(int(t.item()))
+    errors += check("blocking all_reduce", got, [sum(value(k, r) for r in range(world)) for k in range(n)])
+
+    tensors, works, futs = [], [], []
+    calls = [0] * n
+    for k in range(n):
+        t = torch.tensor([value(k, rank, 1)], dtype=torch.int64)
+        w = dist.all_reduce(t, async_op=True)
+
+        def bump(fut, k=k):
+            calls[k] += 1
+            return fut.value()
+
+        futs.append(w.get_future().then(bump))
+        tensors.append(t)
+        works.append(w)
+    for w in reversed(works):
+        w.wait()
+    for f in futs:
+        f.wait()
+    errors += check("async all_reduce waited newest first", [int(t.item()) for t in tensors],
+                    [sum(value(k, r, 1) for r in range(world)) for k in range(n)])
+    errors += [f"future callback of op {k} ran {c} times" for k, c in enumerate(calls) if c != 1]
+    errors += [f"op {k} not completed after wait()" for k, w in enumerate(works) if not w.is_completed()]
+
+    groups = [dist.new_group(), dist.new_group()]
+
+    def blocking(group, thread):
+        out = []
+        for k in range(n):
+            t = torch.tensor([value(k, rank, thread)], dtype=torch.int64)
+            dist.all_reduce(t, group=group)
+            out.append(int(t.item()))
+        return check(f"thread {thread} blocking all_reduce", out,
+                     [sum(value(k, r, thread) for r in range(world)) for k in range(n)])
+
+    errors += threaded(groups, n, blocking, nthreads=2)
+
+    bad = dist.new_group()
+    t = torch.zeros(1 + rank, dtype=torch.float32)
+    try:
+        dist.all_reduce(t, group=bad)
+        errors.append("a mismatched all_reduce (1 element against 2) succeeded")
+    except dist.DistBackendError as e:
+        if "mismatch" not in str(e).lower():
+            errors.append(f"the mismatched all_reduce failed without naming the mismatch: {e}")
+
+    from gonccl import _C
+
+    counts = {name: n for name, n, _ in _C._hops()}
+    print(f"rank {rank}: completed by the waiter: {counts.get('c++: waiter completes the op itself', 0)}, "
+          f"by the completion thread: {counts.get('c++: complete (free, future, finish)', 0)}", flush=True)
+    return errors
+
+
+def threaded(groups, n: int, body, nthreads: int = 4) -> list[str]:
     errors: list[str] = []
     lock = threading.Lock()
 
@@ -101,7 +169,7 @@ def threaded(groups, n: int, body) -> list[str]:
         with lock:
             errors.extend(bad)
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(nthreads)]
     for t in threads:
         t.start()
     for t in threads:
@@ -128,6 +196,8 @@ def main() -> int:
         errors = threaded(groups, n, body)
     elif mode == "p2p":
         errors = p2p_ops(None, n, 0)
+    elif mode == "latency":
+        errors = latency_ops(n, world)
     elif mode == "p2p-threads":
         groups = [dist.new_group(), dist.new_group()]
         errors = threaded(groups, n, lambda group, thread: p2p_ops(group, n, thread))

@@ -67,6 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", metavar="FILE.png", help="draw busbw against size per backend (matplotlib)")
     p.add_argument("--no-memcpy", dest="memcpy", action="store_false",
                    help="skip the memcpy reference measurement")
+    p.add_argument("--no-floor", dest="floor", action="store_false",
+                   help="skip the C ABI floor row (all_reduce, float sum, cpu: the same op over the same "
+                        "processes through libgonccl's C ABI, without torch)")
+    p.add_argument("--hops", action="store_true",
+                   help="time each hop of gonccl's path (sets GONCCL_DEBUG_HOPS=1) and print rank 0's "
+                        "per-op means under each gonccl and C ABI row")
     g = p.add_argument_group("ddp")
     g.add_argument("--size", type=int, default=4000, help="ToyModel width (the lecture's: 4000)")
     g.add_argument("--batch", type=int, default=1000, help="batch size (the lecture's: 1000)")

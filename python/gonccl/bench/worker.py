@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from gonccl.bench import collectives as C
-from gonccl.bench import report
+from gonccl.bench import floor, report
 
 AVERAGE_NAMES = {0: "rank 0", 1: "average over ranks", 2: "min over ranks", 3: "max over ranks"}
 
@@ -62,8 +62,9 @@ def _agree_error(msg: str | None) -> str | None:
     return msg or "failed on another rank"
 
 
-def measure(inst: C.Instance, args, nranks: int) -> dict:
-    """#wrong (if checking), then the timed loop; returns time/algbw/busbw/#wrong."""
+def measure(inst: C.Instance, args, nranks: int, reset_hops: bool = False) -> dict:
+    """#wrong (if checking), then the timed loop; returns time/algbw/busbw/#wrong.
+    reset_hops: zero the per-hop timing just before the timed loop."""
     wrong = None
     err = None
     try:
@@ -88,6 +89,10 @@ def measure(inst: C.Instance, args, nranks: int) -> dict:
     if wrong is not None:
         wrong = int(t.item())
     try:
+        if reset_hops:
+            from gonccl import _C
+
+            _C._hops(True)
         dist.barrier()
         t0 = time.perf_counter()
         if args.blocking:
@@ -140,6 +145,8 @@ def run(args) -> int:
     rank = int(os.environ["RANK"])
     nranks = int(os.environ["WORLD_SIZE"])
     timeout = timedelta(seconds=args.pg_timeout)
+    if args.hops:
+        os.environ["GONCCL_DEBUG_HOPS"] = "1"  # read when the backend is created
     dist.init_process_group("gloo", rank=rank, world_size=nranks, timeout=timeout)
     try:
         return _run(args, rank, nranks, timeout)
@@ -164,6 +171,10 @@ def _run(args, rank: int, nranks: int, timeout) -> int:
     groups = {b: dist.new_group(backend=b, timeout=timeout) for b in args.backends}
     with_ratio = "gonccl" in groups and "gloo" in groups
     say = rank == 0
+    capi = None
+    if (args.floor and coll == "all_reduce" and "gonccl" in groups and device.type == "cpu"
+            and dtype == torch.float32 and args.op == "sum"):
+        capi = floor.CapiAllReduce(rank, nranks)
 
     # the physical reference: rank 0 copies while the others wait
     mem = None
@@ -222,9 +233,27 @@ def _run(args, rank: int, nranks: int, timeout) -> int:
                 if not present:
                     continue
                 inst = C.Instance(coll, group, shape, dtype, args.op, args.root, form == "ip", rank, nranks, device)
-                row[form] = measure(inst, args, nranks)
+                row[form] = measure(inst, args, nranks, reset_hops=args.hops and backend == "gonccl")
                 del inst
+            if args.hops and backend == "gonccl":
+                res = row["ip"] or row["oop"]
+                row["hops"] = floor.hop_table(res.get("time_us"))
             size_rows.append(row)
+        if capi is not None:
+            if args.hops:
+                from gonccl import _C
+
+                _C._hops(True)
+            sec = capi.time_per_op(shape.size, args.iters, args.warmup_iters, bool(args.blocking))
+            sec = _combine(sec, args.average, nranks)
+            algbw = shape.size / sec / 1e9 if sec > 0 else float("nan")
+            size_rows.append({
+                "size": shape.size, "count": shape.count, "type": C.TYPE_NAMES[dtype], "redop": redop,
+                "root": root, "backend": "capi", "oop": None,
+                "ip": {"time_us": sec * 1e6, "algbw": algbw, "busbw": algbw * C.busbw_factor(coll, nranks),
+                       "wrong": None},
+                **({"hops": floor.hop_table()} if args.hops else {}),
+            })
         if with_ratio:
             by = {r["backend"]: r for r in size_rows}
             form = "ip" if ip_form else "oop"
@@ -232,8 +261,20 @@ def _run(args, rank: int, nranks: int, timeout) -> int:
             if g and o and not g.get("error") and not o.get("error") and o["busbw"] > 0:
                 by["gonccl"]["ratio"] = g["busbw"] / o["busbw"]
         if say:
-            report.print_lines([report.row_line(r, with_ratio) for r in size_rows])
+            out = []
+            for r in size_rows:
+                out.append(report.row_line(r, with_ratio))
+                if r.get("hops"):
+                    out += [f"# hops of the {r['backend']} row above, rank 0, mean per op:", *r["hops"]]
+            by = {r["backend"]: r for r in size_rows}
+            g, f = (by.get("gonccl") or {}).get("ip"), (by.get("capi") or {}).get("ip")
+            if g and f and not g.get("error") and f["time_us"] > 0:
+                by["gonccl"]["floor_ratio"] = g["time_us"] / f["time_us"]
+                out.append(f"# gonccl through torch / its C ABI floor (time): {by['gonccl']['floor_ratio']:.2f}x")
+            report.print_lines(out)
         rows.extend(size_rows)
+    if capi is not None:
+        capi.close()
 
     if not say:
         return 0
