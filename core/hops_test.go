@@ -1,7 +1,10 @@
 package core
 
 import (
+	"fmt"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -50,4 +53,64 @@ func TestSpinnerAdapts(t *testing.T) {
 	polled := false
 	require.False(t, s.spin(func() bool { polled = true; return true }))
 	require.False(t, polled)
+}
+
+// TestWaitersRunQueuedOpsInOrder: ops a waiter runs on its own goroutine (inline.go)
+// still run one at a time in issue order on every rank, whoever runs them: each rank
+// issues ops of growing sizes (a different order on two ranks would be a mismatch, and
+// two at once would corrupt the shared scratch memory), then rank 0 waits newest first
+// (its waiter runs them all) while rank 1 waits oldest first, from two goroutines.
+func TestWaitersRunQueuedOpsInOrder(t *testing.T) {
+	comms := memComms(t, 2, nil)
+	const n = 60
+	bufs := make([][][]byte, 2)
+	reqs := make([][]*Request, 2)
+	for r, c := range comms {
+		for k := 0; k < n; k++ {
+			b := make([]byte, 4*(k+1))
+			for i := 0; i <= k; i++ {
+				putElem(b, Float32, i, float64(k+r))
+			}
+			req, err := c.AllReduce(b, b, k+1, Float32, Sum)
+			require.NoError(t, err)
+			bufs[r] = append(bufs[r], b)
+			reqs[r] = append(reqs[r], req)
+		}
+	}
+	errs := make(chan error, 2*n)
+	wait := func(req *Request) {
+		done, err := req.Wait(20 * time.Second)
+		if !done {
+			err = fmt.Errorf("request did not finish")
+		}
+		errs <- err
+	}
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		for k := n - 1; k >= 0; k-- {
+			wait(reqs[0][k])
+		}
+	}()
+	for g := 0; g < 2; g++ {
+		go func() {
+			defer wg.Done()
+			for k := g; k < n; k += 2 {
+				wait(reqs[1][k])
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	for r := range comms {
+		for k := 0; k < n; k++ {
+			for i := 0; i <= k; i++ {
+				require.Equal(t, float64(2*k+1), getElem(bufs[r][k], Float32, i), "rank %d op %d element %d", r, k, i)
+			}
+		}
+	}
 }
