@@ -2,7 +2,8 @@
 and gloo in one run, -c 1. It checks the tool, not gonccl's speed: the table has
 nccl-tests' columns, one row per (size, backend), #wrong is 0 everywhere, busbw is
 algbw times the collective's factor, the JSON agrees with the table, and a rank that
-cannot rendezvous does not outlive the --timeout.
+cannot rendezvous does not outlive the --timeout. all_reduce also has the C ABI floor
+row (capi) and, with --hops, the per-hop table under the gonccl and capi rows.
 
 It runs the installed tool, `python -m gonccl.bench` (make test builds and installs first).
 """
@@ -36,8 +37,9 @@ def table_rows(out: str) -> list[list[str]]:
 @pytest.mark.parametrize("coll,factor", [("all_reduce", 1.0), ("all_gather", 0.5)])
 def test_bench_table(tmp_path, coll, factor):
     out_json = tmp_path / "out.json"
+    hops = ["--hops", "-z", "1"] if coll == "all_reduce" else []
     run = bench(tmp_path, coll, "-b", "8", "-e", "64K", "-f", "32", "-n", "3", "-w", "1", "-c", "1",
-                "--backends", "gonccl,gloo", "-np", "2", "--json", str(out_json))
+                "--backends", "gonccl,gloo", "-np", "2", "--json", str(out_json), *hops)
     run.assert_ok(f"gonccl.bench {coll}")
     out = run.procs[0].stdout
     header = [line for line in out.splitlines() if line.startswith("#") and "#wrong" in line]
@@ -50,10 +52,20 @@ def test_bench_table(tmp_path, coll, factor):
     rows = table_rows(out)
     # sizes 8, 256, 8192 and then -e, 65536 (all_gather: 2 ranks split 8 B into 1 float
     # each), gonccl and gloo each
+    backends = ("gonccl", "gloo", "capi") if coll == "all_reduce" else ("gonccl", "gloo")
     assert [(r[0], r[5]) for r in rows] == [
-        (s, b) for s in ("8", "256", "8192", "65536") for b in ("gonccl", "gloo")
+        (s, b) for s in ("8", "256", "8192", "65536") for b in backends
     ], out
+    if coll == "all_reduce":
+        assert out.count("# gonccl through torch / its C ABI floor (time): ") == 4, out
+        assert out.count("# hops of the gonccl row above") == 4 and out.count("# hops of the capi row above") == 4, out
+        for hop in ("c++: issue (Work, cgo call, registration)", "go: run (algorithm, peers)",
+                    "c++: issue -> wait() returns", "python + torch dispatch"):
+            assert hop in out, f"hop {hop!r} missing:\n{out}"
     for r in rows:
+        if r[5] == "capi":
+            assert r[10:13] != ["N/A"] * 3 and float(r[10]) > 0, out
+            continue
         assert r[2] == "float", out
         # out-of-place: cols 6-9, in-place: cols 10-13
         halves = [r[6:10], r[10:14]] if coll == "all_gather" else [r[10:14]]
@@ -68,18 +80,20 @@ def test_bench_table(tmp_path, coll, factor):
 
     doc = json.loads(out_json.read_text())
     assert doc["coll"] == coll and doc["nranks"] == 2 and doc["backends"] == ["gonccl", "gloo"]
-    assert len(doc["rows"]) == 8
+    assert len(doc["rows"]) == 4 * len(backends)
     for row in doc["rows"]:
         for form in ("oop", "ip"):
             res = row[form]
             if res is None:
                 continue
-            assert res["wrong"] == 0
+            assert res["wrong"] == (None if row["backend"] == "capi" else 0)
             assert res["busbw"] == pytest.approx(res["algbw"] * factor)
             assert res["algbw"] == pytest.approx(row["size"] / (res["time_us"] * 1e-6) / 1e9)
     if coll == "all_gather":
         # nccl-tests' convention: size = the gathered buffer, count = elements per rank
         assert [(r["size"], r["count"]) for r in doc["rows"][::2]] == [(8, 1), (256, 32), (8192, 1024), (65536, 8192)]
+    else:
+        assert all(r["floor_ratio"] > 0 for r in doc["rows"] if r["backend"] == "gonccl"), doc
 
 
 def procs_in(cwd) -> list[int]:

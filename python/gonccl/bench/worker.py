@@ -237,7 +237,8 @@ def _run(args, rank: int, nranks: int, timeout) -> int:
                 del inst
             if args.hops and backend == "gonccl":
                 res = row["ip"] or row["oop"]
-                row["hops"] = floor.hop_table(res.get("time_us"))
+                # The Python share is only meaningful when each op is waited at once.
+                row["hops"] = floor.hop_table(res.get("time_us") if args.blocking else None)
             size_rows.append(row)
         if capi is not None:
             if args.hops:
