@@ -79,7 +79,7 @@ func TestWaitersRunQueuedOpsInOrder(t *testing.T) {
 	}
 	errs := make(chan error, 2*n)
 	wait := func(req *Request) {
-		done, err := req.Wait(20 * time.Second)
+		done, err := req.Wait(-1) // no timeout of its own: it may run ops (the ops' 20 s deadline bounds it)
 		if !done {
 			err = fmt.Errorf("request did not finish")
 		}
@@ -112,5 +112,33 @@ func TestWaitersRunQueuedOpsInOrder(t *testing.T) {
 				require.Equal(t, float64(2*k+1), getElem(bufs[r][k], Float32, i), "rank %d op %d element %d", r, k, i)
 			}
 		}
+	}
+}
+
+// TestTimedWaitNeverRunsOp: a wait with a timeout of its own comes back when the
+// timeout passes, even when nobody else is running the queue: it never runs the
+// operation itself (inline.go), since it could not return before the operation ends.
+// Each operation blocks in its Before hook until the test has seen its wait time out
+// (or, if a waiter ran it, until the operation's deadline).
+func TestTimedWaitNeverRunsOp(t *testing.T) {
+	c := memComms(t, 1, func(cfg *config) { cfg.timeout = 5 * time.Second })[0]
+	for k := 0; k < 20; k++ {
+		release := make(chan struct{})
+		hold := Hooks{Before: func(deadline time.Time) error {
+			select {
+			case <-release:
+			case <-time.After(time.Until(deadline)):
+			}
+			return nil
+		}}
+		b := make([]byte, 8)
+		req, err := c.AllReduce(b, b, 2, Float32, Sum, WithHooks(hold))
+		require.NoError(t, err)
+		done, _ := req.Wait(time.Millisecond)
+		close(release)
+		require.False(t, done, "op %d: a wait with a 1 ms timeout returned only once the op had ended", k)
+		done, err = req.Wait(-1)
+		require.True(t, done)
+		require.NoError(t, err)
 	}
 }

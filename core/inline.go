@@ -3,10 +3,13 @@ package core
 // A waiter runs its own operation. Handing a small operation to the executor goroutine
 // costs a thread wake-up on the way in (tens of microseconds on a loaded host, more
 // than the operation itself), and handing the result back another. So a goroutine that
-// waits for a collective's request (Request.Wait: a blocking C ABI call, or the torch
-// backend's wait()) runs the queued operations itself, oldest first, up to and including
-// its own, whenever nobody else is running one: the executor then is only the runner
-// for operations nobody waits for yet (asynchronous ones).
+// waits without a timeout of its own for a collective's request (Request.Wait(-1): a
+// blocking C ABI call, goncclRequestWait(-1), the torch backend's wait() off Python's
+// main thread) runs the queued operations itself, oldest first, up to and including its
+// own, whenever nobody else is running one: the executor then is only the runner for
+// operations nobody waits for yet (asynchronous ones). A wait with a timeout never
+// does: it must come back when the timeout passes (Python's main thread waits in
+// slices so that Ctrl-C gets through).
 //
 // Order stays issue order, one operation at a time, because operations leave the
 // queue only in the hands of the holder of runMu, who runs each to its end before
@@ -19,10 +22,8 @@ package core
 // recorder, frame headers (mismatch detection), hooks, slots (back-pressure) and
 // panic guards are those of the executor's path: runOne is shared.
 //
-// The cost: a waiter that runs an operation cannot return before the operation ends
-// (its deadline, or a peer's failure, ends it), so a wait with a timeout of its own
-// (timeout > 0) may overrun it by the operation's length. GONCCL_FAST_PATH=0 turns
-// this off.
+// A waiter that runs an operation cannot return before the operation ends (its
+// deadline, or a peer's failure, ends it). GONCCL_FAST_PATH=0 turns this off.
 
 // runInline runs queued operations on the caller's goroutine until r has finished, the
 // queue is empty, or someone else is running them.

@@ -82,11 +82,12 @@ func (r *Request) Test() (bool, error) {
 
 // Wait blocks until the request finishes or timeout passes (timeout < 0: no limit of
 // its own; the operation's deadline still ends it). It reports whether the request
-// finished, and its error if so. The operation of a collective's request, and those
-// queued before it, may run on the caller's goroutine if the executor is not running
-// one (see inline.go); otherwise Wait polls briefly before it sleeps (see spin.go).
+// finished, and its error if so. Without a timeout of its own, the operation of a
+// collective's request, and those queued before it, may run on the caller's goroutine
+// if the executor is not running one (see inline.go); otherwise Wait polls briefly
+// before it sleeps (see spin.go).
 func (r *Request) Wait(timeout time.Duration) (bool, error) {
-	if timeout != 0 && r.owner != nil && !r.fin.Load() {
+	if timeout < 0 && r.owner != nil && !r.fin.Load() {
 		r.owner.runInline(r)
 	}
 	if r.fin.Load() || (timeout != 0 && waitSpin.spin(r.fin.Load)) {

@@ -112,12 +112,17 @@ bool CompletionQueue::completeInline(
     return false;
   }
   const Library& L = lib();
-  // One slice: a long op goes back to wait()'s own loop, which looks for
-  // Python signals between slices.
+  // Without a deadline of its own, off Python's signal thread, the wait is
+  // unbounded: Go may then run the op on this thread (core/inline.go), the op's
+  // own deadline bounding it. Otherwise one slice: a long op goes back to
+  // wait()'s own loop, which looks for Python signals (Ctrl-C) between slices.
   constexpr int64_t kSliceMs = 100;
-  const int64_t ms = timeout.count() > 0 && timeout.count() < kSliceMs
-                         ? static_cast<int64_t>(timeout.count())
-                         : kSliceMs;
+  int64_t ms = kSliceMs;
+  if (timeout.count() == 0 && !onSignalThread()) {
+    ms = -1;
+  } else if (timeout.count() > 0 && timeout.count() < kSliceMs) {
+    ms = static_cast<int64_t>(timeout.count());
+  }
   goncclResult_t rc = L.requestWait(token->request, ms);
   if (rc == goncclTimeout) {
     // Either the wait's slice passed or the op itself failed with a timeout.

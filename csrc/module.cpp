@@ -16,6 +16,7 @@
 #include "cuda.hpp"
 #include "hops.hpp"
 #include "library.hpp"
+#include "work.hpp"
 
 namespace py = pybind11;
 
@@ -30,6 +31,11 @@ c10::intrusive_ptr<gonccl::GoncclBackend> createBackend(
   // The store object is owned by Python; take a reference of our own.
   auto storeRef =
       c10::intrusive_ptr<c10d::Store>::unsafe_reclaim_from_nonowning(&store);
+  // The thread Python runs signal handlers on (see GoncclWork::wait).
+  gonccl::setSignalThread(py::module_::import("threading")
+                              .attr("main_thread")()
+                              .attr("ident")
+                              .cast<unsigned long>());
   // Joining the communicator blocks until every rank has arrived.
   py::gil_scoped_release noGil;
   return c10::make_intrusive<gonccl::GoncclBackend>(

@@ -47,7 +47,18 @@ std::vector<c10::Device> devicesOf(const std::optional<c10::Stream>& stream) {
   return {stream->device()};
 }
 
+std::atomic<unsigned long> signalThread{0};
+
 }  // namespace
+
+void setSignalThread(unsigned long ident) {
+  signalThread.store(ident);
+}
+
+bool onSignalThread() {
+  const unsigned long ident = signalThread.load();
+  return ident != 0 && PyThread_get_thread_ident() == ident;
+}
 
 GoncclWork::GoncclWork(
     int rank,

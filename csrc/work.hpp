@@ -18,6 +18,14 @@
 
 namespace gonccl {
 
+// Records the ident (PyThread_get_thread_ident) of Python's main thread, the
+// one that runs signal handlers: a wait there must come back every slice to let
+// Ctrl-C through, so it never runs its op itself (see completion.hpp).
+void setSignalThread(unsigned long ident);
+
+// True if the calling thread is that thread.
+bool onSignalThread();
+
 // One collective in flight. Created by GoncclBackend when it issues the op,
 // completed on the backend's completion thread (see completion.hpp), never on
 // a Go thread. An op may consist of several gonccl requests (a coalesced op,
@@ -116,9 +124,10 @@ class GoncclWork : public c10d::Work {
   void fail(const std::string& error);
 
   // How wait() may complete the Work itself instead of waiting for the
-  // completion thread (see completion.hpp): fn waits for the op in Go for up
-  // to its timeout (at most one slice) and returns true if it completed the
-  // Work. complete() drops it. Set before the op can finish.
+  // completion thread (see completion.hpp): fn waits for the op in Go (until
+  // it ends if the wait has no timeout and this is not Python's signal thread;
+  // else for one slice at most) and returns true if it completed the Work.
+  // complete() drops it. Set before the op can finish.
   void setInlineCompletion(std::function<bool(std::chrono::milliseconds)> fn);
 
   // Hop timing (hops.hpp): when GoncclBackend::issue began this op.
