@@ -131,6 +131,7 @@ type p2pEngine struct {
 	nsend      uint64
 	nrecv      uint64
 	closed     error
+	leaving    error // set before close says goodbye: peers hanging up then do not count as lost
 	wg         sync.WaitGroup
 
 	status        func() statusReport       // this rank's progress, for peers that ask (see status.go)
@@ -664,6 +665,9 @@ func (e *p2pEngine) failPeer(pp *p2pPeer, err error) {
 		return
 	}
 	pp.err = fmt.Errorf("lost rank %d: %w", pp.rank, err)
+	if e.leaving != nil { // this rank is closing: the peer hung up because it said goodbye
+		pp.err = e.leaving
+	}
 	done := e.drainPeer(pp, pp.err)
 	closed := e.closed != nil
 	if e.statusAnswers != nil { // a status query waits for this peer: it will not answer
@@ -738,6 +742,11 @@ func (e *p2pEngine) drainPeer(pp *p2pPeer, err error) completions {
 // close fails every pending point-to-point request with err, closes the channels and
 // waits for their goroutines, so that no buffer is touched after it returns.
 func (e *p2pEngine) close(err error, reason string) {
+	e.mu.Lock()
+	if e.leaving == nil {
+		e.leaving = err
+	}
+	e.mu.Unlock()
 	e.sayBye(reason)
 	e.mu.Lock()
 	if e.closed != nil {
