@@ -106,7 +106,7 @@ func TestShmAcrossProcesses(t *testing.T) {
 	n, ops := 3, 3
 	c, cmds := spawnRanks(t, n, ops, false)
 	for p := 1; p < n; p++ {
-		require.Equal(t, "shm", transportName(c.links[p]), "peer %d", p)
+		require.Equal(t, "shm", transportName(c.peers.linkIfAny(p)), "peer %d", p)
 	}
 	for i := 0; i < ops; i++ {
 		want, got, err := allReduceAt0(c, n, i)

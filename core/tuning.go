@@ -56,10 +56,8 @@ type model struct {
 func (c *Comm) costModel() model {
 	m := model{n: c.nranks, link: shmCost, oneHost: true, chunkBytes: c.cfg.chunkBytes,
 		scratch: len(c.scratch), llThreshold: c.cfg.llThreshold}
-	for _, l := range c.links {
-		if l != nil && transportName(l) != "shm" {
-			m.link, m.oneHost = tcpCost, false
-		}
+	if !c.peers.allShm() {
+		m.link, m.oneHost = tcpCost, false
 	}
 	return m
 }
