@@ -40,8 +40,8 @@ type Comm struct {
 	cfg          *config
 	logs         loggers
 	peers        *peerSet // links to the other ranks, made on demand (see peers.go)
-	scratch      []byte // mmap'd: receive staging for reductions
-	work         []byte // mmap'd, grown on demand: see workBuf
+	scratch      []byte   // mmap'd: receive staging for reductions
+	work         []byte   // mmap'd, grown on demand: see workBuf
 	timeout      time.Duration
 	sel          *selector       // the cost model: picks each operation's algorithm
 	trace        *flightRecorder // recent operations (nil: off); see trace.go

@@ -62,6 +62,10 @@ func (c *Comm) costModel() model {
 	return m
 }
 
+// directMaxRanks bounds the direct algorithms: they link every rank to every other,
+// the full mesh that connecting on demand (peers.go) avoids at scale.
+const directMaxRanks = 16
+
 // estimate is one algorithm's verdict for one message: its modelled time, or why it
 // cannot run.
 type estimate struct {
@@ -146,6 +150,10 @@ func (m *model) estimate(coll, algo string, bytes int) estimate {
 		if !latencyOnly(m.llThreshold, "the direct all_reduce") {
 			break
 		}
+		if m.n > directMaxRanks {
+			e.why = fmt.Sprintf("the direct algorithm links every pair of ranks; at most %d ranks (there are %d)", directMaxRanks, m.n)
+			break
+		}
 		// Every rank sends its buffer to every peer, then reduces all n in rank order.
 		e.us = m.link.latencyUS + (n-1)*b/(m.link.bwGBs*1e3) + (n-1)*red(b)
 	case "broadcast:tree":
@@ -162,6 +170,10 @@ func (m *model) estimate(coll, algo string, bytes int) estimate {
 			break
 		}
 		if !latencyOnly(m.llThreshold, "the direct all_gather") {
+			break
+		}
+		if m.n > directMaxRanks {
+			e.why = fmt.Sprintf("the direct algorithm links every pair of ranks; at most %d ranks (there are %d)", directMaxRanks, m.n)
 			break
 		}
 		e.us = m.link.latencyUS + (n-1)*b/(m.link.bwGBs*1e3)
