@@ -61,16 +61,23 @@ const maxMsg = 1 << 20
 var handshakeTimeout = 10 * time.Second
 
 func writeMsg(c net.Conn, v any) error {
-	b, err := json.Marshal(v)
+	b, err := encodeMsg(v)
 	if err != nil {
 		return err
 	}
+	_, err = c.Write(b)
+	return err
+}
+
+// encodeMsg frames v as writeMsg sends it.
+func encodeMsg(v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
 	var n [4]byte
 	binary.LittleEndian.PutUint32(n[:], uint32(len(b)))
-	if _, err := c.Write(append(n[:], b...)); err != nil {
-		return err
-	}
-	return nil
+	return append(n[:], b...), nil
 }
 
 func readMsg(c net.Conn, v any) error {
@@ -186,8 +193,14 @@ func serveRoot(l *net.TCPListener, secret []byte, deadline time.Time, logs logge
 	for _, m := range members {
 		table[m.info.Rank] = m.info
 	}
+	// One encoding for every rank: at 1,024 ranks the table is ~150 KB of JSON.
+	reply, err := encodeMsg(rootReply{Ranks: table})
+	if err != nil {
+		fail(err.Error())
+		return
+	}
 	for _, m := range members {
-		_ = writeMsg(m.conn, rootReply{Ranks: table})
+		_, _ = m.conn.Write(reply)
 		m.conn.Close()
 	}
 }

@@ -107,7 +107,7 @@ type peerSet struct {
 
 // testHookDialed, when set (by tests), is called after each connection this process
 // dials to a peer on demand or at init, before the next.
-var testHookDialed func(rank, peer int, ch uint8)
+var testHookDialed atomic.Pointer[func(rank, peer int, ch uint8)]
 
 // fixedPeers wraps links made elsewhere (tests over in-memory links): nothing is ever
 // connected on demand.
@@ -267,46 +267,44 @@ func (s *peerSet) where(peer int) string {
 	return fmt.Sprintf("pid %d on %s at %s", ri.Pid, ri.Hostname, ri.Addr)
 }
 
-// dial connects to a lower peer: its collective connections and its point-to-point
-// one, then finishes the link.
+// dial connects to a lower peer: its collective connections (together), then its
+// point-to-point one, then finishes the link. The peer's link is complete when the
+// point-to-point connection arrives.
 func (s *peerSet) dial(peer int, deadline time.Time) {
 	socks, _ := pairSockets(s.ranks[s.rank], s.ranks[peer])
-	conns := make([]net.Conn, socks)
-	var msg net.Conn
-	chans := []uint8{tcp.ChannelP2P}
-	for i := range conns {
-		chans = append(chans, tcp.CollChannel(i))
+	conns := make([]net.Conn, socks+1) // the last: point-to-point
+	errs := make([]error, len(conns))
+	dialOne := func(i int) {
+		ch := uint8(tcp.ChannelP2P)
+		if i < socks {
+			ch = tcp.CollChannel(i)
+		}
+		c, err := tcp.DialOnce(s.ranks[peer].Addr, s.secret, tcp.Hello{From: s.rank, To: peer, Channel: ch}, deadline)
+		if err != nil {
+			errs[i] = err
+			return
+		}
+		s.opened.Add(1)
+		conns[i] = c
+		if hook := testHookDialed.Load(); hook != nil {
+			(*hook)(s.rank, peer, ch)
+		}
 	}
-	errs := make([]error, len(chans))
-	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for i, ch := range chans {
-		s.guard.Go("peer dial", &wg, func(err error) { errs[i] = err }, func() {
-			c, err := tcp.DialOnce(s.ranks[peer].Addr, s.secret, tcp.Hello{From: s.rank, To: peer, Channel: ch}, deadline)
-			if err != nil {
-				errs[i] = err
-				return
-			}
-			s.opened.Add(1)
-			mu.Lock()
-			if ch == tcp.ChannelP2P {
-				msg = c
-			} else {
-				conns[tcp.CollSocket(ch)] = c
-			}
-			mu.Unlock()
-			if testHookDialed != nil {
-				testHookDialed(s.rank, peer, ch)
-			}
-		})
+	for i := range socks {
+		s.guard.Go("peer dial", &wg, func(err error) { errs[i] = err }, func() { dialOne(i) })
 	}
 	wg.Wait()
+	if errors.Join(errs...) == nil {
+		s.guard.Go("peer dial", &wg, func(err error) { errs[socks] = err }, func() { dialOne(socks) })
+		wg.Wait()
+	}
 	if err := errors.Join(errs...); err != nil {
-		closeConns(append(conns, msg))
+		closeConns(conns)
 		s.fail(peer, fmt.Errorf("connecting to rank %d (%s): %w", peer, s.where(peer), err))
 		return
 	}
-	s.finish(peer, conns, msg, deadline)
+	s.finish(peer, conns[:socks], conns[socks], deadline)
 }
 
 func closeConns(cs []net.Conn) {
