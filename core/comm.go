@@ -40,6 +40,7 @@ type Comm struct {
 	cfg          *config
 	logs         loggers
 	peers        *peerSet // links to the other ranks, made on demand (see peers.go)
+	hosts        [][]int  // the ranks of each host (nil: unknown; see hostGroups)
 	scratch      []byte   // mmap'd: receive staging for reductions
 	work         []byte   // mmap'd, grown on demand: see workBuf
 	timeout      time.Duration
@@ -159,6 +160,7 @@ func newComm(rank, nranks int, cfg *config, logs loggers, peers *peerSet, timeou
 		timeout: timeout, queue: make(chan *op, cfg.queueDepth), slots: make(chan struct{}, cfg.queueDepth),
 		closing: make(chan struct{}), finished: make(chan struct{}),
 	}
+	c.hosts = hostGroups(peers.ranks)
 	c.sel = newSelector(c.costModel(), cfg.algo, logs)
 	c.sendHdrs, c.recvHdrs = make([]transport.Header, nranks), make([]transport.Header, nranks)
 	c.sinks = make([]reduceSink, nranks)
@@ -385,6 +387,13 @@ func (c *Comm) dispatch(e *exec, o *op) error {
 			return err
 		}
 		switch algo {
+		case "hier":
+			e.hdr.Algo = uint8(AlgoHier)
+			work, err := c.workBuf(reduceWindow * (c.cfg.chunkBytes + es))
+			if err != nil {
+				return err
+			}
+			return e.allReduceHier(buf, o.count, o.dtype, o.redop, c.hosts, work)
 		case "rd":
 			e.hdr.Algo = uint8(AlgoRecDoubling)
 			return e.allReduceRD(buf, o.dtype, o.redop)

@@ -16,6 +16,7 @@ import (
 type exec struct {
 	rank, nranks int
 	peers        *peerSet // links, made on demand: see link
+	group        []int    // nil, or a subgroup's ranks: peer i is rank group[i] (see sub)
 	hdr          transport.Header
 	deadline     time.Time
 	timeout      time.Duration
@@ -58,11 +59,19 @@ func (e *exec) result() error {
 
 // link returns the link to peer, connecting it first if this is the first use.
 func (e *exec) link(peer int) (transport.Link, error) {
-	l, err := e.peers.link(peer, e.deadline)
+	l, err := e.peers.link(e.realRank(peer), e.deadline)
 	if err != nil {
 		return nil, &linkSetupError{err}
 	}
 	return l, nil
+}
+
+// realRank maps a peer of a subgroup's exec to its rank in the communicator.
+func (e *exec) realRank(peer int) int {
+	if e.group != nil {
+		return e.group[peer]
+	}
+	return peer
 }
 
 // linkSetupError is a failure to make a link on demand; its message names the peer
@@ -152,6 +161,7 @@ func (s *reduceSink) Piece(off int, piece []byte) error {
 }
 
 func (e *exec) linkErr(peer int, err error) error {
+	peer = e.realRank(peer)
 	var m *transport.MismatchError
 	var se *linkSetupError
 	switch {
