@@ -158,14 +158,6 @@ func (cs completions) run() {
 	}
 }
 
-func closeMsgConns(msgs []*transport.MsgConn) {
-	for _, m := range msgs {
-		if m != nil {
-			m.Close()
-		}
-	}
-}
-
 // startP2P starts point-to-point messaging over msgs (one per peer, nil at this rank;
 // a nil slice for none yet: peers join later through addPeer).
 func (c *Comm) startP2P(msgs []*transport.MsgConn) {
