@@ -98,7 +98,13 @@ type peerSet struct {
 	mu     sync.Mutex
 	closed bool
 	onMsg  func(peer int, m *transport.MsgConn) // hands point-to-point channels over (see attach)
-	wg     sync.WaitGroup                       // the accept loop
+	wg     sync.WaitGroup                       // the accept loop and the handshakes
+	// inflight holds the accepted connections being handled, closed by close so that
+	// no handshake outlives the communicator.
+	inflight map[net.Conn]struct{}
+	// handshake bounds an unauthenticated connection's handshake (handshakeTimeout,
+	// read once).
+	handshake time.Duration
 	// brokenErr, once set, fails every link not made yet (see broken).
 	brokenErr error
 
@@ -125,7 +131,7 @@ func fixedPeers(rank int, links []transport.Link) *peerSet {
 // newPeerSet starts accepting peers' connections on l (which it owns from now on).
 func newPeerSet(rank int, ranks []rankInfo, secret []byte, l *net.TCPListener, timeout time.Duration, logs loggers, g safego.Guard) *peerSet {
 	s := &peerSet{rank: rank, ranks: ranks, secret: secret, l: l, timeout: timeout, logs: logs, guard: g,
-		slots: make([]peerSlot, len(ranks))}
+		slots: make([]peerSlot, len(ranks)), inflight: map[net.Conn]struct{}{}, handshake: handshakeTimeout}
 	s.wg.Add(1)
 	g.Go("peer accept", nil, func(err error) { s.wg.Done(); s.broken(err) }, func() {
 		defer s.wg.Done()
@@ -415,7 +421,23 @@ func (s *peerSet) acceptLoop() {
 			return
 		}
 		tcp.Accepted(c)
-		s.guard.Go("peer handshake", nil, func(err error) { c.Close(); s.broken(err) }, func() {
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			c.Close()
+			return
+		}
+		s.inflight[c] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		done := func() {
+			s.mu.Lock()
+			delete(s.inflight, c)
+			s.mu.Unlock()
+			s.wg.Done()
+		}
+		s.guard.Go("peer handshake", nil, func(err error) { c.Close(); done(); s.broken(err) }, func() {
+			defer done()
 			if err := s.accepted(c); err != nil {
 				s.logs.net.Warn("dropped connection", zap.Stringer("from", c.RemoteAddr()), zap.Error(err))
 				c.Close()
@@ -426,7 +448,7 @@ func (s *peerSet) acceptLoop() {
 
 // accepted authenticates one incoming connection and files it.
 func (s *peerSet) accepted(c net.Conn) error {
-	h, err := tcp.AcceptHandshake(c, s.secret, time.Now().Add(handshakeTimeout))
+	h, err := tcp.AcceptHandshake(c, s.secret, time.Now().Add(s.handshake))
 	if err != nil {
 		return err
 	}
@@ -523,9 +545,14 @@ func (s *peerSet) close() {
 	s.mu.Lock()
 	already := s.closed
 	s.closed = true
+	var inflight []net.Conn
+	for c := range s.inflight {
+		inflight = append(inflight, c)
+	}
 	s.mu.Unlock()
 	if !already && s.l != nil {
 		s.l.Close()
+		closeConns(inflight)
 		s.wg.Wait()
 	}
 	for p := range s.slots {
