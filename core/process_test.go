@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	osexec "os/exec"
+	"slices"
 	"strconv"
 	"syscall"
 	"testing"
@@ -30,7 +31,7 @@ const childCount = 300001 // float32s per all_reduce: more than a shm ring
 // the results), stays up for GONCCL_TEST_IDLE (a duration) if set, and then, if
 // GONCCL_TEST_DIE is set, kills itself without closing anything, as a crashing rank
 // would. With GONCCL_TEST_DIE_DIALING=P it kills itself instead as soon as it has
-// dialled the first connection of its link to rank P.
+// dialled the first connection of its link to rank P, if that link is made on demand.
 func childRank(r string) int {
 	rank, _ := strconv.Atoi(r)
 	n, _ := strconv.Atoi(os.Getenv("GONCCL_TEST_NRANKS"))
@@ -41,19 +42,22 @@ func childRank(r string) int {
 		return 2
 	}
 	copy(id[:], b)
-	c, err := NewComm(id, n, rank, Options{Timeout: 20 * time.Second})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 3
-	}
-	if p := os.Getenv("GONCCL_TEST_DIE_DIALING"); p != "" { // after init: on demand only
+	// Installed before init, not after: rank 0 may ask for the link as soon as its own
+	// init returns, before this rank's has.
+	if p := os.Getenv("GONCCL_TEST_DIE_DIALING"); p != "" { // on demand only: an initial peer links as usual
 		peer, _ := strconv.Atoi(p)
+		initial := slices.Contains(initialPeers(rank, n), peer)
 		hook := func(_, to int, _ uint8) { // the first connection of the link, then death
-			if to == peer {
+			if to == peer && !initial {
 				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 			}
 		}
 		testHookDialed.Store(&hook)
+	}
+	c, err := NewComm(id, n, rank, Options{Timeout: 20 * time.Second})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 3
 	}
 	for i := 0; i < ops; i++ {
 		buf := inputs(Float32, Sum, childCount, rank, int64(i))
