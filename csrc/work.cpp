@@ -158,6 +158,7 @@ void GoncclWork::complete(const std::string& error) {
     inline_ = nullptr;
   }
   std::exception_ptr eptr = msg.empty() ? nullptr : distError(msg);
+  endProfilingRange();
   try {
     if (eptr) {
       future_->setError(eptr);
@@ -176,6 +177,19 @@ void GoncclWork::setInlineCompletion(
     std::function<bool(std::chrono::milliseconds)> fn) {
   std::lock_guard<std::mutex> guard(partsMutex_);
   inline_ = std::move(fn);
+}
+
+void GoncclWork::endProfilingRange() {
+  // Whoever waits on the future (DDP's reducer, get_future().wait()) may stop
+  // torch's profiler as soon as it is marked complete; ending the range after
+  // that, from this thread, races with the profiler collecting its trace and
+  // corrupts its buffers (heap corruption, a crash at exit). c10d::Work::finish
+  // would end it only after the future, so it is ended here, first.
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (recordFunctionEndCallback_) {
+    recordFunctionEndCallback_();
+    recordFunctionEndCallback_ = nullptr;
+  }
 }
 
 void GoncclWork::releaseHolds() {
