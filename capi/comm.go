@@ -149,6 +149,22 @@ func goncclCommAbort(h C.goncclComm_t) (res C.goncclResult_t) {
 	return C.goncclSuccess
 }
 
+//export goncclCommSetTimeout
+func goncclCommSetTimeout(h C.goncclComm_t, timeoutMs C.int64_t) (res C.goncclResult_t) {
+	defer guard(&res)
+	e, err := lookupComm(h)
+	if err != nil {
+		return fail(nil, err)
+	}
+	if timeoutMs <= 0 {
+		return fail(e, fmt.Errorf("%w: goncclCommSetTimeout: timeout must be positive, got %d ms", core.ErrInvalidArgument, int64(timeoutMs)))
+	}
+	if err := e.comm.SetTimeout(time.Duration(timeoutMs) * time.Millisecond); err != nil {
+		return fail(e, err)
+	}
+	return C.goncclSuccess
+}
+
 //export goncclCommCount
 func goncclCommCount(h C.goncclComm_t, count *C.int) (res C.goncclResult_t) {
 	defer guard(&res)

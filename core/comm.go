@@ -41,9 +41,8 @@ type Comm struct {
 	cfg          *config
 	logs         loggers
 	links        []transport.Link
-	scratch      []byte // mmap'd: receive staging for reductions
-	work         []byte // mmap'd, grown on demand: see workBuf
-	timeout      time.Duration
+	scratch      []byte          // mmap'd: receive staging for reductions
+	work         []byte          // mmap'd, grown on demand: see workBuf
 	sel          *selector       // the cost model: picks each operation's algorithm
 	trace        *flightRecorder // recent operations (nil: off); see trace.go
 
@@ -57,6 +56,7 @@ type Comm struct {
 	p2p *p2pEngine // point-to-point messaging, beside the executor (nil: none)
 
 	mu          sync.Mutex
+	timeout     time.Duration // of operations enqueued from now on (SetTimeout)
 	seq         uint64
 	closed      bool  // no more operations may be enqueued
 	broken      error // first failure; later operations fail at once with it
@@ -213,8 +213,25 @@ func (c *Comm) Rank() int { return c.rank }
 // Size returns the number of ranks.
 func (c *Comm) Size() int { return c.nranks }
 
-// Timeout returns the deadline every operation must meet.
-func (c *Comm) Timeout() time.Duration { return c.timeout }
+// Timeout returns the time limit of operations enqueued from now on.
+func (c *Comm) Timeout() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.timeout
+}
+
+// SetTimeout sets the time limit of the operations enqueued after it returns (a
+// collective's runs from when the executor starts it, a send's or receive's from its
+// call); operations already enqueued keep theirs. d must be positive.
+func (c *Comm) SetTimeout(d time.Duration) error {
+	if d <= 0 {
+		return invalidf("timeout must be positive, got %v", d)
+	}
+	c.mu.Lock()
+	c.timeout = d
+	c.mu.Unlock()
+	return nil
+}
 
 // enqueue validates nothing: callers check their arguments first.
 func (c *Comm) enqueue(o *op, opts ...OpOption) (*Request, error) {
@@ -228,6 +245,7 @@ func (c *Comm) enqueue(o *op, opts ...OpOption) (*Request, error) {
 	}
 	c.seq++
 	o.seq = c.seq
+	o.timeout = c.timeout
 	o.req = newRequest()
 	c.issuedOp = o.String()
 	c.trace.enqueued(o)
@@ -279,7 +297,7 @@ func (c *Comm) execute(o *op) error {
 		rank: c.rank, nranks: c.nranks, links: c.links,
 		hdr: transport.Header{Seq: o.seq, Kind: uint8(o.kind), DType: uint8(o.dtype), Root: int32(o.root),
 			Count: uint64(o.count)},
-		deadline: start.Add(c.timeout), timeout: c.timeout,
+		deadline: start.Add(o.timeout), timeout: o.timeout,
 		scratch: c.scratch, chunkBytes: c.cfg.chunkBytes, breakLinks: c.failLinks,
 		sendHdrs: c.sendHdrs, recvHdrs: c.recvHdrs, sinks: c.sinks,
 	}

@@ -63,6 +63,7 @@ type p2pRecv struct {
 	src      int // peer, or AnySource
 	tag      int64
 	what     string
+	timeout  time.Duration
 	deadline time.Time
 	timer    *time.Timer
 	state    recvState
@@ -77,6 +78,7 @@ type p2pSend struct {
 	tag      int64
 	seq      uint64
 	what     string
+	timeout  time.Duration
 	deadline time.Time
 	timer    *time.Timer
 	state    sendState
@@ -227,7 +229,7 @@ func (c *Comm) Send(buf []byte, count int, dt DataType, peer, tag int) (*Request
 	if err := c.checkP2P("send", buf, count, dt, peer, tag, false); err != nil {
 		return nil, err
 	}
-	return c.p2p.send(buf[:count*dt.Size()], count, dt, peer, int64(tag))
+	return c.p2p.send(buf[:count*dt.Size()], count, dt, peer, int64(tag), c.Timeout())
 }
 
 // Recv receives count elements of dt from peer (or AnySource) with tag into buf. It
@@ -239,10 +241,12 @@ func (c *Comm) Recv(buf []byte, count int, dt DataType, peer, tag int) (*Request
 	if err := c.checkP2P("recv", buf, count, dt, peer, tag, true); err != nil {
 		return nil, err
 	}
-	return c.p2p.recv(buf[:count*dt.Size()], count, dt, peer, int64(tag))
+	return c.p2p.recv(buf[:count*dt.Size()], count, dt, peer, int64(tag), c.Timeout())
 }
 
-func (e *p2pEngine) send(p []byte, count int, dt DataType, peer int, tag int64) (*Request, error) {
+// send and recv fail their request if it has not finished within timeout (the
+// communicator's when it was issued; see Comm.SetTimeout).
+func (e *p2pEngine) send(p []byte, count int, dt DataType, peer int, tag int64, timeout time.Duration) (*Request, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.nsend++
@@ -259,7 +263,7 @@ func (e *p2pEngine) send(p []byte, count int, dt DataType, peer int, tag int64) 
 	}
 	pp.nextSeq++
 	s := &p2pSend{req: newRequest(), buf: p, peer: peer, tag: tag, seq: pp.nextSeq, what: what,
-		deadline: time.Now().Add(e.timeout)}
+		timeout: timeout, deadline: time.Now().Add(timeout)}
 	s.req.source = peer
 	f := &p2pFrame{h: transport.MsgHeader{Kind: transport.MsgEager, DType: uint8(dt), Seq: s.seq, Tag: tag, Len: uint64(len(p))},
 		payload: p, send: s, deadline: s.deadline}
@@ -269,11 +273,11 @@ func (e *p2pEngine) send(p []byte, count int, dt DataType, peer int, tag int64) 
 	}
 	s.frame = f
 	e.enqueue(pp, f, false)
-	s.timer = time.AfterFunc(e.timeout, func() { e.expireSend(s) })
+	s.timer = time.AfterFunc(timeout, func() { e.expireSend(s) })
 	return s.req, nil
 }
 
-func (e *p2pEngine) recv(p []byte, count int, dt DataType, src int, tag int64) (*Request, error) {
+func (e *p2pEngine) recv(p []byte, count int, dt DataType, src int, tag int64, timeout time.Duration) (*Request, error) {
 	e.mu.Lock()
 	e.nrecv++
 	from := fmt.Sprintf("rank %d", src)
@@ -281,8 +285,8 @@ func (e *p2pEngine) recv(p []byte, count int, dt DataType, src int, tag int64) (
 		from = "any rank"
 	}
 	r := &p2pRecv{req: newRequest(), buf: p, src: src, tag: tag, from: src,
-		what:     fmt.Sprintf("recv #%d from %s (tag %d, %s x %d)", e.nrecv, from, tag, dt, count),
-		deadline: time.Now().Add(e.timeout)}
+		what:    fmt.Sprintf("recv #%d from %s (tag %d, %s x %d)", e.nrecv, from, tag, dt, count),
+		timeout: timeout, deadline: time.Now().Add(timeout)}
 	r.req.source = src
 	if e.closed != nil {
 		e.mu.Unlock()
@@ -292,14 +296,14 @@ func (e *p2pEngine) recv(p []byte, count int, dt DataType, src int, tag int64) (
 	if u := e.takeUnexpected(src, tag); u != nil {
 		e.deliver(r, u, &done)
 		if r.state != recvDone { // waiting for an announced message's data: it has a deadline too
-			r.timer = time.AfterFunc(e.timeout, func() { e.expireRecv(r) })
+			r.timer = time.AfterFunc(timeout, func() { e.expireRecv(r) })
 		}
 	} else if src != AnySource && e.peers[src].err != nil {
 		e.mu.Unlock()
 		return nil, &OpError{Rank: e.rank, Op: r.what, Peer: src, Err: e.peers[src].err}
 	} else {
 		e.posted = append(e.posted, r)
-		r.timer = time.AfterFunc(e.timeout, func() { e.expireRecv(r) })
+		r.timer = time.AfterFunc(timeout, func() { e.expireRecv(r) })
 	}
 	e.mu.Unlock()
 	done.run()
@@ -624,7 +628,7 @@ func (e *p2pEngine) expireRecv(r *p2pRecv) {
 	if r.src == AnySource && r.seq == 0 {
 		hint = "did any rank send with this tag?"
 	}
-	r.req.complete(&OpError{Rank: e.rank, Op: r.what, Peer: r.src, Err: fmt.Errorf("%w after %v (%s)", ErrTimeout, e.timeout, hint)})
+	r.req.complete(&OpError{Rank: e.rank, Op: r.what, Peer: r.src, Err: fmt.Errorf("%w after %v (%s)", ErrTimeout, r.timeout, hint)})
 }
 
 func (e *p2pEngine) expireSend(s *p2pSend) {
@@ -647,7 +651,7 @@ func (e *p2pEngine) expireSend(s *p2pSend) {
 	s.state = sendDone
 	e.mu.Unlock()
 	s.req.complete(&OpError{Rank: e.rank, Op: s.what, Peer: s.peer, Err: fmt.Errorf(
-		"%w after %v (is rank %d alive, and did it post the matching receive?)", ErrTimeout, e.timeout, s.peer)})
+		"%w after %v (is rank %d alive, and did it post the matching receive?)", ErrTimeout, s.timeout, s.peer)})
 }
 
 // failPeer shuts pp's channel down after err and fails everything pending on it.

@@ -44,7 +44,19 @@ class GilRelease {
   PyThreadState* state_ = nullptr;
 };
 
+// The per-call time limit of the ops this thread issues (CallTimeout).
+thread_local std::chrono::milliseconds callTimeout = c10d::kUnsetTimeout;
+
 }  // namespace
+
+GoncclBackend::CallTimeout::CallTimeout(std::chrono::milliseconds timeout)
+    : previous_(callTimeout) {
+  callTimeout = timeout;
+}
+
+GoncclBackend::CallTimeout::~CallTimeout() {
+  callTimeout = previous_;
+}
 
 GoncclBackend::GoncclBackend(
     const c10::intrusive_ptr<c10d::Store>& store,
@@ -52,7 +64,10 @@ GoncclBackend::GoncclBackend(
     int size,
     std::chrono::milliseconds timeout,
     const std::string& libraryPath)
-    : Backend(rank, size), libraryPath_(libraryPath), timeout_(timeout) {
+    : Backend(rank, size),
+      libraryPath_(libraryPath),
+      timeout_(timeout),
+      commTimeout_(timeout) {
   TORCH_CHECK_VALUE(
       size >= 1 && rank >= 0 && rank < size,
       "gonccl: invalid rank ",
@@ -110,6 +125,7 @@ GoncclBackend::~GoncclBackend() {
 }
 
 c10::intrusive_ptr<c10d::Backend::Options> GoncclBackend::getBackendOptions() {
+  std::lock_guard<std::mutex> guard(issueMutex_);
   return c10::make_intrusive<Options>("gonccl", timeout_);
 }
 
@@ -175,14 +191,29 @@ c10::intrusive_ptr<GoncclWork> GoncclBackend::issue(Op op, const Start& start) {
   if (op.anySource) {
     work->recordSourceRank();
   }
+  const std::chrono::milliseconds timeout = opTimeout(callTimeout, work);
+  work->attach(state_, timeout);
+  if (timeout != commTimeout_ && lib().commSetTimeout != nullptr) {
+    goncclResult_t trc = lib().commSetTimeout(parts.comm, timeout.count());
+    if (trc != goncclSuccess) {
+      C10_THROW_ERROR(
+          DistBackendError,
+          c10::str(
+              "gonccl: ",
+              op.name,
+              ": setting its timeout of ",
+              timeout.count(),
+              " ms failed: ",
+              errorString(trc, lib().getLastError(parts.comm))));
+    }
+    commTimeout_ = timeout;
+  }
   goncclResult_t rc = start(parts);
   std::string error;
   if (rc != goncclSuccess) {
-    error = c10::str(
-        "gonccl: ",
-        op.name,
-        " failed: ",
-        errorString(rc, lib().getLastError(parts.comm)));
+    work->noteResult(rc);
+    error =
+        opFailure(op.name, rc, lib().getLastError(parts.comm), work->timeout());
   }
   if (parts.requests.empty()) {
     if (!error.empty()) {
@@ -206,6 +237,105 @@ c10::intrusive_ptr<GoncclWork> GoncclBackend::issue(Op op, const Start& start) {
   }
   return work;
 }
+
+std::chrono::milliseconds GoncclBackend::opTimeout(
+    std::chrono::milliseconds requested,
+    const c10::intrusive_ptr<GoncclWork>& work) {
+  auto timeout = requested == c10d::kUnsetTimeout ? timeout_ : requested;
+  // An extension ends when the first op issued after it has finished.
+  extensions_.erase(
+      std::remove_if(
+          extensions_.begin(),
+          extensions_.end(),
+          [](const Extension& x) {
+            return x.firstWork && x.firstWork->isCompleted();
+          }),
+      extensions_.end());
+  for (Extension& x : extensions_) {
+    timeout += x.amount;
+    if (!x.firstWork) {
+      x.firstWork = work;
+    }
+  }
+  return timeout;
+}
+
+void GoncclBackend::setTimeout(std::chrono::milliseconds timeout) {
+  TORCH_CHECK_VALUE(
+      timeout.count() > 0,
+      "gonccl: set_timeout: the timeout must be positive, got ",
+      timeout.count(),
+      " ms");
+  std::lock_guard<std::mutex> guard(issueMutex_);
+  TORCH_CHECK(
+      lib().commSetTimeout != nullptr,
+      "gonccl: set_timeout needs goncclCommSetTimeout, which this "
+      "libgonccl.so lacks");
+  timeout_ = timeout;
+}
+
+#if TORCH_VERSION_MAJOR > 2 || \
+    (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 15)
+void GoncclBackend::addEphemeralTimeout(
+    const std::chrono::milliseconds& timeout) {
+  std::lock_guard<std::mutex> guard(issueMutex_);
+  extensions_.push_back({timeout, nullptr});
+}
+#endif
+
+c10d::ErrorType GoncclBackend::getError() {
+  return state_->error();
+}
+
+void GoncclBackend::enableCollectivesTiming() {
+  state_->enableTiming();
+}
+
+void GoncclBackend::registerOnCompletionHook(
+    std::function<void(std::shared_ptr<c10d::WorkInfo>)>&& hook) {
+  onCompletionHook_ = hook;  // the base class's, for hasHooks()
+  state_->setWorkInfoHook(std::move(hook));
+}
+
+void GoncclBackend::waitForPendingWorks() {
+  std::shared_ptr<CompletionQueue> queue;
+  std::chrono::milliseconds timeout;
+  {
+    std::lock_guard<std::mutex> guard(issueMutex_);
+    queue = queue_;
+    timeout = timeout_;
+  }
+  if (!queue) {
+    return;
+  }
+  GilRelease noGil;
+  TORCH_CHECK(
+      queue->drain(timeout),
+      "gonccl: waitForPendingWorks: ",
+      queue->pending(),
+      " op(s) still pending after ",
+      timeout.count(),
+      " ms");
+}
+
+#ifdef C10D_BACKEND_HAS_HOOKS
+void GoncclBackend::registerCompletionHook(
+    int64_t id, c10d::CompletionHook hook) {
+  state_->registerCompletionHook(id, std::move(hook));
+}
+
+void GoncclBackend::unregisterCompletionHook(int64_t id) {
+  state_->unregisterCompletionHook(id);
+}
+
+void GoncclBackend::registerAbortHook(int64_t id, c10d::AbortHook hook) {
+  state_->registerAbortHook(id, std::move(hook));
+}
+
+void GoncclBackend::unregisterAbortHook(int64_t id) {
+  state_->unregisterAbortHook(id);
+}
+#endif
 
 c10::Stream GoncclBackend::deviceStream(c10::DeviceIndex device) {
   auto it = streams_.find(device);
@@ -282,15 +412,27 @@ c10::intrusive_ptr<c10d::Backend> GoncclBackend::split(
     const c10::intrusive_ptr<c10d::Store>& store,
     const std::vector<int>& ranks,
     const c10::intrusive_ptr<Options>& opts) {
-  auto it = std::find(ranks.begin(), ranks.end(), rank_);
-  TORCH_CHECK_VALUE(
-      it != ranks.end(),
-      "gonccl: split: rank ",
-      rank_,
-      " is not one of the new group's ranks ",
-      ranks);
+  for (int r : ranks) {
+    TORCH_CHECK_VALUE(
+        r >= 0 && r < size_,
+        "gonccl: split: rank ",
+        r,
+        " is out of range for a group of size ",
+        size_);
+  }
   liveComm("split");
-  const auto timeout = opts ? opts->timeout : timeout_;
+  auto it = std::find(ranks.begin(), ranks.end(), rank_);
+  if (it == ranks.end()) {
+    return nullptr;
+  }
+  std::chrono::milliseconds timeout;
+  {
+    std::lock_guard<std::mutex> guard(issueMutex_);
+    timeout = timeout_;
+  }
+  if (opts && opts->timeout.count() > 0) {
+    timeout = opts->timeout;
+  }
   GilRelease noGil;
   return c10::make_intrusive<GoncclBackend>(
       store,

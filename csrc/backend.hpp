@@ -14,9 +14,11 @@
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/version.h>
 
 #include "completion.hpp"
 #include "gonccl.h"
+#include "state.hpp"
 
 namespace gonccl {
 
@@ -55,6 +57,8 @@ class GoncclBackend : public c10d::Backend {
 
   // A new backend for the members of ranks (ranks of this group, in the new
   // group's order), joined over store (already prefixed for the new group).
+  // On a rank that is not one of them: none (nullptr, what torch's
+  // splitGroup expects of a rank left out), and nothing is joined.
   c10::intrusive_ptr<c10d::Backend> split(
       const c10::intrusive_ptr<c10d::Store>& store,
       const std::vector<int>& ranks,
@@ -145,6 +149,45 @@ class GoncclBackend : public c10d::Backend {
   void monitoredBarrier(
       const c10d::BarrierOptions& opts, bool waitAllRanks) override;
 
+  // Timeouts (backend.cpp). An op's time limit is the group's (setTimeout, or
+  // the one it was created with), or the per-call one in its options
+  // (barrier(timeout=...)), plus any ephemeral extensions in force when it is
+  // issued. An extension lasts until the first op issued after it finishes.
+  void setTimeout(std::chrono::milliseconds timeout) override;
+#if TORCH_VERSION_MAJOR > 2 || \
+    (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 15)
+  void addEphemeralTimeout(const std::chrono::milliseconds& timeout) override;
+#endif
+
+  // The kind of the first failure that broke the communicator.
+  c10d::ErrorType getError() override;
+  // Works issued from now on measure their duration (Work.getDuration).
+  void enableCollectivesTiming() override;
+  // Called with every finished Work's op type, sequence number and times, on
+  // the completion thread.
+  void registerOnCompletionHook(
+      std::function<void(std::shared_ptr<c10d::WorkInfo>)>&& hook) override;
+  // Waits (up to the group's timeout) until every op issued so far finished.
+  void waitForPendingWorks() override;
+
+#ifdef C10D_BACKEND_HAS_HOOKS
+  // torch's completion and abort hooks (Hooks.hpp), which its flight recorder
+  // attaches through: completion hooks run when an op succeeds (with its
+  // duration when timing is on), abort hooks when an op fails in a way that
+  // breaks the communicator (timeout, lost peer, mismatch), before the Work
+  // reports the failure to its waiters' callbacks return.
+  bool supportsCompletionHooks() const override {
+    return true;
+  }
+  void registerCompletionHook(int64_t id, c10d::CompletionHook hook) override;
+  void unregisterCompletionHook(int64_t id) override;
+  bool supportsAbortHooks() const override {
+    return true;
+  }
+  void registerAbortHook(int64_t id, c10d::AbortHook hook) override;
+  void unregisterAbortHook(int64_t id) override;
+#endif
+
   // Waits for nothing: fails pending ops (goncclCommAbort) if any, else frees
   // the communicator (goncclCommDestroy). Then joins the completion thread.
   void shutdown() override;
@@ -189,6 +232,19 @@ class GoncclBackend : public c10d::Backend {
     bool anySource = false;                        // a receive from any source
   };
 
+  // The per-call time limit (an options' timeout, kUnsetTimeout for the
+  // group's) of the ops this thread issues while it is in scope.
+  class CallTimeout {
+   public:
+    explicit CallTimeout(std::chrono::milliseconds timeout);
+    ~CallTimeout();
+    CallTimeout(const CallTimeout&) = delete;
+    CallTimeout& operator=(const CallTimeout&) = delete;
+
+   private:
+    std::chrono::milliseconds previous_;
+  };
+
   // Issues one op under issueMutex_: checks that its tensors share one device,
   // builds the Work, runs start, hands each request to the completion queue.
   // For CUDA tensors, start runs with parts.stream set to the device's gonccl
@@ -210,8 +266,25 @@ class GoncclBackend : public c10d::Backend {
   // must be held.
   c10::Stream deviceStream(c10::DeviceIndex device);
 
+  // The time limit of the op being issued (issueMutex_ held): the per-call
+  // one if set, else the group's, plus the ephemeral extensions in force.
+  std::chrono::milliseconds opTimeout(
+      std::chrono::milliseconds requested,
+      const c10::intrusive_ptr<GoncclWork>& work);
+
   std::string libraryPath_;
-  std::chrono::milliseconds timeout_;
+  std::chrono::milliseconds timeout_;  // issueMutex_
+  // The timeout the communicator gives ops enqueued now (issueMutex_).
+  std::chrono::milliseconds commTimeout_;
+  struct Extension {
+    std::chrono::milliseconds amount;
+    c10::intrusive_ptr<GoncclWork> firstWork;  // null until an op is issued
+  };
+  std::vector<Extension> extensions_;  // issueMutex_
+  // monitoredBarrier's calls, numbered alike on every rank: each uses tags of
+  // its own, so a late message of an earlier (failed) one cannot match.
+  uint32_t monitoredBarriers_ = 0;
+  std::shared_ptr<BackendState> state_ = std::make_shared<BackendState>();
   std::mutex issueMutex_;
   goncclComm_t comm_ = nullptr;
   uint64_t seq_ = 0;

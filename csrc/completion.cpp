@@ -118,8 +118,12 @@ void CompletionQueue::process(Token* token) {
   try {
     const Library& L = lib();
     if (token->result != goncclSuccess) {
-      error = std::string("gonccl: ") + work.opName() + " failed: " +
-              errorString(token->result, L.requestErrorString(token->request));
+      work.noteResult(token->result);
+      error = opFailure(
+          work.opName(),
+          token->result,
+          L.requestErrorString(token->request),
+          work.timeout());
     } else if (work.recordsSource() && L.requestSource != nullptr) {
       int peer = -1;
       if (L.requestSource(token->request, &peer) == goncclSuccess) {

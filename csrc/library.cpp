@@ -103,6 +103,7 @@ const Library& loadLibrary(const std::string& path) {
   all &= bindOptional(handle, "goncclGroupEnd", t.groupEnd);
   t.fullSurface = all;
   bindOptional(handle, "goncclRequestWaitStream", t.requestWaitStream);
+  bindOptional(handle, "goncclCommSetTimeout", t.commSetTimeout);
   // The handle is never closed: a Go runtime cannot be unloaded.
   int version = 0;
   TORCH_CHECK(
@@ -151,6 +152,23 @@ std::string errorString(goncclResult_t result, const char* detail) {
     return name;
   }
   return "gonccl result " + std::to_string(static_cast<int>(result));
+}
+
+std::string opFailure(
+    const char* op,
+    goncclResult_t result,
+    const char* detail,
+    std::chrono::milliseconds timeout) {
+  if (result == goncclTimeout) {
+    return c10::str(
+        "gonccl: ",
+        op,
+        ": Timed out after ",
+        timeout.count(),
+        " ms: ",
+        errorString(result, detail));
+  }
+  return c10::str("gonccl: ", op, " failed: ", errorString(result, detail));
 }
 
 }  // namespace gonccl

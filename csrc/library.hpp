@@ -7,6 +7,7 @@
 // through the table below.
 #pragma once
 
+#include <chrono>
 #include <string>
 
 #include "gonccl.h"
@@ -49,6 +50,10 @@ struct Library {
   // The CUDA path (device buffers on a stream). Resolved if present, null
   // otherwise; not part of fullSurface: CUDA ops need() it.
   decltype(&::goncclRequestWaitStream) requestWaitStream;
+  // Changing the timeout of later ops (set_timeout, per-call timeouts).
+  // Resolved if present; without it every op keeps the group's initial
+  // timeout.
+  decltype(&::goncclCommSetTimeout) commSetTimeout;
 
   // True if every optional entry point above was found. The dtypes and reduce
   // ops that came with them (bool, int16, uint16/32/64, float8, complex;
@@ -92,5 +97,15 @@ bool isForkedChild();
 // detail if it is not empty (Go's message, with rank, peer, op and sequence
 // number), else goncclGetErrorString(result); never empty.
 std::string errorString(goncclResult_t result, const char* detail);
+
+// The message of an op that failed with result: "gonccl: <op> failed:
+// <detail>", or for a timeout "gonccl: <op>: Timed out after <timeout> ms:
+// <detail>" (detail names the op's sequence number and the ranks that did not
+// take part).
+std::string opFailure(
+    const char* op,
+    goncclResult_t result,
+    const char* detail,
+    std::chrono::milliseconds timeout);
 
 }  // namespace gonccl
