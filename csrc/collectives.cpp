@@ -204,9 +204,13 @@ void splitCounts(
 
 c10::intrusive_ptr<c10d::Work> GoncclBackend::allreduce(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
-  CallTimeout callTimeout(opts.timeout);
   constexpr const char* op = "all_reduce";
   checkCount(tensors, 1, op);
+  if (tensors[0].layout() == c10::kSparse) {
+    // torch routes sparse CPU tensors here too (as with Gloo).
+    return allreduce_sparse(tensors, opts);
+  }
+  CallTimeout callTimeout(opts.timeout);
   Dense dense;
   at::Tensor t = dense(tensors[0], /*written=*/true);
   goncclDataType_t type = checkTensor(t, op);

@@ -80,12 +80,16 @@ void BackendState::unregisterAbortHook(int64_t id) {
 }
 #endif
 
-void BackendState::finished(GoncclWork& work, goncclResult_t result) {
-  const bool broke = breaksComm(result);
-  if (broke) {
+void BackendState::recordError(goncclResult_t result) {
+  if (breaksComm(result)) {
     int none = static_cast<int>(c10d::ErrorType::SUCCESS);
     error_.compare_exchange_strong(none, static_cast<int>(errorType(result)));
   }
+}
+
+void BackendState::finished(GoncclWork& work, goncclResult_t result) {
+  const bool broke = breaksComm(result);
+  recordError(result);  // already recorded by the Work; keeps finished() whole
   WorkInfoHook infoHook;
 #ifdef C10D_BACKEND_HAS_HOOKS
   std::vector<c10d::CompletionHook> completionHooks;

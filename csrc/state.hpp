@@ -47,6 +47,10 @@ class BackendState {
   void unregisterAbortHook(int64_t id);
 #endif
 
+  // Records a failure for getError (the first that breaks the communicator
+  // wins). Called before the Work reports its result to anyone.
+  void recordError(goncclResult_t result);
+
   // work has finished with result (goncclSuccess, or the failure's code). On
   // success runs the completion hooks; on a failure that breaks the
   // communicator (a timeout, a lost or failed peer, a mismatch) records it for

@@ -140,6 +140,9 @@ void GoncclWork::complete(const std::string& error) {
     }
   }
   finished_ = std::chrono::steady_clock::now();
+  if (state_) {
+    state_->recordError(result);
+  }
   try {
     if (eptr) {
       future_->setError(eptr);
