@@ -17,7 +17,7 @@ import (
 type commEntry struct {
 	comm *core.Comm
 	mu   sync.Mutex
-	last *C.char // goncclGetLastError's string
+	last string // goncclGetLastError's message (handed out as a per-thread copy)
 	poolState
 }
 
@@ -49,7 +49,7 @@ func lookupComm(h C.goncclComm_t) (*commEntry, error) {
 func fail(e *commEntry, err error) C.goncclResult_t {
 	if e != nil {
 		e.mu.Lock()
-		setCString(&e.last, err.Error())
+		e.last = err.Error()
 		e.mu.Unlock()
 	}
 	recordGlobal(err)
@@ -104,19 +104,13 @@ func goncclCommInitRankTimeout(out *C.goncclComm_t, nranks C.int, cid C.goncclUn
 	return C.goncclSuccess
 }
 
-// release removes the communicator from the table and frees its strings.
+// release removes the communicator from the table.
 func release(h C.goncclComm_t, e *commEntry) {
 	hs := (*C.struct_goncclComm)(unsafe.Pointer(h))
 	comms.Lock()
 	delete(comms.m, uint64(hs.id))
 	hs.id = 0
 	comms.Unlock()
-	e.mu.Lock()
-	if e.last != nil {
-		C.free(unsafe.Pointer(e.last))
-		e.last = nil
-	}
-	e.mu.Unlock()
 }
 
 //export goncclCommDestroy
@@ -193,25 +187,24 @@ func goncclCommUserRank(h C.goncclComm_t, rank *C.int) (res C.goncclResult_t) {
 	return C.goncclSuccess
 }
 
+// goncclGetLastError hands out a copy of the message in a buffer of the calling
+// thread's own (capi/lasterror.c), so that no other thread's failure can free or
+// change it while the caller reads it: it lives until this thread's next call.
+//
 //export goncclGetLastError
 func goncclGetLastError(h C.goncclComm_t) *C.char {
-	empty := emptyString
-	if h != nil {
-		if e, err := lookupComm(h); err == nil {
-			e.mu.Lock()
-			defer e.mu.Unlock()
-			if e.last != nil {
-				return e.last
-			}
-			return empty
-		}
+	var msg string
+	if e, err := lookupComm(h); h != nil && err == nil {
+		e.mu.Lock()
+		msg = e.last
+		e.mu.Unlock()
+	} else {
+		lastError.Lock()
+		msg = lastError.msg
+		lastError.Unlock()
 	}
-	lastError.Lock()
-	defer lastError.Unlock()
-	if lastError.msg != nil {
-		return lastError.msg
-	}
-	return empty
+	// The C side copies the bytes before returning; it keeps no Go pointer.
+	return C.goncclThreadErrorCopy((*C.char)(unsafe.Pointer(unsafe.StringData(msg))), C.size_t(len(msg)))
 }
 
 //export goncclCommDumpTrace

@@ -19,6 +19,7 @@
 #include "completion.hpp"
 #include "gonccl.h"
 #include "state.hpp"
+#include "torch_compat.hpp"
 
 namespace gonccl {
 
@@ -103,10 +104,12 @@ class GoncclBackend : public c10d::Backend {
       std::vector<std::vector<at::Tensor>>& outputTensors,
       std::vector<at::Tensor>& inputTensors,
       const c10d::GatherOptions& opts) override;
+#if GONCCL_HAS_GATHER_INTO_TENSOR
   c10::intrusive_ptr<c10d::Work> gather_into_tensor(
       at::Tensor& outputBuffer,
       at::Tensor& inputBuffer,
       const c10d::GatherOptions& opts) override;
+#endif
   c10::intrusive_ptr<c10d::Work> scatter(
       std::vector<at::Tensor>& outputTensors,
       std::vector<std::vector<at::Tensor>>& inputTensors,
@@ -154,8 +157,7 @@ class GoncclBackend : public c10d::Backend {
   // (barrier(timeout=...)), plus any ephemeral extensions in force when it is
   // issued. An extension lasts until the first op issued after it finishes.
   void setTimeout(std::chrono::milliseconds timeout) override;
-#if TORCH_VERSION_MAJOR > 2 || \
-    (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 15)
+#if GONCCL_TORCH_AT_LEAST(2, 15)
   void addEphemeralTimeout(const std::chrono::milliseconds& timeout) override;
 #endif
 

@@ -48,8 +48,10 @@ struct Library {
   decltype(&::goncclGroupEnd) groupEnd;
 
   // The CUDA path (device buffers on a stream). Resolved if present, null
-  // otherwise; not part of fullSurface: CUDA ops need() it.
-  decltype(&::goncclRequestWaitStream) requestWaitStream;
+  // otherwise; not part of fullSurface: CUDA ops need() them.
+  decltype(&::goncclStreamCheck) streamCheck;
+  decltype(&::goncclRequestHoldStream) requestHoldStream;
+  decltype(&::goncclRequestReleaseStream) requestReleaseStream;
   // Changing the timeout of later ops (set_timeout, per-call timeouts).
   // Resolved if present; without it every op keeps the group's initial
   // timeout.
