@@ -29,6 +29,14 @@ const VersionCode = 100
 type Options struct {
 	// Timeout bounds init and every operation; 0 means GONCCL_TIMEOUT_MS.
 	Timeout time.Duration
+	// Algo restricts the algorithms this communicator's cost model may pick, in
+	// GONCCL_ALGO's syntax; "" keeps GONCCL_ALGO's restriction (if any). Every rank
+	// must pass the same restriction (ranks that pick different algorithms fail their
+	// operation with a mismatch error).
+	Algo string
+	// ChunkBytes is the pipelined chunk of ring and chain algorithms (at least 4096);
+	// 0 keeps GONCCL_CHUNKSIZE. Every rank must pass the same value.
+	ChunkBytes int
 
 	injectPanic func(site string) // tests only: see config.injectPanic
 }
@@ -104,6 +112,19 @@ func NewComm(id UniqueID, nranks, rank int, opts Options) (*Comm, error) {
 	if opts.injectPanic != nil {
 		cfg.injectPanic = opts.injectPanic
 	}
+	if opts.Algo != "" {
+		if cfg.algo, err = parseAlgo(opts.Algo); err != nil {
+			return nil, fmt.Errorf("the communicator's algorithm restriction: %w", err)
+		}
+		cfg.set = append(cfg.set, "algorithm restriction (communicator option) "+opts.Algo)
+	}
+	if opts.ChunkBytes != 0 {
+		if opts.ChunkBytes < 4096 {
+			return nil, invalidf("the communicator's chunk size must be at least 4096 bytes, got %d", opts.ChunkBytes)
+		}
+		cfg.chunkBytes = opts.ChunkBytes
+		cfg.set = append(cfg.set, fmt.Sprintf("chunk size (communicator option) %d", opts.ChunkBytes))
+	}
 	logs := newLoggers(cfg, hostname(), rank)
 	for _, s := range cfg.set {
 		logs.env.Info(s)
@@ -122,9 +143,18 @@ func NewComm(id UniqueID, nranks, rank int, opts Options) (*Comm, error) {
 	defer l.Close()
 	deadline := start.Add(timeout)
 	me := rankInfo{Rank: rank, NRanks: nranks, Addr: l.Addr().String(), Host: hostIdentity(), Hostname: hostname(), Pid: os.Getpid(), Shm: !cfg.shmDisable}
+	if opts.Algo != "" || opts.ChunkBytes != 0 {
+		me.Opts = fmt.Sprintf("algorithm %q, chunk size %d", opts.Algo, opts.ChunkBytes)
+	}
 	ranks, err := joinRoot(&id, me, deadline)
 	if err != nil {
 		return fail(err)
+	}
+	for _, r := range ranks {
+		if r.Opts != me.Opts {
+			return fail(invalidf("rank %d was given other communicator options than rank %d (%s against %s): every rank must pass the same algorithm restriction and chunk size",
+				r.Rank, rank, describeOpts(r.Opts), describeOpts(me.Opts)))
+		}
 	}
 	links, msgs, err := connectMesh(l, id.secret(), rank, ranks, deadline, logs, cfg.guard(logs.init))
 	if err != nil {
@@ -145,6 +175,14 @@ func NewComm(id UniqueID, nranks, rank int, opts Options) (*Comm, error) {
 	procs := sizeGoMaxProcs(cfg, ranks, me.Host)
 	c.logInit(ifc, ranks, procs, time.Since(start))
 	return c, nil
+}
+
+// describeOpts is rankInfo.Opts for an error message.
+func describeOpts(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
 }
 
 // newComm builds a communicator over links (one per peer, nil for this rank) and

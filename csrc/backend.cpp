@@ -64,16 +64,53 @@ GoncclBackend::GoncclBackend(
     int size,
     std::chrono::milliseconds timeout,
     const std::string& libraryPath)
+    : GoncclBackend(
+          store,
+          rank,
+          size,
+          c10::make_intrusive<GoncclOptions>(timeout),
+          libraryPath) {}
+
+GoncclBackend::GoncclBackend(
+    const c10::intrusive_ptr<c10d::Store>& store,
+    int rank,
+    int size,
+    c10::intrusive_ptr<GoncclOptions> options,
+    const std::string& libraryPath)
     : Backend(rank, size),
       libraryPath_(libraryPath),
-      timeout_(timeout),
-      commTimeout_(timeout) {
+      options_(std::move(options)),
+      timeout_(options_->timeout),
+      commTimeout_(options_->timeout) {
   TORCH_CHECK_VALUE(
       size >= 1 && rank >= 0 && rank < size,
       "gonccl: invalid rank ",
       rank,
       " for a group of size ",
       size);
+  const std::vector<uint64_t>& global = options_->global_ranks_in_group;
+  TORCH_CHECK_VALUE(
+      global.empty() || global.size() == static_cast<size_t>(size),
+      "gonccl: the options name ",
+      global.size(),
+      " global ranks for a group of ",
+      size);
+  bool identity = true;
+  for (size_t i = 0; i < global.size(); ++i) {
+    identity = identity && global[i] == i;
+  }
+  if (!identity) {
+    rankNote_ = c10::str(
+        " (in group '",
+        options_->group_name,
+        "', whose ranks 0..",
+        size - 1,
+        " are global ranks ",
+        c10::Join(", ", global),
+        ")");
+  }
+  // Go checks that every rank has the same (when they join).
+  const bool knobs = !options_->algorithm.empty() || options_->chunk_size != 0;
   const Library& L = loadLibrary(libraryPath);
 
   goncclUniqueId id;
@@ -99,9 +136,28 @@ GoncclBackend::GoncclBackend(
     std::memcpy(id.internal, bytes.data(), sizeof(id.internal));
   }
 
-  goncclResult_t rc =
-      L.commInitRankTimeout(&comm_, size, id, rank, timeout.count());
+  goncclResult_t rc;
+  if (!knobs) {
+    rc = L.commInitRankTimeout(&comm_, size, id, rank, timeout_.count());
+  } else {
+    TORCH_CHECK(
+        L.commInitRankConfig != nullptr,
+        "gonccl: GoncclOptions' algorithm and chunk_size need "
+        "goncclCommInitRankConfig, which this libgonccl.so lacks");
+    goncclConfig_t config;
+    std::memset(&config, 0, sizeof config);
+    config.size = sizeof config;
+    config.timeoutMs = timeout_.count();
+    config.algo = options_->algorithm.c_str();
+    config.chunkBytes = options_->chunk_size;
+    rc = L.commInitRankConfig(&comm_, size, id, rank, &config);
+  }
   if (rc != goncclSuccess) {
+    const std::string detail = errorString(rc, L.getLastError(comm_));
+    if (knobs && rc == goncclInvalidArgument) {
+      TORCH_CHECK_VALUE(
+          false, "gonccl: invalid GoncclOptions", rankNote_, ": ", detail);
+    }
     C10_THROW_ERROR(
         DistBackendError,
         c10::str(
@@ -109,11 +165,20 @@ GoncclBackend::GoncclBackend(
             rank,
             " of ",
             size,
+            rankNote_,
             ": ",
-            errorString(rc, L.getLastError(comm_))));
+            detail));
   }
   queue_ = CompletionQueue::create();
   init();
+}
+
+int GoncclBackend::globalRank(int r) const {
+  const std::vector<uint64_t>& global = options_->global_ranks_in_group;
+  if (r >= 0 && static_cast<size_t>(r) < global.size()) {
+    return static_cast<int>(global[r]);
+  }
+  return r;
 }
 
 GoncclBackend::~GoncclBackend() {
@@ -126,7 +191,9 @@ GoncclBackend::~GoncclBackend() {
 
 c10::intrusive_ptr<c10d::Backend::Options> GoncclBackend::getBackendOptions() {
   std::lock_guard<std::mutex> guard(issueMutex_);
-  return c10::make_intrusive<Options>("gonccl", timeout_);
+  auto options = c10::make_intrusive<GoncclOptions>(*options_);
+  options->timeout = timeout_;
+  return options;
 }
 
 uint64_t GoncclBackend::getSequenceNumberForGroup() {
@@ -203,6 +270,7 @@ c10::intrusive_ptr<GoncclWork> GoncclBackend::issue(Op op, const Start& start) {
   }
   const std::chrono::milliseconds timeout = opTimeout(callTimeout, work);
   work->attach(state_, timeout);
+  work->setErrorNote(rankNote_);
   if (timeout != commTimeout_ && lib().commSetTimeout != nullptr) {
     goncclResult_t trc = lib().commSetTimeout(parts.comm, timeout.count());
     if (trc != goncclSuccess) {
@@ -230,8 +298,9 @@ c10::intrusive_ptr<GoncclWork> GoncclBackend::issue(Op op, const Start& start) {
   std::string error;
   if (rc != goncclSuccess) {
     work->noteResult(rc);
-    error =
-        opFailure(op.name, rc, lib().getLastError(parts.comm), work->timeout());
+    error = opFailure(
+                op.name, rc, lib().getLastError(parts.comm), work->timeout()) +
+            rankNote_;
   }
   if (parts.requests.empty()) {
     if (!error.empty()) {
@@ -442,20 +511,33 @@ c10::intrusive_ptr<c10d::Backend> GoncclBackend::split(
   if (it == ranks.end()) {
     return nullptr;
   }
-  std::chrono::milliseconds timeout;
-  {
+  // The child's options: the knobs of GoncclOptions given to split_group, or
+  // else this group's; torch's timeout and name. Its global ranks follow from
+  // this group's (torch hands split the parent's list unchanged).
+  c10::intrusive_ptr<GoncclOptions> child;
+  if (const auto* given = dynamic_cast<const GoncclOptions*>(opts.get())) {
+    child = c10::make_intrusive<GoncclOptions>(*given);
+  } else {
+    child = c10::make_intrusive<GoncclOptions>(*options_);
     std::lock_guard<std::mutex> guard(issueMutex_);
-    timeout = timeout_;
+    child->timeout = timeout_;
+    child->group_name = opts ? opts->group_name : "";
   }
   if (opts && opts->timeout.count() > 0) {
-    timeout = opts->timeout;
+    child->timeout = opts->timeout;
+  }
+  child->global_ranks_in_group.clear();
+  if (!options_->global_ranks_in_group.empty()) {
+    for (int r : ranks) {
+      child->global_ranks_in_group.push_back(globalRank(r));
+    }
   }
   GilRelease noGil;
   return c10::make_intrusive<GoncclBackend>(
       store,
       static_cast<int>(it - ranks.begin()),
       static_cast<int>(ranks.size()),
-      std::chrono::duration_cast<std::chrono::milliseconds>(timeout),
+      child,
       libraryPath_);
 }
 

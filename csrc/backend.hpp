@@ -23,6 +23,30 @@
 
 namespace gonccl {
 
+// gonccl's process-group options (Python: gonccl.GoncclOptions), given as
+// pg_options to init_process_group / new_group / split_group. Besides torch's
+// (timeout, group_name, global_ranks_in_group), the communicator's own knobs;
+// empty/zero keeps the environment's (GONCCL_ALGO, GONCCL_CHUNKSIZE). Every
+// rank of a group must give the same knobs (checked when it is created).
+struct GoncclOptions : c10d::Backend::Options {
+  explicit GoncclOptions(
+      std::chrono::milliseconds timeout = ::kBackendDefaultTimeout)
+      : Options("gonccl", timeout) {}
+  GoncclOptions(const GoncclOptions&) = default;
+
+  // The algorithms the cost model may pick, in GONCCL_ALGO's syntax
+  // ("allreduce:ring;broadcast:chain", "^direct").
+  std::string algorithm;
+  // Bytes per pipelined chunk of the ring and chain algorithms (4096..1 GiB).
+  int64_t chunk_size = 0;
+
+#if GONCCL_TORCH_AT_LEAST(2, 14)
+  c10::intrusive_ptr<c10d::Backend::Options> clone() const override {
+    return c10::make_intrusive<GoncclOptions>(*this);
+  }
+#endif
+};
+
 class GoncclBackend : public c10d::Backend {
  public:
   // Loads libgonccl.so from libraryPath (first backend only), shares a unique
@@ -34,6 +58,13 @@ class GoncclBackend : public c10d::Backend {
       int rank,
       int size,
       std::chrono::milliseconds timeout,
+      const std::string& libraryPath);
+  // The same with options (its timeout is the group's).
+  GoncclBackend(
+      const c10::intrusive_ptr<c10d::Store>& store,
+      int rank,
+      int size,
+      c10::intrusive_ptr<GoncclOptions> options,
       const std::string& libraryPath);
   ~GoncclBackend() override;
 
@@ -274,7 +305,16 @@ class GoncclBackend : public c10d::Backend {
       std::chrono::milliseconds requested,
       const c10::intrusive_ptr<GoncclWork>& work);
 
+  // The global rank of a rank of this group when torch told it (else r).
+  int globalRank(int r) const;
+  // Appended to error messages: which global ranks this group's are.
+  const std::string& rankNote() const {
+    return rankNote_;
+  }
+
   std::string libraryPath_;
+  c10::intrusive_ptr<GoncclOptions> options_;  // timeout: see timeout_
+  std::string rankNote_;
   std::chrono::milliseconds timeout_;  // issueMutex_
   // The timeout the communicator gives ops enqueued now (issueMutex_).
   std::chrono::milliseconds commTimeout_;

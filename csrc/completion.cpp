@@ -120,10 +120,11 @@ void CompletionQueue::process(Token* token) {
     if (token->result != goncclSuccess) {
       work.noteResult(token->result);
       error = opFailure(
-          work.opName(),
-          token->result,
-          L.requestErrorString(token->request),
-          work.timeout());
+                  work.opName(),
+                  token->result,
+                  L.requestErrorString(token->request),
+                  work.timeout()) +
+              work.errorNote();
     } else if (work.recordsSource() && L.requestSource != nullptr) {
       int peer = -1;
       if (L.requestSource(token->request, &peer) == goncclSuccess) {

@@ -106,6 +106,7 @@ const Library& loadLibrary(const std::string& path) {
   bindOptional(handle, "goncclRequestHoldStream", t.requestHoldStream);
   bindOptional(handle, "goncclRequestReleaseStream", t.requestReleaseStream);
   bindOptional(handle, "goncclCommSetTimeout", t.commSetTimeout);
+  bindOptional(handle, "goncclCommInitRankConfig", t.commInitRankConfig);
   // The handle is never closed: a Go runtime cannot be unloaded.
   int version = 0;
   TORCH_CHECK(

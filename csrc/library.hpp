@@ -56,6 +56,8 @@ struct Library {
   // Resolved if present; without it every op keeps the group's initial
   // timeout.
   decltype(&::goncclCommSetTimeout) commSetTimeout;
+  // Per-communicator settings (GoncclOptions' algorithm and chunk_size).
+  decltype(&::goncclCommInitRankConfig) commInitRankConfig;
 
   // True if every optional entry point above was found. The dtypes and reduce
   // ops that came with them (bool, int16, uint16/32/64, float8, complex;

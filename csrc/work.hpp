@@ -7,6 +7,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/core/ivalue.h>
@@ -96,6 +97,14 @@ class GoncclWork : public c10d::Work {
       std::shared_ptr<BackendState> state, std::chrono::milliseconds timeout);
   std::chrono::milliseconds timeout() const {
     return timeout_;
+  }
+  // Appended to the op's error message (which global ranks the group's are).
+  // Set before the op is issued.
+  void setErrorNote(std::string note) {
+    errorNote_ = std::move(note);
+  }
+  const std::string& errorNote() const {
+    return errorNote_;
   }
   // The failure code of a part (the first one recorded wins). Thread-safe.
   void noteResult(goncclResult_t result);
@@ -191,6 +200,7 @@ class GoncclWork : public c10d::Work {
   const std::chrono::steady_clock::time_point issued_;
   std::chrono::steady_clock::time_point finished_;  // set before finish()
   const uint64_t completionKey_;
+  std::string errorNote_;
 };
 
 }  // namespace gonccl

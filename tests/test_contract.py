@@ -14,12 +14,15 @@
                      embedding trains to bit-identical parameters
   flight_recorder    torch's flight recorder dumps on failure: the stuck op open, the
                      finished ones with durations
+  options            GoncclOptions through new_group / split_group(pg_options=): the
+                     algorithm restriction and chunk size reach the communicator; bad
+                     or disagreeing options are clear errors; errors name global ranks
   device, mixed      init_process_group("gonccl", device_id=cpu), "cpu:gloo,cuda:gonccl"
 """
 
 import pytest
 
-MAIN = ["split", "timeouts", "monitored_barrier", "work", "sparse"]
+MAIN = ["split", "timeouts", "monitored_barrier", "work", "sparse", "options"]
 TIMEOUT = 240
 
 

@@ -112,6 +112,16 @@ def sec_split():
     check_split([[[0], [1, 2]]], "split [[0],[1,2]] (uneven)")
     check_split([[[2, 0]]], "split [[2,0]] (order kept, rank 1 left out)")
     check_split([[[0, 1, 2]], [[1, 2]]], "nested: [[0,1,2]] then [[1,2]] of it")
+    # shrink_group: neither backend can shrink; both refuse alike, before any rank waits.
+    seen = {}
+    for backend in BACKENDS:
+        g = fresh(backend)
+        _, err = outcome(lambda: dist.shrink_group([LAST], group=g))
+        seen[backend] = err and err.split(":")[0]
+        CK.data(f"shrink_group [{backend}]", err)
+        dist.destroy_process_group(g)
+    CK.check(seen["gonccl"] == seen["gloo"] == "TypeError", f"shrink_group: {seen}")
+    dist.barrier()
 
 
 def sec_split4():
@@ -152,11 +162,12 @@ def check_timeout_error(what, res, backend, limit_s=30.0):
 def sec_timeouts():
     ar = lambda g: dist.all_reduce(torch.ones(3), group=g)  # noqa: E731
     for backend in BACKENDS:
-        # set_timeout (and the deprecated _set_pg_timeout) shortens later ops.
+        # The deprecated _set_pg_timeout (the row; it calls set_timeout)
+        # shortens later ops.
         g = fresh(backend)
         dist.all_reduce(torch.ones(1), group=g)
-        dist.set_timeout(timedelta(seconds=2), group=g)
-        check_timeout_error("set_timeout(2 s) then all_reduce", missing_rank_op(g, ar), backend)
+        dist.distributed_c10d._set_pg_timeout(timedelta(seconds=2), group=g)
+        check_timeout_error("_set_pg_timeout(2 s) then all_reduce", missing_rank_op(g, ar), backend)
         settle(g)
         # barrier(timeout=...) on a group with a 60 s timeout.
         g = fresh(backend)
@@ -242,6 +253,11 @@ def sec_work():
     CK.check(d > 0, f"_get_duration() = {d}")
     fut = w.get_future_result()
     CK.check(fut.wait() == 0, f"get_future_result() of a finished op gave {fut.value()} (SUCCESS is 0)")
+    # The hook runs on the backend's completion thread, after the Work completes
+    # (asynchronous, as torch's own backends run it).
+    deadline = time.monotonic() + 20
+    while not (infos and infos[-1][1] == w._get_sequence_number()) and time.monotonic() < deadline:
+        time.sleep(0.01)
     CK.check(len(infos) >= 2 and infos[-1][1] == w._get_sequence_number(),
              f"on-completion hook saw {infos} (last op seq {w._get_sequence_number()})")
     # Work.wait(timeout) on a receive nobody answers.
@@ -259,6 +275,72 @@ def sec_work():
         CK.check(fut.wait() == 1, f"get_future_result() of a timed-out op gave {fut.value()} (TIMEOUT is 1)")
         CK.check(backend.get_error() == ErrorType.TIMEOUT, f"get_error() after a timeout: {backend.get_error()}")
     settle(g)
+
+
+# ---- options ------------------------------------------------------------------------
+
+
+def sec_options():
+    from gonccl import GoncclOptions
+
+    # Knobs reach the communicator: a group restricted to recursive doubling sums
+    # small tensors as Gloo does and refuses one above rd's size limit.
+    opts = GoncclOptions(algorithm="allreduce:rd", chunk_size=8192)
+    CK.check(opts.algorithm == "allreduce:rd" and opts.chunk_size == 8192, f"GoncclOptions fields: {opts}")
+    g = dist.new_group(list(range(WS)), backend="gonccl", pg_options=opts, timeout=timedelta(seconds=60))
+    got = g._get_backend(torch.device("cpu")).options
+    CK.data("options of a new_group(pg_options=...)", repr(got))
+    CK.check(isinstance(got, GoncclOptions) and got.algorithm == "allreduce:rd" and got.chunk_size == 8192
+             and list(got.global_ranks_in_group) == list(range(WS)) and got._timeout == timedelta(seconds=60),
+             f"the backend's options are {got!r}")
+    sums = {}
+    for b, grp in (("gonccl", g), ("gloo", fresh("gloo"))):
+        t = torch.arange(100, dtype=torch.float32) * (RANK + 1)
+        dist.all_reduce(t, group=grp)
+        sums[b] = t
+    CK.check(torch.equal(sums["gonccl"], sums["gloo"]), "all_reduce under GoncclOptions differs from Gloo's")
+    _, err = outcome(lambda: dist.all_reduce(torch.ones(1 << 18), group=g))
+    CK.data("1 MiB all_reduce restricted to rd", err)
+    CK.check(err is not None and "rd" in err, f"a 1 MiB all_reduce restricted to rd: {err}")
+    dist.destroy_process_group(g)
+    # split_group(pg_options=...) gives the child its own knobs.
+    parent = fresh("gonccl")
+    child = dist.split_group(parent_pg=parent, split_ranks=[list(range(WS))],
+                             pg_options=GoncclOptions(chunk_size=16384))
+    got = child._get_backend(torch.device("cpu")).options
+    CK.check(got.chunk_size == 16384, f"split_group(pg_options=chunk_size 16384) gave {got!r}")
+    CK.check(membership(child)[2] == sum(range(1, WS + 1)), "all_reduce on the split group")
+    dist.destroy_process_group(child)
+    dist.destroy_process_group(parent)
+    # Errors name global ranks: group [1, LAST] (ranks 1..LAST-1 of it run, LAST stays away).
+    members = list(range(1, WS))
+    sub = dist.new_group(members, backend="gonccl", timeout=timedelta(seconds=2))
+    if RANK in members:
+        res = missing_rank_op(sub, lambda g: dist.all_reduce(torch.ones(2), group=g))
+        if res is not None:
+            CK.data("timeout on group [1..LAST]", res[1])
+            note = "global ranks " + ", ".join(map(str, members))
+            CK.check(res[1] is not None and "Timed out" in res[1] and note in res[1],
+                     f"the error does not say {note!r}: {res[1]}")
+    settle(sub)
+    # Bad options: a clear error on every rank, and the default group still works.
+    bad = [
+        ("bogus algorithm", lambda: GoncclOptions(algorithm="allreduce:bogus"), "algorithm restriction"),
+        ("ranks disagree", lambda: GoncclOptions(chunk_size=8192 * (RANK + 1)), "every rank must pass the same"),
+        ("another backend's options", lambda: dist.ProcessGroupGloo._Options(), "GoncclOptions"),
+        ("timeout disagrees with the group's", lambda: GoncclOptions(timeout=timedelta(seconds=5)), "timeout="),
+    ]
+    for what, make, want in bad:
+        _, err = outcome(lambda: dist.new_group(list(range(WS)), backend="gonccl", pg_options=make(),
+                                                timeout=timedelta(seconds=30)))
+        CK.data(f"bad options: {what}", err)
+        CK.check(err is not None and want in err, f"bad options ({what}): {err}")
+        dist.barrier()
+    _, err = outcome(lambda: GoncclOptions(chunk_size=100))
+    CK.check(err is not None and err.startswith("ValueError") and "chunk_size" in err, f"chunk_size=100: {err}")
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    CK.check(bool((t == WS).all()), f"all_reduce after bad options gave {t}")
 
 
 # ---- sparse -------------------------------------------------------------------------
@@ -404,7 +486,7 @@ def main():
         dist.init_process_group("gloo", timeout=timedelta(seconds=60))
     sections = {
         "main": [("split", sec_split), ("timeouts", sec_timeouts), ("monitored_barrier", sec_monitored_barrier),
-                 ("work", sec_work), ("sparse", sec_sparse)],
+                 ("work", sec_work), ("sparse", sec_sparse), ("options", sec_options)],
         "split4": [("split4", sec_split4)],
         "fr": [("flight_recorder", lambda: sec_flight_recorder(report_dir))],
         "device": [("device", sec_device)],
