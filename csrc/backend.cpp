@@ -404,7 +404,7 @@ void GoncclBackend::waitForPendingWorks() {
       " ms");
 }
 
-#ifdef C10D_BACKEND_HAS_HOOKS
+#if GONCCL_HAS_HOOKS
 void GoncclBackend::registerCompletionHook(
     int64_t id, c10d::CompletionHook hook) {
   state_->registerCompletionHook(id, std::move(hook));

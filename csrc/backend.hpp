@@ -203,7 +203,7 @@ class GoncclBackend : public c10d::Backend {
   // Waits (up to the group's timeout) until every op issued so far finished.
   void waitForPendingWorks() override;
 
-#ifdef C10D_BACKEND_HAS_HOOKS
+#if GONCCL_HAS_HOOKS
   // torch's completion and abort hooks (Hooks.hpp), which its flight recorder
   // attaches through: completion hooks run when an op succeeds (with its
   // duration when timing is on), abort hooks when an op fails in a way that

@@ -57,7 +57,7 @@ void BackendState::setWorkInfoHook(WorkInfoHook hook) {
   workInfoHook_ = std::move(hook);
 }
 
-#ifdef C10D_BACKEND_HAS_HOOKS
+#if GONCCL_HAS_HOOKS
 void BackendState::registerCompletionHook(
     int64_t id, c10d::CompletionHook hook) {
   std::lock_guard<std::mutex> guard(mu_);
@@ -91,14 +91,14 @@ void BackendState::finished(GoncclWork& work, goncclResult_t result) {
   const bool broke = breaksComm(result);
   recordError(result);  // already recorded by the Work; keeps finished() whole
   WorkInfoHook infoHook;
-#ifdef C10D_BACKEND_HAS_HOOKS
+#if GONCCL_HAS_HOOKS
   std::vector<c10d::CompletionHook> completionHooks;
   std::vector<c10d::AbortHook> abortHooks;
 #endif
   {
     std::lock_guard<std::mutex> guard(mu_);
     infoHook = workInfoHook_;
-#ifdef C10D_BACKEND_HAS_HOOKS
+#if GONCCL_HAS_HOOKS
     if (result == goncclSuccess) {
       for (const auto& [id, hook] : completionHooks_) {
         completionHooks.push_back(hook);
@@ -110,7 +110,7 @@ void BackendState::finished(GoncclWork& work, goncclResult_t result) {
     }
 #endif
   }
-#ifdef C10D_BACKEND_HAS_HOOKS
+#if GONCCL_HAS_HOOKS
   if (!completionHooks.empty()) {
     c10d::CompletionHookArgs args;
     args.completionKey = work.getCompletionKey();

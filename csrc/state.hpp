@@ -14,6 +14,7 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include "gonccl.h"
+#include "torch_compat.hpp"
 
 namespace gonccl {
 
@@ -40,7 +41,7 @@ class BackendState {
 
   void setWorkInfoHook(WorkInfoHook hook);
 
-#ifdef C10D_BACKEND_HAS_HOOKS
+#if GONCCL_HAS_HOOKS
   void registerCompletionHook(int64_t id, c10d::CompletionHook hook);
   void unregisterCompletionHook(int64_t id);
   void registerAbortHook(int64_t id, c10d::AbortHook hook);
@@ -63,7 +64,7 @@ class BackendState {
   std::atomic<int> error_{static_cast<int>(c10d::ErrorType::SUCCESS)};
   std::mutex mu_;  // guards the hook tables
   WorkInfoHook workInfoHook_;
-#ifdef C10D_BACKEND_HAS_HOOKS
+#if GONCCL_HAS_HOOKS
   std::map<int64_t, c10d::CompletionHook> completionHooks_;
   std::map<int64_t, c10d::AbortHook> abortHooks_;
 #endif

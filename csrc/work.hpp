@@ -84,7 +84,7 @@ class GoncclWork : public c10d::Work {
     return timeout_;
   }
 #endif
-#ifdef C10D_BACKEND_HAS_HOOKS
+#if GONCCL_HAS_HOOKS
   // Unique in the process (never reused), for torch's completion hooks.
   uint64_t getCompletionKey() const override {
     return completionKey_;

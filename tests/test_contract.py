@@ -43,3 +43,27 @@ def test_contract(worker_runs, section):
 def test_contract_mode(worker_runs, mode, section, world_size):
     recs = contract_run(worker_runs, mode, world_size).section(section)
     print({k: v for k, v in recs[0]["data"].items()})
+
+
+def _no_gpu_reason():
+    import torch
+
+    if not torch.cuda.is_available():
+        return "no GPU here (torch.cuda.is_available() is False): not yet run on real GPU hardware"
+    from gonccl import _C
+
+    if not _C.cuda_support():
+        return "this gonccl build has no CUDA support"
+    return None
+
+
+@pytest.mark.timeout(TIMEOUT + 60)
+@pytest.mark.parametrize("mode", ["mixed-cuda", "device-cuda"])
+def test_contract_cuda(worker_runs, mode):
+    """"cpu:gloo,cuda:gonccl" with CUDA tensors on gonccl and CPU ones on Gloo, and
+    init_process_group("gonccl", device_id=cuda:N) then new_group / split_group."""
+    reason = _no_gpu_reason()
+    if reason:
+        pytest.skip(reason)
+    recs = contract_run(worker_runs, mode, 2).section(mode)
+    print({k: v for k, v in recs[0]["data"].items()})

@@ -12,6 +12,8 @@ MODE
           dump a trace naming the stuck op, the finished ops with their durations
   device  (3 ranks) init_process_group("gonccl", device_id=cpu) then new_group / split
   mixed   (2 ranks) init_process_group("cpu:gloo,cuda:gonccl")
+  mixed-cuda, device-cuda  (2 ranks, a GPU) the same with CUDA tensors on gonccl, and
+          init_process_group("gonccl", device_id=cuda:N)
 
 Every group that a check breaks on purpose (a rank stays away) is a fresh one,
 destroyed after; the missing rank is always the last one.
@@ -474,14 +476,43 @@ def sec_mixed():
     CK.check(bool((t == WS).all()), f"CPU all_reduce on cpu:gloo gave {t}")
 
 
+def cuda_device():
+    return torch.device("cuda", RANK % torch.cuda.device_count())
+
+
+def sec_mixed_cuda():
+    pg = dist.group.WORLD
+    names = {d: pg._get_backend(torch.device(d)).name() for d in ("cpu", "cuda")}
+    CK.check(names == {"cpu": "gloo", "cuda": "gonccl"}, f"backends {names}")
+    for dev in ("cpu", cuda_device()):
+        t = torch.arange(8, dtype=torch.float32, device=dev) * (RANK + 1)
+        dist.all_reduce(t)
+        want = torch.arange(8, dtype=torch.float32) * sum(range(1, WS + 1))
+        CK.check(torch.equal(t.cpu(), want), f"all_reduce on {dev}: {t}")
+
+
+def sec_device_cuda():
+    CK.check(dist.group.WORLD.bound_device_id == cuda_device(),
+             f"bound device {dist.group.WORLD.bound_device_id}")
+    t = torch.ones(4, device=cuda_device())
+    dist.all_reduce(t)
+    CK.check(bool((t.cpu() == WS).all()), f"all_reduce on the bound device: {t}")
+    g = dist.new_group(list(range(WS)))
+    CK.check(membership(g)[2] == sum(range(1, WS + 1)), "new_group after device_id")
+    sub = dist.split_group(split_ranks=[[0]])
+    CK.check((sub == dist.GroupMember.NON_GROUP_MEMBER) == (RANK != 0), f"split_group([[0]]) gave {sub}")
+
+
 def main():
     global CK
     report_dir, mode = sys.argv[1], sys.argv[2]
     CK = Checker(report_dir, RANK)
     if mode == "device":
         dist.init_process_group("gonccl", device_id=torch.device("cpu", 0), timeout=timedelta(seconds=60))
-    elif mode == "mixed":
+    elif mode in ("mixed", "mixed-cuda"):
         dist.init_process_group("cpu:gloo,cuda:gonccl", timeout=timedelta(seconds=60))
+    elif mode == "device-cuda":
+        dist.init_process_group("gonccl", device_id=cuda_device(), timeout=timedelta(seconds=60))
     else:
         dist.init_process_group("gloo", timeout=timedelta(seconds=60))
     sections = {
@@ -491,6 +522,8 @@ def main():
         "fr": [("flight_recorder", lambda: sec_flight_recorder(report_dir))],
         "device": [("device", sec_device)],
         "mixed": [("mixed", sec_mixed)],
+        "mixed-cuda": [("mixed-cuda", sec_mixed_cuda)],
+        "device-cuda": [("device-cuda", sec_device_cuda)],
     }[mode]
     for name, fn in sections:
         with CK.section(name):
