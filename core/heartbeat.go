@@ -63,7 +63,5 @@ func (e *p2pEngine) heartbeat(interval, timeout time.Duration) {
 // operation waiting on it fails now.
 func (c *Comm) peerDead(rank int, err error) {
 	c.logs.net.Warn(fmt.Sprintf("gonccl rank %d: %v", c.rank, err))
-	if rank >= 0 && rank < len(c.links) && c.links[rank] != nil {
-		c.links[rank].Close()
-	}
+	c.peers.closeLink(rank)
 }

@@ -157,6 +157,7 @@ void GoncclWork::complete(const std::string& error) {
   if (state_) {
     state_->recordError(result);
   }
+  endProfilingRange();
   try {
     if (eptr) {
       future_->setError(eptr);
@@ -225,6 +226,19 @@ float GoncclWork::getDuration() const {
 
 c10::intrusive_ptr<c10::ivalue::Future> GoncclWork::getFutureResult() {
   return futureResult_;
+}
+
+void GoncclWork::endProfilingRange() {
+  // Whoever waits on the future (DDP's reducer, get_future().wait()) may stop
+  // torch's profiler as soon as it is marked complete; ending the range after
+  // that, from this thread, races with the profiler collecting its trace and
+  // corrupts its buffers (heap corruption, a crash at exit). c10d::Work::finish
+  // would end it only after the future, so it is ended here, first.
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (recordFunctionEndCallback_) {
+    recordFunctionEndCallback_();
+    recordFunctionEndCallback_ = nullptr;
+  }
 }
 
 void GoncclWork::releaseHolds() {
