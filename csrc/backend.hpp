@@ -206,9 +206,9 @@ class GoncclBackend : public c10d::Backend {
 #if GONCCL_HAS_HOOKS
   // torch's completion and abort hooks (Hooks.hpp), which its flight recorder
   // attaches through: completion hooks run when an op succeeds (with its
-  // duration when timing is on), abort hooks when an op fails in a way that
-  // breaks the communicator (timeout, lost peer, mismatch), before the Work
-  // reports the failure to its waiters' callbacks return.
+  // duration when timing is on, after the Work completed), abort hooks when
+  // an op fails in a way that breaks the communicator (timeout, lost peer,
+  // mismatch), before the Work reports the failure to anyone.
   bool supportsCompletionHooks() const override {
     return true;
   }

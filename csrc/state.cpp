@@ -80,20 +80,30 @@ void BackendState::unregisterAbortHook(int64_t id) {
 }
 #endif
 
-void BackendState::recordError(goncclResult_t result) {
-  if (breaksComm(result)) {
-    int none = static_cast<int>(c10d::ErrorType::SUCCESS);
-    error_.compare_exchange_strong(none, static_cast<int>(errorType(result)));
+void BackendState::failed(goncclResult_t result) {
+  if (!breaksComm(result)) {
+    return;
   }
+  int none = static_cast<int>(c10d::ErrorType::SUCCESS);
+  error_.compare_exchange_strong(none, static_cast<int>(errorType(result)));
+#if GONCCL_HAS_HOOKS
+  std::vector<c10d::AbortHook> abortHooks;
+  {
+    std::lock_guard<std::mutex> guard(mu_);
+    for (const auto& [id, hook] : abortHooks_) {
+      abortHooks.push_back(hook);
+    }
+  }
+  for (const auto& hook : abortHooks) {
+    runHook("abort", [&] { hook(); });
+  }
+#endif
 }
 
 void BackendState::finished(GoncclWork& work, goncclResult_t result) {
-  const bool broke = breaksComm(result);
-  recordError(result);  // already recorded by the Work; keeps finished() whole
   WorkInfoHook infoHook;
 #if GONCCL_HAS_HOOKS
   std::vector<c10d::CompletionHook> completionHooks;
-  std::vector<c10d::AbortHook> abortHooks;
 #endif
   {
     std::lock_guard<std::mutex> guard(mu_);
@@ -102,10 +112,6 @@ void BackendState::finished(GoncclWork& work, goncclResult_t result) {
     if (result == goncclSuccess) {
       for (const auto& [id, hook] : completionHooks_) {
         completionHooks.push_back(hook);
-      }
-    } else if (broke) {
-      for (const auto& [id, hook] : abortHooks_) {
-        abortHooks.push_back(hook);
       }
     }
 #endif
@@ -120,9 +126,6 @@ void BackendState::finished(GoncclWork& work, goncclResult_t result) {
     for (const auto& hook : completionHooks) {
       runHook("completion", [&] { hook(args); });
     }
-  }
-  for (const auto& hook : abortHooks) {
-    runHook("abort", [&] { hook(); });
   }
 #endif
   if (infoHook) {

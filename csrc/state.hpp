@@ -48,15 +48,18 @@ class BackendState {
   void unregisterAbortHook(int64_t id);
 #endif
 
-  // Records a failure for getError (the first that breaks the communicator
-  // wins). Called before the Work reports its result to anyone.
-  void recordError(goncclResult_t result);
+  // A Work failed with result. Called before the Work reports the failure to
+  // anyone (its future, wait()): if the failure breaks the communicator (a
+  // timeout, a lost or failed peer, a mismatch) records it for getError (the
+  // first wins) and runs the abort hooks, through which torch's flight
+  // recorder dumps its trace, so the dump is whole by the time the program
+  // sees the error (and may exit). Runs no hook under a lock. Never throws.
+  void failed(goncclResult_t result);
 
-  // work has finished with result (goncclSuccess, or the failure's code). On
-  // success runs the completion hooks; on a failure that breaks the
-  // communicator (a timeout, a lost or failed peer, a mismatch) records it for
-  // getError and runs the abort hooks, which let torch's flight recorder dump
-  // its trace. Runs no hook under a lock. Never throws.
+  // work has finished with result (goncclSuccess, or the failure's code), and
+  // has reported it. On success runs the completion hooks; always runs the
+  // on-completion hook (registerOnCompletionHook). Runs no hook under a lock.
+  // Never throws.
   void finished(GoncclWork& work, goncclResult_t result);
 
  private:

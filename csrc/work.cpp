@@ -154,8 +154,8 @@ void GoncclWork::complete(const std::string& error) {
     }
   }
   finished_ = std::chrono::steady_clock::now();
-  if (state_) {
-    state_->recordError(result);
+  if (state_ && eptr) {
+    state_->failed(result);  // getError, and the abort hooks' dump, first
   }
   endProfilingRange();
   try {

@@ -177,6 +177,16 @@ def sec_timeouts():
         res = missing_rank_op(g, lambda g: dist.barrier(group=g, timeout=timedelta(seconds=2)))
         check_timeout_error("barrier(timeout=2 s)", res, backend)
         settle(g)
+    # A per-op timeout in the op's options (AllreduceOptions.timeout) on a 60 s group.
+    g = fresh("gonccl")
+
+    def ar_opts(g):
+        o = dist.AllreduceOptions()
+        o.timeout = timedelta(seconds=2)
+        g.allreduce([torch.ones(3)], o).wait()
+
+    check_timeout_error("allreduce(AllreduceOptions.timeout = 2 s)", missing_rank_op(g, ar_opts), "gonccl")
+    settle(g)
     # Work.timeout and the ephemeral extension (Gloo ignores ephemeral extensions).
     g = fresh("gonccl")
     dist.set_timeout(timedelta(seconds=2), group=g)
@@ -273,9 +283,24 @@ def sec_work():
     dist.set_timeout(timedelta(seconds=2), group=g)
     if RANK != LAST:
         w = dist.all_reduce(torch.ones(1), group=g, async_op=True)
+        # Work.wait(timeout) shorter than the op's own: its own error, the op pending.
+        _, err = outcome(lambda: w.wait(timedelta(milliseconds=200)))
+        CK.data("Work.wait(200 ms) on a stuck all_reduce", err)
+        CK.check(err is not None and "Timed out" in err and "Work.wait" in err,
+                 f"Work.wait(200 ms) on an all_reduce a rank never joins: {err}")
         fut = w.get_future_result()
         CK.check(fut.wait() == 1, f"get_future_result() of a timed-out op gave {fut.value()} (TIMEOUT is 1)")
         CK.check(backend.get_error() == ErrorType.TIMEOUT, f"get_error() after a timeout: {backend.get_error()}")
+        # The failure reaches every way of asking: wait(), the future, exception().
+        CK.check(w.is_completed(), "a timed-out Work is not completed")
+        _, err = outcome(w.wait)
+        CK.data("Work.wait() of a timed-out all_reduce", err)
+        CK.check(err is not None and err.startswith("DistBackendError") and "Timed out" in err
+                 and f"rank {LAST}" in err, f"Work.wait() of a timed-out all_reduce: {err}")
+        _, ferr = outcome(lambda: w.get_future().wait())
+        CK.check(ferr is not None and "Timed out" in ferr, f"get_future().wait() of a timed-out all_reduce: {ferr}")
+        exc = w.exception()
+        CK.check(exc is not None and "Timed out" in str(exc), f"Work.exception() of a timed-out all_reduce: {exc!r}")
     settle(g)
 
 
@@ -431,12 +456,11 @@ def sec_flight_recorder(report_dir):
         return
     CK.check(res[1] is not None, "all_reduce with a missing rank did not fail")
     path = prefix + str(RANK)
-    deadline = time.monotonic() + 20
-    while not os.path.exists(path) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    if not CK.check(os.path.exists(path), f"no flight recorder dump at {path}: {glob.glob(prefix + '*')}"):
+    # The abort hooks run before the op reports its failure: the dump is whole
+    # by the time the program sees the error (and might exit).
+    if not CK.check(os.path.exists(path), f"no flight recorder dump at {path} when the error was raised: "
+                    f"{glob.glob(prefix + '*')}"):
         return
-    time.sleep(0.5)  # written in one go; give a slow disk a moment
     with open(path, "rb") as f:
         dump = pickle.load(f)
     entries = [e for e in dump["entries"] if e["profiling_name"] == "gonccl:all_reduce"]
