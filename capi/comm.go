@@ -79,16 +79,44 @@ func goncclCommInitRank(out *C.goncclComm_t, nranks C.int, id C.goncclUniqueId, 
 //export goncclCommInitRankTimeout
 func goncclCommInitRankTimeout(out *C.goncclComm_t, nranks C.int, cid C.goncclUniqueId, rank C.int, timeoutMs C.int64_t) (res C.goncclResult_t) {
 	defer guard(&res)
+	opts := core.Options{}
+	if timeoutMs > 0 {
+		opts.Timeout = time.Duration(timeoutMs) * time.Millisecond
+	}
+	return initRank(out, nranks, cid, rank, opts)
+}
+
+//export goncclCommInitRankConfig
+func goncclCommInitRankConfig(out *C.goncclComm_t, nranks C.int, cid C.goncclUniqueId, rank C.int, cfg *C.goncclConfig_t) (res C.goncclResult_t) {
+	defer guard(&res)
+	opts := core.Options{}
+	if cfg != nil {
+		if uintptr(cfg.size) != unsafe.Sizeof(C.goncclConfig_t{}) {
+			return fail(nil, fmt.Errorf("%w: goncclCommInitRankConfig: config.size is %d, expected sizeof(goncclConfig_t) = %d",
+				core.ErrInvalidArgument, uint64(cfg.size), unsafe.Sizeof(C.goncclConfig_t{})))
+		}
+		if cfg.timeoutMs > 0 {
+			opts.Timeout = time.Duration(cfg.timeoutMs) * time.Millisecond
+		}
+		if cfg.algo != nil {
+			opts.Algo = C.GoString(cfg.algo)
+		}
+		if cfg.chunkBytes < 0 || cfg.chunkBytes > 1<<30 {
+			return fail(nil, fmt.Errorf("%w: goncclCommInitRankConfig: chunkBytes %d is out of range (0, or 4096..1 GiB)",
+				core.ErrInvalidArgument, int64(cfg.chunkBytes)))
+		}
+		opts.ChunkBytes = int(cfg.chunkBytes)
+	}
+	return initRank(out, nranks, cid, rank, opts)
+}
+
+func initRank(out *C.goncclComm_t, nranks C.int, cid C.goncclUniqueId, rank C.int, opts core.Options) C.goncclResult_t {
 	if out == nil {
 		return fail(nil, fmt.Errorf("%w: goncclCommInitRank: comm is NULL", core.ErrInvalidArgument))
 	}
 	*out = nil
 	var id core.UniqueID
 	copy(id[:], unsafe.Slice((*byte)(unsafe.Pointer(&cid.internal[0])), core.UniqueIDSize))
-	opts := core.Options{}
-	if timeoutMs > 0 {
-		opts.Timeout = time.Duration(timeoutMs) * time.Millisecond
-	}
 	c, err := core.NewComm(id, int(nranks), int(rank), opts)
 	if err != nil {
 		return fail(nil, err)
@@ -139,6 +167,22 @@ func goncclCommAbort(h C.goncclComm_t) (res C.goncclResult_t) {
 	release(h, e)
 	if err != nil {
 		return fail(nil, err)
+	}
+	return C.goncclSuccess
+}
+
+//export goncclCommSetTimeout
+func goncclCommSetTimeout(h C.goncclComm_t, timeoutMs C.int64_t) (res C.goncclResult_t) {
+	defer guard(&res)
+	e, err := lookupComm(h)
+	if err != nil {
+		return fail(nil, err)
+	}
+	if timeoutMs <= 0 {
+		return fail(e, fmt.Errorf("%w: goncclCommSetTimeout: timeout must be positive, got %d ms", core.ErrInvalidArgument, int64(timeoutMs)))
+	}
+	if err := e.comm.SetTimeout(time.Duration(timeoutMs) * time.Millisecond); err != nil {
+		return fail(e, err)
 	}
 	return C.goncclSuccess
 }

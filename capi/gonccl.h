@@ -137,6 +137,17 @@ typedef enum {
  * from it except goncclRequestErrorString on the same request. */
 typedef void (*goncclCallback_t)(void* arg, goncclResult_t result);
 
+/* gonccl extension: per-communicator settings for goncclCommInitRankConfig. Zero a
+ * goncclConfig_t, set size to sizeof(goncclConfig_t) and the fields you want; a
+ * zero/NULL field keeps the environment's setting. Every rank must pass the same
+ * algo and chunkBytes. */
+typedef struct {
+  size_t size;        /* sizeof(goncclConfig_t): the fields this caller knows */
+  int64_t timeoutMs;  /* bounds init and every operation; <= 0: GONCCL_TIMEOUT_MS */
+  const char* algo;   /* GONCCL_ALGO's syntax (allreduce:ring;broadcast:chain, ^direct) */
+  int64_t chunkBytes; /* pipelined chunk of ring/chain algorithms, 4096..1 GiB */
+} goncclConfig_t;
+
 #ifndef GONCCL_NO_PROTOTYPES
 
 goncclResult_t goncclGetVersion(int* version);
@@ -160,6 +171,10 @@ goncclResult_t goncclCommInitRank(goncclComm_t* comm, int nranks, goncclUniqueId
 goncclResult_t goncclCommInitRankTimeout(goncclComm_t* comm, int nranks,
                                          goncclUniqueId commId, int rank,
                                          int64_t timeoutMs);
+/* gonccl extension: the same with per-communicator settings (config may be NULL). */
+goncclResult_t goncclCommInitRankConfig(goncclComm_t* comm, int nranks,
+                                        goncclUniqueId commId, int rank,
+                                        const goncclConfig_t* config);
 /* Waits for pending operations, then frees the communicator. Every request of the
  * communicator has completed (and its callback has run) when it returns; requests
  * must still be freed with goncclRequestFree, which stays valid after destruction. */
@@ -167,6 +182,12 @@ goncclResult_t goncclCommDestroy(goncclComm_t comm);
 /* Fails pending operations at once, closes every connection, frees the communicator.
  * As with goncclCommDestroy, every request has completed when it returns. */
 goncclResult_t goncclCommAbort(goncclComm_t comm);
+/* Sets the timeout (milliseconds, > 0) of the operations enqueued on comm after the
+ * call; operations already enqueued keep theirs. A collective's timeout runs from when
+ * the communicator starts it (after the operations before it), a send's or receive's
+ * from its call. Thread-safe; the torch backend uses it for set_timeout and per-call
+ * timeouts. */
+goncclResult_t goncclCommSetTimeout(goncclComm_t comm, int64_t timeoutMs);
 goncclResult_t goncclCommCount(const goncclComm_t comm, int* count);
 goncclResult_t goncclCommUserRank(const goncclComm_t comm, int* rank);
 

@@ -28,6 +28,9 @@ type rankInfo struct {
 	Hostname string `json:"hostname"` // for logs
 	Pid      int    `json:"pid"`
 	Shm      bool   `json:"shm"` // willing to use shared memory with ranks on its host
+	// The per-communicator options that every rank must share (Options.Algo and
+	// ChunkBytes), compared after the join.
+	Opts string `json:"opts,omitempty"`
 	// TCP layout toward peers on other hosts (GONCCL_SOCKET_NTHREADS and
 	// GONCCL_NSOCKS_PERTHREAD); joinRoot fills them in if the caller did not.
 	SockThreads    int `json:"sock_threads"`

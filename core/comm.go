@@ -30,6 +30,14 @@ const VersionCode = 100
 type Options struct {
 	// Timeout bounds init and every operation; 0 means GONCCL_TIMEOUT_MS.
 	Timeout time.Duration
+	// Algo restricts the algorithms this communicator's cost model may pick, in
+	// GONCCL_ALGO's syntax; "" keeps GONCCL_ALGO's restriction (if any). Every rank
+	// must pass the same restriction (ranks that pick different algorithms fail their
+	// operation with a mismatch error).
+	Algo string
+	// ChunkBytes is the pipelined chunk of ring and chain algorithms (at least 4096);
+	// 0 keeps GONCCL_CHUNKSIZE. Every rank must pass the same value.
+	ChunkBytes int
 
 	injectPanic func(site string) // tests only: see config.injectPanic
 }
@@ -40,11 +48,10 @@ type Comm struct {
 	rank, nranks int
 	cfg          *config
 	logs         loggers
-	peers        *peerSet // links to the other ranks, made on demand (see peers.go)
-	hosts        [][]int  // the ranks of each host (nil: unknown; see hostGroups)
-	scratch      []byte   // mmap'd: receive staging for reductions
-	work         []byte   // mmap'd, grown on demand: see workBuf
-	timeout      time.Duration
+	peers        *peerSet        // links to the other ranks, made on demand (see peers.go)
+	hosts        [][]int         // the ranks of each host (nil: unknown; see hostGroups)
+	scratch      []byte          // mmap'd: receive staging for reductions
+	work         []byte          // mmap'd, grown on demand: see workBuf
 	sel          *selector       // the cost model: picks each operation's algorithm
 	trace        *flightRecorder // recent operations (nil: off); see trace.go
 	guard        safego.Guard    // how its goroutines survive panics (see safety.go)
@@ -73,6 +80,7 @@ type Comm struct {
 	p2p *p2pEngine // point-to-point messaging, beside the executor (nil: none)
 
 	mu          sync.Mutex
+	timeout     time.Duration // of operations enqueued from now on (SetTimeout)
 	seq         uint64
 	closed      bool  // no more operations may be enqueued
 	broken      error // first failure; later operations fail at once with it
@@ -113,6 +121,19 @@ func NewComm(id UniqueID, nranks, rank int, opts Options) (*Comm, error) {
 	if opts.injectPanic != nil {
 		cfg.injectPanic = opts.injectPanic
 	}
+	if opts.Algo != "" {
+		if cfg.algo, err = parseAlgo(opts.Algo); err != nil {
+			return nil, fmt.Errorf("the communicator's algorithm restriction: %w", err)
+		}
+		cfg.set = append(cfg.set, "algorithm restriction (communicator option) "+opts.Algo)
+	}
+	if opts.ChunkBytes != 0 {
+		if opts.ChunkBytes < 4096 {
+			return nil, invalidf("the communicator's chunk size must be at least 4096 bytes, got %d", opts.ChunkBytes)
+		}
+		cfg.chunkBytes = opts.ChunkBytes
+		cfg.set = append(cfg.set, fmt.Sprintf("chunk size (communicator option) %d", opts.ChunkBytes))
+	}
 	logs := newLoggers(cfg, hostname(), rank)
 	for _, s := range cfg.set {
 		logs.env.Info(s)
@@ -130,10 +151,20 @@ func NewComm(id UniqueID, nranks, rank int, opts Options) (*Comm, error) {
 	}
 	deadline := start.Add(timeout)
 	me := rankInfo{Rank: rank, NRanks: nranks, Addr: l.Addr().String(), Host: hostIdentity(), Hostname: hostname(), Pid: os.Getpid(), Shm: !cfg.shmDisable}
+	if opts.Algo != "" || opts.ChunkBytes != 0 {
+		me.Opts = fmt.Sprintf("algorithm %q, chunk size %d", opts.Algo, opts.ChunkBytes)
+	}
 	ranks, err := joinRoot(&id, me, deadline)
 	if err != nil {
 		l.Close()
 		return fail(err)
+	}
+	for _, r := range ranks {
+		if r.Opts != me.Opts {
+			l.Close()
+			return fail(invalidf("rank %d was given other communicator options than rank %d (%s against %s): every rank must pass the same algorithm restriction and chunk size",
+				r.Rank, rank, describeOpts(r.Opts), describeOpts(me.Opts)))
+		}
 	}
 	if meshListening != nil {
 		meshListening(rank, l.Addr().String())
@@ -153,6 +184,14 @@ func NewComm(id UniqueID, nranks, rank int, opts Options) (*Comm, error) {
 	procs := sizeGoMaxProcs(cfg, ranks, me.Host)
 	c.logInit(ifc, ranks, procs, time.Since(start))
 	return c, nil
+}
+
+// describeOpts is rankInfo.Opts for an error message.
+func describeOpts(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
 }
 
 // newComm builds a communicator over peers and starts its executor.
@@ -236,8 +275,25 @@ func (c *Comm) Rank() int { return c.rank }
 // Size returns the number of ranks.
 func (c *Comm) Size() int { return c.nranks }
 
-// Timeout returns the deadline every operation must meet.
-func (c *Comm) Timeout() time.Duration { return c.timeout }
+// Timeout returns the time limit of operations enqueued from now on.
+func (c *Comm) Timeout() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.timeout
+}
+
+// SetTimeout sets the time limit of the operations enqueued after it returns (a
+// collective's runs from when the executor starts it, a send's or receive's from its
+// call); operations already enqueued keep theirs. d must be positive.
+func (c *Comm) SetTimeout(d time.Duration) error {
+	if d <= 0 {
+		return invalidf("timeout must be positive, got %v", d)
+	}
+	c.mu.Lock()
+	c.timeout = d
+	c.mu.Unlock()
+	return nil
+}
 
 // enqueue validates nothing: callers check their arguments first. While the queue is
 // full it blocks (back-pressure) until the executor takes an operation out, the
@@ -259,6 +315,7 @@ func (c *Comm) enqueue(o *op, opts ...OpOption) (*Request, error) {
 	}
 	c.seq++
 	o.seq = c.seq
+	o.timeout = c.timeout
 	o.req = newRequest()
 	o.req.owner = c
 	c.issuedOp = o.String()
@@ -287,7 +344,8 @@ func (c *Comm) takeSlot(o *op) error {
 		return nil
 	default:
 	}
-	t := time.NewTimer(c.timeout)
+	timeout := c.Timeout()
+	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
 	case c.slots <- struct{}{}:
@@ -301,7 +359,7 @@ func (c *Comm) takeSlot(o *op) error {
 	case <-t.C:
 		return &OpError{Rank: c.rank, Op: o.kind.String(), Peer: -1, Err: fmt.Errorf(
 			"%w after %v waiting for room in the operation queue (%d operations queued, GONCCL_QUEUE_DEPTH): the operations ahead are not finishing; are all ranks calling the same collectives?",
-			ErrTimeout, c.timeout, cap(c.slots))}
+			ErrTimeout, timeout, cap(c.slots))}
 	}
 }
 
@@ -348,7 +406,7 @@ func (c *Comm) execute(o *op) error {
 		rank: c.rank, nranks: c.nranks, peers: c.peers,
 		hdr: transport.Header{Seq: o.seq, Kind: uint8(o.kind), DType: uint8(o.dtype), Root: int32(o.root),
 			Count: uint64(o.count)},
-		deadline: start.Add(c.timeout), timeout: c.timeout,
+		deadline: start.Add(o.timeout), timeout: o.timeout,
 		scratch: c.scratch, chunkBytes: c.cfg.chunkBytes, breakLinks: c.failLinks, guard: c.guard,
 		sendHdrs: c.sendHdrs, recvHdrs: c.recvHdrs, sinks: c.sinks,
 	}

@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/gonccl/gonccl/transport"
 )
@@ -104,6 +105,9 @@ type op struct {
 	hooks Hooks // optional: see WithHooks
 	algo  Algo  // the algorithm it ran with, once run
 	stamp int64 // hop timing: the end of its last hop so far (see hops.go)
+	// timeout is the communicator's when the operation was enqueued: its deadline is
+	// that long after the executor starts it.
+	timeout time.Duration
 }
 
 // describe renders an operation as a user would have called it.

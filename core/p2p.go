@@ -64,6 +64,7 @@ type p2pRecv struct {
 	src      int // peer, or AnySource
 	tag      int64
 	what     string
+	timeout  time.Duration
 	deadline time.Time
 	timer    *time.Timer
 	state    recvState
@@ -78,6 +79,7 @@ type p2pSend struct {
 	tag      int64
 	seq      uint64
 	what     string
+	timeout  time.Duration
 	deadline time.Time
 	timer    *time.Timer
 	state    sendState
@@ -244,12 +246,13 @@ func (c *Comm) Send(buf []byte, count int, dt DataType, peer, tag int) (*Request
 	if err := c.checkP2P("send", buf, count, dt, peer, tag, false); err != nil {
 		return nil, err
 	}
+	timeout := c.Timeout()
 	if c.p2p.peer(peer) == nil && c.peers.ranks != nil { // first message to peer: connect
-		if _, err := c.peers.link(peer, time.Now().Add(c.timeout)); err != nil {
+		if _, err := c.peers.link(peer, time.Now().Add(timeout)); err != nil {
 			return nil, &OpError{Rank: c.rank, Op: fmt.Sprintf("send to rank %d", peer), Peer: peer, Err: err}
 		}
 	}
-	return c.p2p.send(buf[:count*dt.Size()], count, dt, peer, int64(tag))
+	return c.p2p.send(buf[:count*dt.Size()], count, dt, peer, int64(tag), timeout)
 }
 
 // Recv receives count elements of dt from peer (or AnySource) with tag into buf. It
@@ -261,10 +264,12 @@ func (c *Comm) Recv(buf []byte, count int, dt DataType, peer, tag int) (*Request
 	if err := c.checkP2P("recv", buf, count, dt, peer, tag, true); err != nil {
 		return nil, err
 	}
-	return c.p2p.recv(buf[:count*dt.Size()], count, dt, peer, int64(tag))
+	return c.p2p.recv(buf[:count*dt.Size()], count, dt, peer, int64(tag), c.Timeout())
 }
 
-func (e *p2pEngine) send(p []byte, count int, dt DataType, peer int, tag int64) (*Request, error) {
+// send and recv fail their request if it has not finished within timeout (the
+// communicator's when it was issued; see Comm.SetTimeout).
+func (e *p2pEngine) send(p []byte, count int, dt DataType, peer int, tag int64, timeout time.Duration) (*Request, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.nsend++
@@ -281,7 +286,7 @@ func (e *p2pEngine) send(p []byte, count int, dt DataType, peer int, tag int64) 
 	}
 	pp.nextSeq++
 	s := &p2pSend{req: newRequest(), buf: p, peer: peer, tag: tag, seq: pp.nextSeq, what: what,
-		deadline: time.Now().Add(e.timeout)}
+		timeout: timeout, deadline: time.Now().Add(timeout)}
 	s.req.source = peer
 	f := &p2pFrame{h: transport.MsgHeader{Kind: transport.MsgEager, DType: uint8(dt), Seq: s.seq, Tag: tag, Len: uint64(len(p))},
 		payload: p, send: s, deadline: s.deadline}
@@ -291,11 +296,11 @@ func (e *p2pEngine) send(p []byte, count int, dt DataType, peer int, tag int64) 
 	}
 	s.frame = f
 	e.enqueue(pp, f, false)
-	s.timer = time.AfterFunc(e.timeout, e.guard.Func("p2p send timer", e.timerDied(s.req, s.peer), func() { e.expireSend(s) }))
+	s.timer = time.AfterFunc(timeout, e.guard.Func("p2p send timer", e.timerDied(s.req, s.peer), func() { e.expireSend(s) }))
 	return s.req, nil
 }
 
-func (e *p2pEngine) recv(p []byte, count int, dt DataType, src int, tag int64) (*Request, error) {
+func (e *p2pEngine) recv(p []byte, count int, dt DataType, src int, tag int64, timeout time.Duration) (*Request, error) {
 	e.mu.Lock()
 	e.nrecv++
 	from := fmt.Sprintf("rank %d", src)
@@ -303,8 +308,8 @@ func (e *p2pEngine) recv(p []byte, count int, dt DataType, src int, tag int64) (
 		from = "any rank"
 	}
 	r := &p2pRecv{req: newRequest(), buf: p, src: src, tag: tag, from: src,
-		what:     fmt.Sprintf("recv #%d from %s (tag %d, %s x %d)", e.nrecv, from, tag, dt, count),
-		deadline: time.Now().Add(e.timeout)}
+		what:    fmt.Sprintf("recv #%d from %s (tag %d, %s x %d)", e.nrecv, from, tag, dt, count),
+		timeout: timeout, deadline: time.Now().Add(timeout)}
 	r.req.source = src
 	if e.closed != nil {
 		e.mu.Unlock()
@@ -314,14 +319,14 @@ func (e *p2pEngine) recv(p []byte, count int, dt DataType, src int, tag int64) (
 	if u := e.takeUnexpected(src, tag); u != nil {
 		e.deliver(r, u, &done)
 		if r.state != recvDone { // waiting for an announced message's data: it has a deadline too
-			r.timer = time.AfterFunc(e.timeout, e.guard.Func("p2p recv timer", e.timerDied(r.req, r.src), func() { e.expireRecv(r) }))
+			r.timer = time.AfterFunc(timeout, e.guard.Func("p2p recv timer", e.timerDied(r.req, r.src), func() { e.expireRecv(r) }))
 		}
 	} else if src != AnySource && e.peers[src] != nil && e.peers[src].err != nil {
 		e.mu.Unlock()
 		return nil, &OpError{Rank: e.rank, Op: r.what, Peer: src, Err: e.peers[src].err}
 	} else {
 		e.posted = append(e.posted, r)
-		r.timer = time.AfterFunc(e.timeout, e.guard.Func("p2p recv timer", e.timerDied(r.req, r.src), func() { e.expireRecv(r) }))
+		r.timer = time.AfterFunc(timeout, e.guard.Func("p2p recv timer", e.timerDied(r.req, r.src), func() { e.expireRecv(r) }))
 	}
 	e.mu.Unlock()
 	done.run()
@@ -644,7 +649,7 @@ func (e *p2pEngine) expireRecv(r *p2pRecv) {
 	if r.src == AnySource && r.seq == 0 {
 		hint = "did any rank send with this tag?"
 	}
-	r.req.complete(&OpError{Rank: e.rank, Op: r.what, Peer: r.src, Err: fmt.Errorf("%w after %v (%s)", ErrTimeout, e.timeout, hint)})
+	r.req.complete(&OpError{Rank: e.rank, Op: r.what, Peer: r.src, Err: fmt.Errorf("%w after %v (%s)", ErrTimeout, r.timeout, hint)})
 }
 
 func (e *p2pEngine) expireSend(s *p2pSend) {
@@ -667,7 +672,7 @@ func (e *p2pEngine) expireSend(s *p2pSend) {
 	s.state = sendDone
 	e.mu.Unlock()
 	s.req.complete(&OpError{Rank: e.rank, Op: s.what, Peer: s.peer, Err: fmt.Errorf(
-		"%w after %v (is rank %d alive, and did it post the matching receive?)", ErrTimeout, e.timeout, s.peer)})
+		"%w after %v (is rank %d alive, and did it post the matching receive?)", ErrTimeout, s.timeout, s.peer)})
 }
 
 // failPeer shuts pp's channel down after err and fails everything pending on it.

@@ -45,7 +45,19 @@ class GilRelease {
   PyThreadState* state_ = nullptr;
 };
 
+// The per-call time limit of the ops this thread issues (CallTimeout).
+thread_local std::chrono::milliseconds callTimeout = c10d::kUnsetTimeout;
+
 }  // namespace
+
+GoncclBackend::CallTimeout::CallTimeout(std::chrono::milliseconds timeout)
+    : previous_(callTimeout) {
+  callTimeout = timeout;
+}
+
+GoncclBackend::CallTimeout::~CallTimeout() {
+  callTimeout = previous_;
+}
 
 GoncclBackend::GoncclBackend(
     const c10::intrusive_ptr<c10d::Store>& store,
@@ -53,13 +65,53 @@ GoncclBackend::GoncclBackend(
     int size,
     std::chrono::milliseconds timeout,
     const std::string& libraryPath)
-    : Backend(rank, size), libraryPath_(libraryPath), timeout_(timeout) {
+    : GoncclBackend(
+          store,
+          rank,
+          size,
+          c10::make_intrusive<GoncclOptions>(timeout),
+          libraryPath) {}
+
+GoncclBackend::GoncclBackend(
+    const c10::intrusive_ptr<c10d::Store>& store,
+    int rank,
+    int size,
+    c10::intrusive_ptr<GoncclOptions> options,
+    const std::string& libraryPath)
+    : Backend(rank, size),
+      libraryPath_(libraryPath),
+      options_(std::move(options)),
+      timeout_(options_->timeout),
+      commTimeout_(options_->timeout) {
   TORCH_CHECK_VALUE(
       size >= 1 && rank >= 0 && rank < size,
       "gonccl: invalid rank ",
       rank,
       " for a group of size ",
       size);
+  const std::vector<uint64_t>& global = options_->global_ranks_in_group;
+  TORCH_CHECK_VALUE(
+      global.empty() || global.size() == static_cast<size_t>(size),
+      "gonccl: the options name ",
+      global.size(),
+      " global ranks for a group of ",
+      size);
+  bool identity = true;
+  for (size_t i = 0; i < global.size(); ++i) {
+    identity = identity && global[i] == i;
+  }
+  if (!identity) {
+    rankNote_ = c10::str(
+        " (in group '",
+        options_->group_name,
+        "', whose ranks 0..",
+        size - 1,
+        " are global ranks ",
+        c10::Join(", ", global),
+        ")");
+  }
+  // Go checks that every rank has the same (when they join).
+  const bool knobs = !options_->algorithm.empty() || options_->chunk_size != 0;
   const Library& L = loadLibrary(libraryPath);
   hops::configure();
 
@@ -86,9 +138,28 @@ GoncclBackend::GoncclBackend(
     std::memcpy(id.internal, bytes.data(), sizeof(id.internal));
   }
 
-  goncclResult_t rc =
-      L.commInitRankTimeout(&comm_, size, id, rank, timeout.count());
+  goncclResult_t rc;
+  if (!knobs) {
+    rc = L.commInitRankTimeout(&comm_, size, id, rank, timeout_.count());
+  } else {
+    TORCH_CHECK(
+        L.commInitRankConfig != nullptr,
+        "gonccl: GoncclOptions' algorithm and chunk_size need "
+        "goncclCommInitRankConfig, which this libgonccl.so lacks");
+    goncclConfig_t config;
+    std::memset(&config, 0, sizeof config);
+    config.size = sizeof config;
+    config.timeoutMs = timeout_.count();
+    config.algo = options_->algorithm.c_str();
+    config.chunkBytes = options_->chunk_size;
+    rc = L.commInitRankConfig(&comm_, size, id, rank, &config);
+  }
   if (rc != goncclSuccess) {
+    const std::string detail = errorString(rc, L.getLastError(comm_));
+    if (knobs && rc == goncclInvalidArgument) {
+      TORCH_CHECK_VALUE(
+          false, "gonccl: invalid GoncclOptions", rankNote_, ": ", detail);
+    }
     C10_THROW_ERROR(
         DistBackendError,
         c10::str(
@@ -96,11 +167,20 @@ GoncclBackend::GoncclBackend(
             rank,
             " of ",
             size,
+            rankNote_,
             ": ",
-            errorString(rc, L.getLastError(comm_))));
+            detail));
   }
   queue_ = CompletionQueue::create();
   init();
+}
+
+int GoncclBackend::globalRank(int r) const {
+  const std::vector<uint64_t>& global = options_->global_ranks_in_group;
+  if (r >= 0 && static_cast<size_t>(r) < global.size()) {
+    return static_cast<int>(global[r]);
+  }
+  return r;
 }
 
 GoncclBackend::~GoncclBackend() {
@@ -112,7 +192,10 @@ GoncclBackend::~GoncclBackend() {
 }
 
 c10::intrusive_ptr<c10d::Backend::Options> GoncclBackend::getBackendOptions() {
-  return c10::make_intrusive<Options>("gonccl", timeout_);
+  std::lock_guard<std::mutex> guard(issueMutex_);
+  auto options = c10::make_intrusive<GoncclOptions>(*options_);
+  options->timeout = timeout_;
+  return options;
 }
 
 uint64_t GoncclBackend::getSequenceNumberForGroup() {
@@ -189,6 +272,24 @@ c10::intrusive_ptr<GoncclWork> GoncclBackend::issue(Op op, const Start& start) {
     work->recordSourceRank();
   }
   work->setIssuedAt(issuedAt);
+  const std::chrono::milliseconds timeout = opTimeout(callTimeout, work);
+  work->attach(state_, timeout);
+  work->setErrorNote(rankNote_);
+  if (timeout != commTimeout_ && lib().commSetTimeout != nullptr) {
+    goncclResult_t trc = lib().commSetTimeout(parts.comm, timeout.count());
+    if (trc != goncclSuccess) {
+      C10_THROW_ERROR(
+          DistBackendError,
+          c10::str(
+              "gonccl: ",
+              op.name,
+              ": setting its timeout of ",
+              timeout.count(),
+              " ms failed: ",
+              errorString(trc, lib().getLastError(parts.comm))));
+    }
+    commTimeout_ = timeout;
+  }
   goncclResult_t rc = start(parts);
   if (holds) {
     // The copy-out comes after the op on the gonccl stream, and the next op
@@ -200,11 +301,10 @@ c10::intrusive_ptr<GoncclWork> GoncclBackend::issue(Op op, const Start& start) {
   }
   std::string error;
   if (rc != goncclSuccess) {
-    error = c10::str(
-        "gonccl: ",
-        op.name,
-        " failed: ",
-        errorString(rc, lib().getLastError(parts.comm)));
+    work->noteResult(rc);
+    error = opFailure(
+                op.name, rc, lib().getLastError(parts.comm), work->timeout()) +
+            rankNote_;
   }
   if (parts.requests.empty()) {
     if (!error.empty()) {
@@ -232,6 +332,104 @@ c10::intrusive_ptr<GoncclWork> GoncclBackend::issue(Op op, const Start& start) {
   hops::since(hops::kIssue, issuedAt);
   return work;
 }
+
+std::chrono::milliseconds GoncclBackend::opTimeout(
+    std::chrono::milliseconds requested,
+    const c10::intrusive_ptr<GoncclWork>& work) {
+  auto timeout = requested == c10d::kUnsetTimeout ? timeout_ : requested;
+  // An extension ends when the first op issued after it has finished.
+  extensions_.erase(
+      std::remove_if(
+          extensions_.begin(),
+          extensions_.end(),
+          [](const Extension& x) {
+            return x.firstWork && x.firstWork->isCompleted();
+          }),
+      extensions_.end());
+  for (Extension& x : extensions_) {
+    timeout += x.amount;
+    if (!x.firstWork) {
+      x.firstWork = work;
+    }
+  }
+  return timeout;
+}
+
+void GoncclBackend::setTimeout(std::chrono::milliseconds timeout) {
+  TORCH_CHECK_VALUE(
+      timeout.count() > 0,
+      "gonccl: set_timeout: the timeout must be positive, got ",
+      timeout.count(),
+      " ms");
+  std::lock_guard<std::mutex> guard(issueMutex_);
+  TORCH_CHECK(
+      lib().commSetTimeout != nullptr,
+      "gonccl: set_timeout needs goncclCommSetTimeout, which this "
+      "libgonccl.so lacks");
+  timeout_ = timeout;
+}
+
+#if GONCCL_TORCH_AT_LEAST(2, 15)
+void GoncclBackend::addEphemeralTimeout(
+    const std::chrono::milliseconds& timeout) {
+  std::lock_guard<std::mutex> guard(issueMutex_);
+  extensions_.push_back({timeout, nullptr});
+}
+#endif
+
+c10d::ErrorType GoncclBackend::getError() {
+  return state_->error();
+}
+
+void GoncclBackend::enableCollectivesTiming() {
+  state_->enableTiming();
+}
+
+void GoncclBackend::registerOnCompletionHook(
+    std::function<void(std::shared_ptr<c10d::WorkInfo>)>&& hook) {
+  onCompletionHook_ = hook;  // the base class's, for hasHooks()
+  state_->setWorkInfoHook(std::move(hook));
+}
+
+void GoncclBackend::waitForPendingWorks() {
+  std::shared_ptr<CompletionQueue> queue;
+  std::chrono::milliseconds timeout;
+  {
+    std::lock_guard<std::mutex> guard(issueMutex_);
+    queue = queue_;
+    timeout = timeout_;
+  }
+  if (!queue) {
+    return;
+  }
+  GilRelease noGil;
+  TORCH_CHECK(
+      queue->drain(timeout),
+      "gonccl: waitForPendingWorks: ",
+      queue->pending(),
+      " op(s) still pending after ",
+      timeout.count(),
+      " ms");
+}
+
+#if GONCCL_HAS_HOOKS
+void GoncclBackend::registerCompletionHook(
+    int64_t id, c10d::CompletionHook hook) {
+  state_->registerCompletionHook(id, std::move(hook));
+}
+
+void GoncclBackend::unregisterCompletionHook(int64_t id) {
+  state_->unregisterCompletionHook(id);
+}
+
+void GoncclBackend::registerAbortHook(int64_t id, c10d::AbortHook hook) {
+  state_->registerAbortHook(id, std::move(hook));
+}
+
+void GoncclBackend::unregisterAbortHook(int64_t id) {
+  state_->unregisterAbortHook(id);
+}
+#endif
 
 c10::Stream GoncclBackend::deviceStream(c10::DeviceIndex device) {
   auto it = streams_.find(device);
@@ -308,21 +506,46 @@ c10::intrusive_ptr<c10d::Backend> GoncclBackend::split(
     const c10::intrusive_ptr<c10d::Store>& store,
     const std::vector<int>& ranks,
     const c10::intrusive_ptr<Options>& opts) {
-  auto it = std::find(ranks.begin(), ranks.end(), rank_);
-  TORCH_CHECK_VALUE(
-      it != ranks.end(),
-      "gonccl: split: rank ",
-      rank_,
-      " is not one of the new group's ranks ",
-      ranks);
+  for (int r : ranks) {
+    TORCH_CHECK_VALUE(
+        r >= 0 && r < size_,
+        "gonccl: split: rank ",
+        r,
+        " is out of range for a group of size ",
+        size_);
+  }
   liveComm("split");
-  const auto timeout = opts ? opts->timeout : timeout_;
+  auto it = std::find(ranks.begin(), ranks.end(), rank_);
+  if (it == ranks.end()) {
+    return nullptr;
+  }
+  // The child's options: the knobs of GoncclOptions given to split_group, or
+  // else this group's; torch's timeout and name. Its global ranks follow from
+  // this group's (torch hands split the parent's list unchanged).
+  c10::intrusive_ptr<GoncclOptions> child;
+  if (const auto* given = dynamic_cast<const GoncclOptions*>(opts.get())) {
+    child = c10::make_intrusive<GoncclOptions>(*given);
+  } else {
+    child = c10::make_intrusive<GoncclOptions>(*options_);
+    std::lock_guard<std::mutex> guard(issueMutex_);
+    child->timeout = timeout_;
+    child->group_name = opts ? opts->group_name : "";
+  }
+  if (opts && opts->timeout.count() > 0) {
+    child->timeout = opts->timeout;
+  }
+  child->global_ranks_in_group.clear();
+  if (!options_->global_ranks_in_group.empty()) {
+    for (int r : ranks) {
+      child->global_ranks_in_group.push_back(globalRank(r));
+    }
+  }
   GilRelease noGil;
   return c10::make_intrusive<GoncclBackend>(
       store,
       static_cast<int>(it - ranks.begin()),
       static_cast<int>(ranks.size()),
-      std::chrono::duration_cast<std::chrono::milliseconds>(timeout),
+      child,
       libraryPath_);
 }
 

@@ -14,12 +14,38 @@
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/version.h>
 
 #include "completion.hpp"
 #include "gonccl.h"
+#include "state.hpp"
 #include "torch_compat.hpp"
 
 namespace gonccl {
+
+// gonccl's process-group options (Python: gonccl.GoncclOptions), given as
+// pg_options to init_process_group / new_group / split_group. Besides torch's
+// (timeout, group_name, global_ranks_in_group), the communicator's own knobs;
+// empty/zero keeps the environment's (GONCCL_ALGO, GONCCL_CHUNKSIZE). Every
+// rank of a group must give the same knobs (checked when it is created).
+struct GoncclOptions : c10d::Backend::Options {
+  explicit GoncclOptions(
+      std::chrono::milliseconds timeout = ::kBackendDefaultTimeout)
+      : Options("gonccl", timeout) {}
+  GoncclOptions(const GoncclOptions&) = default;
+
+  // The algorithms the cost model may pick, in GONCCL_ALGO's syntax
+  // ("allreduce:ring;broadcast:chain", "^direct").
+  std::string algorithm;
+  // Bytes per pipelined chunk of the ring and chain algorithms (4096..1 GiB).
+  int64_t chunk_size = 0;
+
+#if GONCCL_TORCH_AT_LEAST(2, 14)
+  c10::intrusive_ptr<c10d::Backend::Options> clone() const override {
+    return c10::make_intrusive<GoncclOptions>(*this);
+  }
+#endif
+};
 
 class GoncclBackend : public c10d::Backend {
  public:
@@ -32,6 +58,13 @@ class GoncclBackend : public c10d::Backend {
       int rank,
       int size,
       std::chrono::milliseconds timeout,
+      const std::string& libraryPath);
+  // The same with options (its timeout is the group's).
+  GoncclBackend(
+      const c10::intrusive_ptr<c10d::Store>& store,
+      int rank,
+      int size,
+      c10::intrusive_ptr<GoncclOptions> options,
       const std::string& libraryPath);
   ~GoncclBackend() override;
 
@@ -56,6 +89,8 @@ class GoncclBackend : public c10d::Backend {
 
   // A new backend for the members of ranks (ranks of this group, in the new
   // group's order), joined over store (already prefixed for the new group).
+  // On a rank that is not one of them: none (nullptr, what torch's
+  // splitGroup expects of a rank left out), and nothing is joined.
   c10::intrusive_ptr<c10d::Backend> split(
       const c10::intrusive_ptr<c10d::Store>& store,
       const std::vector<int>& ranks,
@@ -148,6 +183,44 @@ class GoncclBackend : public c10d::Backend {
   void monitoredBarrier(
       const c10d::BarrierOptions& opts, bool waitAllRanks) override;
 
+  // Timeouts (backend.cpp). An op's time limit is the group's (setTimeout, or
+  // the one it was created with), or the per-call one in its options
+  // (barrier(timeout=...)), plus any ephemeral extensions in force when it is
+  // issued. An extension lasts until the first op issued after it finishes.
+  void setTimeout(std::chrono::milliseconds timeout) override;
+#if GONCCL_TORCH_AT_LEAST(2, 15)
+  void addEphemeralTimeout(const std::chrono::milliseconds& timeout) override;
+#endif
+
+  // The kind of the first failure that broke the communicator.
+  c10d::ErrorType getError() override;
+  // Works issued from now on measure their duration (Work.getDuration).
+  void enableCollectivesTiming() override;
+  // Called with every finished Work's op type, sequence number and times, on
+  // the completion thread.
+  void registerOnCompletionHook(
+      std::function<void(std::shared_ptr<c10d::WorkInfo>)>&& hook) override;
+  // Waits (up to the group's timeout) until every op issued so far finished.
+  void waitForPendingWorks() override;
+
+#if GONCCL_HAS_HOOKS
+  // torch's completion and abort hooks (Hooks.hpp), which its flight recorder
+  // attaches through: completion hooks run when an op succeeds (with its
+  // duration when timing is on, after the Work completed), abort hooks when
+  // an op fails in a way that breaks the communicator (timeout, lost peer,
+  // mismatch), before the Work reports the failure to anyone.
+  bool supportsCompletionHooks() const override {
+    return true;
+  }
+  void registerCompletionHook(int64_t id, c10d::CompletionHook hook) override;
+  void unregisterCompletionHook(int64_t id) override;
+  bool supportsAbortHooks() const override {
+    return true;
+  }
+  void registerAbortHook(int64_t id, c10d::AbortHook hook) override;
+  void unregisterAbortHook(int64_t id) override;
+#endif
+
   // Waits for nothing: fails pending ops (goncclCommAbort) if any, else frees
   // the communicator (goncclCommDestroy). Then joins the completion thread.
   void shutdown() override;
@@ -192,6 +265,19 @@ class GoncclBackend : public c10d::Backend {
     bool anySource = false;                        // a receive from any source
   };
 
+  // The per-call time limit (an options' timeout, kUnsetTimeout for the
+  // group's) of the ops this thread issues while it is in scope.
+  class CallTimeout {
+   public:
+    explicit CallTimeout(std::chrono::milliseconds timeout);
+    ~CallTimeout();
+    CallTimeout(const CallTimeout&) = delete;
+    CallTimeout& operator=(const CallTimeout&) = delete;
+
+   private:
+    std::chrono::milliseconds previous_;
+  };
+
   // Issues one op under issueMutex_: checks that its tensors share one device,
   // builds the Work, runs start, hands each request to the completion queue.
   // For CUDA tensors, start runs with parts.stream set to the device's gonccl
@@ -213,8 +299,34 @@ class GoncclBackend : public c10d::Backend {
   // must be held.
   c10::Stream deviceStream(c10::DeviceIndex device);
 
+  // The time limit of the op being issued (issueMutex_ held): the per-call
+  // one if set, else the group's, plus the ephemeral extensions in force.
+  std::chrono::milliseconds opTimeout(
+      std::chrono::milliseconds requested,
+      const c10::intrusive_ptr<GoncclWork>& work);
+
+  // The global rank of a rank of this group when torch told it (else r).
+  int globalRank(int r) const;
+  // Appended to error messages: which global ranks this group's are.
+  const std::string& rankNote() const {
+    return rankNote_;
+  }
+
   std::string libraryPath_;
-  std::chrono::milliseconds timeout_;
+  c10::intrusive_ptr<GoncclOptions> options_;  // timeout: see timeout_
+  std::string rankNote_;
+  std::chrono::milliseconds timeout_;  // issueMutex_
+  // The timeout the communicator gives ops enqueued now (issueMutex_).
+  std::chrono::milliseconds commTimeout_;
+  struct Extension {
+    std::chrono::milliseconds amount;
+    c10::intrusive_ptr<GoncclWork> firstWork;  // null until an op is issued
+  };
+  std::vector<Extension> extensions_;  // issueMutex_
+  // monitoredBarrier's calls, numbered alike on every rank: each uses tags of
+  // its own, so a late message of an earlier (failed) one cannot match.
+  uint32_t monitoredBarriers_ = 0;
+  std::shared_ptr<BackendState> state_ = std::make_shared<BackendState>();
   std::mutex issueMutex_;
   goncclComm_t comm_ = nullptr;
   uint64_t seq_ = 0;

@@ -229,6 +229,11 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::allreduce(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
   constexpr const char* op = "all_reduce";
   checkCount(tensors, 1, op);
+  if (tensors[0].layout() == c10::kSparse) {
+    // torch routes sparse CPU tensors here too (as with Gloo).
+    return allreduce_sparse(tensors, opts);
+  }
+  CallTimeout callTimeout(opts.timeout);
   Dense dense;
   at::Tensor t = dense(tensors[0], /*written=*/true);
   goncclDataType_t type = checkTensor(t, op);
@@ -253,6 +258,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::allreduce(
 c10::intrusive_ptr<c10d::Work> GoncclBackend::allreduce_coalesced(
     std::vector<at::Tensor>& tensors,
     const c10d::AllreduceCoalescedOptions& opts) {
+  CallTimeout callTimeout(opts.timeout);
   constexpr const char* op = "all_reduce_coalesced";
   if (tensors.empty()) {
     C10_THROW_ERROR(
@@ -286,17 +292,197 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::allreduce_coalesced(
       });
 }
 
+// Sparse all_reduce (SUM), as Gloo's: every rank shares its coalesced
+// indices and values (first the sizes and nnz, then both padded to the largest
+// nnz), then sums the ranks' tensors in rank order and coalesces; the result
+// replaces the input. The small size exchange is waited for here; the rest
+// completes with the Work.
 c10::intrusive_ptr<c10d::Work> GoncclBackend::allreduce_sparse(
-    std::vector<at::Tensor>& /*tensors*/,
-    const c10d::AllreduceOptions& /*opts*/) {
-  C10_THROW_ERROR(
-      ValueError,
-      "gonccl: all_reduce: sparse tensors are not supported (densify them "
-      "with .to_dense() first)");
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
+  CallTimeout callTimeout(opts.timeout);
+  constexpr const char* op = "all_reduce (sparse)";
+  constexpr int64_t kMaxDims = 16;
+  // Per rank: ndim, sparse_dim, nnz, then the sizes.
+  constexpr int64_t kMeta = 3 + kMaxDims;
+  checkCount(tensors, 1, op);
+  at::Tensor input = tensors[0];
+  if (input.layout() != c10::kSparse) {
+    C10_THROW_ERROR(
+        ValueError,
+        c10::str(
+            "gonccl: ",
+            op,
+            ": expected a sparse COO tensor, got layout ",
+            input.layout()));
+  }
+  if (!input.device().is_cpu()) {
+    C10_THROW_ERROR(
+        ValueError,
+        c10::str(
+            "gonccl: ",
+            op,
+            ": sparse tensors must be on the CPU, got ",
+            input.device()));
+  }
+  if (opts.reduceOp != c10d::ReduceOp::SUM) {
+    C10_THROW_ERROR(
+        ValueError,
+        c10::str(
+            "gonccl: ",
+            op,
+            ": only ReduceOp.SUM is supported for sparse tensors (as with "
+            "Gloo)"));
+  }
+  if (input.dim() > kMaxDims) {
+    C10_THROW_ERROR(
+        ValueError,
+        c10::str(
+            "gonccl: ",
+            op,
+            ": at most ",
+            kMaxDims,
+            " dimensions are supported, got ",
+            input.dim()));
+  }
+  at::Tensor indices;
+  at::Tensor values;
+  {
+    at::NoGradGuard noGrad;
+    at::Tensor coalesced = input.coalesce();
+    indices = coalesced._indices().contiguous();
+    values = coalesced._values().contiguous();
+  }
+  goncclDataType_t type = checkTensor(values, op);
+  const int64_t sparseDim = input.sparse_dim();
+  const int64_t nnz = indices.size(1);
+
+  at::Tensor mine = at::zeros({kMeta}, at::kLong);
+  auto* m = mine.data_ptr<int64_t>();
+  m[0] = input.dim();
+  m[1] = sparseDim;
+  m[2] = nnz;
+  for (int64_t d = 0; d < input.dim(); ++d) {
+    m[3 + d] = input.size(d);
+  }
+  at::Tensor meta = at::empty({size_, kMeta}, at::kLong);
+  {
+    void* send = mine.data_ptr();
+    void* recv = meta.data_ptr();
+    auto sizes = issue(
+        {c10d::OpType::_ALLGATHER_BASE,
+         "gonccl:all_reduce_sparse_sizes",
+         "all_reduce (sparse): exchanging sizes",
+         {mine},
+         {meta}},
+        [&](Parts& p) {
+          return p.add(lib().allGatherAsync(
+              send, recv, kMeta, goncclInt64, p.comm, p.stream, p.next()));
+        });
+    sizes->wait();
+  }
+  const auto* all = meta.data_ptr<int64_t>();
+  int64_t maxNnz = 0;
+  for (int r = 0; r < size_; ++r) {
+    const int64_t* theirs = all + r * kMeta;
+    for (int64_t i = 0; i < kMeta; ++i) {
+      if (i != 2 && theirs[i] != m[i]) {
+        C10_THROW_ERROR(
+            ValueError,
+            c10::str(
+                "gonccl: ",
+                op,
+                ": rank ",
+                r,
+                " passed a sparse tensor of sizes ",
+                c10::IntArrayRef(theirs + 3, theirs[0]),
+                " (sparse_dim ",
+                theirs[1],
+                ") but rank ",
+                rank_,
+                " one of sizes ",
+                input.sizes(),
+                " (sparse_dim ",
+                sparseDim,
+                ")"));
+      }
+    }
+    maxNnz = std::max(maxNnz, theirs[2]);
+  }
+
+  std::vector<int64_t> valueShape{maxNnz};
+  for (int64_t d = sparseDim; d < input.dim(); ++d) {
+    valueShape.push_back(input.size(d));
+  }
+  at::Tensor idxSend = at::zeros({sparseDim, maxNnz}, at::kLong);
+  at::Tensor valSend = at::zeros(valueShape, values.options());
+  idxSend.narrow(1, 0, nnz).copy_(indices);
+  valSend.narrow(0, 0, nnz).copy_(values);
+  at::Tensor idxRecv = at::empty({size_, sparseDim, maxNnz}, at::kLong);
+  std::vector<int64_t> recvShape{size_};
+  recvShape.insert(recvShape.end(), valueShape.begin(), valueShape.end());
+  at::Tensor valRecv = at::empty(recvShape, values.options());
+  const int world = size_;
+  auto sum = [=]() mutable {
+    const auto* all = meta.data_ptr<int64_t>();
+    at::Tensor out;
+    for (int r = 0; r < world; ++r) {
+      const int64_t n = all[r * kMeta + 2];
+      at::Tensor t = at::sparse_coo_tensor(
+          idxRecv[r].narrow(1, 0, n),
+          valRecv[r].narrow(0, 0, n),
+          input.sizes(),
+          input.options());
+      if (r == 0) {
+        out = t;
+      } else {
+        out.add_(t);
+      }
+    }
+    input.copy_(out.coalesce());
+  };
+  const size_t idxCount = idxSend.numel();
+  const size_t valCount = valSend.numel();
+  void* idxSendPtr = idxSend.data_ptr();
+  void* idxRecvPtr = idxRecv.data_ptr();
+  void* valSendPtr = valSend.data_ptr();
+  void* valRecvPtr = valRecv.data_ptr();
+  return issue(
+      {c10d::OpType::_ALLREDUCE_SPARSE,
+       "gonccl:all_reduce_sparse",
+       op,
+       {input},
+       {input},
+       {idxSend, valSend, idxRecv, valRecv, meta},
+       std::move(sum)},
+      [&](Parts& p) {
+        if (maxNnz == 0) {
+          return goncclSuccess;  // nothing to move: the sum runs at once
+        }
+        goncclResult_t rc = p.add(lib().allGatherAsync(
+            idxSendPtr,
+            idxRecvPtr,
+            idxCount,
+            goncclInt64,
+            p.comm,
+            p.stream,
+            p.next()));
+        if (rc != goncclSuccess || valCount == 0) {
+          return rc;
+        }
+        return p.add(lib().allGatherAsync(
+            valSendPtr,
+            valRecvPtr,
+            valCount,
+            type,
+            p.comm,
+            p.stream,
+            p.next()));
+      });
 }
 
 c10::intrusive_ptr<c10d::Work> GoncclBackend::reduce(
     std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
+  CallTimeout callTimeout(opts.timeout);
   constexpr const char* op = "reduce";
   checkCount(tensors, 1, op);
   Dense dense;
@@ -337,6 +523,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::reduce(
 
 c10::intrusive_ptr<c10d::Work> GoncclBackend::broadcast(
     std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
+  CallTimeout callTimeout(opts.timeout);
   constexpr const char* op = "broadcast";
   checkCount(tensors, 1, op);
   Dense dense;
@@ -364,7 +551,8 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::broadcast(
 c10::intrusive_ptr<c10d::Work> GoncclBackend::allgather(
     std::vector<std::vector<at::Tensor>>& outputTensors,
     std::vector<at::Tensor>& inputTensors,
-    const c10d::AllgatherOptions& /*opts*/) {
+    const c10d::AllgatherOptions& opts) {
+  CallTimeout callTimeout(opts.timeout);
   constexpr const char* op = "all_gather";
   checkCount(inputTensors, 1, op, "input tensor");
   if (outputTensors.size() != 1) {
@@ -420,7 +608,8 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::allgather(
 c10::intrusive_ptr<c10d::Work> GoncclBackend::_allgather_base(
     at::Tensor& outputBuffer,
     at::Tensor& inputBuffer,
-    const c10d::AllgatherOptions& /*opts*/) {
+    const c10d::AllgatherOptions& opts) {
+  CallTimeout callTimeout(opts.timeout);
   constexpr const char* op = "all_gather_into_tensor";
   Dense dense;
   at::Tensor input = dense(inputBuffer, /*written=*/false);
@@ -464,7 +653,8 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::_allgather_base(
 c10::intrusive_ptr<c10d::Work> GoncclBackend::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& outputTensorLists,
     std::vector<at::Tensor>& inputTensors,
-    const c10d::AllgatherOptions& /*opts*/) {
+    const c10d::AllgatherOptions& opts) {
+  CallTimeout callTimeout(opts.timeout);
   constexpr const char* op = "all_gather_coalesced";
   if (inputTensors.empty()) {
     C10_THROW_ERROR(
@@ -525,7 +715,8 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::allgather_coalesced(
 c10::intrusive_ptr<c10d::Work> GoncclBackend::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs,
     std::vector<at::Tensor>& inputs,
-    const c10d::AllgatherOptions& /*opts*/) {
+    const c10d::AllgatherOptions& opts) {
+  CallTimeout callTimeout(opts.timeout);
   constexpr const char* op = "all_gather_into_tensor_coalesced";
   checkCount(outputs, inputs.size(), op, "output tensor");
   std::vector<goncclDataType_t> types;
@@ -567,6 +758,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::gather(
     std::vector<std::vector<at::Tensor>>& outputTensors,
     std::vector<at::Tensor>& inputTensors,
     const c10d::GatherOptions& opts) {
+  CallTimeout callTimeout(opts.timeout);
   constexpr const char* op = "gather";
   checkCount(inputTensors, 1, op, "input tensor");
   checkRoot(opts.rootRank, size_, op);
@@ -634,6 +826,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::gather_into_tensor(
     at::Tensor& outputBuffer,
     at::Tensor& inputBuffer,
     const c10d::GatherOptions& opts) {
+  CallTimeout callTimeout(opts.timeout);
   constexpr const char* op = "gather_into_tensor";
   checkRoot(opts.rootRank, size_, op);
   goncclDataType_t type = checkTensor(inputBuffer, op);
@@ -668,6 +861,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::scatter(
     std::vector<at::Tensor>& outputTensors,
     std::vector<std::vector<at::Tensor>>& inputTensors,
     const c10d::ScatterOptions& opts) {
+  CallTimeout callTimeout(opts.timeout);
   constexpr const char* op = "scatter";
   checkCount(outputTensors, 1, op, "output tensor");
   checkRoot(opts.rootRank, size_, op);
@@ -733,6 +927,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::reduce_scatter(
     std::vector<at::Tensor>& outputTensors,
     std::vector<std::vector<at::Tensor>>& inputTensors,
     const c10d::ReduceScatterOptions& opts) {
+  CallTimeout callTimeout(opts.timeout);
   constexpr const char* op = "reduce_scatter";
   checkCount(outputTensors, 1, op, "output tensor");
   if (inputTensors.size() != 1) {
@@ -834,6 +1029,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::_reduce_scatter_base(
     at::Tensor& outputBuffer,
     at::Tensor& inputBuffer,
     const c10d::ReduceScatterOptions& opts) {
+  CallTimeout callTimeout(opts.timeout);
   constexpr const char* op = "reduce_scatter_tensor";
   Dense dense;
   at::Tensor input = dense(inputBuffer, /*written=*/false);
@@ -870,6 +1066,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs,
     std::vector<at::Tensor>& inputs,
     const c10d::ReduceScatterOptions& opts) {
+  CallTimeout callTimeout(opts.timeout);
   constexpr const char* op = "reduce_scatter_tensor_coalesced";
   checkCount(outputs, inputs.size(), op, "output tensor");
   auto fn = need(lib().reduceScatterAsync, "goncclReduceScatterAsync", op);
@@ -919,7 +1116,8 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::alltoall_base(
     at::Tensor& inputBuffer,
     std::vector<int64_t>& outputSplitSizes,
     std::vector<int64_t>& inputSplitSizes,
-    const c10d::AllToAllOptions& /*opts*/) {
+    const c10d::AllToAllOptions& opts) {
+  CallTimeout callTimeout(opts.timeout);
   constexpr const char* op = "all_to_all_single";
   goncclDataType_t type = checkTensor(inputBuffer, op);
   Dense dense;
@@ -990,7 +1188,8 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::alltoall_base(
 c10::intrusive_ptr<c10d::Work> GoncclBackend::alltoall(
     std::vector<at::Tensor>& outputTensors,
     std::vector<at::Tensor>& inputTensors,
-    const c10d::AllToAllOptions& /*opts*/) {
+    const c10d::AllToAllOptions& opts) {
+  CallTimeout callTimeout(opts.timeout);
   constexpr const char* op = "all_to_all";
   checkCount(inputTensors, size_, op, "input tensor");
   checkCount(outputTensors, size_, op, "output tensor");
@@ -1042,7 +1241,8 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::alltoall(
 }
 
 c10::intrusive_ptr<c10d::Work> GoncclBackend::barrier(
-    const c10d::BarrierOptions& /*opts*/) {
+    const c10d::BarrierOptions& opts) {
+  CallTimeout callTimeout(opts.timeout);
   return issue(
       {c10d::OpType::BARRIER, "gonccl:barrier", "barrier", {}, {}},
       [&](Parts& p) {

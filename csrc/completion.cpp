@@ -217,8 +217,13 @@ void CompletionQueue::process(Token& token, goncclResult_t result) {
   try {
     const Library& L = lib();
     if (result != goncclSuccess) {
-      error = std::string("gonccl: ") + work.opName() + " failed: " +
-              errorString(result, L.requestErrorString(token.request));
+      work.noteResult(result);
+      error = opFailure(
+                  work.opName(),
+                  result,
+                  L.requestErrorString(token.request),
+                  work.timeout()) +
+              work.errorNote();
     } else if (work.recordsSource() && L.requestSource != nullptr) {
       int peer = -1;
       if (L.requestSource(token.request, &peer) == goncclSuccess) {

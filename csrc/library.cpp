@@ -107,6 +107,8 @@ const Library& loadLibrary(const std::string& path) {
   bindOptional(handle, "goncclRequestReleaseStream", t.requestReleaseStream);
   bindOptional(handle, "goncclRequestTest", t.requestTest);
   bindOptional(handle, "goncclDebugHops", t.debugHops);
+  bindOptional(handle, "goncclCommSetTimeout", t.commSetTimeout);
+  bindOptional(handle, "goncclCommInitRankConfig", t.commInitRankConfig);
   // The handle is never closed: a Go runtime cannot be unloaded.
   int version = 0;
   TORCH_CHECK(
@@ -159,6 +161,23 @@ std::string errorString(goncclResult_t result, const char* detail) {
     return name;
   }
   return "gonccl result " + std::to_string(static_cast<int>(result));
+}
+
+std::string opFailure(
+    const char* op,
+    goncclResult_t result,
+    const char* detail,
+    std::chrono::milliseconds timeout) {
+  if (result == goncclTimeout) {
+    return c10::str(
+        "gonccl: ",
+        op,
+        ": Timed out after ",
+        timeout.count(),
+        " ms: ",
+        errorString(result, detail));
+  }
+  return c10::str("gonccl: ", op, " failed: ", errorString(result, detail));
 }
 
 }  // namespace gonccl

@@ -7,6 +7,7 @@
 // through the table below.
 #pragma once
 
+#include <chrono>
 #include <string>
 
 #include "gonccl.h"
@@ -51,6 +52,12 @@ struct Library {
   decltype(&::goncclStreamCheck) streamCheck;
   decltype(&::goncclRequestHoldStream) requestHoldStream;
   decltype(&::goncclRequestReleaseStream) requestReleaseStream;
+  // Changing the timeout of later ops (set_timeout, per-call timeouts).
+  // Resolved if present; without it every op keeps the group's initial
+  // timeout.
+  decltype(&::goncclCommSetTimeout) commSetTimeout;
+  // Per-communicator settings (GoncclOptions' algorithm and chunk_size).
+  decltype(&::goncclCommInitRankConfig) commInitRankConfig;
 
   // Latency paths: a waiter that completes its op itself (goncclRequestTest
   // tells a finished op's timeout from a wait's), and per-hop timing. Resolved
@@ -103,5 +110,15 @@ bool libraryLoaded();
 // detail if it is not empty (Go's message, with rank, peer, op and sequence
 // number), else goncclGetErrorString(result); never empty.
 std::string errorString(goncclResult_t result, const char* detail);
+
+// The message of an op that failed with result: "gonccl: <op> failed:
+// <detail>", or for a timeout "gonccl: <op>: Timed out after <timeout> ms:
+// <detail>" (detail names the op's sequence number and the ranks that did not
+// take part).
+std::string opFailure(
+    const char* op,
+    goncclResult_t result,
+    const char* detail,
+    std::chrono::milliseconds timeout);
 
 }  // namespace gonccl

@@ -4,6 +4,8 @@
 // the library is dlopen'ed when the first backend is created, or by version().
 #include <torch/extension.h>
 
+#include <pybind11/chrono.h>
+
 #include <chrono>
 #include <optional>
 #include <string>
@@ -42,6 +44,22 @@ c10::intrusive_ptr<gonccl::GoncclBackend> createBackend(
       storeRef, rank, size, std::chrono::milliseconds(timeoutMs), libraryPath);
 }
 
+c10::intrusive_ptr<gonccl::GoncclBackend> createBackendWithOptions(
+    c10d::Store& store,
+    int rank,
+    int size,
+    const c10::intrusive_ptr<gonccl::GoncclOptions>& options,
+    const std::string& libraryPath) {
+  TORCH_CHECK_VALUE(options, "gonccl: options must not be None");
+  auto storeRef =
+      c10::intrusive_ptr<c10d::Store>::unsafe_reclaim_from_nonowning(&store);
+  // The backend keeps its own copy: the caller may reuse the object.
+  auto own = c10::make_intrusive<gonccl::GoncclOptions>(*options);
+  py::gil_scoped_release noGil;
+  return c10::make_intrusive<gonccl::GoncclBackend>(
+      storeRef, rank, size, own, libraryPath);
+}
+
 int libraryVersion(const std::string& libraryPath) {
   const gonccl::Library& L = gonccl::loadLibrary(libraryPath);
   int version = 0;
@@ -61,6 +79,72 @@ PYBIND11_MODULE(_C, m) {
   py::module_::import("torch.distributed");
 
   py::class_<
+      gonccl::GoncclOptions,
+      c10d::Backend::Options,
+      c10::intrusive_ptr<gonccl::GoncclOptions>>(
+      m,
+      "GoncclOptions",
+      "gonccl's process-group options, for pg_options of "
+      "init_process_group, new_group and split_group: torch's (_timeout, "
+      "group_name, global_ranks_in_group) plus the communicator's "
+      "algorithm restriction (GONCCL_ALGO's syntax) and chunk_size (bytes); "
+      "empty/0 keeps the environment's. Every rank must pass the same.")
+      .def(
+          py::init([](std::chrono::milliseconds timeout,
+                      const std::string& algorithm,
+                      int64_t chunkSize) {
+            TORCH_CHECK_VALUE(
+                timeout.count() > 0,
+                "gonccl: GoncclOptions: timeout must be positive, got ",
+                timeout.count(),
+                " ms");
+            TORCH_CHECK_VALUE(
+                chunkSize == 0 || (chunkSize >= 4096 && chunkSize <= (1 << 30)),
+                "gonccl: GoncclOptions: chunk_size must be 0 (the "
+                "environment's) or 4096..1073741824 bytes, got ",
+                chunkSize);
+            auto o = c10::make_intrusive<gonccl::GoncclOptions>(timeout);
+            o->algorithm = algorithm;
+            o->chunk_size = chunkSize;
+            return o;
+          }),
+          py::arg("timeout") = ::kBackendDefaultTimeout,
+          py::arg("algorithm") = "",
+          py::arg("chunk_size") = 0)
+      .def_readwrite(
+          "algorithm",
+          &gonccl::GoncclOptions::algorithm,
+          "The algorithms the cost model may pick, GONCCL_ALGO's syntax "
+          "(e.g. 'allreduce:ring;broadcast:chain'); '' keeps GONCCL_ALGO.")
+      .def_property(
+          "chunk_size",
+          [](const gonccl::GoncclOptions& o) { return o.chunk_size; },
+          [](gonccl::GoncclOptions& o, int64_t v) {
+            TORCH_CHECK_VALUE(
+                v == 0 || (v >= 4096 && v <= (1 << 30)),
+                "gonccl: GoncclOptions: chunk_size must be 0 (the "
+                "environment's) or 4096..1073741824 bytes, got ",
+                v);
+            o.chunk_size = v;
+          },
+          "Bytes per pipelined chunk of ring and chain algorithms; 0 keeps "
+          "GONCCL_CHUNKSIZE.")
+      .def("__repr__", [](const gonccl::GoncclOptions& o) {
+        return c10::str(
+            "GoncclOptions(timeout=",
+            o.timeout.count(),
+            " ms, algorithm='",
+            o.algorithm,
+            "', chunk_size=",
+            o.chunk_size,
+            ", group_name='",
+            o.group_name,
+            "', global_ranks_in_group=[",
+            c10::Join(", ", o.global_ranks_in_group),
+            "])");
+      });
+
+  py::class_<
       gonccl::GoncclBackend,
       c10d::Backend,
       c10::intrusive_ptr<gonccl::GoncclBackend>>(m, "GoncclBackend")
@@ -72,6 +156,14 @@ PYBIND11_MODULE(_C, m) {
           py::arg("timeout_ms"),
           py::arg("library_path"),
           "Joins a gonccl communicator (blocks until all ranks have joined).")
+      .def(
+          py::init(&createBackendWithOptions),
+          py::arg("store"),
+          py::arg("rank"),
+          py::arg("size"),
+          py::arg("options"),
+          py::arg("library_path"),
+          "The same with GoncclOptions (whose timeout is the group's).")
       .def(
           "perform_nocolor_split",
           [](gonccl::GoncclBackend& /*self*/, const c10::Device& /*device*/) {},

@@ -116,65 +116,116 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::recvAnysource(
       });
 }
 
+// Gloo's protocol and messages: every other rank reports to rank 0 and waits
+// to be released; rank 0 waits for each in turn (the whole call sharing one
+// timeout, or each rank the full timeout if waitAllRanks) and names the rank
+// that did not arrive (the first, or all of them if waitAllRanks), or, if the
+// timeout ran out while it was still waiting, the ranks it processed and the
+// ones it did not. Unlike Gloo, rank 0 also tells the ranks that did arrive
+// that the barrier failed, so they fail at once, naming the missing ranks,
+// instead of at their own timeout.
 void GoncclBackend::monitoredBarrier(
     const c10d::BarrierOptions& opts, bool waitAllRanks) {
   constexpr const char* op = "monitored_barrier";
   need(lib().sendAsync, "goncclSendAsync", op);
   need(lib().recvAsync, "goncclRecvAsync", op);
-  const auto timeout =
-      opts.timeout == c10d::kUnsetTimeout ? timeout_ : opts.timeout;
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  auto remaining = [&]() {
-    return std::max(
-        std::chrono::milliseconds(1),
-        std::chrono::duration_cast<std::chrono::milliseconds>(
-            deadline - std::chrono::steady_clock::now()));
-  };
-  auto token = [] { return at::zeros({1}, at::kLong); };
+  std::chrono::milliseconds timeout;
+  uint32_t call = 0;
+  {
+    std::lock_guard<std::mutex> guard(issueMutex_);
+    timeout = opts.timeout == c10d::kUnsetTimeout ? timeout_ : opts.timeout;
+    call = monitoredBarriers_++;
+  }
   if (size_ == 1) {
     return;
   }
+  // Two tags per call, below the one earlier gonccl versions used, clear of
+  // small user tags.
+  const int tagIn =
+      kMonitoredBarrierTag - 2 - static_cast<int>(call % (1 << 20)) * 2;
+  const int tagOut = tagIn - 1;
+  const auto start = std::chrono::steady_clock::now();
+  auto elapsed = [&] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - start);
+  };
+  auto token = [](int64_t v) { return at::full({1}, v, at::kLong); };
   if (rank_ != 0) {
-    // Report to rank 0, then wait to be released.
-    std::vector<at::Tensor> out{token()};
-    std::vector<at::Tensor> in{token()};
-    auto sent = send(out, 0, kMonitoredBarrierTag);
-    auto released = recv(in, 0, kMonitoredBarrierTag);
+    // Rank 0 answers within its timeout (each rank's, if waitAllRanks): wait
+    // for its answer a timeout longer than that.
+    CallTimeout callTimeout(timeout * (waitAllRanks ? size_ : 2));
+    std::vector<at::Tensor> out{token(rank_)};
+    std::vector<at::Tensor> in{token(0)};
+    auto sent = send(out, 0, tagIn);
+    auto released = recv(in, 0, tagOut);
+    std::string failure;
     try {
-      sent->wait(remaining());
-      released->wait(remaining());
+      sent->wait();
+      released->wait();
+      // rank 0 sends -1 - (the first missing rank) when the barrier failed.
+      const int64_t verdict = in[0].item<int64_t>();
+      if (verdict < 0) {
+        failure = c10::str(
+            "rank 0 reported that rank ",
+            -1 - verdict,
+            " failed to pass monitoredBarrier in ",
+            timeout.count(),
+            " ms");
+      }
     } catch (const std::exception& e) {
+      failure = message(e);
+    }
+    if (!failure.empty()) {
       C10_THROW_ERROR(
           DistBackendError,
           c10::str(
-              "[Rank ",
+              "Rank ",
               rank_,
-              "]: Rank ",
-              rank_,
-              " reached monitoredBarrier but was not released by rank 0 "
-              "within ",
-              timeout.count(),
-              " ms; check rank 0's error for the rank(s) that did not "
-              "arrive (",
-              message(e),
-              ")"));
+              " successfully reached monitoredBarrier, but received errors "
+              "while waiting for send/recv from rank 0. Please check rank 0 "
+              "logs for faulty rank.\n Original exception: \n",
+              failure));
     }
     return;
   }
-  // Rank 0: wait for every other rank's report.
-  std::vector<c10::intrusive_ptr<c10d::Work>> arrivals;
+  // Rank 0: a receive per rank, posted at once, each bounded by the timeout
+  // (all of it, if waitAllRanks).
+  CallTimeout callTimeout(timeout * (waitAllRanks ? size_ - 1 : 1));
+  std::vector<c10::intrusive_ptr<c10d::Work>> arrivals(size_);
   std::vector<std::vector<at::Tensor>> buffers(size_);
   for (int r = 1; r < size_; ++r) {
-    buffers[r] = {token()};
-    arrivals.push_back(recv(buffers[r], r, kMonitoredBarrierTag));
+    buffers[r] = {token(-1)};
+    arrivals[r] = recv(buffers[r], r, tagIn);
   }
-  std::vector<int> missing;
+  std::vector<int> processed;
+  std::vector<int> failed;
   std::string firstError;
+  std::string ranOut;
   for (int r = 1; r < size_; ++r) {
+    auto wait = timeout;
+    if (!waitAllRanks) {
+      wait = timeout - elapsed();
+      if (wait.count() <= 0) {
+        std::vector<int> left;
+        for (int q = r; q < size_; ++q) {
+          left.push_back(q);
+        }
+        ranOut = c10::str(
+            "Rank 0 timed out in monitoredBarrier after ",
+            timeout.count(),
+            " ms. Successfully processed ranks: ",
+            processed.empty() ? "none" : joinRanks(processed),
+            "; not processed: ",
+            joinRanks(left));
+        failed.push_back(r);
+        break;
+      }
+    }
     try {
-      arrivals[r - 1]->wait(remaining());
+      arrivals[r]->wait(wait);
+      processed.push_back(r);
     } catch (const std::exception& e) {
-      missing.push_back(r);
+      failed.push_back(r);
       if (firstError.empty()) {
         firstError = message(e);
       }
@@ -183,27 +234,60 @@ void GoncclBackend::monitoredBarrier(
       }
     }
   }
-  if (!missing.empty()) {
+  // Release the ranks that arrived (including those not waited for after a
+  // failure): with 0, or with the failure.
+  std::vector<int> arrived = processed;
+  for (int r = 1; r < size_; ++r) {
+    if (std::find(processed.begin(), processed.end(), r) == processed.end() &&
+        std::find(failed.begin(), failed.end(), r) == failed.end() &&
+        arrivals[r]->isCompleted() && arrivals[r]->isSuccess()) {
+      arrived.push_back(r);
+    }
+  }
+  const int64_t verdict = failed.empty() ? 0 : -1 - failed.front();
+  std::vector<c10::intrusive_ptr<c10d::Work>> releases;
+  for (int r : arrived) {
+    std::vector<at::Tensor> out{token(verdict)};
+    releases.push_back(send(out, r, tagOut));
+  }
+  std::vector<int> unreleased;
+  for (size_t i = 0; i < releases.size(); ++i) {
+    try {
+      releases[i]->wait();
+    } catch (const std::exception&) {
+      unreleased.push_back(arrived[i]);
+    }
+  }
+  if (!ranOut.empty()) {
+    C10_THROW_ERROR(DistBackendError, ranOut);
+  }
+  if (!failed.empty()) {
+    if (waitAllRanks) {
+      C10_THROW_ERROR(
+          DistBackendError,
+          c10::str(
+              "[Rank 0]: Ranks ",
+              joinRanks(failed),
+              " failed to pass monitoredBarrier in ",
+              timeout.count(),
+              " ms\n Original exception: \n",
+              firstError));
+    }
     C10_THROW_ERROR(
         DistBackendError,
         c10::str(
-            "[Rank 0]: ",
-            missing.size() == 1 ? "Rank " : "Ranks ",
-            joinRanks(missing),
+            "[Rank 0]: Rank ",
+            failed.front(),
             " failed to pass monitoredBarrier in ",
             timeout.count(),
-            " ms (first error: ",
-            firstError,
-            ")"));
+            " ms\n Original exception: \n",
+            firstError));
   }
-  std::vector<c10::intrusive_ptr<c10d::Work>> releases;
-  for (int r = 1; r < size_; ++r) {
-    std::vector<at::Tensor> out{token()};
-    releases.push_back(send(out, r, kMonitoredBarrierTag));
-  }
-  for (auto& w : releases) {
-    w->wait(remaining());
-  }
+  TORCH_CHECK(
+      unreleased.empty(),
+      "[Rank 0]: failed to ack ranks ",
+      joinRanks(unreleased),
+      " in monitoredBarrier; these ranks may remain blocked");
 }
 
 }  // namespace gonccl

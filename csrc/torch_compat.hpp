@@ -3,6 +3,7 @@
 #pragma once
 
 #include <torch/version.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
 // True when the torch being built against is major.minor or newer.
@@ -13,6 +14,16 @@
 // c10d::Backend::gather_into_tensor (dist.gather_into_tensor) appeared in 2.14;
 // before it there is nothing to override and torch never asks a backend for it.
 #define GONCCL_HAS_GATHER_INTO_TENSOR GONCCL_TORCH_AT_LEAST(2, 14)
+
+// torch's completion hooks (Backend::registerCompletionHook, Work's completion
+// key) and the supportsAbortHooks/supportsCompletionHooks queries came in 2.15
+// (2.14 defines C10D_BACKEND_HAS_HOOKS with abort hooks only): gonccl supports
+// the hooks from 2.15 on.
+#if defined(C10D_BACKEND_HAS_HOOKS) && GONCCL_TORCH_AT_LEAST(2, 15)
+#define GONCCL_HAS_HOOKS 1
+#else
+#define GONCCL_HAS_HOOKS 0
+#endif
 
 namespace gonccl {
 

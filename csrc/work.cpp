@@ -40,6 +40,8 @@ void checkPythonSignals() {
   }
 }
 
+std::atomic<uint64_t> nextCompletionKey{1};
+
 std::vector<c10::Device> devicesOf(const std::optional<c10::Stream>& stream) {
   if (!stream) {
     return {};
@@ -85,7 +87,11 @@ GoncclWork::GoncclWork(
       // it completes (the gonccl stream: see complete()) and makes its users
       // wait on them.
       future_(c10::make_intrusive<c10::ivalue::Future>(
-          c10::ListType::create(c10::TensorType::get()), devicesOf(stream_))) {}
+          c10::ListType::create(c10::TensorType::get()), devicesOf(stream_))),
+      futureResult_(
+          c10::make_intrusive<c10::ivalue::Future>(c10::IntType::get())),
+      issued_(std::chrono::steady_clock::now()),
+      completionKey_(nextCompletionKey.fetch_add(1)) {}
 
 GoncclWork::~GoncclWork() {
   if (requests_.empty() || isForkedChild()) {
@@ -158,6 +164,17 @@ void GoncclWork::complete(const std::string& error) {
     inline_ = nullptr;
   }
   std::exception_ptr eptr = msg.empty() ? nullptr : distError(msg);
+  goncclResult_t result = goncclSuccess;
+  if (eptr) {
+    result = static_cast<goncclResult_t>(result_.load());
+    if (result == goncclSuccess) {
+      result = goncclInternalError;  // failed after the op (the copy-out)
+    }
+  }
+  finished_ = std::chrono::steady_clock::now();
+  if (state_ && eptr) {
+    state_->failed(result);  // getError, and the abort hooks' dump, first
+  }
   endProfilingRange();
   try {
     if (eptr) {
@@ -171,6 +188,63 @@ void GoncclWork::complete(const std::string& error) {
   }
   completedAt_ = hops::now();
   finish(eptr);
+  const c10d::WorkResult workResult =
+      result == goncclSuccess
+          ? c10d::WorkResult::SUCCESS
+          : (result == goncclTimeout ? c10d::WorkResult::TIMEOUT
+                                     : c10d::WorkResult::COMM_ERROR);
+  try {
+    futureResult_->markCompleted(c10::IValue(static_cast<int64_t>(workResult)));
+  } catch (const std::exception& e) {
+    TORCH_WARN(
+        "gonccl: ", opName_, ": a result future callback failed: ", e.what());
+  }
+  if (state_) {
+    state_->finished(*this, result);
+  }
+}
+
+void GoncclWork::attach(
+    std::shared_ptr<BackendState> state, std::chrono::milliseconds timeout) {
+  timed_ = state && state->timing();
+  state_ = std::move(state);
+  timeout_ = timeout;
+}
+
+void GoncclWork::noteResult(goncclResult_t result) {
+  if (result == goncclSuccess) {
+    return;
+  }
+  int none = goncclSuccess;
+  result_.compare_exchange_strong(none, static_cast<int>(result));
+}
+
+std::optional<float> GoncclWork::durationMs() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!timed_ || !completed_) {
+    return std::nullopt;
+  }
+  return std::chrono::duration<float, std::milli>(finished_ - issued_).count();
+}
+
+float GoncclWork::getDuration() const {
+  TORCH_CHECK(
+      timed_,
+      "gonccl: ",
+      opName_,
+      ": getDuration needs collective timing, which was off when the op was "
+      "issued (turn it on with the backend's _enable_collectives_timing())");
+  std::optional<float> ms = durationMs();
+  TORCH_CHECK(
+      ms.has_value(),
+      "gonccl: ",
+      opName_,
+      ": getDuration: the op has not finished yet");
+  return *ms;
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> GoncclWork::getFutureResult() {
+  return futureResult_;
 }
 
 void GoncclWork::setInlineCompletion(
@@ -275,10 +349,16 @@ bool GoncclWork::wait(std::chrono::milliseconds timeout) {
     C10_THROW_ERROR(
         DistBackendError,
         c10::str(
-            "gonccl: wait timed out after ",
+            "gonccl: ",
+            opName_,
+            " (seq ",
+            seq_,
+            "): Timed out after ",
             timeout.count(),
-            " ms on ",
-            opName_));
+            " ms in Work.wait(); the op is still pending and ends at its "
+            "own timeout (",
+            timeout_.count(),
+            " ms)"));
   }
   if (!completedHere && waited) {
     hops::since(hops::kWake, completedAt_);

@@ -7,14 +7,19 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/core/ivalue.h>
 #include <c10/core/Event.h>
 #include <c10/core/Stream.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
+#include <torch/version.h>
 
 #include "gonccl.h"
+#include "state.hpp"
+#include "torch_compat.hpp"
 
 namespace gonccl {
 
@@ -72,8 +77,53 @@ class GoncclWork : public c10d::Work {
   // waiting for the host part, then the current stream for the device part.
   void synchronize() override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+  // A future that never fails: it completes with the op's c10d::WorkResult
+  // (SUCCESS, TIMEOUT or COMM_ERROR) as an int.
+  c10::intrusive_ptr<c10::ivalue::Future> getFutureResult() override;
+  // Milliseconds from issue to completion; needs the backend's collective
+  // timing on when the op was issued (enableCollectivesTiming).
+  float getDuration() const override;
   std::vector<at::Tensor> result() override;
   uint64_t getSequencenumber() const override;
+#if GONCCL_TORCH_AT_LEAST(2, 15)
+  // The op's time limit (the group's, a per-call one, or with an ephemeral
+  // extension).
+  std::chrono::milliseconds getTimeout() const override {
+    return timeout_;
+  }
+#endif
+#if GONCCL_HAS_HOOKS
+  // Unique in the process (never reused), for torch's completion hooks.
+  uint64_t getCompletionKey() const override {
+    return completionKey_;
+  }
+#endif
+
+  // Called by the backend before the op starts: where to report its end, and
+  // its time limit.
+  void attach(
+      std::shared_ptr<BackendState> state, std::chrono::milliseconds timeout);
+  std::chrono::milliseconds timeout() const {
+    return timeout_;
+  }
+  // Appended to the op's error message (which global ranks the group's are).
+  // Set before the op is issued.
+  void setErrorNote(std::string note) {
+    errorNote_ = std::move(note);
+  }
+  const std::string& errorNote() const {
+    return errorNote_;
+  }
+  // The failure code of a part (the first one recorded wins). Thread-safe.
+  void noteResult(goncclResult_t result);
+  std::chrono::steady_clock::time_point issuedAt() const {
+    return issued_;
+  }
+  std::chrono::steady_clock::time_point finishedAt() const {
+    return finished_;
+  }
+  // getDuration's value if the op was timed and has finished.
+  std::optional<float> durationMs() const;
   // The rank a receive from any source matched; throws for other Works.
   int sourceRank() const override;
 
@@ -168,6 +218,15 @@ class GoncclWork : public c10d::Work {
   std::optional<c10::Event> done_;
   std::vector<c10::intrusive_ptr<GoncclWork>> members_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  c10::intrusive_ptr<c10::ivalue::Future> futureResult_;
+  std::shared_ptr<BackendState> state_;
+  std::chrono::milliseconds timeout_{0};
+  bool timed_ = false;
+  std::atomic<int> result_{goncclSuccess};
+  const std::chrono::steady_clock::time_point issued_;
+  std::chrono::steady_clock::time_point finished_;  // set before finish()
+  const uint64_t completionKey_;
+  std::string errorNote_;
 };
 
 }  // namespace gonccl

@@ -4,6 +4,9 @@ Importing gonccl registers the "gonccl" backend with torch.distributed, so
 `torch.distributed.init_process_group("gonccl")` works (once installed, it
 works without importing gonccl too, through torch's entry points).
 
+gonccl.GoncclOptions (pg_options of init_process_group / new_group /
+split_group) sets a group's algorithm restriction and chunk size.
+
 Importing gonccl does not load libgonccl.so nor start the Go runtime: that
 happens when the first gonccl process group is created (or version() is
 called). A process must not fork after that point; create process groups in
@@ -19,6 +22,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BACKEND_NAME",
+    "GoncclOptions",
     "__version__",
     "include_path",
     "library_path",
@@ -28,3 +32,13 @@ __all__ = [
 
 if _dist.is_available():
     register()
+
+
+def __getattr__(name):
+    # GoncclOptions lives in the C++ extension, imported on first use (not by
+    # `import gonccl`, which torch's autoload runs inside `import torch`).
+    if name == "GoncclOptions":
+        from gonccl._C import GoncclOptions
+
+        return GoncclOptions
+    raise AttributeError(f"module 'gonccl' has no attribute {name!r}")

@@ -17,30 +17,46 @@ from datetime import timedelta
 import torch.distributed as dist
 
 BACKEND_NAME = "gonccl"
-
-
-def _timeout_ms(timeout) -> int:
-    seconds = (
-        timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
-    )
-    return max(0, int(seconds * 1000))
+# What GoncclOptions() has when no timeout is given (c10d's kBackendDefaultTimeout).
+_DEFAULT_OPTIONS_TIMEOUT = timedelta(minutes=30)
 
 
 def _create_backend(opts, backend_options):
-    """The creator torch calls (extended API) for each gonccl process group."""
+    """The creator torch calls (extended API) for each gonccl process group.
+
+    backend_options is the pg_options given to init_process_group / new_group:
+    None or a gonccl.GoncclOptions (its knobs apply to this group; torch's
+    timeout, group name and global ranks are the group's)."""
     from gonccl import _C
     from gonccl._library import check_library
 
-    if backend_options is not None:
-        warnings.warn(
-            f"gonccl: backend options are not supported yet; ignoring {backend_options!r}",
-            stacklevel=2,
+    if backend_options is None:
+        options = _C.GoncclOptions()
+    elif isinstance(backend_options, _C.GoncclOptions):
+        options = _C.GoncclOptions(
+            algorithm=backend_options.algorithm,
+            chunk_size=backend_options.chunk_size,
         )
+        given = backend_options._timeout
+        if given != opts.timeout and given != _DEFAULT_OPTIONS_TIMEOUT:
+            raise ValueError(
+                f"gonccl: pg_options has timeout {given} but the group's is "
+                f"{opts.timeout}; pass timeout= to init_process_group / new_group "
+                "instead (it is the one torch uses)"
+            )
+    else:
+        raise TypeError(
+            "gonccl: pg_options must be a gonccl.GoncclOptions, got "
+            f"{type(backend_options).__module__}.{type(backend_options).__qualname__}"
+        )
+    options._timeout = opts.timeout
+    options.group_name = str(opts.group_id)
+    options.global_ranks_in_group = list(opts.global_ranks_in_group)
     return _C.GoncclBackend(
         opts.store,
         opts.group_rank,
         opts.group_size,
-        _timeout_ms(opts.timeout),
+        options,
         check_library(),
     )
 

@@ -65,6 +65,19 @@ static void test_before_init(const goncclUniqueId* id) {
   memset(&garbage, 0xab, sizeof garbage);
   EXPECT(goncclCommInitRankTimeout(&c, nranks, garbage, rank, 1000), NULL, goncclInvalidArgument,
          "not a gonccl unique id");
+  goncclConfig_t cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.size = sizeof cfg - 1;
+  EXPECT(goncclCommInitRankConfig(&c, nranks, *id, rank, &cfg), NULL, goncclInvalidArgument, "config.size");
+  cfg.size = sizeof cfg;
+  cfg.chunkBytes = 100;
+  EXPECT(goncclCommInitRankConfig(&c, nranks, *id, rank, &cfg), NULL, goncclInvalidArgument, "at least 4096");
+  cfg.chunkBytes = -1;
+  EXPECT(goncclCommInitRankConfig(&c, nranks, *id, rank, &cfg), NULL, goncclInvalidArgument, "out of range");
+  cfg.chunkBytes = 0;
+  cfg.algo = "allreduce:bogus";
+  EXPECT(goncclCommInitRankConfig(&c, nranks, *id, rank, &cfg), NULL, goncclInvalidArgument,
+         "algorithm restriction");
   EXPECT(goncclGroupEnd(), NULL, goncclInvalidUsage, "without goncclGroupStart");
 }
 

@@ -90,7 +90,8 @@ def sec_non_contiguous() -> None:
 
 def sec_sparse() -> None:
     s = torch.sparse_coo_tensor(torch.tensor([[0, 2]]), torch.tensor([1.0, 2.0]), (4,))
-    expect_error("all_reduce(sparse)", lambda: dist.all_reduce(s), words=("sparse",))
+    # all_reduce takes sparse COO tensors (SUM, as Gloo; see test_contract.py), no other op.
+    expect_error("all_reduce(sparse, MAX)", lambda: dist.all_reduce(s, op=dist.ReduceOp.MAX), words=("sparse", "SUM"))
     expect_error("broadcast(sparse)", lambda: dist.broadcast(s, src=0), words=("sparse",))
     check_group_still_works(what="after sparse inputs")
 
