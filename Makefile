@@ -132,9 +132,10 @@ BENCH_PLOT = $(shell $(PY) -c "import matplotlib" >/dev/null 2>&1 && echo 1)
 # make bench-targets: issue 4's targets (all_reduce 2/4 ranks, all_gather and
 # reduce_scatter 2/4 ranks at 64 MiB, 8 B latency, memcpy fraction, DDP step) and issue
 # 14's small-op targets (8 B all_reduce, 1,000 ops, blocking: vs Gloo and vs the C ABI
-# floor; queued: throughput vs Gloo) as a markdown table of gonccl/Gloo ratios (median
-# of 3 runs) and the 2-rank all_reduce plot in bench/results/. make bench-latency: only
-# issue 14's.
+# floor; queued: throughput vs Gloo), 256 C ABI ranks' init time and fds (bench/scale)
+# and the 64 MiB all_reduce on 2 hosts x 2 ranks (scripts/two-hosts.sh; root) as a
+# markdown table (median of 3 runs) and the 2-rank all_reduce plot in bench/results/.
+# make bench-latency: only issue 14's small-op targets.
 bench-targets: build
 	$(PY) bench/targets.py
 
