@@ -24,6 +24,15 @@ namespace py = pybind11;
 
 namespace {
 
+// Records the thread Python runs signal handlers on (see GoncclWork::wait):
+// every way of making a backend calls this, with the GIL held.
+void recordSignalThread() {
+  gonccl::setSignalThread(py::module_::import("threading")
+                              .attr("main_thread")()
+                              .attr("ident")
+                              .cast<unsigned long>());
+}
+
 c10::intrusive_ptr<gonccl::GoncclBackend> createBackend(
     c10d::Store& store,
     int rank,
@@ -33,11 +42,7 @@ c10::intrusive_ptr<gonccl::GoncclBackend> createBackend(
   // The store object is owned by Python; take a reference of our own.
   auto storeRef =
       c10::intrusive_ptr<c10d::Store>::unsafe_reclaim_from_nonowning(&store);
-  // The thread Python runs signal handlers on (see GoncclWork::wait).
-  gonccl::setSignalThread(py::module_::import("threading")
-                              .attr("main_thread")()
-                              .attr("ident")
-                              .cast<unsigned long>());
+  recordSignalThread();
   // Joining the communicator blocks until every rank has arrived.
   py::gil_scoped_release noGil;
   return c10::make_intrusive<gonccl::GoncclBackend>(
@@ -55,6 +60,7 @@ c10::intrusive_ptr<gonccl::GoncclBackend> createBackendWithOptions(
       c10::intrusive_ptr<c10d::Store>::unsafe_reclaim_from_nonowning(&store);
   // The backend keeps its own copy: the caller may reuse the object.
   auto own = c10::make_intrusive<gonccl::GoncclOptions>(*options);
+  recordSignalThread();
   py::gil_scoped_release noGil;
   return c10::make_intrusive<gonccl::GoncclBackend>(
       storeRef, rank, size, own, libraryPath);
