@@ -93,6 +93,12 @@ func goncclCommInitRankTimeout(out *C.goncclComm_t, nranks C.int, cid C.goncclUn
 	if err != nil {
 		return fail(nil, err)
 	}
+	*out = register(c)
+	return C.goncclSuccess
+}
+
+// register enters c in the table and returns the handle a C caller holds.
+func register(c *core.Comm) C.goncclComm_t {
 	comms.Lock()
 	comms.next++
 	idn := comms.next
@@ -100,8 +106,7 @@ func goncclCommInitRankTimeout(out *C.goncclComm_t, nranks C.int, cid C.goncclUn
 	comms.Unlock()
 	h := (*C.struct_goncclComm)(C.malloc(C.size_t(unsafe.Sizeof(C.struct_goncclComm{}))))
 	h.id = C.ulonglong(idn)
-	*out = C.goncclComm_t(unsafe.Pointer(h))
-	return C.goncclSuccess
+	return C.goncclComm_t(unsafe.Pointer(h))
 }
 
 // release removes the communicator from the table and frees its strings.

@@ -148,6 +148,17 @@ goncclResult_t goncclCommInitRank(goncclComm_t* comm, int nranks, goncclUniqueId
 goncclResult_t goncclCommInitRankTimeout(goncclComm_t* comm, int nranks,
                                          goncclUniqueId commId, int rank,
                                          int64_t timeoutMs);
+/* gonccl extension: same as goncclCommInitRankTimeout, for communicator generation
+ * epoch. Every rank passes the same epoch; frames and connections of another
+ * generation are refused (older frames are dropped and logged). A communicator that
+ * replaces another (after a rank was lost) takes the old one's epoch + 1. */
+goncclResult_t goncclCommInitRankEpoch(goncclComm_t* comm, int nranks,
+                                       goncclUniqueId commId, int rank,
+                                       int64_t timeoutMs, uint32_t epoch);
+/* gonccl extension: comm's generation, and how many frames of older generations it
+ * has dropped. Either pointer may be NULL. */
+goncclResult_t goncclCommEpoch(const goncclComm_t comm, uint32_t* epoch,
+                               uint64_t* staleFrames);
 /* Waits for pending operations, then frees the communicator. Every request of the
  * communicator has completed (and its callback has run) when it returns; requests
  * must still be freed with goncclRequestFree, which stays valid after destruction. */

@@ -28,6 +28,7 @@ type rankInfo struct {
 	Hostname string `json:"hostname"` // for logs
 	Pid      int    `json:"pid"`
 	Shm      bool   `json:"shm"` // willing to use shared memory with ranks on its host
+	Epoch    uint32 `json:"epoch"` // the communicator generation it joins (see epoch.go)
 	// TCP layout toward peers on other hosts (GONCCL_SOCKET_NTHREADS and
 	// GONCCL_NSOCKS_PERTHREAD); joinRoot fills them in if the caller did not.
 	SockThreads    int `json:"sock_threads"`
@@ -149,6 +150,7 @@ func serveRoot(l *net.TCPListener, secret []byte, deadline time.Time, logs logge
 	var members []member
 	byRank := map[int]bool{}
 	nranks := -1
+	var epoch uint32
 	fail := func(msg string) {
 		logs.init.Warn("bootstrap root: " + msg)
 		for _, m := range members {
@@ -161,12 +163,18 @@ func serveRoot(l *net.TCPListener, secret []byte, deadline time.Time, logs logge
 	for nranks < 0 || len(members) < nranks {
 		select {
 		case m := <-joined:
-			if err := checkJoin(m.info, nranks, byRank); err != nil {
+			err := checkJoin(m.info, nranks, byRank)
+			if err == nil && nranks >= 0 && m.info.Epoch != epoch {
+				err = fmt.Errorf("rank %d joins generation (epoch) %d but earlier ranks joined epoch %d: a rank of another generation",
+					m.info.Rank, m.info.Epoch, epoch)
+			}
+			if err != nil {
+				logs.init.Warn("bootstrap root: refused a rank: " + err.Error())
 				_ = writeMsg(m.conn, rootReply{Error: err.Error()})
 				m.conn.Close()
 				continue
 			}
-			nranks = m.info.NRanks
+			nranks, epoch = m.info.NRanks, m.info.Epoch
 			byRank[m.info.Rank] = true
 			members = append(members, m)
 		case <-timer.C:
@@ -284,7 +292,7 @@ var meshListening func(rank int, addr string)
 // link over pairSockets connections (channels tcp.CollChannel(0..)), a StreamLink
 // over one or a StripedLink over several, and one connection for point-to-point
 // messages (tcp.ChannelP2P), returned as msgs.
-func connectMesh(l *net.TCPListener, secret []byte, rank int, ranks []rankInfo, deadline time.Time, logs loggers) (links []transport.Link, msgs []*transport.MsgConn, err error) {
+func connectMesh(l *net.TCPListener, secret []byte, rank int, epoch uint32, ranks []rankInfo, deadline time.Time, logs loggers) (links []transport.Link, msgs []*transport.MsgConn, err error) {
 	if meshListening != nil {
 		meshListening(rank, l.Addr().String())
 	}
@@ -318,7 +326,7 @@ func connectMesh(l *net.TCPListener, secret []byte, rank int, ranks []rankInfo, 
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				c, err := tcp.Dial(ranks[peer].Addr, secret, tcp.Hello{From: rank, To: peer, Channel: ch}, deadline)
+				c, err := tcp.Dial(ranks[peer].Addr, secret, tcp.Hello{From: rank, To: peer, Channel: ch, Epoch: epoch}, deadline)
 				if err != nil {
 					setErr(fmt.Errorf("connecting to rank %d: %w", peer, err))
 					return
@@ -344,7 +352,7 @@ func connectMesh(l *net.TCPListener, secret []byte, rank int, ranks []rankInfo, 
 			accepted := make(chan struct{})
 			done := make(chan struct{})
 			defer close(done)
-			go acceptPeers(l, secret, rank, n, conns, msgs, &mu, accepted, done, logs)
+			go acceptPeers(l, secret, rank, epoch, n, conns, msgs, &mu, accepted, done, logs)
 			timer := time.NewTimer(time.Until(deadline))
 			defer timer.Stop()
 			for got := 0; got < want; {
@@ -414,7 +422,7 @@ func meshLinks(rank int, conns [][]net.Conn, threads []int, logs loggers) ([]tra
 // acceptPeers accepts connections on l until it is closed, and registers in conns (or
 // msgs, by channel) every higher rank that proves the secret, signalling each on
 // accepted.
-func acceptPeers(l *net.TCPListener, secret []byte, rank, n int, conns [][]net.Conn, msgs []*transport.MsgConn, mu *sync.Mutex, accepted chan<- struct{}, done <-chan struct{}, logs loggers) {
+func acceptPeers(l *net.TCPListener, secret []byte, rank int, epoch uint32, n int, conns [][]net.Conn, msgs []*transport.MsgConn, mu *sync.Mutex, accepted chan<- struct{}, done <-chan struct{}, logs loggers) {
 	go func() {
 		<-done
 		l.Close()
@@ -431,6 +439,8 @@ func acceptPeers(l *net.TCPListener, secret []byte, rank, n int, conns [][]net.C
 			sock := tcp.CollSocket(h.Channel)
 			switch {
 			case err != nil:
+			case h.Epoch != epoch:
+				err = fmt.Errorf("rank %d belongs to communicator generation (epoch) %d, this one is epoch %d: a stale or foreign rank", h.From, h.Epoch, epoch)
 			case h.To != rank || h.From <= rank || h.From >= n:
 				err = fmt.Errorf("peer claims to be rank %d calling rank %d", h.From, h.To)
 			case h.Channel != tcp.ChannelP2P && (sock < 0 || sock >= len(conns[h.From])):

@@ -32,6 +32,9 @@ const queueDepth = 1024
 type Options struct {
 	// Timeout bounds init and every operation; 0 means GONCCL_TIMEOUT_MS.
 	Timeout time.Duration
+	// Epoch is the communicator's generation (see epoch.go): every rank must pass the
+	// same one; a shrunken or reconfigured communicator has its parent's plus one.
+	Epoch uint32
 }
 
 // Comm is one rank's end of a communicator: its links to every other rank and the
@@ -46,6 +49,8 @@ type Comm struct {
 	timeout      time.Duration
 	sel          *selector       // the cost model: picks each operation's algorithm
 	trace        *flightRecorder // recent operations (nil: off); see trace.go
+	epoch        uint32          // the generation; see epoch.go
+	stale        staleCounter    // frames of older generations dropped
 
 	// Per-peer frame headers and reduce sinks for the executor's operations (see exec).
 	sendHdrs, recvHdrs []transport.Header
@@ -111,12 +116,12 @@ func NewComm(id UniqueID, nranks, rank int, opts Options) (*Comm, error) {
 	}
 	defer l.Close()
 	deadline := start.Add(timeout)
-	me := rankInfo{Rank: rank, NRanks: nranks, Addr: l.Addr().String(), Host: hostIdentity(), Hostname: hostname(), Pid: os.Getpid(), Shm: !cfg.shmDisable}
+	me := rankInfo{Rank: rank, NRanks: nranks, Addr: l.Addr().String(), Host: hostIdentity(), Hostname: hostname(), Pid: os.Getpid(), Shm: !cfg.shmDisable, Epoch: opts.Epoch}
 	ranks, err := joinRoot(&id, me, deadline)
 	if err != nil {
 		return fail(err)
 	}
-	links, msgs, err := connectMesh(l, id.secret(), rank, ranks, deadline, logs)
+	links, msgs, err := connectMesh(l, id.secret(), rank, opts.Epoch, ranks, deadline, logs)
 	if err != nil {
 		return fail(err)
 	}
@@ -130,6 +135,7 @@ func NewComm(id UniqueID, nranks, rank int, opts Options) (*Comm, error) {
 		closeMsgConns(msgs)
 		return fail(err)
 	}
+	c.setEpoch(opts.Epoch)
 	c.trace.setComm(commIDOf(&id))
 	c.startP2P(msgs)
 	procs := sizeGoMaxProcs(cfg, ranks, me.Host)
@@ -278,7 +284,7 @@ func (c *Comm) execute(o *op) error {
 	e := &exec{
 		rank: c.rank, nranks: c.nranks, links: c.links,
 		hdr: transport.Header{Seq: o.seq, Kind: uint8(o.kind), DType: uint8(o.dtype), Root: int32(o.root),
-			Count: uint64(o.count)},
+			Count: uint64(o.count), Epoch: c.epoch},
 		deadline: start.Add(c.timeout), timeout: c.timeout,
 		scratch: c.scratch, chunkBytes: c.cfg.chunkBytes, breakLinks: c.failLinks,
 		sendHdrs: c.sendHdrs, recvHdrs: c.recvHdrs, sinks: c.sinks,
@@ -456,10 +462,13 @@ func (c *Comm) Abort() error {
 		c.broken = ErrAborted
 	}
 	c.mu.Unlock()
-	c.closeLinks()
+	// Point-to-point first: its pending operations fail with ErrAborted and the peers
+	// hear why, before closing the links makes them (and, through them, this rank's
+	// own receives) see only a lost connection.
 	if c.p2p != nil {
 		c.p2p.close(ErrAborted, c.leaving("aborted"))
 	}
+	c.closeLinks()
 	if already {
 		return nil
 	}

@@ -1,0 +1,52 @@
+package core
+
+import (
+	"fmt"
+	"sync/atomic"
+
+	"github.com/gonccl/gonccl/transport"
+)
+
+// Membership epochs. Each communicator generation has an epoch: a fresh communicator
+// has the one its creator passes (0 by default), and a communicator made from another
+// by shrinking or reconfiguring has its parent's epoch plus one. The epoch travels in
+// three places, so that nothing of an older generation is mixed into a newer one:
+//
+//   - the bootstrap: every rank tells the root its epoch, and the root refuses a rank
+//     whose epoch differs from the first one's;
+//   - the handshake of every connection (it is covered by the HMAC): a rank of another
+//     generation that dials in is logged and dropped;
+//   - every collective frame's header: a frame of an older generation arriving on a
+//     link (a late frame) is read whole, dropped, logged and counted, and the receiver
+//     goes on waiting for its own; a frame of a newer generation means this rank was
+//     left behind, and is a mismatch error.
+//
+// Point-to-point messages travel on connections that belong to one generation (the
+// handshake binds them to it), so their frames carry no epoch of their own.
+
+// staleCounter counts the frames of older generations a communicator dropped.
+type staleCounter struct{ n atomic.Uint64 }
+
+// Epoch returns the communicator's generation.
+func (c *Comm) Epoch() uint32 { return c.epoch }
+
+// StaleFrames returns how many frames of older generations the communicator's links
+// have dropped.
+func (c *Comm) StaleFrames() uint64 { return c.stale.n.Load() }
+
+// setEpoch sets the generation before the first operation and tells every link to
+// report the stale frames it drops.
+func (c *Comm) setEpoch(epoch uint32) {
+	c.epoch = epoch
+	for _, l := range c.links {
+		if d, ok := l.(transport.StaleDropper); ok {
+			d.OnStale(c.dropStale)
+		}
+	}
+}
+
+func (c *Comm) dropStale(peer int, got transport.Header) {
+	c.stale.n.Add(1)
+	c.logs.net.Warn(fmt.Sprintf("rank %d: dropped a %d-byte frame of generation (epoch) %d from rank %d (op seq %d, kind %d): this communicator is epoch %d",
+		c.rank, got.Len, got.Epoch, peer, got.Seq, got.Kind, c.epoch))
+}
