@@ -27,7 +27,7 @@ type rankInfo struct {
 	Host     string `json:"host"`     // hostIdentity()
 	Hostname string `json:"hostname"` // for logs
 	Pid      int    `json:"pid"`
-	Shm      bool   `json:"shm"` // willing to use shared memory with ranks on its host
+	Shm      bool   `json:"shm"`   // willing to use shared memory with ranks on its host
 	Epoch    uint32 `json:"epoch"` // the communicator generation it joins (see epoch.go)
 	// TCP layout toward peers on other hosts (GONCCL_SOCKET_NTHREADS and
 	// GONCCL_NSOCKS_PERTHREAD); joinRoot fills them in if the caller did not.
