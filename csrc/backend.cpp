@@ -12,6 +12,7 @@
 
 #include "checks.hpp"
 #include "cuda.hpp"
+#include "gil.hpp"
 #include "library.hpp"
 
 namespace gonccl {
@@ -22,28 +23,6 @@ constexpr const char* kUniqueIdKey = "gonccl/unique_id";
 // finished before giving up on them.
 constexpr auto kDrainTimeout = std::chrono::seconds(30);
 
-// Releases the GIL for its scope if this thread holds it. Closing the
-// communicator waits for the completion thread, which may need the GIL to run
-// a Python callback attached to a future.
-class GilRelease {
- public:
-  GilRelease() {
-    if (Py_IsInitialized() && PyGILState_Check()) {
-      state_ = PyEval_SaveThread();
-    }
-  }
-  ~GilRelease() {
-    if (state_ != nullptr) {
-      PyEval_RestoreThread(state_);
-    }
-  }
-  GilRelease(const GilRelease&) = delete;
-  GilRelease& operator=(const GilRelease&) = delete;
-
- private:
-  PyThreadState* state_ = nullptr;
-};
-
 }  // namespace
 
 GoncclBackend::GoncclBackend(
@@ -51,8 +30,13 @@ GoncclBackend::GoncclBackend(
     int rank,
     int size,
     std::chrono::milliseconds timeout,
-    const std::string& libraryPath)
-    : Backend(rank, size), libraryPath_(libraryPath), timeout_(timeout) {
+    const std::string& libraryPath,
+    uint32_t epoch)
+    : Backend(rank, size),
+      libraryPath_(libraryPath),
+      timeout_(timeout),
+      store_(store),
+      epoch_(epoch) {
   TORCH_CHECK_VALUE(
       size >= 1 && rank >= 0 && rank < size,
       "gonccl: invalid rank ",
@@ -85,7 +69,10 @@ GoncclBackend::GoncclBackend(
   }
 
   goncclResult_t rc =
-      L.commInitRankTimeout(&comm_, size, id, rank, timeout.count());
+      epoch == 0
+          ? L.commInitRankTimeout(&comm_, size, id, rank, timeout.count())
+          : need(L.commInitRankEpoch, "goncclCommInitRankEpoch", "shrink")(
+                &comm_, size, id, rank, timeout.count(), epoch);
   if (rc != goncclSuccess) {
     C10_THROW_ERROR(
         DistBackendError,

@@ -14,6 +14,7 @@
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/version.h>
 
 #include "completion.hpp"
 #include "gonccl.h"
@@ -31,7 +32,8 @@ class GoncclBackend : public c10d::Backend {
       int rank,
       int size,
       std::chrono::milliseconds timeout,
-      const std::string& libraryPath);
+      const std::string& libraryPath,
+      uint32_t epoch = 0);
   ~GoncclBackend() override;
 
   const std::string getBackendName() const override {
@@ -145,6 +147,26 @@ class GoncclBackend : public c10d::Backend {
   void monitoredBarrier(
       const c10d::BarrierOptions& opts, bool waitAllRanks) override;
 
+  // Fault tolerance (shrink.cpp). shrink makes a new communicator of this
+  // group's ranks less ranks_to_exclude, renumbered in order, one generation
+  // (epoch) later, over this group's store under a prefix of its own; the
+  // excluded ranks (dead or not) take no part. With SHRINK_ABORT this group is
+  // aborted first. It works whether or not this group has failed.
+#if TORCH_VERSION_MAJOR > 2 || \
+    (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 10)
+  bool supportsShrinking() const override {
+    return true;
+  }
+  c10::intrusive_ptr<c10d::Backend> shrink(
+      const std::vector<int64_t>& ranks_to_exclude,
+      int shrink_flags,
+      const c10::intrusive_ptr<Options>& opts_override) override;
+#endif
+  // This communicator's generation.
+  uint32_t epoch() const {
+    return epoch_;
+  }
+
   // Waits for nothing: fails pending ops (goncclCommAbort) if any, else frees
   // the communicator (goncclCommDestroy). Then joins the completion thread.
   void shutdown() override;
@@ -212,6 +234,8 @@ class GoncclBackend : public c10d::Backend {
 
   std::string libraryPath_;
   std::chrono::milliseconds timeout_;
+  c10::intrusive_ptr<c10d::Store> store_;  // the group's: shrink uses it
+  uint32_t epoch_ = 0;
   std::mutex issueMutex_;
   goncclComm_t comm_ = nullptr;
   uint64_t seq_ = 0;

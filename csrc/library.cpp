@@ -103,6 +103,8 @@ const Library& loadLibrary(const std::string& path) {
   all &= bindOptional(handle, "goncclGroupEnd", t.groupEnd);
   t.fullSurface = all;
   bindOptional(handle, "goncclRequestWaitStream", t.requestWaitStream);
+  bindOptional(handle, "goncclCommInitRankEpoch", t.commInitRankEpoch);
+  bindOptional(handle, "goncclCommEpoch", t.commEpoch);
   // The handle is never closed: a Go runtime cannot be unloaded.
   int version = 0;
   TORCH_CHECK(
