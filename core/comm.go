@@ -70,6 +70,7 @@ type Comm struct {
 	running     *op    // the operation the executor runs now
 	finishedSeq uint64 // the last operation the executor finished
 	brokenText  string // what broke the communicator, without peers' diagnoses
+	lost        error  // a rank is gone (see lost.go)
 }
 
 // DeviceTopology, if set, returns lines describing this process's GPUs (names, PCI bus
@@ -302,6 +303,9 @@ func (c *Comm) execute(o *op) error {
 		return nil
 	}
 	c.mu.Lock()
+	if c.lost != nil && !errors.Is(err, ErrInvalidArgument) {
+		err = c.lost // the links were failed because of it: name the cause
+	}
 	if c.aborted {
 		err = ErrAborted
 	}

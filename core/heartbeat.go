@@ -60,11 +60,13 @@ func (e *p2pEngine) heartbeat(interval, timeout time.Duration) {
 	}
 }
 
-// peerDead closes the collective link to a peer that missed its heartbeats, so that an
-// operation waiting on it fails now.
+// peerDead handles a peer that is gone (it missed its heartbeats, or its connection
+// ended without a goodbye): it closes the collective link to it and breaks the
+// communicator (see lost.go), so that the operation running now fails at once.
 func (c *Comm) peerDead(rank int, err error) {
 	c.logs.net.Warn(fmt.Sprintf("gonccl rank %d: %v", c.rank, err))
 	if rank >= 0 && rank < len(c.links) && c.links[rank] != nil {
 		c.links[rank].Close()
 	}
+	c.peerLost(rank, err)
 }

@@ -462,6 +462,12 @@ func (e *p2pEngine) reader(pp *p2pPeer) {
 		}
 		if err != nil {
 			e.failPeer(pp, err)
+			e.mu.Lock()
+			closing := e.closed != nil
+			e.mu.Unlock()
+			if !closing && isDeath(err) && e.onDead != nil {
+				e.onDead(pp.rank, err)
+			}
 			return
 		}
 	}
