@@ -115,6 +115,15 @@ goncclComm_t GoncclBackend::liveComm(const char* op) {
             op,
             ": the process group has been shut down or aborted"));
   }
+  if (comm_ == nullptr) {
+    C10_THROW_ERROR(
+        DistBackendError,
+        c10::str(
+            "gonccl: ",
+            op,
+            ": the process group has no communicator yet (it was created "
+            "with enable_reconfigure: call reconfigure first)"));
+  }
   return comm_;
 }
 
@@ -318,7 +327,10 @@ void GoncclBackend::close(bool abort) {
   // No new op can start now (closed_). Pending ops would keep a graceful
   // destroy waiting until their deadline; fail them instead.
   const bool failPending = abort || queue->pending() > 0;
-  goncclResult_t rc = failPending ? L.commAbort(comm) : L.commDestroy(comm);
+  goncclResult_t rc =
+      comm == nullptr  // never configured (enable_reconfigure)
+          ? goncclSuccess
+          : failPending ? L.commAbort(comm) : L.commDestroy(comm);
   if (rc != goncclSuccess) {
     TORCH_WARN(
         "gonccl: ",

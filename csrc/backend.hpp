@@ -34,6 +34,16 @@ class GoncclBackend : public c10d::Backend {
       std::chrono::milliseconds timeout,
       const std::string& libraryPath,
       uint32_t epoch = 0);
+  // A backend with no communicator yet, for a group created with
+  // enable_reconfigure: its first reconfigure() makes one (reconfigure.cpp).
+  struct Deferred {};
+  GoncclBackend(
+      Deferred,
+      const c10::intrusive_ptr<c10d::Store>& store,
+      int rank,
+      int size,
+      std::chrono::milliseconds timeout,
+      const std::string& libraryPath);
   ~GoncclBackend() override;
 
   const std::string getBackendName() const override {
@@ -162,6 +172,16 @@ class GoncclBackend : public c10d::Backend {
       int shrink_flags,
       const c10::intrusive_ptr<Options>& opts_override) override;
 #endif
+#ifdef C10D_BACKEND_HAS_RECONFIGURE
+  bool supportsReconfigure() const override {
+    return true;
+  }
+  c10d::ReconfigureHandle get_reconfigure_handle() const override;
+  c10::intrusive_ptr<c10d::Work> reconfigure(
+      const c10d::ReconfigureOptions& opts) override;
+#endif
+  // This process's handle for reconfigure: "gonccl:<host>:<pid>:<nonce>".
+  const std::string& handle() const;
   // This communicator's generation.
   uint32_t epoch() const {
     return epoch_;
@@ -236,6 +256,8 @@ class GoncclBackend : public c10d::Backend {
   std::chrono::milliseconds timeout_;
   c10::intrusive_ptr<c10d::Store> store_;  // the group's: shrink uses it
   uint32_t epoch_ = 0;
+  mutable std::once_flag handleOnce_;
+  mutable std::string handle_;
   std::mutex issueMutex_;
   goncclComm_t comm_ = nullptr;
   uint64_t seq_ = 0;

@@ -42,6 +42,8 @@ def _create_backend(opts, backend_options):
         opts.group_size,
         _timeout_ms(opts.timeout),
         check_library(),
+        # enable_reconfigure: no communicator until reconfigure() makes one
+        bool(getattr(opts, "enable_reconfigure", False)),
     )
 
 
