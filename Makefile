@@ -3,8 +3,13 @@
 #
 #   make demo    set everything up, build, install, run the lecture's DDP examples on CPU
 #   make test    build, install, run every test (Go, C ABI, Python multi-process)
+#   make test-race  the race detector over core, transport and cuda (-short subset)
 #   make build   build and install the package into the Python environment
 #   make lib     build only libgonccl.so (build/lib/) for C users
+#   make wheel   a wheel (dist/) holding libgonccl.so, the extension and gonccl.h
+#   make test-wheel  install that wheel into a fresh venv without Go, run the demo from it
+#   make csrc-compat compile csrc against the headers of every supported torch (2.11-2.15)
+#   make gpu-check-dry  scripts/gpu-check.sh --dry-run (what needs no GPU; part of make test)
 #   make fuzz-short  run each wire fuzz target briefly (part of make test)
 #   make lint    gofmt, go vet, staticcheck, clang-format (csrc), ruff (Python)
 #   make clean   remove build outputs
@@ -13,7 +18,7 @@ PY = $(shell scripts/python-env.sh)
 GO ?= go
 NPROC ?= 2
 
-.PHONY: setup build lib demo test test-go test-py soak fuzz-short lint clean
+.PHONY: setup build lib wheel test-wheel csrc-compat gpu-check-dry demo test test-go test-race test-py soak fuzz-short lint clean
 
 setup:
 	@scripts/python-env.sh >/dev/null
@@ -28,18 +33,57 @@ lib:
 	rm -f build/lib/libgonccl.h
 	cp capi/gonccl.h build/lib/
 
+# make wheel: dist/gonccl-VERSION-*.whl, built against this Python and torch. With
+# GONCCL_LIBRARY=/path/to/libgonccl.so it wraps that library and needs no Go; otherwise it
+# builds one first (make lib). The extension's objects are shared with make build (ninja).
+WHEEL_LIB = $(or $(GONCCL_LIBRARY),$(CURDIR)/build/lib/libgonccl.so)
+
+wheel: $(if $(GONCCL_LIBRARY),,lib)
+	rm -f dist/gonccl-*.whl
+	GONCCL_LIBRARY=$(abspath $(WHEEL_LIB)) $(PY) -m pip wheel --quiet --disable-pip-version-check \
+	  --no-build-isolation --no-deps -w dist .
+	@ls -l dist/gonccl-*.whl
+
+# make test-wheel: installs the wheel into a fresh venv (torch seen through a .pth file, no
+# `go` on PATH) and runs torchrun examples/ddp_simple.py on 2 CPU ranks from it.
+test-wheel: wheel
+	scripts/wheel-check.sh $(PY) dist/gonccl-*.whl
+
+# make csrc-compat: every csrc file compiled (g++ -fsyntax-only) against the headers of each
+# supported torch release, fetched once into ~/.cache/gonccl/torch-headers (~60 MB each).
+# tests/test_torch_versions.py does the same for the oldest one in make test.
+csrc-compat:
+	$(PY) scripts/csrc_compat.py
+
+# make gpu-check-dry: the GPU check's dry run against the library make lib built: builds the
+# extension around it (no Go), runs the CPU parts, lists what a GPU machine would run.
+gpu-check-dry: lib
+	GONCCL_PYTHON=$(PY) scripts/gpu-check.sh --dry-run --library $(CURDIR)/build/lib/libgonccl.so \
+	  --report build/gpu-check/report-dry-run.md
+
 demo: build
 	mkdir -p build/demo
 	cd build/demo && $(PY) -m torch.distributed.run --nproc_per_node=$(NPROC) ../../examples/ddp_simple.py
 	cd build/demo && $(PY) -m torch.distributed.run --nproc_per_node=$(NPROC) ../../examples/ddp_example.py
 	@echo "demo done: traces in build/demo/"
 
-test: lint build test-go test-py
+test: lint build test-go test-race test-py test-wheel gpu-check-dry
 
 test-go:
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 10m ./...
 	$(MAKE) fuzz-short
+
+# test-race: go test -race over the packages with goroutines of their own, -short (the
+# stress test then runs 1,500 operations per rank instead of 50,000, and the collective
+# sweeps go up to 4 ranks instead of 8), so that it stays a few minutes on 2 cores. The
+# reduction-kernel comparisons are skipped: they run on one goroutine, the detector has
+# nothing to find there, and they are its slowest tests (test-go runs them).
+RACE_PKGS = ./core ./transport/... ./cuda/...
+RACE_SKIP = VectorMatchesFallback|VectorHalfExhaustive|Float16Random|FromFloat32Random|MatchesReference$$
+
+test-race:
+	$(GO) test -race -short -count=1 -timeout 15m -skip '$(RACE_SKIP)' $(RACE_PKGS)
 
 # fuzz-short: each wire fuzz target for FUZZTIME (a malicious peer's bytes must not
 # crash, hang or blow up a rank). Longer: make fuzz-short FUZZTIME=10m.
@@ -71,7 +115,7 @@ lint: setup
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 	$(PYBIN)clang-format --dry-run -Werror $$(git ls-files 'csrc/*.cpp' 'csrc/*.hpp')
-	$(PYBIN)ruff check python tests bench examples setup.py
+	$(PYBIN)ruff check python tests bench examples scripts setup.py
 
 clean:
 	rm -rf build dist python/*.egg-info python/gonccl/libgonccl.so python/gonccl/_C*.so

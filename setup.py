@@ -16,6 +16,16 @@ interfaces (see cuda_config), so no CUDA toolkit, header or nvcc is needed.
 Otherwise it is built without (collectives on CUDA tensors then raise a clear
 error); the build log says which, and why.
 
+Without Go: GONCCL_LIBRARY=/path/to/libgonccl.so uses that library (built
+elsewhere with `make lib`, or taken from a gonccl wheel) instead of running
+`go build`, so only the C++ extension is compiled and no Go toolchain is needed:
+
+    GONCCL_LIBRARY=/path/to/libgonccl.so pip install --no-build-isolation .
+
+The library is checked against these sources first: its goncclGetVersion must
+equal gonccl.h's GONCCL_VERSION_CODE (and the package's version), and it must
+export every function gonccl.h declares; otherwise the build stops saying which.
+
 GONCCL_SKIP_GO_BUILD=1 builds only the C++ extension (for work on csrc/ while
 the Go side does not build); the package is then unusable until libgonccl.so
 is built.
@@ -23,6 +33,7 @@ is built.
 
 import glob
 import os
+import re
 import shutil
 import subprocess
 
@@ -38,7 +49,10 @@ class BuildGoncclExt(BuildExtension):
     def run(self):
         package_dir = self._package_dir()
         os.makedirs(package_dir, exist_ok=True)
-        if os.environ.get("GONCCL_SKIP_GO_BUILD") == "1":
+        prebuilt = os.environ.get("GONCCL_LIBRARY")
+        if prebuilt:
+            _use_prebuilt(prebuilt, package_dir)
+        elif os.environ.get("GONCCL_SKIP_GO_BUILD") == "1":
             print("gonccl: GONCCL_SKIP_GO_BUILD=1, not building libgonccl.so")
         else:
             self._build_go(package_dir)
@@ -74,6 +88,69 @@ class BuildGoncclExt(BuildExtension):
         generated = os.path.join(package_dir, "libgonccl.h")
         if os.path.exists(generated):
             os.remove(generated)
+
+
+def _source_version():
+    """(GONCCL_VERSION_CODE from capi/gonccl.h, the gonccl.h function names, __version__)."""
+    with open(os.path.join(ROOT, "capi", "gonccl.h")) as f:
+        header = f.read()
+    parts = {
+        name: int(re.search(rf"#define GONCCL_{name}\s+(\d+)", header).group(1))
+        for name in ("MAJOR", "MINOR", "PATCH")
+    }
+    code = parts["MAJOR"] * 10000 + parts["MINOR"] * 100 + parts["PATCH"]
+    functions = sorted(set(re.findall(r"^goncclResult_t\s+(gonccl\w+)\s*\(", header, re.M))
+                       | set(re.findall(r"^const char\*\s+(gonccl\w+)\s*\(", header, re.M)))
+    with open(os.path.join(ROOT, "python", "gonccl", "__init__.py")) as f:
+        package = re.search(r'^__version__ = "([^"]+)"', f.read(), re.M).group(1)
+    return code, functions, package
+
+
+def check_prebuilt(path):
+    """Raises SystemExit naming the problem if the library at path does not match these sources.
+
+    It loads the library in this (build) process with ctypes, which starts a Go runtime
+    here; nothing forks afterwards, and the process ends with the build.
+    """
+    import ctypes
+
+    if not os.path.isfile(path):
+        raise SystemExit(f"gonccl: GONCCL_LIBRARY={path}: no such file")
+    code, functions, package = _source_version()
+    want = f"{code // 10000}.{code // 100 % 100}.{code % 100}"
+    if want != package:
+        raise SystemExit(f"gonccl: capi/gonccl.h says version {want} but python/gonccl says {package}")
+    try:
+        lib = ctypes.CDLL(os.path.abspath(path), mode=os.RTLD_LAZY | os.RTLD_LOCAL)
+    except OSError as e:
+        raise SystemExit(f"gonccl: GONCCL_LIBRARY={path} cannot be loaded: {e}") from e
+    missing = [name for name in functions if not hasattr(lib, name)]
+    got = ctypes.c_int(0)
+    if "goncclGetVersion" in missing or lib.goncclGetVersion(ctypes.byref(got)) != 0:
+        raise SystemExit(f"gonccl: GONCCL_LIBRARY={path} is not a gonccl library (no working goncclGetVersion)")
+    if got.value != code:
+        have = f"{got.value // 10000}.{got.value // 100 % 100}.{got.value % 100}"
+        raise SystemExit(
+            f"gonccl: GONCCL_LIBRARY={path} is gonccl {have} ({got.value}) but these sources are "
+            f"gonccl {want} ({code}): build the library from the same sources (`make lib`) or "
+            "install the gonccl release that matches it"
+        )
+    if missing:
+        raise SystemExit(
+            f"gonccl: GONCCL_LIBRARY={path} (gonccl {want}) lacks {len(missing)} function(s) that "
+            f"capi/gonccl.h declares: {', '.join(missing)}; it was built from older sources: "
+            "rebuild it from these (`make lib`)"
+        )
+    return want
+
+
+def _use_prebuilt(path, package_dir):
+    version = check_prebuilt(path)
+    output = os.path.join(package_dir, "libgonccl.so")
+    print(f"gonccl: GONCCL_LIBRARY: using {path} (gonccl {version}) instead of building it with Go")
+    if os.path.abspath(path) != os.path.abspath(output):
+        shutil.copyfile(path, output)
+        os.chmod(output, 0o755)
 
 
 def cuda_config():

@@ -31,13 +31,18 @@ func bufBytes(what string, p unsafe.Pointer, n uint64, dt core.DataType) (int, e
 		return 0, fmt.Errorf("%w: unknown data type %d", core.ErrInvalidArgument, uint8(dt))
 	}
 	es := uint64(dt.Size())
-	if n > math.MaxInt64/es/16 {
-		return 0, fmt.Errorf("%w: %s: count %d x %s overflows", core.ErrInvalidArgument, what, n, dt)
+	if n > core.MaxBufferBytes/es {
+		return 0, fmt.Errorf("%w: %s: count %d x %s (%d bytes each) overflows: more than the %d bytes any buffer can hold",
+			core.ErrInvalidArgument, what, n, dt, es, uint64(core.MaxBufferBytes))
 	}
 	if n > 0 && p == nil {
 		return 0, fmt.Errorf("%w: %s is NULL", core.ErrInvalidArgument, what)
 	}
-	return int(n * es), nil
+	size := n * es
+	if end := uintptr(p) + uintptr(size); end < uintptr(p) {
+		return 0, fmt.Errorf("%w: %s %p + %d bytes wraps around the address space", core.ErrInvalidArgument, what, p, size)
+	}
+	return int(size), nil
 }
 
 // issue runs one collective: start enqueues it, taking its buffers from v (host
@@ -52,13 +57,11 @@ func issue(h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, as
 // goncclGroupStart/End does not wait: its request joins the group and goncclGroupEnd
 // waits for it (as in NCCL, where a group's calls launch at its end; waiting here would
 // deadlock a ring of blocking sends too large to go out before their receives).
-// Point-to-point does not run on the executor, so it takes host buffers only.
+// Point-to-point does not run on the executor: with device buffers, a send copies its
+// data to host memory on the issuing thread, a receive copies it to the device when it
+// has arrived (views.copyIn, views.then).
 func issueP2P(h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool,
 	start func(c *core.Comm, v *views) (*core.Request, error)) C.goncclResult_t {
-	if stream != nil {
-		e, _ := lookupComm(h)
-		return fail(e, fmt.Errorf("%w: send/recv with a CUDA stream (device buffers) is not supported yet; pass stream = NULL with host buffers", core.ErrNotSupported))
-	}
 	return run(h, stream, out, async, true, start)
 }
 

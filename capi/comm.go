@@ -17,7 +17,7 @@ import (
 type commEntry struct {
 	comm *core.Comm
 	mu   sync.Mutex
-	last *C.char // goncclGetLastError's string
+	last string // goncclGetLastError's message (handed out as a per-thread copy)
 	poolState
 }
 
@@ -49,7 +49,7 @@ func lookupComm(h C.goncclComm_t) (*commEntry, error) {
 func fail(e *commEntry, err error) C.goncclResult_t {
 	if e != nil {
 		e.mu.Lock()
-		setCString(&e.last, err.Error())
+		e.last = err.Error()
 		e.mu.Unlock()
 	}
 	recordGlobal(err)
@@ -79,13 +79,18 @@ func goncclCommInitRank(out *C.goncclComm_t, nranks C.int, id C.goncclUniqueId, 
 //export goncclCommInitRankTimeout
 func goncclCommInitRankTimeout(out *C.goncclComm_t, nranks C.int, cid C.goncclUniqueId, rank C.int, timeoutMs C.int64_t) (res C.goncclResult_t) {
 	defer guard(&res)
+	return initRank("goncclCommInitRank", out, nranks, cid, rank, timeoutMs, 0)
+}
+
+// initRank joins a communicator of generation epoch and returns its handle in out.
+func initRank(fn string, out *C.goncclComm_t, nranks C.int, cid C.goncclUniqueId, rank C.int, timeoutMs C.int64_t, epoch uint32) C.goncclResult_t {
 	if out == nil {
-		return fail(nil, fmt.Errorf("%w: goncclCommInitRank: comm is NULL", core.ErrInvalidArgument))
+		return fail(nil, fmt.Errorf("%w: %s: comm is NULL", core.ErrInvalidArgument, fn))
 	}
 	*out = nil
 	var id core.UniqueID
 	copy(id[:], unsafe.Slice((*byte)(unsafe.Pointer(&cid.internal[0])), core.UniqueIDSize))
-	opts := core.Options{}
+	opts := core.Options{Epoch: epoch}
 	if timeoutMs > 0 {
 		opts.Timeout = time.Duration(timeoutMs) * time.Millisecond
 	}
@@ -109,19 +114,13 @@ func register(c *core.Comm) C.goncclComm_t {
 	return C.goncclComm_t(unsafe.Pointer(h))
 }
 
-// release removes the communicator from the table and frees its strings.
+// release removes the communicator from the table.
 func release(h C.goncclComm_t, e *commEntry) {
 	hs := (*C.struct_goncclComm)(unsafe.Pointer(h))
 	comms.Lock()
 	delete(comms.m, uint64(hs.id))
 	hs.id = 0
 	comms.Unlock()
-	e.mu.Lock()
-	if e.last != nil {
-		C.free(unsafe.Pointer(e.last))
-		e.last = nil
-	}
-	e.mu.Unlock()
 }
 
 //export goncclCommDestroy
@@ -182,25 +181,24 @@ func goncclCommUserRank(h C.goncclComm_t, rank *C.int) (res C.goncclResult_t) {
 	return C.goncclSuccess
 }
 
+// goncclGetLastError hands out a copy of the message in a buffer of the calling
+// thread's own (capi/lasterror.c), so that no other thread's failure can free or
+// change it while the caller reads it: it lives until this thread's next call.
+//
 //export goncclGetLastError
 func goncclGetLastError(h C.goncclComm_t) *C.char {
-	empty := emptyString
-	if h != nil {
-		if e, err := lookupComm(h); err == nil {
-			e.mu.Lock()
-			defer e.mu.Unlock()
-			if e.last != nil {
-				return e.last
-			}
-			return empty
-		}
+	var msg string
+	if e, err := lookupComm(h); h != nil && err == nil {
+		e.mu.Lock()
+		msg = e.last
+		e.mu.Unlock()
+	} else {
+		lastError.Lock()
+		msg = lastError.msg
+		lastError.Unlock()
 	}
-	lastError.Lock()
-	defer lastError.Unlock()
-	if lastError.msg != nil {
-		return lastError.msg
-	}
-	return empty
+	// The C side copies the bytes before returning; it keeps no Go pointer.
+	return C.goncclThreadErrorCopy((*C.char)(unsafe.Pointer(unsafe.StringData(msg))), C.size_t(len(msg)))
 }
 
 //export goncclCommDumpTrace

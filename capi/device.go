@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/gonccl/gonccl/core"
@@ -30,6 +31,7 @@ type views struct {
 	stream  cuda.Stream // 0: host buffers
 	drv     *cuda.Driver
 	ctx     cuda.Context
+	dev     int           // the stream's device
 	staging *cuda.Staging // set by get with a stream
 	opts    []core.OpOption
 }
@@ -46,10 +48,39 @@ func newViews(e *commEntry, stream C.goncclStream_t) (*views, error) {
 		return nil, fmt.Errorf("%w: stream given but CUDA is not available: %w", errUsage, err)
 	}
 	v.drv, v.stream = drv, cuda.Stream(uintptr(unsafe.Pointer(stream)))
+	if v.stream == cuda.StreamPerThread {
+		return nil, errPerThread
+	}
 	if v.ctx, err = drv.StreamContext(v.stream); err != nil {
 		return nil, fmt.Errorf("stream %p: %w", unsafe.Pointer(stream), err)
 	}
+	if err := checkStream(drv, v.stream); err != nil {
+		return nil, err
+	}
+	if v.dev, err = drv.ContextDevice(v.ctx); err != nil {
+		return nil, fmt.Errorf("stream %p: %w", unsafe.Pointer(stream), err)
+	}
 	return v, nil
+}
+
+var errPerThread = fmt.Errorf("%w: stream is cudaStreamPerThread, which names a different stream on each thread, and gonccl queues the copies from its own threads; pass an explicit stream (e.g. one from cudaStreamCreate) or cudaStreamLegacy", errUsage)
+
+// checkStream refuses, on the calling thread, the streams gonccl cannot queue an
+// operation's copies on: cudaStreamPerThread (the copies run on gonccl's threads,
+// where that handle names another stream) and a stream under CUDA graph capture (the
+// staging waits on the host for the copies, which a graph being captured never runs).
+func checkStream(drv *cuda.Driver, s cuda.Stream) error {
+	if s == cuda.StreamPerThread {
+		return errPerThread
+	}
+	capturing, err := drv.StreamCapturing(s)
+	if err != nil {
+		return fmt.Errorf("stream %#x: %w", uintptr(s), err)
+	}
+	if capturing {
+		return fmt.Errorf("%w: stream %#x is being captured into a CUDA graph; gonccl stages device buffers through host memory and waits on the host, which cannot be captured: issue the operation outside the capture", errUsage, uintptr(s))
+	}
+	return nil
 }
 
 // get returns the byte slices for bufs, in order (nil for an unused one).
@@ -83,8 +114,12 @@ func (v *views) get(dt core.DataType, bufs ...buf) ([][]byte, error) {
 		// the caller's thread, rather than failing the collective on every rank.
 		ptr := uintptr(b.p)
 		for _, at := range []uintptr{ptr, ptr + uintptr(size) - 1} {
-			if _, err := v.drv.PointerDevice(v.ctx, at); err != nil {
+			dev, err := v.drv.PointerDevice(v.ctx, at)
+			if err != nil {
 				return nil, fmt.Errorf("%w: %s %p (%d bytes) is not device memory CUDA knows: %w", core.ErrInvalidArgument, b.name, b.p, size, err)
+			}
+			if dev != v.dev {
+				return nil, fmt.Errorf("%w: %s %p is memory of device %d but the stream is on device %d: use a stream of the buffers' device", core.ErrInvalidArgument, b.name, b.p, dev, v.dev)
 			}
 		}
 		regions[i] = cuda.Region{Name: b.name, Ptr: ptr, Bytes: size, In: b.in, Out: b.out}
@@ -105,6 +140,25 @@ func (v *views) get(dt core.DataType, bufs ...buf) ([][]byte, error) {
 		}
 	}
 	return out, nil
+}
+
+// copyIn stages the inputs of an operation that does not run on the executor (a
+// send) now, on the calling thread, waiting for the copies.
+func (v *views) copyIn() error {
+	if v.staging == nil {
+		return nil
+	}
+	return v.staging.CopyIn(time.Now().Add(v.e.comm.Timeout()))
+}
+
+// then returns req, or for staged device buffers a request that completes once req
+// has and the staging has finished (the results copied to the device, for a recv):
+// for operations that do not run on the executor, which runs the hooks of the others.
+func (v *views) then(req *core.Request) *core.Request {
+	if v.staging == nil {
+		return req
+	}
+	return req.Then(v.staging.After)
 }
 
 // cancel releases the staging of an operation that was not issued.
@@ -128,16 +182,18 @@ func (e *commEntry) stagingPool(d *cuda.Driver) (*cuda.Pool, error) {
 }
 
 // closePool frees the pinned staging memory once every operation has finished.
+// The wait happens after poolMu is released: an issuer that takes poolMu meanwhile
+// finds the pool closed at once instead of waiting out the timeout.
 func (e *commEntry) closePool() error {
 	e.poolMu.Lock()
-	defer e.poolMu.Unlock()
 	e.poolClosed = true
-	if e.pool == nil {
+	pool := e.pool
+	e.pool = nil
+	e.poolMu.Unlock()
+	if pool == nil {
 		return nil
 	}
-	err := e.pool.Close(e.comm.Timeout())
-	e.pool = nil
-	return err
+	return pool.Close(e.comm.Timeout())
 }
 
 // poolState is the part of commEntry that belongs to the CUDA path.
@@ -145,6 +201,48 @@ type poolState struct {
 	poolMu     sync.Mutex
 	pool       *cuda.Pool
 	poolClosed bool
+}
+
+//export goncclStreamCheck
+func goncclStreamCheck(stream C.goncclStream_t) (res C.goncclResult_t) {
+	defer guard(&res)
+	if stream == nil {
+		return fail(nil, fmt.Errorf("%w: goncclStreamCheck: stream is NULL (pass cudaStreamLegacy for the default stream)", core.ErrInvalidArgument))
+	}
+	drv, err := cuda.Default()
+	if err != nil {
+		return fail(nil, fmt.Errorf("%w: stream given but CUDA is not available: %w", errUsage, err))
+	}
+	if err := checkStream(drv, cuda.Stream(uintptr(unsafe.Pointer(stream)))); err != nil {
+		return fail(nil, err)
+	}
+	return C.goncclSuccess
+}
+
+//export goncclRequestHoldStream
+func goncclRequestHoldStream(h C.goncclRequest_t) (res C.goncclResult_t) {
+	defer guard(&res)
+	e, err := lookupRequest(h)
+	if err != nil {
+		return fail(nil, err)
+	}
+	if e.staging != nil {
+		e.staging.Hold()
+	}
+	return C.goncclSuccess
+}
+
+//export goncclRequestReleaseStream
+func goncclRequestReleaseStream(h C.goncclRequest_t) (res C.goncclResult_t) {
+	defer guard(&res)
+	e, err := lookupRequest(h)
+	if err != nil {
+		return fail(nil, err)
+	}
+	if e.staging != nil {
+		e.staging.Release()
+	}
+	return C.goncclSuccess
 }
 
 //export goncclRequestWaitStream

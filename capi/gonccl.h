@@ -10,8 +10,11 @@
  * recvbuff, or for AllGather sendbuff == recvbuff + rank*sendcount) are supported.
  *
  * Device buffers. With a non-NULL stream (a cudaStream_t / CUstream; use
- * cudaStreamLegacy or cudaStreamPerThread for the default streams, as NULL means host
- * buffers) every buffer is CUDA device memory. gonccl loads the CUDA driver with dlopen
+ * cudaStreamLegacy for the default stream, as NULL means host buffers) every buffer is
+ * CUDA device memory of the stream's device. cudaStreamPerThread is refused
+ * (goncclInvalidUsage): gonccl queues the copies from its own threads, where that
+ * handle names another stream. So is a stream under CUDA graph capture: the staging
+ * waits on the host, which a graph cannot capture. gonccl loads the CUDA driver with dlopen
  * (GONCCL_CUDA_LIBRARY, else libcuda.so.1); without it such calls fail with
  * goncclInvalidUsage ("stream given but CUDA is not available: ..."). When the
  * operation runs, in the communicator's issue order, gonccl enqueues device->host
@@ -24,9 +27,13 @@
  * reused only once the completion event has completed and are freed by
  * goncclCommDestroy. A blocking call with a stream returns once the host part is done
  * and the host->device copies are enqueued (not finished: synchronise `stream` or wait
- * on it before reading the result on the host). Collectives and barrier accept
- * streams; goncclSend/goncclRecv do not yet (goncclNotSupported). A pointer CUDA does
- * not know gives goncclInvalidArgument, a failed CUDA call goncclUnhandledCudaError;
+ * on it before reading the result on the host). Point-to-point is staged too, but it
+ * does not run in the communicator's issue order: a send copies its data device->host
+ * on `stream` when it is issued (the call waits for that copy, which follows the work
+ * queued on `stream` so far), a receive copies host->device on `stream` once the data
+ * has arrived and completes after that copy is enqueued; order it with other
+ * operations by waiting for it (goncclRequestWaitStream). A pointer CUDA does
+ * not know, or memory of another device than the stream's, gives goncclInvalidArgument, a failed CUDA call goncclUnhandledCudaError;
  * messages name the CUDA error (e.g. "cuda: cuMemcpyDtoHAsync: CUDA_ERROR_INVALID_VALUE").
  *
  * Asynchrony. Each collective also has an ...Async form that enqueues the operation on
@@ -169,11 +176,20 @@ goncclResult_t goncclCommAbort(goncclComm_t comm);
 goncclResult_t goncclCommCount(const goncclComm_t comm, int* count);
 goncclResult_t goncclCommUserRank(const goncclComm_t comm, int* rank);
 
+/* The name of a result code. The string is static: valid for the life of the process,
+ * from any thread. */
 const char* goncclGetErrorString(goncclResult_t result);
 /* The message of the last failure on comm, or, with comm == NULL (or a communicator
- * that failed to initialise), of the last failure in this process; "" if none. The
- * string stays valid until the next failing call on the same communicator (or, for
- * NULL, in the process) or until the communicator is destroyed: copy it if needed. */
+ * that failed to initialise or was destroyed), of the last failure in this process, by
+ * any thread (the executor failing an operation included); "" if none. Never NULL.
+ *
+ * Lifetime: the string is a copy in storage of the calling thread's own. It stays
+ * valid and unchanged until the same thread calls goncclGetLastError again (the next
+ * call reuses the storage) or exits; failures and calls on other threads, and
+ * destroying comm, do not touch it. Copy it to keep it longer. (NCCL's
+ * ncclGetLastError returns one process-wide buffer that any thread's next error
+ * overwrites; gonccl's promise is stronger.) Safe to call from any thread, any number
+ * of threads at once. */
 const char* goncclGetLastError(goncclComm_t comm);
 
 /* Writes comm's flight recorder (its last GONCCL_TRACE_BUFFER_SIZE collectives: what,
@@ -244,7 +260,12 @@ goncclResult_t goncclGroupStart(void);
 goncclResult_t goncclGroupEnd(void);
 
 /* Asynchronous forms: enqueue and return a request at once. The buffers must stay
- * valid until the request has completed. */
+ * valid until the request has completed. A communicator queues at most
+ * GONCCL_QUEUE_DEPTH collectives (default 1024); a collective issued, async or not, while
+ * its queue is full blocks the calling thread until the executor makes room, without
+ * holding any lock. It returns goncclTimeout if the queue stays full for the operation
+ * timeout, and an error at once if the communicator is destroyed or aborted
+ * meanwhile. */
 goncclResult_t goncclAllReduceAsync(const void* sendbuff, void* recvbuff, size_t count,
                                     goncclDataType_t datatype, goncclRedOp_t op,
                                     goncclComm_t comm, goncclStream_t stream,
@@ -302,8 +323,10 @@ goncclResult_t goncclRequestWait(goncclRequest_t request, int64_t timeoutMs);
  * if it already has). At most one callback per request. */
 goncclResult_t goncclRequestOnComplete(goncclRequest_t request, goncclCallback_t fn,
                                        void* arg);
-/* The request's error message, or "" if it succeeded or has not finished. The string
- * stays valid until goncclRequestFree. */
+/* The request's error message, or "" if it succeeded or has not finished. Never NULL.
+ * The string is set once, when the request fails, and never changes: it stays valid,
+ * from any thread, until goncclRequestFree(request) (which must not race with a
+ * reader of it). */
 const char* goncclRequestErrorString(goncclRequest_t request);
 /* The rank a finished receive came from (for GONCCL_ANY_SOURCE); for other requests
  * the peer they were issued with, or -1 for collectives. */
@@ -311,9 +334,23 @@ goncclResult_t goncclRequestSource(goncclRequest_t request, int* peer);
 /* For a request of an operation on device buffers: blocks until its host part is done
  * (returning the operation's error if it failed), then makes stream `waiter` wait
  * (cuStreamWaitEvent) for the operation's completion event, so work queued on `waiter`
- * afterwards sees the result. waiter == NULL, or a request on host buffers: only the
- * host wait. */
+ * afterwards sees the result. waiter may be any stream of the operation's context,
+ * cudaStreamLegacy and cudaStreamPerThread included (resolved on the calling thread).
+ * waiter == NULL, or a request on host buffers: only the host wait. */
 goncclResult_t goncclRequestWaitStream(goncclRequest_t request, goncclStream_t waiter);
+/* For a request of a collective on device buffers whose caller queues follow-up work on
+ * the operation's stream once it has completed (copies out of the buffers, as the
+ * PyTorch backend does), which the communicator's later operations must see: the next
+ * collective on device buffers queues nothing on its stream until
+ * goncclRequestReleaseStream(request) (or goncclRequestFree, or the next operation's
+ * deadline, which then fails it). Call it before issuing the next operation. No-op
+ * for host buffers and point-to-point. */
+goncclResult_t goncclRequestHoldStream(goncclRequest_t request);
+goncclResult_t goncclRequestReleaseStream(goncclRequest_t request);
+/* goncclSuccess if device-buffer operations may be issued on stream from this thread;
+ * goncclInvalidUsage naming the reason if it is cudaStreamPerThread or under CUDA graph
+ * capture (stream must not be NULL: pass cudaStreamLegacy for the default stream). */
+goncclResult_t goncclStreamCheck(goncclStream_t stream);
 /* Releases the request. A request still running keeps running; its callback still runs. */
 goncclResult_t goncclRequestFree(goncclRequest_t request);
 

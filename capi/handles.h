@@ -9,6 +9,9 @@
 struct goncclComm { unsigned long long id; };
 struct goncclRequest { unsigned long long id; };
 
+/* lasterror.c: copies s (n bytes) into the calling thread's own buffer. */
+const char* goncclThreadErrorCopy(const char* s, size_t n);
+
 static inline void goncclInvokeCallback(goncclCallback_t fn, void* arg, goncclResult_t r) {
   fn(arg, r);
 }

@@ -20,7 +20,16 @@ func send(p unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, peer, tag C.i
 		if err != nil {
 			return nil, err
 		}
-		return c.Send(b[0], int(count), d, int(peer), int(tag))
+		// Device buffers: the data is copied to host memory now, after the work queued
+		// on the stream so far, then sent from there.
+		if err := v.copyIn(); err != nil {
+			return nil, err
+		}
+		req, err := c.Send(b[0], int(count), d, int(peer), int(tag))
+		if err != nil {
+			return nil, err
+		}
+		return v.then(req), nil
 	})
 }
 
@@ -35,7 +44,13 @@ func recv(p unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, peer, tag C.i
 		if err != nil {
 			return nil, err
 		}
-		return c.Recv(b[0], int(count), d, int(peer), int(tag))
+		// Device buffers: received into host memory, copied to the device on the
+		// stream when the data is in, before the request completes.
+		req, err := c.Recv(b[0], int(count), d, int(peer), int(tag))
+		if err != nil {
+			return nil, err
+		}
+		return v.then(req), nil
 	})
 }
 

@@ -158,6 +158,10 @@ func goncclRequestFree(h C.goncclRequest_t) (res C.goncclResult_t) {
 	if err != nil {
 		return fail(nil, err)
 	}
+	if e.staging != nil {
+		// A hold outlives no request: nobody could release it any more.
+		e.staging.Release()
+	}
 	hs := (*C.struct_goncclRequest)(unsafe.Pointer(h))
 	requests.Lock()
 	delete(requests.m, uint64(hs.id))

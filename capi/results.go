@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"runtime/debug"
 	"sync"
-	"unsafe"
 
 	"github.com/gonccl/gonccl/core"
 )
@@ -19,6 +18,8 @@ func resultOf(err error) C.goncclResult_t {
 	switch {
 	case err == nil:
 		return C.goncclSuccess
+	case errors.Is(err, core.ErrInternal):
+		return C.goncclInternalError
 	case errors.Is(err, core.ErrInvalidArgument):
 		return C.goncclInvalidArgument
 	case errors.Is(err, core.ErrTimeout):
@@ -69,25 +70,16 @@ var unknownResult = C.CString("unknown result code")
 // emptyString is returned where there is no message.
 var emptyString = C.CString("")
 
-// lastError holds the message of the most recent error without a communicator
+// lastError holds the message of the most recent error in the process
 // (goncclGetLastError(NULL)).
 var lastError struct {
 	sync.Mutex
-	msg *C.char
-}
-
-// setCString replaces *slot with a C copy of s, freeing the previous string.
-func setCString(slot **C.char, s string) {
-	old := *slot
-	*slot = C.CString(s)
-	if old != nil {
-		C.free(unsafe.Pointer(old))
-	}
+	msg string
 }
 
 func recordGlobal(err error) {
 	lastError.Lock()
-	setCString(&lastError.msg, err.Error())
+	lastError.msg = err.Error()
 	lastError.Unlock()
 }
 

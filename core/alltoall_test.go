@@ -12,7 +12,7 @@ import (
 func elem(from, to, i int) uint64 { return uint64(from)<<48 | uint64(to)<<32 | uint64(i) }
 
 func TestAlltoAll(t *testing.T) {
-	for n := 1; n <= 8; n++ {
+	for n := 1; n <= sweepRanks(); n++ {
 		comms := memComms(t, n, nil)
 		for _, count := range []int{0, 1, 7, 1000, 1<<17 + 3} {
 			for _, inPlace := range []bool{false, true} {
@@ -51,7 +51,7 @@ func TestAlltoAll(t *testing.T) {
 
 func TestAlltoAllv(t *testing.T) {
 	rng := rand.New(rand.NewSource(1))
-	for n := 1; n <= 8; n++ {
+	for n := 1; n <= sweepRanks(); n++ {
 		comms := memComms(t, n, nil)
 		for trial, maxCount := range []int{0, 1, 7, 1000, 1 << 17} {
 			// counts[i][j]: what rank i sends rank j; zero often.

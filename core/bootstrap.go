@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gonccl/gonccl/internal/safego"
 	"github.com/gonccl/gonccl/transport"
 	"github.com/gonccl/gonccl/transport/tcp"
 )
@@ -99,7 +100,7 @@ func readMsg(c net.Conn, v any) error {
 
 // serveRoot gathers every rank's info on l and sends the full table back to each,
 // then closes. Connections that fail the handshake are logged and dropped.
-func serveRoot(l *net.TCPListener, secret []byte, deadline time.Time, logs loggers) {
+func serveRoot(l *net.TCPListener, secret []byte, deadline time.Time, logs loggers, g safego.Guard) {
 	defer l.Close()
 	_ = l.SetDeadline(deadline)
 	type member struct {
@@ -107,19 +108,24 @@ func serveRoot(l *net.TCPListener, secret []byte, deadline time.Time, logs logge
 		info rankInfo
 	}
 	joined := make(chan member)
+	died := make(chan error, 1) // a panic in a goroutine below: the root fails every rank with it
+	dying := func(err error) {
+		select {
+		case died <- err:
+		default:
+		}
+	}
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	defer func() { close(stop); wg.Wait() }()
-	go func() {
+	g.Go("bootstrap root accept", nil, dying, func() {
 		for {
 			c, err := l.AcceptTCP()
 			if err != nil {
 				return
 			}
 			tcp.Accepted(c)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			g.Go("bootstrap root join", &wg, func(err error) { c.Close(); dying(err) }, func() {
 				h, err := tcp.AcceptHandshake(c, secret, time.Now().Add(handshakeTimeout))
 				if err == nil && h.To != tcp.RootRank {
 					err = fmt.Errorf("peer addressed rank %d, not the bootstrap root", h.To)
@@ -143,9 +149,9 @@ func serveRoot(l *net.TCPListener, secret []byte, deadline time.Time, logs logge
 				case <-stop:
 					c.Close()
 				}
-			}()
+			})
 		}
-	}()
+	})
 
 	var members []member
 	byRank := map[int]bool{}
@@ -179,6 +185,9 @@ func serveRoot(l *net.TCPListener, secret []byte, deadline time.Time, logs logge
 			members = append(members, m)
 		case <-timer.C:
 			fail(fmt.Sprintf("timed out waiting for ranks %s to join", missingRanks(nranks, byRank)))
+			return
+		case err := <-died:
+			fail(err.Error())
 			return
 		}
 	}
@@ -292,7 +301,7 @@ var meshListening func(rank int, addr string)
 // link over pairSockets connections (channels tcp.CollChannel(0..)), a StreamLink
 // over one or a StripedLink over several, and one connection for point-to-point
 // messages (tcp.ChannelP2P), returned as msgs.
-func connectMesh(l *net.TCPListener, secret []byte, rank int, epoch uint32, ranks []rankInfo, deadline time.Time, logs loggers) (links []transport.Link, msgs []*transport.MsgConn, err error) {
+func connectMesh(l *net.TCPListener, secret []byte, rank int, epoch uint32, ranks []rankInfo, deadline time.Time, logs loggers, g safego.Guard) (links []transport.Link, msgs []*transport.MsgConn, err error) {
 	if meshListening != nil {
 		meshListening(rank, l.Addr().String())
 	}
@@ -323,9 +332,7 @@ func connectMesh(l *net.TCPListener, secret []byte, rank int, epoch uint32, rank
 			chans = append(chans, tcp.CollChannel(s))
 		}
 		for _, ch := range chans {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			g.Go("bootstrap dial", &wg, setErr, func() {
 				c, err := tcp.Dial(ranks[peer].Addr, secret, tcp.Hello{From: rank, To: peer, Channel: ch, Epoch: epoch}, deadline)
 				if err != nil {
 					setErr(fmt.Errorf("connecting to rank %d: %w", peer, err))
@@ -338,7 +345,7 @@ func connectMesh(l *net.TCPListener, secret []byte, rank int, epoch uint32, rank
 					conns[peer][tcp.CollSocket(ch)] = c
 				}
 				mu.Unlock()
-			}()
+			})
 		}
 	}
 	want := 0
@@ -346,19 +353,27 @@ func connectMesh(l *net.TCPListener, secret []byte, rank int, epoch uint32, rank
 		want += len(conns[p]) + 1
 	}
 	if want > 0 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		failed := make(chan struct{}) // closed by the first panic of an accepting goroutine
+		var failOnce sync.Once
+		acceptFailed := func(err error) {
+			setErr(err)
+			failOnce.Do(func() { close(failed) })
+		}
+		g.Go("bootstrap accept wait", &wg, setErr, func() {
 			accepted := make(chan struct{})
 			done := make(chan struct{})
 			defer close(done)
-			go acceptPeers(l, secret, rank, epoch, n, conns, msgs, &mu, accepted, done, logs)
+			g.Go("bootstrap accept", nil, acceptFailed, func() {
+				acceptPeers(l, secret, rank, epoch, n, conns, msgs, &mu, accepted, done, logs, g, acceptFailed)
+			})
 			timer := time.NewTimer(time.Until(deadline))
 			defer timer.Stop()
 			for got := 0; got < want; {
 				select {
 				case <-accepted:
 					got++
+				case <-failed:
+					return
 				case <-timer.C:
 					mu.Lock()
 					var missing []int
@@ -372,13 +387,16 @@ func connectMesh(l *net.TCPListener, secret []byte, rank int, epoch uint32, rank
 					return
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
-	if firstErr == nil {
-		links, firstErr = meshLinks(rank, conns, threads, logs)
+	mu.Lock() // an accepting goroutine (not waited for) may still report a panic
+	meshErr := firstErr
+	mu.Unlock()
+	if meshErr == nil {
+		links, meshErr = meshLinks(rank, conns, threads, logs, g)
 	}
-	if firstErr != nil {
+	if meshErr != nil {
 		for p := range conns {
 			for _, c := range conns[p] {
 				if c != nil {
@@ -389,13 +407,13 @@ func connectMesh(l *net.TCPListener, secret []byte, rank int, epoch uint32, rank
 				msgs[p].Close()
 			}
 		}
-		return nil, nil, firstErr
+		return nil, nil, meshErr
 	}
 	return links, msgs, nil
 }
 
 // meshLinks builds the collective link to each peer over its connections.
-func meshLinks(rank int, conns [][]net.Conn, threads []int, logs loggers) ([]transport.Link, error) {
+func meshLinks(rank int, conns [][]net.Conn, threads []int, logs loggers, g safego.Guard) ([]transport.Link, error) {
 	links := make([]transport.Link, len(conns))
 	for p, cs := range conns {
 		switch {
@@ -403,7 +421,7 @@ func meshLinks(rank int, conns [][]net.Conn, threads []int, logs loggers) ([]tra
 		case len(cs) == 1:
 			links[p] = transport.NewStreamLink(p, cs[0])
 		default:
-			sl, err := transport.NewStripedLink(p, cs, threads[p])
+			sl, err := transport.NewStripedLink(p, cs, threads[p], g)
 			if err != nil {
 				for _, l := range links[:p] {
 					if sl, ok := l.(*transport.StripedLink); ok {
@@ -422,23 +440,33 @@ func meshLinks(rank int, conns [][]net.Conn, threads []int, logs loggers) ([]tra
 // acceptPeers accepts connections on l until it is closed, and registers in conns (or
 // msgs, by channel) every higher rank that proves the secret, signalling each on
 // accepted.
-func acceptPeers(l *net.TCPListener, secret []byte, rank int, epoch uint32, n int, conns [][]net.Conn, msgs []*transport.MsgConn, mu *sync.Mutex, accepted chan<- struct{}, done <-chan struct{}, logs loggers) {
-	go func() {
+//
+// Its goroutines run under g; a panic in one is passed to failed, which fails init.
+func acceptPeers(l *net.TCPListener, secret []byte, rank int, epoch uint32, n int, conns [][]net.Conn, msgs []*transport.MsgConn, mu *sync.Mutex, accepted chan<- struct{}, done <-chan struct{}, logs loggers, g safego.Guard, failed func(error)) {
+	g.Go("bootstrap closer", nil, failed, func() {
 		<-done
 		l.Close()
-	}()
+	})
 	for {
 		c, err := l.AcceptTCP()
 		if err != nil {
 			return
 		}
 		tcp.Accepted(c)
-		go func() {
+		g.Go("bootstrap handshake", nil, func(err error) { c.Close(); failed(err) }, func() {
 			h, err := tcp.AcceptHandshake(c, secret, time.Now().Add(handshakeTimeout))
 			mu.Lock()
 			sock := tcp.CollSocket(h.Channel)
+			finished := false // connectMesh is done with conns and msgs (see there)
+			select {
+			case <-done:
+				finished = true
+			default:
+			}
 			switch {
 			case err != nil:
+			case finished:
+				err = errors.New("connected after init had stopped waiting for connections")
 			case h.Epoch != epoch:
 				err = fmt.Errorf("rank %d belongs to communicator generation (epoch) %d, this one is epoch %d: a stale or foreign rank", h.From, h.Epoch, epoch)
 			case h.To != rank || h.From <= rank || h.From >= n:
@@ -463,6 +491,6 @@ func acceptPeers(l *net.TCPListener, secret []byte, rank int, epoch uint32, n in
 			case accepted <- struct{}{}:
 			case <-done:
 			}
-		}()
+		})
 	}
 }

@@ -44,7 +44,11 @@ func (c *Comm) AllGather(send, recv []byte, sendCount int, dt DataType, opts ...
 	if err := checkType(KindAllGather, dt); err != nil {
 		return nil, err
 	}
-	if err := checkBuffers(KindAllGather, dt, sendCount, send, sendCount, recv, sendCount*c.nranks); err != nil {
+	total, err := c.perRankTotal(KindAllGather, sendCount)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkBuffers(KindAllGather, dt, sendCount, send, sendCount, recv, total); err != nil {
 		return nil, err
 	}
 	return c.enqueue(&op{kind: KindAllGather, send: send, recv: recv, count: sendCount, dtype: dt, root: -1}, opts...)
@@ -67,10 +71,18 @@ func checkReduce(k Kind, dt DataType, redop RedOp) error {
 	return checkReduction(k.String(), dt, redop)
 }
 
+// checkBuffers checks count and that send and recv hold sendCount and recvCount
+// elements of dt, without overflow: a byte size that wrapped around would pass a plain
+// comparison and then fail (or read out of bounds) deep inside an algorithm.
 func checkBuffers(k Kind, dt DataType, count int, send []byte, sendCount int, recv []byte, recvCount int) error {
 	es := dt.Size()
 	if count < 0 {
 		return invalidf("%s: negative count %d", k, count)
+	}
+	for _, n := range []int{count, sendCount, recvCount} {
+		if err := checkByteSize(k.String(), n, dt); err != nil {
+			return err
+		}
 	}
 	if len(send) < sendCount*es {
 		return invalidf("%s: send buffer holds %d bytes, need %d (%d x %s)", k, len(send), sendCount*es, sendCount, dt)
@@ -233,6 +245,22 @@ func (c *Comm) AlltoAllv(send []byte, sendCounts, sendDispls []int, recv []byte,
 	return c.enqueue(&op{kind: k, send: send, recv: recv, vargs: a, dtype: dt, root: -1}, opts...)
 }
 
+// MaxBufferBytes bounds the size of any buffer gonccl accepts (128 TiB): a user
+// address space is 2^47 bytes on x86-64, so a larger count is a mistake (or a negative
+// number cast to size_t), and checking against it keeps every byte offset an algorithm
+// computes (count x element size x ranks, and sums of such) far from overflowing.
+const MaxBufferBytes = 1 << 47
+
+// checkByteSize rejects n elements of dt whose byte size would exceed MaxBufferBytes
+// (or overflow).
+func checkByteSize(what string, n int, dt DataType) error {
+	if es := dt.Size(); n > MaxBufferBytes/es {
+		return invalidf("%s: count %d x %s (%d bytes each) overflows: more than the %d bytes any buffer can hold",
+			what, n, dt, es, MaxBufferBytes)
+	}
+	return nil
+}
+
 func (c *Comm) checkRoot(k Kind, root int) error {
 	if root < 0 || root >= c.nranks {
 		return invalidf("%s: root %d is out of range for %d ranks", k, root, c.nranks)
@@ -245,7 +273,7 @@ func (c *Comm) perRankTotal(k Kind, count int) (int, error) {
 	if count < 0 {
 		return 0, invalidf("%s: negative count %d", k, count)
 	}
-	if count > math.MaxInt/16/c.nranks {
+	if count > MaxBufferBytes/c.nranks {
 		return 0, invalidf("%s: count %d x %d ranks overflows", k, count, c.nranks)
 	}
 	return count * c.nranks, nil

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"golang.org/x/sys/unix"
 
+	"github.com/gonccl/gonccl/internal/safego"
 	"github.com/gonccl/gonccl/transport"
 	"github.com/gonccl/gonccl/transport/tcp"
 )
@@ -24,10 +25,6 @@ const Version = "0.1.0"
 // VersionCode encodes Version like NCCL_VERSION_CODE: major*10000 + minor*100 + patch.
 const VersionCode = 100
 
-// queueDepth bounds how many operations may wait in a communicator's queue before
-// enqueueing blocks.
-const queueDepth = 1024
-
 // Options tune a communicator at creation.
 type Options struct {
 	// Timeout bounds init and every operation; 0 means GONCCL_TIMEOUT_MS.
@@ -35,6 +32,8 @@ type Options struct {
 	// Epoch is the communicator's generation (see epoch.go): every rank must pass the
 	// same one; a shrunken or reconfigured communicator has its parent's plus one.
 	Epoch uint32
+
+	injectPanic func(site string) // tests only: see config.injectPanic
 }
 
 // Comm is one rank's end of a communicator: its links to every other rank and the
@@ -51,12 +50,20 @@ type Comm struct {
 	trace        *flightRecorder // recent operations (nil: off); see trace.go
 	epoch        uint32          // the generation; see epoch.go
 	stale        staleCounter    // frames of older generations dropped
+	guard        safego.Guard    // how its goroutines survive panics (see safety.go)
 
 	// Per-peer frame headers and reduce sinks for the executor's operations (see exec).
 	sendHdrs, recvHdrs []transport.Header
 	sinks              []reduceSink
 
+	// The queue of issued operations, bounded by GONCCL_QUEUE_DEPTH (back-pressure): an
+	// issuer first takes a token in slots (blocking, without any lock, while the queue is
+	// full), then sends on queue under mu, which therefore never blocks; the executor
+	// gives a token back for every operation it takes out. closing wakes issuers that
+	// wait for a token when the communicator is destroyed or aborted.
 	queue    chan *op
+	slots    chan struct{}
+	closing  chan struct{}
 	finished chan struct{} // closed when the executor has exited
 
 	p2p *p2pEngine // point-to-point messaging, beside the executor (nil: none)
@@ -100,6 +107,9 @@ func NewComm(id UniqueID, nranks, rank int, opts Options) (*Comm, error) {
 	if timeout <= 0 {
 		timeout = cfg.timeout
 	}
+	if opts.injectPanic != nil {
+		cfg.injectPanic = opts.injectPanic
+	}
 	logs := newLoggers(cfg, hostname(), rank)
 	for _, s := range cfg.set {
 		logs.env.Info(s)
@@ -122,11 +132,11 @@ func NewComm(id UniqueID, nranks, rank int, opts Options) (*Comm, error) {
 	if err != nil {
 		return fail(err)
 	}
-	links, msgs, err := connectMesh(l, id.secret(), rank, opts.Epoch, ranks, deadline, logs)
+	links, msgs, err := connectMesh(l, id.secret(), rank, opts.Epoch, ranks, deadline, logs, cfg.guard(logs.init))
 	if err != nil {
 		return fail(err)
 	}
-	if err := connectShm(rank, ranks, links, deadline, logs); err != nil {
+	if err := connectShm(rank, ranks, links, deadline, logs, cfg.guard(logs.shm)); err != nil {
 		closeLinks(links)
 		closeMsgConns(msgs)
 		return fail(err)
@@ -155,13 +165,15 @@ func newComm(rank, nranks int, cfg *config, logs loggers, links []transport.Link
 	}
 	c := &Comm{
 		rank: rank, nranks: nranks, cfg: cfg, logs: logs, links: links, scratch: scratch,
-		timeout: timeout, queue: make(chan *op, queueDepth), finished: make(chan struct{}),
+		timeout: timeout, queue: make(chan *op, cfg.queueDepth), slots: make(chan struct{}, cfg.queueDepth),
+		closing: make(chan struct{}), finished: make(chan struct{}),
 	}
 	c.sel = newSelector(c.costModel(), cfg.algo, logs)
 	c.sendHdrs, c.recvHdrs = make([]transport.Header, nranks), make([]transport.Header, nranks)
 	c.sinks = make([]reduceSink, nranks)
 	c.trace = newFlightRecorder(cfg.traceSize, rank, nranks, cfg.traceDir)
-	go c.run()
+	c.guard = cfg.guard(logs.coll)
+	c.guard.Go("executor", nil, c.executorDied, c.run)
 	return c, nil
 }
 
@@ -223,14 +235,21 @@ func (c *Comm) Size() int { return c.nranks }
 // Timeout returns the deadline every operation must meet.
 func (c *Comm) Timeout() time.Duration { return c.timeout }
 
-// enqueue validates nothing: callers check their arguments first.
+// enqueue validates nothing: callers check their arguments first. While the queue is
+// full it blocks (back-pressure) until the executor takes an operation out, the
+// operation timeout passes, or the communicator is destroyed or aborted; it holds no
+// lock meanwhile.
 func (c *Comm) enqueue(o *op, opts ...OpOption) (*Request, error) {
 	for _, opt := range opts {
 		opt(o)
 	}
+	if err := c.takeSlot(o); err != nil {
+		return nil, err
+	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
+		<-c.slots // this caller's own token: never blocks
 		return nil, fmt.Errorf("gonccl rank %d: %s: %w", c.rank, o.kind, ErrClosed)
 	}
 	c.seq++
@@ -238,20 +257,54 @@ func (c *Comm) enqueue(o *op, opts ...OpOption) (*Request, error) {
 	o.req = newRequest()
 	c.issuedOp = o.String()
 	c.trace.enqueued(o)
-	// Sending under the lock keeps sequence numbers in queue order; the queue is deep
-	// and the executor never takes c.mu while holding an op, so this does not deadlock.
-	c.queue <- o
+	// Sending under the lock keeps sequence numbers in queue order. It cannot block: the
+	// queue holds at most as many operations as there are tokens taken, and this caller
+	// holds one whose operation is not in the queue yet.
+	select {
+	case c.queue <- o:
+	default:
+		c.mu.Unlock()
+		panic("gonccl: internal error: the operation queue is full although a slot was taken")
+	}
 	c.mu.Unlock()
 	return o.req, nil
 }
 
-// run is the executor: it runs operations one at a time in issue order.
+// takeSlot waits for room in the queue: a token in c.slots. It fails if the
+// communicator closes meanwhile, or if the queue stays full for the operation timeout
+// (the executor is stuck: a peer that does not call the same operations, say).
+func (c *Comm) takeSlot(o *op) error {
+	select {
+	case c.slots <- struct{}{}:
+		return nil
+	default:
+	}
+	t := time.NewTimer(c.timeout)
+	defer t.Stop()
+	select {
+	case c.slots <- struct{}{}:
+		return nil
+	case <-c.closing:
+		err := ErrClosed
+		if errors.Is(c.Err(), ErrAborted) {
+			err = ErrAborted
+		}
+		return fmt.Errorf("gonccl rank %d: %s: while waiting for room in the operation queue: %w", c.rank, o.kind, err)
+	case <-t.C:
+		return &OpError{Rank: c.rank, Op: o.kind.String(), Peer: -1, Err: fmt.Errorf(
+			"%w after %v waiting for room in the operation queue (%d operations queued, GONCCL_QUEUE_DEPTH): the operations ahead are not finishing; are all ranks calling the same collectives?",
+			ErrTimeout, c.timeout, cap(c.slots))}
+	}
+}
+
+// run is the executor: it runs operations one at a time in issue order. If it
+// panics, executorDied takes over (and closes c.finished).
 func (c *Comm) run() {
-	defer close(c.finished)
 	for o := range c.queue {
+		<-c.slots // room for one more issuer
 		err := c.recordRun(o)
 		if o.hooks.After != nil {
-			if aerr := o.hooks.After(err); aerr != nil {
+			if aerr := c.guard.Run("op hook", func() error { return o.hooks.After(err) }); aerr != nil {
 				if err == nil {
 					err = &OpError{Rank: c.rank, Op: o.String(), Peer: -1, Err: aerr}
 				} else {
@@ -262,6 +315,7 @@ func (c *Comm) run() {
 		o.req.complete(err)
 	}
 	c.autoDump("communicator closed")
+	close(c.finished)
 }
 
 func (c *Comm) execute(o *op) error {
@@ -287,16 +341,17 @@ func (c *Comm) execute(o *op) error {
 		hdr: transport.Header{Seq: o.seq, Kind: uint8(o.kind), DType: uint8(o.dtype), Root: int32(o.root),
 			Count: uint64(o.count), Epoch: c.epoch},
 		deadline: start.Add(c.timeout), timeout: c.timeout,
-		scratch: c.scratch, chunkBytes: c.cfg.chunkBytes, breakLinks: c.failLinks,
+		scratch: c.scratch, chunkBytes: c.cfg.chunkBytes, breakLinks: c.failLinks, guard: c.guard,
 		sendHdrs: c.sendHdrs, recvHdrs: c.recvHdrs, sinks: c.sinks,
 	}
-	var err error
-	if o.hooks.Before != nil {
-		err = o.hooks.Before(e.deadline)
-	}
-	if err == nil {
-		err = c.dispatch(e, o)
-	}
+	err := c.guard.Run("collective", func() error {
+		if o.hooks.Before != nil {
+			if err := o.hooks.Before(e.deadline); err != nil {
+				return err
+			}
+		}
+		return c.dispatch(e, o)
+	})
 	o.algo = Algo(e.hdr.Algo)
 	if err == nil {
 		c.logs.coll.Debug(o.String(), zap.String("algo", Algo(e.hdr.Algo).String()), zap.Duration("took", time.Since(start)))
@@ -443,6 +498,9 @@ func (c *Comm) Destroy() error {
 	c.mu.Lock()
 	already := c.closed
 	c.closed = true
+	if !already {
+		close(c.closing)
+	}
 	c.mu.Unlock()
 	if already {
 		return fmt.Errorf("gonccl rank %d: destroy: %w", c.rank, ErrClosed)
@@ -464,6 +522,9 @@ func (c *Comm) Abort() error {
 	c.closed, c.aborted = true, true
 	if c.broken == nil {
 		c.broken = ErrAborted
+	}
+	if !already {
+		close(c.closing)
 	}
 	c.mu.Unlock()
 	// Point-to-point first: its pending operations fail with ErrAborted and the peers

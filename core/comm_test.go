@@ -41,7 +41,7 @@ func commsOver(t testing.TB, n int, tweak func(*config), pair func(i, j int) (tr
 	comms := make([]*Comm, n)
 	for i := range comms {
 		cfg := &config{debug: "WARN", debugSubsys: "ALL", timeout: 20 * time.Second, chunkBytes: 4096,
-			llThreshold: 256, algo: map[string][]string{}}
+			llThreshold: 256, algo: map[string][]string{}, queueDepth: 1024}
 		if tweak != nil {
 			tweak(cfg)
 		}
@@ -321,7 +321,7 @@ func TestAllReduceLarge(t *testing.T) {
 }
 
 func TestBroadcast(t *testing.T) {
-	for n := 1; n <= 8; n++ {
+	for n := 1; n <= sweepRanks(); n++ {
 		for _, algo := range []string{"tree", "chain"} {
 			comms := memComms(t, n, func(c *config) { c.algo["broadcast"] = []string{algo} })
 			for _, nbytes := range []int{0, 1, 1000, 1<<20 + 3} {
@@ -346,7 +346,7 @@ func TestBroadcast(t *testing.T) {
 }
 
 func TestAllGather(t *testing.T) {
-	for n := 1; n <= 8; n++ {
+	for n := 1; n <= sweepRanks(); n++ {
 		comms := memComms(t, n, nil)
 		for _, count := range []int{0, 1, 7, 1000, 1<<18 + 1} {
 			ins := make([][]byte, n)
@@ -375,7 +375,7 @@ func TestAllGather(t *testing.T) {
 }
 
 func TestBarrierWaitsForEveryRank(t *testing.T) {
-	for n := 1; n <= 8; n++ {
+	for n := 1; n <= sweepRanks(); n++ {
 		comms := memComms(t, n, nil)
 		late := n - 1
 		var entered time.Time

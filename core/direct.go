@@ -10,16 +10,14 @@ import "sync"
 // sendToAll sends p (at offset off) to every peer, starting with the next rank so that
 // peers are not all hit by the same sender first, while the caller receives.
 func (e *exec) sendToAll(wg *sync.WaitGroup, off int, p []byte) {
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	e.guard.Go("direct sender", wg, e.fail, func() {
 		for i := 1; i < e.nranks; i++ {
 			if err := e.send(mod(e.rank+i, e.nranks), off, p); err != nil {
 				e.fail(err)
 				return
 			}
 		}
-	}()
+	})
 }
 
 // allReduceDirect reduces buf across all ranks in place: every rank sends buf to every
@@ -29,6 +27,7 @@ func (e *exec) sendToAll(wg *sync.WaitGroup, off int, p []byte) {
 func (e *exec) allReduceDirect(buf []byte, dt DataType, op RedOp, work []byte) error {
 	acc, tmp := work[:len(buf)], work[len(buf):2*len(buf)]
 	var wg sync.WaitGroup
+	defer e.joinOnPanic(nil, &wg)
 	e.sendToAll(&wg, 0, buf)
 	for j := 0; j < e.nranks && e.result() == nil; j++ {
 		src := buf
@@ -62,6 +61,7 @@ func (e *exec) allReduceDirect(buf []byte, dt DataType, op RedOp, work []byte) e
 // receives each peer's block into place.
 func (e *exec) allGatherDirect(buf []byte, blockBytes int) error {
 	var wg sync.WaitGroup
+	defer e.joinOnPanic(nil, &wg)
 	r := e.rank
 	e.sendToAll(&wg, r*blockBytes, buf[r*blockBytes:(r+1)*blockBytes])
 	for i := 1; i < e.nranks && e.result() == nil; i++ {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gonccl/gonccl/internal/safego"
 	"github.com/gonccl/gonccl/transport"
 )
 
@@ -24,6 +25,9 @@ var (
 	ErrAborted = errors.New("communicator aborted")
 	// ErrClosed: the communicator was destroyed.
 	ErrClosed = errors.New("communicator destroyed")
+	// ErrInternal: a bug in gonccl: a goroutine panicked (the message names which, the
+	// WARN log holds the stack); the operation or communicator it served failed.
+	ErrInternal = safego.ErrPanic
 )
 
 // OpError is the error of one operation, with the context a user needs to find the

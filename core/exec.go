@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gonccl/gonccl/internal/safego"
 	"github.com/gonccl/gonccl/transport"
 )
 
@@ -20,7 +21,8 @@ type exec struct {
 	timeout      time.Duration
 	scratch      []byte // receive staging, outside the Go heap, at least chunkBytes
 	chunkBytes   int
-	breakLinks   func() // closes every link: called on the first failure of an op
+	breakLinks   func()       // closes every link: called on the first failure of an op
+	guard        safego.Guard // starts the op's goroutines (see safety.go)
 
 	// Per peer, reused by every frame so that nothing is allocated per chunk: the
 	// header of the frame being sent, of the one being received, and the sink a
@@ -129,13 +131,12 @@ func (e *exec) linkErr(peer int, err error) error {
 // sendRecv sends sp to one peer while receiving rp from another (or the same) peer.
 func (e *exec) sendRecv(to int, sp []byte, from int, rp []byte) error {
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	defer e.joinOnPanic(nil, &wg)
+	e.guard.Go("sendrecv sender", &wg, e.fail, func() {
 		if err := e.send(to, 0, sp); err != nil {
 			e.fail(err)
 		}
-	}()
+	})
 	if err := e.recv(from, 0, rp); err != nil {
 		e.fail(err)
 	}
@@ -158,10 +159,9 @@ func (e *exec) pipeline(nsend, nrecv int, need func(u int) int, sendUnit, recvUn
 		cond.Broadcast()
 	}
 	var wg sync.WaitGroup
+	defer e.joinOnPanic(stop, &wg)
 	if nsend > 0 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		e.guard.Go("pipeline sender", &wg, func(err error) { e.fail(err); stop() }, func() {
 			for u := 0; u < nsend; u++ {
 				// After a failure the first unit still goes out, within the links' grace
 				// period: its header lets the peer diagnose a mismatch itself.
@@ -188,7 +188,7 @@ func (e *exec) pipeline(nsend, nrecv int, need func(u int) int, sendUnit, recvUn
 					return
 				}
 			}
-		}()
+		})
 	}
 	for u := 0; u < nrecv; u++ {
 		if err := recvUnit(u); err != nil {
@@ -203,6 +203,24 @@ func (e *exec) pipeline(nsend, nrecv int, need func(u int) int, sendUnit, recvUn
 	}
 	wg.Wait()
 	return e.result()
+}
+
+// joinOnPanic is deferred by an algorithm that starts goroutines of its own: if the
+// algorithm panics, it fails the operation (closing the links, so the goroutines'
+// sends and receives return), stops and waits for them, and only then lets the panic
+// go on to the executor's guard, so that no goroutine of a failed operation touches
+// its buffers after the caller has been told it failed.
+func (e *exec) joinOnPanic(stop func(), wg *sync.WaitGroup) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	e.fail(fmt.Errorf("%w: panic: %v", safego.ErrPanic, r))
+	if stop != nil {
+		stop()
+	}
+	wg.Wait()
+	panic(r)
 }
 
 // split returns the bounds [lo, hi) of part i when n items are cut into parts near-equal

@@ -23,7 +23,6 @@ func heartbeatInterval(timeout time.Duration) time.Duration {
 }
 
 func (e *p2pEngine) heartbeat(interval, timeout time.Duration) {
-	defer e.wg.Done()
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {

@@ -16,29 +16,19 @@ import (
 // cause, and so does every later one. This is what makes a survivor see a SIGKILLed
 // rank within milliseconds, the first step of recovering by shrink.
 
-// peerLost records that rank is gone (err says how) and fails every link.
+// peerLost records that rank is gone (err says how) and breaks the communicator with
+// the loss (breakWith, which fails every link), unless it was already broken.
 func (c *Comm) peerLost(rank int, err error) {
 	lost := fmt.Errorf("lost rank %d: %w", rank, err)
 	c.mu.Lock()
 	first := c.lost == nil
 	if first {
 		c.lost = lost
-		if c.broken == nil {
-			c.broken = lost
-			c.brokenText = truncate(lost.Error(), 1024)
-		}
 	}
 	c.mu.Unlock()
 	if first {
-		c.failLinks()
+		c.breakWith("peer", lost)
 	}
-}
-
-// lostCause returns the loss that broke the communicator, if one did.
-func (c *Comm) lostCause() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.lost
 }
 
 // isDeath reports whether err, which ended the point-to-point channel to a peer, means

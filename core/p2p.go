@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gonccl/gonccl/internal/safego"
 	"github.com/gonccl/gonccl/transport"
 )
 
@@ -121,6 +122,7 @@ type p2pEngine struct {
 	rank, nranks int
 	timeout      time.Duration
 	log          *zap.Logger
+	guard        safego.Guard // starts its goroutines (see safety.go)
 
 	mu         sync.Mutex
 	peers      []*p2pPeer // nil at this rank
@@ -166,8 +168,9 @@ func closeMsgConns(msgs []*transport.MsgConn) {
 
 // startP2P starts point-to-point messaging over msgs (one per peer, nil at this rank).
 func (c *Comm) startP2P(msgs []*transport.MsgConn) {
-	e := &p2pEngine{rank: c.rank, nranks: c.nranks, timeout: c.timeout, log: c.logs.net,
+	e := &p2pEngine{rank: c.rank, nranks: c.nranks, timeout: c.timeout, log: c.logs.net, guard: c.cfg.guard(c.logs.net),
 		peers: make([]*p2pPeer, c.nranks), status: c.status, onDead: c.peerDead, stop: make(chan struct{})}
+	c.p2p = e // before its goroutines start: a panic handler may use it
 	for r, m := range msgs {
 		if m == nil || r == c.rank {
 			continue
@@ -178,16 +181,16 @@ func (c *Comm) startP2P(msgs []*transport.MsgConn) {
 	for _, p := range e.peers {
 		if p != nil {
 			p.lastSent.Store(time.Now().UnixNano())
-			e.wg.Add(2)
-			go e.writer(p)
-			go e.reader(p)
+			peerDied := func(err error) { e.failPeer(p, err) }
+			e.guard.Go("p2p writer", &e.wg, peerDied, func() { e.writer(p) })
+			e.guard.Go("p2p reader", &e.wg, peerDied, func() { e.reader(p) })
 		}
 	}
 	if c.cfg != nil && c.cfg.heartbeatTimeout > 0 {
-		e.wg.Add(1)
-		go e.heartbeat(heartbeatInterval(c.cfg.heartbeatTimeout), c.cfg.heartbeatTimeout)
+		e.guard.Go("heartbeat", &e.wg, c.heartbeatDied, func() {
+			e.heartbeat(heartbeatInterval(c.cfg.heartbeatTimeout), c.cfg.heartbeatTimeout)
+		})
 	}
-	c.p2p = e
 }
 
 func (c *Comm) checkP2P(what string, buf []byte, count int, dt DataType, peer, tag int, anyOK bool) error {
@@ -199,6 +202,9 @@ func (c *Comm) checkP2P(what string, buf []byte, count int, dt DataType, peer, t
 	}
 	if count < 0 {
 		return invalidf("%s: negative count %d", what, count)
+	}
+	if err := checkByteSize(what, count, dt); err != nil {
+		return err
 	}
 	if es := dt.Size(); len(buf) < count*es {
 		return invalidf("%s: buffer holds %d bytes, need %d (%d x %s)", what, len(buf), count*es, count, dt)
@@ -269,7 +275,7 @@ func (e *p2pEngine) send(p []byte, count int, dt DataType, peer int, tag int64) 
 	}
 	s.frame = f
 	e.enqueue(pp, f, false)
-	s.timer = time.AfterFunc(e.timeout, func() { e.expireSend(s) })
+	s.timer = time.AfterFunc(e.timeout, e.guard.Func("p2p send timer", e.timerDied(s.req, s.peer), func() { e.expireSend(s) }))
 	return s.req, nil
 }
 
@@ -292,14 +298,14 @@ func (e *p2pEngine) recv(p []byte, count int, dt DataType, src int, tag int64) (
 	if u := e.takeUnexpected(src, tag); u != nil {
 		e.deliver(r, u, &done)
 		if r.state != recvDone { // waiting for an announced message's data: it has a deadline too
-			r.timer = time.AfterFunc(e.timeout, func() { e.expireRecv(r) })
+			r.timer = time.AfterFunc(e.timeout, e.guard.Func("p2p recv timer", e.timerDied(r.req, r.src), func() { e.expireRecv(r) }))
 		}
 	} else if src != AnySource && e.peers[src].err != nil {
 		e.mu.Unlock()
 		return nil, &OpError{Rank: e.rank, Op: r.what, Peer: src, Err: e.peers[src].err}
 	} else {
 		e.posted = append(e.posted, r)
-		r.timer = time.AfterFunc(e.timeout, func() { e.expireRecv(r) })
+		r.timer = time.AfterFunc(e.timeout, e.guard.Func("p2p recv timer", e.timerDied(r.req, r.src), func() { e.expireRecv(r) }))
 	}
 	e.mu.Unlock()
 	done.run()
@@ -406,7 +412,6 @@ func (e *p2pEngine) acceptRTS(r *p2pRecv, h transport.MsgHeader, done *completio
 
 // writer writes pp's queued frames until the channel fails or closes.
 func (e *p2pEngine) writer(pp *p2pPeer) {
-	defer e.wg.Done()
 	for {
 		e.mu.Lock()
 		for pp.err == nil && len(pp.ctrl) == 0 && len(pp.data) == 0 {
@@ -454,7 +459,6 @@ func (e *p2pEngine) writer(pp *p2pPeer) {
 
 // reader reads pp's frames and matches them until the channel fails or closes.
 func (e *p2pEngine) reader(pp *p2pPeer) {
-	defer e.wg.Done()
 	for {
 		h, err := pp.conn.ReadHeader()
 		if err == nil {

@@ -66,8 +66,11 @@ func TestP2PSymmetricOverPipes(t *testing.T) {
 
 // memP2P builds n in-memory communicators with point-to-point channels over net.Pipe
 // (unbuffered: a protocol step that relies on buffering deadlocks here).
-func memP2P(t *testing.T, n int) []*Comm {
-	comms := memComms(t, n, nil)
+func memP2P(t *testing.T, n int) []*Comm { return memP2PWith(t, n, nil) }
+
+// memP2PWith is memP2P with a config tweak (see memComms).
+func memP2PWith(t *testing.T, n int, tweak func(*config)) []*Comm {
+	comms := memComms(t, n, tweak)
 	msgs := make([][]*transport.MsgConn, n)
 	for i := range msgs {
 		msgs[i] = make([]*transport.MsgConn, n)

@@ -35,8 +35,13 @@ var Params = []Param{
 	{"GONCCL_TRACE_BUFFER_SIZE", "2000", "operations each communicator's flight recorder keeps (0: off)"},
 	{"GONCCL_TRACE_DUMP_DIR", "", "directory where each rank writes its flight recorder as JSON on the first failure and when the communicator closes"},
 	{"GONCCL_SOCKET_NTHREADS", "1", "goroutines that send on the TCP connections to one peer (1..16)"},
+	{"GONCCL_QUEUE_DEPTH", "1024", "operations one communicator queues before issuing more blocks the caller until the oldest finish (back-pressure; the operation timeout bounds the wait)"},
 	{"GONCCL_NSOCKS_PERTHREAD", "1", "TCP connections each of those goroutines drives (1..16); connections per peer = product, at most 16"},
+	{"GONCCL_TEST_INJECT_PANIC", "", "TEST ONLY, never set in production: SITE or SITE@N makes the N-th (default first) pass of that goroutine site of each communicator panic (e.g. collective@2), to prove a panic fails the operation, not the process; sites are listed in core/safety.go"},
 }
+
+// maxQueueDepth bounds GONCCL_QUEUE_DEPTH.
+const maxQueueDepth = 1 << 20
 
 // maxTraceSize bounds GONCCL_TRACE_BUFFER_SIZE (each slot is about 100 bytes).
 const maxTraceSize = 1 << 20
@@ -57,7 +62,13 @@ type config struct {
 	traceDir           string        // GONCCL_TRACE_DUMP_DIR
 	sockThreads        int           // sending goroutines per TCP peer
 	socksPerThread     int           // connections each drives
+	queueDepth         int           // GONCCL_QUEUE_DEPTH
 	set                []string      // "NAME=value" for every variable the user set
+
+	// injectPanic is a test hook, nil in production: called with the name of every
+	// goroutine site as it starts (see safego.Guard.Inject). Tests set it directly;
+	// GONCCL_TEST_INJECT_PANIC sets it for tests that run through the C ABI or Python.
+	injectPanic func(site string)
 }
 
 func lookupParam(name string) (string, bool) {
@@ -148,6 +159,17 @@ func loadConfig() (*config, error) {
 		return nil, err
 	}
 	if c.sockThreads, c.socksPerThread, err = socketLayout(threads, per); err != nil {
+		return nil, err
+	}
+	qd, err := num("GONCCL_QUEUE_DEPTH", 1)
+	if err != nil {
+		return nil, err
+	}
+	if qd > maxQueueDepth {
+		return nil, fmt.Errorf("%w: GONCCL_QUEUE_DEPTH=%d: at most %d", ErrInvalidArgument, qd, maxQueueDepth)
+	}
+	c.queueDepth = int(qd)
+	if c.injectPanic, err = parseInjectPanic(str("GONCCL_TEST_INJECT_PANIC")); err != nil {
 		return nil, err
 	}
 	return c, nil

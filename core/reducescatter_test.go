@@ -8,7 +8,7 @@ import (
 )
 
 func TestReduceScatter(t *testing.T) {
-	for n := 1; n <= 8; n++ {
+	for n := 1; n <= sweepRanks(); n++ {
 		comms := memComms(t, n, nil)
 		for ci, count := range []int{0, 1, 7, 1000, 3001} { // 3001: several uneven chunks for 4- and 8-byte types
 			for _, dt := range allTypes {

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"fmt"
 	"sync"
 	"time"
 )
@@ -91,4 +92,29 @@ func (r *Request) OnComplete(fn func(error)) {
 	}
 	r.onDone = fn
 	r.mu.Unlock()
+}
+
+// Then returns a request that completes after r: once r has finished, fn runs with r's
+// error (on the goroutine that finished r), and the new request completes with r's
+// error or, if r succeeded, fn's. It carries r's Source. r's own callback slot is
+// taken: use only the returned request. A panic in fn fails the request.
+func (r *Request) Then(fn func(error) error) *Request {
+	next := newRequest()
+	next.source = r.Source()
+	r.OnComplete(func(err error) {
+		next.setSource(r.Source())
+		ferr := func() (ferr error) {
+			defer func() {
+				if p := recover(); p != nil {
+					ferr = fmt.Errorf("gonccl: panic after the operation: %v", p)
+				}
+			}()
+			return fn(err)
+		}()
+		if err == nil {
+			err = ferr
+		}
+		next.complete(err)
+	})
+	return next
 }

@@ -28,7 +28,7 @@ func requireReduced(t *testing.T, dt DataType, op RedOp, want, got []byte, count
 func filled(n int) []byte { return bytes.Repeat([]byte{0xAB}, n) }
 
 func TestReduce(t *testing.T) {
-	for n := 1; n <= 8; n++ {
+	for n := 1; n <= sweepRanks(); n++ {
 		for _, algo := range []string{"tree", "chain"} {
 			comms := memComms(t, n, func(c *config) { c.algo["reduce"] = []string{algo} })
 			for ci, count := range []int{0, 1, 7, 3*n + 1, 1000, 5000} {
@@ -107,7 +107,7 @@ func TestReduceTreeBeyondScratch(t *testing.T) {
 }
 
 func TestGather(t *testing.T) {
-	for n := 1; n <= 8; n++ {
+	for n := 1; n <= sweepRanks(); n++ {
 		comms := memComms(t, n, nil)
 		for _, count := range []int{0, 1, 7, 1000, 1<<18 + 3} {
 			for root := 0; root < n; root++ {
@@ -146,7 +146,7 @@ func TestGather(t *testing.T) {
 }
 
 func TestScatter(t *testing.T) {
-	for n := 1; n <= 8; n++ {
+	for n := 1; n <= sweepRanks(); n++ {
 		comms := memComms(t, n, nil)
 		for _, count := range []int{0, 1, 7, 1000, 1<<18 + 3} {
 			for root := 0; root < n; root++ {

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gonccl/gonccl/internal/safego"
 	"github.com/gonccl/gonccl/transport"
 	"github.com/gonccl/gonccl/transport/shm"
 )
@@ -16,7 +17,7 @@ import (
 // point-to-point connection is not touched. A pair where shared memory cannot be set
 // up (see shm.ErrUnavailable) keeps TCP and says so in the log; any other failure
 // fails init.
-func connectShm(rank int, ranks []rankInfo, links []transport.Link, deadline time.Time, logs loggers) error {
+func connectShm(rank int, ranks []rankInfo, links []transport.Link, deadline time.Time, logs loggers, g safego.Guard) error {
 	me := ranks[rank]
 	var wg sync.WaitGroup
 	errs := make([]error, len(ranks))
@@ -28,10 +29,8 @@ func connectShm(rank int, ranks []rankInfo, links []transport.Link, deadline tim
 		if !ok {
 			continue
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			l, err := shm.Connect(sl.Conn(), p, rank < p, shm.DefaultRingSize, deadline)
+		g.Go("shm setup", &wg, func(err error) { errs[p] = err }, func() {
+			l, err := shm.Connect(sl.Conn(), p, rank < p, shm.DefaultRingSize, deadline, g)
 			switch {
 			case err == nil:
 				links[p] = l
@@ -40,7 +39,7 @@ func connectShm(rank int, ranks []rankInfo, links []transport.Link, deadline tim
 			default:
 				errs[p] = fmt.Errorf("setting up shared memory with rank %d: %w", p, err)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	return errors.Join(errs...)

@@ -73,6 +73,11 @@ func (e *exec) pipelineWindow(nsend, nrecv int, need, free func(u int) int, send
 		}
 		return !stopped
 	}
+	reached := func(counter *int, n int) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return *counter >= n
+	}
 	bump := func(counter *int) {
 		mu.Lock()
 		*counter++
@@ -80,13 +85,13 @@ func (e *exec) pipelineWindow(nsend, nrecv int, need, free func(u int) int, send
 		cond.Broadcast()
 	}
 	var wg sync.WaitGroup
+	defer e.joinOnPanic(stop, &wg)
 	if nsend > 0 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		e.guard.Go("window sender", &wg, func(err error) { e.fail(err); stop() }, func() {
 			for u := 0; u < nsend; u++ {
-				// After a failure only the first unit still goes out (see exec.pipeline).
-				if !wait(&received, need(u)) && (u > 0 || received < need(u)) {
+				// After a failure only the first unit still goes out (see exec.pipeline),
+				// and only if what it forwards has arrived.
+				if !wait(&received, need(u)) && (u > 0 || !reached(&received, need(u))) {
 					return
 				}
 				if err := sendUnit(u); err != nil {
@@ -96,7 +101,7 @@ func (e *exec) pipelineWindow(nsend, nrecv int, need, free func(u int) int, send
 				}
 				bump(&sent)
 			}
-		}()
+		})
 	}
 	for v := 0; v < nrecv; v++ {
 		if !wait(&sent, free(v)) {

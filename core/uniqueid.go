@@ -30,11 +30,18 @@ const (
 // NewUniqueID creates a UniqueID and starts this process's bootstrap root for it: a
 // listener, on the interface GONCCL_SOCKET_IFNAME selects, that gathers the ranks'
 // addresses once and then closes.
-func NewUniqueID() (UniqueID, error) {
+func NewUniqueID() (UniqueID, error) { return newUniqueID(nil) }
+
+// newUniqueID is NewUniqueID with a test hook for the root's goroutines (nil: none
+// but GONCCL_TEST_INJECT_PANIC's).
+func newUniqueID(injectPanic func(site string)) (UniqueID, error) {
 	var id UniqueID
 	cfg, err := loadConfig()
 	if err != nil {
 		return id, err
+	}
+	if injectPanic != nil {
+		cfg.injectPanic = injectPanic
 	}
 	ifc, err := tcp.SelectInterface(cfg.socketIfname)
 	if err != nil {
@@ -59,7 +66,8 @@ func NewUniqueID() (UniqueID, error) {
 		return id, err
 	}
 	logs := newLoggers(cfg, hostname(), -1)
-	go serveRoot(l, id.secret(), time.Now().Add(cfg.timeout), logs)
+	g := cfg.guard(logs.init)
+	g.Go("bootstrap root", nil, func(error) { l.Close() }, func() { serveRoot(l, id.secret(), time.Now().Add(cfg.timeout), logs, g) })
 	return id, nil
 }
 

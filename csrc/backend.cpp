@@ -128,6 +128,10 @@ goncclComm_t GoncclBackend::liveComm(const char* op) {
 }
 
 c10::intrusive_ptr<GoncclWork> GoncclBackend::issue(Op op, const Start& start) {
+  // Go blocks the issuing thread while the communicator's queue is full
+  // (GONCCL_QUEUE_DEPTH), until the executor makes room: other Python threads
+  // must run meanwhile, and one waiting for issueMutex_ must not hold the GIL.
+  GilRelease noGil;
   // One op at a time: the sequence number and the order Go sees must agree.
   std::lock_guard<std::mutex> guard(issueMutex_);
   Parts parts;
@@ -146,12 +150,18 @@ c10::intrusive_ptr<GoncclWork> GoncclBackend::issue(Op op, const Start& start) {
   }
   const c10::Device device = cuda::opDevice(devices, op.name);
   std::optional<c10::Stream> stream;
+  const bool holds = device.is_cuda() && op.postComplete;
   if (device.is_cuda()) {
-    need(lib().requestWaitStream, "goncclRequestWaitStream", op.name);
+    if (holds) {
+      need(lib().requestHoldStream, "goncclRequestHoldStream", op.name);
+    }
+    const c10::Stream current = cuda::currentStream(device.index());
+    // Refused before anything is queued: a capture must not be broken.
+    cuda::checkStream(current, op.name);
     stream = deviceStream(device.index());
     // The op must see what the caller queued before it, the staging above
     // included.
-    cuda::streamWait(*stream, cuda::currentStream(device.index()));
+    cuda::streamWait(*stream, current);
     for (const at::Tensor& t : touched) {
       cuda::recordStream(t, *stream);
     }
@@ -172,6 +182,14 @@ c10::intrusive_ptr<GoncclWork> GoncclBackend::issue(Op op, const Start& start) {
     work->recordSourceRank();
   }
   goncclResult_t rc = start(parts);
+  if (holds) {
+    // The copy-out comes after the op on the gonccl stream, and the next op
+    // (issued after this returns) must queue its copies after it: the Work
+    // releases these holds once the copy-out is queued.
+    for (goncclRequest_t request : parts.requests) {
+      lib().requestHoldStream(request);
+    }
+  }
   std::string error;
   if (rc != goncclSuccess) {
     error = c10::str(
@@ -206,7 +224,7 @@ c10::intrusive_ptr<GoncclWork> GoncclBackend::issue(Op op, const Start& start) {
 c10::Stream GoncclBackend::deviceStream(c10::DeviceIndex device) {
   auto it = streams_.find(device);
   if (it == streams_.end()) {
-    it = streams_.emplace(device, cuda::poolStream(device)).first;
+    it = streams_.emplace(device, cuda::newStream(device)).first;
   }
   return it->second;
 }
@@ -305,6 +323,9 @@ void GoncclBackend::abort() {
 }
 
 void GoncclBackend::close(bool abort) {
+  // A thread issuing on a full queue holds issueMutex_ until Go makes room:
+  // wait for it without the GIL.
+  GilRelease noGil;
   goncclComm_t comm = nullptr;
   std::shared_ptr<CompletionQueue> queue;
   {
@@ -322,7 +343,6 @@ void GoncclBackend::close(bool abort) {
     new std::shared_ptr<CompletionQueue>(std::move(queue));
     return;
   }
-  GilRelease noGil;
   const Library& L = lib();
   // No new op can start now (closed_). Pending ops would keep a graceful
   // destroy waiting until their deadline; fail them instead.

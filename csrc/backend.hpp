@@ -18,6 +18,7 @@
 
 #include "completion.hpp"
 #include "gonccl.h"
+#include "torch_compat.hpp"
 
 namespace gonccl {
 
@@ -111,10 +112,12 @@ class GoncclBackend : public c10d::Backend {
       std::vector<std::vector<at::Tensor>>& outputTensors,
       std::vector<at::Tensor>& inputTensors,
       const c10d::GatherOptions& opts) override;
+#if GONCCL_HAS_GATHER_INTO_TENSOR
   c10::intrusive_ptr<c10d::Work> gather_into_tensor(
       at::Tensor& outputBuffer,
       at::Tensor& inputBuffer,
       const c10d::GatherOptions& opts) override;
+#endif
   c10::intrusive_ptr<c10d::Work> scatter(
       std::vector<at::Tensor>& outputTensors,
       std::vector<std::vector<at::Tensor>>& inputTensors,

@@ -9,6 +9,7 @@
 
 #include "cuda.hpp"
 #include "library.hpp"
+#include "torch_compat.hpp"
 
 namespace gonccl {
 namespace {
@@ -270,6 +271,23 @@ void checkRoot(int64_t root, int size, const char* op) {
   }
 }
 
+int64_t worldTotal(int64_t n, int size, const char* op) {
+  int64_t total = 0;
+  if (n < 0 || __builtin_mul_overflow(n, static_cast<int64_t>(size), &total)) {
+    C10_THROW_ERROR(
+        ValueError,
+        c10::str(
+            "gonccl: ",
+            op,
+            ": ",
+            n,
+            " elements x world_size ",
+            size,
+            " overflows int64"));
+  }
+  return total;
+}
+
 at::Tensor Reduction::scaled(const at::Tensor& t, bool inPlace) const {
   if (!premul) {
     return t;
@@ -345,8 +363,8 @@ Reduction checkReduceOp(
         badCombination(
             op, kind, dtype, "the factor needs a floating or complex dtype");
       }
-      const auto* supplement = dynamic_cast<const c10d::PreMulSumSupplement*>(
-          reduceOp.supplement_.get());
+      const auto* supplement =
+          dynamic_cast<const PreMulSumSupplement*>(reduceOp.supplement_.get());
       if (supplement == nullptr) {
         C10_THROW_ERROR(
             ValueError,

@@ -46,6 +46,11 @@ void checkNumel(
 // 0 <= root < size.
 void checkRoot(int64_t root, int size, const char* op);
 
+// n * size (elements per rank times ranks), or a ValueError if that overflows
+// int64 (a tensor that big cannot exist; a wrapped product would pass the size
+// checks that follow it).
+int64_t worldTotal(int64_t n, int size, const char* op);
+
 // A c10d reduce op checked against a dtype. PREMUL_SUM becomes a SUM of the
 // inputs scaled by the op's factor (a double or a one-element tensor).
 struct Reduction {

@@ -179,6 +179,29 @@ void splitCounts(
           ValueError,
           c10::str("gonccl: ", op, ": negative ", what, " split size ", s[i]));
     }
+    // Checked before adding, so that the sum cannot overflow (and wrap back
+    // to the right total) and every count and offset below stays within the
+    // tensor's numel.
+    if (s[i] > rows - sum) {
+      C10_THROW_ERROR(
+          ValueError,
+          c10::str(
+              "gonccl: ",
+              op,
+              ": the ",
+              what,
+              " split sizes add up to more than the ",
+              what,
+              " tensor's dim 0 (",
+              rows,
+              "): split size ",
+              i,
+              " is ",
+              s[i],
+              " with ",
+              sum,
+              " rows already taken"));
+    }
     displs[i] = sum * rowElems;
     counts[i] = s[i] * rowElems;
     sum += s[i];
@@ -373,7 +396,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::allgather(
   if (consecutive(outputs, n)) {
     recv = outputs[0].data_ptr();
   } else {
-    flat = at::empty({n * size_}, input.options());
+    flat = at::empty({worldTotal(n, size_, op)}, input.options());
     recv = flat.data_ptr();
     keepAlive.push_back(flat);
     copyOut = [flat, outputs]() { unflatten(flat, outputs); };
@@ -406,7 +429,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::_allgather_base(
   checkTensor(output, op);
   checkSameDtype(outputBuffer, inputBuffer, op, "the output tensor");
   const int64_t n = inputBuffer.numel();
-  if (outputBuffer.numel() != n * size_) {
+  if (outputBuffer.numel() != worldTotal(n, size_, op)) {
     C10_THROW_ERROR(
         ValueError,
         c10::str(
@@ -419,7 +442,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::_allgather_base(
             " * ",
             n,
             " = ",
-            n * size_,
+            worldTotal(n, size_, op),
             ")"));
   }
   void* send = input.data_ptr();
@@ -482,7 +505,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::allgather_coalesced(
     }
   }
   at::Tensor send = flatten(inputTensors, total);
-  at::Tensor recv = at::empty({total * size_}, send.options());
+  at::Tensor recv = at::empty({worldTotal(total, size_, op)}, send.options());
   void* sendbuf = send.data_ptr();
   void* recvbuf = recv.data_ptr();
   return issue(
@@ -512,7 +535,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::allgather_into_tensor_coalesced(
     checkSameDtype(outputs[i], inputs[i], op, "an output tensor");
     checkNumel(
         outputs[i],
-        inputs[i].numel() * size_,
+        worldTotal(inputs[i].numel(), size_, op),
         op,
         c10::str("output tensor ", i, " (world_size * its input's)").c_str());
   }
@@ -572,7 +595,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::gather(
     if (consecutive(outputs, n)) {
       recv = outputs[0].data_ptr();
     } else {
-      at::Tensor flat = at::empty({n * size_}, input.options());
+      at::Tensor flat = at::empty({worldTotal(n, size_, op)}, input.options());
       recv = flat.data_ptr();
       keepAlive.push_back(flat);
       copyOut = [flat, outputs]() { unflatten(flat, outputs); };
@@ -606,6 +629,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::gather(
       });
 }
 
+#if GONCCL_HAS_GATHER_INTO_TENSOR
 c10::intrusive_ptr<c10d::Work> GoncclBackend::gather_into_tensor(
     at::Tensor& outputBuffer,
     at::Tensor& inputBuffer,
@@ -621,7 +645,10 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::gather_into_tensor(
     checkTensor(outputBuffer, op);
     checkSameDtype(outputBuffer, inputBuffer, op, "the output tensor");
     checkNumel(
-        outputBuffer, n * size_, op, "the output tensor (world_size * input)");
+        outputBuffer,
+        worldTotal(n, size_, op),
+        op,
+        "the output tensor (world_size * input)");
     recv = outputBuffer.data_ptr();
   }
   void* send = inputBuffer.data_ptr();
@@ -635,6 +662,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::gather_into_tensor(
         return p.add(fn(send, recv, n, type, root, p.comm, p.stream, p.next()));
       });
 }
+#endif
 
 c10::intrusive_ptr<c10d::Work> GoncclBackend::scatter(
     std::vector<at::Tensor>& outputTensors,
@@ -668,7 +696,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::scatter(
     if (consecutive(inputs, n)) {
       send = inputs[0].data_ptr();
     } else {
-      at::Tensor flat = flatten(inputs, n * size_);
+      at::Tensor flat = flatten(inputs, worldTotal(n, size_, op));
       send = flat.data_ptr();
       keepAlive.push_back(flat);
     }
@@ -782,7 +810,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::reduce_scatter(
   if (!r.premul && consecutive(inputs, n)) {
     send = inputs[0].data_ptr();
   } else {
-    at::Tensor flat = flatten(inputs, n * size_);
+    at::Tensor flat = flatten(inputs, worldTotal(n, size_, op));
     r.scaled(flat, /*inPlace=*/true);
     send = flat.data_ptr();
     keepAlive.push_back(flat);
@@ -815,7 +843,10 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::_reduce_scatter_base(
   checkSameDtype(outputBuffer, inputBuffer, op, "the output tensor");
   const int64_t n = outputBuffer.numel();
   checkNumel(
-      inputBuffer, n * size_, op, "the input tensor (world_size * output)");
+      inputBuffer,
+      worldTotal(n, size_, op),
+      op,
+      "the input tensor (world_size * output)");
   Reduction r = checkReduceOp(opts.reduceOp, inputBuffer.scalar_type(), op);
   auto fn = need(lib().reduceScatterAsync, "goncclReduceScatterAsync", op);
   at::Tensor send = r.scaled(input, /*inPlace=*/false);
@@ -851,7 +882,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::reduce_scatter_tensor_coalesced(
     checkSameDtype(outputs[i], inputs[i], op, "an output tensor");
     checkNumel(
         inputs[i],
-        outputs[i].numel() * size_,
+        worldTotal(outputs[i].numel(), size_, op),
         op,
         c10::str("input tensor ", i, " (world_size * its output's)").c_str());
     r = checkReduceOp(opts.reduceOp, inputs[i].scalar_type(), op);

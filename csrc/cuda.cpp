@@ -5,6 +5,8 @@
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include "library.hpp"
+
 namespace gonccl {
 namespace cuda {
 bool support() {
@@ -90,9 +92,9 @@ const c10::impl::DeviceGuardImplInterface& guard() {
 
 }  // namespace
 
-c10::Stream poolStream(c10::DeviceIndex device) {
-  return guard().getStreamFromGlobalPool(
-      c10::Device(c10::DeviceType::CUDA, device), /*isHighPriority=*/false);
+c10::Stream newStream(c10::DeviceIndex device) {
+  return guard().getNewStream(
+      c10::Device(c10::DeviceType::CUDA, device), /*priority=*/0);
 }
 
 c10::Stream currentStream(c10::DeviceIndex device) {
@@ -100,7 +102,22 @@ c10::Stream currentStream(c10::DeviceIndex device) {
 }
 
 goncclStream_t handle(const c10::Stream& stream) {
-  return static_cast<goncclStream_t>(stream.native_handle());
+  void* h = stream.native_handle();
+  // cudaStreamLegacy: NULL means host buffers to the C ABI.
+  return h == nullptr ? reinterpret_cast<goncclStream_t>(0x1)
+                      : static_cast<goncclStream_t>(h);
+}
+
+void checkStream(const c10::Stream& stream, const char* op) {
+  const Library& L = lib();
+  auto check = need(L.streamCheck, "goncclStreamCheck", op);
+  const goncclResult_t rc = check(handle(stream));
+  if (rc != goncclSuccess) {
+    C10_THROW_ERROR(
+        ValueError,
+        c10::str(
+            "gonccl: ", op, ": ", errorString(rc, L.getLastError(nullptr))));
+  }
 }
 
 void streamWait(const c10::Stream& waiter, const c10::Stream& waited) {
@@ -137,7 +154,7 @@ namespace {
 
 }  // namespace
 
-c10::Stream poolStream(c10::DeviceIndex /*device*/) {
+c10::Stream newStream(c10::DeviceIndex /*device*/) {
   unavailable("a CUDA stream");
 }
 
@@ -146,6 +163,10 @@ c10::Stream currentStream(c10::DeviceIndex /*device*/) {
 }
 
 goncclStream_t handle(const c10::Stream& /*stream*/) {
+  unavailable("a CUDA stream");
+}
+
+void checkStream(const c10::Stream& /*stream*/, const char* /*op*/) {
   unavailable("a CUDA stream");
 }
 

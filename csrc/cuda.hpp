@@ -2,13 +2,17 @@
 // the rest of csrc compiles against a torch without CUDA.
 //
 // The CUDA path (ProcessGroupNCCL's pattern): an op on CUDA tensors runs on a
-// stream of gonccl's own (one per device per backend, from torch's pool) that
+// stream of gonccl's own (one per device per backend, created for it: not one
+// of torch's pool streams, which other code and the caller may be using) that
 // first waits on the caller's current stream; gonccl copies device->host on it,
-// runs the host algorithm, copies host->device on it and records a completion
-// event there. Work::wait() makes the caller's current stream wait on that
-// event (goncclRequestWaitStream). The caching allocator is told that the
-// gonccl stream uses the tensors (recordStream), and the Work keeps them alive
-// until the op has finished with them.
+// runs the host algorithm, copies host->device on it. The backend's copy-outs
+// (unflatten, copy back of non-contiguous outputs) follow on the same stream,
+// then a torch event is recorded there; Work::wait() makes the caller's current
+// stream, whatever it is (the default stream included), wait on that event.
+// Stream work stays in issue order: an op with a copy-out holds the next op's
+// copies back until the copy-out is queued (goncclRequestHoldStream). The
+// caching allocator is told that the gonccl stream uses the tensors
+// (recordStream), and the Work keeps them alive until the op has finished.
 //
 // Everything but support() and opDevice() throws unless the extension was built
 // with GONCCL_WITH_CUDA (setup.py decides); without it a CUDA tensor is refused
@@ -44,14 +48,21 @@ c10::Device opDevice(
 // The message opDevice throws for a CUDA device when cudaBuilt is false.
 std::string noCudaMessage(const char* op);
 
-// A new stream of device from torch's pool, for gonccl's own use.
-c10::Stream poolStream(c10::DeviceIndex device);
+// A new stream of device (non-blocking, not from torch's pool), for gonccl's
+// own use.
+c10::Stream newStream(c10::DeviceIndex device);
 
 // The calling thread's current stream on device.
 c10::Stream currentStream(c10::DeviceIndex device);
 
-// stream's cudaStream_t, as the C ABI takes it.
+// stream's cudaStream_t, as the C ABI takes it. The default stream (whose
+// handle is NULL, which the C ABI reads as "host buffers") is given as
+// cudaStreamLegacy, which is what NULL means to CUDA.
 goncclStream_t handle(const c10::Stream& stream);
+
+// Throws ValueError if gonccl cannot order work after stream (it is under CUDA
+// graph capture), before anything is queued: op names the op.
+void checkStream(const c10::Stream& stream, const char* op);
 
 // Makes waiter wait (on the GPU) for the work queued on waited so far.
 void streamWait(const c10::Stream& waiter, const c10::Stream& waited);

@@ -102,7 +102,9 @@ const Library& loadLibrary(const std::string& path) {
   all &= bindOptional(handle, "goncclGroupStart", t.groupStart);
   all &= bindOptional(handle, "goncclGroupEnd", t.groupEnd);
   t.fullSurface = all;
-  bindOptional(handle, "goncclRequestWaitStream", t.requestWaitStream);
+  bindOptional(handle, "goncclStreamCheck", t.streamCheck);
+  bindOptional(handle, "goncclRequestHoldStream", t.requestHoldStream);
+  bindOptional(handle, "goncclRequestReleaseStream", t.requestReleaseStream);
   bindOptional(handle, "goncclCommInitRankEpoch", t.commInitRankEpoch);
   bindOptional(handle, "goncclCommEpoch", t.commEpoch);
   // The handle is never closed: a Go runtime cannot be unloaded.

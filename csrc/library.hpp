@@ -47,8 +47,10 @@ struct Library {
   decltype(&::goncclGroupEnd) groupEnd;
 
   // The CUDA path (device buffers on a stream). Resolved if present, null
-  // otherwise; not part of fullSurface: CUDA ops need() it.
-  decltype(&::goncclRequestWaitStream) requestWaitStream;
+  // otherwise; not part of fullSurface: CUDA ops need() them.
+  decltype(&::goncclStreamCheck) streamCheck;
+  decltype(&::goncclRequestHoldStream) requestHoldStream;
+  decltype(&::goncclRequestReleaseStream) requestReleaseStream;
 
   // Membership epochs (shrink, reconfigure). Resolved if present, null
   // otherwise; shrink and reconfigure need() them.

@@ -123,6 +123,20 @@ void GoncclWork::complete(const std::string& error) {
             ": copying the result out failed: " + e.what();
     }
   }
+  if (msg.empty() && onStream) {
+    // What wait() makes the caller's stream wait on: the host->device copies
+    // and the copy-out above, all on the gonccl stream.
+    try {
+      done_.emplace(c10::DeviceType::CUDA);
+      done_->record(*stream_);
+    } catch (const std::exception& e) {
+      done_.reset();
+      msg = std::string("gonccl: ") + opName_ +
+            ": recording its completion event failed: " + e.what();
+    }
+  }
+  // The copy-out is queued: the communicator's next op may queue its copies.
+  releaseHolds();
   postComplete_ = nullptr;
   keepAlive_.clear();
   std::exception_ptr eptr = msg.empty() ? nullptr : distError(msg);
@@ -137,6 +151,29 @@ void GoncclWork::complete(const std::string& error) {
     TORCH_WARN("gonccl: ", opName_, ": a future callback failed: ", e.what());
   }
   finish(eptr);
+}
+
+void GoncclWork::releaseHolds() {
+  if (!stream_ || isForkedChild()) {
+    return;
+  }
+  std::vector<goncclRequest_t> requests;
+  {
+    std::lock_guard<std::mutex> guard(partsMutex_);
+    requests = requests_;
+  }
+  try {
+    const Library& L = lib();
+    if (L.requestReleaseStream == nullptr) {
+      return;
+    }
+    for (goncclRequest_t request : requests) {
+      L.requestReleaseStream(request);
+    }
+  } catch (const std::exception& e) {
+    TORCH_WARN(
+        "gonccl: ", opName_, ": releasing its stream failed: ", e.what());
+  }
 }
 
 void GoncclWork::expectParts(size_t n, std::string issueError) {
@@ -211,31 +248,12 @@ void GoncclWork::waitStreams() {
   for (const auto& member : members_) {
     member->waitStreams();
   }
-  if (!stream_) {
+  if (!stream_ || !done_) {
     return;
   }
-  const Library& L = lib();
-  auto waitStream =
-      need(L.requestWaitStream, "goncclRequestWaitStream", opName_);
-  goncclStream_t waiter =
-      cuda::handle(cuda::currentStream(stream_->device_index()));
-  std::vector<goncclRequest_t> requests;
-  {
-    std::lock_guard<std::mutex> guard(partsMutex_);
-    requests = requests_;
-  }
-  for (goncclRequest_t request : requests) {
-    goncclResult_t rc = waitStream(request, waiter);
-    if (rc != goncclSuccess) {
-      C10_THROW_ERROR(
-          DistBackendError,
-          c10::str(
-              "gonccl: ",
-              opName_,
-              " failed: ",
-              errorString(rc, L.requestErrorString(request))));
-    }
-  }
+  // An event block, not a raw stream handle: it works for torch's default
+  // stream (whose handle is NULL) like for any other.
+  done_->block(cuda::currentStream(stream_->device_index()));
 }
 
 c10::intrusive_ptr<c10::ivalue::Future> GoncclWork::getFuture() {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <ATen/core/ivalue.h>
+#include <c10/core/Event.h>
 #include <c10/core/Stream.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
@@ -30,11 +31,14 @@ namespace gonccl {
 // state finish() sets.
 //
 // A Work on CUDA tensors has the gonccl stream its op ran on (cuda.hpp). Its
-// copy-out and future completion are queued on that stream, its future carries
-// the device (so then() callbacks and Future.wait() are ordered after the op),
-// and it keeps its requests until destroyed: wait() and synchronize() block the
-// CPU until the host part is done, then make the caller's current stream wait
-// on each request's completion event (goncclRequestWaitStream).
+// copy-out and future completion are queued on that stream, behind the op's
+// host->device copies, and then an event is recorded there; its future
+// carries the device (so then() callbacks and Future.wait() are ordered after
+// the op). wait() and synchronize() block the CPU until the host part is done,
+// then make the caller's current stream (the default stream included) wait on
+// that event. An op with a copy-out holds the communicator's next op back
+// (goncclRequestHoldStream) until the copy-out is queued: complete() releases
+// its requests, which the Work keeps until destroyed.
 class GoncclWork : public c10d::Work {
  public:
   // profilingTitle must be a string literal (the profiler keeps the pointer).
@@ -113,9 +117,11 @@ class GoncclWork : public c10d::Work {
 
  private:
   // Makes the current stream of the op's device wait on the op's completion
-  // events (members' first). The host part must be done. Throws the op's
-  // error if goncclRequestWaitStream reports one.
+  // event (members' first). The host part must be done.
   void waitStreams();
+
+  // Releases the holds of the op's requests (goncclRequestReleaseStream).
+  void releaseHolds();
 
   std::mutex partsMutex_;
   size_t partsLeft_ = 0;
@@ -131,6 +137,9 @@ class GoncclWork : public c10d::Work {
   std::function<void()> postComplete_;
   const std::optional<c10::Stream> stream_;
   std::vector<goncclRequest_t> requests_;  // partsMutex_; CUDA ops only
+  // Recorded on stream_ by complete() after the copy-out (CUDA ops that
+  // succeeded); read by wait() once the Work has completed.
+  std::optional<c10::Event> done_;
   std::vector<c10::intrusive_ptr<GoncclWork>> members_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };

@@ -15,6 +15,16 @@
 // pool and are reused only once that event has completed. WaitOn makes another
 // stream wait on the event.
 //
+// Stream work stays in issue order: an operation whose owner queues follow-up work on
+// the stream after it completes (Hold) keeps the next staging's Before from queueing
+// anything until Release. Point-to-point stagings do not run on the executor: a send
+// copies in on the issuing thread (CopyIn), a receive copies out when its data is in.
+//
+// The special stream handles (CU_STREAM_PER_THREAD, and the legacy stream) name
+// different streams on different threads or contexts; capi refuses the per-thread one
+// for an operation's copies, which run on gonccl's threads, and streams under graph
+// capture. A pool retains the primary context it allocates in until Close.
+//
 // Every CUDA call runs on a goroutine locked to its OS thread, with the stream's
 // context current for the duration of the call and the thread's previous context
 // restored afterwards.

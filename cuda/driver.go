@@ -30,13 +30,18 @@ typedef struct {
   CUresult (*EventQuery)(CUevent);
   CUresult (*EventDestroy)(CUevent);
   CUresult (*StreamWaitEvent)(CUstream, CUevent, unsigned int);
+  CUresult (*StreamIsCapturing)(CUstream, int*);
+  CUresult (*CtxGetDevice)(int*);
+  CUresult (*DevicePrimaryCtxRetain)(CUcontext*, int);
+  CUresult (*DevicePrimaryCtxRelease)(int);
 } gcFns;
 
 static const char* gcSymbols[] = {
   "cuInit", "cuGetErrorName", "cuStreamGetCtx", "cuCtxGetCurrent", "cuCtxSetCurrent",
   "cuPointerGetAttribute", "cuMemHostAlloc", "cuMemFreeHost", "cuMemcpyDtoHAsync_v2",
   "cuMemcpyHtoDAsync_v2", "cuEventCreate", "cuEventRecord", "cuEventQuery",
-  "cuEventDestroy_v2", "cuStreamWaitEvent",
+  "cuEventDestroy_v2", "cuStreamWaitEvent", "cuStreamIsCapturing", "cuCtxGetDevice",
+  "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRelease_v2",
 };
 
 _Static_assert(sizeof(gcFns) == sizeof(gcSymbols) / sizeof(gcSymbols[0]) * sizeof(void*),
@@ -107,6 +112,15 @@ static CUresult gcEventCreate(gcFns* f, uintptr_t* e) {
 static CUresult gcEventRecord(gcFns* f, uintptr_t e, uintptr_t s) { return f->EventRecord(H(e), H(s)); }
 static CUresult gcEventQuery(gcFns* f, uintptr_t e) { return f->EventQuery(H(e)); }
 static CUresult gcEventDestroy(gcFns* f, uintptr_t e) { return f->EventDestroy(H(e)); }
+static CUresult gcStreamIsCapturing(gcFns* f, uintptr_t s, int* status) { return f->StreamIsCapturing(H(s), status); }
+static CUresult gcCtxGetDevice(gcFns* f, int* dev) { return f->CtxGetDevice(dev); }
+static CUresult gcPrimaryRetain(gcFns* f, int dev, uintptr_t* c) {
+  CUcontext ctx = NULL;
+  CUresult r = f->DevicePrimaryCtxRetain(&ctx, dev);
+  *c = (uintptr_t)ctx;
+  return r;
+}
+static CUresult gcPrimaryRelease(gcFns* f, int dev) { return f->DevicePrimaryCtxRelease(dev); }
 static CUresult gcStreamWaitEvent(gcFns* f, uintptr_t s, uintptr_t e) { return f->StreamWaitEvent(H(s), H(e), 0); }
 */
 import "C"
@@ -250,6 +264,49 @@ func (d *Driver) do(ctx Context, f func() error) error {
 		defer C.gcCtxSetCurrent(d.fns, old)
 	}
 	return f()
+}
+
+// The special stream handles of the driver API. Each names a different stream on
+// different threads (or contexts), so it is resolved on the thread that issued the
+// work.
+const (
+	StreamLegacy    Stream = 0x1 // CU_STREAM_LEGACY: the legacy default stream of the current context
+	StreamPerThread Stream = 0x2 // CU_STREAM_PER_THREAD: the calling thread's default stream
+)
+
+// StreamCapturing reports whether stream s is being captured into a CUDA graph. Call
+// it on the thread that issued the work (see StreamContext).
+func (d *Driver) StreamCapturing(s Stream) (bool, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var status C.int
+	if err := d.check("cuStreamIsCapturing", C.gcStreamIsCapturing(d.fns, C.uintptr_t(s), &status)); err != nil {
+		return false, err
+	}
+	return status != 0, nil // CU_STREAM_CAPTURE_STATUS_NONE is 0
+}
+
+// ContextDevice returns the device ordinal of context ctx.
+func (d *Driver) ContextDevice(ctx Context) (int, error) {
+	var dev C.int
+	err := d.do(ctx, func() error { return d.check("cuCtxGetDevice", C.gcCtxGetDevice(d.fns, &dev)) })
+	return int(dev), err
+}
+
+// RetainPrimary takes a reference on device dev's primary context (the one torch and
+// the runtime API use) and returns it: the context then outlives whoever else
+// releases it, until ReleasePrimary.
+func (d *Driver) RetainPrimary(dev int) (Context, error) {
+	var ctx C.uintptr_t
+	if err := d.check("cuDevicePrimaryCtxRetain", C.gcPrimaryRetain(d.fns, C.int(dev), &ctx)); err != nil {
+		return 0, err
+	}
+	return Context(ctx), nil
+}
+
+// ReleasePrimary drops a reference RetainPrimary took.
+func (d *Driver) ReleasePrimary(dev int) error {
+	return d.check("cuDevicePrimaryCtxRelease", C.gcPrimaryRelease(d.fns, C.int(dev)))
 }
 
 // StreamContext returns the context stream s belongs to. For the special handles

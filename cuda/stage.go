@@ -29,14 +29,21 @@ func (b *block) bytes() []byte { return unsafe.Slice((*byte)(b.p), b.size) }
 // Pool is a communicator's pinned host staging memory: blocks allocated with
 // cuMemHostAlloc, reused by later operations once the completion event of the
 // operation that last used them has completed, freed by Close.
+//
+// The pool holds a reference on the primary context it allocates in (when the
+// stream's context is its device's primary context, as torch's are), so that the
+// context outlives whoever else releases it (the runtime at exit) until Close has
+// freed the pinned memory.
 type Pool struct {
-	d     *Driver
-	mu    sync.Mutex
-	ctx   Context // a context to free blocks under (the first one allocated in)
-	free  []*block
-	busy  []*Staging // handed out and not yet known to be finished
-	all   int        // bytes allocated
-	stats PoolStats
+	d       *Driver
+	mu      sync.Mutex
+	ctx     Context // a context to free blocks under (the first one allocated in)
+	primary int     // the device whose primary context the pool retained, or -1
+	free    []*block
+	busy    []*Staging // handed out and not yet known to be finished
+	last    *Staging   // the last staging whose Before ran: the next waits for its release
+	all     int        // bytes allocated
+	stats   PoolStats
 }
 
 // PoolStats counts a pool's allocations, for tests and logs.
@@ -49,7 +56,31 @@ type PoolStats struct {
 const minBlock = 64 << 10
 
 // NewPool returns an empty pool using driver d.
-func NewPool(d *Driver) *Pool { return &Pool{d: d} }
+func NewPool(d *Driver) *Pool { return &Pool{d: d, primary: -1} }
+
+// adoptContextLocked makes ctx the pool's context on first use, retaining it if it is
+// its device's primary context.
+func (p *Pool) adoptContextLocked(ctx Context) error {
+	if p.ctx != 0 {
+		return nil
+	}
+	dev, err := p.d.ContextDevice(ctx)
+	if err != nil {
+		return err
+	}
+	pctx, err := p.d.RetainPrimary(dev)
+	if err != nil {
+		return err
+	}
+	if pctx == ctx {
+		p.primary = dev
+	} else if err := p.d.ReleasePrimary(dev); err != nil {
+		// A context the caller created itself: borrowed, as the caller keeps it alive.
+		return err
+	}
+	p.ctx = ctx
+	return nil
+}
 
 // Stats returns the pool's counters.
 func (p *Pool) Stats() PoolStats {
@@ -91,6 +122,9 @@ func (p *Pool) getLocked(ctx Context, n int) (*block, error) {
 	}
 	size := max(n, minBlock)
 	size = (size + 4095) &^ 4095
+	if err := p.adoptContextLocked(ctx); err != nil {
+		return nil, err
+	}
 	var ptr unsafe.Pointer
 	err := p.d.do(ctx, func() (err error) {
 		ptr, err = p.d.hostAlloc(size)
@@ -98,9 +132,6 @@ func (p *Pool) getLocked(ctx Context, n int) (*block, error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("allocating %d bytes of pinned staging memory: %w", size, err)
-	}
-	if p.ctx == 0 {
-		p.ctx = ctx
 	}
 	p.all += size
 	p.stats.Allocs++
@@ -113,7 +144,8 @@ func (p *Pool) getLocked(ctx Context, n int) (*block, error) {
 // so the host algorithm sees the same aliasing. Call Before and After around the host
 // algorithm, or Cancel if the operation never runs.
 func (p *Pool) Stage(ctx Context, s Stream, regions []Region) (*Staging, error) {
-	st := &Staging{d: p.d, pool: p, ctx: ctx, stream: s, regions: regions, Host: make([][]byte, len(regions))}
+	st := &Staging{d: p.d, pool: p, ctx: ctx, stream: s, regions: regions, Host: make([][]byte, len(regions)),
+		released: make(chan struct{})}
 	// Group overlapping regions: sort by start, merge while the next starts before the
 	// current group ends.
 	idx := make([]int, 0, len(regions))
@@ -164,22 +196,31 @@ func (p *Pool) Stage(ctx Context, s Stream, regions []Region) (*Staging, error) 
 
 // Close waits (up to timeout) for every staging still in flight and frees the pool's
 // pinned memory. Blocks whose copies are still running after timeout are leaked rather
-// than freed under the device's feet.
+// than freed under the device's feet. The wait is made without holding the pool's
+// lock; the caller must not stage through the pool once Close has begun.
 func (p *Pool) Close(timeout time.Duration) error {
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	busy := p.busy
+	p.busy, p.last = nil, nil
+	p.mu.Unlock()
+	// A held staging would keep the next one's copies waiting: closing ends every hold.
+	for _, s := range busy {
+		s.Release()
+	}
 	deadline := time.Now().Add(timeout)
 	var errs []error
-	for _, s := range p.busy {
+	for _, s := range busy {
 		if err := s.waitDone(deadline); err != nil {
 			errs = append(errs, err)
-			continue
 		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, s := range busy {
 		if blocks, ok := s.reclaim(); ok {
 			p.free = append(p.free, blocks...)
 		}
 	}
-	p.busy = nil
 	for _, b := range p.free {
 		if err := p.d.do(p.ctx, func() error { return p.d.hostFree(b.p) }); err != nil {
 			errs = append(errs, err)
@@ -187,6 +228,13 @@ func (p *Pool) Close(timeout time.Duration) error {
 		p.all -= b.size
 	}
 	p.free = nil
+	if p.primary >= 0 && p.all == 0 {
+		// Released only once nothing is left to free in it; leaked blocks keep it.
+		if err := p.d.ReleasePrimary(p.primary); err != nil {
+			errs = append(errs, err)
+		}
+		p.primary = -1
+	}
 	return errors.Join(errs...)
 }
 
@@ -202,6 +250,10 @@ type Staging struct {
 	regions []Region
 	blocks  []*block
 
+	held     bool          // Hold: the next operation's copies wait for Release
+	released chan struct{} // closed by Release
+	relOnce  sync.Once
+
 	mu       sync.Mutex
 	ev       event // recorded after the D2H copies, then after the H2D copies
 	recorded bool  // ev captures every copy enqueued so far
@@ -210,10 +262,62 @@ type Staging struct {
 	done     bool  // blocks returned to the pool, ev destroyed
 }
 
+// Hold says that the owner of the operation will queue follow-up work on its stream
+// once the operation has completed (the PyTorch backend's copies out of staging
+// tensors), which later operations must see: the next staging of the pool to run
+// Before queues nothing on its stream until Release. Call it before the next
+// operation is issued.
+func (s *Staging) Hold() {
+	s.mu.Lock()
+	s.held = true
+	s.mu.Unlock()
+}
+
+// Release ends Hold (and is a no-op without it). Idempotent.
+func (s *Staging) Release() {
+	s.relOnce.Do(func() { close(s.released) })
+}
+
+// waitReleased waits, until deadline, for Release if the staging is held.
+func (s *Staging) waitReleased(deadline time.Time) error {
+	s.mu.Lock()
+	held := s.held
+	s.mu.Unlock()
+	if !held {
+		return nil
+	}
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-s.released:
+		return nil
+	case <-t.C:
+		return fmt.Errorf("cuda: the previous operation on stream %#x was not released in time (its follow-up work was never queued)", uintptr(s.stream))
+	}
+}
+
 // Before enqueues the device->host copies of the input regions on the stream and waits
 // (until deadline) for them: the host buffers then hold what the device buffers held
-// after all work queued on the stream before this call.
+// after all work queued on the stream before this call. If the operation that ran
+// before it on the pool was held (Hold), it first waits for that one's Release, so
+// stream work stays in issue order.
 func (s *Staging) Before(deadline time.Time) error {
+	s.pool.mu.Lock()
+	prev := s.pool.last
+	s.pool.last = s
+	s.pool.mu.Unlock()
+	if prev != nil {
+		if err := prev.waitReleased(deadline); err != nil {
+			return err
+		}
+	}
+	return s.CopyIn(deadline)
+}
+
+// CopyIn is Before without the wait for a held operation: for operations that are
+// not ordered with the others of the pool (point-to-point), called on the issuing
+// thread.
+func (s *Staging) CopyIn(deadline time.Time) error {
 	var err error
 	s.mu.Lock()
 	err = s.d.do(s.ctx, func() error {
@@ -271,6 +375,7 @@ func (s *Staging) Cancel() {
 	s.mu.Lock()
 	s.finished = true
 	s.mu.Unlock()
+	s.Release()
 }
 
 // WaitOn makes stream waiter wait for the staging's completion event (the H2D copies

@@ -343,3 +343,34 @@ class WorkerRun:
                 + "\n\n" + self.run.describe()
             )
         return records
+
+
+# Devices the worker-based tests run gonccl's operations on (workers/_device.py):
+#   cpu       CPU tensors, as the workers build them;
+#   cuda      CUDA copies of them (rank r on cuda:r % device_count); needs a GPU;
+#   cpu-copy  CPU copies made by the same wrapper, so the wrapper the cuda runs depend
+#             on is itself checked where there is no GPU (one configuration per file).
+DEVICES = ("cpu", "cuda")
+
+
+def device_cases(configs, copy_config: str) -> list:
+    """(config, device) pairs: every config on every device, plus copy_config on
+    cpu-copy."""
+    return [(c, d) for d in DEVICES for c in configs] + [(copy_config, "cpu-copy")]
+
+
+def device_env(device: str) -> dict:
+    """The worker environment for device; skips the test for cuda without a GPU."""
+    if device == "cuda":
+        import pytest
+        import torch
+
+        if not torch.cuda.is_available():
+            pytest.skip("no GPU here (torch.cuda.is_available() is False): gonccl's CUDA path is covered in CI "
+                        "only against the fake driver (test_cuda_capi.py); this runs where a GPU is")
+    return {} if device == "cpu" else {"GONCCL_TEST_DEVICE": device}
+
+
+def device_key(key: str, device: str) -> str:
+    """A worker_runs cache key per device (the cpu runs keep their old keys)."""
+    return key if device == "cpu" else f"{key}-{device}"

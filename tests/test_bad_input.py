@@ -27,6 +27,7 @@ SECTIONS = [
     "sparse",
     "dtype",
     "all_gather_sizes",
+    "size_overflow",
     "unsupported_ops",
     "mismatch_size",
     "mismatch_dtype",

@@ -27,6 +27,8 @@ first test that needs it.
 
 import pytest
 
+import _harness
+
 CONFIGS = {
     "ws1": (1, {}),
     "ws2": (2, {}),
@@ -58,18 +60,25 @@ SECTIONS = [
 RUN_TIMEOUT = 240
 
 
-def collectives_run(worker_runs, config):
+# Every config on CPU tensors and (where there is a GPU) on CUDA tensors; see
+# _harness.DEVICES.
+CASES = _harness.device_cases(CONFIGS, "ws2")
+
+
+def collectives_run(worker_runs, config, device="cpu"):
     world_size, env = CONFIGS[config]
+    env = {**env, **_harness.device_env(device)}
     return worker_runs(
-        f"collectives-{config}", "collectives_worker.py", world_size, timeout=RUN_TIMEOUT, env=env
+        _harness.device_key(f"collectives-{config}", device), "collectives_worker.py", world_size,
+        timeout=RUN_TIMEOUT, env=env
     )
 
 
 @pytest.mark.timeout(RUN_TIMEOUT + 60)
 @pytest.mark.parametrize("section", SECTIONS)
-@pytest.mark.parametrize("config", list(CONFIGS))
-def test_collective_section(worker_runs, config, section):
-    run = collectives_run(worker_runs, config)
+@pytest.mark.parametrize("config,device", CASES)
+def test_collective_section(worker_runs, config, device, section):
+    run = collectives_run(worker_runs, config, device)
     records = run.section(section)
     if section == "all_reduce":
         # The comparison with Gloo must actually have happened for every combination.
@@ -80,10 +89,10 @@ def test_collective_section(worker_runs, config, section):
 
 
 @pytest.mark.timeout(RUN_TIMEOUT + 60)
-@pytest.mark.parametrize("config", list(CONFIGS))
-def test_all_ranks_exit_cleanly(worker_runs, config):
+@pytest.mark.parametrize("config,device", CASES)
+def test_all_ranks_exit_cleanly(worker_runs, config, device):
     """Every rank finished every section and exited 0 (no crash or hang at exit)."""
-    run = collectives_run(worker_runs, config)
+    run = collectives_run(worker_runs, config, device)
     run.run.assert_ok(f"collectives {config}")
     for r, rep in enumerate(run.reports):
         assert rep["finished"] and rep["order"] == SECTIONS, (r, rep["order"])

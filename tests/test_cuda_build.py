@@ -98,3 +98,12 @@ def test_cuda_one_device_shared_by_two_ranks(cuda_build_run):
     if not torch.cuda.is_available():
         pytest.skip("no GPU here (torch.cuda.is_available() is False): not yet run on real GPU hardware")
     cuda_build_run.section("cuda_one_device")
+
+
+@pytest.mark.timeout(RUN_TIMEOUT + 30)
+def test_cuda_stream_ordering_on_a_real_gpu(cuda_build_run):
+    """Issue 13's stream-ordering bugs, read back on the GPU right away (see
+    cuda_build_worker.py); the fake-driver versions run in test_cuda_capi.py."""
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU here (torch.cuda.is_available() is False): not yet run on real GPU hardware")
+    cuda_build_run.section("cuda_ordering")

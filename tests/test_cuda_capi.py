@@ -9,7 +9,14 @@ slow kernel queued before a call is seen by it; that work queued after a blockin
 or on another stream after goncclRequestWaitStream sees the result; that no queued
 copy touched freed memory and the pinned pool is freed by goncclCommDestroy; and that
 bad pointers and streams give errors naming the CUDA error; and that a collective the
-ranks disagree on fails everywhere without copying anything back.
+ranks disagree on fails everywhere without copying anything back. Stream ordering (issue
+13): a consumer on the legacy or per-thread default stream after goncclRequestWaitStream
+sees the result although gonccl's stream is non-blocking and its copies run late; a
+copy-out queued after an op completed, under goncclRequestHoldStream, is seen by the next
+op; cudaStreamPerThread and streams under graph capture are refused before anything is
+queued; memory of another device than the stream's is refused; the pinned pool holds one
+primary context reference until destroy; send/recv (group ring, async with tags, any
+source) on device buffers.
 
 This is the only place the CUDA path runs in CI: no real GPU is involved.
 """

@@ -23,6 +23,8 @@ import os
 
 import pytest
 
+import _harness
+
 LONG = os.environ.get("GONCCL_DIFF_LONG", "") not in ("", "0")
 SEED = int(os.environ.get("GONCCL_DIFF_SEED", "20261122"))
 if LONG:
@@ -31,6 +33,11 @@ if LONG:
 else:
     CONFIGS = {"ws2": (2, 600), "ws3": (3, 600), "ws4": (4, 500)}
     TIMEOUT = 420
+
+
+# Every config on CPU tensors and (where there is a GPU) on CUDA tensors, the Gloo
+# oracle staying on the CPU; see _harness.DEVICES.
+CASES = _harness.device_cases(CONFIGS, "ws2")
 
 
 def diff_run(worker_runs, config, env=None, key=None):
@@ -52,9 +59,10 @@ def summary(counts: dict) -> str:
 
 
 @pytest.mark.timeout(TIMEOUT + 120)
-@pytest.mark.parametrize("config", list(CONFIGS))
-def test_differential(worker_runs, config):
-    run = diff_run(worker_runs, config)
+@pytest.mark.parametrize("config,device", CASES)
+def test_differential(worker_runs, config, device):
+    run = diff_run(worker_runs, config, env=_harness.device_env(device),
+                   key=_harness.device_key(f"differential-{config}", device))
     first = [rep["sections"].get("differential", {}).get("data", {}).get("first_failure") for rep in run.reports]
     if any(first):
         print(f"\nfirst failure per rank: {first}")

@@ -16,27 +16,35 @@
 
 import pytest
 
+import _harness
+
 CONFIGS = {"ws2": 2, "ws3": 3}
 SECTIONS = ["init", "new_group", "new_subgroups", "split_group", "threads", "destruction", "object_collectives",
             "ddp_hooks", "futures"]
 TIMEOUT = 300
 
 
-def gh_run(worker_runs, config):
-    return worker_runs(f"groups-hooks-{config}", "groups_hooks_worker.py", CONFIGS[config], timeout=TIMEOUT)
+# Every config on CPU tensors and (where there is a GPU) on CUDA tensors; see
+# _harness.DEVICES. (DDP itself trains a CPU model: its hooks' collectives move.)
+CASES = _harness.device_cases(CONFIGS, "ws2")
+
+
+def gh_run(worker_runs, config, device="cpu"):
+    return worker_runs(_harness.device_key(f"groups-hooks-{config}", device), "groups_hooks_worker.py",
+                       CONFIGS[config], timeout=TIMEOUT, env=_harness.device_env(device))
 
 
 @pytest.mark.timeout(TIMEOUT + 60)
 @pytest.mark.parametrize("section", SECTIONS)
-@pytest.mark.parametrize("config", list(CONFIGS))
-def test_groups_hooks_section(worker_runs, config, section):
-    run = gh_run(worker_runs, config)
+@pytest.mark.parametrize("config,device", CASES)
+def test_groups_hooks_section(worker_runs, config, device, section):
+    run = gh_run(worker_runs, config, device)
     recs = run.section(section)
     if section == "ddp_hooks":
         print({k: v for k, v in recs[0]["data"].items()})
 
 
 @pytest.mark.timeout(TIMEOUT + 60)
-@pytest.mark.parametrize("config", list(CONFIGS))
-def test_groups_hooks_ranks_exit_cleanly(worker_runs, config):
-    gh_run(worker_runs, config).run.assert_ok(f"groups/hooks {config}")
+@pytest.mark.parametrize("config,device", CASES)
+def test_groups_hooks_ranks_exit_cleanly(worker_runs, config, device):
+    gh_run(worker_runs, config, device).run.assert_ok(f"groups/hooks {config} on {device}")

@@ -31,21 +31,29 @@ Sections:
 
 import pytest
 
+import _harness
+
 CONFIGS = {"ws1": 1, "ws2": 2, "ws3": 3, "ws4": 4}
 SECTIONS = ["reductions", "coalesced", "premul_sum", "bad_combinations", "data_movement", "alltoall_uneven", "p2p",
             "monitored_barrier", "noncontiguous", "noncontiguous_parity", "threads_groups"]
 TIMEOUT = 300
 
 
-def ops_run(worker_runs, config):
-    return worker_runs(f"ops-{config}", "ops_worker.py", CONFIGS[config], timeout=TIMEOUT)
+# Every config on CPU tensors and (where there is a GPU) on CUDA tensors; see
+# _harness.DEVICES.
+CASES = _harness.device_cases(CONFIGS, "ws2")
+
+
+def ops_run(worker_runs, config, device="cpu"):
+    return worker_runs(_harness.device_key(f"ops-{config}", device), "ops_worker.py", CONFIGS[config],
+                       timeout=TIMEOUT, env=_harness.device_env(device))
 
 
 @pytest.mark.timeout(TIMEOUT + 60)
 @pytest.mark.parametrize("section", SECTIONS)
-@pytest.mark.parametrize("config", list(CONFIGS))
-def test_ops_section(worker_runs, config, section):
-    run = ops_run(worker_runs, config)
+@pytest.mark.parametrize("config,device", CASES)
+def test_ops_section(worker_runs, config, device, section):
+    run = ops_run(worker_runs, config, device)
     recs = run.section(section)
     if section == "reductions":
         combos = recs[0]["data"]["combinations"]
@@ -56,11 +64,11 @@ def test_ops_section(worker_runs, config, section):
 
 
 @pytest.mark.timeout(TIMEOUT + 60)
-@pytest.mark.parametrize("config", list(CONFIGS))
-def test_ops_ranks_exit_cleanly(worker_runs, config):
+@pytest.mark.parametrize("config,device", CASES)
+def test_ops_ranks_exit_cleanly(worker_runs, config, device):
     """Every rank ran every section and exited by itself (no crash, hang or kill); the
     exit code is 1 exactly when some section recorded a failure (asserted above)."""
-    run = ops_run(worker_runs, config)
+    run = ops_run(worker_runs, config, device)
     assert not run.run.timed_out and not any(p.killed for p in run.run.procs), run.run.describe()
     for r, (rep, proc) in enumerate(zip(run.reports, run.run.procs)):
         assert rep["finished"], (r, rep["order"])

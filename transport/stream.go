@@ -9,6 +9,8 @@ import (
 	"os"
 	"sync/atomic"
 	"time"
+
+	"github.com/gonccl/gonccl/internal/safego"
 )
 
 // HeaderSize is the encoded size of a Header on the wire.
@@ -68,7 +70,7 @@ func (l *StreamLink) Fail(grace time.Duration) {
 	l.failed.Store(true)
 	_ = l.conn.SetReadDeadline(now)
 	_ = l.conn.SetWriteDeadline(now.Add(grace))
-	time.AfterFunc(grace, func() { l.conn.Close() })
+	time.AfterFunc(grace, safego.Guard{}.Func("link close timer", nil, func() { l.conn.Close() }))
 }
 
 var errFailed = fmt.Errorf("link shut down after an earlier error: %w", ErrPeerClosed)

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/gonccl/gonccl/internal/safego"
 )
 
 // A StripedLink is a Link over several connections to one peer (NCCL's "several
@@ -45,6 +47,8 @@ type StripedLink struct {
 	once   sync.Once
 	tx, rx stripeDir
 	stale  atomic.Pointer[StaleHandler]
+	guard  safego.Guard
+	fault  atomic.Pointer[error] // a helper panicked: every call fails with this
 }
 
 // OnStale implements StaleDropper.
@@ -96,8 +100,9 @@ type stripeSock struct {
 // NewStripedLink returns a Link to peer over conns (at most MaxSockets) that sends
 // with threads goroutines (1 <= threads <= len(conns)). The link owns the
 // connections. The peer must list the same connections in the same order; its thread
-// count may differ.
-func NewStripedLink(peer int, conns []net.Conn, threads int) (*StripedLink, error) {
+// count may differ. guard (at most one) sets how the link's goroutines report a panic
+// (see package safego); without it a panic is still recovered, and fails the link.
+func NewStripedLink(peer int, conns []net.Conn, threads int, guard ...safego.Guard) (*StripedLink, error) {
 	if len(conns) < 1 || len(conns) > MaxSockets {
 		return nil, fmt.Errorf("striped link to rank %d: %d connections, want 1..%d", peer, len(conns), MaxSockets)
 	}
@@ -105,6 +110,9 @@ func NewStripedLink(peer int, conns []net.Conn, threads int) (*StripedLink, erro
 		return nil, fmt.Errorf("striped link to rank %d: %d threads for %d connections", peer, threads, len(conns))
 	}
 	l := &StripedLink{peer: peer, conns: conns, quit: make(chan struct{})}
+	if len(guard) > 0 {
+		l.guard = guard[0]
+	}
 	l.tx.threads = threads
 	l.rx.recv, l.rx.threads = true, len(conns)
 	for _, d := range []*stripeDir{&l.tx, &l.rx} {
@@ -113,7 +121,7 @@ func NewStripedLink(peer int, conns []net.Conn, threads int) (*StripedLink, erro
 		d.done = make(chan error, d.threads)
 		for t := 1; t < d.threads; t++ {
 			d.start[t] = make(chan struct{})
-			go l.helper(d, t)
+			l.guard.Go("tcp link sender", nil, l.helperDied, func() { l.helper(d, t) })
 		}
 	}
 	return l, nil
@@ -150,13 +158,16 @@ func (l *StripedLink) Fail(grace time.Duration) {
 		_ = c.SetReadDeadline(now)
 		_ = c.SetWriteDeadline(now.Add(grace))
 	}
-	time.AfterFunc(grace, func() { l.Close() })
+	time.AfterFunc(grace, l.guard.Func("link close timer", nil, func() { l.Close() }))
 }
 
 // Send implements Link.
 func (l *StripedLink) Send(h *Header, p []byte, deadline time.Time) error {
 	if uint64(len(p)) > uint64(^uint32(0)) {
 		return fmt.Errorf("frame of %d bytes is too large", len(p))
+	}
+	if f := l.fault.Load(); f != nil {
+		return *f
 	}
 	if l.failed.Load() {
 		// As StreamLink: a failed link still sends within its grace period.
@@ -169,6 +180,9 @@ func (l *StripedLink) Send(h *Header, p []byte, deadline time.Time) error {
 
 // Recv implements Link.
 func (l *StripedLink) Recv(want *Header, p []byte, deadline time.Time) error {
+	if f := l.fault.Load(); f != nil {
+		return *f
+	}
 	if l.failed.Load() {
 		return errFailed
 	}
@@ -246,7 +260,7 @@ func (l *StripedLink) helper(d *stripeDir, t int) {
 	for {
 		select {
 		case <-d.start[t]:
-			err := l.drive(d, t)
+			err := l.guard.Run("tcp link stripe", func() error { return l.drive(d, t) })
 			if err != nil {
 				l.abort(d, err)
 			}
@@ -255,6 +269,17 @@ func (l *StripedLink) helper(d *stripeDir, t int) {
 			return
 		}
 	}
+}
+
+// helperDied closes the link after a panic outside a helper's operations (which
+// Run already turns into that operation's error): with one helper gone, the link
+// could not move another frame.
+func (l *StripedLink) helperDied(err error) {
+	err = fmt.Errorf("striped link to rank %d: %w", l.peer, err)
+	l.fault.Store(&err)
+	l.abort(&l.tx, err)
+	l.abort(&l.rx, err)
+	l.Close()
 }
 
 // abort records the current operation's first error and stops every connection of

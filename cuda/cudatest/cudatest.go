@@ -10,7 +10,7 @@ package cudatest
 
 typedef struct {
   long dtoh, htod, kernels, host_allocs, host_frees, host_live, events_created, events_destroyed,
-      bad_access, host_races, context_errors;
+      bad_access, host_races, context_errors, stale_reads, captured_ops, primary_retained;
 } counters;
 
 typedef struct {
@@ -23,11 +23,18 @@ typedef struct {
   int (*AddF32)(void*, void*, size_t, float, unsigned);
   int (*Drain)(void*);
   void (*Counters)(counters*);
+  void* (*StreamCreateWithFlags)(int, unsigned);
+  int (*BeginCapture)(void*);
+  int (*EndCapture)(void*);
+  int (*CheckF32)(void*, void*, size_t, float, unsigned);
+  int (*CtxSetCurrent)(void*);
 } hooks;
 
 static const char* hookNames[] = {
   "fakecudaMalloc", "fakecudaFree", "fakecudaStreamCreate", "fakecudaContext", "fakecudaSetDelay",
   "fakecudaFillF32", "fakecudaAddF32", "fakecudaStreamDrain", "fakecudaGetCounters",
+  "fakecudaStreamCreateWithFlags", "fakecudaBeginCapture", "fakecudaEndCapture", "fakecudaCheckF32",
+  "cuCtxSetCurrent",
 };
 
 static int openHooks(const char* path, hooks* h) {
@@ -48,6 +55,10 @@ static uintptr_t hContext(hooks* h, int dev) { return (uintptr_t)h->Context(dev)
 static void hSetDelay(hooks* h, unsigned lo, unsigned hi) { h->SetDelay(lo, hi); }
 static int hFill(hooks* h, uintptr_t s, uintptr_t p, size_t n, float v, unsigned d) { return h->FillF32((void*)s, (void*)p, n, v, d); }
 static int hAdd(hooks* h, uintptr_t s, uintptr_t p, size_t n, float v, unsigned d) { return h->AddF32((void*)s, (void*)p, n, v, d); }
+static uintptr_t hStreamFlags(hooks* h, int dev, unsigned f) { return (uintptr_t)h->StreamCreateWithFlags(dev, f); }
+static int hCapture(hooks* h, uintptr_t s, int on) { return on ? h->BeginCapture((void*)s) : h->EndCapture((void*)s); }
+static int hCheck(hooks* h, uintptr_t s, uintptr_t p, size_t n, float v, unsigned d) { return h->CheckF32((void*)s, (void*)p, n, v, d); }
+static int hSetCurrent(hooks* h, uintptr_t c) { return h->CtxSetCurrent((void*)c); }
 static int hDrain(hooks* h, uintptr_t s) { return h->Drain((void*)s); }
 static void hCounters(hooks* h, counters* c) { h->Counters(c); }
 static float hRead(uintptr_t p, size_t i) { return ((float*)p)[i]; }
@@ -96,7 +107,7 @@ type Fake struct{ h *C.hooks }
 // Counters mirrors fakecudaCounters.
 type Counters struct {
 	DtoH, HtoD, Kernels, HostAllocs, HostFrees, HostLive, EventsCreated, EventsDestroyed,
-	BadAccess, HostRaces, ContextErrors int
+	BadAccess, HostRaces, ContextErrors, StaleReads, CapturedOps, PrimaryRetained int
 }
 
 // Open reaches the hooks of the fake at path (the same loaded copy the driver uses).
@@ -123,6 +134,41 @@ func (f *Fake) Free(p uintptr) error {
 
 // Stream creates a stream on device dev.
 func (f *Fake) Stream(dev int) uintptr { return uintptr(C.hStream(f.h, C.int(dev))) }
+
+// Special stream handles, resolved on the calling thread (which needs a current
+// context: SetCurrent).
+const (
+	StreamLegacy    = 0x1 // CU_STREAM_LEGACY: the legacy default stream
+	StreamPerThread = 0x2 // CU_STREAM_PER_THREAD: the calling thread's default stream
+)
+
+// NonBlockingStream creates a stream on device dev that does not synchronize with
+// the legacy default stream (CU_STREAM_NON_BLOCKING, like torch's streams).
+func (f *Fake) NonBlockingStream(dev int) uintptr { return uintptr(C.hStreamFlags(f.h, C.int(dev), 1)) }
+
+// Capture starts (on) or ends stream capture on s: meanwhile nothing queued on s runs.
+func (f *Fake) Capture(s uintptr, on bool) error {
+	flag := C.int(0)
+	if on {
+		flag = 1
+	}
+	if C.hCapture(f.h, C.uintptr_t(s), flag) != 0 {
+		return fmt.Errorf("fake stream capture on %#x failed", s)
+	}
+	return nil
+}
+
+// Check queues a consumer that counts a stale read (Counters.StaleReads) if any of n
+// float32s at p differs from want when it runs.
+func (f *Fake) Check(s, p uintptr, n int, want float32, delayUs uint) error {
+	if C.hCheck(f.h, C.uintptr_t(s), C.uintptr_t(p), C.size_t(n), C.float(want), C.uint(delayUs)) != 0 {
+		return fmt.Errorf("fakecudaCheckF32 failed")
+	}
+	return nil
+}
+
+// SetCurrent makes context ctx current on the calling OS thread (lock it first).
+func (f *Fake) SetCurrent(ctx uintptr) { C.hSetCurrent(f.h, C.uintptr_t(ctx)) }
 
 // Context returns device dev's context.
 func (f *Fake) Context(dev int) uintptr { return uintptr(C.hContext(f.h, C.int(dev))) }
@@ -170,5 +216,6 @@ func (f *Fake) Counters() Counters {
 	var c C.counters
 	C.hCounters(f.h, &c)
 	return Counters{int(c.dtoh), int(c.htod), int(c.kernels), int(c.host_allocs), int(c.host_frees), int(c.host_live),
-		int(c.events_created), int(c.events_destroyed), int(c.bad_access), int(c.host_races), int(c.context_errors)}
+		int(c.events_created), int(c.events_destroyed), int(c.bad_access), int(c.host_races), int(c.context_errors),
+		int(c.stale_reads), int(c.captured_ops), int(c.primary_retained)}
 }

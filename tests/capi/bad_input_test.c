@@ -170,6 +170,20 @@ static void test_overflow(goncclComm_t comm) {
     EXPECT(goncclRecv(x, n, goncclComplex128, (rank + 1) % nranks, comm, NULL), comm, goncclInvalidArgument,
            "overflows");
   }
+  /* Byte sizes that fit in 64 bits but in no address space (more than 2^47 bytes): the
+   * old code let 1<<46 floats (2^48 bytes) through and ran the collective, reading far
+   * past the 16-byte buffer (a crash); 1<<50 panicked in unsafe.Slice (an internal
+   * error). Both are refused now, naming the count. */
+  const size_t vast[] = {(size_t)1 << 46, (size_t)1 << 50, ((size_t)1 << 47) / 4 + 1};
+  for (size_t i = 0; i < sizeof vast / sizeof vast[0]; i++) {
+    size_t n = vast[i];
+    EXPECT(goncclAllReduce(x, x, n, goncclFloat32, goncclSum, comm, NULL), comm, goncclInvalidArgument,
+           "overflows");
+    EXPECT(goncclAllGather(x, x, n / (size_t)nranks + 1, goncclFloat32, comm, NULL), comm,
+           goncclInvalidArgument, "overflows");
+    EXPECT(goncclSend(x, n, goncclFloat32, (rank + 1) % nranks, comm, NULL), comm, goncclInvalidArgument,
+           "overflows");
+  }
   /* Counts that fit alone but overflow once multiplied by the number of ranks. */
   size_t per = SIZE_MAX / (size_t)nranks + 1;
   EXPECT(goncclAllGather(x, x, per, goncclInt8, comm, NULL), comm, goncclInvalidArgument, "overflows");

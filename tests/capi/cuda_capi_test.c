@@ -11,6 +11,11 @@
  * sees the result; no queued copy touches freed memory and the pinned pool is freed
  * by goncclCommDestroy; bad pointers and streams give errors naming the CUDA error.
  * Ranks r and r+2 use the same device, as several ranks may share one GPU.
+ *
+ * The stream-ordering checks use the fake's legacy default stream (which does not wait
+ * for non-blocking streams, like torch's), per-thread streams, streams whose copies
+ * run late, and consumer kernels (fakecudaCheckF32) that count a stale read if they
+ * run before the result is there: every consumer queued after a wait must see it.
  */
 #include <errno.h>
 #include <math.h>
@@ -30,6 +35,14 @@
 static int dev;
 static void* stream; /* gonccl's stream */
 static void* other;  /* a second stream of the same device, ordered with WaitStream */
+
+/* Driver entry points of the fake the test calls itself (CUresult is an int). */
+int cuCtxSetCurrent(void* ctx);
+#define STREAM_LEGACY ((goncclStream_t)0x1)
+#define STREAM_PER_THREAD ((goncclStream_t)0x2)
+#define NON_BLOCKING 0x1
+/* A delay per operation of gonccl's stream in the ordering tests: its copies run late. */
+#define LATE_US 20000
 
 static float* dmalloc(size_t n) {
   float* p = fakecudaMalloc(dev, (n ? n : 1) * sizeof(float));
@@ -236,15 +249,188 @@ static void test_bad(goncclComm_t comm) {
   CHECK(r == goncclUnhandledCudaError, "bad stream -> %d", r);
   CHECK(strstr(goncclGetLastError(comm), "cuda: cuStreamGetCtx: CUDA_ERROR_INVALID_HANDLE"), "message: %s",
         goncclGetLastError(comm));
-  /* Point-to-point with a stream is refused clearly. */
-  r = goncclSend(good, 16, goncclFloat32, (rank + 1) % nranks, comm, stream);
-  CHECK(r == goncclNotSupported, "send with stream -> %d", r);
+  /* Memory of another device than the stream's. */
+  float* far = fakecudaMalloc(7, 16 * sizeof(float));
+  CHECK(far != NULL, "fakecudaMalloc");
+  r = goncclAllReduce(far, far, 16, goncclFloat32, goncclSum, comm, stream);
+  CHECK(r == goncclInvalidArgument, "buffer of device 7, stream of device %d -> %d", dev, r);
+  CHECK(strstr(goncclGetLastError(comm), "sendbuff") && strstr(goncclGetLastError(comm), "device 7") &&
+            strstr(goncclGetLastError(comm), "stream is on device"),
+        "message: %s", goncclGetLastError(comm));
+  fakecudaFree(far);
+  /* cudaStreamPerThread: on gonccl's threads it is another stream. */
+  r = goncclAllReduce(good, good, 16, goncclFloat32, goncclSum, comm, STREAM_PER_THREAD);
+  CHECK(r == goncclInvalidUsage, "cudaStreamPerThread -> %d", r);
+  CHECK(strstr(goncclGetLastError(comm), "cudaStreamPerThread"), "message: %s", goncclGetLastError(comm));
+  r = goncclSend(good, 16, goncclFloat32, (rank + 1) % nranks, comm, STREAM_PER_THREAD);
+  CHECK(r == goncclInvalidUsage, "send on cudaStreamPerThread -> %d", r);
+  CHECK(goncclStreamCheck(STREAM_PER_THREAD) == goncclInvalidUsage, "goncclStreamCheck(cudaStreamPerThread)");
+  CHECK(goncclStreamCheck(STREAM_LEGACY) == goncclSuccess, "goncclStreamCheck(cudaStreamLegacy)");
+  CHECK(goncclStreamCheck(NULL) == goncclInvalidArgument, "goncclStreamCheck(NULL)");
+  /* A stream under graph capture: refused before anything is queued on it. */
+  void* cap = fakecudaStreamCreateWithFlags(dev, NON_BLOCKING);
+  CHECK(fakecudaBeginCapture(cap) == 0, "begin capture");
+  fakecudaCounters before;
+  fakecudaGetCounters(&before);
+  r = goncclAllReduce(good, good, 16, goncclFloat32, goncclSum, comm, cap);
+  CHECK(r == goncclInvalidUsage, "stream under capture -> %d", r);
+  CHECK(strstr(goncclGetLastError(comm), "captured into a CUDA graph"), "message: %s", goncclGetLastError(comm));
+  CHECK(goncclStreamCheck(cap) == goncclInvalidUsage, "goncclStreamCheck(capturing)");
+  fakecudaCounters after;
+  fakecudaGetCounters(&after);
+  CHECK(after.captured_ops == before.captured_ops, "%ld operations were queued into the capture",
+        after.captured_ops - before.captured_ops);
+  CHECK(fakecudaEndCapture(cap) == 0, "end capture");
   /* The communicator still works. */
   CHECK(fakecudaFillF32(stream, good, 16, 1, 0) == 0, "fill");
   OK(goncclAllReduce(good, good, 16, goncclFloat32, goncclSum, comm, stream), comm);
   fakecudaStreamDrain(stream);
   CHECK(good[15] == (float)nranks, "after errors: %f", good[15]);
   fakecudaFree(good);
+}
+
+/* Bug 1 of issue 13: the PyTorch backend's default stream is the legacy default
+ * stream, which does not wait for gonccl's non-blocking stream. A consumer queued on it
+ * after goncclRequestWaitStream(request, waiter) must see the result; gonccl's copies
+ * run late, so a waiter that makes no GPU-side wait (NULL: the host wait only, which is
+ * what the backend passed for torch's default stream) shows up as a stale read. Same
+ * for the calling thread's per-thread default stream. */
+static void test_default_stream_waiters(goncclComm_t comm) {
+  void* g = fakecudaStreamCreateWithFlags(dev, NON_BLOCKING);
+  CHECK(fakecudaStreamSetDelay(g, LATE_US) == 0, "stream delay");
+  goncclStream_t waiters[] = {STREAM_LEGACY, STREAM_PER_THREAD};
+  size_t n = 4096;
+  float* x = dmalloc(n);
+  for (int w = 0; w < 2; w++) {
+    for (int round = 0; round < 3; round++) {
+      float v = (float)(rank + 1 + 10 * round);
+      CHECK(fakecudaFillF32(g, x, n, v, 0) == 0, "fill");
+      goncclRequest_t req;
+      OK(goncclAllReduceAsync(x, x, n, goncclFloat32, goncclSum, comm, g, &req), comm);
+      OK(goncclRequestWaitStream(req, waiters[w]), comm);
+      CHECK(fakecudaCheckF32(waiters[w], x, n, tri() + (float)(10 * round * nranks), 0) == 0, "check");
+      OK(goncclRequestFree(req), comm);
+      CHECK(fakecudaStreamDrain(waiters[w]) == 0, "drain");
+    }
+  }
+  /* The legacy stream as the operation's stream (a C caller's default stream): the
+   * copies, queued from gonccl's threads, go on the same legacy stream. */
+  CHECK(fakecudaFillF32(STREAM_LEGACY, x, n, (float)(rank + 1), SLOW_US) == 0, "fill");
+  OK(goncclAllReduce(x, x, n, goncclFloat32, goncclSum, comm, STREAM_LEGACY), comm);
+  CHECK(fakecudaCheckF32(STREAM_LEGACY, x, n, tri(), 0) == 0, "check");
+  CHECK(fakecudaStreamDrain(STREAM_LEGACY) == 0, "drain");
+  CHECK(x[n - 1] == tri(), "all_reduce on the legacy stream: %f", x[n - 1]);
+  fakecudaStreamDrain(g);
+  fakecudaFree(x);
+  fakecudaCounters c;
+  fakecudaGetCounters(&c);
+  CHECK(c.stale_reads == 0, "%ld consumers on a default stream read the result before it was there", c.stale_reads);
+}
+
+/* Bugs 2 and 3 of issue 13: the backend copies results out of a staging buffer on the
+ * stream once an operation has completed (all_gather into a list). The next operation
+ * may read those outputs, so its device->host copies must be queued after the copy-out,
+ * however late the completion thread gets to it: goncclRequestHoldStream keeps the
+ * next operation's stream work back until goncclRequestReleaseStream. */
+static void test_hold_orders_copy_outs(goncclComm_t comm) {
+  void* g = fakecudaStreamCreateWithFlags(dev, NON_BLOCKING);
+  size_t n = 2048;
+  float *send = dmalloc(n), *flat = dmalloc(n * nranks), *out = dmalloc(n);
+  for (int round = 0; round < 3; round++) {
+    CHECK(fakecudaFillF32(g, send, n, (float)rank, 0) == 0, "fill");
+    CHECK(fakecudaFillF32(g, out, n, -1, 0) == 0, "fill");
+    goncclRequest_t gather, reduce;
+    OK(goncclAllGatherAsync(send, flat, n, goncclFloat32, comm, g, &gather), comm);
+    OK(goncclRequestHoldStream(gather), comm);
+    /* Issued before the copy-out below exists; it reads what the copy-out writes. */
+    OK(goncclAllReduceAsync(out, out, n, goncclFloat32, goncclSum, comm, g, &reduce), comm);
+    OK(goncclRequestWait(gather, -1), comm);
+    usleep(50000); /* a completion thread that gets to it late */
+    /* The "copy-out": a slow kernel writing the outputs (rank's value + 1). */
+    CHECK(fakecudaFillF32(g, out, n, (float)(rank + 1), SLOW_US) == 0, "copy-out");
+    OK(goncclRequestReleaseStream(gather), comm);
+    OK(goncclRequestWaitStream(reduce, other), comm);
+    CHECK(fakecudaCheckF32(other, out, n, tri(), 0) == 0, "check");
+    fakecudaStreamDrain(other);
+    CHECK(out[0] == tri() && out[n - 1] == tri(), "round %d: all_reduce after the copy-out = %f, want %f", round,
+          out[0], tri());
+    OK(goncclRequestFree(gather), comm);
+    OK(goncclRequestFree(reduce), comm);
+  }
+  /* Freeing a held request releases it: the next operation runs. (One never released
+   * fails the next operation at its deadline: go test ./cuda.) */
+  goncclRequest_t held, next;
+  OK(goncclAllReduceAsync(send, send, n, goncclFloat32, goncclSum, comm, g, &held), comm);
+  OK(goncclRequestHoldStream(held), comm);
+  OK(goncclRequestWait(held, -1), comm);
+  OK(goncclAllReduceAsync(out, out, n, goncclFloat32, goncclSum, comm, g, &next), comm);
+  OK(goncclRequestFree(held), comm);
+  OK(goncclRequestWait(next, -1), comm);
+  OK(goncclRequestFree(next), comm);
+  fakecudaStreamDrain(g);
+  fakecudaFree(send);
+  fakecudaFree(flat);
+  fakecudaFree(out);
+}
+
+/* Point-to-point on device buffers: a ring of sends and receives in a group, async
+ * with a tag, and a receive from any source. A send sees a slow kernel queued before
+ * it; a consumer queued after goncclRequestWaitStream sees the received data. */
+static void test_p2p(goncclComm_t comm) {
+  int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
+  size_t sizes[] = {7, 100000};
+  for (size_t k = 0; k < 2; k++) {
+    size_t n = sizes[k];
+    float *sb = dmalloc(n), *rb = dmalloc(n);
+    CHECK(fakecudaFillF32(stream, sb, n, (float)(rank + 1), SLOW_US) == 0, "fill");
+    CHECK(fakecudaFillF32(stream, rb, n, -1, 0) == 0, "fill");
+    OK(goncclGroupStart(), comm);
+    OK(goncclSend(sb, n, goncclFloat32, next, comm, stream), comm);
+    OK(goncclRecv(rb, n, goncclFloat32, prev, comm, stream), comm);
+    OK(goncclGroupEnd(), comm);
+    CHECK(fakecudaAddF32(stream, rb, n, 0.5f, 0) == 0, "add");
+    fakecudaStreamDrain(stream);
+    CHECK(rb[0] == (float)(prev + 1) + 0.5f && rb[n - 1] == (float)(prev + 1) + 0.5f, "ring n=%zu: got %f, want %f",
+          n, rb[n - 1], (float)(prev + 1) + 0.5f);
+    /* Async with a tag; the receive waited for by another stream. */
+    goncclRequest_t sr, rr;
+    CHECK(fakecudaFillF32(stream, sb, n, (float)(100 + rank), SLOW_US) == 0, "fill");
+    OK(goncclRecvAsync(rb, n, goncclFloat32, prev, 5, comm, stream, &rr), comm);
+    OK(goncclSendAsync(sb, n, goncclFloat32, next, 5, comm, stream, &sr), comm);
+    OK(goncclRequestWaitStream(rr, other), comm);
+    CHECK(fakecudaCheckF32(other, rb, n, (float)(100 + prev), 0) == 0, "check");
+    OK(goncclRequestWait(sr, -1), comm);
+    OK(goncclRequestFree(sr), comm);
+    OK(goncclRequestFree(rr), comm);
+    fakecudaStreamDrain(other);
+    CHECK(rb[n / 2] == (float)(100 + prev), "async recv: %f", rb[n / 2]);
+    fakecudaFree(sb);
+    fakecudaFree(rb);
+  }
+  /* Rank 0 receives one message from every other rank, from any source. */
+  float* b = dmalloc(3);
+  if (rank == 0) {
+    int seen = 0;
+    for (int i = 1; i < nranks; i++) {
+      goncclRequest_t r;
+      OK(goncclRecvAsync(b, 3, goncclFloat32, GONCCL_ANY_SOURCE, 9, comm, stream, &r), comm);
+      OK(goncclRequestWaitStream(r, stream), comm);
+      int src = -1;
+      OK(goncclRequestSource(r, &src), comm);
+      OK(goncclRequestFree(r), comm);
+      fakecudaStreamDrain(stream);
+      CHECK(src >= 1 && src < nranks && b[2] == (float)(src * 7), "any source: from %d got %f", src, b[2]);
+      seen |= 1 << src;
+    }
+    CHECK(seen == ((1 << nranks) - 2), "any source: saw ranks %#x", seen);
+  } else {
+    CHECK(fakecudaFillF32(stream, b, 3, (float)(rank * 7), SLOW_US) == 0, "fill");
+    goncclRequest_t r;
+    OK(goncclSendAsync(b, 3, goncclFloat32, 0, 9, comm, stream, &r), comm);
+    OK(goncclRequestWait(r, -1), comm);
+    OK(goncclRequestFree(r), comm);
+  }
+  fakecudaFree(b);
 }
 
 /* A failed collective (ranks disagree on the count) fails on every rank, copies nothing
@@ -276,6 +462,8 @@ int main(int argc, char** argv) {
   nranks = atoi(argv[2]);
   CHECK(getenv("GONCCL_CUDA_LIBRARY") != NULL, "GONCCL_CUDA_LIBRARY must name the fake driver");
   dev = rank % 2;
+  /* The default streams resolve against the calling thread's current context. */
+  CHECK(cuCtxSetCurrent(fakecudaContext(dev)) == 0, "cuCtxSetCurrent");
   fakecudaSetDelay(0, 300);
   stream = fakecudaStreamCreate(dev);
   other = fakecudaStreamCreate(dev);
@@ -290,10 +478,15 @@ int main(int argc, char** argv) {
   test_broadcast(comm);
   test_allgather(comm);
   test_more(comm);
+  test_default_stream_waiters(comm);
+  test_hold_orders_copy_outs(comm);
+  test_p2p(comm);
   test_bad(comm);
 
   fakecudaCounters c;
   fakecudaGetCounters(&c);
+  CHECK(c.primary_retained == 1, "the pinned pool holds %ld references on primary contexts, want 1",
+        c.primary_retained);
   CHECK(c.host_live > 0, "the pinned pool should hold memory before destroy");
   CHECK(c.host_allocs < 40, "the pinned pool allocated %ld blocks: not reused", c.host_allocs);
   test_failure(comm);
@@ -305,6 +498,8 @@ int main(int argc, char** argv) {
   CHECK(c.host_races == 0, "%ld copies raced on pinned memory", c.host_races);
   CHECK(c.context_errors == 0, "%ld CUDA calls ran without the right context", c.context_errors);
   CHECK(c.host_live == 0 && c.host_frees == c.host_allocs, "pinned pool not freed: %ld live", c.host_live);
+  CHECK(c.primary_retained == 0, "%ld primary context references left after destroy", c.primary_retained);
+  CHECK(c.stale_reads == 0, "%ld consumers read a result before it was there", c.stale_reads);
   CHECK(c.dtoh > 0 && c.htod > 0, "no copies ran");
   printf("rank %d: %d checks passed (%ld D2H, %ld H2D, %ld pinned blocks)\n", rank, checks, c.dtoh, c.htod,
          c.host_allocs);

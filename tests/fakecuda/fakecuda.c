@@ -14,7 +14,19 @@
  *   configurable random delay; events with record generations; cuStreamWaitEvent;
  * - pinned host memory: tracked, poisoned on free; a copy that runs on freed pinned
  *   memory counts as bad_access, and a copy queued on host memory that a pending
- *   operation of another stream still uses counts as a host race.
+ *   operation of another stream still uses counts as a host race;
+ * - the special stream handles, resolved on the calling thread as the driver does:
+ *   NULL and CU_STREAM_LEGACY (0x1) are the legacy default stream of the current
+ *   context, CU_STREAM_PER_THREAD (0x2) the calling thread's own default stream. The
+ *   legacy stream synchronizes with blocking streams (flags 0: per-thread streams and
+ *   fakecudaStreamCreate's) both ways, and not with CU_STREAM_NON_BLOCKING ones, so a
+ *   consumer on the default stream that is not ordered after a non-blocking stream's
+ *   copies really runs before them;
+ * - stream capture (fakecudaBeginCapture): work queued on a capturing stream is
+ *   recorded, not run, and an event recorded there is not a real record, as in a graph;
+ * - primary contexts: cuDevicePrimaryCtxRetain/Release are counted;
+ * - consumers: fakecudaCheckF32 compares memory with the expected value when it runs
+ *   and counts stale_reads.
  */
 #define _GNU_SOURCE
 #include "fakecuda.h"
@@ -38,7 +50,12 @@ enum {
   CUDA_ERROR_INVALID_CONTEXT = 201,
   CUDA_ERROR_INVALID_HANDLE = 400,
   CUDA_ERROR_NOT_READY = 600,
+  CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900,
 };
+
+#define STREAM_LEGACY ((void*)0x1)
+#define STREAM_PER_THREAD ((void*)0x2)
+#define STREAM_NON_BLOCKING 0x1
 
 #define NDEV 8
 #define POISON 0xDB
@@ -64,7 +81,14 @@ typedef struct fakeEvent {
   int destroyed;
 } fakeEvent;
 
-enum { OP_COPY, OP_RECORD, OP_WAIT, OP_FILL, OP_ADD };
+enum { OP_COPY, OP_RECORD, OP_WAIT, OP_FILL, OP_ADD, OP_CHECK };
+
+/* An op runs only once the ops of other streams it depends on (the legacy default
+ * stream's implicit synchronization) have run: stream s has run its op number ticket. */
+typedef struct dep {
+  struct fakeStream* s;
+  unsigned long ticket;
+} dep;
 
 typedef struct op {
   int kind;
@@ -77,6 +101,8 @@ typedef struct op {
   unsigned long gen;
   float value;       /* OP_FILL / OP_ADD */
   unsigned delay_us; /* extra delay of a fake kernel */
+  dep* deps;         /* implicit synchronization with other streams */
+  int ndeps;
   struct fakeStream* stream;
   struct op* next;
 } op;
@@ -85,6 +111,11 @@ typedef struct fakeStream {
   fakeCtx* ctx;
   op *head, *tail;
   int busy;
+  int legacy;    /* the context's legacy default stream */
+  int blocking;  /* synchronizes with the legacy stream (flags 0, per-thread streams) */
+  int capturing; /* under stream capture: work is recorded into a graph, not run */
+  unsigned long pushed, done; /* ops queued and ops run, counted from 1 */
+  unsigned delay_us;          /* extra delay of every op of this stream */
   pthread_t thread;
   struct fakeStream* next;
 } fakeStream;
@@ -96,6 +127,9 @@ static fakeStream* g_streams;
 static unsigned g_delay_min = 0, g_delay_max = 200;
 static fakecudaCounters g_count;
 static int g_initialized;
+static fakeStream* g_legacy[NDEV];
+static __thread fakeStream* t_per_thread[NDEV];
+static long g_primary[NDEV];
 
 static unsigned rnd(void) {
   static __thread unsigned s;
@@ -157,11 +191,65 @@ static int is_stream(void* h) {
   return 0;
 }
 
+static void* worker(void* arg);
+
+/* new_stream creates a stream of ctx with its worker thread. mu held. */
+static fakeStream* new_stream(fakeCtx* ctx, int blocking, int legacy) {
+  fakeStream* s = calloc(1, sizeof *s);
+  s->ctx = ctx;
+  s->blocking = blocking;
+  s->legacy = legacy;
+  s->next = g_streams;
+  g_streams = s;
+  pthread_create(&s->thread, NULL, worker, s);
+  pthread_detach(s->thread);
+  return s;
+}
+
+/* resolve turns a stream handle into a stream, as the driver does on the calling
+ * thread: NULL and CU_STREAM_LEGACY name the current context's legacy default stream,
+ * CU_STREAM_PER_THREAD this thread's default stream of the current context. mu held. */
+static CUresult resolve(void* h, fakeStream** out) {
+  if (h == NULL || h == STREAM_LEGACY || h == STREAM_PER_THREAD) {
+    if (t_current == NULL) {
+      g_count.context_errors++;
+      return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    int dev = t_current->dev;
+    if (h == STREAM_PER_THREAD) {
+      if (t_per_thread[dev] == NULL) t_per_thread[dev] = new_stream(t_current, 1, 0);
+      *out = t_per_thread[dev];
+    } else {
+      if (g_legacy[dev] == NULL) g_legacy[dev] = new_stream(t_current, 1, 1);
+      *out = g_legacy[dev];
+    }
+    return CUDA_SUCCESS;
+  }
+  if (!is_stream(h)) return CUDA_ERROR_INVALID_HANDLE;
+  *out = h;
+  return CUDA_SUCCESS;
+}
+
+static void add_dep(op* o, fakeStream* s) {
+  if (s->done >= s->pushed) return;
+  o->deps = realloc(o->deps, (size_t)(o->ndeps + 1) * sizeof *o->deps);
+  o->deps[o->ndeps].s = s;
+  o->deps[o->ndeps].ticket = s->pushed;
+  o->ndeps++;
+}
+
+static int deps_done(op* o) {
+  for (int i = 0; i < o->ndeps; i++)
+    if (o->deps[i].s->done < o->deps[i].ticket) return 0;
+  return 1;
+}
+
 /* run executes one op; mu held on entry and exit, released around the delay. */
 static void run(op* o) {
   unsigned d = g_delay_min + (g_delay_max > g_delay_min ? rnd() % (g_delay_max - g_delay_min + 1) : 0);
+  d += o->delay_us + o->stream->delay_us;
   pthread_mutex_unlock(&mu);
-  pause_us(d + o->delay_us);
+  pause_us(d);
   pthread_mutex_lock(&mu);
   switch (o->kind) {
     case OP_COPY: {
@@ -183,6 +271,22 @@ static void run(op* o) {
     case OP_WAIT:
       while (o->ev->completed < o->gen) pthread_cond_wait(&cv, &mu);
       break;
+    case OP_CHECK: {
+      alloc* a = find(o->dst, o->n * sizeof(float), 1);
+      if (a == NULL || !a->live) {
+        g_count.bad_access++;
+        break;
+      }
+      const float* f = (const float*)o->dst;
+      for (size_t i = 0; i < o->n; i++) {
+        if (f[i] != o->value) {
+          g_count.stale_reads++;
+          break;
+        }
+      }
+      g_count.kernels++;
+      break;
+    }
     case OP_FILL:
     case OP_ADD: {
       alloc* a = find(o->dst, o->n * sizeof(float), 1);
@@ -202,22 +306,39 @@ static void* worker(void* arg) {
   fakeStream* s = arg;
   pthread_mutex_lock(&mu);
   for (;;) {
-    while (s->head == NULL) pthread_cond_wait(&cv, &mu);
+    while (s->head == NULL || !deps_done(s->head)) pthread_cond_wait(&cv, &mu);
     op* o = s->head;
     s->busy = 1;
     run(o);
     s->head = o->next;
     if (s->head == NULL) s->tail = NULL;
     s->busy = 0;
+    s->done++;
+    free(o->deps);
     free(o);
     pthread_cond_broadcast(&cv);
   }
   return NULL;
 }
 
-/* push queues o on s. mu held. */
+/* push queues o on s, after the work it implicitly synchronizes with: an op of the
+ * legacy stream waits for every blocking stream of its context, an op of a blocking
+ * stream for the legacy stream. On a capturing stream o is recorded into the graph
+ * instead (freed here; nothing runs). mu held. */
 static void push(fakeStream* s, op* o) {
+  if (s->capturing) {
+    g_count.captured_ops++;
+    free(o);
+    return;
+  }
   o->stream = s;
+  if (s->legacy) {
+    for (fakeStream* t = g_streams; t; t = t->next)
+      if (t != s && t->ctx == s->ctx && t->blocking) add_dep(o, t);
+  } else if (s->blocking && g_legacy[s->ctx->dev] != NULL) {
+    add_dep(o, g_legacy[s->ctx->dev]);
+  }
+  s->pushed++;
   if (s->tail) s->tail->next = o; else s->head = o;
   s->tail = o;
   pthread_cond_broadcast(&cv);
@@ -284,11 +405,11 @@ CUresult cuCtxSetCurrent(void* ctx) {
 CUresult cuStreamGetCtx(void* stream, void** ctx) {
   if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED;
   pthread_mutex_lock(&mu);
-  int ok = is_stream(stream);
+  fakeStream* s = NULL;
+  CUresult r = resolve(stream, &s);
+  if (r == CUDA_SUCCESS) *ctx = s->ctx;
   pthread_mutex_unlock(&mu);
-  if (!ok) return CUDA_ERROR_INVALID_HANDLE;
-  *ctx = ((fakeStream*)stream)->ctx;
-  return CUDA_SUCCESS;
+  return r;
 }
 
 CUresult cuPointerGetAttribute(void* data, int attr, CUdeviceptr ptr) {
@@ -345,12 +466,13 @@ CUresult cuMemFreeHost(void* p) {
 static CUresult copy(void* dst, void* src, size_t n, void* stream, int dtoh) {
   if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED;
   pthread_mutex_lock(&mu);
-  if (!is_stream(stream)) {
+  fakeStream* s = NULL;
+  CUresult r = resolve(stream, &s);
+  if (r) {
     pthread_mutex_unlock(&mu);
-    return CUDA_ERROR_INVALID_HANDLE;
+    return r;
   }
-  fakeStream* s = stream;
-  CUresult r = stream_ctx_ok(s);
+  r = stream_ctx_ok(s);
   void* dev = dtoh ? src : dst;
   char* host = dtoh ? dst : src;
   alloc* a = find(dev, n, 1);
@@ -397,11 +519,11 @@ CUresult cuEventCreate(void** ev, unsigned int flags) {
 CUresult cuEventRecord(void* ev, void* stream) {
   pthread_mutex_lock(&mu);
   fakeEvent* e = ev;
-  if (!is_stream(stream) || e == NULL || e->destroyed) {
+  fakeStream* s = NULL;
+  if (e == NULL || e->destroyed || resolve(stream, &s) != CUDA_SUCCESS) {
     pthread_mutex_unlock(&mu);
     return CUDA_ERROR_INVALID_HANDLE;
   }
-  fakeStream* s = stream;
   if (e->ctx != s->ctx) {
     g_count.context_errors++;
     pthread_mutex_unlock(&mu);
@@ -410,7 +532,8 @@ CUresult cuEventRecord(void* ev, void* stream) {
   op* o = calloc(1, sizeof *o);
   o->kind = OP_RECORD;
   o->ev = e;
-  o->gen = ++e->recorded;
+  /* A record into a graph under capture is a node of the graph, not a record. */
+  o->gen = s->capturing ? e->recorded : ++e->recorded;
   push(s, o);
   pthread_mutex_unlock(&mu);
   return CUDA_SUCCESS;
@@ -456,7 +579,8 @@ CUresult cuStreamWaitEvent(void* stream, void* ev, unsigned int flags) {
   (void)flags;
   pthread_mutex_lock(&mu);
   fakeEvent* e = ev;
-  if (!is_stream(stream) || e == NULL || e->destroyed) {
+  fakeStream* s = NULL;
+  if (e == NULL || e->destroyed || resolve(stream, &s) != CUDA_SUCCESS) {
     pthread_mutex_unlock(&mu);
     return CUDA_ERROR_INVALID_HANDLE;
   }
@@ -464,21 +588,63 @@ CUresult cuStreamWaitEvent(void* stream, void* ev, unsigned int flags) {
   o->kind = OP_WAIT;
   o->ev = e;
   o->gen = e->recorded;
-  push(stream, o);
+  push(s, o);
   pthread_mutex_unlock(&mu);
   return CUDA_SUCCESS;
 }
 
 CUresult cuStreamSynchronize(void* stream) {
   pthread_mutex_lock(&mu);
-  if (!is_stream(stream)) {
+  fakeStream* s = NULL;
+  CUresult r = resolve(stream, &s);
+  if (r) {
     pthread_mutex_unlock(&mu);
-    return CUDA_ERROR_INVALID_HANDLE;
+    return r;
   }
-  fakeStream* s = stream;
   while (s->head != NULL) pthread_cond_wait(&cv, &mu);
   pthread_mutex_unlock(&mu);
   return CUDA_SUCCESS;
+}
+
+CUresult cuStreamIsCapturing(void* stream, int* status) {
+  pthread_mutex_lock(&mu);
+  fakeStream* s = NULL;
+  CUresult r = resolve(stream, &s);
+  if (r == CUDA_SUCCESS) *status = s->capturing ? 1 : 0; /* CU_STREAM_CAPTURE_STATUS_ACTIVE */
+  pthread_mutex_unlock(&mu);
+  return r;
+}
+
+CUresult cuCtxGetDevice(int* dev) {
+  CUresult r = need_ctx();
+  if (r) return r;
+  *dev = t_current->dev;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxRetain(void** ctx, int dev) {
+  if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED;
+  if (dev < 0 || dev >= NDEV) return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&mu);
+  g_primary[dev]++;
+  g_count.primary_retained++;
+  pthread_mutex_unlock(&mu);
+  *ctx = &g_ctx[dev];
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxRelease_v2(int dev) {
+  if (dev < 0 || dev >= NDEV) return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&mu);
+  CUresult r = CUDA_SUCCESS;
+  if (g_primary[dev] == 0) {
+    r = CUDA_ERROR_INVALID_CONTEXT; /* released more often than retained */
+  } else {
+    g_primary[dev]--;
+    g_count.primary_retained--;
+  }
+  pthread_mutex_unlock(&mu);
+  return r;
 }
 
 /* ---- test hooks ---- */
@@ -507,19 +673,37 @@ int fakecudaFree(void* p) {
   return 0;
 }
 
-void* fakecudaStreamCreate(int dev) {
+void* fakecudaStreamCreateWithFlags(int dev, unsigned flags) {
   if (dev < 0 || dev >= NDEV) return NULL;
   for (int i = 0; i < NDEV; i++) g_ctx[i].dev = i;
-  fakeStream* s = calloc(1, sizeof *s);
-  s->ctx = &g_ctx[dev];
   pthread_mutex_lock(&mu);
-  s->next = g_streams;
-  g_streams = s;
+  fakeStream* s = new_stream(&g_ctx[dev], !(flags & STREAM_NON_BLOCKING), 0);
   pthread_mutex_unlock(&mu);
-  pthread_create(&s->thread, NULL, worker, s);
-  pthread_detach(s->thread);
   return s;
 }
+
+void* fakecudaStreamCreate(int dev) { return fakecudaStreamCreateWithFlags(dev, 0); }
+
+static int set_capture(void* stream, int on) {
+  pthread_mutex_lock(&mu);
+  fakeStream* s = NULL;
+  CUresult r = resolve(stream, &s);
+  if (r == CUDA_SUCCESS) s->capturing = on;
+  pthread_mutex_unlock(&mu);
+  return r == CUDA_SUCCESS ? 0 : -1;
+}
+
+int fakecudaStreamSetDelay(void* stream, unsigned us) {
+  pthread_mutex_lock(&mu);
+  fakeStream* s = NULL;
+  CUresult r = resolve(stream, &s);
+  if (r == CUDA_SUCCESS) s->delay_us = us;
+  pthread_mutex_unlock(&mu);
+  return r == CUDA_SUCCESS ? 0 : -1;
+}
+
+int fakecudaBeginCapture(void* stream) { return set_capture(stream, 1); }
+int fakecudaEndCapture(void* stream) { return set_capture(stream, 0); }
 
 void* fakecudaContext(int dev) {
   if (dev < 0 || dev >= NDEV) return NULL;
@@ -536,7 +720,8 @@ void fakecudaSetDelay(unsigned min_us, unsigned max_us) {
 static int kernel(void* stream, void* p, size_t count, float value, unsigned delay_us, int kind) {
   pthread_mutex_lock(&mu);
   alloc* a = find(p, count * sizeof(float), 1);
-  if (!is_stream(stream) || a == NULL || !a->live) {
+  fakeStream* s = NULL;
+  if (resolve(stream, &s) != CUDA_SUCCESS || a == NULL || !a->live) {
     pthread_mutex_unlock(&mu);
     return -1;
   }
@@ -546,7 +731,7 @@ static int kernel(void* stream, void* p, size_t count, float value, unsigned del
   o->n = count;
   o->value = value;
   o->delay_us = delay_us;
-  push(stream, o);
+  push(s, o);
   pthread_mutex_unlock(&mu);
   return 0;
 }
@@ -557,6 +742,10 @@ int fakecudaFillF32(void* stream, void* p, size_t count, float value, unsigned d
 
 int fakecudaAddF32(void* stream, void* p, size_t count, float value, unsigned delay_us) {
   return kernel(stream, p, count, value, delay_us, OP_ADD);
+}
+
+int fakecudaCheckF32(void* stream, void* p, size_t count, float want, unsigned delay_us) {
+  return kernel(stream, p, count, want, delay_us, OP_CHECK);
 }
 
 int fakecudaStreamDrain(void* stream) { return cuStreamSynchronize(stream) == CUDA_SUCCESS ? 0 : -1; }

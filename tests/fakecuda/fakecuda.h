@@ -25,6 +25,9 @@ typedef struct {
   long bad_access;         /* a queued op touched freed or unknown memory when it ran */
   long host_races;         /* a copy was queued on host memory another stream's pending op uses */
   long context_errors;     /* calls refused for a missing or wrong current context */
+  long stale_reads;        /* fakecudaCheckF32 kernels that found another value */
+  long captured_ops;       /* operations queued on a capturing stream (never run) */
+  long primary_retained;   /* cuDevicePrimaryCtxRetain calls not yet released */
 } fakecudaCounters;
 
 /* "Device" memory of device dev (malloc'd host memory, tracked). */
@@ -32,8 +35,16 @@ void* fakecudaMalloc(int dev, size_t bytes);
 /* Frees it: the memory is poisoned (0xDB) and kept, so later use is detected. Returns 0,
  * or -1 if p is not a live allocation. */
 int fakecudaFree(void* p);
-/* A stream on device dev (its context is that device's), run by its own thread. */
+/* A stream on device dev (its context is that device's), run by its own thread:
+ * a blocking stream (flags 0, synchronizes with the legacy default stream) or, with
+ * flags CU_STREAM_NON_BLOCKING (0x1), one that does not, like torch's streams. */
 void* fakecudaStreamCreate(int dev);
+void* fakecudaStreamCreateWithFlags(int dev, unsigned flags);
+/* Every operation of stream runs us later than it would (copies that really run late). */
+int fakecudaStreamSetDelay(void* stream, unsigned us);
+/* Stream capture on stream: until fakecudaEndCapture, what is queued there is not run. */
+int fakecudaBeginCapture(void* stream);
+int fakecudaEndCapture(void* stream);
 /* The context of device dev, for cuCtxSetCurrent. */
 void* fakecudaContext(int dev);
 /* Delay of every queued operation: uniformly random in [min_us, max_us]. */
@@ -41,6 +52,11 @@ void fakecudaSetDelay(unsigned min_us, unsigned max_us);
 /* Fake kernels: after delay_us on the stream, set or add value to count floats at p. */
 int fakecudaFillF32(void* stream, void* p, size_t count, float value, unsigned delay_us);
 int fakecudaAddF32(void* stream, void* p, size_t count, float value, unsigned delay_us);
+/* A consumer: after delay_us on the stream, counts a stale read if any of count floats
+ * at p differs from want. */
+int fakecudaCheckF32(void* stream, void* p, size_t count, float want, unsigned delay_us);
+/* Stream handles may be NULL, CU_STREAM_LEGACY (0x1) or CU_STREAM_PER_THREAD (0x2):
+ * they resolve on the calling thread, which needs a current context (cuCtxSetCurrent). */
 /* Blocks until all work queued on stream has run. */
 int fakecudaStreamDrain(void* stream);
 void fakecudaGetCounters(fakecudaCounters* out);

@@ -135,6 +135,21 @@ def sec_all_gather_sizes() -> None:
     check_group_still_works(what="after wrong all_gather outputs")
 
 
+def sec_size_overflow() -> None:
+    # Split sizes whose sum overflows int64 are refused, naming the problem. The old
+    # code added them up unchecked (undefined behaviour in C++): 2**62 + 2**62 wrapped to
+    # -2**63 and the message said the splits "add up to -9223372036854775808"; with 3
+    # or more ranks the sum could wrap back to the right total.
+    x, y = torch.zeros(2), torch.zeros(2)
+    expect_error("all_to_all_single(input split sizes that overflow)",
+                 lambda: dist.all_to_all_single(y, x, output_split_sizes=[1] * WS, input_split_sizes=[2**62] * WS),
+                 types=(ValueError,), words=("input split sizes add up to more than", "dim 0 (2)"))
+    expect_error("all_to_all_single(output split sizes that overflow)",
+                 lambda: dist.all_to_all_single(y, x, output_split_sizes=[2**62] * WS, input_split_sizes=[1] * WS),
+                 types=(ValueError,), words=("output split sizes add up to more than", "dim 0 (2)"))
+    check_group_still_works(what="after overflowing split sizes")
+
+
 def sec_unsupported_ops() -> None:
     # Every c10d operation exists now; what remains unsupported is a reduce op that
     # has no meaning for the dtype, which must name both.
@@ -314,6 +329,8 @@ def main() -> None:
         sec_dtype()
     with CK.section("all_gather_sizes"):
         sec_all_gather_sizes()
+    with CK.section("size_overflow"):
+        sec_size_overflow()
     with CK.section("unsupported_ops"):
         sec_unsupported_ops()
     with CK.section("mismatch_size"):

@@ -33,6 +33,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed import ReduceOp
 
+import _device
 from _common import Checker, close_mismatch, exact_mismatch
 
 DTYPES = [
@@ -772,6 +773,7 @@ def main() -> None:
     global GLOO, CK
     report_dir = sys.argv[1]
     CK = Checker(report_dir, RANK)
+    _device.install()  # GONCCL_TEST_DEVICE=cuda: gonccl's ops on CUDA tensors
     with CK.section("init"):
         dist.init_process_group("gonccl", timeout=timedelta(seconds=60))
         CK.check(dist.get_backend() == "gonccl", f"default backend is {dist.get_backend()}")

@@ -35,6 +35,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed import ReduceOp
 
+import _device
 from _common import Checker, close_mismatch, exact_mismatch
 from _reference import COMPLEX, FLOAT8, FLOATS, make_input, mismatch, reduce_reference, valid_ops
 
@@ -470,6 +471,7 @@ def main():
     report_dir, nops, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     long_mode = os.environ.get("GONCCL_DIFF_LONG", "") not in ("", "0")
     CK = Checker(report_dir, RANK)
+    _device.install()  # GONCCL_TEST_DEVICE=cuda: gonccl's ops on CUDA tensors
     with CK.section("init"):
         dist.init_process_group(CANDIDATE, timeout=timedelta(seconds=120))
         CK.check(dist.get_backend() == CANDIDATE, f"default backend is {dist.get_backend()}")

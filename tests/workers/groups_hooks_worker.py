@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+import _device
 from _common import Checker
 
 RANK = int(os.environ["RANK"])
@@ -270,6 +271,7 @@ SECTIONS = [("new_group", sec_new_group), ("new_subgroups", sec_new_subgroups), 
 def main():
     global CK, GLOO
     CK = Checker(sys.argv[1], RANK)
+    _device.install()  # GONCCL_TEST_DEVICE=cuda: gonccl's ops on CUDA tensors
     with CK.section("init"):
         dist.init_process_group("gonccl", timeout=timedelta(seconds=60))
         GLOO = dist.new_group(backend="gloo")

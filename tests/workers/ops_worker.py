@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed import ReduceOp
 
+import _device
 from _common import Checker
 from _reference import COMPLEX, FLOAT8, FLOATS, INTS, OPS, make_input, mismatch, reduce_reference, valid_ops
 
@@ -575,6 +576,7 @@ SECTIONS = [
 def main():
     global CK, GLOO
     CK = Checker(sys.argv[1], RANK)
+    _device.install()  # GONCCL_TEST_DEVICE=cuda: gonccl's ops on CUDA tensors
     only = set(os.environ.get("OPS_SECTIONS", "").split(",")) - {""}
     with CK.section("init"):
         dist.init_process_group("gonccl", timeout=timedelta(seconds=60))

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gonccl/gonccl/internal/safego"
 	"github.com/gonccl/gonccl/transport"
 )
 
@@ -46,10 +47,11 @@ type Link struct {
 	tx  ring         // this side produces
 	rx  ring         // this side consumes
 
-	closing  atomic.Bool  // Close has begun
-	failed   atomic.Bool  // Fail was called: receiving stops
-	failAt   atomic.Int64 // unix ns after which a failed link sends no more
-	peerGone atomic.Bool  // the liveness connection reached EOF
+	closing  atomic.Bool           // Close has begun
+	failed   atomic.Bool           // Fail was called: receiving stops
+	failAt   atomic.Int64          // unix ns after which a failed link sends no more
+	peerGone atomic.Bool           // the liveness connection reached EOF
+	fault    atomic.Pointer[error] // the watcher panicked: the link fails with this
 	once     sync.Once
 
 	// The sending goroutine's state, then the receiving one's, a cache line apart.
@@ -69,14 +71,36 @@ type Link struct {
 // OnStale implements transport.StaleDropper.
 func (l *Link) OnStale(h transport.StaleHandler) { l.stale.Store(&h) }
 
-func newLink(peer, side int, seg *segment, conn net.Conn) *Link {
+func newLink(peer, side int, seg *segment, conn net.Conn, g safego.Guard) *Link {
 	l := &Link{peer: peer, side: side, conn: conn, seg: seg,
 		tx: seg.ring(side), rx: seg.ring(1 - side), sendSpin: maxSpin, recvSpin: maxSpin}
 	l.head = l.tx.head.Load()
 	l.pub = l.head
 	l.tail = l.rx.tail.Load()
-	go l.watch()
+	g.Go("shm watcher", nil, l.watcherDied, l.watch)
 	return l
+}
+
+// watcherDied fails the link after a panic in its watcher: without it, a dead peer
+// would go unnoticed.
+func (l *Link) watcherDied(err error) {
+	err = fmt.Errorf("shared-memory link to rank %d: %w", l.peer, err)
+	l.fault.Store(&err)
+	l.peerGone.Store(true)
+	l.mu.RLock()
+	if l.seg != nil {
+		kick(l.rx.dataEv)
+		kick(l.tx.spaceEv)
+	}
+	l.mu.RUnlock()
+}
+
+// faulted returns the watcher's panic, or nil.
+func (l *Link) faulted() error {
+	if p := l.fault.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // watch reads the liveness connection: nothing is ever sent on it, so its return
@@ -107,7 +131,7 @@ func (l *Link) Fail(grace time.Duration) {
 		kick(l.rx.dataEv) // a blocked Recv returns at once
 	}
 	l.mu.RUnlock()
-	time.AfterFunc(grace, func() { l.Close() })
+	time.AfterFunc(grace, safego.Guard{}.Func("link close timer", nil, func() { l.Close() }))
 }
 
 // Close implements transport.Link: it tells the peer (through the segment and by
@@ -149,6 +173,9 @@ func (l *Link) Send(h *transport.Header, p []byte, deadline time.Time) error {
 	defer l.mu.RUnlock()
 	if l.seg == nil || l.closing.Load() {
 		return l.wrap("send to", errClosed)
+	}
+	if err := l.faulted(); err != nil {
+		return err
 	}
 	if l.failed.Load() {
 		// Still send within the grace period, like StreamLink: the frame tells the peer
@@ -275,6 +302,9 @@ func (l *Link) RecvPieces(want *transport.Header, n, elemSize int, deadline time
 func (l *Link) recvHeader(want *transport.Header, n int, deadline time.Time) error {
 	if l.seg == nil || l.closing.Load() {
 		return l.wrap("receive from", errClosed)
+	}
+	if err := l.faulted(); err != nil {
+		return err
 	}
 	if l.failed.Load() {
 		return l.wrap("receive from", errFailed)
@@ -420,6 +450,8 @@ func (l *Link) stopped(recv bool) error {
 		return errClosed
 	case recv && l.failed.Load():
 		return errFailed
+	case l.fault.Load() != nil:
+		return l.faulted()
 	case l.gone():
 		return fmt.Errorf("peer closed its end or exited: %w", transport.ErrPeerClosed)
 	}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gonccl/gonccl/internal/safego"
 )
 
 // ErrUnavailable means shared memory could not be set up between the pair (no memfd,
@@ -36,8 +38,10 @@ const (
 // authenticated connection: the side with create set makes the segment, the other
 // opens it. The Link then owns conn and keeps it open as the liveness channel (its EOF
 // means the peer closed or died). An error wrapping ErrUnavailable leaves conn usable
-// and owned by the caller; any other error means conn is out of step.
-func Connect(conn net.Conn, peer int, create bool, ringSize int, deadline time.Time) (*Link, error) {
+// and owned by the caller; any other error means conn is out of step. guard (at most
+// one) sets how the link's goroutine reports a panic (see package safego); without it a
+// panic is still recovered, and fails the link.
+func Connect(conn net.Conn, peer int, create bool, ringSize int, deadline time.Time, guard ...safego.Guard) (*Link, error) {
 	if ringSize < 64 || ringSize&(ringSize-1) != 0 {
 		return nil, fmt.Errorf("%w: ring size %d is not a power of two >= 64", ErrUnavailable, ringSize)
 	}
@@ -59,7 +63,11 @@ func Connect(conn net.Conn, peer int, create bool, ringSize int, deadline time.T
 	if err != nil {
 		return nil, failSetup(seg, err)
 	}
-	return newLink(peer, side, seg, conn), nil
+	var g safego.Guard
+	if len(guard) > 0 {
+		g = guard[0]
+	}
+	return newLink(peer, side, seg, conn, g), nil
 }
 
 // offer creates the segment and hands it to the peer.

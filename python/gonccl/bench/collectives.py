@@ -150,8 +150,8 @@ def reduce_ref(tensors: list[torch.Tensor], op: str, dtype: torch.dtype) -> torc
 def count_wrong(got: torch.Tensor, expected: torch.Tensor, op: str) -> int:
     """Elements of `got` that differ from `expected` (exactly, except for avg, where
     the division may round: a few ulps of the type, or 1 for integer types)."""
-    g = got.double()
-    e = expected.double()
+    g = got.double().cpu()
+    e = expected.double().cpu()
     if op == "avg":
         if got.dtype.is_floating_point:
             rtol = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2, torch.float32: 1e-6}.get(got.dtype, 1e-12)
@@ -173,27 +173,28 @@ class Instance:
     fill_check() loads reference data; wrong() counts wrong elements afterwards."""
 
     def __init__(self, coll: str, group, shape: Shape, dtype: torch.dtype, op: str, root: int,
-                 inplace: bool, rank: int, nranks: int):
+                 inplace: bool, rank: int, nranks: int, device: torch.device | str = "cpu"):
         self.coll, self.group, self.shape, self.dtype = coll, group, shape, dtype
+        self.device = torch.device(device)
         self.op, self.redop, self.root = op, OPS[op], root
         self.inplace, self.rank, self.n = inplace, rank, nranks
         per, total = shape.per_rank, shape.total
         r = rank
         if coll in ("all_reduce", "broadcast", "reduce"):
-            self.buf = torch.empty(total, dtype=dtype)
+            self.buf = torch.empty(total, dtype=dtype, device=self.device)
             self.send, self.out = self.buf, self.buf
         elif coll == "all_gather":
-            self.out = torch.empty(total, dtype=dtype)
-            self.send = self.out[r * per:(r + 1) * per] if inplace else torch.empty(per, dtype=dtype)
+            self.out = torch.empty(total, dtype=dtype, device=self.device)
+            self.send = self.out[r * per:(r + 1) * per] if inplace else torch.empty(per, dtype=dtype, device=self.device)
         elif coll == "reduce_scatter":
-            self.send = torch.empty(total, dtype=dtype)
-            self.out = self.send[r * per:(r + 1) * per] if inplace else torch.empty(per, dtype=dtype)
+            self.send = torch.empty(total, dtype=dtype, device=self.device)
+            self.out = self.send[r * per:(r + 1) * per] if inplace else torch.empty(per, dtype=dtype, device=self.device)
         elif coll == "alltoall":
-            self.send = torch.empty(total, dtype=dtype)
-            self.out = torch.empty(total, dtype=dtype)
+            self.send = torch.empty(total, dtype=dtype, device=self.device)
+            self.out = torch.empty(total, dtype=dtype, device=self.device)
         elif coll == "sendrecv":
-            self.send = torch.empty(total, dtype=dtype)
-            self.out = torch.empty(total, dtype=dtype)
+            self.send = torch.empty(total, dtype=dtype, device=self.device)
+            self.out = torch.empty(total, dtype=dtype, device=self.device)
         else:
             raise ValueError(f"unknown collective {coll!r}")
         # the timed runs use the check data too (stays finite or wraps; no subnormals)

@@ -100,6 +100,8 @@ def measure(inst: C.Instance, args, nranks: int) -> dict:
                 works.extend(inst.start())
             for w in works:
                 w.wait()
+        if inst.device.type == "cuda":
+            torch.cuda.synchronize(inst.device)  # wait() orders the stream; the time needs the GPU done
         local = (time.perf_counter() - t0) / args.iters
     except Exception as e:  # noqa: BLE001
         err = f"{type(e).__name__}: {e}"
@@ -153,6 +155,12 @@ def _run(args, rank: int, nranks: int, timeout) -> int:
         raise SystemExit("gonccl.bench: sendrecv needs at least 2 ranks")
     if coll in C.ROOTED and not 0 <= args.root < nranks:
         raise SystemExit(f"gonccl.bench: root {args.root} is not a rank of {nranks}")
+    device = torch.device("cpu")
+    if args.device == "cuda":
+        if not torch.cuda.is_available():
+            raise SystemExit("gonccl.bench: --device cuda, but torch sees no GPU")
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
+        torch.cuda.set_device(device)
     groups = {b: dist.new_group(backend=b, timeout=timeout) for b in args.backends}
     with_ratio = "gonccl" in groups and "gloo" in groups
     say = rank == 0
@@ -179,7 +187,8 @@ def _run(args, rank: int, nranks: int, timeout) -> int:
             f"# gonccl.bench {coll}: nranks {nranks} minBytes {args.minbytes} maxBytes {args.maxbytes} "
             f"step: {step} warmup iters: {args.warmup_iters} iters: {args.iters} validation: {args.check} "
             f"blocking: {args.blocking}",
-            f"# backends: {','.join(args.backends)}   torch {torch.__version__}   host {socket.gethostname()}   "
+            f"# backends: {','.join(args.backends)}   device {device}   torch {torch.__version__}   "
+            f"host {socket.gethostname()}   "
             f"OMP/intra-op threads per rank: {torch.get_num_threads()}",
             f"# time: average of {args.iters} iters after {args.warmup_iters} warm-up, "
             f"{AVERAGE_NAMES[args.average]}; algbw = size/time (1 GB = 1e9 B); "
@@ -212,7 +221,7 @@ def _run(args, rank: int, nranks: int, timeout) -> int:
             for form, present in (("oop", oop_form), ("ip", ip_form)):
                 if not present:
                     continue
-                inst = C.Instance(coll, group, shape, dtype, args.op, args.root, form == "ip", rank, nranks)
+                inst = C.Instance(coll, group, shape, dtype, args.op, args.root, form == "ip", rank, nranks, device)
                 row[form] = measure(inst, args, nranks)
                 del inst
             size_rows.append(row)
