@@ -149,6 +149,9 @@ func NewComm(id UniqueID, nranks, rank int, opts Options) (*Comm, error) {
 	c.setEpoch(opts.Epoch)
 	c.trace.setComm(commIDOf(&id))
 	c.startP2P(msgs)
+	if cfg.injectStale > 0 {
+		c.injectStale(cfg.injectStale)
+	}
 	procs := sizeGoMaxProcs(cfg, ranks, me.Host)
 	c.logInit(ifc, ranks, procs, time.Since(start))
 	return c, nil

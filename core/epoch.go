@@ -1,8 +1,10 @@
 package core
 
 import (
+	"bytes"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/gonccl/gonccl/transport"
 )
@@ -49,4 +51,29 @@ func (c *Comm) dropStale(peer int, got transport.Header) {
 	c.stale.n.Add(1)
 	c.logs.net.Warn(fmt.Sprintf("rank %d: dropped a %d-byte frame of generation (epoch) %d from rank %d (op seq %d, kind %d): this communicator is epoch %d",
 		c.rank, got.Len, got.Epoch, peer, got.Seq, got.Kind, c.epoch))
+}
+
+// injectStale is the GONCCL_TEST_INJECT_STALE test hook: in a communicator of epoch E >
+// 0, before its first operation, this rank sends every peer a frame of epoch E-1 that
+// looks like the first all_reduce of count float32s, with a payload that would spoil
+// any sum: a late frame of the previous generation, which the peers must drop.
+func (c *Comm) injectStale(count int) {
+	if c.epoch == 0 {
+		return
+	}
+	junk := bytes.Repeat([]byte{0x7f}, count*4)
+	deadline := time.Now().Add(c.timeout)
+	for peer, l := range c.links {
+		if l == nil {
+			continue
+		}
+		h := transport.Header{Seq: 1, Kind: uint8(KindAllReduce), DType: uint8(Float32), Root: -1,
+			Count: uint64(count), Epoch: c.epoch - 1}
+		if err := l.Send(&h, junk, deadline); err != nil {
+			c.logs.net.Warn(fmt.Sprintf("rank %d: GONCCL_TEST_INJECT_STALE: sending rank %d a frame: %v", c.rank, peer, err))
+			continue
+		}
+		c.logs.net.Warn(fmt.Sprintf("rank %d: GONCCL_TEST_INJECT_STALE: sent rank %d a %d-byte frame of generation (epoch) %d",
+			c.rank, peer, len(junk), c.epoch-1))
+	}
 }

@@ -170,3 +170,42 @@ func TestHandshakeRefusesAnotherEpoch(t *testing.T) {
 		require.NoError(t, err, "rank %d", r)
 	}
 }
+
+// GONCCL_TEST_INJECT_STALE (the hook the Python reconfigure test uses): every rank of an
+// epoch-2 communicator sends its peers an epoch-1 frame before the first all_reduce,
+// which stays exact; the frames are dropped, not mixed in. An epoch-0 communicator
+// sends none (there is no older generation).
+func TestInjectStaleHook(t *testing.T) {
+	t.Setenv("GONCCL_TEST_INJECT_STALE", "4099")
+	for _, epoch := range []uint32{0, 2} {
+		id, err := NewUniqueID()
+		require.NoError(t, err)
+		const n, count = 3, 4099
+		comms, errs := initEpochs(t, id, []uint32{epoch, epoch, epoch}, 20*time.Second)
+		for r := range errs {
+			require.NoError(t, errs[r], "rank %d", r)
+		}
+		ins, outs := make([][]byte, n), make([][]byte, n)
+		for r := range ins {
+			ins[r] = inputs(Float32, Sum, count, r, 3)
+			outs[r] = make([]byte, len(ins[r]))
+		}
+		for r, err := range onAll(t, comms, func(c *Comm) (*Request, error) {
+			return c.AllReduce(ins[c.rank], outs[c.rank], count, Float32, Sum)
+		}) {
+			require.NoError(t, err, "rank %d", r)
+		}
+		want := reference(Float32, Sum, ins, count)
+		var dropped uint64
+		for r, c := range comms {
+			require.Equal(t, want, outs[r], "epoch %d rank %d", epoch, r)
+			dropped += c.StaleFrames()
+		}
+		if epoch == 0 {
+			require.Zero(t, dropped)
+		} else {
+			require.GreaterOrEqual(t, dropped, uint64(1))
+		}
+		destroyAll(t, comms)
+	}
+}

@@ -189,6 +189,9 @@ class GoncclBackend : public c10d::Backend {
   uint32_t epoch() const {
     return epoch_;
   }
+  // How many frames of older generations this communicator has dropped (0
+  // with no communicator, or a libgonccl.so without goncclCommEpoch).
+  uint64_t staleFrames();
 
   // Waits for nothing: fails pending ops (goncclCommAbort) if any, else frees
   // the communicator (goncclCommDestroy). Then joins the completion thread.

@@ -81,6 +81,10 @@ PYBIND11_MODULE(_C, m) {
           "epoch",
           &gonccl::GoncclBackend::epoch,
           "The communicator's generation (shrink and reconfigure add one).")
+      .def_property_readonly(
+          "stale_frames",
+          &gonccl::GoncclBackend::staleFrames,
+          "Frames of older generations the communicator has dropped.")
       .def(
           "perform_nocolor_split",
           [](gonccl::GoncclBackend& /*self*/, const c10::Device& /*device*/) {},

@@ -84,6 +84,17 @@ const std::string& GoncclBackend::handle() const {
   return handle_;
 }
 
+uint64_t GoncclBackend::staleFrames() {
+  GilRelease noGil;
+  std::lock_guard<std::mutex> guard(issueMutex_);
+  uint64_t n = 0;
+  if (comm_ != nullptr && lib().commEpoch != nullptr &&
+      lib().commEpoch(comm_, nullptr, &n) != goncclSuccess) {
+    n = 0;
+  }
+  return n;
+}
+
 #ifdef C10D_BACKEND_HAS_RECONFIGURE
 
 c10d::ReconfigureHandle GoncclBackend::get_reconfigure_handle() const {
@@ -118,6 +129,9 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::reconfigure(
 
   // The old communicator goes first: its pending ops fail now, and its
   // connections and goroutines are released before the new one is made.
+  // A thread issuing on a full queue holds issueMutex_ until Go makes room:
+  // wait for it without the GIL.
+  GilRelease noGil;
   goncclComm_t old = nullptr;
   std::shared_ptr<CompletionQueue> oldQueue;
   {
@@ -127,7 +141,6 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::reconfigure(
     old = std::exchange(comm_, nullptr);
     oldQueue = std::exchange(queue_, CompletionQueue::create());
   }
-  GilRelease noGil;
   if (old != nullptr) {
     goncclResult_t rc = L.commAbort(old);
     if (rc != goncclSuccess) {

@@ -1,6 +1,7 @@
 """torch's reconfigure API on gonccl (workers/reconfigure_worker.py): a group of 3 loses a
 member to SIGKILL, goes on at 2, then a newcomer process joins and all go on at 3; every
-collective exact, every member on the same, newer generation each time."""
+collective exact, every member on the same, newer generation each time; a late frame of
+the old generation, injected into the new one, is dropped and logged, never mixed in."""
 
 from __future__ import annotations
 
@@ -30,6 +31,12 @@ def test_reconfigure_lose_one_then_grow(tmp_path):
     }
     assert epochs[0] == epochs[1] == [1, 2, 3], epochs
     assert run.reports[3]["sections"]["phase3"]["data"]["epoch"] == 3
+    # The newcomer sent ranks 0 and 1 an epoch-2 frame each; whichever read theirs (a
+    # ring reads from one neighbour only) dropped it, said so, and stayed exact.
+    dropped = {r: run.reports[r]["sections"]["phase3"]["data"]["stale_frames"] for r in (0, 1, 3)}
+    assert dropped[3] == 0 and dropped[0] + dropped[1] >= 1, dropped
+    logged = sum(run.run.procs[r].stderr.count("frame of generation (epoch) 2 from rank") for r in (0, 1))
+    assert logged == dropped[0] + dropped[1], f"{logged} WARN lines for {dropped} dropped frames"
     with open(os.path.join(run.report_dir, "killed_at")) as f:
         killed = float(f.read())
     times = [run.reports[r]["sections"]["phase2"]["data"]["times"] for r in (0, 1)]

@@ -7,7 +7,11 @@ phase 2  rank 2 SIGKILLs itself; ranks 0 and 1 see their all_reduce fail, naming
          lost rank, and reconfigure (uuid 2) into a group of 2; exact.
 phase 3  process 3, a newcomer started only now, creates its default group with
          enable_reconfigure and joins: ranks 0, 1 and it reconfigure (uuid 3) into a
-         group of 3; exact. Every member agrees on the generation (epoch).
+         group of 3; exact. Every member agrees on the generation (epoch). The
+         newcomer injects a late frame of the old generation (epoch 2) into every
+         link of the new one (GONCCL_TEST_INJECT_STALE), shaped like the first
+         all_reduce with a payload that would spoil it: the peers that read it drop
+         it (stale_frames, a WARN line) and the collectives stay exact.
 """
 
 from __future__ import annotations
@@ -120,6 +124,8 @@ def main() -> None:
             if RANK == 0:
                 open(os.path.join(report_dir, "phase2_done"), "w").close()
     with CK.section("phase3"):
+        if newcomer:  # read by Go when the communicator is made (C getenv)
+            os.environ["GONCCL_TEST_INJECT_STALE"] = "1000"
         names = [0, 1, 3]
         dist._reconfigure(uuid=3, handles=set(members_handles(store, 3, names, handle))).wait()
         # A set lets the backend order the members: the handles, sorted.
@@ -128,6 +134,7 @@ def main() -> None:
         names = [n for _, n in sorted((store.get(f"h3/{n}").decode(), n) for n in names)]
         exact_collectives(be, "phase 3", names)
         CK.data("epoch", be.epoch)
+        CK.data("stale_frames", be.stale_frames)
     with CK.section("end"):
         dist.destroy_process_group()
     CK.finish()
