@@ -32,8 +32,6 @@
 namespace gonccl {
 namespace {
 
-constexpr auto kReconfigureDrain = std::chrono::seconds(30);
-
 std::string newHandle() {
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
@@ -43,16 +41,6 @@ std::string newHandle() {
   std::snprintf(
       hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(nonce));
   return c10::str("gonccl:", host, ":", getpid(), ":", hex);
-}
-
-std::vector<std::string> members(const c10d::ReconfigureOptions& opts) {
-  if (const auto* list = std::get_if<std::vector<std::string>>(&opts.handles)) {
-    return *list;
-  }
-  const auto& set = std::get<std::unordered_set<std::string>>(opts.handles);
-  std::vector<std::string> sorted(set.begin(), set.end());
-  std::sort(sorted.begin(), sorted.end());
-  return sorted;
 }
 
 }  // namespace
@@ -96,6 +84,22 @@ uint64_t GoncclBackend::staleFrames() {
 }
 
 #ifdef C10D_BACKEND_HAS_RECONFIGURE
+
+namespace {
+
+constexpr auto kReconfigureDrain = std::chrono::seconds(30);
+
+std::vector<std::string> members(const c10d::ReconfigureOptions& opts) {
+  if (const auto* list = std::get_if<std::vector<std::string>>(&opts.handles)) {
+    return *list;
+  }
+  const auto& set = std::get<std::unordered_set<std::string>>(opts.handles);
+  std::vector<std::string> sorted(set.begin(), set.end());
+  std::sort(sorted.begin(), sorted.end());
+  return sorted;
+}
+
+}  // namespace
 
 c10d::ReconfigureHandle GoncclBackend::get_reconfigure_handle() const {
   return handle();
