@@ -51,10 +51,12 @@ func (e *p2pEngine) heartbeat(interval, timeout time.Duration) {
 		for _, pp := range dead {
 			err := fmt.Errorf("%w: nothing heard from rank %d for %v (missed heartbeats; GONCCL_HEARTBEAT_TIMEOUT_MS): is it hung or stopped, or is the network to it down?",
 				ErrTimeout, pp.rank, timeout.Round(time.Millisecond))
-			e.failPeer(pp, err)
+			// The loss is recorded first: failing the peer closes its connection, and
+			// its reader would otherwise report that closing as the cause.
 			if e.onDead != nil {
 				e.onDead(pp.rank, err)
 			}
+			e.failPeer(pp, err)
 		}
 	}
 }

@@ -14,8 +14,10 @@ from _harness import WorkerRun
 RUN_TIMEOUT = 240
 
 
-def shrink_run(tmp_path, world_size: int, scenario: str, *args: int, file_store: bool = False) -> WorkerRun:
-    env = {}
+def shrink_run(
+    tmp_path, world_size: int, scenario: str, *args: int, file_store: bool = False, env: dict | None = None
+) -> WorkerRun:
+    env = dict(env or {})
     if file_store:  # the store must outlive rank 0 when rank 0 dies
         env["SHRINK_INIT_METHOD"] = f"file://{tmp_path}/store"
     return WorkerRun(
@@ -76,6 +78,21 @@ def test_shrink_after_sigkill(tmp_path, world_size, victim, file_store):
 def test_shrink_twice_in_a_row(tmp_path):
     run = shrink_run(tmp_path, 4, "kill", 3, 1)
     check_kills(run, [3, 1])
+
+
+@pytest.mark.timeout(RUN_TIMEOUT + 60)
+def test_shrink_after_hang(tmp_path):
+    """A rank that hangs (SIGSTOP: alive, its connections open, silent) is found by the
+    heartbeat, named on every survivor, and shrunk away like a dead one."""
+    run = shrink_run(tmp_path, 3, "stop", 1, env={"GONCCL_HEARTBEAT_TIMEOUT_MS": "2000"})
+    check_kills(run, [1])
+    errors = [run.reports[r]["sections"]["shrink0"]["data"]["step0"]["error"] for r in (0, 2)]
+    for err in errors:
+        assert "lost rank 1" in err and "missed heartbeats" in err, err
+    # The rank whose heartbeat fired first names the silence as its own cause, not the
+    # closing of the connection that followed it.
+    causes = [err.split("[other ranks")[0] for err in errors]  # without the peers' diagnoses
+    assert any("missed heartbeats" in c for c in causes), errors
 
 
 @pytest.mark.timeout(RUN_TIMEOUT + 60)

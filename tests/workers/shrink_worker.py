@@ -6,6 +6,10 @@
                     group and check every collective on the new group against a
                     reference. So `kill 2` on 3 ranks shrinks once; `kill 3 1` on 4
                     ranks shrinks twice in a row.
+  stop VICTIM       VICTIM SIGSTOPs itself (hung: alive, connections open, silent); the
+                    survivors learn of it from the heartbeat (the test sets
+                    GONCCL_HEARTBEAT_TIMEOUT_MS), shrink, and the new rank 0 SIGKILLs
+                    the stopped process once the new group is ready.
   healthy VICTIM    nobody dies: the ranks other than VICTIM shrink a healthy group,
                     VICTIM leaves on its own.
 
@@ -114,18 +118,21 @@ def every_collective(tag: str, salt: int) -> None:
     dist.barrier()
 
 
-def lose(victim: int, orig_ranks: list[int], step: int) -> list[int]:
-    """The current group loses orig rank `victim` (SIGKILL in an all_reduce loop); the
-    survivors shrink. Returns the new group's members in original numbering."""
+def lose(victim: int, orig_ranks: list[int], step: int, sig: int = signal.SIGKILL) -> list[int]:
+    """The current group loses orig rank `victim` (signal sig in an all_reduce loop:
+    SIGKILL, or SIGSTOP for a hung rank); the survivors shrink. Returns the new group's
+    members in original numbering."""
     me = orig_ranks.index(ORIG)
     vr = orig_ranks.index(victim)  # the victim's rank in the current group
     t = torch.ones(1 << 14)
     err = None
     for i in range(10**6):
         if ORIG == victim and i == 20:
+            with open(os.path.join(REPORT_DIR, f"pid_{victim}"), "w") as f:
+                f.write(str(os.getpid()))
             with open(os.path.join(REPORT_DIR, f"killed_{victim}"), "w") as f:
                 f.write(f"{time.time():.6f}")
-            os.kill(os.getpid(), signal.SIGKILL)
+            os.kill(os.getpid(), sig)
         try:
             dist.all_reduce(t)
         except Exception as e:  # noqa: BLE001 - checked below
@@ -137,6 +144,9 @@ def lose(victim: int, orig_ranks: list[int], step: int) -> list[int]:
     CK.check(f"rank {vr}" in str(err), f"step {step}: the error does not name rank {vr}: {str(err)[:1500]}")
     new = dist.shrink_group([vr])
     t_ready = time.time()
+    if sig == signal.SIGSTOP and new.rank() == 0:  # the hung process is of no more use
+        with open(os.path.join(REPORT_DIR, f"pid_{victim}")) as f:
+            os.kill(int(f.read()), signal.SIGKILL)
     survivors = [o for o in orig_ranks if o != victim]
     CK.check(
         new.size() == len(survivors) and dist.get_world_size() == len(survivors),
@@ -176,6 +186,10 @@ def main() -> None:
             with CK.section(f"shrink{step}"):
                 members = lose(victim, members, step)
                 every_collective(f"after shrink {step}", step + 1)
+    elif scenario == "stop":
+        with CK.section("shrink0"):
+            members = lose(args[0], members, 0, signal.SIGSTOP)
+            every_collective("after shrink of a hung rank", 1)
     elif scenario == "healthy":
         victim = args[0]
         with CK.section("shrink0"):
