@@ -1,6 +1,7 @@
 package core
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -51,21 +52,24 @@ func (e *p2pEngine) heartbeat(interval, timeout time.Duration) {
 		for _, pp := range dead {
 			err := fmt.Errorf("%w: nothing heard from rank %d for %v (missed heartbeats; GONCCL_HEARTBEAT_TIMEOUT_MS): is it hung or stopped, or is the network to it down?",
 				ErrTimeout, pp.rank, timeout.Round(time.Millisecond))
-			// The loss is recorded first: failing the peer closes its connection, and
-			// its reader would otherwise report that closing as the cause.
+			e.failPeer(pp, err) // its reader, failing next, leaves the report to us
 			if e.onDead != nil {
 				e.onDead(pp.rank, err)
 			}
-			e.failPeer(pp, err)
 		}
 	}
 }
 
-// peerDead handles a peer that is gone (it missed its heartbeats, or its connection
-// ended without a goodbye): it closes the collective link to it and breaks the
-// communicator (see lost.go), so that the operation running now fails at once.
+// peerDead handles a peer that is gone. One that missed its heartbeats: its collective
+// link is closed and the communicator broken at once (see lost.go), so that the
+// operation running now fails. One whose connection ended without a goodbye: see
+// peerGone (what it sent before dying may still complete the operation running now).
 func (c *Comm) peerDead(rank int, err error) {
 	c.logs.net.Warn(fmt.Sprintf("gonccl rank %d: %v", c.rank, err))
+	if !errors.Is(err, ErrTimeout) { // its connection ended: see peerGone
+		c.peerGone(rank, err)
+		return
+	}
 	if rank >= 0 && rank < len(c.links) && c.links[rank] != nil {
 		c.links[rank].Close()
 	}

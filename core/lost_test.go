@@ -74,3 +74,40 @@ func TestLostRankBreaksEverySurvivor(t *testing.T) {
 		})
 	}
 }
+
+// A rank that dies right after its part of a collective (a script that exits without
+// destroying its group, a crash just after a send) has already sent what its peers
+// need: they complete that collective from what arrived before the end of its
+// connection, and only the next one fails, naming it.
+func TestFramesSentBeforeDeathStillComplete(t *testing.T) {
+	for _, shm := range []string{"0", "1"} {
+		t.Run("shm_disable="+shm, func(t *testing.T) {
+			t.Setenv("GONCCL_SHM_DISABLE", shm)
+			const count, root = 1024, 1
+			comms := initAllTimeout(t, 2, 30*time.Second)
+			defer func() {
+				for _, c := range comms {
+					c.Abort()
+				}
+			}()
+			src := make([]byte, 4*count)
+			for i := range src {
+				src[i] = byte(i*7 + 3)
+			}
+			errs := runOn(t, comms, []int{root}, 10*time.Second, func(c *Comm) (*Request, error) {
+				return c.Broadcast(src, src, count, Float32, root)
+			})
+			require.NoError(t, errs[root])
+			die(comms[root])
+			time.Sleep(20 * time.Millisecond) // rank 0 reads the end of the connection first
+			got := make([]byte, 4*count)
+			errs = runOn(t, comms, []int{0}, 10*time.Second, func(c *Comm) (*Request, error) {
+				return c.Broadcast(got, got, count, Float32, root)
+			})
+			require.NoError(t, errs[0], "the broadcast's data had arrived before rank 1 died")
+			require.Equal(t, src, got)
+			errs = runOn(t, comms, []int{0}, 10*time.Second, allReduceOn)
+			require.ErrorContains(t, errs[0], "lost rank 1")
+		})
+	}
+}

@@ -465,11 +465,14 @@ func (e *p2pEngine) reader(pp *p2pPeer) {
 			err = e.handle(pp, h)
 		}
 		if err != nil {
-			e.failPeer(pp, err)
+			// Only a failure that starts here reports a death: when the heartbeat (or
+			// anything else) failed the peer first, its closing the connection is what
+			// ended this read, and the cause is theirs to report.
+			first := e.failPeer(pp, err)
 			e.mu.Lock()
 			closing := e.closed != nil
 			e.mu.Unlock()
-			if !closing && isDeath(err) && e.onDead != nil {
+			if first && !closing && isDeath(err) && e.onDead != nil {
 				e.onDead(pp.rank, err)
 			}
 			return
@@ -660,14 +663,15 @@ func (e *p2pEngine) expireSend(s *p2pSend) {
 		"%w after %v (is rank %d alive, and did it post the matching receive?)", ErrTimeout, e.timeout, s.peer)})
 }
 
-// failPeer shuts pp's channel down after err and fails everything pending on it.
+// failPeer shuts pp's channel down after err and fails everything pending on it;
+// it reports whether this was the first failure of pp (false: it had failed already).
 // Receives from AnySource stay posted: another rank may still satisfy them.
 // Unexpected eager messages already read from pp stay deliverable.
-func (e *p2pEngine) failPeer(pp *p2pPeer, err error) {
+func (e *p2pEngine) failPeer(pp *p2pPeer, err error) bool {
 	e.mu.Lock()
 	if pp.err != nil {
 		e.mu.Unlock()
-		return
+		return false
 	}
 	pp.err = fmt.Errorf("lost rank %d: %w", pp.rank, err)
 	done := e.drainPeer(pp, pp.err)
@@ -685,6 +689,7 @@ func (e *p2pEngine) failPeer(pp *p2pPeer, err error) {
 			e.rank, pp.rank, len(done), err))
 	}
 	done.run()
+	return true
 }
 
 // drainPeer collects every request pending on pp, to fail with err. mu held.
