@@ -145,6 +145,15 @@ bench: build
 	done
 	$(PY) -m gonccl.bench ddp -np $(BENCH_NP) --backends gonccl,gloo --rounds 2 --json build/bench/ddp.json
 
+# make bench-scale: N ranks as plain C processes through the C ABI (bench/scale): init time,
+# fds per rank, first all_reduce, for SCALE_NP ranks. Table on stdout, JSON in build/bench/.
+SCALE_NP ?= 64 128 256
+
+.PHONY: bench-scale
+bench-scale: lib
+	mkdir -p build/bench
+	$(PY) bench/scale/scale.py -np $(SCALE_NP) --json build/bench/scale.json
+
 # make bench-2hosts: all_reduce 8 B..64 MiB, gonccl against Gloo, on 2 "hosts" x 2 ranks
 # (network namespaces joined by a veth: scripts/two-hosts.sh; needs root). Ranks of one
 # namespace use shared memory, the namespaces talk TCP over the veth. Tables on stdout,

@@ -17,6 +17,13 @@ package core
 // send unit depends on the receive unit one step (nch units) earlier. Every rank
 // forwards the owner's bytes of each finished segment, so all ranks end bit-identical.
 func (e *exec) allReduceRing(buf []byte, count int, dt DataType, op RedOp) error {
+	return e.ringSteps(buf, count, dt, op, 0, 2*(e.nranks-1))
+}
+
+// ringSteps runs steps first..last-1 of allReduceRing: 0..n-2 alone are a ring
+// reduce-scatter (rank r then holds the reduction of segment r+1, split(count, n, r+1),
+// divided by n for Avg), n-1..2n-3 alone the matching all-gather.
+func (e *exec) ringSteps(buf []byte, count int, dt DataType, op RedOp, first, last int) error {
 	n, r, es := e.nranks, e.rank, dt.Size()
 	next, prev := mod(r+1, n), mod(r-1, n)
 	nch := max(1, ceilDiv(ceilDiv(count, n)*es, e.chunkBytes))
@@ -37,14 +44,17 @@ func (e *exec) allReduceRing(buf []byte, count int, dt DataType, op RedOp) error
 		}
 		return mod(r-(s-(n-1)), n)
 	}
-	units := 2 * (n - 1) * nch
+	units := (last - first) * nch
+	base := first * nch
 	return e.pipeline(units, units,
 		func(u int) int { return u - nch + 1 },
 		func(u int) error {
+			u += base
 			lo, hi := chunk(sendSeg(u/nch), u%nch)
 			return e.send(next, lo, buf[lo:hi])
 		},
 		func(u int) error {
+			u += base
 			s := u / nch
 			lo, hi := chunk(recvSeg(s), u%nch)
 			dst := buf[lo:hi]

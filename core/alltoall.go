@@ -77,7 +77,7 @@ func (x *pairExec) sendChunked(peer int, p []byte) error {
 	for j := 0; j < nch; j++ {
 		lo, hi := split(len(p), nch, j)
 		h := x.header(lo)
-		if err := x.e.links[peer].Send(&h, p[lo:hi], x.e.deadline); err != nil {
+		if err := x.e.linkSend(peer, &h, p[lo:hi]); err != nil {
 			return x.e.linkErr(peer, err)
 		}
 	}
@@ -89,7 +89,7 @@ func (x *pairExec) recvChunked(peer int, p []byte) error {
 	for j := 0; j < nch; j++ {
 		lo, hi := split(len(p), nch, j)
 		h := x.header(lo)
-		if err := x.e.links[peer].Recv(&h, p[lo:hi], x.e.deadline); err != nil {
+		if err := x.e.linkRecv(peer, &h, p[lo:hi]); err != nil {
 			return x.e.linkErr(peer, err)
 		}
 	}
@@ -112,7 +112,7 @@ type agreement struct {
 func (g *agreement) send(p int) error {
 	h := g.e.hdr
 	h.Count, h.Offset = uint64(g.a.sendCounts[p]), uint64(g.a.recvCounts[p])
-	if err := g.e.links[p].Send(&h, nil, g.e.deadline); err != nil {
+	if err := g.e.linkSend(p, &h, nil); err != nil {
 		return g.e.linkErr(p, err)
 	}
 	return nil
@@ -123,7 +123,7 @@ func (g *agreement) recv(p int, last bool) error {
 	e, r := g.e, g.e.rank
 	h := e.hdr
 	h.Count, h.Offset = uint64(g.a.recvCounts[p]), uint64(g.a.sendCounts[p])
-	err := e.links[p].Recv(&h, nil, e.deadline)
+	err := e.linkRecv(p, &h, nil)
 	var m *transport.MismatchError
 	switch {
 	case err == nil:

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -63,16 +62,23 @@ const maxMsg = 1 << 20
 var handshakeTimeout = 10 * time.Second
 
 func writeMsg(c net.Conn, v any) error {
-	b, err := json.Marshal(v)
+	b, err := encodeMsg(v)
 	if err != nil {
 		return err
 	}
+	_, err = c.Write(b)
+	return err
+}
+
+// encodeMsg frames v as writeMsg sends it.
+func encodeMsg(v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
 	var n [4]byte
 	binary.LittleEndian.PutUint32(n[:], uint32(len(b)))
-	if _, err := c.Write(append(n[:], b...)); err != nil {
-		return err
-	}
-	return nil
+	return append(n[:], b...), nil
 }
 
 func readMsg(c net.Conn, v any) error {
@@ -195,8 +201,14 @@ func serveRoot(l *net.TCPListener, secret []byte, deadline time.Time, logs logge
 	for _, m := range members {
 		table[m.info.Rank] = m.info
 	}
+	// One encoding for every rank: at 1,024 ranks the table is ~150 KB of JSON.
+	reply, err := encodeMsg(rootReply{Ranks: table})
+	if err != nil {
+		fail(err.Error())
+		return
+	}
 	for _, m := range members {
-		_ = writeMsg(m.conn, rootReply{Ranks: table})
+		_, _ = m.conn.Write(reply)
 		m.conn.Close()
 	}
 }
@@ -292,205 +304,5 @@ func missingRanks(nranks int, joined map[int]bool) string {
 }
 
 // meshListening, when set (by tests), is told each rank's peer listener address as
-// the rank starts connecting its mesh.
+// the rank starts connecting to its peers.
 var meshListening func(rank int, addr string)
-
-// connectMesh connects this rank to every other: it dials lower ranks and accepts
-// higher ones on l, checking each peer's proof of the secret. Strangers and impostors
-// are logged and dropped; the mesh forms without them. Each pair gets a collective
-// link over pairSockets connections (channels tcp.CollChannel(0..)), a StreamLink
-// over one or a StripedLink over several, and one connection for point-to-point
-// messages (tcp.ChannelP2P), returned as msgs.
-func connectMesh(l *net.TCPListener, secret []byte, rank int, epoch uint32, ranks []rankInfo, deadline time.Time, logs loggers, g safego.Guard) (links []transport.Link, msgs []*transport.MsgConn, err error) {
-	if meshListening != nil {
-		meshListening(rank, l.Addr().String())
-	}
-	n := len(ranks)
-	conns := make([][]net.Conn, n)
-	threads := make([]int, n)
-	for p := range ranks {
-		if p != rank {
-			var k int
-			k, threads[p] = pairSockets(ranks[rank], ranks[p])
-			conns[p] = make([]net.Conn, k)
-		}
-	}
-	msgs = make([]*transport.MsgConn, n)
-	var mu sync.Mutex
-	var firstErr error
-	setErr := func(err error) {
-		mu.Lock()
-		if firstErr == nil {
-			firstErr = err
-		}
-		mu.Unlock()
-	}
-	var wg sync.WaitGroup
-	for peer := 0; peer < rank; peer++ {
-		chans := []uint8{tcp.ChannelP2P}
-		for s := range conns[peer] {
-			chans = append(chans, tcp.CollChannel(s))
-		}
-		for _, ch := range chans {
-			g.Go("bootstrap dial", &wg, setErr, func() {
-				c, err := tcp.Dial(ranks[peer].Addr, secret, tcp.Hello{From: rank, To: peer, Channel: ch, Epoch: epoch}, deadline)
-				if err != nil {
-					setErr(fmt.Errorf("connecting to rank %d: %w", peer, err))
-					return
-				}
-				mu.Lock()
-				if ch == tcp.ChannelP2P {
-					msgs[peer] = transport.NewMsgConn(peer, c)
-				} else {
-					conns[peer][tcp.CollSocket(ch)] = c
-				}
-				mu.Unlock()
-			})
-		}
-	}
-	want := 0
-	for p := rank + 1; p < n; p++ {
-		want += len(conns[p]) + 1
-	}
-	if want > 0 {
-		failed := make(chan struct{}) // closed by the first panic of an accepting goroutine
-		var failOnce sync.Once
-		acceptFailed := func(err error) {
-			setErr(err)
-			failOnce.Do(func() { close(failed) })
-		}
-		g.Go("bootstrap accept wait", &wg, setErr, func() {
-			accepted := make(chan struct{})
-			done := make(chan struct{})
-			defer close(done)
-			g.Go("bootstrap accept", nil, acceptFailed, func() {
-				acceptPeers(l, secret, rank, epoch, n, conns, msgs, &mu, accepted, done, logs, g, acceptFailed)
-			})
-			timer := time.NewTimer(time.Until(deadline))
-			defer timer.Stop()
-			for got := 0; got < want; {
-				select {
-				case <-accepted:
-					got++
-				case <-failed:
-					return
-				case <-timer.C:
-					mu.Lock()
-					var missing []int
-					for p := rank + 1; p < n; p++ {
-						if msgs[p] == nil || slices.Contains(conns[p], nil) {
-							missing = append(missing, p)
-						}
-					}
-					mu.Unlock()
-					setErr(fmt.Errorf("%w: waiting for ranks %v to connect", ErrTimeout, missing))
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	mu.Lock() // an accepting goroutine (not waited for) may still report a panic
-	meshErr := firstErr
-	mu.Unlock()
-	if meshErr == nil {
-		links, meshErr = meshLinks(rank, conns, threads, logs, g)
-	}
-	if meshErr != nil {
-		for p := range conns {
-			for _, c := range conns[p] {
-				if c != nil {
-					c.Close()
-				}
-			}
-			if msgs[p] != nil {
-				msgs[p].Close()
-			}
-		}
-		return nil, nil, meshErr
-	}
-	return links, msgs, nil
-}
-
-// meshLinks builds the collective link to each peer over its connections.
-func meshLinks(rank int, conns [][]net.Conn, threads []int, logs loggers, g safego.Guard) ([]transport.Link, error) {
-	links := make([]transport.Link, len(conns))
-	for p, cs := range conns {
-		switch {
-		case p == rank:
-		case len(cs) == 1:
-			links[p] = transport.NewStreamLink(p, cs[0])
-		default:
-			sl, err := transport.NewStripedLink(p, cs, threads[p], g)
-			if err != nil {
-				for _, l := range links[:p] {
-					if sl, ok := l.(*transport.StripedLink); ok {
-						sl.Close() // stops its goroutines; the caller closes the rest
-					}
-				}
-				return nil, err
-			}
-			links[p] = sl
-			logs.net.Info(fmt.Sprintf("rank %d: %d tcp connections, %d sending goroutines", p, len(cs), threads[p]))
-		}
-	}
-	return links, nil
-}
-
-// acceptPeers accepts connections on l until it is closed, and registers in conns (or
-// msgs, by channel) every higher rank that proves the secret, signalling each on
-// accepted.
-//
-// Its goroutines run under g; a panic in one is passed to failed, which fails init.
-func acceptPeers(l *net.TCPListener, secret []byte, rank int, epoch uint32, n int, conns [][]net.Conn, msgs []*transport.MsgConn, mu *sync.Mutex, accepted chan<- struct{}, done <-chan struct{}, logs loggers, g safego.Guard, failed func(error)) {
-	g.Go("bootstrap closer", nil, failed, func() {
-		<-done
-		l.Close()
-	})
-	for {
-		c, err := l.AcceptTCP()
-		if err != nil {
-			return
-		}
-		tcp.Accepted(c)
-		g.Go("bootstrap handshake", nil, func(err error) { c.Close(); failed(err) }, func() {
-			h, err := tcp.AcceptHandshake(c, secret, time.Now().Add(handshakeTimeout))
-			mu.Lock()
-			sock := tcp.CollSocket(h.Channel)
-			finished := false // connectMesh is done with conns and msgs (see there)
-			select {
-			case <-done:
-				finished = true
-			default:
-			}
-			switch {
-			case err != nil:
-			case finished:
-				err = errors.New("connected after init had stopped waiting for connections")
-			case h.Epoch != epoch:
-				err = fmt.Errorf("rank %d belongs to communicator generation (epoch) %d, this one is epoch %d: a stale or foreign rank", h.From, h.Epoch, epoch)
-			case h.To != rank || h.From <= rank || h.From >= n:
-				err = fmt.Errorf("peer claims to be rank %d calling rank %d", h.From, h.To)
-			case h.Channel != tcp.ChannelP2P && (sock < 0 || sock >= len(conns[h.From])):
-				err = fmt.Errorf("rank %d asked for unknown channel %d (its link has %d connections)", h.From, h.Channel, len(conns[h.From]))
-			case h.Channel == tcp.ChannelP2P && msgs[h.From] != nil,
-				h.Channel != tcp.ChannelP2P && conns[h.From][sock] != nil:
-				err = fmt.Errorf("rank %d connected twice on channel %d", h.From, h.Channel)
-			case h.Channel == tcp.ChannelP2P:
-				msgs[h.From] = transport.NewMsgConn(h.From, c)
-			default:
-				conns[h.From][sock] = c
-			}
-			mu.Unlock()
-			if err != nil {
-				logs.net.Warn("dropped connection", zap.Stringer("from", c.RemoteAddr()), zap.Error(err))
-				c.Close()
-				return
-			}
-			select {
-			case accepted <- struct{}{}:
-			case <-done:
-			}
-		})
-	}
-}

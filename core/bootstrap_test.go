@@ -154,7 +154,7 @@ func TestStripedTCPCollectives(t *testing.T) {
 	n := 3
 	comms := initAll(t, n)
 	for _, c := range comms {
-		for p, l := range c.links {
+		for p, l := range linksOf(c) {
 			if p != c.rank {
 				sl, ok := l.(*transport.StripedLink)
 				require.True(t, ok, "rank %d's link to %d is a %T", c.rank, p, l)

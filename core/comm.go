@@ -36,20 +36,20 @@ type Options struct {
 	injectPanic func(site string) // tests only: see config.injectPanic
 }
 
-// Comm is one rank's end of a communicator: its links to every other rank and the
+// Comm is one rank's end of a communicator: its links to the other ranks and the
 // executor goroutine that runs its operations one at a time, in issue order.
 type Comm struct {
 	rank, nranks int
 	cfg          *config
 	logs         loggers
-	links        []transport.Link
-	scratch      []byte // mmap'd: receive staging for reductions
-	work         []byte // mmap'd, grown on demand: see workBuf
+	peers        *peerSet // links to the other ranks, made on demand (see peers.go)
+	hosts        [][]int  // the ranks of each host (nil: unknown; see hostGroups)
+	scratch      []byte   // mmap'd: receive staging for reductions
+	work         []byte   // mmap'd, grown on demand: see workBuf
 	timeout      time.Duration
 	sel          *selector       // the cost model: picks each operation's algorithm
 	trace        *flightRecorder // recent operations (nil: off); see trace.go
 	epoch        uint32          // the generation; see epoch.go
-	stale        staleCounter    // frames of older generations dropped
 	guard        safego.Guard    // how its goroutines survive panics (see safety.go)
 
 	// Per-peer frame headers and reduce sinks for the executor's operations (see exec).
@@ -125,30 +125,29 @@ func NewComm(id UniqueID, nranks, rank int, opts Options) (*Comm, error) {
 	if err != nil {
 		return fail(err)
 	}
-	defer l.Close()
 	deadline := start.Add(timeout)
 	me := rankInfo{Rank: rank, NRanks: nranks, Addr: l.Addr().String(), Host: hostIdentity(), Hostname: hostname(), Pid: os.Getpid(), Shm: !cfg.shmDisable, Epoch: opts.Epoch}
 	ranks, err := joinRoot(&id, me, deadline)
 	if err != nil {
+		l.Close()
 		return fail(err)
 	}
-	links, msgs, err := connectMesh(l, id.secret(), rank, opts.Epoch, ranks, deadline, logs, cfg.guard(logs.init))
+	if meshListening != nil {
+		meshListening(rank, l.Addr().String())
+	}
+	peers := newPeerSet(rank, opts.Epoch, ranks, id.secret(), l, timeout, logs, cfg.guard(logs.net))
+	if err := peers.connectInitial(deadline); err != nil {
+		peers.close()
+		return fail(err)
+	}
+	c, err := newComm(rank, nranks, cfg, logs, peers, timeout)
 	if err != nil {
 		return fail(err)
 	}
-	if err := connectShm(rank, ranks, links, deadline, logs, cfg.guard(logs.shm)); err != nil {
-		closeLinks(links)
-		closeMsgConns(msgs)
-		return fail(err)
-	}
-	c, err := newComm(rank, nranks, cfg, logs, links, timeout)
-	if err != nil {
-		closeMsgConns(msgs)
-		return fail(err)
-	}
-	c.setEpoch(opts.Epoch)
+	c.epoch = opts.Epoch
 	c.trace.setComm(commIDOf(&id))
-	c.startP2P(msgs)
+	c.startP2P(nil)
+	peers.attach(c.p2p.addPeer)
 	if cfg.injectStale > 0 {
 		c.injectStale(cfg.injectStale)
 	}
@@ -157,20 +156,20 @@ func NewComm(id UniqueID, nranks, rank int, opts Options) (*Comm, error) {
 	return c, nil
 }
 
-// newComm builds a communicator over links (one per peer, nil for this rank) and
-// starts its executor.
-func newComm(rank, nranks int, cfg *config, logs loggers, links []transport.Link, timeout time.Duration) (*Comm, error) {
+// newComm builds a communicator over peers and starts its executor.
+func newComm(rank, nranks int, cfg *config, logs loggers, peers *peerSet, timeout time.Duration) (*Comm, error) {
 	scratchBytes := max(cfg.chunkBytes, cfg.llThreshold, 4096)
 	scratch, err := unix.Mmap(-1, 0, scratchBytes, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	if err != nil {
-		closeLinks(links)
+		peers.close()
 		return nil, fmt.Errorf("allocating %d bytes of scratch memory: %w", scratchBytes, err)
 	}
 	c := &Comm{
-		rank: rank, nranks: nranks, cfg: cfg, logs: logs, links: links, scratch: scratch,
+		rank: rank, nranks: nranks, cfg: cfg, logs: logs, peers: peers, scratch: scratch,
 		timeout: timeout, queue: make(chan *op, cfg.queueDepth), slots: make(chan struct{}, cfg.queueDepth),
 		closing: make(chan struct{}), finished: make(chan struct{}),
 	}
+	c.hosts = hostGroups(peers.ranks)
 	c.sel = newSelector(c.costModel(), cfg.algo, logs)
 	c.sendHdrs, c.recvHdrs = make([]transport.Header, nranks), make([]transport.Header, nranks)
 	c.sinks = make([]reduceSink, nranks)
@@ -201,18 +200,17 @@ func sizeGoMaxProcs(cfg *config, ranks []rankInfo, host string) int {
 }
 
 func (c *Comm) logInit(ifc tcp.Interface, ranks []rankInfo, procs int, took time.Duration) {
-	ring := make([]string, c.nranks)
+	if !c.logs.init.Core().Enabled(zapcore.InfoLevel) {
+		return
+	}
 	var peers []string
-	for i, ri := range ranks {
-		ring[i] = fmt.Sprint(i)
-		if i != c.rank {
-			peers = append(peers, fmt.Sprintf("%d:%s(%s)", i, transportName(c.links[i]), ri.Hostname))
-		}
+	for _, p := range c.peers.connected() {
+		peers = append(peers, fmt.Sprintf("%d:%s(%s)", p, transportName(c.peers.linkIfAny(p)), ranks[p].Hostname))
 	}
 	sort.Strings(peers)
-	c.logs.init.Info(fmt.Sprintf("gonccl %s rank %d/%d host %s pid %d: init done in %v; interface %s; ring %s; peers %s; GOMAXPROCS %d (%d cores)",
+	c.logs.init.Info(fmt.Sprintf("gonccl %s rank %d/%d host %s pid %d: init done in %v; interface %s; ring %d -> %d -> %d; peers connected at init %s (the others on first use); GOMAXPROCS %d (%d cores)",
 		Version, c.rank, c.nranks, hostname(), os.Getpid(), took.Round(time.Millisecond), ifc,
-		strings.Join(ring, " "), strings.Join(peers, " "), procs, runtime.NumCPU()))
+		(c.rank-1+c.nranks)%c.nranks, c.rank, (c.rank+1)%c.nranks, strings.Join(peers, " "), procs, runtime.NumCPU()))
 	restrict := ""
 	if len(c.cfg.algo) > 0 {
 		restrict = "; GONCCL_ALGO allows " + describeAllow(c.cfg.algo)
@@ -340,7 +338,7 @@ func (c *Comm) execute(o *op) error {
 	}
 	start := time.Now()
 	e := &exec{
-		rank: c.rank, nranks: c.nranks, links: c.links,
+		rank: c.rank, nranks: c.nranks, peers: c.peers,
 		hdr: transport.Header{Seq: o.seq, Kind: uint8(o.kind), DType: uint8(o.dtype), Root: int32(o.root),
 			Count: uint64(o.count), Epoch: c.epoch},
 		deadline: start.Add(c.timeout), timeout: c.timeout,
@@ -401,6 +399,13 @@ func (c *Comm) dispatch(e *exec, o *op) error {
 			return err
 		}
 		switch algo {
+		case "hier":
+			e.hdr.Algo = uint8(AlgoHier)
+			work, err := c.workBuf(reduceWindow * (c.cfg.chunkBytes + es))
+			if err != nil {
+				return err
+			}
+			return e.allReduceHier(buf, o.count, o.dtype, o.redop, c.hosts, work)
 		case "rd":
 			e.hdr.Algo = uint8(AlgoRecDoubling)
 			return e.allReduceRD(buf, o.dtype, o.redop)
@@ -476,24 +481,11 @@ func copyIfDistinct(dst, src []byte) {
 const failGrace = 250 * time.Millisecond
 
 // failLinks shuts every link down after an error (see transport.Link.Fail).
-func (c *Comm) failLinks() {
-	for _, l := range c.links {
-		if l != nil {
-			l.Fail(failGrace)
-		}
-	}
-}
+func (c *Comm) failLinks() { c.peers.failAll(failGrace) }
 
-// closeLinks closes every link; blocked sends and receives return at once.
-func (c *Comm) closeLinks() { closeLinks(c.links) }
-
-func closeLinks(links []transport.Link) {
-	for _, l := range links {
-		if l != nil {
-			l.Close()
-		}
-	}
-}
+// closeLinks closes every link and stops making new ones; blocked sends and receives
+// return at once.
+func (c *Comm) closeLinks() { c.peers.close() }
 
 // Destroy waits for the operations already enqueued to finish, then closes the
 // communicator. Further operations fail with ErrClosed.

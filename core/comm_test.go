@@ -45,7 +45,7 @@ func commsOver(t testing.TB, n int, tweak func(*config), pair func(i, j int) (tr
 		if tweak != nil {
 			tweak(cfg)
 		}
-		c, err := newComm(i, n, cfg, newLoggers(cfg, "test", i), links[i], cfg.timeout)
+		c, err := newComm(i, n, cfg, newLoggers(cfg, "test", i), fixedPeers(i, links[i]), cfg.timeout)
 		require.NoError(t, err)
 		comms[i] = c
 	}
@@ -487,4 +487,13 @@ func TestLateFailureIsReported(t *testing.T) {
 	for r, err := range errs {
 		require.Error(t, err, "rank %d reported success although rank 3 never entered the barrier", r)
 	}
+}
+
+// linksOf returns c's links made so far, by peer (nil: none, or c's own rank).
+func linksOf(c *Comm) []transport.Link {
+	ls := make([]transport.Link, c.nranks)
+	for p := range ls {
+		ls[p] = c.peers.linkIfAny(p)
+	}
+	return ls
 }

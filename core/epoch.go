@@ -34,27 +34,19 @@ func (c *Comm) Epoch() uint32 { return c.epoch }
 
 // StaleFrames returns how many frames of older generations the communicator's links
 // have dropped.
-func (c *Comm) StaleFrames() uint64 { return c.stale.n.Load() }
+func (c *Comm) StaleFrames() uint64 { return c.peers.stale.n.Load() }
 
-// setEpoch sets the generation before the first operation and tells every link to
-// report the stale frames it drops.
-func (c *Comm) setEpoch(epoch uint32) {
-	c.epoch = epoch
-	for _, l := range c.links {
-		if d, ok := l.(transport.StaleDropper); ok {
-			d.OnStale(c.dropStale)
-		}
-	}
-}
-
-func (c *Comm) dropStale(peer int, got transport.Header) {
-	c.stale.n.Add(1)
-	c.logs.net.Warn(fmt.Sprintf("rank %d: dropped a %d-byte frame of generation (epoch) %d from rank %d (op seq %d, kind %d): this communicator is epoch %d",
-		c.rank, got.Len, got.Epoch, peer, got.Seq, got.Kind, c.epoch))
+// dropStale is every link's report of a frame of an older generation it dropped (see
+// peerSet.finish, which registers it on each link as the link is made).
+func (s *peerSet) dropStale(peer int, got transport.Header) {
+	s.stale.n.Add(1)
+	s.logs.net.Warn(fmt.Sprintf("rank %d: dropped a %d-byte frame of generation (epoch) %d from rank %d (op seq %d, kind %d): this communicator is epoch %d",
+		s.rank, got.Len, got.Epoch, peer, got.Seq, got.Kind, s.epoch))
 }
 
 // injectStale is the GONCCL_TEST_INJECT_STALE test hook: in a communicator of epoch E >
-// 0, before its first operation, this rank sends every peer a frame of epoch E-1 that
+// 0, before its first operation, this rank sends every peer it connected to at init
+// (see initialPeers: all of them up to 4 ranks) a frame of epoch E-1 that
 // looks like the first all_reduce of count float32s, with a payload that would spoil
 // any sum: a late frame of the previous generation, which the peers must drop.
 func (c *Comm) injectStale(count int) {
@@ -63,10 +55,8 @@ func (c *Comm) injectStale(count int) {
 	}
 	junk := bytes.Repeat([]byte{0x7f}, count*4)
 	deadline := time.Now().Add(c.timeout)
-	for peer, l := range c.links {
-		if l == nil {
-			continue
-		}
+	for _, peer := range c.peers.connected() {
+		l := c.peers.linkIfAny(peer)
 		h := transport.Header{Seq: 1, Kind: uint8(KindAllReduce), DType: uint8(Float32), Root: -1,
 			Count: uint64(count), Epoch: c.epoch - 1}
 		if err := l.Send(&h, junk, deadline); err != nil {

@@ -65,7 +65,7 @@ func TestStaleFrameIsDroppedAndLogged(t *testing.T) {
 				}
 				h := transport.Header{Seq: 1, Kind: uint8(KindAllReduce), DType: uint8(Float32), Root: -1,
 					Count: uint64(count), Epoch: 4}
-				require.NoError(t, comms[1].links[peer].Send(&h, junk, time.Now().Add(5*time.Second)))
+				require.NoError(t, comms[1].peers.linkIfAny(peer).Send(&h, junk, time.Now().Add(5*time.Second)))
 			}
 
 			ins, outs := make([][]byte, n), make([][]byte, n)

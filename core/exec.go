@@ -15,7 +15,8 @@ import (
 // errors into errors that name the peer and say what to check.
 type exec struct {
 	rank, nranks int
-	links        []transport.Link
+	peers        *peerSet // links, made on demand: see link
+	group        []int    // nil, or a subgroup's ranks: peer i is rank group[i] (see sub)
 	hdr          transport.Header
 	deadline     time.Time
 	timeout      time.Duration
@@ -56,11 +57,51 @@ func (e *exec) result() error {
 	return e.err
 }
 
+// link returns the link to peer, connecting it first if this is the first use.
+func (e *exec) link(peer int) (transport.Link, error) {
+	l, err := e.peers.link(e.realRank(peer), e.deadline)
+	if err != nil {
+		return nil, &linkSetupError{err}
+	}
+	return l, nil
+}
+
+// realRank maps a peer of a subgroup's exec to its rank in the communicator.
+func (e *exec) realRank(peer int) int {
+	if e.group != nil {
+		return e.group[peer]
+	}
+	return peer
+}
+
+// linkSetupError is a failure to make a link on demand; its message names the peer
+// already (see peerSet.connect), so linkErr passes it through.
+type linkSetupError struct{ err error }
+
+func (e *linkSetupError) Error() string { return e.err.Error() }
+func (e *linkSetupError) Unwrap() error { return e.err }
+
+func (e *exec) linkSend(peer int, h *transport.Header, p []byte) error {
+	l, err := e.link(peer)
+	if err != nil {
+		return err
+	}
+	return l.Send(h, p, e.deadline)
+}
+
+func (e *exec) linkRecv(peer int, h *transport.Header, p []byte) error {
+	l, err := e.link(peer)
+	if err != nil {
+		return err
+	}
+	return l.Recv(h, p, e.deadline)
+}
+
 func (e *exec) send(peer int, off int, p []byte) error {
 	h := &e.sendHdrs[peer]
 	*h = e.hdr
 	h.Offset = uint64(off)
-	if err := e.links[peer].Send(h, p, e.deadline); err != nil {
+	if err := e.linkSend(peer, h, p); err != nil {
 		return e.linkErr(peer, err)
 	}
 	return nil
@@ -70,7 +111,7 @@ func (e *exec) recv(peer int, off int, p []byte) error {
 	h := &e.recvHdrs[peer]
 	*h = e.hdr
 	h.Offset = uint64(off)
-	if err := e.links[peer].Recv(h, p, e.deadline); err != nil {
+	if err := e.linkRecv(peer, h, p); err != nil {
 		return e.linkErr(peer, err)
 	}
 	return nil
@@ -81,7 +122,11 @@ func (e *exec) recv(peer int, off int, p []byte) error {
 // memory) the reduction reads the peer's bytes where they lie; otherwise they pass
 // through scratch memory.
 func (e *exec) recvReduce(peer int, off int, dst []byte, dt DataType, op RedOp) error {
-	if pr, ok := e.links[peer].(transport.PieceReceiver); ok {
+	l, err := e.link(peer)
+	if err != nil {
+		return e.linkErr(peer, err)
+	}
+	if pr, ok := l.(transport.PieceReceiver); ok {
 		h := &e.recvHdrs[peer]
 		*h = e.hdr
 		h.Offset = uint64(off)
@@ -116,8 +161,12 @@ func (s *reduceSink) Piece(off int, piece []byte) error {
 }
 
 func (e *exec) linkErr(peer int, err error) error {
+	peer = e.realRank(peer)
 	var m *transport.MismatchError
+	var se *linkSetupError
 	switch {
+	case errors.As(err, &se):
+		return se.err
 	case errors.As(err, &m):
 		return fmt.Errorf("%w: %s", ErrMismatch, mismatchText(e.rank, m))
 	case errors.Is(err, ErrTimeout):

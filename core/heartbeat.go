@@ -70,8 +70,6 @@ func (c *Comm) peerDead(rank int, err error) {
 		c.peerGone(rank, err)
 		return
 	}
-	if rank >= 0 && rank < len(c.links) && c.links[rank] != nil {
-		c.links[rank].Close()
-	}
+	c.peers.closeLink(rank)
 	c.peerLost(rank, err)
 }

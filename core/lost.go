@@ -18,14 +18,18 @@ import (
 // neighbour to neighbour (each hop a failGrace later). The operation fails with the
 // loss as its cause, and so does every later one. This is what makes a survivor see a
 // SIGKILLed rank within a fraction of a second, the first step of recovering by shrink.
+//
+// Connections are made on demand (peers.go), so some survivors never had one to the
+// lost rank and cannot see it go. The rank that records a loss first tells every peer
+// it has a channel to (MsgLost, with the cause and whether to break at once), and each
+// peer that learns it first passes it on in turn: the news floods the channels, which
+// connect every survivor (ring neighbours always have one), and every survivor names
+// the lost rank, not the neighbour whose failure reached it first.
 
-// peerLost records that rank is gone (err says how) and breaks the communicator with
-// the loss (breakWith, which fails every link), unless it was already broken.
-func (c *Comm) peerLost(rank int, err error) {
-	if lost, first := c.recordLost(rank, err); first {
-		c.breakWith("peer", lost)
-	}
-}
+// peerLost records that rank fell silent (err says how) and breaks the communicator
+// with the loss at once (breakWith, which fails every link), unless a loss was
+// recorded already.
+func (c *Comm) peerLost(rank int, err error) { c.lose(rank, err, true) }
 
 // peerGone handles a rank whose connections ended without a goodbye. What it sent
 // before it died may still be buffered here, and the operation reading it may yet
@@ -33,11 +37,59 @@ func (c *Comm) peerLost(rank int, err error) {
 // data). The loss is recorded at once, so that every failure names it, and the rest of
 // the communicator is broken failGrace later, for the operations that wait on other
 // ranks.
-func (c *Comm) peerGone(rank int, err error) {
-	lost, first := c.recordLost(rank, err)
-	if first {
-		time.AfterFunc(failGrace, c.guard.Func("lost rank break", nil, func() { c.breakWith("peer", lost) }))
+func (c *Comm) peerGone(rank int, err error) { c.lose(rank, err, false) }
+
+// lossReported handles a peer's news (MsgLost) that rank is lost: from saw it, reason
+// says how, and silent whether it fell silent (the heartbeat found it: break at once)
+// rather than died (failGrace later, as from does). A silent rank's channel is failed
+// here too, first: this rank may still hear from it (a network cut between two others,
+// a test that stops only its heartbeats), but the communicator has given it up, and a
+// diagnosis must say so.
+func (c *Comm) lossReported(rank, from int, reason string, silent bool) {
+	if rank == c.rank { // a peer thinks this rank is gone: it hangs up, and that ends it
+		c.logs.net.Warn(fmt.Sprintf("gonccl rank %d: rank %d reports this rank lost: %s", c.rank, from, reason))
+		return
 	}
+	err := &lossReport{from: from, reason: reason, silent: silent}
+	if silent && c.p2p != nil {
+		c.p2p.failRank(rank, err)
+	}
+	c.lose(rank, err, silent)
+}
+
+// lossReport is a loss a peer reported; it matches ErrTimeout where the lost rank fell
+// silent (as the peer's own error did).
+type lossReport struct {
+	from   int
+	reason string
+	silent bool
+}
+
+func (e *lossReport) Error() string { return fmt.Sprintf("rank %d reports: %s", e.from, e.reason) }
+
+func (e *lossReport) Unwrap() error {
+	if e.silent {
+		return ErrTimeout
+	}
+	return transport.ErrPeerClosed
+}
+
+// lose records the loss of rank (err says how); if it is the first loss, it tells the
+// peers and breaks the communicator, at once (now) or failGrace later.
+func (c *Comm) lose(rank int, err error, now bool) {
+	lost, first := c.recordLost(rank, err)
+	if !first {
+		return
+	}
+	if c.p2p != nil {
+		c.p2p.tellLost(rank, err.Error(), now)
+	}
+	if now {
+		c.breakWith("peer", lost)
+		return
+	}
+	brk := func() { c.breakWith("peer", lost) }
+	time.AfterFunc(failGrace, c.guard.Func("lost rank break", func(err error) { c.breakWith("lost rank break", err) }, brk))
 }
 
 // recordLost records the loss of rank, unless one is recorded already; it returns the

@@ -23,9 +23,10 @@ func die(c *Comm) {
 }
 
 // A rank that dies breaks the communicator on every survivor, whichever peers each
-// one's next collective waits on: every survivor's operation fails naming the dead
-// rank as its cause (not the neighbour whose own failure reached it first), long
-// before the timeout, and so does every later one.
+// one's next collective waits on, and whether or not it ever had a connection to the
+// dead rank: every survivor's operation fails naming the dead rank as its cause (not
+// the neighbour whose own failure reached it first), long before the timeout, and so
+// does every later one.
 func TestLostRankBreaksEverySurvivor(t *testing.T) {
 	for _, tc := range []struct {
 		shm      string
@@ -35,6 +36,10 @@ func TestLostRankBreaksEverySurvivor(t *testing.T) {
 			t.Setenv("GONCCL_SHM_DISABLE", tc.shm)
 			const n, dead = 5, 2
 			comms := initAllTimeout(t, n, 60*time.Second)
+			// Connections are made on demand: rank 4 never had one to rank 2 (see
+			// initialPeers), so it can only learn of the loss from the others.
+			require.Nil(t, comms[4].peers.linkIfAny(dead))
+			require.Nil(t, comms[4].p2p.peer(dead))
 			if tc.inFlight {
 				time.AfterFunc(200*time.Millisecond, func() { die(comms[dead]) })
 			} else {

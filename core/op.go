@@ -64,6 +64,7 @@ const (
 	AlgoDissemination Algo = 5 // barrier
 	AlgoDirect        Algo = 6 // gather, scatter: every rank to or from the root directly
 	AlgoPairwise      Algo = 7 // alltoall(v): step s sends to rank r+s, receives from r-s
+	AlgoHier          Algo = 8 // all_reduce across hosts: reduce in each host, ring of host leaders, broadcast in each host
 )
 
 func (a Algo) String() string {
@@ -82,6 +83,8 @@ func (a Algo) String() string {
 		return "direct"
 	case AlgoPairwise:
 		return "pairwise"
+	case AlgoHier:
+		return "hier"
 	}
 	return "none"
 }

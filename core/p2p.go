@@ -131,13 +131,15 @@ type p2pEngine struct {
 	nsend      uint64
 	nrecv      uint64
 	closed     error
+	leaving    error // set before close says goodbye: peers hanging up then do not count as lost
 	wg         sync.WaitGroup
 
-	status        func() statusReport       // this rank's progress, for peers that ask (see status.go)
-	onDead        func(rank int, err error) // a peer missed its heartbeats (see heartbeat.go)
-	stop          chan struct{}             // closed by close: ends the heartbeat goroutine
-	hbPaused      atomic.Bool               // tests: stop sending heartbeats
-	statusAnswers chan statusAnswer         // where peers' answers go while this rank asks
+	status        func() statusReport                              // this rank's progress, for peers that ask (see status.go)
+	onDead        func(rank int, err error)                        // a peer missed its heartbeats (see heartbeat.go)
+	onLost        func(rank, from int, reason string, silent bool) // a peer says rank is lost (see lost.go)
+	stop          chan struct{}                                    // closed by close: ends the heartbeat goroutine
+	hbPaused      atomic.Bool                                      // tests: stop sending heartbeats
+	statusAnswers chan statusAnswer                                // where peers' answers go while this rank asks
 }
 
 // completion is a request to finish once mu is released.
@@ -158,32 +160,15 @@ func (cs completions) run() {
 	}
 }
 
-func closeMsgConns(msgs []*transport.MsgConn) {
-	for _, m := range msgs {
-		if m != nil {
-			m.Close()
-		}
-	}
-}
-
-// startP2P starts point-to-point messaging over msgs (one per peer, nil at this rank).
+// startP2P starts point-to-point messaging over msgs (one per peer, nil at this rank;
+// a nil slice for none yet: peers join later through addPeer).
 func (c *Comm) startP2P(msgs []*transport.MsgConn) {
 	e := &p2pEngine{rank: c.rank, nranks: c.nranks, timeout: c.timeout, log: c.logs.net, guard: c.cfg.guard(c.logs.net),
-		peers: make([]*p2pPeer, c.nranks), status: c.status, onDead: c.peerDead, stop: make(chan struct{})}
+		peers: make([]*p2pPeer, c.nranks), status: c.status, onDead: c.peerDead, onLost: c.lossReported, stop: make(chan struct{})}
 	c.p2p = e // before its goroutines start: a panic handler may use it
 	for r, m := range msgs {
-		if m == nil || r == c.rank {
-			continue
-		}
-		e.peers[r] = &p2pPeer{rank: r, conn: m, wake: sync.NewCond(&e.mu),
-			waitCTS: map[uint64]*p2pSend{}, withdrawn: map[uint64]bool{}, rdv: map[uint64]*p2pRecv{}}
-	}
-	for _, p := range e.peers {
-		if p != nil {
-			p.lastSent.Store(time.Now().UnixNano())
-			peerDied := func(err error) { e.failPeer(p, err) }
-			e.guard.Go("p2p writer", &e.wg, peerDied, func() { e.writer(p) })
-			e.guard.Go("p2p reader", &e.wg, peerDied, func() { e.reader(p) })
+		if m != nil && r != c.rank {
+			e.addPeer(r, m)
 		}
 	}
 	if c.cfg != nil && c.cfg.heartbeatTimeout > 0 {
@@ -191,6 +176,32 @@ func (c *Comm) startP2P(msgs []*transport.MsgConn) {
 			e.heartbeat(heartbeatInterval(c.cfg.heartbeatTimeout), c.cfg.heartbeatTimeout)
 		})
 	}
+}
+
+// addPeer starts messaging with rank r over m (made at init or on demand): its
+// writer and reader goroutines. After close, m is closed instead.
+func (e *p2pEngine) addPeer(r int, m *transport.MsgConn) {
+	e.mu.Lock()
+	if e.closed != nil || e.peers[r] != nil {
+		e.mu.Unlock()
+		m.Close()
+		return
+	}
+	p := &p2pPeer{rank: r, conn: m, wake: sync.NewCond(&e.mu),
+		waitCTS: map[uint64]*p2pSend{}, withdrawn: map[uint64]bool{}, rdv: map[uint64]*p2pRecv{}}
+	p.lastSent.Store(time.Now().UnixNano())
+	e.peers[r] = p
+	peerDied := func(err error) { e.failPeer(p, err) }
+	e.guard.Go("p2p writer", &e.wg, peerDied, func() { e.writer(p) })
+	e.guard.Go("p2p reader", &e.wg, peerDied, func() { e.reader(p) })
+	e.mu.Unlock()
+}
+
+// peer returns rank r's channel, or nil.
+func (e *p2pEngine) peer(r int) *p2pPeer {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.peers[r]
 }
 
 func (c *Comm) checkP2P(what string, buf []byte, count int, dt DataType, peer, tag int, anyOK bool) error {
@@ -228,10 +239,16 @@ func (c *Comm) checkP2P(what string, buf []byte, count int, dt DataType, peer, t
 // Send sends count elements of dt from buf to peer with tag. It returns at once; the
 // request completes when the data has been written to the connection (buf may then be
 // reused). Messages larger than 64 KiB are written only once peer has posted the
-// matching receive. Unlike collectives, sends do not wait for earlier operations.
+// matching receive. Unlike collectives, sends do not wait for earlier operations. The
+// first send to a peer not connected yet connects to it first (see peers.go).
 func (c *Comm) Send(buf []byte, count int, dt DataType, peer, tag int) (*Request, error) {
 	if err := c.checkP2P("send", buf, count, dt, peer, tag, false); err != nil {
 		return nil, err
+	}
+	if c.p2p.peer(peer) == nil && c.peers.ranks != nil { // first message to peer: connect
+		if _, err := c.peers.link(peer, time.Now().Add(c.timeout)); err != nil {
+			return nil, &OpError{Rank: c.rank, Op: fmt.Sprintf("send to rank %d", peer), Peer: peer, Err: err}
+		}
 	}
 	return c.p2p.send(buf[:count*dt.Size()], count, dt, peer, int64(tag))
 }
@@ -300,7 +317,7 @@ func (e *p2pEngine) recv(p []byte, count int, dt DataType, src int, tag int64) (
 		if r.state != recvDone { // waiting for an announced message's data: it has a deadline too
 			r.timer = time.AfterFunc(e.timeout, e.guard.Func("p2p recv timer", e.timerDied(r.req, r.src), func() { e.expireRecv(r) }))
 		}
-	} else if src != AnySource && e.peers[src].err != nil {
+	} else if src != AnySource && e.peers[src] != nil && e.peers[src].err != nil {
 		e.mu.Unlock()
 		return nil, &OpError{Rank: e.rank, Op: r.what, Peer: src, Err: e.peers[src].err}
 	} else {
@@ -470,7 +487,7 @@ func (e *p2pEngine) reader(pp *p2pPeer) {
 			// ended this read, and the cause is theirs to report.
 			first := e.failPeer(pp, err)
 			e.mu.Lock()
-			closing := e.closed != nil
+			closing := e.closed != nil || e.leaving != nil // it hung up on our goodbye
 			e.mu.Unlock()
 			if first && !closing && isDeath(err) && e.onDead != nil {
 				e.onDead(pp.rank, err)
@@ -567,6 +584,8 @@ func (e *p2pEngine) handle(pp *p2pPeer, h transport.MsgHeader) error {
 	case transport.MsgBye:
 		return e.readBye(pp, h)
 	case transport.MsgHeartbeat: // its arrival is the point (see heartbeat.go)
+	case transport.MsgLost:
+		return e.readLost(pp, h)
 	case transport.MsgCancel:
 		e.mu.Lock()
 		r := pp.rdv[h.Seq]
@@ -674,6 +693,9 @@ func (e *p2pEngine) failPeer(pp *p2pPeer, err error) bool {
 		return false
 	}
 	pp.err = fmt.Errorf("lost rank %d: %w", pp.rank, err)
+	if e.leaving != nil { // this rank is closing: the peer hung up because it said goodbye
+		pp.err = e.leaving
+	}
 	done := e.drainPeer(pp, pp.err)
 	closed := e.closed != nil
 	if e.statusAnswers != nil { // a status query waits for this peer: it will not answer
@@ -749,6 +771,11 @@ func (e *p2pEngine) drainPeer(pp *p2pPeer, err error) completions {
 // close fails every pending point-to-point request with err, closes the channels and
 // waits for their goroutines, so that no buffer is touched after it returns.
 func (e *p2pEngine) close(err error, reason string) {
+	e.mu.Lock()
+	if e.leaving == nil {
+		e.leaving = err
+	}
+	e.mu.Unlock()
 	e.sayBye(reason)
 	e.mu.Lock()
 	if e.closed != nil {

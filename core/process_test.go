@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	osexec "os/exec"
+	"slices"
 	"strconv"
 	"syscall"
 	"testing"
@@ -27,8 +28,10 @@ func TestMain(m *testing.M) {
 const childCount = 300001 // float32s per all_reduce: more than a shm ring
 
 // childRank joins, runs GONCCL_TEST_OPS all_reduces (checking nothing: rank 0 checks
-// the results), and then, if GONCCL_TEST_DIE is set, kills itself without closing
-// anything, as a crashing rank would.
+// the results), stays up for GONCCL_TEST_IDLE (a duration) if set, and then, if
+// GONCCL_TEST_DIE is set, kills itself without closing anything, as a crashing rank
+// would. With GONCCL_TEST_DIE_DIALING=P it kills itself instead as soon as it has
+// dialled the first connection of its link to rank P, made on demand.
 func childRank(r string) int {
 	rank, _ := strconv.Atoi(r)
 	n, _ := strconv.Atoi(os.Getenv("GONCCL_TEST_NRANKS"))
@@ -39,6 +42,18 @@ func childRank(r string) int {
 		return 2
 	}
 	copy(id[:], b)
+	if p := os.Getenv("GONCCL_TEST_DIE_DIALING"); p != "" { // on demand only
+		peer, _ := strconv.Atoi(p)
+		// Installed before init, so that it is in place however early the peer calls;
+		// a peer linked at init is no link on demand.
+		onDemand := !slices.Contains(initialPeers(rank, n), peer)
+		hook := func(_, to int, _ uint8) { // the first connection of the link, then death
+			if to == peer && onDemand {
+				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			}
+		}
+		testHookDialed.Store(&hook)
+	}
 	c, err := NewComm(id, n, rank, Options{Timeout: 20 * time.Second})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -55,6 +70,10 @@ func childRank(r string) int {
 			return 4
 		}
 	}
+	if s := os.Getenv("GONCCL_TEST_IDLE"); s != "" { // stay up for rank 0 (the test kills us)
+		d, _ := time.ParseDuration(s)
+		time.Sleep(d)
+	}
 	if os.Getenv("GONCCL_TEST_DIE") != "" {
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	}
@@ -67,6 +86,17 @@ func childRank(r string) int {
 // spawnRanks starts ranks 1..n-1 as child processes and returns rank 0's communicator.
 func spawnRanks(t *testing.T, n, ops int, die bool) (*Comm, []*osexec.Cmd) {
 	t.Helper()
+	var env []string
+	if die {
+		env = append(env, "GONCCL_TEST_DIE=1")
+	}
+	return spawnRanksWith(t, n, ops, env, 20*time.Second)
+}
+
+// spawnRanksWith is spawnRanks with more environment for the children and rank 0's
+// timeout.
+func spawnRanksWith(t *testing.T, n, ops int, env []string, timeout time.Duration) (*Comm, []*osexec.Cmd) {
+	t.Helper()
 	id, err := NewUniqueID()
 	require.NoError(t, err)
 	var cmds []*osexec.Cmd
@@ -74,15 +104,13 @@ func spawnRanks(t *testing.T, n, ops int, die bool) (*Comm, []*osexec.Cmd) {
 		cmd := osexec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), "GONCCL_TEST_RANK="+strconv.Itoa(r), "GONCCL_TEST_NRANKS="+strconv.Itoa(n),
 			"GONCCL_TEST_OPS="+strconv.Itoa(ops), "GONCCL_TEST_ID="+hex.EncodeToString(id[:]))
-		if die {
-			cmd.Env = append(cmd.Env, "GONCCL_TEST_DIE=1")
-		}
+		cmd.Env = append(cmd.Env, env...)
 		cmd.Stderr = os.Stderr
 		require.NoError(t, cmd.Start())
 		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 		cmds = append(cmds, cmd)
 	}
-	c, err := NewComm(id, n, 0, Options{Timeout: 20 * time.Second})
+	c, err := NewComm(id, n, 0, Options{Timeout: timeout})
 	require.NoError(t, err)
 	return c, cmds
 }
@@ -106,7 +134,7 @@ func TestShmAcrossProcesses(t *testing.T) {
 	n, ops := 3, 3
 	c, cmds := spawnRanks(t, n, ops, false)
 	for p := 1; p < n; p++ {
-		require.Equal(t, "shm", transportName(c.links[p]), "peer %d", p)
+		require.Equal(t, "shm", transportName(c.peers.linkIfAny(p)), "peer %d", p)
 	}
 	for i := 0; i < ops; i++ {
 		want, got, err := allReduceAt0(c, n, i)

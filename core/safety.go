@@ -27,9 +27,13 @@ import (
 //	p2p send timer    a send's deadline timer: that send
 //	p2p recv timer    a receive's deadline timer: that receive
 //	heartbeat         the heartbeat goroutine: the communicator
-//	shm setup         init's shared-memory setup per peer: init
+//	lost rank break   breaking the communicator failGrace after a rank died (lost.go): the communicator
 //	bootstrap root, bootstrap root accept, bootstrap root join: the root (ranks then fail init)
-//	bootstrap dial, bootstrap accept, bootstrap accept wait, bootstrap handshake, bootstrap closer: init
+//	init connect      init's connection to one initial peer: init
+//	peer dial         one connection dialled to a peer (init or on demand): that peer's link
+//	peer accept       the accept loop of a rank's peer listener: connections on demand (logged)
+//	peer handshake    one accepted connection: that connection (logged)
+//	peer call         connecting to a lower rank that called: that peer's link
 //
 // and, in package transport, "tcp link sender" / "tcp link stripe" (a striped link's
 // helper goroutine / one operation of it: the link) and "shm watcher" (a shared-memory

@@ -177,7 +177,7 @@ func TestNewCommPicksShmOnOneHost(t *testing.T) {
 		logs := captureStderr(t, func() { comms = initAll(t, n) })
 		kind := map[string]string{"0": "shm", "1": "tcp"}[disable]
 		for r, c := range comms {
-			for p, l := range c.links {
+			for p, l := range linksOf(c) {
 				if p != r {
 					require.Equal(t, kind, transportName(l), "GONCCL_SHM_DISABLE=%s rank %d peer %d", disable, r, p)
 				}

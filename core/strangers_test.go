@@ -226,8 +226,9 @@ func TestStrangersAreDroppedAndLogged(t *testing.T) {
 	}
 }
 
-// After init nothing listens any more: the root and the peer listeners are closed.
-func TestNoListenerOutlivesInit(t *testing.T) {
+// After init the root listener is closed; each rank's peer listener stays open for
+// connections made on demand until the communicator is destroyed.
+func TestNoListenerOutlivesComm(t *testing.T) {
 	var mu sync.Mutex
 	var addrs []string
 	meshListening = func(rank int, addr string) {
@@ -253,15 +254,28 @@ func TestNoListenerOutlivesInit(t *testing.T) {
 	for r := range comms {
 		require.NoError(t, errs[r])
 	}
-	defer destroyAll(t, comms)
 	require.Len(t, addrs, 2)
-	for _, a := range append(addrs, rootAddr) {
+	closed := func(a string) func() bool {
+		return func() bool {
+			c, err := net.DialTimeout("tcp", a, time.Second)
+			if err == nil {
+				c.Close()
+			}
+			return err != nil
+		}
+	}
+	require.Eventually(t, closed(rootAddr), 5*time.Second, 20*time.Millisecond, "the root still accepts connections after init")
+	for _, a := range addrs {
+		require.False(t, closed(a)(), "%s stopped listening before the communicator was destroyed", a)
+	}
+	destroyAll(t, comms)
+	for _, a := range addrs {
 		require.Eventually(t, func() bool {
 			c, err := net.DialTimeout("tcp", a, time.Second)
 			if err == nil {
 				c.Close()
 			}
 			return err != nil
-		}, 5*time.Second, 20*time.Millisecond, "%s still accepts connections after init", a)
+		}, 5*time.Second, 20*time.Millisecond, "%s still accepts connections after destroy", a)
 	}
 }

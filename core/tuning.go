@@ -46,6 +46,9 @@ type model struct {
 	n           int
 	link        linkCost
 	oneHost     bool // every peer is on this host (shared memory)
+	hosts       int  // hosts the ranks span (0: unknown, links made by tests)
+	maxLocal    int  // most ranks on one host
+	equalHosts  bool // every host has maxLocal ranks (see allReduceRails)
 	chunkBytes  int  // pipelining unit of the ring and chain algorithms
 	scratch     int  // bytes the latency algorithms may hold in scratch memory
 	llThreshold int  // largest message the latency algorithms are chosen for by default
@@ -56,13 +59,20 @@ type model struct {
 func (c *Comm) costModel() model {
 	m := model{n: c.nranks, link: shmCost, oneHost: true, chunkBytes: c.cfg.chunkBytes,
 		scratch: len(c.scratch), llThreshold: c.cfg.llThreshold}
-	for _, l := range c.links {
-		if l != nil && transportName(l) != "shm" {
-			m.link, m.oneHost = tcpCost, false
-		}
+	if !c.peers.allShm() {
+		m.link, m.oneHost = tcpCost, false
 	}
+	m.hosts = len(c.hosts)
+	for _, h := range c.hosts {
+		m.maxLocal = max(m.maxLocal, len(h))
+	}
+	m.equalHosts = rails(c.hosts)
 	return m
 }
+
+// directMaxRanks bounds the direct algorithms: they link every rank to every other,
+// the full mesh that connecting on demand (peers.go) avoids at scale.
+const directMaxRanks = 16
 
 // estimate is one algorithm's verdict for one message: its modelled time, or why it
 // cannot run.
@@ -75,7 +85,7 @@ type estimate struct {
 // algorithms lists every collective's algorithms by their GONCCL_ALGO names, in the order
 // the model prefers them when estimates tie.
 var algorithms = map[string][]string{
-	"allreduce":     {"rd", "direct", "ring"},
+	"allreduce":     {"rd", "direct", "ring", "hier"},
 	"broadcast":     {"tree", "chain"},
 	"reduce":        {"tree", "chain"},
 	"allgather":     {"direct", "ring"},
@@ -96,6 +106,12 @@ func (m *model) xfer(b float64) float64 { return m.link.latencyUS + b/(m.link.bw
 
 // red is the time to reduce b bytes.
 func red(b float64) float64 { return b / (reduceGBs * 1e3) }
+
+// pipelinedOver is pipelined over links of cost l in chunks of chunkBytes.
+func pipelinedOver(l linkCost, chunkBytes, hops int, b float64, reduce bool) float64 {
+	m := model{link: l, chunkBytes: chunkBytes}
+	return m.pipelined(hops, b, reduce)
+}
 
 // pipelined is the time of a pipeline of `hops` links carrying b bytes in chunks: the
 // first chunk crosses every hop, then the rest follow at the pace of the slowest stage
@@ -130,6 +146,28 @@ func (m *model) estimate(coll, algo string, bytes int) estimate {
 		// the steps' chunks pipelined.
 		seg := b / n
 		e.us = opOverheadUS + 2*(n-1)*(m.link.latencyUS+seg/(m.link.bwGBs*1e3)) + (n-1)*red(seg)
+	case "allreduce:hier":
+		if m.hosts < 2 || m.maxLocal < 2 {
+			e.why = "the hierarchical algorithm is for ranks on several hosts, several on one host at least"
+			break
+		}
+		h := float64(m.hosts)
+		if m.equalHosts {
+			// Rails (allReduceRails): a ring reduce-scatter and all-gather inside each host
+			// over shared memory, and between them all L rails at once each all-reducing
+			// b/L in a ring over the network.
+			l := float64(m.maxLocal)
+			local := 2*(l-1)*(shmCost.latencyUS+b/l/(shmCost.bwGBs*1e3)) + (l-1)*red(b/l)
+			seg := b / l / h
+			e.us = opOverheadUS + local + 2*(h-1)*(tcpCost.latencyUS+seg/(tcpCost.bwGBs*1e3)) + (h-1)*red(seg)
+			break
+		}
+		// Chain-reduce into each host's leader and chain-broadcast back over shared
+		// memory; between them a ring of the leaders over the network, each byte
+		// crossing it 2(H-1)/H times instead of 2(n-1)/n.
+		local := pipelinedOver(shmCost, m.chunkBytes, m.maxLocal-1, b, true) + pipelinedOver(shmCost, m.chunkBytes, m.maxLocal-1, b, false)
+		seg := b / h
+		e.us = local + opOverheadUS + 2*(h-1)*(tcpCost.latencyUS+seg/(tcpCost.bwGBs*1e3)) + (h-1)*red(seg)
 	case "allreduce:rd":
 		if !latencyOnly(m.scratch, "recursive doubling") {
 			break
@@ -148,6 +186,10 @@ func (m *model) estimate(coll, algo string, bytes int) estimate {
 		if !latencyOnly(m.llThreshold, "the direct all_reduce") {
 			break
 		}
+		if m.n > directMaxRanks {
+			e.why = fmt.Sprintf("the direct algorithm links every pair of ranks; at most %d ranks (there are %d)", directMaxRanks, m.n)
+			break
+		}
 		// Every rank sends its buffer to every peer, then reduces all n in rank order.
 		e.us = m.link.latencyUS + (n-1)*b/(m.link.bwGBs*1e3) + (n-1)*red(b)
 	case "broadcast:tree":
@@ -164,6 +206,10 @@ func (m *model) estimate(coll, algo string, bytes int) estimate {
 			break
 		}
 		if !latencyOnly(m.llThreshold, "the direct all_gather") {
+			break
+		}
+		if m.n > directMaxRanks {
+			e.why = fmt.Sprintf("the direct algorithm links every pair of ranks; at most %d ranks (there are %d)", directMaxRanks, m.n)
 			break
 		}
 		e.us = m.link.latencyUS + (n-1)*b/(m.link.bwGBs*1e3)

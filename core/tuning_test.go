@@ -21,8 +21,8 @@ func TestParseAlgoNCCLSyntax(t *testing.T) {
 		{"ALLREDUCE:Ring", map[string][]string{"allreduce": {"ring"}}},
 		{"allreduce:ring,rd;broadcast:chain", map[string][]string{"allreduce": {"rd", "ring"}, "broadcast": {"chain"}}},
 		{"allreduce:ring,broadcast:chain", map[string][]string{"allreduce": {"ring"}, "broadcast": {"chain"}}},
-		{"allreduce:^direct", map[string][]string{"allreduce": {"rd", "ring"}}},
-		{"^direct", map[string][]string{"allreduce": {"rd", "ring"}, "allgather": {"ring"}}},
+		{"allreduce:^direct", map[string][]string{"allreduce": {"rd", "ring", "hier"}}},
+		{"^direct", map[string][]string{"allreduce": {"rd", "ring", "hier"}, "allgather": {"ring"}}},
 		{"ring", map[string][]string{"allreduce": {"ring"}, "allgather": {"ring"}}}, // reducescatter has only the ring anyway
 		{"tree;allreduce:rd", map[string][]string{"broadcast": {"tree"}, "reduce": {"tree"}, "allreduce": {"rd"}}},
 		{" allgather : direct ", nil}, // spaces inside an entry are not NCCL's syntax either

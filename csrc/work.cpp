@@ -140,6 +140,7 @@ void GoncclWork::complete(const std::string& error) {
   postComplete_ = nullptr;
   keepAlive_.clear();
   std::exception_ptr eptr = msg.empty() ? nullptr : distError(msg);
+  endProfilingRange();
   try {
     if (eptr) {
       future_->setError(eptr);
@@ -151,6 +152,19 @@ void GoncclWork::complete(const std::string& error) {
     TORCH_WARN("gonccl: ", opName_, ": a future callback failed: ", e.what());
   }
   finish(eptr);
+}
+
+void GoncclWork::endProfilingRange() {
+  // Whoever waits on the future (DDP's reducer, get_future().wait()) may stop
+  // torch's profiler as soon as it is marked complete; ending the range after
+  // that, from this thread, races with the profiler collecting its trace and
+  // corrupts its buffers (heap corruption, a crash at exit). c10d::Work::finish
+  // would end it only after the future, so it is ended here, first.
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (recordFunctionEndCallback_) {
+    recordFunctionEndCallback_();
+    recordFunctionEndCallback_ = nullptr;
+  }
 }
 
 void GoncclWork::releaseHolds() {

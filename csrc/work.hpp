@@ -122,6 +122,9 @@ class GoncclWork : public c10d::Work {
 
   // Releases the holds of the op's requests (goncclRequestReleaseStream).
   void releaseHolds();
+  // Ends the op's profiler range (opened by c10d::Work) before the future
+  // completes.
+  void endProfilingRange();
 
   std::mutex partsMutex_;
   size_t partsLeft_ = 0;

@@ -87,26 +87,26 @@ class TwoHostRun(_harness.WorkerRun):
     kills the rank itself)."""
 
     def __init__(self, prefix: str, report_dir: str, args: list[str], extra_env: dict | None = None,
-                 during=None):
-        self.worker, self.world_size, self.report_dir = "two_hosts_worker.py", 4, report_dir
+                 during=None, per_host: int = 2):
+        ws = 2 * per_host
+        self.worker, self.world_size, self.report_dir = "two_hosts_worker.py", ws, report_dir
         port = _harness.free_port()
         argvs, envs = [], []
-        for rank in range(4):
-            argvs.append([SCRIPT, "run", str(rank // 2),
+        for rank in range(ws):
+            argvs.append([SCRIPT, "run", str(rank // per_host),
                           *_harness.worker_argv("two_hosts_worker.py", report_dir, *args)])
-            envs.append(_harness.rank_env(rank, 4, port, extra=dict(
-                MASTER_ADDR="10.77.0.1", LOCAL_RANK=str(rank % 2), LOCAL_WORLD_SIZE="2",
+            envs.append(_harness.rank_env(rank, ws, port, extra=dict(
+                MASTER_ADDR="10.77.0.1", LOCAL_RANK=str(rank % per_host), LOCAL_WORLD_SIZE=str(per_host),
                 GONCCL_2H_PREFIX=prefix, GONCCL_SOCKET_IFNAME="=gnc", GLOO_SOCKET_IFNAME="gnc",
                 GONCCL_SOCKET_NTHREADS="1", GONCCL_NSOCKS_PERTHREAD="2",
-                GONCCL_DEBUG="INFO", GONCCL_DEBUG_SUBSYS="INIT,NET", **(extra_env or {}),
-            )))
+                GONCCL_DEBUG="INFO", GONCCL_DEBUG_SUBSYS="INIT,NET") | (extra_env or {})))
         if during is not None:  # a thread that strikes while the ranks run
             import threading
             threading.Thread(target=during, daemon=True).start()
         self.run = _harness.run_processes(argvs, timeout=TIMEOUT, envs=envs, cwd=report_dir,
-                                          names=[f"rank {r} (host {r // 2})" for r in range(4)], grace=15)
+                                          names=[f"rank {r} (host {r // per_host})" for r in range(ws)], grace=15)
         self.reports = []
-        for r in range(4):
+        for r in range(ws):
             try:
                 with open(os.path.join(report_dir, f"report_rank{r}.json")) as f:
                     self.reports.append(json.load(f))
@@ -125,6 +125,23 @@ def test_collectives_across_two_hosts(hosts, tmp_path):
         f"rank 0 should use shm to rank 1 and tcp to ranks 2, 3:\n{log0[-4000:]}")
     for peer in (2, 3):
         assert f"rank {peer}: 2 tcp connections" in log0, f"rank 0's link to rank {peer} is not striped:\n{log0[-4000:]}"
+
+
+@pytest.mark.timeout(TIMEOUT + 60)
+@pytest.mark.parametrize("per_host,algo", [(1, ""), (2, "allreduce:hier"), (3, "allreduce:hier")])
+def test_hierarchical_all_reduce_across_two_hosts(hosts, tmp_path, per_host, algo):
+    """all_reduce (sum and avg, 1 to ~1M elements) on 2 hosts x 1-3 ranks against plain
+    torch: with several ranks per host through the hierarchical algorithm (forced, and
+    named in the tuning log); with one, the model must not pick it."""
+    wr = TwoHostRun(hosts, str(tmp_path), ["all_reduce"], per_host=per_host,
+                    extra_env=dict(GONCCL_ALGO=algo, GONCCL_DEBUG_SUBSYS="INIT,NET,TUNING"))
+    wr.section("all_reduce")
+    wr.run.assert_ok(f"2 hosts x {per_host} ranks: all_reduce")
+    log0 = wr.run.procs[0].stderr
+    if algo:
+        assert ": hier [" in log0, f"rank 0 did not run the hierarchical all_reduce:\n{log0[-4000:]}"
+    else:
+        assert ": hier [" not in log0, f"the model picked hier with one rank per host:\n{log0[-4000:]}"
 
 
 @pytest.mark.timeout(TIMEOUT + 60)

@@ -133,7 +133,7 @@ func FuzzMsgConn(f *testing.F) {
 			if err != nil {
 				return
 			}
-			if h.Kind < MsgEager || h.Kind > MsgHeartbeat || h.Len > MaxMsgLen {
+			if h.Kind < MsgEager || h.Kind > msgKindMax || h.Len > MaxMsgLen {
 				t.Fatalf("decoded an invalid header %+v", h)
 			}
 			if !h.HasPayload() {

@@ -46,9 +46,7 @@ def rank_input(rank: int, n: int, dtype=torch.float32) -> torch.Tensor:
     return torch.randint(-50, 50, (n,), generator=g).to(dtype)
 
 
-def collectives(ck: Checker) -> None:
-    dist.init_process_group("gonccl")
-    sizes = [1, 1000, (1 << 20) + 3]  # elements; 4 MiB + 12 B is striped
+def all_reduce(ck: Checker, sizes: list[int]) -> None:
     with ck.section("all_reduce"):
         for n in sizes:
             t = rank_input(RANK, n)
@@ -56,6 +54,20 @@ def collectives(ck: Checker) -> None:
             want = sum(rank_input(r, n) for r in range(WS))
             bad = exact_mismatch(t, want)
             ck.check(bad is None, f"all_reduce of {n} floats: {bad}")
+            t = rank_input(RANK, n, torch.float64)
+            dist.all_reduce(t, op=dist.ReduceOp.AVG)
+            want = sum(rank_input(r, n, torch.float64) for r in range(WS)) / WS
+            bad = exact_mismatch(t, want)
+            ck.check(bad is None, f"all_reduce avg of {n} doubles: {bad}")
+
+
+def collectives(ck: Checker, only_all_reduce: bool = False) -> None:
+    dist.init_process_group("gonccl")
+    sizes = [1, 1000, (1 << 20) + 3]  # elements; 4 MiB + 12 B is striped
+    all_reduce(ck, sizes)
+    if only_all_reduce:
+        dist.destroy_process_group()
+        return
     with ck.section("all_gather"):
         for n in sizes:
             out = [torch.empty(n) for _ in range(WS)]
@@ -132,6 +144,8 @@ def main() -> None:
     ck = Checker(sys.argv[1], RANK)
     if sys.argv[2] == "collectives":
         collectives(ck)
+    elif sys.argv[2] == "all_reduce":
+        collectives(ck, only_all_reduce=True)
     elif sys.argv[2] == "fault":
         fault(ck, sys.argv[1])
     else:

@@ -23,25 +23,32 @@ func Listen(ifc Interface) (*net.TCPListener, error) {
 func Dial(addr string, secret []byte, h Hello, deadline time.Time) (*net.TCPConn, error) {
 	backoff := 10 * time.Millisecond
 	for {
-		ctx, cancel := context.WithDeadline(context.Background(), deadline)
-		var d net.Dialer
-		c, err := d.DialContext(ctx, "tcp", addr)
-		cancel()
-		if err == nil {
-			conn := c.(*net.TCPConn)
-			tune(conn)
-			if err := DialHandshake(conn, secret, h, deadline); err != nil {
-				conn.Close()
-				return nil, fmt.Errorf("handshake with %s: %w", addr, err)
-			}
-			return conn, nil
-		}
-		if !errors.Is(err, syscall.ECONNREFUSED) || time.Now().Add(backoff).After(deadline) {
-			return nil, fmt.Errorf("connect to %s: %w", addr, err)
+		c, err := DialOnce(addr, secret, h, deadline)
+		if err == nil || !errors.Is(err, syscall.ECONNREFUSED) || time.Now().Add(backoff).After(deadline) {
+			return c, err
 		}
 		time.Sleep(backoff)
 		backoff = min(2*backoff, time.Second)
 	}
+}
+
+// DialOnce is Dial without retries: for a peer known to be listening already, a
+// refused connection means it is gone.
+func DialOnce(addr string, secret []byte, h Hello, deadline time.Time) (*net.TCPConn, error) {
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", addr, err)
+	}
+	conn := c.(*net.TCPConn)
+	tune(conn)
+	if err := DialHandshake(conn, secret, h, deadline); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("handshake with %s: %w", addr, err)
+	}
+	return conn, nil
 }
 
 // Tune sets the socket options every gonccl connection uses.

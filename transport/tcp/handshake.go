@@ -36,6 +36,10 @@ const (
 	ChannelColl = 0
 	// ChannelP2P carries point-to-point messages, read by its own goroutine.
 	ChannelP2P = 1
+	// ChannelCall asks the acceptor to connect to the dialer (connections made on
+	// demand are always dialled by the higher rank of a pair; the lower one calls). The
+	// connection carries nothing after the handshake.
+	ChannelCall = 0xff
 )
 
 // CollChannel is the channel of connection i of a pair's collective link: connection 0
