@@ -78,6 +78,9 @@ type Comm struct {
 	finishedSeq uint64 // the last operation the executor finished
 	brokenText  string // what broke the communicator, without peers' diagnoses
 	lost        error  // a rank is gone (see lost.go)
+	lostRank    int    // which, once lost is set
+	lostCause   error  // how it was lost (lost without the rank's name)
+	lostNow     bool   // the loss broke the communicator at once, or will no longer wait
 }
 
 // DeviceTopology, if set, returns lines describing this process's GPUs (names, PCI bus
@@ -359,6 +362,7 @@ func (c *Comm) execute(o *op) error {
 		return nil
 	}
 	c.mu.Lock()
+	hurry := c.lost != nil && !c.lostNow && !c.aborted
 	if c.lost != nil && !errors.Is(err, ErrInvalidArgument) {
 		err = c.lost // the links were failed because of it: name the cause
 	}
@@ -371,6 +375,9 @@ func (c *Comm) execute(o *op) error {
 		c.brokenText = truncate(fmt.Sprintf("%s: %v", o, err), 1024)
 	}
 	c.mu.Unlock()
+	if hurry {
+		c.lossFailedOp()
+	}
 	c.failLinks()
 	oe := &OpError{Rank: c.rank, Op: o.String(), Peer: -1, Err: err}
 	if !aborted && !errors.Is(err, ErrInvalidArgument) && !errors.Is(err, ErrNotSupported) {

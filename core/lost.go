@@ -40,12 +40,12 @@ func (c *Comm) peerLost(rank int, err error) { c.lose(rank, err, true) }
 func (c *Comm) peerGone(rank int, err error) { c.lose(rank, err, false) }
 
 // lossReported handles a peer's news (MsgLost) that rank is lost: from saw it, reason
-// says how, and silent whether it fell silent (the heartbeat found it: break at once)
-// rather than died (failGrace later, as from does). A silent rank's channel is failed
-// here too, first: this rank may still hear from it (a network cut between two others,
-// a test that stops only its heartbeats), but the communicator has given it up, and a
-// diagnosis must say so.
-func (c *Comm) lossReported(rank, from int, reason string, silent bool) {
+// says how, now whether to break at once or failGrace later (as from does), and silent
+// whether the rank fell silent (the heartbeat found it) rather than died. A silent
+// rank's channel is failed here too, first: this rank may still hear from it (a
+// network cut between two others, a test that stops only its heartbeats), but the
+// communicator has given it up, and a diagnosis must say so.
+func (c *Comm) lossReported(rank, from int, reason string, now, silent bool) {
 	if rank == c.rank { // a peer thinks this rank is gone: it hangs up, and that ends it
 		c.logs.net.Warn(fmt.Sprintf("gonccl rank %d: rank %d reports this rank lost: %s", c.rank, from, reason))
 		return
@@ -54,7 +54,7 @@ func (c *Comm) lossReported(rank, from int, reason string, silent bool) {
 	if silent && c.p2p != nil {
 		c.p2p.failRank(rank, err)
 	}
-	c.lose(rank, err, silent)
+	c.lose(rank, err, now)
 }
 
 // lossReport is a loss a peer reported; it matches ErrTimeout where the lost rank fell
@@ -74,15 +74,27 @@ func (e *lossReport) Unwrap() error {
 	return transport.ErrPeerClosed
 }
 
-// lose records the loss of rank (err says how); if it is the first loss, it tells the
-// peers and breaks the communicator, at once (now) or failGrace later.
+// lose records the loss of rank (err says how), unless a loss is recorded already, and
+// breaks the communicator: at once (now), or failGrace later for a rank that died
+// (see peerGone). The peers are told (MsgLost) when the loss is first recorded, and
+// again when a wait of failGrace turns into breaking at once.
 func (c *Comm) lose(rank int, err error, now bool) {
-	lost, first := c.recordLost(rank, err)
-	if !first {
+	c.mu.Lock()
+	first := c.lost == nil
+	if first {
+		c.lost, c.lostRank, c.lostCause = fmt.Errorf("lost rank %d: %w", rank, err), rank, err
+	}
+	lost, rank, cause := c.lost, c.lostRank, c.lostCause
+	hurry := now && !c.lostNow
+	if hurry {
+		c.lostNow = true
+	}
+	c.mu.Unlock()
+	if !first && !hurry {
 		return
 	}
 	if c.p2p != nil {
-		c.p2p.tellLost(rank, err.Error(), now)
+		c.p2p.tellLost(rank, cause.Error(), now, errors.Is(cause, ErrTimeout))
 	}
 	if now {
 		c.breakWith("peer", lost)
@@ -92,17 +104,18 @@ func (c *Comm) lose(rank int, err error, now bool) {
 	time.AfterFunc(failGrace, c.guard.Func("lost rank break", func(err error) { c.breakWith("lost rank break", err) }, brk))
 }
 
-// recordLost records the loss of rank, unless one is recorded already; it returns the
-// loss and whether it was the first.
-func (c *Comm) recordLost(rank int, err error) (error, bool) {
-	lost := fmt.Errorf("lost rank %d: %w", rank, err)
+// lossFailedOp is called when an operation failed while a loss was recorded but the
+// communicator not yet broken (a dead rank's grace, see peerGone): the wait is over,
+// since the operation it was for has failed all the same, and the communicator breaks
+// now, here and (told again) on every peer, instead of each peer waiting out its grace
+// on a neighbour that will never send.
+func (c *Comm) lossFailedOp() {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.lost != nil {
-		return c.lost, false
+	rank, cause := c.lostRank, c.lostCause
+	c.mu.Unlock()
+	if cause != nil {
+		c.lose(rank, cause, true)
 	}
-	c.lost = lost
-	return lost, true
 }
 
 // isDeath reports whether err, which ended the point-to-point channel to a peer, means

@@ -134,12 +134,12 @@ type p2pEngine struct {
 	leaving    error // set before close says goodbye: peers hanging up then do not count as lost
 	wg         sync.WaitGroup
 
-	status        func() statusReport                              // this rank's progress, for peers that ask (see status.go)
-	onDead        func(rank int, err error)                        // a peer missed its heartbeats (see heartbeat.go)
-	onLost        func(rank, from int, reason string, silent bool) // a peer says rank is lost (see lost.go)
-	stop          chan struct{}                                    // closed by close: ends the heartbeat goroutine
-	hbPaused      atomic.Bool                                      // tests: stop sending heartbeats
-	statusAnswers chan statusAnswer                                // where peers' answers go while this rank asks
+	status        func() statusReport                                   // this rank's progress, for peers that ask (see status.go)
+	onDead        func(rank int, err error)                             // a peer missed its heartbeats (see heartbeat.go)
+	onLost        func(rank, from int, reason string, now, silent bool) // a peer says rank is lost (see lost.go)
+	stop          chan struct{}                                         // closed by close: ends the heartbeat goroutine
+	hbPaused      atomic.Bool                                           // tests: stop sending heartbeats
+	statusAnswers chan statusAnswer                                     // where peers' answers go while this rank asks
 }
 
 // completion is a request to finish once mu is released.
