@@ -12,7 +12,8 @@ import (
 // goodbye; or it fell silent past the heartbeat timeout) breaks the whole
 // communicator, as in NCCL: no collective can complete without it. A silent rank
 // breaks it at once; a dead one failGrace later (peerGone), since the frames it sent
-// before dying may still be on their way in and complete the operation running now.
+// before dying may still be on their way in and complete the operation running now,
+// or as soon as an operation fails anyway (lossFailedOp), whichever comes first.
 // Every link is failed, so that the operation running now returns whichever peer it
 // is waiting on, instead of when the failure has travelled round the ring from
 // neighbour to neighbour (each hop a failGrace later). The operation fails with the
