@@ -79,11 +79,16 @@ func goncclCommInitRank(out *C.goncclComm_t, nranks C.int, id C.goncclUniqueId, 
 //export goncclCommInitRankTimeout
 func goncclCommInitRankTimeout(out *C.goncclComm_t, nranks C.int, cid C.goncclUniqueId, rank C.int, timeoutMs C.int64_t) (res C.goncclResult_t) {
 	defer guard(&res)
+	return initRank("goncclCommInitRankTimeout", out, nranks, cid, rank, timeoutOptions(timeoutMs))
+}
+
+// timeoutOptions are the options of a communicator with timeoutMs (0 or less: the default).
+func timeoutOptions(timeoutMs C.int64_t) core.Options {
 	opts := core.Options{}
 	if timeoutMs > 0 {
 		opts.Timeout = time.Duration(timeoutMs) * time.Millisecond
 	}
-	return initRank(out, nranks, cid, rank, opts)
+	return opts
 }
 
 //export goncclCommInitRankConfig
@@ -106,13 +111,16 @@ func goncclCommInitRankConfig(out *C.goncclComm_t, nranks C.int, cid C.goncclUni
 				core.ErrInvalidArgument, int64(cfg.chunkBytes)))
 		}
 		opts.ChunkBytes = int(cfg.chunkBytes)
+		opts.Epoch = uint32(cfg.epoch)
 	}
-	return initRank(out, nranks, cid, rank, opts)
+	return initRank("goncclCommInitRankConfig", out, nranks, cid, rank, opts)
 }
 
-func initRank(out *C.goncclComm_t, nranks C.int, cid C.goncclUniqueId, rank C.int, opts core.Options) C.goncclResult_t {
+// initRank joins a communicator with opts and returns its handle in out; fn names the
+// caller in errors.
+func initRank(fn string, out *C.goncclComm_t, nranks C.int, cid C.goncclUniqueId, rank C.int, opts core.Options) C.goncclResult_t {
 	if out == nil {
-		return fail(nil, fmt.Errorf("%w: goncclCommInitRank: comm is NULL", core.ErrInvalidArgument))
+		return fail(nil, fmt.Errorf("%w: %s: comm is NULL", core.ErrInvalidArgument, fn))
 	}
 	*out = nil
 	var id core.UniqueID
@@ -121,6 +129,12 @@ func initRank(out *C.goncclComm_t, nranks C.int, cid C.goncclUniqueId, rank C.in
 	if err != nil {
 		return fail(nil, err)
 	}
+	*out = register(c)
+	return C.goncclSuccess
+}
+
+// register enters c in the table and returns the handle a C caller holds.
+func register(c *core.Comm) C.goncclComm_t {
 	comms.Lock()
 	comms.next++
 	idn := comms.next
@@ -128,8 +142,7 @@ func initRank(out *C.goncclComm_t, nranks C.int, cid C.goncclUniqueId, rank C.in
 	comms.Unlock()
 	h := (*C.struct_goncclComm)(C.malloc(C.size_t(unsafe.Sizeof(C.struct_goncclComm{}))))
 	h.id = C.ulonglong(idn)
-	*out = C.goncclComm_t(unsafe.Pointer(h))
-	return C.goncclSuccess
+	return C.goncclComm_t(unsafe.Pointer(h))
 }
 
 // release removes the communicator from the table.

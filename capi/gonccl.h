@@ -146,6 +146,7 @@ typedef struct {
   int64_t timeoutMs;  /* bounds init and every operation; <= 0: GONCCL_TIMEOUT_MS */
   const char* algo;   /* GONCCL_ALGO's syntax (allreduce:ring;broadcast:chain, ^direct) */
   int64_t chunkBytes; /* pipelined chunk of ring/chain algorithms, 4096..1 GiB */
+  uint32_t epoch;     /* communicator generation (see goncclCommInitRankEpoch); 0: first */
 } goncclConfig_t;
 
 #ifndef GONCCL_NO_PROTOTYPES
@@ -175,6 +176,17 @@ goncclResult_t goncclCommInitRankTimeout(goncclComm_t* comm, int nranks,
 goncclResult_t goncclCommInitRankConfig(goncclComm_t* comm, int nranks,
                                         goncclUniqueId commId, int rank,
                                         const goncclConfig_t* config);
+/* gonccl extension: same as goncclCommInitRankTimeout, for communicator generation
+ * epoch. Every rank passes the same epoch; frames and connections of another
+ * generation are refused (older frames are dropped and logged). A communicator that
+ * replaces another (after a rank was lost) takes the old one's epoch + 1. */
+goncclResult_t goncclCommInitRankEpoch(goncclComm_t* comm, int nranks,
+                                       goncclUniqueId commId, int rank,
+                                       int64_t timeoutMs, uint32_t epoch);
+/* gonccl extension: comm's generation, and how many frames of older generations it
+ * has dropped. Either pointer may be NULL. */
+goncclResult_t goncclCommEpoch(const goncclComm_t comm, uint32_t* epoch,
+                               uint64_t* staleFrames);
 /* Waits for pending operations, then frees the communicator. Every request of the
  * communicator has completed (and its callback has run) when it returns; requests
  * must still be freed with goncclRequestFree, which stays valid after destruction. */

@@ -27,7 +27,8 @@ type rankInfo struct {
 	Host     string `json:"host"`     // hostIdentity()
 	Hostname string `json:"hostname"` // for logs
 	Pid      int    `json:"pid"`
-	Shm      bool   `json:"shm"` // willing to use shared memory with ranks on its host
+	Shm      bool   `json:"shm"`   // willing to use shared memory with ranks on its host
+	Epoch    uint32 `json:"epoch"` // the communicator generation it joins (see epoch.go)
 	// The per-communicator options that every rank must share (Options.Algo and
 	// ChunkBytes), compared after the join.
 	Opts string `json:"opts,omitempty"`
@@ -164,6 +165,7 @@ func serveRoot(l *net.TCPListener, secret []byte, deadline time.Time, logs logge
 	var members []member
 	byRank := map[int]bool{}
 	nranks := -1
+	var epoch uint32
 	fail := func(msg string) {
 		logs.init.Warn("bootstrap root: " + msg)
 		for _, m := range members {
@@ -176,12 +178,18 @@ func serveRoot(l *net.TCPListener, secret []byte, deadline time.Time, logs logge
 	for nranks < 0 || len(members) < nranks {
 		select {
 		case m := <-joined:
-			if err := checkJoin(m.info, nranks, byRank); err != nil {
+			err := checkJoin(m.info, nranks, byRank)
+			if err == nil && nranks >= 0 && m.info.Epoch != epoch {
+				err = fmt.Errorf("rank %d joins generation (epoch) %d but earlier ranks joined epoch %d: a rank of another generation",
+					m.info.Rank, m.info.Epoch, epoch)
+			}
+			if err != nil {
+				logs.init.Warn("bootstrap root: refused a rank: " + err.Error())
 				_ = writeMsg(m.conn, rootReply{Error: err.Error()})
 				m.conn.Close()
 				continue
 			}
-			nranks = m.info.NRanks
+			nranks, epoch = m.info.NRanks, m.info.Epoch
 			byRank[m.info.Rank] = true
 			members = append(members, m)
 		case <-timer.C:

@@ -38,6 +38,9 @@ type Options struct {
 	// ChunkBytes is the pipelined chunk of ring and chain algorithms (at least 4096);
 	// 0 keeps GONCCL_CHUNKSIZE. Every rank must pass the same value.
 	ChunkBytes int
+	// Epoch is the communicator's generation (see epoch.go): every rank must pass the
+	// same one; a shrunken or reconfigured communicator has its parent's plus one.
+	Epoch uint32
 
 	injectPanic func(site string) // tests only: see config.injectPanic
 }
@@ -54,6 +57,7 @@ type Comm struct {
 	work         []byte          // mmap'd, grown on demand: see workBuf
 	sel          *selector       // the cost model: picks each operation's algorithm
 	trace        *flightRecorder // recent operations (nil: off); see trace.go
+	epoch        uint32          // the generation; see epoch.go
 	guard        safego.Guard    // how its goroutines survive panics (see safety.go)
 
 	// Per-peer frame headers and reduce sinks for the executor's operations (see exec).
@@ -89,6 +93,10 @@ type Comm struct {
 	running     *op    // the operation the executor runs now
 	finishedSeq uint64 // the last operation the executor finished
 	brokenText  string // what broke the communicator, without peers' diagnoses
+	lost        error  // a rank is gone (see lost.go)
+	lostRank    int    // which, once lost is set
+	lostCause   error  // how it was lost (lost without the rank's name)
+	lostNow     bool   // the loss broke the communicator at once, or will no longer wait
 }
 
 // DeviceTopology, if set, returns lines describing this process's GPUs (names, PCI bus
@@ -150,7 +158,7 @@ func NewComm(id UniqueID, nranks, rank int, opts Options) (*Comm, error) {
 		return fail(err)
 	}
 	deadline := start.Add(timeout)
-	me := rankInfo{Rank: rank, NRanks: nranks, Addr: l.Addr().String(), Host: hostIdentity(), Hostname: hostname(), Pid: os.Getpid(), Shm: !cfg.shmDisable}
+	me := rankInfo{Rank: rank, NRanks: nranks, Addr: l.Addr().String(), Host: hostIdentity(), Hostname: hostname(), Pid: os.Getpid(), Shm: !cfg.shmDisable, Epoch: opts.Epoch}
 	if opts.Algo != "" || opts.ChunkBytes != 0 {
 		me.Opts = fmt.Sprintf("algorithm %q, chunk size %d", opts.Algo, opts.ChunkBytes)
 	}
@@ -169,7 +177,7 @@ func NewComm(id UniqueID, nranks, rank int, opts Options) (*Comm, error) {
 	if meshListening != nil {
 		meshListening(rank, l.Addr().String())
 	}
-	peers := newPeerSet(rank, ranks, id.secret(), l, timeout, logs, cfg.guard(logs.net))
+	peers := newPeerSet(rank, opts.Epoch, ranks, id.secret(), l, timeout, logs, cfg.guard(logs.net))
 	if err := peers.connectInitial(deadline); err != nil {
 		peers.close()
 		return fail(err)
@@ -178,9 +186,13 @@ func NewComm(id UniqueID, nranks, rank int, opts Options) (*Comm, error) {
 	if err != nil {
 		return fail(err)
 	}
+	c.epoch = opts.Epoch
 	c.trace.setComm(commIDOf(&id))
 	c.startP2P(nil)
 	peers.attach(c.p2p.addPeer)
+	if cfg.injectStale > 0 {
+		c.injectStale(cfg.injectStale)
+	}
 	procs := sizeGoMaxProcs(cfg, ranks, me.Host)
 	c.logInit(ifc, ranks, procs, time.Since(start))
 	return c, nil
@@ -405,7 +417,7 @@ func (c *Comm) execute(o *op) error {
 	e := &exec{
 		rank: c.rank, nranks: c.nranks, peers: c.peers,
 		hdr: transport.Header{Seq: o.seq, Kind: uint8(o.kind), DType: uint8(o.dtype), Root: int32(o.root),
-			Count: uint64(o.count)},
+			Count: uint64(o.count), Epoch: c.epoch},
 		deadline: start.Add(o.timeout), timeout: o.timeout,
 		scratch: c.scratch, chunkBytes: c.cfg.chunkBytes, breakLinks: c.failLinks, guard: c.guard,
 		sendHdrs: c.sendHdrs, recvHdrs: c.recvHdrs, sinks: c.sinks,
@@ -424,6 +436,10 @@ func (c *Comm) execute(o *op) error {
 		return nil
 	}
 	c.mu.Lock()
+	hurry := c.lost != nil && !c.lostNow && !c.aborted
+	if c.lost != nil && !errors.Is(err, ErrInvalidArgument) {
+		err = c.lost // the links were failed because of it: name the cause
+	}
 	if c.aborted {
 		err = ErrAborted
 	}
@@ -433,6 +449,9 @@ func (c *Comm) execute(o *op) error {
 		c.brokenText = truncate(fmt.Sprintf("%s: %v", o, err), 1024)
 	}
 	c.mu.Unlock()
+	if hurry {
+		c.lossFailedOp()
+	}
 	c.failLinks()
 	oe := &OpError{Rank: c.rank, Op: o.String(), Peer: -1, Err: err}
 	if !aborted && !errors.Is(err, ErrInvalidArgument) && !errors.Is(err, ErrNotSupported) {
@@ -584,10 +603,13 @@ func (c *Comm) Abort() error {
 		close(c.closing)
 	}
 	c.mu.Unlock()
-	c.closeLinks()
+	// Point-to-point first: its pending operations fail with ErrAborted and the peers
+	// hear why, before closing the links makes them (and, through them, this rank's
+	// own receives) see only a lost connection.
 	if c.p2p != nil {
 		c.p2p.close(ErrAborted, c.leaving("aborted"))
 	}
+	c.closeLinks()
 	if already {
 		return nil
 	}

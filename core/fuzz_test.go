@@ -95,8 +95,11 @@ func FuzzP2PReader(f *testing.F) {
 	f.Add(wireMsg(transport.MsgHeader{Kind: transport.MsgStatus, Seq: 3, Len: 4}, []byte("{\"a\"")))
 	f.Add(wireMsg(transport.MsgHeader{Kind: transport.MsgBye, Len: 5}, []byte("bye!!")))
 	f.Add(wireMsg(transport.MsgHeader{Kind: transport.MsgHeartbeat}, nil))
+	f.Add(wireMsg(transport.MsgHeader{Kind: transport.MsgLost, Tag: 0, Len: 4}, []byte("dead")))
+	f.Add(wireMsg(transport.MsgHeader{Kind: transport.MsgLost, Tag: 7, Seq: 3, Len: 4}, []byte("dead")))
 	f.Fuzz(func(t *testing.T, in []byte) {
-		c := &Comm{rank: 0, nranks: 2, timeout: 2 * time.Second, logs: loggers{net: zap.NewNop()}}
+		c := &Comm{rank: 0, nranks: 2, timeout: 2 * time.Second, logs: loggers{net: zap.NewNop()},
+			peers: fixedPeers(0, make([]transport.Link, 2))}
 		c.startP2P([]*transport.MsgConn{nil, transport.NewMsgConn(1, feedConn(in))})
 		e := c.p2p
 		// A receive posted after the reader already failed the channel fails at once.

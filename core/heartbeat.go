@@ -1,6 +1,7 @@
 package core
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -51,7 +52,7 @@ func (e *p2pEngine) heartbeat(interval, timeout time.Duration) {
 		for _, pp := range dead {
 			err := fmt.Errorf("%w: nothing heard from rank %d for %v (missed heartbeats; GONCCL_HEARTBEAT_TIMEOUT_MS): is it hung or stopped, or is the network to it down?",
 				ErrTimeout, pp.rank, timeout.Round(time.Millisecond))
-			e.failPeer(pp, err)
+			e.failPeer(pp, err) // its reader, failing next, leaves the report to us
 			if e.onDead != nil {
 				e.onDead(pp.rank, err)
 			}
@@ -59,9 +60,16 @@ func (e *p2pEngine) heartbeat(interval, timeout time.Duration) {
 	}
 }
 
-// peerDead closes the collective link to a peer that missed its heartbeats, so that an
-// operation waiting on it fails now.
+// peerDead handles a peer that is gone. One that missed its heartbeats: its collective
+// link is closed and the communicator broken at once (see lost.go), so that the
+// operation running now fails. One whose connection ended without a goodbye: see
+// peerGone (what it sent before dying may still complete the operation running now).
 func (c *Comm) peerDead(rank int, err error) {
 	c.logs.net.Warn(fmt.Sprintf("gonccl rank %d: %v", c.rank, err))
+	if !errors.Is(err, ErrTimeout) { // its connection ended: see peerGone
+		c.peerGone(rank, err)
+		return
+	}
 	c.peers.closeLink(rank)
+	c.peerLost(rank, err)
 }

@@ -136,11 +136,12 @@ type p2pEngine struct {
 	leaving    error // set before close says goodbye: peers hanging up then do not count as lost
 	wg         sync.WaitGroup
 
-	status        func() statusReport       // this rank's progress, for peers that ask (see status.go)
-	onDead        func(rank int, err error) // a peer missed its heartbeats (see heartbeat.go)
-	stop          chan struct{}             // closed by close: ends the heartbeat goroutine
-	hbPaused      atomic.Bool               // tests: stop sending heartbeats
-	statusAnswers chan statusAnswer         // where peers' answers go while this rank asks
+	status        func() statusReport                                   // this rank's progress, for peers that ask (see status.go)
+	onDead        func(rank int, err error)                             // a peer missed its heartbeats (see heartbeat.go)
+	onLost        func(rank, from int, reason string, now, silent bool) // a peer says rank is lost (see lost.go)
+	stop          chan struct{}                                         // closed by close: ends the heartbeat goroutine
+	hbPaused      atomic.Bool                                           // tests: stop sending heartbeats
+	statusAnswers chan statusAnswer                                     // where peers' answers go while this rank asks
 }
 
 // completion is a request to finish once mu is released.
@@ -165,7 +166,7 @@ func (cs completions) run() {
 // a nil slice for none yet: peers join later through addPeer).
 func (c *Comm) startP2P(msgs []*transport.MsgConn) {
 	e := &p2pEngine{rank: c.rank, nranks: c.nranks, timeout: c.timeout, log: c.logs.net, guard: c.cfg.guard(c.logs.net),
-		peers: make([]*p2pPeer, c.nranks), status: c.status, onDead: c.peerDead, stop: make(chan struct{})}
+		peers: make([]*p2pPeer, c.nranks), status: c.status, onDead: c.peerDead, onLost: c.lossReported, stop: make(chan struct{})}
 	c.p2p = e // before its goroutines start: a panic handler may use it
 	for r, m := range msgs {
 		if m != nil && r != c.rank {
@@ -486,7 +487,16 @@ func (e *p2pEngine) reader(pp *p2pPeer) {
 			err = e.handle(pp, h)
 		}
 		if err != nil {
-			e.failPeer(pp, err)
+			// Only a failure that starts here reports a death: when the heartbeat (or
+			// anything else) failed the peer first, its closing the connection is what
+			// ended this read, and the cause is theirs to report.
+			first := e.failPeer(pp, err)
+			e.mu.Lock()
+			closing := e.closed != nil || e.leaving != nil // it hung up on our goodbye
+			e.mu.Unlock()
+			if first && !closing && isDeath(err) && e.onDead != nil {
+				e.onDead(pp.rank, err)
+			}
 			return
 		}
 	}
@@ -579,6 +589,8 @@ func (e *p2pEngine) handle(pp *p2pPeer, h transport.MsgHeader) error {
 	case transport.MsgBye:
 		return e.readBye(pp, h)
 	case transport.MsgHeartbeat: // its arrival is the point (see heartbeat.go)
+	case transport.MsgLost:
+		return e.readLost(pp, h)
 	case transport.MsgCancel:
 		e.mu.Lock()
 		r := pp.rdv[h.Seq]
@@ -675,14 +687,15 @@ func (e *p2pEngine) expireSend(s *p2pSend) {
 		"%w after %v (is rank %d alive, and did it post the matching receive?)", ErrTimeout, s.timeout, s.peer)})
 }
 
-// failPeer shuts pp's channel down after err and fails everything pending on it.
+// failPeer shuts pp's channel down after err and fails everything pending on it;
+// it reports whether this was the first failure of pp (false: it had failed already).
 // Receives from AnySource stay posted: another rank may still satisfy them.
 // Unexpected eager messages already read from pp stay deliverable.
-func (e *p2pEngine) failPeer(pp *p2pPeer, err error) {
+func (e *p2pEngine) failPeer(pp *p2pPeer, err error) bool {
 	e.mu.Lock()
 	if pp.err != nil {
 		e.mu.Unlock()
-		return
+		return false
 	}
 	pp.err = fmt.Errorf("lost rank %d: %w", pp.rank, err)
 	if e.leaving != nil { // this rank is closing: the peer hung up because it said goodbye
@@ -703,6 +716,7 @@ func (e *p2pEngine) failPeer(pp *p2pPeer, err error) {
 			e.rank, pp.rank, len(done), err))
 	}
 	done.run()
+	return true
 }
 
 // drainPeer collects every request pending on pp, to fail with err. mu held.

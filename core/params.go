@@ -40,6 +40,7 @@ var Params = []Param{
 	{"GONCCL_QUEUE_DEPTH", "1024", "operations one communicator queues before issuing more blocks the caller until the oldest finish (back-pressure; the operation timeout bounds the wait)"},
 	{"GONCCL_NSOCKS_PERTHREAD", "1", "TCP connections each of those goroutines drives (1..16); connections per peer = product, at most 16"},
 	{"GONCCL_TEST_INJECT_PANIC", "", "TEST ONLY, never set in production: SITE or SITE@N makes the N-th (default first) pass of that goroutine site of each communicator panic (e.g. collective@2), to prove a panic fails the operation, not the process; sites are listed in core/safety.go"},
+	{"GONCCL_TEST_INJECT_STALE", "0", "TEST ONLY, never set in production: COUNT > 0 makes a rank joining a communicator of epoch E > 0 first send every peer a frame of epoch E-1 that looks like an all_reduce of COUNT float32s (a late frame of the old generation), which the peers must drop and log"},
 }
 
 // maxQueueDepth bounds GONCCL_QUEUE_DEPTH.
@@ -73,6 +74,9 @@ type config struct {
 	// goroutine site as it starts (see safego.Guard.Inject). Tests set it directly;
 	// GONCCL_TEST_INJECT_PANIC sets it for tests that run through the C ABI or Python.
 	injectPanic func(site string)
+	// injectStale is GONCCL_TEST_INJECT_STALE (tests only; 0 in production): see
+	// Comm.injectStale.
+	injectStale int
 }
 
 func lookupParam(name string) (string, bool) {
@@ -188,6 +192,14 @@ func loadConfig() (*config, error) {
 	if c.injectPanic, err = parseInjectPanic(str("GONCCL_TEST_INJECT_PANIC")); err != nil {
 		return nil, err
 	}
+	stale, err := num("GONCCL_TEST_INJECT_STALE", 0)
+	if err != nil {
+		return nil, err
+	}
+	if stale > 1<<20 {
+		return nil, fmt.Errorf("%w: GONCCL_TEST_INJECT_STALE=%d: at most %d", ErrInvalidArgument, stale, 1<<20)
+	}
+	c.injectStale = int(stale)
 	return c, nil
 }
 

@@ -87,6 +87,7 @@ type linkRef struct{ l transport.Link }
 // peerSet holds a communicator's links to its peers and makes them on demand.
 type peerSet struct {
 	rank    int
+	epoch   uint32           // the generation: in every handshake (see epoch.go)
 	ranks   []rankInfo       // nil: fixed links given at creation (tests)
 	secret  []byte           //
 	l       *net.TCPListener // accepts the peers' connections for the communicator's life
@@ -107,8 +108,13 @@ type peerSet struct {
 	handshake time.Duration
 	// brokenErr, once set, fails every link not made yet (see broken).
 	brokenErr error
+	// failing: failAll ran (the communicator broke); a link made later is failed with
+	// failingGrace as soon as it is made.
+	failing      bool
+	failingGrace time.Duration
 
 	opened atomic.Int64 // TCP connections made or accepted for links (calls excluded)
+	stale  staleCounter // frames of older generations the links dropped (see dropStale)
 }
 
 // testHookDialed, when set (by tests), is called after each connection this process
@@ -129,8 +135,8 @@ func fixedPeers(rank int, links []transport.Link) *peerSet {
 }
 
 // newPeerSet starts accepting peers' connections on l (which it owns from now on).
-func newPeerSet(rank int, ranks []rankInfo, secret []byte, l *net.TCPListener, timeout time.Duration, logs loggers, g safego.Guard) *peerSet {
-	s := &peerSet{rank: rank, ranks: ranks, secret: secret, l: l, timeout: timeout, logs: logs, guard: g,
+func newPeerSet(rank int, epoch uint32, ranks []rankInfo, secret []byte, l *net.TCPListener, timeout time.Duration, logs loggers, g safego.Guard) *peerSet {
+	s := &peerSet{rank: rank, epoch: epoch, ranks: ranks, secret: secret, l: l, timeout: timeout, logs: logs, guard: g,
 		slots: make([]peerSlot, len(ranks)), inflight: map[net.Conn]struct{}{}, handshake: handshakeTimeout}
 	s.wg.Add(1)
 	g.Go("peer accept", nil, func(err error) { s.wg.Done(); s.broken(err) }, func() {
@@ -228,7 +234,7 @@ func (s *peerSet) connect(peer int, deadline time.Time, call bool) (transport.Li
 	case dial:
 		s.dial(peer, deadline)
 	case doCall:
-		c, err := tcp.DialOnce(s.ranks[peer].Addr, s.secret, tcp.Hello{From: s.rank, To: peer, Channel: tcp.ChannelCall}, deadline)
+		c, err := tcp.DialOnce(s.ranks[peer].Addr, s.secret, tcp.Hello{From: s.rank, To: peer, Channel: tcp.ChannelCall, Epoch: s.epoch}, deadline)
 		if err != nil {
 			s.fail(peer, fmt.Errorf("asking rank %d (%s) to connect: %w", peer, s.where(peer), err))
 		} else {
@@ -285,7 +291,7 @@ func (s *peerSet) dial(peer int, deadline time.Time) {
 		if i < socks {
 			ch = tcp.CollChannel(i)
 		}
-		c, err := tcp.DialOnce(s.ranks[peer].Addr, s.secret, tcp.Hello{From: s.rank, To: peer, Channel: ch}, deadline)
+		c, err := tcp.DialOnce(s.ranks[peer].Addr, s.secret, tcp.Hello{From: s.rank, To: peer, Channel: ch, Epoch: s.epoch}, deadline)
 		if err != nil {
 			errs[i] = err
 			return
@@ -352,6 +358,9 @@ func (s *peerSet) finish(peer int, conns []net.Conn, msg net.Conn, deadline time
 			return
 		}
 	}
+	if d, ok := link.(transport.StaleDropper); ok {
+		d.OnStale(s.dropStale)
+	}
 	m := transport.NewMsgConn(peer, msg)
 	sl := &s.slots[peer]
 	s.mu.Lock()
@@ -376,6 +385,12 @@ func (s *peerSet) finish(peer int, conns []net.Conn, msg net.Conn, deadline time
 	sl.p2p = m // nil, or for attach to hand over
 	close(sl.done)
 	sl.mu.Unlock()
+	s.mu.Lock() // after the link is visible: failAll either sees it or is seen here
+	failing, grace := s.failing, s.failingGrace
+	s.mu.Unlock()
+	if failing {
+		link.Fail(grace)
+	}
 }
 
 // fail marks the slot to peer failed with err, unless it is ready or failed already.
@@ -453,6 +468,9 @@ func (s *peerSet) accepted(c net.Conn) error {
 		return err
 	}
 	n := len(s.ranks)
+	if h.Epoch != s.epoch {
+		return fmt.Errorf("rank %d belongs to communicator generation (epoch) %d, this one is epoch %d: a stale or foreign rank", h.From, h.Epoch, s.epoch)
+	}
 	if h.To != s.rank || h.From < 0 || h.From >= n || h.From == s.rank {
 		return fmt.Errorf("peer claims to be rank %d calling rank %d", h.From, h.To)
 	}
@@ -520,8 +538,15 @@ func (s *peerSet) accepted(c net.Conn) error {
 	return nil
 }
 
-// failAll shuts every link down after an error (see transport.Link.Fail).
+// failAll shuts every link down after an error (see transport.Link.Fail), and each
+// link made from now on as soon as it is made: an operation that was connecting to a
+// peer when the communicator broke must not wait on the new link until its deadline.
 func (s *peerSet) failAll(grace time.Duration) {
+	s.mu.Lock()
+	if !s.failing {
+		s.failing, s.failingGrace = true, grace
+	}
+	s.mu.Unlock()
 	for p := range s.slots {
 		if l := s.linkIfAny(p); l != nil {
 			l.Fail(grace)

@@ -29,6 +29,7 @@ import (
 //	p2p send timer    a send's deadline timer: that send
 //	p2p recv timer    a receive's deadline timer: that receive
 //	heartbeat         the heartbeat goroutine: the communicator
+//	lost rank break   breaking the communicator failGrace after a rank died (lost.go): the communicator
 //	bootstrap root, bootstrap root accept, bootstrap root join: the root (ranks then fail init)
 //	init connect      init's connection to one initial peer: init
 //	peer dial         one connection dialled to a peer (init or on demand): that peer's link

@@ -277,3 +277,61 @@ func (e *p2pEngine) readBye(pp *p2pPeer, h transport.MsgHeader) error {
 	}
 	return &peerLeftError{reason: string(b)}
 }
+
+// Flags of a MsgLost frame (in its Seq).
+const (
+	lostNow    = 1 << iota // break the communicator at once, not failGrace later
+	lostSilent             // the rank fell silent (missed heartbeats) rather than died
+)
+
+// tellLost tells every live peer but the lost one that rank is lost, and why (see
+// lost.go); now: the peers break their communicator at once, not failGrace later;
+// silent: the rank fell silent rather than died. It does not wait for the frames to
+// go out.
+func (e *p2pEngine) tellLost(rank int, reason string, now, silent bool) {
+	b := []byte(truncate(reason, transport.MaxStatusBytes-16))
+	var flags uint64
+	if now {
+		flags |= lostNow
+	}
+	if silent {
+		flags |= lostSilent
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed != nil || e.leaving != nil {
+		return
+	}
+	for _, pp := range e.peers {
+		if pp == nil || pp.err != nil || pp.rank == rank {
+			continue
+		}
+		e.enqueue(pp, &p2pFrame{h: transport.MsgHeader{Kind: transport.MsgLost, Tag: int64(rank), Seq: flags, Len: uint64(len(b))},
+			payload: b, deadline: time.Now().Add(statusWait)}, true)
+	}
+}
+
+// readLost reads a peer's news that a rank is lost and hands it to onLost.
+func (e *p2pEngine) readLost(pp *p2pPeer, h transport.MsgHeader) error {
+	if h.Len > transport.MaxStatusBytes {
+		return fmt.Errorf("rank %d sent a lost-rank report of %d bytes, above the %d-byte limit", pp.rank, h.Len, transport.MaxStatusBytes)
+	}
+	b := make([]byte, h.Len)
+	if err := pp.conn.ReadPayload(b, time.Now().Add(statusWait)); err != nil {
+		return err
+	}
+	if h.Tag < 0 || h.Tag >= int64(e.nranks) || h.Tag == int64(pp.rank) || h.Seq&^(lostNow|lostSilent) != 0 {
+		return fmt.Errorf("rank %d sent a lost-rank report about rank %d (flags %#x): not a rank it can report", pp.rank, h.Tag, h.Seq)
+	}
+	if e.onLost != nil {
+		e.onLost(int(h.Tag), pp.rank, string(b), h.Seq&lostNow != 0, h.Seq&lostSilent != 0)
+	}
+	return nil
+}
+
+// failRank fails the channel to rank r, if there is one (see failPeer).
+func (e *p2pEngine) failRank(r int, err error) {
+	if pp := e.peer(r); pp != nil {
+		e.failPeer(pp, err)
+	}
+}

@@ -13,6 +13,7 @@
 #include "checks.hpp"
 #include "cuda.hpp"
 #include "hops.hpp"
+#include "gil.hpp"
 #include "library.hpp"
 
 namespace gonccl {
@@ -22,28 +23,6 @@ constexpr const char* kUniqueIdKey = "gonccl/unique_id";
 // How long closing waits for Go to report the requests it has failed or
 // finished before giving up on them.
 constexpr auto kDrainTimeout = std::chrono::seconds(30);
-
-// Releases the GIL for its scope if this thread holds it. Closing the
-// communicator waits for the completion thread, which may need the GIL to run
-// a Python callback attached to a future.
-class GilRelease {
- public:
-  GilRelease() {
-    if (Py_IsInitialized() && PyGILState_Check()) {
-      state_ = PyEval_SaveThread();
-    }
-  }
-  ~GilRelease() {
-    if (state_ != nullptr) {
-      PyEval_RestoreThread(state_);
-    }
-  }
-  GilRelease(const GilRelease&) = delete;
-  GilRelease& operator=(const GilRelease&) = delete;
-
- private:
-  PyThreadState* state_ = nullptr;
-};
 
 // The per-call time limit of the ops this thread issues (CallTimeout).
 thread_local std::chrono::milliseconds callTimeout = c10d::kUnsetTimeout;
@@ -64,25 +43,30 @@ GoncclBackend::GoncclBackend(
     int rank,
     int size,
     std::chrono::milliseconds timeout,
-    const std::string& libraryPath)
+    const std::string& libraryPath,
+    uint32_t epoch)
     : GoncclBackend(
           store,
           rank,
           size,
           c10::make_intrusive<GoncclOptions>(timeout),
-          libraryPath) {}
+          libraryPath,
+          epoch) {}
 
 GoncclBackend::GoncclBackend(
     const c10::intrusive_ptr<c10d::Store>& store,
     int rank,
     int size,
     c10::intrusive_ptr<GoncclOptions> options,
-    const std::string& libraryPath)
+    const std::string& libraryPath,
+    uint32_t epoch)
     : Backend(rank, size),
       libraryPath_(libraryPath),
       options_(std::move(options)),
       timeout_(options_->timeout),
-      commTimeout_(options_->timeout) {
+      commTimeout_(options_->timeout),
+      store_(store),
+      epoch_(epoch) {
   TORCH_CHECK_VALUE(
       size >= 1 && rank >= 0 && rank < size,
       "gonccl: invalid rank ",
@@ -139,8 +123,11 @@ GoncclBackend::GoncclBackend(
   }
 
   goncclResult_t rc;
-  if (!knobs) {
+  if (!knobs && epoch == 0) {
     rc = L.commInitRankTimeout(&comm_, size, id, rank, timeout_.count());
+  } else if (!knobs) {
+    rc = need(L.commInitRankEpoch, "goncclCommInitRankEpoch", "shrink")(
+        &comm_, size, id, rank, timeout_.count(), epoch);
   } else {
     TORCH_CHECK(
         L.commInitRankConfig != nullptr,
@@ -152,6 +139,7 @@ GoncclBackend::GoncclBackend(
     config.timeoutMs = timeout_.count();
     config.algo = options_->algorithm.c_str();
     config.chunkBytes = options_->chunk_size;
+    config.epoch = epoch;
     rc = L.commInitRankConfig(&comm_, size, id, rank, &config);
   }
   if (rc != goncclSuccess) {
@@ -212,6 +200,15 @@ goncclComm_t GoncclBackend::liveComm(const char* op) {
             "gonccl: ",
             op,
             ": the process group has been shut down or aborted"));
+  }
+  if (comm_ == nullptr) {
+    C10_THROW_ERROR(
+        DistBackendError,
+        c10::str(
+            "gonccl: ",
+            op,
+            ": the process group has no communicator yet (it was created "
+            "with enable_reconfigure: call reconfigure first)"));
   }
   return comm_;
 }
@@ -582,7 +579,10 @@ void GoncclBackend::close(bool abort) {
   // No new op can start now (closed_). Pending ops would keep a graceful
   // destroy waiting until their deadline; fail them instead.
   const bool failPending = abort || queue->pending() > 0;
-  goncclResult_t rc = failPending ? L.commAbort(comm) : L.commDestroy(comm);
+  goncclResult_t rc =
+      comm == nullptr  // never configured (enable_reconfigure)
+          ? goncclSuccess
+          : failPending ? L.commAbort(comm) : L.commDestroy(comm);
   if (rc != goncclSuccess) {
     TORCH_WARN(
         "gonccl: ",

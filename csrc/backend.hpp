@@ -58,6 +58,17 @@ class GoncclBackend : public c10d::Backend {
       int rank,
       int size,
       std::chrono::milliseconds timeout,
+      const std::string& libraryPath,
+      uint32_t epoch = 0);
+  // A backend with no communicator yet, for a group created with
+  // enable_reconfigure: its first reconfigure() makes one (reconfigure.cpp).
+  struct Deferred {};
+  GoncclBackend(
+      Deferred,
+      const c10::intrusive_ptr<c10d::Store>& store,
+      int rank,
+      int size,
+      std::chrono::milliseconds timeout,
       const std::string& libraryPath);
   // The same with options (its timeout is the group's).
   GoncclBackend(
@@ -65,7 +76,8 @@ class GoncclBackend : public c10d::Backend {
       int rank,
       int size,
       c10::intrusive_ptr<GoncclOptions> options,
-      const std::string& libraryPath);
+      const std::string& libraryPath,
+      uint32_t epoch = 0);
   ~GoncclBackend() override;
 
   const std::string getBackendName() const override {
@@ -221,6 +233,39 @@ class GoncclBackend : public c10d::Backend {
   void unregisterAbortHook(int64_t id) override;
 #endif
 
+  // Fault tolerance (shrink.cpp). shrink makes a new communicator of this
+  // group's ranks less ranks_to_exclude, renumbered in order, one generation
+  // (epoch) later, over this group's store under a prefix of its own; the
+  // excluded ranks (dead or not) take no part. With SHRINK_ABORT this group is
+  // aborted first. It works whether or not this group has failed.
+#if TORCH_VERSION_MAJOR > 2 || \
+    (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 10)
+  bool supportsShrinking() const override {
+    return true;
+  }
+  c10::intrusive_ptr<c10d::Backend> shrink(
+      const std::vector<int64_t>& ranks_to_exclude,
+      int shrink_flags,
+      const c10::intrusive_ptr<Options>& opts_override) override;
+#endif
+#ifdef C10D_BACKEND_HAS_RECONFIGURE
+  bool supportsReconfigure() const override {
+    return true;
+  }
+  c10d::ReconfigureHandle get_reconfigure_handle() const override;
+  c10::intrusive_ptr<c10d::Work> reconfigure(
+      const c10d::ReconfigureOptions& opts) override;
+#endif
+  // This process's handle for reconfigure: "gonccl:<host>:<pid>:<nonce>".
+  const std::string& handle() const;
+  // This communicator's generation.
+  uint32_t epoch() const {
+    return epoch_;
+  }
+  // How many frames of older generations this communicator has dropped (0
+  // with no communicator, or a libgonccl.so without goncclCommEpoch).
+  uint64_t staleFrames();
+
   // Waits for nothing: fails pending ops (goncclCommAbort) if any, else frees
   // the communicator (goncclCommDestroy). Then joins the completion thread.
   void shutdown() override;
@@ -327,6 +372,10 @@ class GoncclBackend : public c10d::Backend {
   // its own, so a late message of an earlier (failed) one cannot match.
   uint32_t monitoredBarriers_ = 0;
   std::shared_ptr<BackendState> state_ = std::make_shared<BackendState>();
+  c10::intrusive_ptr<c10d::Store> store_;  // the group's: shrink uses it
+  uint32_t epoch_ = 0;
+  mutable std::once_flag handleOnce_;
+  mutable std::string handle_;
   std::mutex issueMutex_;
   goncclComm_t comm_ = nullptr;
   uint64_t seq_ = 0;

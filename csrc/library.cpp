@@ -109,6 +109,8 @@ const Library& loadLibrary(const std::string& path) {
   bindOptional(handle, "goncclDebugHops", t.debugHops);
   bindOptional(handle, "goncclCommSetTimeout", t.commSetTimeout);
   bindOptional(handle, "goncclCommInitRankConfig", t.commInitRankConfig);
+  bindOptional(handle, "goncclCommInitRankEpoch", t.commInitRankEpoch);
+  bindOptional(handle, "goncclCommEpoch", t.commEpoch);
   // The handle is never closed: a Go runtime cannot be unloaded.
   int version = 0;
   TORCH_CHECK(

@@ -65,6 +65,11 @@ struct Library {
   decltype(&::goncclRequestTest) requestTest;
   decltype(&::goncclDebugHops) debugHops;
 
+  // Membership epochs (shrink, reconfigure). Resolved if present, null
+  // otherwise; shrink and reconfigure need() them.
+  decltype(&::goncclCommInitRankEpoch) commInitRankEpoch;
+  decltype(&::goncclCommEpoch) commEpoch;
+
   // True if every optional entry point above was found. The dtypes and reduce
   // ops that came with them (bool, int16, uint16/32/64, float8, complex;
   // BAND/BOR/BXOR) are only used when this is true.

@@ -38,13 +38,23 @@ c10::intrusive_ptr<gonccl::GoncclBackend> createBackend(
     int rank,
     int size,
     int64_t timeoutMs,
-    const std::string& libraryPath) {
+    const std::string& libraryPath,
+    bool deferred) {
   // The store object is owned by Python; take a reference of our own.
   auto storeRef =
       c10::intrusive_ptr<c10d::Store>::unsafe_reclaim_from_nonowning(&store);
   recordSignalThread();
   // Joining the communicator blocks until every rank has arrived.
   py::gil_scoped_release noGil;
+  if (deferred) {
+    return c10::make_intrusive<gonccl::GoncclBackend>(
+        gonccl::GoncclBackend::Deferred{},
+        storeRef,
+        rank,
+        size,
+        std::chrono::milliseconds(timeoutMs),
+        libraryPath);
+  }
   return c10::make_intrusive<gonccl::GoncclBackend>(
       storeRef, rank, size, std::chrono::milliseconds(timeoutMs), libraryPath);
 }
@@ -161,7 +171,17 @@ PYBIND11_MODULE(_C, m) {
           py::arg("size"),
           py::arg("timeout_ms"),
           py::arg("library_path"),
-          "Joins a gonccl communicator (blocks until all ranks have joined).")
+          py::arg("deferred") = false,
+          "Joins a gonccl communicator (blocks until all ranks have joined); "
+          "with deferred, makes none until reconfigure() is called.")
+      .def_property_readonly(
+          "epoch",
+          &gonccl::GoncclBackend::epoch,
+          "The communicator's generation (shrink and reconfigure add one).")
+      .def_property_readonly(
+          "stale_frames",
+          &gonccl::GoncclBackend::staleFrames,
+          "Frames of older generations the communicator has dropped.")
       .def(
           py::init(&createBackendWithOptions),
           py::arg("store"),

@@ -52,8 +52,8 @@ func FuzzDecodeHeader(f *testing.F) {
 		// What decodes re-encodes to the same bytes (the reserved word aside).
 		out := make([]byte, HeaderSize)
 		EncodeHeader(out, &h, h.Len)
-		if !bytes.Equal(out[:40], b[:40]) {
-			t.Fatalf("header %+v re-encodes to %x, decoded from %x", h, out[:40], b[:40])
+		if !bytes.Equal(out[:40], b[:40]) || !bytes.Equal(out[44:], b[44:HeaderSize]) {
+			t.Fatalf("header %+v re-encodes to %x, decoded from %x", h, out, b[:HeaderSize])
 		}
 	})
 }
@@ -133,7 +133,7 @@ func FuzzMsgConn(f *testing.F) {
 			if err != nil {
 				return
 			}
-			if h.Kind < MsgEager || h.Kind > MsgHeartbeat || h.Len > MaxMsgLen {
+			if h.Kind < MsgEager || h.Kind > msgKindMax || h.Len > MaxMsgLen {
 				t.Fatalf("decoded an invalid header %+v", h)
 			}
 			if !h.HasPayload() {

@@ -30,7 +30,24 @@ type Header struct {
 	Count  uint64 // element count describing the whole operation
 	Offset uint64 // byte offset of this payload within the operation
 	Len    uint32 // payload length in bytes
+	// Epoch is the communicator generation that sent the frame. A receiver drops a
+	// frame of an older generation (see StaleHandler) and never mixes it into its own.
+	Epoch uint32
 }
+
+// StaleHandler is told about each frame a link dropped because it came from an older
+// communicator generation (got.Epoch below the receiver's).
+type StaleHandler func(peer int, got Header)
+
+// StaleDropper is implemented by links that drop older generations' frames; core
+// passes each one a handler that logs and counts the drops.
+type StaleDropper interface {
+	OnStale(h StaleHandler)
+}
+
+// IsStale reports whether a frame with header got belongs to a generation older than
+// the one the receiver expects.
+func IsStale(got, want *Header) bool { return got.Epoch < want.Epoch }
 
 // MismatchError reports a frame whose header is not the one the receiver expected.
 type MismatchError struct {

@@ -42,6 +42,13 @@ const (
 	// it has not written to for a while, so that a peer that hears nothing at all for
 	// the heartbeat timeout knows this rank (or the network to it) is gone.
 	MsgHeartbeat MsgKind = 10
+	// MsgLost tells the peer that a rank is gone (Tag: that rank) and why (payload, Len
+	// bytes, at most MaxStatusBytes): the rank that saw it die or fall silent passes
+	// the news on, so that ranks never connected to it learn it too (connections are
+	// made on demand) and name it.
+	MsgLost MsgKind = 11
+	// msgKindMax is the highest kind a reader accepts.
+	msgKindMax = MsgLost
 )
 
 // MaxStatusBytes bounds a MsgStatus payload.
@@ -69,6 +76,8 @@ func (k MsgKind) String() string {
 		return "bye"
 	case MsgHeartbeat:
 		return "heartbeat"
+	case MsgLost:
+		return "lost"
 	}
 	return fmt.Sprintf("msg(%d)", uint8(k))
 }
@@ -84,7 +93,7 @@ type MsgHeader struct {
 
 // HasPayload reports whether Len payload bytes follow the header on the wire.
 func (h *MsgHeader) HasPayload() bool {
-	return h.Kind == MsgEager || h.Kind == MsgData || h.Kind == MsgStatus || h.Kind == MsgBye
+	return h.Kind == MsgEager || h.Kind == MsgData || h.Kind == MsgStatus || h.Kind == MsgBye || h.Kind == MsgLost
 }
 
 // MaxMsgLen bounds the length a point-to-point header may carry, so that no length read
@@ -119,7 +128,7 @@ func DecodeMsgHeader(b []byte) (MsgHeader, error) {
 		Tag:   int64(binary.LittleEndian.Uint64(b[16:])),
 		Len:   binary.LittleEndian.Uint64(b[24:]),
 	}
-	if h.Kind < MsgEager || h.Kind > MsgHeartbeat {
+	if h.Kind < MsgEager || h.Kind > msgKindMax {
 		return MsgHeader{}, fmt.Errorf("unknown message kind %d", b[4])
 	}
 	if h.Len > MaxMsgLen {

@@ -14,7 +14,7 @@ import (
 )
 
 // HeaderSize is the encoded size of a Header on the wire.
-const HeaderSize = 44
+const HeaderSize = 48
 
 // headerSize is HeaderSize, for this package's own use.
 const headerSize = HeaderSize
@@ -35,7 +35,11 @@ type StreamLink struct {
 	rbuf   [headerSize]byte
 	vec    [2][]byte
 	bufs   net.Buffers // kept here so that writev does not allocate
+	stale  atomic.Pointer[StaleHandler]
 }
+
+// OnStale implements StaleDropper.
+func (l *StreamLink) OnStale(h StaleHandler) { l.stale.Store(&h) }
 
 // NewStreamLink returns a Link to peer over conn. The link owns conn.
 func NewStreamLink(peer int, conn net.Conn) *StreamLink {
@@ -109,19 +113,32 @@ func (l *StreamLink) Recv(want *Header, p []byte, deadline time.Time) error {
 	if err := l.conn.SetReadDeadline(deadline); err != nil {
 		return l.wrap("receive from", err)
 	}
-	if _, err := io.ReadFull(l.conn, l.rbuf[:]); err != nil {
-		return l.wrap("receive from", err)
-	}
-	got, err := decodeHeader(l.rbuf[:])
-	if err != nil {
-		return fmt.Errorf("receive from rank %d: %w", l.peer, err)
+	var got Header
+	for {
+		if _, err := io.ReadFull(l.conn, l.rbuf[:]); err != nil {
+			return l.wrap("receive from", err)
+		}
+		var err error
+		if got, err = decodeHeader(l.rbuf[:]); err != nil {
+			return fmt.Errorf("receive from rank %d: %w", l.peer, err)
+		}
+		if !IsStale(&got, want) {
+			break
+		}
+		// A frame of an older generation: drop it whole and read on.
+		if _, err := io.CopyN(io.Discard, l.conn, int64(got.Len)); err != nil {
+			return l.wrap("receive from", err)
+		}
+		if h := l.stale.Load(); h != nil {
+			(*h)(l.peer, got)
+		}
 	}
 	w := *want
 	w.Len = uint32(len(p))
 	if got != w {
 		return &MismatchError{Peer: l.peer, Want: w, Got: got}
 	}
-	_, err = io.ReadFull(l.conn, p)
+	_, err := io.ReadFull(l.conn, p)
 	return l.wrap("receive from", err)
 }
 
@@ -154,7 +171,8 @@ func encodeHeader(b []byte, h *Header, n uint32) {
 	binary.LittleEndian.PutUint32(b[20:], n)
 	binary.LittleEndian.PutUint64(b[24:], h.Count)
 	binary.LittleEndian.PutUint64(b[32:], h.Offset)
-	binary.LittleEndian.PutUint32(b[40:], 0) // reserved
+	binary.LittleEndian.PutUint32(b[40:], 0) // reserved (StripedLink: the stripe's offset)
+	binary.LittleEndian.PutUint32(b[44:], h.Epoch)
 }
 
 func decodeHeader(b []byte) (Header, error) {
@@ -171,5 +189,6 @@ func decodeHeader(b []byte) (Header, error) {
 		Len:    binary.LittleEndian.Uint32(b[20:]),
 		Count:  binary.LittleEndian.Uint64(b[24:]),
 		Offset: binary.LittleEndian.Uint64(b[32:]),
+		Epoch:  binary.LittleEndian.Uint32(b[44:]),
 	}, nil
 }

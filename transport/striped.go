@@ -46,9 +46,13 @@ type StripedLink struct {
 	quit   chan struct{}
 	once   sync.Once
 	tx, rx stripeDir
+	stale  atomic.Pointer[StaleHandler]
 	guard  safego.Guard
 	fault  atomic.Pointer[error] // a helper panicked: every call fails with this
 }
+
+// OnStale implements StaleDropper.
+func (l *StripedLink) OnStale(h StaleHandler) { l.stale.Store(&h) }
 
 // Striping constants. Frames below 2*minStripe bytes are not striped, so latency-bound
 // traffic keeps to one connection; stripes start on stripeAlign boundaries.
@@ -356,12 +360,9 @@ func (l *StripedLink) sendStep(d *stripeDir, s int, st *stripeSock) error {
 // piece.
 func (l *StripedLink) recvStep(d *stripeDir, s int, st *stripeSock) error {
 	if !st.hdrDone {
-		if _, err := io.ReadFull(l.conns[s], st.hdr[:]); err != nil {
-			return l.wrap(d, err)
-		}
-		got, err := decodeHeader(st.hdr[:])
+		got, err := l.recvStripeHeader(d, s, st)
 		if err != nil {
-			return fmt.Errorf("receive from rank %d: %w", l.peer, err)
+			return err
 		}
 		if got != d.hdr {
 			return &MismatchError{Peer: l.peer, Want: d.hdr, Got: got}
@@ -376,6 +377,37 @@ func (l *StripedLink) recvStep(d *stripeDir, s int, st *stripeSock) error {
 	_, err := io.ReadFull(l.conns[s], st.part[st.off:end])
 	st.off = end
 	return l.wrap(d, err)
+}
+
+// recvStripeHeader reads connection s's next stripe header, dropping the stripes of
+// frames from older generations on the way (each connection carries its own stripe of
+// such a frame, so each drops its own).
+func (l *StripedLink) recvStripeHeader(d *stripeDir, s int, st *stripeSock) (Header, error) {
+	for {
+		if _, err := io.ReadFull(l.conns[s], st.hdr[:]); err != nil {
+			return Header{}, l.wrap(d, err)
+		}
+		got, err := decodeHeader(st.hdr[:])
+		if err != nil {
+			return Header{}, fmt.Errorf("receive from rank %d: %w", l.peer, err)
+		}
+		if !IsStale(&got, &d.hdr) {
+			return got, nil
+		}
+		lo := int(binary.LittleEndian.Uint32(st.hdr[40:]))
+		_, size := stripes(int(got.Len), len(l.conns))
+		n := min(lo+size, int(got.Len)) - lo
+		if lo > int(got.Len) || (n == 0 && got.Len > 0) {
+			return Header{}, fmt.Errorf("receive from rank %d: a stale frame's stripe at byte %d of %d: %w",
+				l.peer, lo, got.Len, ErrMismatch)
+		}
+		if _, err := io.CopyN(io.Discard, l.conns[s], int64(n)); err != nil {
+			return Header{}, l.wrap(d, err)
+		}
+		if h := l.stale.Load(); h != nil && lo == 0 {
+			(*h)(l.peer, got) // once per frame: its first stripe
+		}
+	}
 }
 
 func (l *StripedLink) wrap(d *stripeDir, err error) error {

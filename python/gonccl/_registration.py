@@ -58,6 +58,8 @@ def _create_backend(opts, backend_options):
         opts.group_size,
         options,
         check_library(),
+        # enable_reconfigure: no communicator until reconfigure() makes one
+        bool(getattr(opts, "enable_reconfigure", False)),
     )
 
 
@@ -65,6 +67,9 @@ def register() -> None:
     """Registers "gonccl" with torch.distributed (a no-op if it already is)."""
     if not dist.is_available():
         raise RuntimeError("gonccl: this torch was built without torch.distributed")
+    from gonccl import _shrink
+
+    _shrink.install()
     if BACKEND_NAME.upper() in dist.Backend._plugins:
         return
     dist.Backend.register_backend(

@@ -65,7 +65,11 @@ type Link struct {
 	recvSpin time.Duration
 	rb       [transport.HeaderSize]byte
 	straddle [16]byte // an element split by the rx ring's end, for RecvPieces
+	stale    atomic.Pointer[transport.StaleHandler]
 }
+
+// OnStale implements transport.StaleDropper.
+func (l *Link) OnStale(h transport.StaleHandler) { l.stale.Store(&h) }
 
 func newLink(peer, side int, seg *segment, conn net.Conn, g safego.Guard) *Link {
 	l := &Link{peer: peer, side: side, conn: conn, seg: seg,
@@ -305,17 +309,51 @@ func (l *Link) recvHeader(want *transport.Header, n int, deadline time.Time) err
 	if l.failed.Load() {
 		return l.wrap("receive from", errFailed)
 	}
-	if err := l.read(l.rb[:], deadline); err != nil {
-		return l.wrap("receive from", err)
-	}
-	got, err := transport.DecodeHeader(l.rb[:])
-	if err != nil {
-		return fmt.Errorf("receive from rank %d: %w", l.peer, err)
+	var got transport.Header
+	for {
+		if err := l.read(l.rb[:], deadline); err != nil {
+			return l.wrap("receive from", err)
+		}
+		var err error
+		if got, err = transport.DecodeHeader(l.rb[:]); err != nil {
+			return fmt.Errorf("receive from rank %d: %w", l.peer, err)
+		}
+		if !transport.IsStale(&got, want) {
+			break
+		}
+		// A frame of an older generation: drop it whole and read on.
+		if err := l.discard(uint64(got.Len), deadline); err != nil {
+			return l.wrap("receive from", err)
+		}
+		if h := l.stale.Load(); h != nil {
+			(*h)(l.peer, got)
+		}
 	}
 	w := *want
 	w.Len = uint32(n)
 	if got != w {
 		return &transport.MismatchError{Peer: l.peer, Want: w, Got: got}
+	}
+	return nil
+}
+
+// discard drops n bytes of the rx ring, waiting for them as needed.
+func (l *Link) discard(n uint64, deadline time.Time) error {
+	r := &l.rx
+	for n > 0 {
+		avail := r.head.Load() - l.tail
+		if avail == 0 {
+			if err := l.wait(true, deadline); err != nil {
+				return err
+			}
+			continue
+		}
+		k := min(avail, n)
+		n -= k
+		l.tail += k
+		raceRelease()
+		r.tail.Store(l.tail)
+		notify(r.spaceEv, r.spaceWait)
 	}
 	return nil
 }

@@ -24,10 +24,10 @@ var ErrAuth = errors.New("handshake failed: the peer does not know the communica
 
 const (
 	helloMagic   = 0x474e4348 // "GNCH"
-	protoVersion = 2
+	protoVersion = 3
 	nonceSize    = 16
 	macSize      = sha256.Size
-	helloSize    = 4 + 4 + 4 + 4 + 4 + nonceSize
+	helloSize    = 4 + 4 + 4 + 4 + 4 + 4 + nonceSize
 )
 
 // Channels: a pair of ranks holds one connection per channel.
@@ -63,18 +63,20 @@ func CollSocket(ch uint8) int {
 	return -1
 }
 
-// Hello is what the dialling side announces: who it is, whom it wants, and which of
-// the pair's connections this one is.
+// Hello is what the dialling side announces: who it is, whom it wants, which of the
+// pair's connections this one is, and the communicator generation (epoch) it belongs
+// to, so that a rank of an older generation is told apart and turned away.
 type Hello struct {
 	From, To int
 	Channel  uint8
+	Epoch    uint32
 }
 
 // The handshake, both ends proving knowledge of the secret without revealing it:
 //
-//	dialer   -> acceptor: magic, version, from, to, channel, nonceD
-//	acceptor -> dialer:   nonceA, HMAC(secret, "A" | nonceD | nonceA | from | to | channel)
-//	dialer   -> acceptor: HMAC(secret, "D" | nonceA | nonceD | from | to | channel)
+//	dialer   -> acceptor: magic, version, from, to, channel, epoch, nonceD
+//	acceptor -> dialer:   nonceA, HMAC(secret, "A" | nonceD | nonceA | from | to | channel | epoch)
+//	dialer   -> acceptor: HMAC(secret, "D" | nonceA | nonceD | from | to | channel | epoch)
 //
 // Fresh nonces on both sides make a recorded handshake useless to replay.
 
@@ -90,7 +92,8 @@ func DialHandshake(conn net.Conn, secret []byte, h Hello, deadline time.Time) er
 	binary.LittleEndian.PutUint32(hello[8:], uint32(int32(h.From)))
 	binary.LittleEndian.PutUint32(hello[12:], uint32(int32(h.To)))
 	binary.LittleEndian.PutUint32(hello[16:], uint32(h.Channel))
-	nonceD := hello[20:]
+	binary.LittleEndian.PutUint32(hello[20:], h.Epoch)
+	nonceD := hello[24:]
 	if _, err := rand.Read(nonceD); err != nil {
 		return err
 	}
@@ -136,8 +139,9 @@ func AcceptHandshake(conn net.Conn, secret []byte, deadline time.Time) (Hello, e
 		From:    int(int32(binary.LittleEndian.Uint32(hello[8:]))),
 		To:      int(int32(binary.LittleEndian.Uint32(hello[12:]))),
 		Channel: uint8(ch),
+		Epoch:   binary.LittleEndian.Uint32(hello[20:]),
 	}
-	nonceD := hello[20:]
+	nonceD := hello[24:]
 	var reply [nonceSize + macSize]byte
 	nonceA := reply[:nonceSize]
 	if _, err := rand.Read(nonceA); err != nil {
@@ -167,10 +171,11 @@ func acceptErr(what string, err error) error {
 
 func mac(secret []byte, role byte, n1, n2 []byte, h Hello) []byte {
 	m := hmac.New(sha256.New, secret)
-	var ranks [9]byte
+	var ranks [13]byte
 	binary.LittleEndian.PutUint32(ranks[0:], uint32(int32(h.From)))
 	binary.LittleEndian.PutUint32(ranks[4:], uint32(int32(h.To)))
 	ranks[8] = h.Channel
+	binary.LittleEndian.PutUint32(ranks[9:], h.Epoch)
 	m.Write([]byte{role})
 	m.Write(n1)
 	m.Write(n2)

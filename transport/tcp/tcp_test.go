@@ -70,12 +70,12 @@ func TestHandshake(t *testing.T) {
 	require.NoError(t, r.err)
 	require.Equal(t, Hello{From: 3, To: 1}, r.h)
 
-	c, err = Dial(l.Addr().String(), secret, Hello{From: 2, To: 0, Channel: ChannelP2P}, dl)
+	c, err = Dial(l.Addr().String(), secret, Hello{From: 2, To: 0, Channel: ChannelP2P, Epoch: 7}, dl)
 	require.NoError(t, err)
 	c.Close()
 	r = <-accepted
 	require.NoError(t, r.err)
-	require.Equal(t, Hello{From: 2, To: 0, Channel: ChannelP2P}, r.h)
+	require.Equal(t, Hello{From: 2, To: 0, Channel: ChannelP2P, Epoch: 7}, r.h)
 
 	_, err = Dial(l.Addr().String(), []byte("wrong secret 123"), Hello{From: 2, To: 1}, dl)
 	require.ErrorIs(t, err, ErrAuth)
@@ -84,7 +84,7 @@ func TestHandshake(t *testing.T) {
 
 	raw, err := net.Dial("tcp", l.Addr().String())
 	require.NoError(t, err)
-	_, _ = raw.Write([]byte("GET / HTTP/1.0\r\n\r\nxxxxxxxxxxxxxxxxxx"))
+	_, _ = raw.Write([]byte("GET / HTTP/1.0\r\n\r\nxxxxxxxxxxxxxxxxxxxxxxxxxx"))
 	r = <-accepted
 	require.ErrorContains(t, r.err, "not a gonccl peer")
 	raw.Close()
