@@ -62,13 +62,15 @@ class GoncclBackend : public c10d::Backend {
       uint32_t epoch = 0);
   // A backend with no communicator yet, for a group created with
   // enable_reconfigure: its first reconfigure() makes one (reconfigure.cpp).
+  // The options' algorithm and chunk size do not apply to communicators that
+  // reconfigure makes.
   struct Deferred {};
   GoncclBackend(
       Deferred,
       const c10::intrusive_ptr<c10d::Store>& store,
       int rank,
       int size,
-      std::chrono::milliseconds timeout,
+      c10::intrusive_ptr<GoncclOptions> options,
       const std::string& libraryPath);
   // The same with options (its timeout is the group's).
   GoncclBackend(

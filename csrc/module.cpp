@@ -52,7 +52,8 @@ c10::intrusive_ptr<gonccl::GoncclBackend> createBackend(
         storeRef,
         rank,
         size,
-        std::chrono::milliseconds(timeoutMs),
+        c10::make_intrusive<gonccl::GoncclOptions>(
+            std::chrono::milliseconds(timeoutMs)),
         libraryPath);
   }
   return c10::make_intrusive<gonccl::GoncclBackend>(
@@ -64,7 +65,8 @@ c10::intrusive_ptr<gonccl::GoncclBackend> createBackendWithOptions(
     int rank,
     int size,
     const c10::intrusive_ptr<gonccl::GoncclOptions>& options,
-    const std::string& libraryPath) {
+    const std::string& libraryPath,
+    bool deferred) {
   TORCH_CHECK_VALUE(options, "gonccl: options must not be None");
   auto storeRef =
       c10::intrusive_ptr<c10d::Store>::unsafe_reclaim_from_nonowning(&store);
@@ -72,6 +74,15 @@ c10::intrusive_ptr<gonccl::GoncclBackend> createBackendWithOptions(
   auto own = c10::make_intrusive<gonccl::GoncclOptions>(*options);
   recordSignalThread();
   py::gil_scoped_release noGil;
+  if (deferred) {
+    return c10::make_intrusive<gonccl::GoncclBackend>(
+        gonccl::GoncclBackend::Deferred{},
+        storeRef,
+        rank,
+        size,
+        own,
+        libraryPath);
+  }
   return c10::make_intrusive<gonccl::GoncclBackend>(
       storeRef, rank, size, own, libraryPath);
 }
@@ -189,6 +200,7 @@ PYBIND11_MODULE(_C, m) {
           py::arg("size"),
           py::arg("options"),
           py::arg("library_path"),
+          py::arg("deferred") = false,
           "The same with GoncclOptions (whose timeout is the group's).")
       .def(
           "perform_nocolor_split",

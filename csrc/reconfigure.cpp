@@ -50,13 +50,13 @@ GoncclBackend::GoncclBackend(
     const c10::intrusive_ptr<c10d::Store>& store,
     int rank,
     int size,
-    std::chrono::milliseconds timeout,
+    c10::intrusive_ptr<GoncclOptions> options,
     const std::string& libraryPath)
     : Backend(rank, size),
       libraryPath_(libraryPath),
-      options_(c10::make_intrusive<GoncclOptions>(timeout)),
-      timeout_(timeout),
-      commTimeout_(timeout),
+      options_(std::move(options)),
+      timeout_(options_->timeout),
+      commTimeout_(options_->timeout),
       store_(store) {
   TORCH_CHECK_VALUE(
       size >= 1 && rank >= 0 && rank < size,
