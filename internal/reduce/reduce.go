@@ -1,4 +1,4 @@
-package core
+package reduce
 
 import (
 	"fmt"
@@ -47,7 +47,7 @@ type integer interface {
 // ErrInvalidArgument or ErrNotSupported (see CheckReduction) and leave dst
 // unchanged.
 func ReduceInto(dst, src []byte, dt DataType, op RedOp) error {
-	if err := checkReduction("ReduceInto", dt, op); err != nil {
+	if err := Check("ReduceInto", dt, op); err != nil {
 		return err
 	}
 	if len(dst) != len(src) {
@@ -104,7 +104,7 @@ func ReduceInto(dst, src []byte, dt DataType, op RedOp) error {
 // positive, and dt must support Avg (CheckReduction). Errors wrap
 // ErrInvalidArgument or ErrNotSupported and leave buf unchanged.
 func DivideBy(buf []byte, dt DataType, n int) error {
-	if err := checkReduction("DivideBy", dt, Avg); err != nil {
+	if err := Check("DivideBy", dt, Avg); err != nil {
 		return err
 	}
 	if n <= 0 {

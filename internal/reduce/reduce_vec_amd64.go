@@ -1,6 +1,6 @@
 //go:build cgo
 
-package core
+package reduce
 
 /*
 #cgo noescape gonccl_reduce
@@ -85,7 +85,7 @@ func vectorOp(op RedOp) C.int {
 
 // reduceVector reduces the n elements of src into dst with one cgo call and
 // reports true, or reports false, leaving dst untouched, when the pure-Go
-// loops should do it (see vectorKind). (dt, op) has passed checkReduction
+// loops should do it (see vectorKind). (dt, op) has passed Check
 // and n is positive.
 func reduceVector(dst, src []byte, n int, dt DataType, op RedOp) bool {
 	kind, ok := vectorKind(dt, len(dst))

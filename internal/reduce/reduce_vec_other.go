@@ -1,6 +1,6 @@
 //go:build !cgo || !amd64
 
-package core
+package reduce
 
 // Without cgo, or off amd64, every reduction runs the pure-Go loops.
 
