@@ -8,6 +8,11 @@ import (
 	"github.com/gonccl/gonccl/transport"
 )
 
+// vArgs are alltoallv's per-peer counts and displacements, in elements.
+type vArgs struct {
+	sendCounts, sendDispls, recvCounts, recvDispls []int
+}
+
 // alltoallPairwise sends block j of send to rank j, which stores it as block r of
 // its recv (r the sender); this rank's own block is copied locally. Pairwise
 // exchange: the s-th send goes to rank r+s while the s-th receive comes from rank
@@ -31,27 +36,29 @@ func (e *exec) alltoallPairwise(sendBlock, recvBlock func(j int) []byte, sendCou
 	if a != nil {
 		pre, agree = n-1, &agreement{e: e, a: a}
 	}
-	return e.pipeline(pre+n-1, pre+n-1,
-		func(u int) int { // data waits for the agreement; nothing else waits
+	return e.pipeline(pipe{
+		nsend: pre + n - 1, nrecv: pre + n - 1,
+		need: func(u int) int { // data waits for the agreement; nothing else waits
 			if u < pre {
 				return 0
 			}
 			return pre
 		},
-		func(u int) error {
+		send: func(u int) error {
 			if u < pre {
 				return agree.send(mod(r+u+1, n))
 			}
 			p := mod(r+u-pre+1, n)
 			return e.withCount(sendCount(p)).sendChunked(p, sendBlock(p))
 		},
-		func(u int) error {
+		recv: func(u int) error {
 			if u < pre {
 				return agree.recv(mod(r-u-1, n), u == pre-1)
 			}
 			p := mod(r-u+pre-1, n)
 			return e.withCount(recvCount(p)).recvChunked(p, recvBlock(p))
-		})
+		},
+	})
 }
 
 // withCount returns a view of e whose frames carry count in their header (the

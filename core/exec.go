@@ -193,67 +193,6 @@ func (e *exec) sendRecv(to int, sp []byte, from int, rp []byte) error {
 	return e.result()
 }
 
-// pipeline runs a two-sided schedule: recvUnit(0..nrecv-1) in order on this goroutine
-// and sendUnit(0..nsend-1) in order on another, where send unit u may start only after
-// need(u) receive units have completed. Sending, receiving and reducing of different
-// chunks so overlap.
-func (e *exec) pipeline(nsend, nrecv int, need func(u int) int, sendUnit, recvUnit func(u int) error) error {
-	var mu sync.Mutex
-	cond := sync.NewCond(&mu)
-	received, stopped := 0, false // stopped: the operation failed
-	stop := func() {
-		mu.Lock()
-		stopped = true
-		mu.Unlock()
-		cond.Broadcast()
-	}
-	var wg sync.WaitGroup
-	defer e.joinOnPanic(stop, &wg)
-	if nsend > 0 {
-		e.guard.Go("pipeline sender", &wg, func(err error) { e.fail(err); stop() }, func() {
-			for u := 0; u < nsend; u++ {
-				// After a failure the first unit still goes out, within the links' grace
-				// period: its header lets the peer diagnose a mismatch itself.
-				mu.Lock()
-				s := stopped && u > 0
-				mu.Unlock()
-				if s {
-					return
-				}
-				if n := need(u); n > 0 {
-					mu.Lock()
-					for received < n && !stopped {
-						cond.Wait()
-					}
-					s := stopped
-					mu.Unlock()
-					if s {
-						return
-					}
-				}
-				if err := sendUnit(u); err != nil {
-					e.fail(err)
-					stop()
-					return
-				}
-			}
-		})
-	}
-	for u := 0; u < nrecv; u++ {
-		if err := recvUnit(u); err != nil {
-			e.fail(err)
-			stop()
-			break
-		}
-		mu.Lock()
-		received++
-		mu.Unlock()
-		cond.Broadcast()
-	}
-	wg.Wait()
-	return e.result()
-}
-
 // joinOnPanic is deferred by an algorithm that starts goroutines of its own: if the
 // algorithm panics, it fails the operation (closing the links, so the goroutines'
 // sends and receives return), stops and waits for them, and only then lets the panic
