@@ -29,75 +29,86 @@ type pipe struct {
 // The sending goroutine is "pipeline sender", or "window sender" when p has a free
 // count: the name a panic's error carries (see safety.go).
 func (e *exec) pipeline(p pipe) error {
-	var mu sync.Mutex
-	cond := sync.NewCond(&mu)
-	received, sent, stopped := 0, 0, false // stopped: the operation failed
-	stop := func() {
-		mu.Lock()
-		stopped = true
-		mu.Unlock()
-		cond.Broadcast()
-	}
-	// wait blocks until *counter >= n or the operation stopped; it reports whether
-	// to go on.
-	wait := func(counter *int, n int) bool {
-		mu.Lock()
-		defer mu.Unlock()
-		for *counter < n && !stopped {
-			cond.Wait()
-		}
-		return !stopped
-	}
-	reached := func(counter *int, n int) bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return *counter >= n
-	}
-	bump := func(counter *int) {
-		mu.Lock()
-		*counter++
-		mu.Unlock()
-		cond.Broadcast()
-	}
-	need := func(u int) int {
-		if p.need == nil {
-			return 0
-		}
-		return p.need(u)
-	}
-	var wg sync.WaitGroup
-	defer e.joinOnPanic(stop, &wg)
+	s := &pipeRun{pipe: p}
+	s.cond.L = &s.mu
+	defer e.joinOnPanic(s.stop, &s.wg)
 	if p.nsend > 0 {
 		name := "pipeline sender"
 		if p.free != nil {
 			name = "window sender"
 		}
-		e.guard.Go(name, &wg, func(err error) { e.fail(err); stop() }, func() {
-			for u := 0; u < p.nsend; u++ {
-				n := need(u)
-				if !wait(&received, n) && (u > 0 || !reached(&received, n)) {
-					return
-				}
-				if err := p.send(u); err != nil {
-					e.fail(err)
-					stop()
-					return
-				}
-				bump(&sent)
-			}
-		})
+		e.guard.Go(name, &s.wg, func(err error) { e.fail(err); s.stop() }, func() { e.pipeSend(s) })
 	}
 	for v := 0; v < p.nrecv; v++ {
-		if p.free != nil && !wait(&sent, p.free(v)) {
+		if p.free != nil && !s.wait(&s.sent, p.free(v)) {
 			break
 		}
 		if err := p.recv(v); err != nil {
 			e.fail(err)
-			stop()
+			s.stop()
 			break
 		}
-		bump(&received)
+		s.bump(&s.received)
 	}
-	wg.Wait()
+	s.wg.Wait()
 	return e.result()
+}
+
+// pipeSend is pipeline's sending goroutine.
+func (e *exec) pipeSend(s *pipeRun) {
+	for u := 0; u < s.nsend; u++ {
+		n := 0
+		if s.need != nil {
+			n = s.need(u)
+		}
+		if !s.wait(&s.received, n) && (u > 0 || !s.reached(&s.received, n)) {
+			return
+		}
+		if err := s.send(u); err != nil {
+			e.fail(err)
+			s.stop()
+			return
+		}
+		s.bump(&s.sent)
+	}
+}
+
+// pipeRun is one run of a pipe: what its two sides share, in one allocation.
+type pipeRun struct {
+	pipe
+	wg             sync.WaitGroup // the sending goroutine
+	mu             sync.Mutex
+	cond           sync.Cond // on mu: a count went up, or the run stopped
+	received, sent int       // units completed
+	stopped        bool      // the operation failed
+}
+
+func (s *pipeRun) stop() {
+	s.mu.Lock()
+	s.stopped = true
+	s.mu.Unlock()
+	s.cond.Broadcast()
+}
+
+// wait blocks until *counter >= n or the run stopped; it reports whether to go on.
+func (s *pipeRun) wait(counter *int, n int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for *counter < n && !s.stopped {
+		s.cond.Wait()
+	}
+	return !s.stopped
+}
+
+func (s *pipeRun) reached(counter *int, n int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return *counter >= n
+}
+
+func (s *pipeRun) bump(counter *int) {
+	s.mu.Lock()
+	*counter++
+	s.mu.Unlock()
+	s.cond.Broadcast()
 }
