@@ -49,58 +49,16 @@ func (e *exec) alltoallPairwise(sendBlock, recvBlock func(j int) []byte, sendCou
 				return agree.send(mod(r+u+1, n))
 			}
 			p := mod(r+u-pre+1, n)
-			return e.withCount(sendCount(p)).sendChunked(p, sendBlock(p))
+			return e.sendChunkedCount(p, uint64(sendCount(p)), sendBlock(p))
 		},
 		recv: func(u int) error {
 			if u < pre {
 				return agree.recv(mod(r-u-1, n), u == pre-1)
 			}
 			p := mod(r-u+pre-1, n)
-			return e.withCount(recvCount(p)).recvChunked(p, recvBlock(p))
+			return e.recvChunkedCount(p, uint64(recvCount(p)), recvBlock(p))
 		},
 	})
-}
-
-// withCount returns a view of e whose frames carry count in their header (the
-// count of one pair in alltoallv). The view shares e's error state.
-func (e *exec) withCount(count int) *pairExec {
-	return &pairExec{e: e, count: uint64(count)}
-}
-
-// pairExec sends and receives like exec, with its own header count.
-type pairExec struct {
-	e     *exec
-	count uint64
-}
-
-func (x *pairExec) header(off int) transport.Header {
-	h := x.e.hdr
-	h.Count, h.Offset = x.count, uint64(off)
-	return h
-}
-
-func (x *pairExec) sendChunked(peer int, p []byte) error {
-	nch := max(1, ceilDiv(len(p), x.e.chunkBytes))
-	for j := 0; j < nch; j++ {
-		lo, hi := split(len(p), nch, j)
-		h := x.header(lo)
-		if err := x.e.linkSend(peer, &h, p[lo:hi]); err != nil {
-			return x.e.linkErr(peer, err)
-		}
-	}
-	return nil
-}
-
-func (x *pairExec) recvChunked(peer int, p []byte) error {
-	nch := max(1, ceilDiv(len(p), x.e.chunkBytes))
-	for j := 0; j < nch; j++ {
-		lo, hi := split(len(p), nch, j)
-		h := x.header(lo)
-		if err := x.e.linkRecv(peer, &h, p[lo:hi]); err != nil {
-			return x.e.linkErr(peer, err)
-		}
-	}
-	return nil
 }
 
 // agreement checks, before any alltoallv data moves, that every pair of ranks

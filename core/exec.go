@@ -97,20 +97,33 @@ func (e *exec) linkRecv(peer int, h *transport.Header, p []byte) error {
 	return l.Recv(h, p, e.deadline)
 }
 
+// send sends p to peer in one frame of the operation, at byte offset off.
 func (e *exec) send(peer int, off int, p []byte) error {
+	return e.sendCount(peer, e.hdr.Count, off, p)
+}
+
+// recv receives p from peer: one frame of the operation, at byte offset off.
+func (e *exec) recv(peer int, off int, p []byte) error {
+	return e.recvCount(peer, e.hdr.Count, off, p)
+}
+
+// sendCount is send with count in the frame's header instead of the operation's (one
+// pair's count in alltoallv).
+func (e *exec) sendCount(peer int, count uint64, off int, p []byte) error {
 	h := &e.sendHdrs[peer]
 	*h = e.hdr
-	h.Offset = uint64(off)
+	h.Count, h.Offset = count, uint64(off)
 	if err := e.linkSend(peer, h, p); err != nil {
 		return e.linkErr(peer, err)
 	}
 	return nil
 }
 
-func (e *exec) recv(peer int, off int, p []byte) error {
+// recvCount is recv expecting count in the frame's header.
+func (e *exec) recvCount(peer int, count uint64, off int, p []byte) error {
 	h := &e.recvHdrs[peer]
 	*h = e.hdr
-	h.Offset = uint64(off)
+	h.Count, h.Offset = count, uint64(off)
 	if err := e.linkRecv(peer, h, p); err != nil {
 		return e.linkErr(peer, err)
 	}
