@@ -29,6 +29,8 @@ func (c *Comm) workBuf(n int) ([]byte, error) {
 	return b[:n], nil
 }
 
+// freeWork unmaps the work memory, if there is any; the communicator's teardown
+// calls it.
 func (c *Comm) freeWork() error {
 	if c.work == nil {
 		return nil

@@ -40,7 +40,7 @@ type integer interface {
 // bits for all inputs.
 //
 // On x86-64 CPUs with AVX2 and F16C, large buffers of integers and real
-// floats go to vector kernels (reduce_kernels_amd64.c) that give the same
+// floats go to vector kernels (kernels_amd64.c) that give the same
 // bits as the loops below, which remain the portable fallback.
 //
 // ReduceInto does not allocate unless it returns an error. Errors wrap

@@ -7,7 +7,7 @@ package reduce
 #cgo nocallback gonccl_reduce
 #cgo noescape gonccl_divide
 #cgo nocallback gonccl_divide
-#include "reduce_kernels.h"
+#include "kernels.h"
 */
 import "C"
 
@@ -18,7 +18,7 @@ import (
 )
 
 // vectorReductions says whether ReduceInto and DivideBy hand large buffers
-// to the AVX2/F16C kernels in reduce_kernels_amd64.c. It is decided once
+// to the AVX2/F16C kernels in kernels_amd64.c. It is decided once
 // from the CPU (x/sys/cpu sets HasAVX2 only when the OS saves the vector
 // registers); tests turn it off to run the pure-Go fallback.
 var vectorReductions = cpu.X86.HasAVX2 && cpu.X86.HasF16C
