@@ -79,7 +79,7 @@ test-go:
 # sweeps go up to 4 ranks instead of 8), so that it stays a few minutes on 2 cores. The
 # reduction-kernel comparisons are skipped: they run on one goroutine, the detector has
 # nothing to find there, and they are its slowest tests (test-go runs them).
-RACE_PKGS = ./core ./transport/... ./cuda/...
+RACE_PKGS = ./core ./internal/... ./transport/... ./cuda/...
 RACE_SKIP = VectorMatchesFallback|VectorHalfExhaustive|Float16Random|FromFloat32Random|MatchesReference$$
 
 test-race:

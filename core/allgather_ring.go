@@ -13,14 +13,16 @@ func (e *exec) allGatherRing(buf []byte, blockBytes int) error {
 		return block*blockBytes + lo, block*blockBytes + hi
 	}
 	units := (n - 1) * nch
-	return e.pipeline(units, units,
-		func(u int) int { return u - nch + 1 },
-		func(u int) error {
+	return e.pipeline(pipe{
+		nsend: units, nrecv: units,
+		need: func(u int) int { return u - nch + 1 },
+		send: func(u int) error {
 			lo, hi := chunk(mod(r-u/nch, n), u%nch)
 			return e.send(next, lo, buf[lo:hi])
 		},
-		func(u int) error {
+		recv: func(u int) error {
 			lo, hi := chunk(mod(r-u/nch-1, n), u%nch)
 			return e.recv(prev, lo, buf[lo:hi])
-		})
+		},
+	})
 }

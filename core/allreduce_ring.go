@@ -46,14 +46,15 @@ func (e *exec) ringSteps(buf []byte, count int, dt DataType, op RedOp, first, la
 	}
 	units := (last - first) * nch
 	base := first * nch
-	return e.pipeline(units, units,
-		func(u int) int { return u - nch + 1 },
-		func(u int) error {
+	return e.pipeline(pipe{
+		nsend: units, nrecv: units,
+		need: func(u int) int { return u - nch + 1 },
+		send: func(u int) error {
 			u += base
 			lo, hi := chunk(sendSeg(u/nch), u%nch)
 			return e.send(next, lo, buf[lo:hi])
 		},
-		func(u int) error {
+		recv: func(u int) error {
 			u += base
 			s := u / nch
 			lo, hi := chunk(recvSeg(s), u%nch)
@@ -68,5 +69,6 @@ func (e *exec) ringSteps(buf []byte, count int, dt DataType, op RedOp, first, la
 				return DivideBy(dst, dt, n)
 			}
 			return nil
-		})
+		},
+	})
 }

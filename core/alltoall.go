@@ -8,6 +8,11 @@ import (
 	"github.com/gonccl/gonccl/transport"
 )
 
+// vArgs are alltoallv's per-peer counts and displacements, in elements.
+type vArgs struct {
+	sendCounts, sendDispls, recvCounts, recvDispls []int
+}
+
 // alltoallPairwise sends block j of send to rank j, which stores it as block r of
 // its recv (r the sender); this rank's own block is copied locally. Pairwise
 // exchange: the s-th send goes to rank r+s while the s-th receive comes from rank
@@ -31,69 +36,29 @@ func (e *exec) alltoallPairwise(sendBlock, recvBlock func(j int) []byte, sendCou
 	if a != nil {
 		pre, agree = n-1, &agreement{e: e, a: a}
 	}
-	return e.pipeline(pre+n-1, pre+n-1,
-		func(u int) int { // data waits for the agreement; nothing else waits
+	return e.pipeline(pipe{
+		nsend: pre + n - 1, nrecv: pre + n - 1,
+		need: func(u int) int { // data waits for the agreement; nothing else waits
 			if u < pre {
 				return 0
 			}
 			return pre
 		},
-		func(u int) error {
+		send: func(u int) error {
 			if u < pre {
 				return agree.send(mod(r+u+1, n))
 			}
 			p := mod(r+u-pre+1, n)
-			return e.withCount(sendCount(p)).sendChunked(p, sendBlock(p))
+			return e.sendChunkedCount(p, uint64(sendCount(p)), sendBlock(p))
 		},
-		func(u int) error {
+		recv: func(u int) error {
 			if u < pre {
 				return agree.recv(mod(r-u-1, n), u == pre-1)
 			}
 			p := mod(r-u+pre-1, n)
-			return e.withCount(recvCount(p)).recvChunked(p, recvBlock(p))
-		})
-}
-
-// withCount returns a view of e whose frames carry count in their header (the
-// count of one pair in alltoallv). The view shares e's error state.
-func (e *exec) withCount(count int) *pairExec {
-	return &pairExec{e: e, count: uint64(count)}
-}
-
-// pairExec sends and receives like exec, with its own header count.
-type pairExec struct {
-	e     *exec
-	count uint64
-}
-
-func (x *pairExec) header(off int) transport.Header {
-	h := x.e.hdr
-	h.Count, h.Offset = x.count, uint64(off)
-	return h
-}
-
-func (x *pairExec) sendChunked(peer int, p []byte) error {
-	nch := max(1, ceilDiv(len(p), x.e.chunkBytes))
-	for j := 0; j < nch; j++ {
-		lo, hi := split(len(p), nch, j)
-		h := x.header(lo)
-		if err := x.e.linkSend(peer, &h, p[lo:hi]); err != nil {
-			return x.e.linkErr(peer, err)
-		}
-	}
-	return nil
-}
-
-func (x *pairExec) recvChunked(peer int, p []byte) error {
-	nch := max(1, ceilDiv(len(p), x.e.chunkBytes))
-	for j := 0; j < nch; j++ {
-		lo, hi := split(len(p), nch, j)
-		h := x.header(lo)
-		if err := x.e.linkRecv(peer, &h, p[lo:hi]); err != nil {
-			return x.e.linkErr(peer, err)
-		}
-	}
-	return nil
+			return e.recvChunkedCount(p, uint64(recvCount(p)), recvBlock(p))
+		},
+	})
 }
 
 // agreement checks, before any alltoallv data moves, that every pair of ranks

@@ -46,13 +46,15 @@ func (e *exec) broadcastChain(buf []byte, root int) error {
 		need = func(int) int { return 0 }
 	}
 	next, prev := mod(e.rank+1, n), mod(e.rank-1, n)
-	return e.pipeline(nsend, nrecv, need,
-		func(u int) error {
+	return e.pipeline(pipe{
+		nsend: nsend, nrecv: nrecv, need: need,
+		send: func(u int) error {
 			lo, hi := chunk(u)
 			return e.send(next, lo, buf[lo:hi])
 		},
-		func(u int) error {
+		recv: func(u int) error {
 			lo, hi := chunk(u)
 			return e.recv(prev, lo, buf[lo:hi])
-		})
+		},
+	})
 }

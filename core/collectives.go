@@ -1,6 +1,10 @@
 package core
 
-import "math"
+import (
+	"math"
+
+	"github.com/gonccl/gonccl/internal/reduce"
+)
 
 // The public operations. Each checks its arguments, enqueues the operation and returns
 // a Request at once; the executor runs operations in issue order. Buffers are the
@@ -68,7 +72,7 @@ func checkType(k Kind, dt DataType) error {
 
 // checkReduce rejects the (dt, redop) pairs that CheckReduction does, naming k.
 func checkReduce(k Kind, dt DataType, redop RedOp) error {
-	return checkReduction(k.String(), dt, redop)
+	return reduce.Check(k.String(), dt, redop)
 }
 
 // checkBuffers checks count and that send and recv hold sendCount and recvCount

@@ -1,13 +1,13 @@
 // Package core is gonccl's collective engine: the communicator and its bootstrap, the
-// per-communicator executor that runs operations in issue order, the algorithms (ring,
-// recursive doubling, binomial tree, chain, dissemination), the reductions and the data
-// types.
+// per-communicator executor that runs operations in issue order, and the algorithms
+// (ring, recursive doubling, binomial tree, chain, dissemination). The data types and
+// the reductions live in internal/reduce; core re-exports them (datatype.go).
 //
 // Algorithms are schedules of send, receive and reduce steps over transport.Link; they
 // never open a socket, so tests drive them over in-memory links. Buffers are the
 // caller's memory (a tensor's storage, a C pointer): core reads and writes them in place
 // and never copies bulk data onto the Go heap.
 //
-// core must not import cgo except for reduction kernels, and must not log from the hot
-// path except at TRACE.
+// core must not use cgo (the reduction kernels are internal/reduce's), and must not log
+// from the hot path except at TRACE.
 package core

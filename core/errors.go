@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gonccl/gonccl/internal/reduce"
 	"github.com/gonccl/gonccl/internal/safego"
 	"github.com/gonccl/gonccl/transport"
 )
@@ -18,9 +19,9 @@ var (
 	// ErrMismatch: ranks called different collectives, sizes, dtypes, ops or roots.
 	ErrMismatch = transport.ErrMismatch
 	// ErrInvalidArgument: the caller passed a bad argument; nothing was sent.
-	ErrInvalidArgument = errors.New("invalid argument")
+	ErrInvalidArgument = reduce.ErrInvalidArgument
 	// ErrNotSupported: a valid request that gonccl does not implement (yet).
-	ErrNotSupported = errors.New("not supported")
+	ErrNotSupported = reduce.ErrNotSupported
 	// ErrAborted: the communicator was aborted while the operation was pending.
 	ErrAborted = errors.New("communicator aborted")
 	// ErrClosed: the communicator was destroyed.

@@ -97,20 +97,33 @@ func (e *exec) linkRecv(peer int, h *transport.Header, p []byte) error {
 	return l.Recv(h, p, e.deadline)
 }
 
+// send sends p to peer in one frame of the operation, at byte offset off.
 func (e *exec) send(peer int, off int, p []byte) error {
+	return e.sendCount(peer, e.hdr.Count, off, p)
+}
+
+// recv receives p from peer: one frame of the operation, at byte offset off.
+func (e *exec) recv(peer int, off int, p []byte) error {
+	return e.recvCount(peer, e.hdr.Count, off, p)
+}
+
+// sendCount is send with count in the frame's header instead of the operation's (one
+// pair's count in alltoallv).
+func (e *exec) sendCount(peer int, count uint64, off int, p []byte) error {
 	h := &e.sendHdrs[peer]
 	*h = e.hdr
-	h.Offset = uint64(off)
+	h.Count, h.Offset = count, uint64(off)
 	if err := e.linkSend(peer, h, p); err != nil {
 		return e.linkErr(peer, err)
 	}
 	return nil
 }
 
-func (e *exec) recv(peer int, off int, p []byte) error {
+// recvCount is recv expecting count in the frame's header.
+func (e *exec) recvCount(peer int, count uint64, off int, p []byte) error {
 	h := &e.recvHdrs[peer]
 	*h = e.hdr
-	h.Offset = uint64(off)
+	h.Count, h.Offset = count, uint64(off)
 	if err := e.linkRecv(peer, h, p); err != nil {
 		return e.linkErr(peer, err)
 	}
@@ -188,67 +201,6 @@ func (e *exec) sendRecv(to int, sp []byte, from int, rp []byte) error {
 	})
 	if err := e.recv(from, 0, rp); err != nil {
 		e.fail(err)
-	}
-	wg.Wait()
-	return e.result()
-}
-
-// pipeline runs a two-sided schedule: recvUnit(0..nrecv-1) in order on this goroutine
-// and sendUnit(0..nsend-1) in order on another, where send unit u may start only after
-// need(u) receive units have completed. Sending, receiving and reducing of different
-// chunks so overlap.
-func (e *exec) pipeline(nsend, nrecv int, need func(u int) int, sendUnit, recvUnit func(u int) error) error {
-	var mu sync.Mutex
-	cond := sync.NewCond(&mu)
-	received, stopped := 0, false // stopped: the operation failed
-	stop := func() {
-		mu.Lock()
-		stopped = true
-		mu.Unlock()
-		cond.Broadcast()
-	}
-	var wg sync.WaitGroup
-	defer e.joinOnPanic(stop, &wg)
-	if nsend > 0 {
-		e.guard.Go("pipeline sender", &wg, func(err error) { e.fail(err); stop() }, func() {
-			for u := 0; u < nsend; u++ {
-				// After a failure the first unit still goes out, within the links' grace
-				// period: its header lets the peer diagnose a mismatch itself.
-				mu.Lock()
-				s := stopped && u > 0
-				mu.Unlock()
-				if s {
-					return
-				}
-				if n := need(u); n > 0 {
-					mu.Lock()
-					for received < n && !stopped {
-						cond.Wait()
-					}
-					s := stopped
-					mu.Unlock()
-					if s {
-						return
-					}
-				}
-				if err := sendUnit(u); err != nil {
-					e.fail(err)
-					stop()
-					return
-				}
-			}
-		})
-	}
-	for u := 0; u < nrecv; u++ {
-		if err := recvUnit(u); err != nil {
-			e.fail(err)
-			stop()
-			break
-		}
-		mu.Lock()
-		received++
-		mu.Unlock()
-		cond.Broadcast()
 	}
 	wg.Wait()
 	return e.result()

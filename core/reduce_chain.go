@@ -30,14 +30,13 @@ func (e *exec) reduceChain(send, recv []byte, count int, dt DataType, op RedOp, 
 	}
 	switch vr {
 	case n - 1: // the tail sends its own data
-		return e.pipeline(nch, 0, func(int) int { return 0 },
-			func(j int) error {
-				lo, hi := chunk(j)
-				return e.send(to, lo, send[lo:hi])
-			}, nil)
+		return e.pipeline(pipe{nsend: nch, send: func(j int) error {
+			lo, hi := chunk(j)
+			return e.send(to, lo, send[lo:hi])
+		}})
 	case 0: // root
 		out := recv[:count*es]
-		err := e.pipeline(0, nch, nil, nil, func(j int) error {
+		err := e.pipeline(pipe{nrecv: nch, recv: func(j int) error {
 			lo, hi := chunk(j)
 			if !overlaps(out, send) {
 				if err := e.recv(from, lo, out[lo:hi]); err != nil {
@@ -46,25 +45,27 @@ func (e *exec) reduceChain(send, recv []byte, count int, dt DataType, op RedOp, 
 				return ReduceInto(out[lo:hi], send[lo:hi], dt, op)
 			}
 			return e.recvReduce(from, lo, out[lo:hi], dt, op)
-		})
+		}})
 		if err != nil || op != Avg {
 			return err
 		}
 		return DivideBy(out, dt, n)
 	}
-	return e.pipelineWindow(nch, nch,
-		func(j int) int { return j + 1 },
-		func(j int) int { return j - reduceWindow + 1 },
-		func(j int) error {
+	return e.pipeline(pipe{
+		nsend: nch, nrecv: nch,
+		need: func(j int) int { return j + 1 },
+		free: func(j int) int { return j - reduceWindow + 1 },
+		send: func(j int) error {
 			lo, _ := chunk(j)
 			return e.send(to, lo, staged(j))
 		},
-		func(j int) error {
+		recv: func(j int) error {
 			lo, hi := chunk(j)
 			p := staged(j)
 			if err := e.recv(from, lo, p); err != nil {
 				return err
 			}
 			return ReduceInto(p, send[lo:hi], dt, op)
-		})
+		},
+	})
 }

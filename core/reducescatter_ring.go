@@ -32,15 +32,16 @@ func (e *exec) reduceScatterRing(send, recv []byte, recvCount int, dt DataType, 
 	out := recv[:block]
 	inPlace := overlaps(out, send)
 	units := nch * steps
-	err := e.pipelineWindow(units, units,
-		func(u int) int { // forward unit u-1's chunk, once it is in
+	err := e.pipeline(pipe{
+		nsend: units, nrecv: units,
+		need: func(u int) int { // forward unit u-1's chunk, once it is in
 			if u%steps == 0 {
 				return 0
 			}
 			return u
 		},
-		func(v int) int { return v - reduceWindow + 2 }, // unit v-reduceWindow's slot is sent by unit v-reduceWindow+1
-		func(u int) error {
+		free: func(v int) int { return v - reduceWindow + 2 }, // unit v-reduceWindow's slot is sent by unit v-reduceWindow+1
+		send: func(u int) error {
 			s, j := u%steps, u/steps
 			lo, hi := chunk(j)
 			off := mod(r-s-1, n)*block + lo
@@ -49,7 +50,7 @@ func (e *exec) reduceScatterRing(send, recv []byte, recvCount int, dt DataType, 
 			}
 			return e.send(next, off, staged(u - 1)[:hi-lo])
 		},
-		func(v int) error {
+		recv: func(v int) error {
 			s, j := v%steps, v/steps
 			lo, hi := chunk(j)
 			off := mod(r-s-2, n)*block + lo
@@ -73,7 +74,8 @@ func (e *exec) reduceScatterRing(send, recv []byte, recvCount int, dt DataType, 
 				return err
 			}
 			return ReduceInto(dst, p, dt, op)
-		})
+		},
+	})
 	if err != nil || op != Avg {
 		return err
 	}

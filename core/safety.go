@@ -22,7 +22,7 @@ import (
 //	request callback  the completion callback of a waiter's own operation, run after the waiter returns: nothing (logged)
 //	sendrecv sender   exec.sendRecv's sending goroutine: the op
 //	pipeline sender   exec.pipeline's sending goroutine: the op
-//	window sender     exec.pipelineWindow's sending goroutine: the op
+//	window sender     the same, for a pipeline with bounded staging (pipe.free): the op
 //	direct sender     the direct algorithms' sending goroutine: the op
 //	p2p reader        a peer's point-to-point reader: every p2p op with that peer
 //	p2p writer        a peer's point-to-point writer: every p2p op with that peer

@@ -1,6 +1,6 @@
 //go:build cgo && amd64
 
-// AVX2 + F16C reduction kernels; see reduce_kernels.h. Every kernel works on
+// AVX2 + F16C reduction kernels; see kernels.h. Every kernel works on
 // whole 32-byte (or, for 16-bit floats, 16-byte) blocks; the last partial
 // block is copied into a zeroed local block, reduced there and copied back,
 // so no element is ever handled by different code than its neighbours.
@@ -19,7 +19,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "reduce_kernels.h"
+#include "kernels.h"
 
 // LOOP applies BLOCK(d, s, arg) to every whole block of L elements of type T
 // in dst and src (n elements each), then to the tail padded with zeros.

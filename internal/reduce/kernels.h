@@ -1,5 +1,5 @@
 // Vector reduction kernels for x86-64 with AVX2 and F16C, called from
-// reduce_vec_amd64.go. Each kernel gives exactly the bits of the pure-Go
+// vec_amd64.go. Each kernel gives exactly the bits of the pure-Go
 // reduction in reduce.go (same rounding, canonical NaNs, signed zeros); the
 // Go side checks the CPU before calling any of them.
 

@@ -1,4 +1,4 @@
-package core
+package reduce
 
 import "fmt"
 
@@ -22,13 +22,13 @@ import "fmt"
 // pair is meaningful but gonccl does not implement it (float8 reductions).
 // CheckReduction does not allocate when it returns nil.
 func CheckReduction(dt DataType, op RedOp) error {
-	return checkReduction("", dt, op)
+	return Check("", dt, op)
 }
 
-// checkReduction is CheckReduction with the name of the calling operation
+// Check is CheckReduction with the name of the calling operation
 // ("all_reduce", "ReduceInto") put in front of the error message, after the
 // sentinel; caller may be empty.
-func checkReduction(caller string, dt DataType, op RedOp) error {
+func Check(caller string, dt DataType, op RedOp) error {
 	switch {
 	case !dt.Valid():
 		return reductionError(ErrInvalidArgument, caller, "unknown data type %d", uint8(dt))

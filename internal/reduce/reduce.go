@@ -1,4 +1,4 @@
-package core
+package reduce
 
 import (
 	"fmt"
@@ -40,14 +40,14 @@ type integer interface {
 // bits for all inputs.
 //
 // On x86-64 CPUs with AVX2 and F16C, large buffers of integers and real
-// floats go to vector kernels (reduce_kernels_amd64.c) that give the same
+// floats go to vector kernels (kernels_amd64.c) that give the same
 // bits as the loops below, which remain the portable fallback.
 //
 // ReduceInto does not allocate unless it returns an error. Errors wrap
 // ErrInvalidArgument or ErrNotSupported (see CheckReduction) and leave dst
 // unchanged.
 func ReduceInto(dst, src []byte, dt DataType, op RedOp) error {
-	if err := checkReduction("ReduceInto", dt, op); err != nil {
+	if err := Check("ReduceInto", dt, op); err != nil {
 		return err
 	}
 	if len(dst) != len(src) {
@@ -104,7 +104,7 @@ func ReduceInto(dst, src []byte, dt DataType, op RedOp) error {
 // positive, and dt must support Avg (CheckReduction). Errors wrap
 // ErrInvalidArgument or ErrNotSupported and leave buf unchanged.
 func DivideBy(buf []byte, dt DataType, n int) error {
-	if err := checkReduction("DivideBy", dt, Avg); err != nil {
+	if err := Check("DivideBy", dt, Avg); err != nil {
 		return err
 	}
 	if n <= 0 {
@@ -120,44 +120,21 @@ func DivideBy(buf []byte, dt DataType, n int) error {
 	}
 	switch dt {
 	case Int8:
-		s := viewAs[int8](buf, count)
-		for i, v := range s {
-			s[i] = int8(int(v) / n)
-		}
+		divideSigned(viewAs[int8](buf, count), n)
 	case Uint8:
-		for i, v := range buf {
-			buf[i] = uint8(uint(v) / uint(n))
-		}
+		divideUnsigned(buf, n)
 	case Int16:
-		s := viewAs[int16](buf, count)
-		for i, v := range s {
-			s[i] = int16(int(v) / n)
-		}
+		divideSigned(viewAs[int16](buf, count), n)
 	case Uint16:
-		s := viewAs[uint16](buf, count)
-		for i, v := range s {
-			s[i] = uint16(uint(v) / uint(n))
-		}
+		divideUnsigned(viewAs[uint16](buf, count), n)
 	case Int32:
-		s := viewAs[int32](buf, count)
-		for i, v := range s {
-			s[i] = int32(int64(v) / int64(n))
-		}
+		divideSigned(viewAs[int32](buf, count), n)
 	case Uint32:
-		s := viewAs[uint32](buf, count)
-		for i, v := range s {
-			s[i] = uint32(uint64(v) / uint64(n))
-		}
+		divideUnsigned(viewAs[uint32](buf, count), n)
 	case Int64:
-		s := viewAs[int64](buf, count)
-		for i, v := range s {
-			s[i] = v / int64(n)
-		}
+		divideSigned(viewAs[int64](buf, count), n)
 	case Uint64:
-		s := viewAs[uint64](buf, count)
-		for i, v := range s {
-			s[i] = v / uint64(n)
-		}
+		divideUnsigned(viewAs[uint64](buf, count), n)
 	case Float16:
 		s := viewAs[uint16](buf, count)
 		d := float32(n)
@@ -188,6 +165,20 @@ func DivideBy(buf []byte, dt DataType, n int) error {
 		divideC128(viewAs[complex128](buf, count), n)
 	}
 	return nil
+}
+
+// divideSigned divides every element of s by n (positive), truncating toward zero.
+func divideSigned[T ~int8 | ~int16 | ~int32 | ~int64](s []T, n int) {
+	for i, v := range s {
+		s[i] = T(int64(v) / int64(n))
+	}
+}
+
+// divideUnsigned divides every element of s by n (positive), rounding down.
+func divideUnsigned[T ~uint8 | ~uint16 | ~uint32 | ~uint64](s []T, n int) {
+	for i, v := range s {
+		s[i] = T(uint64(v) / uint64(n))
+	}
 }
 
 // viewAs reinterprets the first n*sizeof(T) bytes of b as a []T without

@@ -1,4 +1,4 @@
-package core
+package reduce
 
 // Deliberately simple reference implementations used by the tests. They share
 // no code with the implementation: half and bfloat16 values are decoded from

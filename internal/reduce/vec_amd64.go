@@ -1,13 +1,13 @@
 //go:build cgo
 
-package core
+package reduce
 
 /*
 #cgo noescape gonccl_reduce
 #cgo nocallback gonccl_reduce
 #cgo noescape gonccl_divide
 #cgo nocallback gonccl_divide
-#include "reduce_kernels.h"
+#include "kernels.h"
 */
 import "C"
 
@@ -18,7 +18,7 @@ import (
 )
 
 // vectorReductions says whether ReduceInto and DivideBy hand large buffers
-// to the AVX2/F16C kernels in reduce_kernels_amd64.c. It is decided once
+// to the AVX2/F16C kernels in kernels_amd64.c. It is decided once
 // from the CPU (x/sys/cpu sets HasAVX2 only when the OS saves the vector
 // registers); tests turn it off to run the pure-Go fallback.
 var vectorReductions = cpu.X86.HasAVX2 && cpu.X86.HasF16C
@@ -85,7 +85,7 @@ func vectorOp(op RedOp) C.int {
 
 // reduceVector reduces the n elements of src into dst with one cgo call and
 // reports true, or reports false, leaving dst untouched, when the pure-Go
-// loops should do it (see vectorKind). (dt, op) has passed checkReduction
+// loops should do it (see vectorKind). (dt, op) has passed Check
 // and n is positive.
 func reduceVector(dst, src []byte, n int, dt DataType, op RedOp) bool {
 	kind, ok := vectorKind(dt, len(dst))

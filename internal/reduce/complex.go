@@ -1,4 +1,4 @@
-package core
+package reduce
 
 // Complex elements are a real part followed by an imaginary part, each an
 // IEEE float (Go's complex64 and complex128 layout). Every part of a result

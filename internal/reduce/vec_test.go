@@ -1,4 +1,4 @@
-package core
+package reduce
 
 import (
 	"bytes"
@@ -11,7 +11,7 @@ import (
 
 // The vector kernels must give the pure-Go loops' bits for every input; the
 // loops in turn are checked against the exact references in
-// reduce_ref_test.go. These tests run both paths on the same data.
+// ref_test.go. These tests run both paths on the same data.
 
 // vectorTypes are the data types that have vector kernels.
 var vectorTypes = []DataType{
