@@ -115,16 +115,18 @@ func strangers(replay []byte, to int) []stranger {
 	}
 }
 
-// visit runs every stranger against addr at once; each reports on done once the rank
-// has dropped it (or with the reason it could not tell).
+// visit connects every stranger to addr before it returns (the rank listens now, but
+// the bootstrap root closes its listener once every rank has joined), then runs them at
+// once; each reports on done once the rank has dropped it (or with the reason it could
+// not tell).
 func visit(addr string, ss []stranger, done chan<- error) {
 	for _, s := range ss {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			done <- err
+			continue
+		}
 		go func() {
-			c, err := net.Dial("tcp", addr)
-			if err != nil {
-				done <- err
-				return
-			}
 			defer c.Close()
 			if err := s.act(c); err != nil {
 				done <- errors.New(s.name + ": " + err.Error())
