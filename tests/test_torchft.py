@@ -2,7 +2,8 @@
 (workers/torchft_worker.py): configure on q0 with 3 processes, SIGKILL one, the
 survivors fail fast, abort, configure on q1 with 2, a newcomer and all configure on q2
 with 3; every collective exact. The same on torchft's own ProcessGroupGloo is the
-anchor. torchft is optional: where the environment lacks it, the test installs
+anchor. Then torchft's Manager with a lighthouse across 2 replica groups, one SIGKILLed
+and restarted (workers/torchft_manager_worker.py), on both. torchft is optional: where the environment lacks it, the test installs
 torchft==0.2.0 into a folder of its own (TORCHFT_DIR) for the workers, and skips, saying
 why, where it cannot."""
 
@@ -101,4 +102,56 @@ def test_torchft_reconfigurable_group(tmp_path, torchft_path, kind):
         f"torchft {kind}: survivors' error {max(t['t_error'] for t in times) - killed:.3f} s after the kill, "
         f"group of 2 configured {max(t['t_ready'] for t in times) - killed:.3f} s after it; "
         f"error: {run.reports[0]['sections']['q0']['data']['error'][:160]}"
+    )
+
+
+MANAGER_TIMEOUT = 150
+
+
+@pytest.mark.timeout(MANAGER_TIMEOUT + 120)
+@pytest.mark.parametrize("kind", ["gonccl", "gloo"])
+def test_torchft_manager_ddp(tmp_path, torchft_path, kind):
+    """torchft's Manager with a lighthouse and DDP across 2 replica groups
+    (workers/torchft_manager_worker.py): replica 1 is SIGKILLed in the middle of a step,
+    replica 0 trains on alone, a new process restarts replica 1, which recovers replica
+    0's state and trains on with it; both end with identical parameters and a loss well
+    below the initial one. The same on torchft's ProcessGroupGloo is the anchor."""
+    run = WorkerRun(
+        "torchft_manager_worker.py",
+        4,
+        str(tmp_path),
+        timeout=MANAGER_TIMEOUT,
+        env={"PYTHONPATH": os.pathsep.join(p for p in (torchft_path, os.environ.get("PYTHONPATH")) if p)},
+        args=[kind],
+        grace=MANAGER_TIMEOUT,  # process 2's SIGKILL is meant: do not cut the others short
+    )
+    if os.path.exists(tmp_path / "lighthouse_error"):
+        pytest.skip(f"torchft's lighthouse cannot start here: {(tmp_path / 'lighthouse_error').read_text()}")
+    describe = run.run.describe
+    assert run.run.procs[2].returncode == -9, f"replica 1 was meant to die by SIGKILL:\n{describe()}"
+    for r in (0, 1, 3):
+        p = run.run.procs[r]
+        assert p.returncode == 0 and not p.killed, f"process {r} failed:\n{describe()}"
+        sec = run.reports[r]["sections"]["run"]
+        assert not sec["failures"], f"{kind}: process {r}: " + "\n".join(sec["failures"])
+    first, restarted = run.reports[1]["sections"]["run"]["data"], run.reports[3]["sections"]["run"]["data"]
+    steps = [(s, n) for s, n, ok in first["history"] if ok]
+    # Replica 0 lost a step to the kill (its allreduce with the dead peer failed), then
+    # trained on alone, then with the restarted replica 1.
+    assert any(not ok for _, _, ok in first["history"]), f"no step of replica 0 failed: {first['history']}"
+    assert any(n == 1 for _, n in steps), f"replica 0 never trained alone: {first['history']}"
+    assert first["join"] is not None and first["join"] == restarted["join"], (first["join"], restarted["join"])
+    # The restarted replica recovered the live one's step (and state) instead of
+    # starting over: its first step is the one it joined at, past the kill.
+    assert restarted["history"][0][0] == restarted["join"] > 4, restarted["history"]
+    assert all(n == 2 for _, n, _ in restarted["history"]), restarted["history"]
+    assert first["params"] == restarted["params"], (
+        f"{kind}: the replicas' parameters differ after training together: "
+        f"max diff {max(abs(a - b) for a, b in zip(first['params'], restarted['params']))}"
+    )
+    assert first["final_loss"] < 0.5 * first["initial_loss"], (first["initial_loss"], first["final_loss"])
+    print(
+        f"torchft Manager on {kind}: committed steps {steps[0][0]}..{steps[-1][0]}, replica 1 killed in step 4, "
+        f"rejoined at step {first['join']}, loss {first['initial_loss']:.4f} -> {first['final_loss']:.4f}, "
+        f"run {run.run.elapsed:.1f} s"
     )

@@ -39,7 +39,6 @@ try:
 except ImportError as err:  # pragma: no cover - depends on the environment
     raise ImportError("gonccl.torchft needs torchft (pip install torchft); gonccl itself does not") from err
 
-from gonccl import _registration
 
 __all__ = ["ProcessGroupGonccl"]
 
@@ -63,7 +62,8 @@ class ProcessGroupGonccl(ProcessGroupWrapper):
         with self._lock:
             self._errored = None
             self._generation += 1
-        backend = _C.GoncclBackend(store, rank, world_size, _registration._timeout_ms(self._timeout), check_library())
+        options = _C.GoncclOptions(timeout=self._timeout)
+        backend = _C.GoncclBackend(store, rank, world_size, options, check_library())
         pg = dist.ProcessGroup(store, rank, world_size)
         custom = dist.ProcessGroup.BackendType.CUSTOM
         pg._set_default_backend(custom)
