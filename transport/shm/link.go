@@ -30,6 +30,13 @@ const (
 	maxSpin = 50 * time.Microsecond
 )
 
+// maxSleep bounds one futex sleep: a sleeper wakes at least this often and re-checks
+// its condition, so that a wake-up lost for any reason (the protocol in Link.wait
+// should lose none; a peer stopped between its store and its wake could) costs at
+// most this, never the whole operation's deadline. A long wait then costs one
+// syscall every maxSleep, nothing on a waiter that is woken.
+const maxSleep = 10 * time.Millisecond
+
 var (
 	errFailed = fmt.Errorf("link shut down after an earlier error: %w", transport.ErrPeerClosed)
 	errClosed = fmt.Errorf("link closed: %w", transport.ErrPeerClosed)
@@ -392,7 +399,8 @@ func (l *Link) read(b []byte, deadline time.Time) error {
 // event word, then re-checks the counter; the other side stores the counter, then
 // reads the wait flag and, if set, bumps the event word and wakes. Go's atomics are
 // sequentially consistent, so either the sleeper sees the new counter or the other
-// side sees the flag and bumps the word, and FUTEX_WAIT then returns at once.
+// side sees the flag and bumps the word, and FUTEX_WAIT then returns at once. Each
+// sleep lasts at most maxSleep all the same.
 func (l *Link) wait(recv bool, deadline time.Time) error {
 	ready := func() bool {
 		if recv {
@@ -433,11 +441,13 @@ func (l *Link) wait(recv bool, deadline time.Time) error {
 		if err := l.stopped(recv); err != nil {
 			return err
 		}
-		d := time.Duration(-1)
+		d := maxSleep
 		if !deadline.IsZero() {
-			if d = time.Until(deadline); d <= 0 {
+			left := time.Until(deadline)
+			if left <= 0 {
 				return transport.ErrTimeout
 			}
+			d = min(d, left)
 		}
 		futexSleep(ev, seq, d)
 	}

@@ -121,6 +121,33 @@ func TestTimeout(t *testing.T) {
 	require.ErrorIs(t, err, transport.ErrTimeout)
 }
 
+// A wake-up that never comes costs a sleeper one bounded sleep (maxSleep), not the
+// rest of its deadline: the sender here publishes a frame without waking the
+// receiver, which is asleep on the futex.
+func TestLostWakeupCostsOneSleep(t *testing.T) {
+	noLeaks(t)
+	a, b := pair(t, 4096)
+	defer a.Close()
+	defer b.Close()
+	p := make([]byte, 100)
+	got := make(chan error, 1)
+	go func() { got <- b.Recv(&transport.Header{Seq: 1}, p, time.Now().Add(30*time.Second)) }()
+	require.Eventually(t, func() bool { return b.rx.dataWait.Load() == 1 }, 5*time.Second, time.Millisecond,
+		"the receiver never went to sleep")
+	transport.EncodeHeader(a.hb[:], &transport.Header{Seq: 1}, uint32(len(p)))
+	require.NoError(t, a.write(a.hb[:], time.Time{}))
+	require.NoError(t, a.write(pattern(len(p), 3), time.Time{}))
+	a.pub = a.head
+	a.tx.head.Store(a.head) // published, but nobody wakes the receiver
+	select {
+	case err := <-got:
+		require.NoError(t, err)
+		require.Equal(t, pattern(len(p), 3), p)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the receiver slept through a frame that had arrived: a lost wake-up costs the whole deadline")
+	}
+}
+
 func TestCloseWakesBlockedCalls(t *testing.T) {
 	noLeaks(t)
 	for _, who := range []string{"self", "peer"} {
