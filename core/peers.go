@@ -9,8 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.uber.org/zap"
-
 	"github.com/gonccl/gonccl/internal/safego"
 	"github.com/gonccl/gonccl/transport"
 	"github.com/gonccl/gonccl/transport/shm"
@@ -426,116 +424,6 @@ func (s *peerSet) attach(onMsg func(peer int, m *transport.MsgConn)) {
 			onMsg(p, m)
 		}
 	}
-}
-
-// acceptLoop accepts peers' connections until the listener closes.
-func (s *peerSet) acceptLoop() {
-	for {
-		c, err := s.l.AcceptTCP()
-		if err != nil {
-			return
-		}
-		tcp.Accepted(c)
-		s.mu.Lock()
-		if s.closed {
-			s.mu.Unlock()
-			c.Close()
-			return
-		}
-		s.inflight[c] = struct{}{}
-		s.wg.Add(1)
-		s.mu.Unlock()
-		done := func() {
-			s.mu.Lock()
-			delete(s.inflight, c)
-			s.mu.Unlock()
-			s.wg.Done()
-		}
-		s.guard.Go("peer handshake", nil, func(err error) { c.Close(); done(); s.broken(err) }, func() {
-			defer done()
-			if err := s.accepted(c); err != nil {
-				s.logs.net.Warn("dropped connection", zap.Stringer("from", c.RemoteAddr()), zap.Error(err))
-				c.Close()
-			}
-		})
-	}
-}
-
-// accepted authenticates one incoming connection and files it.
-func (s *peerSet) accepted(c net.Conn) error {
-	h, err := tcp.AcceptHandshake(c, s.secret, time.Now().Add(s.handshake))
-	if err != nil {
-		return err
-	}
-	n := len(s.ranks)
-	if h.Epoch != s.epoch {
-		return fmt.Errorf("rank %d belongs to communicator generation (epoch) %d, this one is epoch %d: a stale or foreign rank", h.From, h.Epoch, s.epoch)
-	}
-	if h.To != s.rank || h.From < 0 || h.From >= n || h.From == s.rank {
-		return fmt.Errorf("peer claims to be rank %d calling rank %d", h.From, h.To)
-	}
-	p := h.From
-	if h.Channel == tcp.ChannelCall {
-		if p > s.rank {
-			return fmt.Errorf("rank %d called, but a higher rank dials itself", p)
-		}
-		c.Close()
-		s.guard.Go("peer call", nil, func(err error) { s.fail(p, err) }, func() {
-			if _, err := s.connect(p, time.Now().Add(s.timeout), false); err != nil {
-				s.logs.net.Warn(fmt.Sprintf("gonccl rank %d: rank %d called, but: %v", s.rank, p, err))
-			}
-		})
-		return nil
-	}
-	if p < s.rank {
-		return fmt.Errorf("rank %d dialled, but the higher rank of a pair dials", p)
-	}
-	sl := &s.slots[p]
-	sl.mu.Lock()
-	switch sl.state {
-	case slotIdle:
-		sl.state = slotAccepting
-		sl.done = make(chan struct{})
-	case slotAccepting:
-		if sl.done == nil {
-			sl.done = make(chan struct{})
-		}
-	default:
-		sl.mu.Unlock()
-		return fmt.Errorf("rank %d connected on channel %d, but its link is %s", p, h.Channel, map[slotState]string{
-			slotDialing: "being dialled", slotReady: "made already", slotFailed: "failed"}[sl.state])
-	}
-	if sl.conns == nil {
-		socks, _ := pairSockets(s.ranks[s.rank], s.ranks[p])
-		sl.conns = make([]net.Conn, socks)
-	}
-	sock := tcp.CollSocket(h.Channel)
-	switch {
-	case h.Channel != tcp.ChannelP2P && (sock < 0 || sock >= len(sl.conns)):
-		err = fmt.Errorf("rank %d asked for unknown channel %d (its link has %d connections)", p, h.Channel, len(sl.conns))
-	case h.Channel == tcp.ChannelP2P && sl.msg != nil, h.Channel != tcp.ChannelP2P && sl.conns[sock] != nil:
-		err = fmt.Errorf("rank %d connected twice on channel %d", p, h.Channel)
-	case h.Channel == tcp.ChannelP2P:
-		sl.msg = c
-	default:
-		sl.conns[sock] = c
-	}
-	complete := err == nil && sl.msg != nil && !slices.Contains(sl.conns, nil)
-	var conns []net.Conn
-	var msg net.Conn
-	if complete {
-		conns, msg = sl.conns, sl.msg
-		sl.conns, sl.msg = nil, nil
-	}
-	sl.mu.Unlock()
-	if err != nil {
-		return err
-	}
-	s.opened.Add(1)
-	if complete {
-		s.finish(p, conns, msg, time.Now().Add(s.timeout))
-	}
-	return nil
 }
 
 // failAll shuts every link down after an error (see transport.Link.Fail), and each
