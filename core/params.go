@@ -12,56 +12,81 @@ import (
 
 // Param is one GONCCL_* setting: its name, default, meaning and how it is parsed into
 // a config. Params is the single list of them: loadConfig parses each, the INFO log
-// echoes the ones that are set, and the README's table documents each (a test keeps
-// the two in step).
+// echoes the ones that are set, and the README's table of variables is generated from
+// it (TestReadmeVariableTable fails when the two differ; its -update flag rewrites the
+// table).
 type Param struct {
-	Name    string
-	Default string
-	Help    string
-	parse   func(c *config, name, v string) error // nil: read elsewhere, only echoed here
+	Name string
+	// Default is the value when unset, "" for none; Unset then says, for the README,
+	// what happens when it is unset.
+	Default, Unset string
+	// Help is the README's text for it (Markdown).
+	Help string
+	// parse checks the value and stores it in c; nil: read elsewhere, only echoed here.
+	parse func(c *config, name, v string) error
 }
 
 // Params lists every environment variable gonccl reads.
 var Params = []Param{
-	{"GONCCL_DEBUG", "WARN", "log level: WARN, INFO or TRACE (also VERSION: like INFO)",
+	{"GONCCL_DEBUG", "WARN", "",
+		"log level: `WARN`, `INFO` (one init summary per rank: version, rank/size, host, interface, ring order, transport per peer, GOMAXPROCS; then its GPUs, see [GPUs](#gpus)) or `TRACE` (one line per operation)",
 		text(func(c *config, v string) { c.debug = strings.ToUpper(v) })},
-	{"GONCCL_DEBUG_SUBSYS", "ALL", "comma-separated subsystems to log (INIT, COLL, NET, SHM, ENV, ALL); ^ excludes",
+	{"GONCCL_DEBUG_SUBSYS", "ALL", "",
+		"subsystems to log: `INIT`, `COLL`, `NET`, `SHM`, `ENV`, `TUNING`, comma-separated; `^` excludes",
 		text(func(c *config, v string) { c.debugSubsys = strings.ToUpper(v) })},
-	{"GONCCL_DEBUG_HOPS", "0", "1: time each operation's hops (issue, queue, run, completion, wake-up) in this process, for gonccl.bench --hops (goncclDebugHops)",
-		flag(func(c *config, on bool) { c.debugHops = on })},
-	{"GONCCL_FAST_PATH", "1", "0: waits sleep at once instead of polling briefly (the executor for the next operation, a waiter for its request) and a waiting thread never completes its op itself (the C++ completion thread always does): the path before issue 14, for comparisons, or for hosts so oversubscribed that even a bounded poll hurts",
-		flag(func(c *config, on bool) { c.slowPath = !on })},
-	{"GONCCL_SOCKET_IFNAME", "", "interfaces to use: name prefixes, ^ to exclude, = for exact names (NCCL's syntax)",
+	{"GONCCL_DEBUG_HOPS", "0", "",
+		"`1`: time each operation's hops (C++ issue, Go enqueue, queue, run, completion callback, waiter wake-up, completion) in this process; `python -m gonccl.bench --hops` sets it and prints the per-op means (C: `goncclDebugHops`)",
+		zeroOne(func(c *config, on bool) { c.debugHops = on })},
+	{"GONCCL_FAST_PATH", "1", "",
+		"`0`: turn the small-op latency paths off: a waiter never runs its own op or completes its Work itself, and waits sleep at once instead of polling briefly (the path before issue 14; for comparisons, or hosts so oversubscribed that a bounded poll hurts). With `1`, a wait without a timeout of its own (a blocking C ABI call, `goncclRequestWait(-1)`, `Work.wait()` off Python's main thread) may run its op on the calling thread until the op ends; Python's main thread still waits in slices, so Ctrl-C gets through",
+		zeroOne(func(c *config, on bool) { c.slowPath = !on })},
+	{"GONCCL_SOCKET_IFNAME", "", "(auto)",
+		"interfaces to use, NCCL's syntax: `eth` (prefix), `^docker,lo` (exclude), `=eth0` (exact). Auto: first up interface that is not loopback or a container bridge, else loopback",
 		text(func(c *config, v string) { c.socketIfname = v })},
-	{"GONCCL_TIMEOUT_MS", "1800000", "default timeout in ms for init and every operation (torch passes its own)",
+	{"GONCCL_TIMEOUT_MS", "1800000", "",
+		"timeout for init and each operation when the caller gives none (torch passes its process-group timeout)",
 		integer(1, 0, func(c *config, v int64) { c.timeout = time.Duration(v) * time.Millisecond })},
-	{"GONCCL_CHUNKSIZE", "524288", "bytes per pipelined chunk in ring and chain algorithms",
+	{"GONCCL_CHUNKSIZE", "524288", "",
+		"bytes per pipelined chunk (ring and chain)",
 		integer(4096, 0, func(c *config, v int64) { c.chunkBytes = int(v) })},
-	{"GONCCL_LL_THRESHOLD", "65536", "largest message (bytes) the one-shot direct all_reduce and all_gather may take; recursive doubling takes up to max(this, GONCCL_CHUNKSIZE)",
+	{"GONCCL_LL_THRESHOLD", "65536", "",
+		"largest message (bytes) the one-shot direct all_reduce and all_gather may take; recursive doubling takes up to max(this, `GONCCL_CHUNKSIZE`)",
 		integer(0, 0, func(c *config, v int64) { c.llThreshold = int(v) })},
-	{"GONCCL_ALGO", "", "restrict the algorithms the cost model may pick, NCCL's syntax: allreduce:ring, allreduce:ring,rd;broadcast:chain, ^direct (choices: allreduce rd|direct|ring|hier, broadcast tree|chain, reduce tree|chain, allgather direct|ring)",
+	{"GONCCL_ALGO", "", "(cost model)",
+		"restrict the algorithms the cost model may pick, in NCCL's syntax: `allreduce:ring`, `allreduce:ring,rd;broadcast:chain`, `^direct` (exclude). Choices: allreduce `rd`/`direct`/`ring`/`hier` (hierarchical, ranks on several hosts), broadcast `tree`/`chain`, reduce `tree`/`chain`, allgather `direct`/`ring`",
 		func(c *config, _, v string) (err error) { c.algo, err = parseAlgo(v); return err }},
-	{"GONCCL_GOMAXPROCS", "", "GOMAXPROCS for the Go runtime; default max(2, cores / ranks on this host)",
+	{"GONCCL_GOMAXPROCS", "", "max(2, cores / local ranks)",
+		"threads for the Go runtime in each rank",
 		integer(1, 0, func(c *config, v int64) { c.gomaxprocs = int(v) })},
-	{"GONCCL_SHM_DISABLE", "0", "1: ranks on one host talk over TCP instead of shared memory",
-		flag(func(c *config, on bool) { c.shmDisable = on })},
-	{"GONCCL_CUDA_LIBRARY", "libcuda.so.1", "CUDA driver library to dlopen for device buffers (package cuda reads it, once per process)",
+	{"GONCCL_CUDA_LIBRARY", "libcuda.so.1", "",
+		"CUDA driver library to `dlopen` for device buffers through the C ABI (tests point it at the fake driver); read once per process. Absent or failing: CUDA unavailable, logged at `INFO`",
 		nil},
-	{"GONCCL_HEARTBEAT_TIMEOUT_MS", "15000", "a peer from which nothing (not even a heartbeat) arrives for this long is declared gone (hung, stopped, or its network cut); 0: no heartbeats",
+	{"GONCCL_SHM_DISABLE", "0", "",
+		"`1`: ranks on the same host (same hostname, boot id and network namespace) talk over TCP instead of shared memory. Default: their collective traffic goes through memfd rings; the INIT log shows `shm` or `tcp` per peer",
+		zeroOne(func(c *config, on bool) { c.shmDisable = on })},
+	{"GONCCL_HEARTBEAT_TIMEOUT_MS", "15000", "",
+		"a peer from which nothing at all (data or heartbeat; each rank sends one on the point-to-point channel to every peer it has not written to for a while) arrives for this long is declared gone: hung, stopped, or its network cut. Collectives waiting on it fail at once, naming it. `0` turns heartbeats off",
 		integer(0, 0, func(c *config, v int64) { c.heartbeatTimeout = time.Duration(v) * time.Millisecond })},
-	{"GONCCL_TRACE_BUFFER_SIZE", "2000", "operations each communicator's flight recorder keeps (0: off)",
+	{"GONCCL_TRACE_BUFFER_SIZE", "2000", "",
+		"operations each communicator's flight recorder keeps (see \"Debugging hangs\"); `0` turns it off",
 		integer(0, maxTraceSize, func(c *config, v int64) { c.traceSize = int(v) })},
-	{"GONCCL_TRACE_DUMP_DIR", "", "directory where each rank writes its flight recorder as JSON on the first failure and when the communicator closes",
+	{"GONCCL_TRACE_DUMP_DIR", "", "(none)",
+		"directory where every rank writes its flight recorder as JSON (`gonccl_trace_<comm>_rank<r>_pid<pid>.json`) when an operation first fails or times out, and again when the communicator is destroyed or aborted",
 		text(func(c *config, v string) { c.traceDir = v })},
-	{"GONCCL_SOCKET_NTHREADS", "1", "goroutines that send on the TCP connections to one peer (1..16)",
-		integer(1, 0, func(c *config, v int64) { c.sockThreads = int(v) })},
-	{"GONCCL_QUEUE_DEPTH", "1024", "operations one communicator queues before issuing more blocks the caller until the oldest finish (back-pressure; the operation timeout bounds the wait)",
+	{"GONCCL_QUEUE_DEPTH", "1024", "",
+		"collectives one communicator holds queued (issued, not yet started) per rank. Issuing more blocks the calling thread (the GIL released) until the oldest start: back-pressure, so that any number of `async_op=True` calls can be issued before waiting. The wait is bounded by the operation timeout (a clear timeout error if the queue stays full, e.g. because a peer calls different collectives); destroying or aborting the communicator wakes it (1..1048576)",
 		integer(1, maxQueueDepth, func(c *config, v int64) { c.queueDepth = int(v) })},
-	{"GONCCL_NSOCKS_PERTHREAD", "1", "TCP connections each of those goroutines drives (1..16); connections per peer = product, at most 16",
+	{"GONCCL_SOCKET_NTHREADS", "1", "",
+		"goroutines that send on the TCP connections to one peer (1..16); each drives `GONCCL_NSOCKS_PERTHREAD` connections in turn. Receiving, every connection has its own goroutine",
+		integer(1, 0, func(c *config, v int64) { c.sockThreads = int(v) })},
+	{"GONCCL_NSOCKS_PERTHREAD", "1", "",
+		"TCP connections per sending goroutine (1..16). Connections per peer = `GONCCL_SOCKET_NTHREADS` x this, capped at 16 (past the cap each goroutine gets fewer), and the smaller of the two ends' products. Frames of 128 KiB and more are cut into stripes (at least 64 KiB each) that move over the connections in parallel; smaller ones use one. Pairs that talk through shared memory keep one connection",
 		integer(1, 0, func(c *config, v int64) { c.socksPerThread = int(v) })},
-	{"GONCCL_TEST_INJECT_PANIC", "", "TEST ONLY, never set in production: SITE or SITE@N makes the N-th (default first) pass of that goroutine site of each communicator panic (e.g. collective@2), to prove a panic fails the operation, not the process; sites are listed in core/safety.go",
+	{"GONCCL_TEST_INJECT_PANIC", "", "(none)",
+		"**Test only: never set it in production.** `SITE` or `SITE@N` makes the N-th pass (default the first) of one goroutine site of every communicator created afterwards panic, so tests can prove that a panic fails that operation (or its link, or the communicator) with an error naming it (`goncclInternalError`, a `DistBackendError` in Python) while the process lives on. Sites: `executor`, `collective`, `op hook`, `sendrecv sender`, `pipeline sender`, `window sender`, `direct sender`, `p2p reader`, `p2p writer`, `p2p send timer`, `p2p recv timer`, `heartbeat`, `shm setup`, `shm watcher`, `tcp link sender`, `tcp link stripe` and the bootstrap sites listed in core/safety.go",
 		func(c *config, _, v string) (err error) { c.injectPanic, err = parseInjectPanic(v); return err }},
-	{"GONCCL_TEST_INJECT_STALE", "0", "TEST ONLY, never set in production: COUNT > 0 makes a rank joining a communicator of epoch E > 0 first send every peer a frame of epoch E-1 that looks like an all_reduce of COUNT float32s (a late frame of the old generation), which the peers must drop and log",
+	{"GONCCL_TEST_INJECT_STALE", "0", "",
+		"**Test only: never set it in production.** `COUNT` > 0 makes a rank that joins a communicator of generation (epoch) E > 0 first send every peer a frame of epoch E-1 shaped like an all_reduce of `COUNT` float32s (a late frame of the old generation, with a payload that would spoil a sum); the peers must drop and log it (tests/test_reconfigure.py)",
 		integer(0, 1<<20, func(c *config, v int64) { c.injectStale = int(v) })},
 }
 
@@ -70,8 +95,8 @@ func text(set func(c *config, v string)) func(*config, string, string) error {
 	return func(c *config, _, v string) error { set(c, v); return nil }
 }
 
-// flag parses a 0/1 setting.
-func flag(set func(c *config, on bool)) func(*config, string, string) error {
+// zeroOne parses a 0/1 setting.
+func zeroOne(set func(c *config, on bool)) func(*config, string, string) error {
 	return func(c *config, name, v string) error {
 		if v != "0" && v != "1" {
 			return fmt.Errorf("%w: %s=%q: expected 0 or 1", ErrInvalidArgument, name, v)

@@ -1,6 +1,8 @@
 package core
 
 import (
+	"flag"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -8,28 +10,49 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The README's table of variables must list every parameter gonccl reads, with its
-// default, and nothing that it doesn't.
-func TestReadmeDocumentsEveryParam(t *testing.T) {
+var updateReadme = flag.Bool("update", false, "rewrite the README's table of variables from Params")
+
+// variableTable is the README's table of variables, one row per Param.
+func variableTable() string {
+	var b strings.Builder
+	for _, p := range Params {
+		def := "`" + p.Default + "`"
+		if p.Default == "" {
+			def = p.Unset
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", p.Name, def, p.Help)
+	}
+	return b.String()
+}
+
+// The README's table of variables is generated from Params: every parameter gonccl
+// reads, with its default and meaning, and nothing that it doesn't.
+func TestReadmeVariableTable(t *testing.T) {
 	readme, err := os.ReadFile("../README.md")
 	require.NoError(t, err)
-	documented := map[string]bool{}
-	for _, line := range strings.Split(string(readme), "\n") {
+	lines := strings.SplitAfter(string(readme), "\n")
+	first, last := -1, -1
+	for i, line := range lines {
 		if strings.HasPrefix(line, "| `GONCCL_") {
-			name := strings.Trim(strings.Split(line, "|")[1], " `")
-			documented[name] = true
-			for _, p := range Params {
-				if p.Name == name && p.Default != "" {
-					require.Contains(t, line, "`"+p.Default+"`", "README default for %s", name)
-				}
+			if first < 0 {
+				first = i
 			}
+			last = i
 		}
 	}
-	for _, p := range Params {
-		require.True(t, documented[p.Name], "README does not document %s", p.Name)
-		delete(documented, p.Name)
+	require.GreaterOrEqual(t, first, 0, "the README has no table of GONCCL_ variables")
+	got := strings.Join(lines[first:last+1], "")
+	want := variableTable()
+	if *updateReadme && got != want {
+		out := strings.Join(lines[:first], "") + want + strings.Join(lines[last+1:], "")
+		require.NoError(t, os.WriteFile("../README.md", []byte(out), 0o644))
+		return
 	}
-	require.Empty(t, documented, "README documents variables gonccl does not read")
+	for _, p := range Params {
+		require.True(t, p.Default != "" || p.Unset != "", "%s has neither a default nor a word for unset", p.Name)
+	}
+	require.Equal(t, want, got, "the README's table of variables differs from core.Params, its source: "+
+		"edit Params, then run go test ./core -run TestReadmeVariableTable -update")
 }
 
 func TestConfigReadsEnvironmentAtInit(t *testing.T) {
