@@ -3,10 +3,11 @@ package core
 import (
 	"fmt"
 	"os"
-	"strings"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/gonccl/gonccl/internal/logspec"
 )
 
 // loggers holds one logger per subsystem; a disabled subsystem gets a no-op logger.
@@ -21,10 +22,10 @@ var logTee zapcore.Core
 // of NCCL_DEBUG=INFO: one line per event on stderr, prefixed with host, pid and rank.
 func newLoggers(cfg *config, host string, rank int) loggers {
 	level := zapcore.WarnLevel
-	switch cfg.debug {
-	case "INFO", "VERSION":
+	switch logspec.ParseLevel(cfg.debug) {
+	case logspec.Info:
 		level = zapcore.InfoLevel
-	case "TRACE":
+	case logspec.Trace:
 		level = zapcore.DebugLevel
 	}
 	enc := zapcore.NewConsoleEncoder(zapcore.EncoderConfig{
@@ -40,7 +41,7 @@ func newLoggers(cfg *config, host string, rank int) loggers {
 		core = zapcore.NewTee(core, logTee)
 	}
 	base := zap.New(core).Named(fmt.Sprintf("%s:%d [%d] GONCCL", host, os.Getpid(), rank))
-	enabled := parseSubsys(cfg.debugSubsys)
+	enabled := logspec.Subsystems(cfg.debugSubsys)
 	pick := func(name string) *zap.Logger {
 		if !enabled(name) {
 			return zap.NewNop()
@@ -48,19 +49,4 @@ func newLoggers(cfg *config, host string, rank int) loggers {
 		return base.Named(name)
 	}
 	return loggers{init: pick("INIT"), coll: pick("COLL"), net: pick("NET"), shm: pick("SHM"), env: pick("ENV"), tune: pick("TUNING")}
-}
-
-// parseSubsys returns whether a subsystem is enabled under spec ("ALL", "INIT,NET",
-// "^COLL").
-func parseSubsys(spec string) func(string) bool {
-	exclude := strings.HasPrefix(spec, "^")
-	spec = strings.TrimPrefix(spec, "^")
-	set := map[string]bool{}
-	for _, s := range strings.Split(spec, ",") {
-		set[strings.TrimSpace(s)] = true
-	}
-	return func(name string) bool {
-		hit := set[name] || set["ALL"]
-		return hit != exclude
-	}
 }
