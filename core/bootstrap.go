@@ -108,7 +108,9 @@ func readMsg(c net.Conn, v any) error {
 }
 
 // serveRoot gathers every rank's info on l and sends the full table back to each,
-// then closes. Connections that fail the handshake are logged and dropped.
+// then closes. Connections that fail the handshake are logged and dropped. The
+// accepting goroutines, the gathering loop and the reply share its channels and its
+// member table, so the root's whole protocol stays in this one function.
 func serveRoot(l *net.TCPListener, secret []byte, deadline time.Time, logs loggers, g safego.Guard) {
 	defer l.Close()
 	_ = l.SetDeadline(deadline)

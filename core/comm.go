@@ -109,7 +109,10 @@ var DeviceTopology func() []string
 var gomaxprocsOnce sync.Once
 
 // NewComm joins the communicator identified by id as rank (of nranks). It blocks until
-// every rank has joined and connected, or the timeout passes.
+// every rank has joined and connected, or the timeout passes. Its steps (check the
+// arguments, read the settings, listen, join the root, check that every rank was given
+// the same options, connect the initial peers, start the communicator and its
+// point-to-point channel) run once, in this order, and stay together so the order shows.
 func NewComm(id UniqueID, nranks, rank int, opts Options) (*Comm, error) {
 	start := time.Now()
 	if nranks < 1 || nranks > MaxRanks {

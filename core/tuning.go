@@ -128,7 +128,9 @@ func (m *model) pipelined(hops int, b float64, reduce bool) float64 {
 }
 
 // estimate models algo for coll on a message of bytes (the per-rank buffer; for
-// all_gather and reduce_scatter the per-rank block).
+// all_gather and reduce_scatter the per-rank block). It is long because it is the
+// whole cost model: one case per collective and algorithm, each a formula with the
+// comment that derives it, which read best side by side.
 func (m *model) estimate(coll, algo string, bytes int) estimate {
 	b := float64(bytes)
 	n := float64(m.n)
@@ -359,7 +361,8 @@ func algoHelp() string {
 // "^algo" excluding one, and bare "algo[,algo...]" applying to every collective that
 // has it. For example "allreduce:ring", "allreduce:ring,rd;broadcast:chain",
 // "^direct", "allreduce:ring,broadcast:chain". It returns the allowed algorithms per
-// collective that the setting restricts.
+// collective that the setting restricts. Its length is the grammar's, with an error
+// for each way an entry can be wrong, naming the entry.
 func parseAlgo(s string) (map[string][]string, error) {
 	allow := map[string][]string{}
 	if strings.TrimSpace(s) == "" {
