@@ -60,9 +60,9 @@ type rootReply struct {
 // maxMsg bounds a bootstrap message, so a hostile peer cannot make us allocate much.
 const maxMsg = 1 << 20
 
-// handshakeTimeout bounds how long an unauthenticated connection may take to prove
-// itself before it is dropped (a variable so tests can shorten it).
-var handshakeTimeout = 10 * time.Second
+// defaultHandshakeTimeout bounds how long an unauthenticated connection may take to
+// prove itself before it is dropped (tests shorten it: testHooks.handshakeTimeout).
+const defaultHandshakeTimeout = 10 * time.Second
 
 func writeMsg(c net.Conn, v any) error {
 	b, err := encodeMsg(v)
@@ -111,7 +111,7 @@ func readMsg(c net.Conn, v any) error {
 // then closes. Connections that fail the handshake are logged and dropped. The
 // accepting goroutines, the gathering loop and the reply share its channels and its
 // member table, so the root's whole protocol stays in this one function.
-func serveRoot(l *net.TCPListener, secret []byte, deadline time.Time, logs loggers, g safego.Guard) {
+func serveRoot(l *net.TCPListener, secret []byte, deadline time.Time, handshake time.Duration, logs loggers, g safego.Guard) {
 	defer l.Close()
 	_ = l.SetDeadline(deadline)
 	type member struct {
@@ -137,13 +137,13 @@ func serveRoot(l *net.TCPListener, secret []byte, deadline time.Time, logs logge
 			}
 			tcp.Accepted(c)
 			g.Go("bootstrap root join", &wg, func(err error) { c.Close(); dying(err) }, func() {
-				h, err := tcp.AcceptHandshake(c, secret, time.Now().Add(handshakeTimeout))
+				h, err := tcp.AcceptHandshake(c, secret, time.Now().Add(handshake))
 				if err == nil && h.To != tcp.RootRank {
 					err = fmt.Errorf("peer addressed rank %d, not the bootstrap root", h.To)
 				}
 				var info rankInfo
 				if err == nil {
-					_ = c.SetReadDeadline(time.Now().Add(handshakeTimeout))
+					_ = c.SetReadDeadline(time.Now().Add(handshake))
 					err = readMsg(c, &info)
 					_ = c.SetReadDeadline(time.Time{})
 				}
@@ -307,7 +307,3 @@ func missingRanks(nranks int, joined map[int]bool) string {
 	}
 	return "[" + strings.Join(list, " ") + "]"
 }
-
-// meshListening, when set (by tests), is told each rank's peer listener address as
-// the rank starts connecting to its peers.
-var meshListening func(rank int, addr string)

@@ -20,6 +20,12 @@ func initAll(t *testing.T, n int) []*Comm {
 // initAllTimeout is initAll with the communicator's operation timeout.
 func initAllTimeout(t *testing.T, n int, timeout time.Duration) []*Comm {
 	t.Helper()
+	return initAllHooked(t, n, timeout, nil)
+}
+
+// initAllHooked is initAllTimeout with tests' hooks for every rank.
+func initAllHooked(t *testing.T, n int, timeout time.Duration, hooks *testHooks) []*Comm {
+	t.Helper()
 	id, err := NewUniqueID()
 	require.NoError(t, err)
 	comms := make([]*Comm, n)
@@ -29,7 +35,7 @@ func initAllTimeout(t *testing.T, n int, timeout time.Duration) []*Comm {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			comms[r], errs[r] = NewComm(id, n, r, Options{Timeout: timeout})
+			comms[r], errs[r] = NewComm(id, n, r, Options{Timeout: timeout, test: hooks})
 		}()
 	}
 	wg.Wait()

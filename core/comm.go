@@ -42,7 +42,7 @@ type Options struct {
 	// same one; a shrunken or reconfigured communicator has its parent's plus one.
 	Epoch uint32
 
-	injectPanic func(site string) // tests only: see config.injectPanic
+	test *testHooks // tests only: see testhooks.go
 }
 
 // Comm is one rank's end of a communicator: its links to the other ranks and the
@@ -129,9 +129,7 @@ func NewComm(id UniqueID, nranks, rank int, opts Options) (*Comm, error) {
 	if timeout <= 0 {
 		timeout = cfg.timeout
 	}
-	if opts.injectPanic != nil {
-		cfg.injectPanic = opts.injectPanic
-	}
+	opts.test.apply(cfg)
 	if opts.Algo != "" {
 		if cfg.algo, err = parseAlgo(opts.Algo); err != nil {
 			return nil, fmt.Errorf("the communicator's algorithm restriction: %w", err)
@@ -177,10 +175,10 @@ func NewComm(id UniqueID, nranks, rank int, opts Options) (*Comm, error) {
 				r.Rank, rank, describeOpts(r.Opts), describeOpts(me.Opts)))
 		}
 	}
-	if meshListening != nil {
-		meshListening(rank, l.Addr().String())
+	if cfg.test.meshListening != nil {
+		cfg.test.meshListening(rank, l.Addr().String())
 	}
-	peers := newPeerSet(rank, opts.Epoch, ranks, id.secret(), l, timeout, logs, cfg.guard(logs.net))
+	peers := newPeerSet(rank, opts.Epoch, ranks, id.secret(), l, timeout, logs, cfg.guard(logs.net), cfg.test)
 	if err := peers.connectInitial(deadline); err != nil {
 		peers.close()
 		return fail(err)

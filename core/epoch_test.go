@@ -16,7 +16,7 @@ import (
 
 // initEpochs creates an n-rank communicator over real sockets in which rank r
 // announces epochs[r], and returns each rank's communicator or error.
-func initEpochs(t *testing.T, id UniqueID, epochs []uint32, timeout time.Duration) ([]*Comm, []error) {
+func initEpochs(t *testing.T, id UniqueID, epochs []uint32, timeout time.Duration, hooks *testHooks) ([]*Comm, []error) {
 	t.Helper()
 	n := len(epochs)
 	comms, errs := make([]*Comm, n), make([]error, n)
@@ -25,7 +25,7 @@ func initEpochs(t *testing.T, id UniqueID, epochs []uint32, timeout time.Duratio
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			comms[r], errs[r] = NewComm(id, n, r, Options{Timeout: timeout, Epoch: epochs[r]})
+			comms[r], errs[r] = NewComm(id, n, r, Options{Timeout: timeout, Epoch: epochs[r], test: hooks})
 		}()
 	}
 	wg.Wait()
@@ -40,12 +40,10 @@ func TestStaleFrameIsDroppedAndLogged(t *testing.T) {
 		t.Run("shm_disable="+shm, func(t *testing.T) {
 			t.Setenv("GONCCL_SHM_DISABLE", shm)
 			obsCore, logs := observer.New(zapcore.WarnLevel)
-			logTee = obsCore
-			t.Cleanup(func() { logTee = nil })
 			id, err := NewUniqueID()
 			require.NoError(t, err)
 			const n = 3
-			comms, errs := initEpochs(t, id, []uint32{5, 5, 5}, 20*time.Second)
+			comms, errs := initEpochs(t, id, []uint32{5, 5, 5}, 20*time.Second, &testHooks{logTee: obsCore})
 			for r := range errs {
 				require.NoError(t, errs[r], "rank %d", r)
 			}
@@ -106,7 +104,7 @@ func TestStaleFrameIsDroppedAndLogged(t *testing.T) {
 func TestRootRefusesAnotherEpoch(t *testing.T) {
 	id, err := NewUniqueID()
 	require.NoError(t, err)
-	comms, errs := initEpochs(t, id, []uint32{3, 2}, 3*time.Second)
+	comms, errs := initEpochs(t, id, []uint32{3, 2}, 3*time.Second, nil)
 	failed := 0
 	for r, err := range errs {
 		if err != nil {
@@ -129,12 +127,10 @@ func TestRootRefusesAnotherEpoch(t *testing.T) {
 // is turned away at the handshake and logged; the communicator forms without it.
 func TestHandshakeRefusesAnotherEpoch(t *testing.T) {
 	obsCore, logs := observer.New(zapcore.WarnLevel)
-	logTee = obsCore
-	t.Cleanup(func() { logTee, meshListening = nil, nil })
 	id, err := NewUniqueID()
 	require.NoError(t, err)
 	dialed := make(chan error, 1)
-	meshListening = func(rank int, addr string) {
+	meshListening := func(rank int, addr string) {
 		if rank == 0 {
 			go func() {
 				c, err := tcp.Dial(addr, id.secret(), tcp.Hello{From: 1, To: 0, Channel: tcp.ChannelColl, Epoch: 8}, time.Now().Add(5*time.Second))
@@ -145,7 +141,7 @@ func TestHandshakeRefusesAnotherEpoch(t *testing.T) {
 			}()
 		}
 	}
-	comms, errs := initEpochs(t, id, []uint32{9, 9}, 20*time.Second)
+	comms, errs := initEpochs(t, id, []uint32{9, 9}, 20*time.Second, &testHooks{logTee: obsCore, meshListening: meshListening})
 	for r := range errs {
 		require.NoError(t, errs[r], "rank %d", r)
 	}
@@ -181,7 +177,7 @@ func TestInjectStaleHook(t *testing.T) {
 		id, err := NewUniqueID()
 		require.NoError(t, err)
 		const n, count = 3, 4099
-		comms, errs := initEpochs(t, id, []uint32{epoch, epoch, epoch}, 20*time.Second)
+		comms, errs := initEpochs(t, id, []uint32{epoch, epoch, epoch}, 20*time.Second, nil)
 		for r := range errs {
 			require.NoError(t, errs[r], "rank %d", r)
 		}

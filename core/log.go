@@ -15,9 +15,6 @@ type loggers struct {
 	init, coll, net, shm, env, tune *zap.Logger
 }
 
-// logTee, when set (by tests), also receives every log entry.
-var logTee zapcore.Core
-
 // newLoggers builds the loggers from GONCCL_DEBUG and GONCCL_DEBUG_SUBSYS, in the spirit
 // of NCCL_DEBUG=INFO: one line per event on stderr, prefixed with host, pid and rank.
 func newLoggers(cfg *config, host string, rank int) loggers {
@@ -37,8 +34,8 @@ func newLoggers(cfg *config, host string, rank int) loggers {
 		ConsoleSeparator: " ",
 	})
 	core := zapcore.NewCore(enc, zapcore.Lock(os.Stderr), level)
-	if logTee != nil {
-		core = zapcore.NewTee(core, logTee)
+	if cfg.test.logTee != nil {
+		core = zapcore.NewTee(core, cfg.test.logTee)
 	}
 	base := zap.New(core).Named(fmt.Sprintf("%s:%d [%d] GONCCL", host, os.Getpid(), rank))
 	enabled := logspec.Subsystems(cfg.debugSubsys)

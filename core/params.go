@@ -160,6 +160,8 @@ type config struct {
 	// injectStale is GONCCL_TEST_INJECT_STALE (tests only; 0 in production): see
 	// Comm.injectStale.
 	injectStale int
+	// test holds the tests' hooks (see testhooks.go); all unset in production.
+	test testHooks
 }
 
 func lookupParam(name string) (string, bool) {

@@ -101,9 +101,11 @@ type peerSet struct {
 	// inflight holds the accepted connections being handled, closed by close so that
 	// no handshake outlives the communicator.
 	inflight map[net.Conn]struct{}
-	// handshake bounds an unauthenticated connection's handshake (handshakeTimeout,
-	// read once).
+	// handshake bounds an unauthenticated connection's handshake.
 	handshake time.Duration
+	// dialed (tests only, nil in production) is called after each connection this
+	// rank dials to a peer, on demand or at init, before the next.
+	dialed func(rank, peer int, ch uint8)
 	// brokenErr, once set, fails every link not made yet (see broken).
 	brokenErr error
 	// failing: failAll ran (the communicator broke); a link made later is failed with
@@ -114,10 +116,6 @@ type peerSet struct {
 	opened atomic.Int64 // TCP connections made or accepted for links (calls excluded)
 	stale  staleCounter // frames of older generations the links dropped (see dropStale)
 }
-
-// testHookDialed, when set (by tests), is called after each connection this process
-// dials to a peer on demand or at init, before the next.
-var testHookDialed atomic.Pointer[func(rank, peer int, ch uint8)]
 
 // fixedPeers wraps links made elsewhere (tests over in-memory links): nothing is ever
 // connected on demand.
@@ -133,9 +131,9 @@ func fixedPeers(rank int, links []transport.Link) *peerSet {
 }
 
 // newPeerSet starts accepting peers' connections on l (which it owns from now on).
-func newPeerSet(rank int, epoch uint32, ranks []rankInfo, secret []byte, l *net.TCPListener, timeout time.Duration, logs loggers, g safego.Guard) *peerSet {
+func newPeerSet(rank int, epoch uint32, ranks []rankInfo, secret []byte, l *net.TCPListener, timeout time.Duration, logs loggers, g safego.Guard, hooks testHooks) *peerSet {
 	s := &peerSet{rank: rank, epoch: epoch, ranks: ranks, secret: secret, l: l, timeout: timeout, logs: logs, guard: g,
-		slots: make([]peerSlot, len(ranks)), inflight: map[net.Conn]struct{}{}, handshake: handshakeTimeout}
+		slots: make([]peerSlot, len(ranks)), inflight: map[net.Conn]struct{}{}, handshake: hooks.handshake(), dialed: hooks.dialed}
 	s.wg.Add(1)
 	g.Go("peer accept", nil, func(err error) { s.wg.Done(); s.broken(err) }, func() {
 		defer s.wg.Done()
@@ -296,8 +294,8 @@ func (s *peerSet) dial(peer int, deadline time.Time) {
 		}
 		s.opened.Add(1)
 		conns[i] = c
-		if hook := testHookDialed.Load(); hook != nil {
-			(*hook)(s.rank, peer, ch)
+		if s.dialed != nil {
+			s.dialed(s.rank, peer, ch)
 		}
 	}
 	var wg sync.WaitGroup

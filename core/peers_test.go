@@ -38,9 +38,15 @@ func TestInitialPeersAreSymmetric(t *testing.T) {
 // memory off: n ranks would map a segment per connected pair), with GONCCL_ALGO algo.
 func initComms(t *testing.T, n int, algo string, timeout time.Duration) []*Comm {
 	t.Helper()
+	return initCommsHooked(t, n, algo, timeout, nil)
+}
+
+// initCommsHooked is initComms with tests' hooks for every rank.
+func initCommsHooked(t *testing.T, n int, algo string, timeout time.Duration, hooks *testHooks) []*Comm {
+	t.Helper()
 	t.Setenv("GONCCL_SHM_DISABLE", "1")
 	t.Setenv("GONCCL_ALGO", algo)
-	comms := initAllTimeout(t, n, timeout)
+	comms := initAllHooked(t, n, timeout, hooks)
 	t.Cleanup(func() {
 		for _, c := range comms {
 			_ = c.Abort()
@@ -97,8 +103,7 @@ func TestRingAllReduceConnectionsAt64Ranks(t *testing.T) {
 // connections than its links need, and none was dropped as a duplicate.
 func TestOnDemandLinksFromBothEnds(t *testing.T) {
 	obsCore, logs := observer.New(zapcore.WarnLevel)
-	logTee = obsCore
-	t.Cleanup(func() { logTee = nil })
+	hooks := &testHooks{logTee: obsCore}
 	const n = 9 // beyond the initial peers of most ranks
 	check := func(comms []*Comm) {
 		t.Helper()
@@ -117,7 +122,7 @@ func TestOnDemandLinksFromBothEnds(t *testing.T) {
 		}
 	}
 	t.Run("alltoall", func(t *testing.T) {
-		comms := initComms(t, n, "", 20*time.Second)
+		comms := initCommsHooked(t, n, "", 20*time.Second, hooks)
 		const count = 3
 		outs := make([][]byte, n)
 		for r, err := range onAll(t, comms, func(c *Comm) (*Request, error) {
@@ -140,7 +145,7 @@ func TestOnDemandLinksFromBothEnds(t *testing.T) {
 		check(comms)
 	})
 	t.Run("p2p", func(t *testing.T) {
-		comms := initComms(t, n, "", 20*time.Second)
+		comms := initCommsHooked(t, n, "", 20*time.Second, hooks)
 		var wg sync.WaitGroup
 		errs := make(chan error, 2*n*n)
 		for _, c := range comms {

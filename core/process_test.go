@@ -44,6 +44,7 @@ func childRank(r string) int {
 	copy(id[:], b)
 	// Installed before init, not after: rank 0 may ask for the link as soon as its own
 	// init returns, before this rank's has.
+	opts := Options{Timeout: 20 * time.Second}
 	if p := os.Getenv("GONCCL_TEST_DIE_DIALING"); p != "" { // on demand only: an initial peer links as usual
 		peer, _ := strconv.Atoi(p)
 		initial := slices.Contains(initialPeers(rank, n), peer)
@@ -52,9 +53,9 @@ func childRank(r string) int {
 				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 			}
 		}
-		testHookDialed.Store(&hook)
+		opts.test = &testHooks{dialed: hook}
 	}
-	c, err := NewComm(id, n, rank, Options{Timeout: 20 * time.Second})
+	c, err := NewComm(id, n, rank, opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 3

@@ -278,11 +278,11 @@ func bootstrapPanic(t *testing.T, site string) {
 				panic("injected panic at " + site + " (test hook)")
 			}
 		}
-		var rootHook func(string)
+		var rootHooks *testHooks
 		if root {
-			rootHook = hook
+			rootHooks = &testHooks{injectPanic: hook}
 		}
-		id, err := newUniqueID(rootHook)
+		id, err := newUniqueID(rootHooks)
 		require.NoError(t, err)
 		comms := make([]*Comm, n)
 		errs := make([]error, n)
@@ -294,7 +294,7 @@ func bootstrapPanic(t *testing.T, site string) {
 				opts := Options{Timeout: 3 * time.Second}
 				// Rank 1 dials, rank 0 accepts: put the panic where the site runs.
 				if !root && (r == 1) == (site == "peer dial" || site == "init connect") {
-					opts.injectPanic = hook
+					opts.test = &testHooks{injectPanic: hook}
 				}
 				comms[r], errs[r] = NewComm(id, n, r, opts)
 			}()

@@ -119,7 +119,7 @@ func strangers(replay []byte, to int) []stranger {
 // the bootstrap root closes its listener once every rank has joined), then runs them at
 // once; each reports on done once the rank has dropped it (or with the reason it could
 // not tell).
-func visit(addr string, ss []stranger, done chan<- error) {
+func visit(addr string, ss []stranger, done chan<- error, handshake time.Duration) {
 	for _, s := range ss {
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
@@ -133,7 +133,7 @@ func visit(addr string, ss []stranger, done chan<- error) {
 				return
 			}
 			// The rank must hang up: reading returns EOF (or a reset), not our deadline.
-			_ = c.SetReadDeadline(time.Now().Add(handshakeTimeout + 10*time.Second))
+			_ = c.SetReadDeadline(time.Now().Add(handshake + 10*time.Second))
 			_, err = io.Copy(io.Discard, c)
 			if ne, ok := err.(net.Error); ok && ne.Timeout() {
 				done <- errors.New(s.name + ": the rank never dropped the connection")
@@ -145,24 +145,21 @@ func visit(addr string, ss []stranger, done chan<- error) {
 }
 
 func TestStrangersAreDroppedAndLogged(t *testing.T) {
-	oldTimeout := handshakeTimeout
-	handshakeTimeout = time.Second
 	obsCore, logs := observer.New(zapcore.WarnLevel)
-	logTee = obsCore
-	t.Cleanup(func() { handshakeTimeout, logTee, meshListening = oldTimeout, nil, nil })
+	hooks := &testHooks{logTee: obsCore, handshakeTimeout: time.Second}
 
-	id, err := NewUniqueID()
+	id, err := newUniqueID(hooks)
 	require.NoError(t, err)
 	rootAddr, err := id.rootAddr()
 	require.NoError(t, err)
 
 	const n = 3
 	done := make(chan error, 8)
-	visit(rootAddr, strangers(recordHandshake(t, id.secret(), tcp.Hello{From: 1, To: tcp.RootRank}), tcp.RootRank), done)
+	visit(rootAddr, strangers(recordHandshake(t, id.secret(), tcp.Hello{From: 1, To: tcp.RootRank}), tcp.RootRank), done, hooks.handshakeTimeout)
 	peerReplay := recordHandshake(t, id.secret(), tcp.Hello{From: 1, To: 0})
-	meshListening = func(rank int, addr string) {
+	hooks.meshListening = func(rank int, addr string) {
 		if rank == 0 { // rank 0 accepts every other rank: the strangers queue with them
-			visit(addr, strangers(peerReplay, 0), done)
+			visit(addr, strangers(peerReplay, 0), done, hooks.handshakeTimeout)
 		}
 	}
 	comms := make([]*Comm, n)
@@ -172,7 +169,7 @@ func TestStrangersAreDroppedAndLogged(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			comms[r], errs[r] = NewComm(id, n, r, Options{Timeout: 20 * time.Second})
+			comms[r], errs[r] = NewComm(id, n, r, Options{Timeout: 20 * time.Second, test: hooks})
 		}()
 	}
 	wg.Wait()
@@ -233,12 +230,11 @@ func TestStrangersAreDroppedAndLogged(t *testing.T) {
 func TestNoListenerOutlivesComm(t *testing.T) {
 	var mu sync.Mutex
 	var addrs []string
-	meshListening = func(rank int, addr string) {
+	hooks := &testHooks{meshListening: func(rank int, addr string) {
 		mu.Lock()
 		addrs = append(addrs, addr)
 		mu.Unlock()
-	}
-	t.Cleanup(func() { meshListening = nil })
+	}}
 	id, err := NewUniqueID()
 	require.NoError(t, err)
 	rootAddr, err := id.rootAddr()
@@ -249,7 +245,7 @@ func TestNoListenerOutlivesComm(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			comms[r], errs[r] = NewComm(id, 2, r, Options{Timeout: 10 * time.Second})
+			comms[r], errs[r] = NewComm(id, 2, r, Options{Timeout: 10 * time.Second, test: hooks})
 		}()
 	}
 	wg.Wait()

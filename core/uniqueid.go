@@ -32,17 +32,14 @@ const (
 // addresses once and then closes.
 func NewUniqueID() (UniqueID, error) { return newUniqueID(nil) }
 
-// newUniqueID is NewUniqueID with a test hook for the root's goroutines (nil: none
-// but GONCCL_TEST_INJECT_PANIC's).
-func newUniqueID(injectPanic func(site string)) (UniqueID, error) {
+// newUniqueID is NewUniqueID with tests' hooks for the root (nil: none).
+func newUniqueID(hooks *testHooks) (UniqueID, error) {
 	var id UniqueID
 	cfg, err := loadConfig()
 	if err != nil {
 		return id, err
 	}
-	if injectPanic != nil {
-		cfg.injectPanic = injectPanic
-	}
+	hooks.apply(cfg)
 	ifc, err := tcp.SelectInterface(cfg.socketIfname)
 	if err != nil {
 		return id, err
@@ -67,7 +64,7 @@ func newUniqueID(injectPanic func(site string)) (UniqueID, error) {
 	}
 	logs := newLoggers(cfg, hostname(), -1)
 	g := cfg.guard(logs.init)
-	g.Go("bootstrap root", nil, func(error) { l.Close() }, func() { serveRoot(l, id.secret(), time.Now().Add(cfg.timeout), logs, g) })
+	g.Go("bootstrap root", nil, func(error) { l.Close() }, func() { serveRoot(l, id.secret(), time.Now().Add(cfg.timeout), cfg.test.handshake(), logs, g) })
 	return id, nil
 }
 
