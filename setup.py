@@ -23,7 +23,7 @@ elsewhere with `make lib`, or taken from a gonccl wheel) instead of running
     GONCCL_LIBRARY=/path/to/libgonccl.so pip install --no-build-isolation .
 
 The library is checked against these sources first: its goncclGetVersion must
-equal gonccl.h's GONCCL_VERSION_CODE (and the package's version), and it must
+equal gonccl.h's GONCCL_VERSION_CODE (whence the package's version too), and it must
 export every function gonccl.h declares; otherwise the build stops saying which.
 
 GONCCL_SKIP_GO_BUILD=1 builds only the C++ extension (for work on csrc/ while
@@ -91,7 +91,10 @@ class BuildGoncclExt(BuildExtension):
 
 
 def _source_version():
-    """(GONCCL_VERSION_CODE from capi/gonccl.h, the gonccl.h function names, __version__)."""
+    """(GONCCL_VERSION_CODE from capi/gonccl.h, the gonccl.h function names, the package's version).
+
+    The package's version is the header's: gonccl.h is its one source (gonccl.__version__
+    reads it too, see gonccl._library.header_version)."""
     with open(os.path.join(ROOT, "capi", "gonccl.h")) as f:
         header = f.read()
     parts = {
@@ -101,8 +104,7 @@ def _source_version():
     code = parts["MAJOR"] * 10000 + parts["MINOR"] * 100 + parts["PATCH"]
     functions = sorted(set(re.findall(r"^goncclResult_t\s+(gonccl\w+)\s*\(", header, re.M))
                        | set(re.findall(r"^const char\*\s+(gonccl\w+)\s*\(", header, re.M)))
-    with open(os.path.join(ROOT, "python", "gonccl", "__init__.py")) as f:
-        package = re.search(r'^__version__ = "([^"]+)"', f.read(), re.M).group(1)
+    package = f"{parts['MAJOR']}.{parts['MINOR']}.{parts['PATCH']}"
     return code, functions, package
 
 
@@ -116,10 +118,7 @@ def check_prebuilt(path):
 
     if not os.path.isfile(path):
         raise SystemExit(f"gonccl: GONCCL_LIBRARY={path}: no such file")
-    code, functions, package = _source_version()
-    want = f"{code // 10000}.{code // 100 % 100}.{code % 100}"
-    if want != package:
-        raise SystemExit(f"gonccl: capi/gonccl.h says version {want} but python/gonccl says {package}")
+    code, functions, want = _source_version()
     try:
         lib = ctypes.CDLL(os.path.abspath(path), mode=os.RTLD_LAZY | os.RTLD_LOCAL)
     except OSError as e:
@@ -207,6 +206,7 @@ def extension():
 
 
 setup(
+    version=_source_version()[2],
     package_dir={"": "python"},
     packages=["gonccl", "gonccl.bench"],
     package_data={"gonccl": ["libgonccl.so", "include/gonccl.h"]},

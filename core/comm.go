@@ -16,15 +16,17 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gonccl/gonccl/internal/safego"
+	"github.com/gonccl/gonccl/internal/version"
 	"github.com/gonccl/gonccl/transport"
 	"github.com/gonccl/gonccl/transport/tcp"
 )
 
-// Version is gonccl's version.
-const Version = "0.1.0"
+// Version is gonccl's version, "major.minor.patch" (from capi/gonccl.h, its one
+// source: see internal/version).
+var Version = version.String
 
 // VersionCode encodes Version like NCCL_VERSION_CODE: major*10000 + minor*100 + patch.
-const VersionCode = 100
+const VersionCode = version.Code
 
 // Options tune a communicator at creation.
 type Options struct {

@@ -15,10 +15,11 @@ the children instead.
 
 import torch.distributed as _dist
 
-from gonccl._library import include_path, library_path, version
+from gonccl._library import header_version, include_path, library_path, version
 from gonccl._registration import BACKEND_NAME, register
 
-__version__ = "0.1.0"
+# From gonccl.h, the version's one source (see header_version).
+__version__ = header_version()
 
 __all__ = [
     "BACKEND_NAME",

@@ -6,6 +6,7 @@ forks after the Go runtime has started hangs in the child.
 """
 
 import os
+import re
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -18,6 +19,31 @@ def library_path() -> str:
 def include_path() -> str:
     """Directory holding gonccl.h, for C and C++ programs using libgonccl.so."""
     return os.path.join(_PACKAGE_DIR, "include")
+
+
+def header_version(header: str = "") -> str:
+    """gonccl's version, "major.minor.patch", as gonccl.h defines it.
+
+    gonccl.h (GONCCL_MAJOR, GONCCL_MINOR, GONCCL_PATCH) is the one place the
+    version is written: the Go code reads it through cgo, setup.py and
+    gonccl.__version__ through this function. The header read is the given one,
+    else the one shipped in this package, else the source tree's (a checkout
+    imported without building); "0+unknown" if there is none.
+    """
+    candidates = [header] if header else [
+        os.path.join(include_path(), "gonccl.h"),
+        os.path.join(_PACKAGE_DIR, os.pardir, os.pardir, "capi", "gonccl.h"),
+    ]
+    for path in candidates:
+        try:
+            with open(path) as f:
+                text = f.read()
+        except OSError:
+            continue
+        parts = [re.search(rf"^#define GONCCL_{name}\s+(\d+)", text, re.M) for name in ("MAJOR", "MINOR", "PATCH")]
+        if all(parts):
+            return ".".join(m.group(1) for m in parts)
+    return "0+unknown"
 
 
 def check_library() -> str:

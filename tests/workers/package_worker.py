@@ -116,6 +116,12 @@ def mode_import() -> None:
         v = version.value
         want = f"{v // 10000}.{v // 100 % 100}.{v % 100}"
         CK.check(gonccl.version() == want, f"gonccl.version() {gonccl.version()!r} != {want!r}")
+        # One source (gonccl.h): the package's version and its metadata's are the library's.
+        import importlib.metadata
+
+        CK.check(gonccl.__version__ == want, f"gonccl.__version__ {gonccl.__version__!r} != library {want!r}")
+        dist = importlib.metadata.version("gonccl")
+        CK.check(dist == want, f"installed distribution version {dist!r} != library {want!r}")
         lib.goncclGetErrorString.restype = ctypes.c_char_p
         s = lib.goncclGetErrorString(100)  # goncclTimeout
         CK.check(bool(s), f"goncclGetErrorString(goncclTimeout) = {s!r}")
