@@ -99,12 +99,20 @@ func goncclGetErrorString(result C.goncclResult_t) *C.char {
 	return unknownResult
 }
 
+// gonccl.h (GONCCL_MAJOR, GONCCL_MINOR, GONCCL_PATCH) is the version's one source:
+// goncclGetVersion returns its GONCCL_VERSION_CODE, core's init log prints it, and
+// setup.py and gonccl.__version__ read the same header. It sits in this package's
+// directory, so Go's build cache rebuilds this package when it changes.
+func init() {
+	core.Version = fmt.Sprintf("%d.%d.%d", C.GONCCL_MAJOR, C.GONCCL_MINOR, C.GONCCL_PATCH)
+}
+
 //export goncclGetVersion
 func goncclGetVersion(version *C.int) (res C.goncclResult_t) {
 	defer guard(&res)
 	if version == nil {
 		return fail(nil, fmt.Errorf("%w: goncclGetVersion: version is NULL", core.ErrInvalidArgument))
 	}
-	*version = C.int(core.VersionCode)
+	*version = C.GONCCL_VERSION_CODE
 	return C.goncclSuccess
 }

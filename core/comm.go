@@ -16,17 +16,14 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gonccl/gonccl/internal/safego"
-	"github.com/gonccl/gonccl/internal/version"
 	"github.com/gonccl/gonccl/transport"
 	"github.com/gonccl/gonccl/transport/tcp"
 )
 
-// Version is gonccl's version, "major.minor.patch" (from capi/gonccl.h, its one
-// source: see internal/version).
-var Version = version.String
-
-// VersionCode encodes Version like NCCL_VERSION_CODE: major*10000 + minor*100 + patch.
-const VersionCode = version.Code
+// Version is gonccl's version, "major.minor.patch", for the init log. Its one source
+// is capi/gonccl.h (GONCCL_MAJOR, GONCCL_MINOR, GONCCL_PATCH): the C ABI sets it when
+// libgonccl.so loads. Core on its own (its tests) says "dev".
+var Version = "dev"
 
 // Options tune a communicator at creation.
 type Options struct {
