@@ -136,7 +136,12 @@ check_stream() {
 ddp_simple_ranks=2
 check_ddp_simple() {
   local want; want=$(awk -v n="$ddp_simple_ranks" 'BEGIN { printf "%.1f", 3.5 * (n - 1) }')
-  local n; n=$(grep -c "reduced dy/dw: $want\$" "$1")
+  # Rank by rank, anywhere in the output: two ranks' prints can share a line
+  # ("rank 0: reduced dy/dw: 3.5rank 1: reduced dy/dw: 3.5").
+  local n=0 r
+  for ((r = 0; r < ddp_simple_ranks; r++)); do
+    grep -Eq "rank $r: reduced dy/dw: ${want//./\\.}([^0-9]|\$)" "$1" && n=$((n + 1))
+  done
   [[ $n -eq $ddp_simple_ranks ]] && { echo "$n ranks printed reduced dy/dw: $want"; return 0; }
   echo "$n of $ddp_simple_ranks ranks printed reduced dy/dw: $want"; return 1
 }
