@@ -49,16 +49,7 @@ func TestBootstrapOverTCP(t *testing.T) {
 	for _, n := range []int{1, 2, 4} {
 		comms := initAll(t, n)
 		count := 100003
-		ins := make([][]byte, n)
-		outs := make([][]byte, n)
-		for r := range ins {
-			ins[r] = inputs(Float32, Sum, count, r, 1)
-			outs[r] = make([]byte, len(ins[r]))
-		}
-		errs := onAll(t, comms, func(c *Comm) (*Request, error) {
-			return c.AllReduce(ins[c.rank], outs[c.rank], count, Float32, Sum)
-		})
-		want := reference(Float32, Sum, ins, count)
+		errs, outs, want := allReduceFloat32(t, comms, count, 1)
 		for r := range comms {
 			require.NoError(t, errs[r])
 			require.Equal(t, want, outs[r])
@@ -169,16 +160,7 @@ func TestStripedTCPCollectives(t *testing.T) {
 		}
 	}
 	for _, count := range []int{1, 1000, 1<<20 + 3} {
-		ins := make([][]byte, n)
-		outs := make([][]byte, n)
-		for r := range ins {
-			ins[r] = inputs(Float32, Sum, count, r, int64(count))
-			outs[r] = make([]byte, len(ins[r]))
-		}
-		errs := onAll(t, comms, func(c *Comm) (*Request, error) {
-			return c.AllReduce(ins[c.rank], outs[c.rank], count, Float32, Sum)
-		})
-		want := reference(Float32, Sum, ins, count)
+		errs, outs, want := allReduceFloat32(t, comms, count, int64(count))
 		for r := range comms {
 			require.NoError(t, errs[r])
 			require.Equal(t, want, outs[r], "count %d rank %d", count, r)

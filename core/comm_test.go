@@ -243,6 +243,23 @@ func reference(dt DataType, op RedOp, ins [][]byte, count int) []byte {
 	return out
 }
 
+// allReduceFloat32 sums count float32s (rank r's are inputs(Float32, Sum, count, r,
+// seed)) across comms with AllReduce, and returns each rank's error and result and
+// the exact sum they must equal.
+func allReduceFloat32(t testing.TB, comms []*Comm, count int, seed int64) (errs []error, outs [][]byte, want []byte) {
+	t.Helper()
+	ins := make([][]byte, len(comms))
+	outs = make([][]byte, len(comms))
+	for r := range ins {
+		ins[r] = inputs(Float32, Sum, count, r, seed)
+		outs[r] = make([]byte, len(ins[r]))
+	}
+	errs = onAll(t, comms, func(c *Comm) (*Request, error) {
+		return c.AllReduce(ins[c.rank], outs[c.rank], count, Float32, Sum)
+	})
+	return errs, outs, reference(Float32, Sum, ins, count)
+}
+
 func intMax(dt DataType, a, b int64) int64 {
 	if dt == Uint64 {
 		return int64(max(uint64(a), uint64(b)))
@@ -305,16 +322,7 @@ func TestAllReduceLarge(t *testing.T) {
 	count := 3<<20/4 + 5 // several MiB of float32, not divisible by the rank count
 	for _, n := range []int{2, 3, 4} {
 		comms := memComms(t, n, func(c *config) { c.chunkBytes = 128 << 10 })
-		ins := make([][]byte, n)
-		outs := make([][]byte, n)
-		for r := range ins {
-			ins[r] = inputs(Float32, Sum, count, r, 7)
-			outs[r] = make([]byte, len(ins[r]))
-		}
-		errs := onAll(t, comms, func(c *Comm) (*Request, error) {
-			return c.AllReduce(ins[c.rank], outs[c.rank], count, Float32, Sum)
-		})
-		want := reference(Float32, Sum, ins, count)
+		errs, outs, want := allReduceFloat32(t, comms, count, 7)
 		for r := 0; r < n; r++ {
 			require.NoError(t, errs[r])
 			require.Equal(t, want, outs[r], "n=%d rank %d", n, r)

@@ -66,17 +66,10 @@ func TestStaleFrameIsDroppedAndLogged(t *testing.T) {
 				require.NoError(t, comms[1].peers.linkIfAny(peer).Send(&h, junk, time.Now().Add(5*time.Second)))
 			}
 
-			ins, outs := make([][]byte, n), make([][]byte, n)
-			for r := range ins {
-				ins[r] = inputs(Float32, Sum, count, r, 11)
-				outs[r] = make([]byte, len(ins[r]))
-			}
-			for r, err := range onAll(t, comms, func(c *Comm) (*Request, error) {
-				return c.AllReduce(ins[c.rank], outs[c.rank], count, Float32, Sum)
-			}) {
+			opErrs, outs, want := allReduceFloat32(t, comms, count, 11)
+			for r, err := range opErrs {
 				require.NoError(t, err, "rank %d", r)
 			}
-			want := reference(Float32, Sum, ins, count)
 			for r := range outs {
 				require.Equal(t, want, outs[r], "rank %d", r)
 			}
@@ -181,17 +174,10 @@ func TestInjectStaleHook(t *testing.T) {
 		for r := range errs {
 			require.NoError(t, errs[r], "rank %d", r)
 		}
-		ins, outs := make([][]byte, n), make([][]byte, n)
-		for r := range ins {
-			ins[r] = inputs(Float32, Sum, count, r, 3)
-			outs[r] = make([]byte, len(ins[r]))
-		}
-		for r, err := range onAll(t, comms, func(c *Comm) (*Request, error) {
-			return c.AllReduce(ins[c.rank], outs[c.rank], count, Float32, Sum)
-		}) {
+		opErrs, outs, want := allReduceFloat32(t, comms, count, 3)
+		for r, err := range opErrs {
 			require.NoError(t, err, "rank %d", r)
 		}
-		want := reference(Float32, Sum, ins, count)
 		var dropped uint64
 		for r, c := range comms {
 			require.Equal(t, want, outs[r], "epoch %d rank %d", epoch, r)

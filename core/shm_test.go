@@ -190,16 +190,7 @@ func TestNewCommPicksShmOnOneHost(t *testing.T) {
 			require.Equal(t, maps0+n*(n-1), maps, "each rank maps one segment per local peer")
 		}
 		count := 300001 // > the ring: frames stream through it
-		ins := make([][]byte, n)
-		outs := make([][]byte, n)
-		for r := range ins {
-			ins[r] = inputs(Float32, Sum, count, r, 3)
-			outs[r] = make([]byte, len(ins[r]))
-		}
-		errs := onAll(t, comms, func(c *Comm) (*Request, error) {
-			return c.AllReduce(ins[c.rank], outs[c.rank], count, Float32, Sum)
-		})
-		want := reference(Float32, Sum, ins, count)
+		errs, outs, want := allReduceFloat32(t, comms, count, 3)
 		for r, c := range comms {
 			require.NoError(t, errs[r])
 			require.Equal(t, want, outs[r])

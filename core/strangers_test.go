@@ -179,17 +179,10 @@ func TestStrangersAreDroppedAndLogged(t *testing.T) {
 	defer destroyAll(t, comms)
 
 	count := 50001
-	ins, outs := make([][]byte, n), make([][]byte, n)
-	for r := range ins {
-		ins[r] = inputs(Float32, Sum, count, r, 3)
-		outs[r] = make([]byte, len(ins[r]))
-	}
-	for r, err := range onAll(t, comms, func(c *Comm) (*Request, error) {
-		return c.AllReduce(ins[c.rank], outs[c.rank], count, Float32, Sum)
-	}) {
+	opErrs, outs, want := allReduceFloat32(t, comms, count, 3)
+	for r, err := range opErrs {
 		require.NoError(t, err, "rank %d", r)
 	}
-	want := reference(Float32, Sum, ins, count)
 	for r := range outs {
 		require.Equal(t, want, outs[r], "rank %d", r)
 	}
