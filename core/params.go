@@ -142,7 +142,7 @@ type config struct {
 	timeout            time.Duration
 	chunkBytes         int
 	llThreshold        int
-	algo               map[string][]string // GONCCL_ALGO: collective -> allowed algorithms
+	algo               algoAllow // GONCCL_ALGO: collective -> allowed algorithms
 	gomaxprocs         int
 	shmDisable         bool
 	heartbeatTimeout   time.Duration // GONCCL_HEARTBEAT_TIMEOUT_MS; 0: off
