@@ -44,6 +44,30 @@ func algoHelp() string {
 	return strings.Join(parts, ", ")
 }
 
+// algoNotes explain, in GONCCL_ALGO's help, the algorithms whose name does not.
+var algoNotes = map[Algo]string{AlgoHier: "hierarchical, ranks on several hosts"}
+
+// algoChoices lists, for GONCCL_ALGO's help (and so the README), the algorithms of
+// each collective that has a choice: "allreduce `rd`/`direct`/..., broadcast ...".
+func algoChoices() string {
+	var parts []string
+	for _, k := range tunedKinds {
+		row := &collectives[k]
+		if len(row.algos) < 2 {
+			continue
+		}
+		names := make([]string, len(row.algos))
+		for i, x := range row.algos {
+			names[i] = "`" + x.algo.String() + "`"
+			if note := algoNotes[x.algo]; note != "" {
+				names[i] += " (" + note + ")"
+			}
+		}
+		parts = append(parts, row.tuneName()+" "+strings.Join(names, "/"))
+	}
+	return strings.Join(parts, ", ")
+}
+
 // parseAlgo parses GONCCL_ALGO in NCCL's syntax: entries separated by ';' (or ','),
 // each "collective:algo[,algo...]" allowing those algorithms for that collective,
 // "^algo" excluding one, and bare "algo[,algo...]" applying to every collective that

@@ -53,7 +53,7 @@ var Params = []Param{
 		"largest message (bytes) the one-shot direct all_reduce and all_gather may take; recursive doubling takes up to max(this, `GONCCL_CHUNKSIZE`)",
 		integer(0, 0, func(c *config, v int64) { c.llThreshold = int(v) })},
 	{"GONCCL_ALGO", "", "(cost model)",
-		"restrict the algorithms the cost model may pick, in NCCL's syntax: `allreduce:ring`, `allreduce:ring,rd;broadcast:chain`, `^direct` (exclude). Choices: allreduce `rd`/`direct`/`ring`/`hier` (hierarchical, ranks on several hosts), broadcast `tree`/`chain`, reduce `tree`/`chain`, allgather `direct`/`ring`",
+		"restrict the algorithms the cost model may pick, in NCCL's syntax: `allreduce:ring`, `allreduce:ring,rd;broadcast:chain`, `^direct` (exclude). Choices: " + algoChoices(),
 		func(c *config, _, v string) (err error) { c.algo, err = parseAlgo(v); return err }},
 	{"GONCCL_GOMAXPROCS", "", "max(2, cores / local ranks)",
 		"threads for the Go runtime in each rank",
