@@ -197,7 +197,7 @@ func (c *Comm) runAlltoAll(e *exec, o *op) error {
 		send = work
 	}
 	per := func(int) int { return o.count }
-	return e.alltoallPairwise(
+	return e.alltoAllPairwise(
 		func(j int) []byte { return send[j*block : (j+1)*block] },
 		func(j int) []byte { return o.recv[j*block : (j+1)*block] },
 		per, per, nil)
@@ -234,7 +234,7 @@ func (c *Comm) runAlltoAllv(e *exec, o *op) error {
 		copy(work, send)
 		send = work
 	}
-	return e.alltoallPairwise(
+	return e.alltoAllPairwise(
 		func(j int) []byte { return block(send, a.sendDispls[j], a.sendCounts[j]) },
 		func(j int) []byte { return block(o.recv, a.recvDispls[j], a.recvCounts[j]) },
 		func(j int) int { return a.sendCounts[j] },
