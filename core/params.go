@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/gonccl/gonccl/internal/cenv"
-	"github.com/gonccl/gonccl/transport"
+	"github.com/gonccl/gonccl/transport/tcp"
 )
 
 // Param is one GONCCL_* setting: its name, default, meaning and how it is parsed into
@@ -201,9 +201,9 @@ func loadConfig() (*config, error) {
 }
 
 // socketLayout checks the TCP connection layout to each peer and caps it, as NCCL
-// does, at transport.MaxSockets connections: past the cap, each thread gets fewer.
+// does, at tcp.MaxSockets connections: past the cap, each thread gets fewer.
 func socketLayout(threads, per int64) (int, int, error) {
-	const most = transport.MaxSockets
+	const most = tcp.MaxSockets
 	if threads > most || per > most {
 		return 0, 0, fmt.Errorf("%w: GONCCL_SOCKET_NTHREADS=%d, GONCCL_NSOCKS_PERTHREAD=%d: each must be 1..%d",
 			ErrInvalidArgument, threads, per, most)
