@@ -331,28 +331,7 @@ func TestStripedDoesNotAllocate(t *testing.T) {
 		t.Skip("the race detector allocates")
 	}
 	a, b := stripedPair(t, tcpConns, 4, 2)
-	for _, n := range []int{64, 4 << 20} {
-		h := transport.Header{Seq: 1, Count: uint64(n)}
-		src, dst := make([]byte, n), make([]byte, n)
-		dl := time.Now().Add(time.Minute)
-		kick, done := make(chan struct{}), make(chan error)
-		go func() {
-			for range kick {
-				done <- a.Send(&h, src, dl)
-			}
-		}()
-		allocs := testing.AllocsPerRun(20, func() {
-			kick <- struct{}{}
-			if err := b.Recv(&h, dst, dl); err != nil {
-				panic(err)
-			}
-			if err := <-done; err != nil {
-				panic(err)
-			}
-		})
-		close(kick)
-		require.Zero(t, allocs, "%d-byte frames", n)
-	}
+	requireNoAllocs(t, a, b, 64, 4<<20)
 }
 
 func BenchmarkStripedTCP(b *testing.B) {
