@@ -6,7 +6,7 @@ import (
 	"time"
 
 	settings "github.com/gonccl/gonccl/internal/config"
-	"github.com/gonccl/gonccl/transport"
+	"github.com/gonccl/gonccl/transport/tcp"
 )
 
 // Params lists every environment variable gonccl reads, as rows of the settings
@@ -138,9 +138,9 @@ func loadConfig() (*config, error) {
 }
 
 // socketLayout checks the TCP connection layout to each peer and caps it, as NCCL
-// does, at transport.MaxSockets connections: past the cap, each thread gets fewer.
+// does, at tcp.MaxSockets connections: past the cap, each thread gets fewer.
 func socketLayout(threads, per int64) (int, int, error) {
-	const most = transport.MaxSockets
+	const most = tcp.MaxSockets
 	if threads > most || per > most {
 		return 0, 0, fmt.Errorf("%w: GONCCL_SOCKET_NTHREADS=%d, GONCCL_NSOCKS_PERTHREAD=%d: each must be 1..%d",
 			ErrInvalidArgument, threads, per, most)
