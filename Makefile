@@ -91,7 +91,7 @@ test-race:
 # time runs out while a loaded machine's worker is mid-input (golang/go#51484).
 # Longer: make fuzz-short FUZZTIME=10m.
 FUZZTIME ?= 50000x
-FUZZ_TARGETS = transport:FuzzDecodeHeader transport:FuzzStreamLinkRecv transport:FuzzMsgConn \
+FUZZ_TARGETS = transport:FuzzDecodeHeader transport/tcp:FuzzStreamLinkRecv transport:FuzzMsgConn \
 	transport/tcp:FuzzAcceptHandshake core:FuzzBootstrapMsg core:FuzzP2PReader
 
 fuzz-short:

@@ -24,12 +24,12 @@ func hostBytes(what string, p unsafe.Pointer, n uint64, dt core.DataType) ([]byt
 	return unsafe.Slice((*byte)(p), size), nil
 }
 
-// bufBytes checks a buffer argument of n elements of dt at p and returns its size in
-// bytes. A NULL pointer is allowed only for zero elements.
+// bufBytes checks a buffer argument of n elements of dt (a valid type: see dataType)
+// at p and returns its size in bytes. A NULL pointer is allowed only for zero elements.
+// Core bounds every buffer by MaxBufferBytes too, but only once it holds a slice: these
+// checks guard the slice capi makes from the caller's pointer (unsafe.Slice), and the
+// device range it stages, before core sees either.
 func bufBytes(what string, p unsafe.Pointer, n uint64, dt core.DataType) (int, error) {
-	if !dt.Valid() {
-		return 0, fmt.Errorf("%w: unknown data type %d", core.ErrInvalidArgument, uint8(dt))
-	}
 	es := uint64(dt.Size())
 	if n > core.MaxBufferBytes/es {
 		return 0, fmt.Errorf("%w: %s: count %d x %s (%d bytes each) overflows: more than the %d bytes any buffer can hold",
@@ -219,7 +219,8 @@ func goncclBarrierAsync(h C.goncclComm_t, stream C.goncclStream_t, out *C.gonccl
 	return barrier(h, stream, out, true)
 }
 
-// perRank returns count*nranks, or an error if it overflows.
+// perRank returns count*nranks, or an error if it overflows. Core checks the same
+// product (perRankTotal), but capi needs it first, to size the caller's buffer.
 func perRank(what string, count C.size_t, nranks int) (uint64, error) {
 	if uint64(count) > math.MaxInt64/uint64(nranks) {
 		return 0, fmt.Errorf("%w: %s: count %d x %d ranks overflows", core.ErrInvalidArgument, what, uint64(count), nranks)
@@ -338,7 +339,9 @@ func alltoAll(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t,
 	})
 }
 
-// sizes copies n size_t values at p (a caller's counts or displacements array).
+// sizes copies n size_t values at p (a caller's counts or displacements array). It and
+// extent bound them because capi sizes the caller's buffers from them; core checks
+// each block against the slices it is given.
 func sizes(what string, p *C.size_t, n int) ([]int, error) {
 	if p == nil {
 		return nil, fmt.Errorf("%w: %s is NULL", core.ErrInvalidArgument, what)

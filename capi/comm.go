@@ -191,6 +191,9 @@ func goncclCommSetTimeout(h C.goncclComm_t, timeoutMs C.int64_t) (res C.goncclRe
 	if err != nil {
 		return fail(nil, err)
 	}
+	// Core refuses a duration that is not positive too, but the check must come before
+	// the conversion: a large negative count of milliseconds wraps around to a positive
+	// time.Duration.
 	if timeoutMs <= 0 {
 		return fail(e, fmt.Errorf("%w: goncclCommSetTimeout: timeout must be positive, got %d ms", core.ErrInvalidArgument, int64(timeoutMs)))
 	}

@@ -14,7 +14,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gonccl/gonccl/internal/safego"
-	"github.com/gonccl/gonccl/transport"
 	"github.com/gonccl/gonccl/transport/tcp"
 )
 
@@ -47,7 +46,7 @@ func pairSockets(me, peer rankInfo) (socks, threads int) {
 	if me.Host == peer.Host && me.Shm && peer.Shm {
 		return 1, 1
 	}
-	socks = max(1, min(me.SockThreads*me.SocksPerThread, peer.SockThreads*peer.SocksPerThread, transport.MaxSockets))
+	socks = max(1, min(me.SockThreads*me.SocksPerThread, peer.SockThreads*peer.SocksPerThread, tcp.MaxSockets))
 	return socks, max(1, min(me.SockThreads, socks))
 }
 

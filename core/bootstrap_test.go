@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gonccl/gonccl/transport"
+	"github.com/gonccl/gonccl/transport/tcp"
 )
 
 // initAll creates an n-rank communicator over real TCP sockets, one goroutine per rank.
@@ -153,7 +153,7 @@ func TestStripedTCPCollectives(t *testing.T) {
 	for _, c := range comms {
 		for p, l := range linksOf(c) {
 			if p != c.rank {
-				sl, ok := l.(*transport.StripedLink)
+				sl, ok := l.(*tcp.StripedLink)
 				require.True(t, ok, "rank %d's link to %d is a %T", c.rank, p, l)
 				require.Equal(t, 6, sl.Sockets())
 			}

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"golang.org/x/sys/unix"
 
+	settings "github.com/gonccl/gonccl/internal/config"
 	"github.com/gonccl/gonccl/internal/safego"
 	"github.com/gonccl/gonccl/transport"
 	"github.com/gonccl/gonccl/transport/tcp"
@@ -143,9 +144,7 @@ func NewComm(id UniqueID, nranks, rank int, opts Options) (*Comm, error) {
 		cfg.set = append(cfg.set, fmt.Sprintf("chunk size (communicator option) %d", opts.ChunkBytes))
 	}
 	logs := newLoggers(cfg, hostname(), rank)
-	for _, s := range cfg.set {
-		logs.env.Info(s)
-	}
+	settings.Echo(logs.env, cfg.set)
 	fail := func(err error) (*Comm, error) {
 		return nil, &OpError{Rank: rank, Op: fmt.Sprintf("init (rank %d of %d)", rank, nranks), Peer: -1, Err: err}
 	}

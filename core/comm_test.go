@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gonccl/gonccl/transport"
+	"github.com/gonccl/gonccl/transport/tcp"
 )
 
 // memComms builds n communicators joined by in-memory links (net.Pipe: unbuffered, so
@@ -21,7 +22,7 @@ func memComms(t testing.TB, n int, tweak func(*config)) []*Comm {
 	t.Helper()
 	return commsOver(t, n, tweak, func(i, j int) (transport.Link, transport.Link) {
 		a, b := net.Pipe()
-		return transport.NewStreamLink(j, a), transport.NewStreamLink(i, b)
+		return tcp.NewStreamLink(j, a), tcp.NewStreamLink(i, b)
 	})
 }
 

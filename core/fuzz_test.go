@@ -3,27 +3,14 @@ package core
 import (
 	"encoding/binary"
 	"encoding/json"
-	"io"
-	"net"
 	"testing"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/gonccl/gonccl/internal/wiretest"
 	"github.com/gonccl/gonccl/transport"
 )
-
-// feedConn returns one end of a pipe whose other end writes data, then closes, and
-// discards whatever the tested side writes back.
-func feedConn(data []byte) net.Conn {
-	a, b := net.Pipe()
-	go func() {
-		_, _ = b.Write(data)
-		b.Close()
-	}()
-	go func() { _, _ = io.Copy(io.Discard, b) }()
-	return a
-}
 
 func bootstrapFrame(v any) []byte {
 	b, _ := json.Marshal(v)
@@ -46,7 +33,7 @@ func FuzzBootstrapMsg(f *testing.F) {
 	f.Add(bootstrapFrame(map[string]any{"ranks": 5})) // wrong shape
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var info rankInfo
-		if readMsg(feedConn(data), &info) == nil {
+		if readMsg(wiretest.Feed(data), &info) == nil {
 			if checkJoin(info, -1, map[int]bool{}) == nil {
 				if info.NRanks < 1 || info.NRanks > MaxRanks || info.Rank < 0 || info.Rank >= info.NRanks {
 					t.Fatalf("checkJoin accepted %+v", info)
@@ -55,7 +42,7 @@ func FuzzBootstrapMsg(f *testing.F) {
 			}
 		}
 		var reply rootReply
-		if readMsg(feedConn(data), &reply) == nil && checkReply(&reply, 2) == nil {
+		if readMsg(wiretest.Feed(data), &reply) == nil && checkReply(&reply, 2) == nil {
 			for i, ri := range reply.Ranks {
 				if ri.Rank != i {
 					t.Fatalf("checkReply accepted %+v", reply)
@@ -100,7 +87,7 @@ func FuzzP2PReader(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in []byte) {
 		c := &Comm{rank: 0, nranks: 2, timeout: 2 * time.Second, logs: loggers{net: zap.NewNop()},
 			peers: fixedPeers(0, make([]transport.Link, 2))}
-		c.startP2P([]*transport.MsgConn{nil, transport.NewMsgConn(1, feedConn(in))})
+		c.startP2P([]*transport.MsgConn{nil, transport.NewMsgConn(1, wiretest.Feed(in))})
 		e := c.p2p
 		// A receive posted after the reader already failed the channel fails at once.
 		var reqs []*Request

@@ -23,7 +23,9 @@ func heartbeatInterval(timeout time.Duration) time.Duration {
 	return min(max(timeout/10, 50*time.Millisecond), time.Second)
 }
 
-func (e *p2pEngine) heartbeat(interval, timeout time.Duration) {
+// heartbeat sends heartbeats and watches for silent peers until close. paused (a test
+// hook, nil in production) stops this rank's heartbeats while it returns true.
+func (e *p2pEngine) heartbeat(interval, timeout time.Duration, paused func(rank int) bool) {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
@@ -33,6 +35,7 @@ func (e *p2pEngine) heartbeat(interval, timeout time.Duration) {
 		case <-tick.C:
 		}
 		now := time.Now()
+		silent := paused != nil && paused(e.rank)
 		var dead []*p2pPeer
 		e.mu.Lock()
 		for _, pp := range e.peers {
@@ -44,7 +47,7 @@ func (e *p2pEngine) heartbeat(interval, timeout time.Duration) {
 				continue
 			}
 			idle := now.Sub(time.Unix(0, pp.lastSent.Load())) >= interval
-			if idle && !e.hbPaused.Load() && len(pp.ctrl) == 0 && len(pp.data) == 0 {
+			if idle && !silent && len(pp.ctrl) == 0 && len(pp.data) == 0 {
 				e.enqueue(pp, &p2pFrame{h: transport.MsgHeader{Kind: transport.MsgHeartbeat}, deadline: now.Add(timeout)}, true)
 			}
 		}

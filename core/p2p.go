@@ -140,7 +140,6 @@ type p2pEngine struct {
 	onDead        func(rank int, err error)                             // a peer missed its heartbeats (see heartbeat.go)
 	onLost        func(rank, from int, reason string, now, silent bool) // a peer says rank is lost (see lost.go)
 	stop          chan struct{}                                         // closed by close: ends the heartbeat goroutine
-	hbPaused      atomic.Bool                                           // tests: stop sending heartbeats
 	statusAnswers chan statusAnswer                                     // where peers' answers go while this rank asks
 }
 
@@ -175,7 +174,7 @@ func (c *Comm) startP2P(msgs []*transport.MsgConn) {
 	}
 	if c.cfg != nil && c.cfg.heartbeatTimeout > 0 {
 		e.guard.Go("heartbeat", &e.wg, c.heartbeatDied, func() {
-			e.heartbeat(heartbeatInterval(c.cfg.heartbeatTimeout), c.cfg.heartbeatTimeout)
+			e.heartbeat(heartbeatInterval(c.cfg.heartbeatTimeout), c.cfg.heartbeatTimeout, c.cfg.test.heartbeatsPaused)
 		})
 	}
 }

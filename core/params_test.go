@@ -2,50 +2,26 @@ package core
 
 import (
 	"flag"
-	"fmt"
 	"os"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	settings "github.com/gonccl/gonccl/internal/config"
 )
 
 var updateReadme = flag.Bool("update", false, "rewrite the README's table of variables from Params")
-
-// variableTable is the README's table of variables, one row per Param.
-func variableTable() string {
-	var b strings.Builder
-	for _, p := range Params {
-		def := "`" + p.Default + "`"
-		if p.Default == "" {
-			def = p.Unset
-		}
-		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", p.Name, def, p.Help)
-	}
-	return b.String()
-}
 
 // The README's table of variables is generated from Params: every parameter gonccl
 // reads, with its default and meaning, and nothing that it doesn't.
 func TestReadmeVariableTable(t *testing.T) {
 	readme, err := os.ReadFile("../README.md")
 	require.NoError(t, err)
-	lines := strings.SplitAfter(string(readme), "\n")
-	first, last := -1, -1
-	for i, line := range lines {
-		if strings.HasPrefix(line, "| `GONCCL_") {
-			if first < 0 {
-				first = i
-			}
-			last = i
-		}
-	}
-	require.GreaterOrEqual(t, first, 0, "the README has no table of GONCCL_ variables")
-	got := strings.Join(lines[first:last+1], "")
-	want := variableTable()
+	want := settings.Table(Params)
+	got, updated, found := settings.SpliceTable(string(readme), "GONCCL_", want)
+	require.True(t, found, "the README has no table of GONCCL_ variables")
 	if *updateReadme && got != want {
-		out := strings.Join(lines[:first], "") + want + strings.Join(lines[last+1:], "")
-		require.NoError(t, os.WriteFile("../README.md", []byte(out), 0o644))
+		require.NoError(t, os.WriteFile("../README.md", []byte(updated), 0o644))
 		return
 	}
 	for _, p := range Params {

@@ -329,9 +329,9 @@ func (s *peerSet) finish(peer int, conns []net.Conn, msg net.Conn, deadline time
 	_, threads := pairSockets(s.ranks[s.rank], s.ranks[peer])
 	var link transport.Link
 	if len(conns) == 1 {
-		link = transport.NewStreamLink(peer, conns[0])
+		link = tcp.NewStreamLink(peer, conns[0])
 	} else {
-		sl, err := transport.NewStripedLink(peer, conns, threads, s.guard)
+		sl, err := tcp.NewStripedLink(peer, conns, threads, s.guard)
 		if err != nil {
 			closeConns(append(conns, msg))
 			s.fail(peer, fmt.Errorf("rank %d: %w", peer, err))
@@ -341,7 +341,7 @@ func (s *peerSet) finish(peer int, conns []net.Conn, msg net.Conn, deadline time
 		s.logs.net.Info(fmt.Sprintf("rank %d: %d tcp connections, %d sending goroutines", peer, len(conns), threads))
 	}
 	me, ri := s.ranks[s.rank], s.ranks[peer]
-	if sl, ok := link.(*transport.StreamLink); ok && ri.Host == me.Host && ri.Shm && me.Shm {
+	if sl, ok := link.(*tcp.StreamLink); ok && ri.Host == me.Host && ri.Shm && me.Shm {
 		l, err := shm.Connect(sl.Conn(), peer, s.rank < peer, shm.DefaultRingSize, deadline, s.guard)
 		switch {
 		case err == nil:

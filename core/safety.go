@@ -37,9 +37,9 @@ import (
 //	peer handshake    one accepted connection: that connection (logged)
 //	peer call         connecting to a lower rank that called: that peer's link
 //
-// and, in package transport, "tcp link sender" / "tcp link stripe" (a striped link's
-// helper goroutine / one operation of it: the link) and "shm watcher" (a shared-memory
-// link's liveness watcher: the link).
+// and, in package transport/tcp, "tcp link sender" / "tcp link stripe" (a striped
+// link's helper goroutine / one operation of it: the link), and in transport/shm "shm
+// watcher" (a shared-memory link's liveness watcher: the link).
 
 // guard returns the Guard for goroutines whose panics log to log.
 func (cfg *config) guard(log *zap.Logger) safego.Guard {

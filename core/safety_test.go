@@ -15,6 +15,7 @@ import (
 	"github.com/gonccl/gonccl/internal/safego"
 	"github.com/gonccl/gonccl/transport"
 	"github.com/gonccl/gonccl/transport/shm"
+	"github.com/gonccl/gonccl/transport/tcp"
 )
 
 // A panic on any goroutine gonccl starts fails the operation it served (or the
@@ -243,9 +244,9 @@ func stripedPair(t *testing.T, g safego.Guard) func(i, j int) (transport.Link, t
 			a, b := net.Pipe()
 			ca, cb = append(ca, a), append(cb, b)
 		}
-		a, err := transport.NewStripedLink(j, ca, 2, g)
+		a, err := tcp.NewStripedLink(j, ca, 2, g)
 		require.NoError(t, err)
-		b, err := transport.NewStripedLink(i, cb, 2)
+		b, err := tcp.NewStripedLink(i, cb, 2)
 		require.NoError(t, err)
 		return a, b
 	}

@@ -3,6 +3,7 @@ package core
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -150,13 +151,14 @@ func TestMismatchExplainedOnEveryRank(t *testing.T) {
 // naming it, long before the operation's own timeout.
 func TestSilentPeerMissesHeartbeats(t *testing.T) {
 	t.Setenv("GONCCL_HEARTBEAT_TIMEOUT_MS", "1000")
-	comms := initAllTimeout(t, 3, 30*time.Second)
+	var silent atomic.Bool
+	comms := initAllHooked(t, 3, 30*time.Second, &testHooks{heartbeatsPaused: func(rank int) bool { return rank == 2 && silent.Load() }})
 	defer func() {
 		for _, c := range comms {
 			c.Abort()
 		}
 	}()
-	comms[2].p2p.hbPaused.Store(true) // rank 2 falls silent
+	silent.Store(true) // rank 2 falls silent
 	start := time.Now()
 	errs := runOn(t, comms, []int{0, 1}, 20*time.Second, allReduceOn)
 	took := time.Since(start)

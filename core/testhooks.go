@@ -22,6 +22,9 @@ type testHooks struct {
 	dialed func(rank, peer int, ch uint8)
 	// handshakeTimeout, if set, replaces defaultHandshakeTimeout.
 	handshakeTimeout time.Duration
+	// heartbeatsPaused is asked at each heartbeat round whether the rank sends none
+	// (true: it falls silent without closing anything, as a hung process would).
+	heartbeatsPaused func(rank int) bool
 }
 
 // apply puts the hooks (nil: none) into cfg.

@@ -24,7 +24,7 @@ type linkCost struct {
 	bwGBs     float64 // sustained bytes per second of one rank's sends (1 GB = 1e9 B)
 }
 
-// Per link kind, measured on the 2-core development VM (transport/shm and transport
+// Per link kind, measured on the 2-core development VM (transport/shm and transport/tcp
 // benchmarks, 2 ranks; see bench/README.md). Only the ratios matter: they decide where
 // latency-bound algorithms give way to bandwidth-bound ones.
 var (

@@ -2,28 +2,15 @@ package transport
 
 import (
 	"bytes"
-	"errors"
-	"io"
-	"net"
 	"testing"
 	"time"
+
+	"github.com/gonccl/gonccl/internal/wiretest"
 )
 
 // The fuzz targets feed arbitrary bytes, as a malicious or broken peer could send
 // them, to each decoder and receive path. None may panic, block past its deadline,
 // or allocate according to a length read from the wire.
-
-// feed returns one end of a pipe whose other end writes data, then closes, and
-// discards whatever the tested side writes back.
-func feed(data []byte) net.Conn {
-	a, b := net.Pipe()
-	go func() {
-		_, _ = b.Write(data)
-		b.Close()
-	}()
-	go func() { _, _ = io.Copy(io.Discard, b) }()
-	return a
-}
 
 // frame encodes one collective frame with payload p.
 func frame(h Header, p []byte) []byte {
@@ -58,49 +45,6 @@ func FuzzDecodeHeader(f *testing.F) {
 	})
 }
 
-// recvSize is the payload the fuzzed StreamLink receive expects.
-const recvSize = 64
-
-func FuzzStreamLinkRecv(f *testing.F) {
-	want := seedHeader
-	want.Len = recvSize
-	good := frame(want, bytes.Repeat([]byte{7}, recvSize))
-	f.Add(good)
-	f.Add(good[:HeaderSize])                   // payload missing
-	f.Add(good[:HeaderSize/2])                 // header truncated
-	f.Add(frame(want, make([]byte, 3)))        // shorter payload than announced
-	f.Add(append(good[:0:0], good[1:]...))     // out of step by one byte
-	f.Add(frame(Header{Kind: 9, Seq: 3}, nil)) // another operation
-	lie := append([]byte(nil), good...)
-	lie[20], lie[21], lie[22], lie[23] = 0xff, 0xff, 0xff, 0xff // 4 GiB announced
-	f.Add(lie)
-	f.Fuzz(func(t *testing.T, data []byte) {
-		conn := feed(data)
-		l := NewStreamLink(1, conn)
-		defer l.Close()
-		buf := make([]byte, recvSize)
-		start := time.Now()
-		err := l.Recv(&want, buf, start.Add(2*time.Second))
-		if time.Since(start) > 2*time.Second+500*time.Millisecond {
-			t.Fatalf("Recv took %v, past its deadline", time.Since(start))
-		}
-		if err == nil {
-			if len(data) < HeaderSize+recvSize {
-				t.Fatalf("Recv succeeded on %d bytes", len(data))
-			}
-			got, _ := DecodeHeader(data)
-			if got != want {
-				t.Fatalf("Recv accepted header %+v, want %+v", got, want)
-			}
-			return
-		}
-		if !errors.Is(err, ErrPeerClosed) && !errors.Is(err, ErrMismatch) && !errors.Is(err, ErrTimeout) &&
-			!bytes.Contains([]byte(err.Error()), []byte("bad frame magic")) {
-			t.Fatalf("unexpected error class: %v", err)
-		}
-	})
-}
-
 func msgFrame(h MsgHeader, p []byte) []byte {
 	b := make([]byte, MsgHeaderSize+len(p))
 	EncodeMsgHeader(b, &h)
@@ -122,7 +66,7 @@ func FuzzMsgConn(f *testing.F) {
 	f.Add(msgFrame(MsgHeader{Kind: MsgCTS, Seq: 9}, nil))
 	f.Add(msgFrame(MsgHeader{Kind: 200, Seq: 9}, nil))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		m := NewMsgConn(1, feed(data))
+		m := NewMsgConn(1, wiretest.Feed(data))
 		defer m.Close()
 		var buf [maxPayload]byte
 		for frames := 0; ; frames++ {

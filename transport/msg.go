@@ -143,7 +143,7 @@ type MsgConn struct {
 	peer int
 	conn net.Conn
 	in   activityReader // reads conn, noting when bytes last arrived
-	wbuf [MsgHeaderSize + smallFrame]byte
+	wbuf [MsgHeaderSize + SmallFrame]byte
 	rbuf [MsgHeaderSize]byte
 }
 
@@ -182,7 +182,7 @@ func (m *MsgConn) Write(h *MsgHeader, p []byte, deadline time.Time) error {
 		return m.wrap("send to", err)
 	}
 	EncodeMsgHeader(m.wbuf[:], h)
-	if len(p) <= smallFrame {
+	if len(p) <= SmallFrame {
 		n := copy(m.wbuf[MsgHeaderSize:], p)
 		_, err := m.conn.Write(m.wbuf[:MsgHeaderSize+n])
 		return m.wrap("send to", err)
@@ -230,4 +230,4 @@ func (m *MsgConn) Discard(n uint64, deadline time.Time) error {
 // Close closes the connection; blocked reads and writes return.
 func (m *MsgConn) Close() error { return m.conn.Close() }
 
-func (m *MsgConn) wrap(what string, err error) error { return wrapErr(m.peer, what, err) }
+func (m *MsgConn) wrap(what string, err error) error { return WrapConnErr(m.peer, what, err) }

@@ -13,7 +13,7 @@ import (
 )
 
 // tcpPair connects two StreamLinks over loopback TCP, tuned like gonccl's own sockets.
-func tcpPair(b *testing.B) (*transport.StreamLink, *transport.StreamLink) {
+func tcpPair(b *testing.B) (*tcp.StreamLink, *tcp.StreamLink) {
 	l, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	require.NoError(b, err)
 	defer l.Close()
@@ -30,7 +30,7 @@ func tcpPair(b *testing.B) (*transport.StreamLink, *transport.StreamLink) {
 	tcp.Accepted(c)
 	s := <-accepted
 	require.NotNil(b, s)
-	return transport.NewStreamLink(1, c), transport.NewStreamLink(0, s)
+	return tcp.NewStreamLink(1, c), tcp.NewStreamLink(0, s)
 }
 
 // benchLink streams b.N frames of n bytes from a to r and reports the throughput.

@@ -1,8 +1,8 @@
 // Package shm is the Link between two ranks on the same host: a pair of
 // single-producer/single-consumer byte rings, one per direction, in a memfd segment
-// that both processes map. A frame is the same header StreamLink sends, then the
-// payload; both stream through the ring in pieces, so a frame may be larger than the
-// ring.
+// that both processes map. A frame is the header the TCP links send too
+// (transport.EncodeHeader), then the payload; both stream through the ring in pieces,
+// so a frame may be larger than the ring.
 //
 // Waiting is a short adaptive spin, then a futex (FUTEX_WAIT/FUTEX_WAKE, not the
 // private variants: the word is in memory shared between processes) on an event word

@@ -185,7 +185,7 @@ func (l *Link) Send(h *transport.Header, p []byte, deadline time.Time) error {
 		return err
 	}
 	if l.failed.Load() {
-		// Still send within the grace period, like StreamLink: the frame tells the peer
+		// Still send within the grace period, like tcp.StreamLink: the frame tells the peer
 		// what this rank was doing.
 		if at := time.Unix(0, l.failAt.Load()); deadline.IsZero() || at.Before(deadline) {
 			deadline = at

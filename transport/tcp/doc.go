@@ -1,5 +1,12 @@
-// Package tcp sets up authenticated TCP connections between gonccl ranks: it picks the
-// network interface (GONCCL_SOCKET_IFNAME syntax), listens, dials with retries, and runs
-// the handshake by which both ends prove they know the communicator's secret. A process
-// that cannot prove it is dropped before any of its bytes reach a collective.
+// Package tcp is gonccl's TCP transport. It sets up authenticated connections between
+// ranks: it picks the network interface (GONCCL_SOCKET_IFNAME syntax), listens, dials
+// with retries, and runs the handshake by which both ends prove they know the
+// communicator's secret, so that a process that cannot prove it is dropped before any
+// of its bytes reach a collective (iface.go, conn.go, handshake.go). Over those
+// connections it runs the transport.Link of a pair of ranks: StreamLink frames
+// messages over one ordered byte stream (stream.go), StripedLink cuts large frames
+// across several connections that move in parallel (striped.go).
+//
+// It knows nothing of communicators or collectives: core decides which connections
+// to make and which link to run over them.
 package tcp

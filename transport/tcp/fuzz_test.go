@@ -1,24 +1,15 @@
 package tcp
 
 import (
+	"bytes"
 	"encoding/binary"
-	"io"
-	"net"
+	"errors"
 	"testing"
 	"time"
-)
 
-// feed returns one end of a pipe whose other end writes data, then closes, and
-// discards whatever the tested side writes back.
-func feed(data []byte) net.Conn {
-	a, b := net.Pipe()
-	go func() {
-		_, _ = b.Write(data)
-		b.Close()
-	}()
-	go func() { _, _ = io.Copy(io.Discard, b) }()
-	return a
-}
+	"github.com/gonccl/gonccl/internal/wiretest"
+	"github.com/gonccl/gonccl/transport"
+)
 
 func hello(from, to int32, ch uint32, version uint32) []byte {
 	b := make([]byte, helloSize)
@@ -46,7 +37,7 @@ func FuzzAcceptHandshake(f *testing.F) {
 	f.Add([]byte("GET / HTTP/1.0\r\n\r\n"))
 	secret := []byte("0123456789abcdef")
 	f.Fuzz(func(t *testing.T, data []byte) {
-		conn := feed(data)
+		conn := wiretest.Feed(data)
 		defer conn.Close()
 		start := time.Now()
 		h, err := AcceptHandshake(conn, secret, start.Add(2*time.Second))
@@ -55,6 +46,57 @@ func FuzzAcceptHandshake(f *testing.F) {
 		}
 		if took := time.Since(start); took > 2500*time.Millisecond {
 			t.Fatalf("handshake took %v, past its deadline", took)
+		}
+	})
+}
+
+// frame encodes one collective frame with payload p.
+func frame(h transport.Header, p []byte) []byte {
+	b := make([]byte, transport.HeaderSize+len(p))
+	transport.EncodeHeader(b, &h, uint32(len(p)))
+	copy(b[transport.HeaderSize:], p)
+	return b
+}
+
+// recvSize is the payload the fuzzed StreamLink receive expects.
+const recvSize = 64
+
+func FuzzStreamLinkRecv(f *testing.F) {
+	want := transport.Header{Seq: 3, Kind: 1, DType: 7, Op: 0, Algo: 1, Root: -1, Count: 16, Offset: 0}
+	want.Len = recvSize
+	good := frame(want, bytes.Repeat([]byte{7}, recvSize))
+	f.Add(good)
+	f.Add(good[:transport.HeaderSize])                   // payload missing
+	f.Add(good[:transport.HeaderSize/2])                 // header truncated
+	f.Add(frame(want, make([]byte, 3)))                  // shorter payload than announced
+	f.Add(append(good[:0:0], good[1:]...))               // out of step by one byte
+	f.Add(frame(transport.Header{Kind: 9, Seq: 3}, nil)) // another operation
+	lie := append([]byte(nil), good...)
+	lie[20], lie[21], lie[22], lie[23] = 0xff, 0xff, 0xff, 0xff // 4 GiB announced
+	f.Add(lie)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		conn := wiretest.Feed(data)
+		l := NewStreamLink(1, conn)
+		defer l.Close()
+		buf := make([]byte, recvSize)
+		start := time.Now()
+		err := l.Recv(&want, buf, start.Add(2*time.Second))
+		if time.Since(start) > 2*time.Second+500*time.Millisecond {
+			t.Fatalf("Recv took %v, past its deadline", time.Since(start))
+		}
+		if err == nil {
+			if len(data) < transport.HeaderSize+recvSize {
+				t.Fatalf("Recv succeeded on %d bytes", len(data))
+			}
+			got, _ := transport.DecodeHeader(data)
+			if got != want {
+				t.Fatalf("Recv accepted header %+v, want %+v", got, want)
+			}
+			return
+		}
+		if !errors.Is(err, transport.ErrPeerClosed) && !errors.Is(err, transport.ErrMismatch) &&
+			!errors.Is(err, transport.ErrTimeout) && !bytes.Contains([]byte(err.Error()), []byte("bad frame magic")) {
+			t.Fatalf("unexpected error class: %v", err)
 		}
 	})
 }

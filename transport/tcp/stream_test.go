@@ -1,4 +1,4 @@
-package transport
+package tcp
 
 import (
 	"errors"
@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gonccl/gonccl/transport"
 )
 
 func pipeLinks() (*StreamLink, *StreamLink) {
@@ -15,9 +17,9 @@ func pipeLinks() (*StreamLink, *StreamLink) {
 }
 
 func TestStreamLinkRoundTrip(t *testing.T) {
-	for _, n := range []int{0, 1, smallFrame, smallFrame + 1, 1 << 20} {
+	for _, n := range []int{0, 1, transport.SmallFrame, transport.SmallFrame + 1, 1 << 20} {
 		a, b := pipeLinks()
-		h := Header{Seq: 7, Kind: 1, DType: 7, Op: 0, Algo: 2, Root: -1, Count: 99, Offset: 12}
+		h := transport.Header{Seq: 7, Kind: 1, DType: 7, Op: 0, Algo: 2, Root: -1, Count: 99, Offset: 12}
 		payload := make([]byte, n)
 		for i := range payload {
 			payload[i] = byte(i * 7)
@@ -39,24 +41,24 @@ func TestStreamLinkMismatch(t *testing.T) {
 	defer a.Close()
 	defer b.Close()
 	dl := time.Now().Add(5 * time.Second)
-	sent := Header{Seq: 1, Kind: 1, DType: 7, Count: 2048, Root: -1}
+	sent := transport.Header{Seq: 1, Kind: 1, DType: 7, Count: 2048, Root: -1}
 	go func() { _ = a.Send(&sent, make([]byte, 16), dl) }()
-	want := Header{Seq: 1, Kind: 1, DType: 7, Count: 1024, Root: -1}
+	want := transport.Header{Seq: 1, Kind: 1, DType: 7, Count: 1024, Root: -1}
 	err := b.Recv(&want, make([]byte, 16), dl)
-	var me *MismatchError
+	var me *transport.MismatchError
 	require.ErrorAs(t, err, &me)
-	require.True(t, errors.Is(err, ErrMismatch))
+	require.True(t, errors.Is(err, transport.ErrMismatch))
 	require.Equal(t, uint64(2048), me.Got.Count)
 	require.Equal(t, 0, me.Peer)
 }
 
 func TestStreamLinkTimeoutAndClose(t *testing.T) {
 	a, b := pipeLinks()
-	err := b.Recv(&Header{}, nil, time.Now().Add(50*time.Millisecond))
-	require.ErrorIs(t, err, ErrTimeout)
+	err := b.Recv(&transport.Header{}, nil, time.Now().Add(50*time.Millisecond))
+	require.ErrorIs(t, err, transport.ErrTimeout)
 	a.Close()
-	err = b.Recv(&Header{}, nil, time.Now().Add(time.Second))
-	require.ErrorIs(t, err, ErrPeerClosed)
+	err = b.Recv(&transport.Header{}, nil, time.Now().Add(time.Second))
+	require.ErrorIs(t, err, transport.ErrPeerClosed)
 	b.Close()
 }
 
@@ -65,8 +67,8 @@ func TestStreamLinkRejectsGarbage(t *testing.T) {
 	l := NewStreamLink(0, b)
 	defer a.Close()
 	defer l.Close()
-	go func() { _, _ = a.Write(make([]byte, headerSize)) }()
-	err := l.Recv(&Header{}, nil, time.Now().Add(time.Second))
+	go func() { _, _ = a.Write(make([]byte, transport.HeaderSize)) }()
+	err := l.Recv(&transport.Header{}, nil, time.Now().Add(time.Second))
 	require.ErrorContains(t, err, "bad frame magic")
 }
 
@@ -79,8 +81,15 @@ func TestStreamLinkDoesNotAllocate(t *testing.T) {
 	a, b := NewStreamLink(1, ca[0]), NewStreamLink(0, cb[0])
 	defer a.Close()
 	defer b.Close()
-	for _, n := range []int{64, 1 << 20} {
-		h := Header{Seq: 1, Count: uint64(n)}
+	requireNoAllocs(t, a, b, 64, 1<<20)
+}
+
+// requireNoAllocs sends a frame of each size from a to b, twenty times, and fails if
+// a round trip allocates on the Go heap.
+func requireNoAllocs(t *testing.T, a, b transport.Link, sizes ...int) {
+	t.Helper()
+	for _, n := range sizes {
+		h := transport.Header{Seq: 1, Count: uint64(n)}
 		src, dst := make([]byte, n), make([]byte, n)
 		dl := time.Now().Add(time.Minute)
 		kick, done := make(chan struct{}), make(chan error)

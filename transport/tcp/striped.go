@@ -1,4 +1,4 @@
-package transport
+package tcp
 
 import (
 	"encoding/binary"
@@ -10,11 +10,12 @@ import (
 	"time"
 
 	"github.com/gonccl/gonccl/internal/safego"
+	"github.com/gonccl/gonccl/transport"
 )
 
-// A StripedLink is a Link over several connections to one peer (NCCL's "several
-// sockets per peer"): a large frame is cut into stripes, one per connection, which
-// move in parallel; a small frame travels whole on connection 0, exactly as a
+// A StripedLink is a transport.Link over several connections to one peer (NCCL's
+// "several sockets per peer"): a large frame is cut into stripes, one per connection,
+// which move in parallel; a small frame travels whole on connection 0, exactly as a
 // StreamLink sends it.
 //
 // Every stripe carries the frame's own header (the whole frame's Len and Offset, so
@@ -46,13 +47,13 @@ type StripedLink struct {
 	quit   chan struct{}
 	once   sync.Once
 	tx, rx stripeDir
-	stale  atomic.Pointer[StaleHandler]
+	stale  atomic.Pointer[transport.StaleHandler]
 	guard  safego.Guard
 	fault  atomic.Pointer[error] // a helper panicked: every call fails with this
 }
 
-// OnStale implements StaleDropper.
-func (l *StripedLink) OnStale(h StaleHandler) { l.stale.Store(&h) }
+// OnStale implements transport.StaleDropper.
+func (l *StripedLink) OnStale(h transport.StaleHandler) { l.stale.Store(&h) }
 
 // Striping constants. Frames below 2*minStripe bytes are not striped, so latency-bound
 // traffic keeps to one connection; stripes start on stripeAlign boundaries.
@@ -75,8 +76,8 @@ type stripeDir struct {
 	done    chan error
 
 	// The current operation, set before helpers start.
-	hdr      Header // want (Recv) or what to send (Send), Len = whole frame
-	n        int    // stripes in use
+	hdr      transport.Header // want (Recv) or what to send (Send), Len = whole frame
+	n        int              // stripes in use
 	deadline time.Time
 	socks    []stripeSock
 
@@ -92,13 +93,13 @@ type stripeSock struct {
 	lo      int    // its offset in the frame
 	off     int    // bytes of part moved so far
 	hdrDone bool
-	hdr     [headerSize]byte
+	hdr     [transport.HeaderSize]byte
 	vec     [2][]byte
 	bufs    net.Buffers // kept here so that writev does not allocate
 }
 
-// NewStripedLink returns a Link to peer over conns (at most MaxSockets) that sends
-// with threads goroutines (1 <= threads <= len(conns)). The link owns the
+// NewStripedLink returns a transport.Link to peer over conns (at most MaxSockets)
+// that sends with threads goroutines (1 <= threads <= len(conns)). The link owns the
 // connections. The peer must list the same connections in the same order; its thread
 // count may differ. guard (at most one) sets how the link's goroutines report a panic
 // (see package safego); without it a panic is still recovered, and fails the link.
@@ -127,13 +128,13 @@ func NewStripedLink(peer int, conns []net.Conn, threads int, guard ...safego.Gua
 	return l, nil
 }
 
-// Peer implements Link.
+// Peer implements transport.Link.
 func (l *StripedLink) Peer() int { return l.peer }
 
 // Sockets is the number of connections under the link.
 func (l *StripedLink) Sockets() int { return len(l.conns) }
 
-// Close implements Link.
+// Close implements transport.Link.
 func (l *StripedLink) Close() error {
 	l.failAt.CompareAndSwap(0, 1) // long past: no more sends
 	l.failed.Store(true)
@@ -147,7 +148,7 @@ func (l *StripedLink) Close() error {
 	return first
 }
 
-// Fail implements Link.
+// Fail implements transport.Link.
 func (l *StripedLink) Fail(grace time.Duration) {
 	now := time.Now()
 	if !l.failAt.CompareAndSwap(0, now.Add(grace).UnixNano()) {
@@ -161,8 +162,8 @@ func (l *StripedLink) Fail(grace time.Duration) {
 	time.AfterFunc(grace, l.guard.Func("link close timer", nil, func() { l.Close() }))
 }
 
-// Send implements Link.
-func (l *StripedLink) Send(h *Header, p []byte, deadline time.Time) error {
+// Send implements transport.Link.
+func (l *StripedLink) Send(h *transport.Header, p []byte, deadline time.Time) error {
 	if uint64(len(p)) > uint64(^uint32(0)) {
 		return fmt.Errorf("frame of %d bytes is too large", len(p))
 	}
@@ -178,8 +179,8 @@ func (l *StripedLink) Send(h *Header, p []byte, deadline time.Time) error {
 	return l.run(&l.tx, h, p, deadline)
 }
 
-// Recv implements Link.
-func (l *StripedLink) Recv(want *Header, p []byte, deadline time.Time) error {
+// Recv implements transport.Link.
+func (l *StripedLink) Recv(want *transport.Header, p []byte, deadline time.Time) error {
 	if f := l.fault.Load(); f != nil {
 		return *f
 	}
@@ -204,7 +205,7 @@ func stripes(n, socks int) (count, size int) {
 // run moves one frame in direction d: it sets the operation up, starts the helper
 // threads that have stripes, drives thread 0 itself and waits for every helper it
 // started, so that no goroutine touches p after run returns.
-func (l *StripedLink) run(d *stripeDir, h *Header, p []byte, deadline time.Time) error {
+func (l *StripedLink) run(d *stripeDir, h *transport.Header, p []byte, deadline time.Time) error {
 	if d.broken != nil {
 		return d.broken
 	}
@@ -339,7 +340,7 @@ func (l *StripedLink) sendStep(d *stripeDir, s int, st *stripeSock) error {
 	end := min(st.off+pieceSize, len(st.part))
 	var err error
 	if !st.hdrDone {
-		encodeHeader(st.hdr[:], &d.hdr, d.hdr.Len)
+		transport.EncodeHeader(st.hdr[:], &d.hdr, d.hdr.Len)
 		binary.LittleEndian.PutUint32(st.hdr[40:], uint32(st.lo))
 		st.vec[0], st.vec[1] = st.hdr[:], st.part[:end]
 		st.bufs = st.vec[:]
@@ -365,11 +366,11 @@ func (l *StripedLink) recvStep(d *stripeDir, s int, st *stripeSock) error {
 			return err
 		}
 		if got != d.hdr {
-			return &MismatchError{Peer: l.peer, Want: d.hdr, Got: got}
+			return &transport.MismatchError{Peer: l.peer, Want: d.hdr, Got: got}
 		}
 		if lo := binary.LittleEndian.Uint32(st.hdr[40:]); int(lo) != st.lo {
 			return fmt.Errorf("receive from rank %d: connection %d carries the stripe at byte %d, expected %d: %w",
-				l.peer, s, lo, st.lo, ErrPeerClosed)
+				l.peer, s, lo, st.lo, transport.ErrPeerClosed)
 		}
 		st.hdrDone = true
 	}
@@ -382,27 +383,27 @@ func (l *StripedLink) recvStep(d *stripeDir, s int, st *stripeSock) error {
 // recvStripeHeader reads connection s's next stripe header, dropping the stripes of
 // frames from older generations on the way (each connection carries its own stripe of
 // such a frame, so each drops its own).
-func (l *StripedLink) recvStripeHeader(d *stripeDir, s int, st *stripeSock) (Header, error) {
+func (l *StripedLink) recvStripeHeader(d *stripeDir, s int, st *stripeSock) (transport.Header, error) {
 	for {
 		if _, err := io.ReadFull(l.conns[s], st.hdr[:]); err != nil {
-			return Header{}, l.wrap(d, err)
+			return transport.Header{}, l.wrap(d, err)
 		}
-		got, err := decodeHeader(st.hdr[:])
+		got, err := transport.DecodeHeader(st.hdr[:])
 		if err != nil {
-			return Header{}, fmt.Errorf("receive from rank %d: %w", l.peer, err)
+			return transport.Header{}, fmt.Errorf("receive from rank %d: %w", l.peer, err)
 		}
-		if !IsStale(&got, &d.hdr) {
+		if !transport.IsStale(&got, &d.hdr) {
 			return got, nil
 		}
 		lo := int(binary.LittleEndian.Uint32(st.hdr[40:]))
 		_, size := stripes(int(got.Len), len(l.conns))
 		n := min(lo+size, int(got.Len)) - lo
 		if lo > int(got.Len) || (n == 0 && got.Len > 0) {
-			return Header{}, fmt.Errorf("receive from rank %d: a stale frame's stripe at byte %d of %d: %w",
-				l.peer, lo, got.Len, ErrMismatch)
+			return transport.Header{}, fmt.Errorf("receive from rank %d: a stale frame's stripe at byte %d of %d: %w",
+				l.peer, lo, got.Len, transport.ErrMismatch)
 		}
 		if _, err := io.CopyN(io.Discard, l.conns[s], int64(n)); err != nil {
-			return Header{}, l.wrap(d, err)
+			return transport.Header{}, l.wrap(d, err)
 		}
 		if h := l.stale.Load(); h != nil && lo == 0 {
 			(*h)(l.peer, got) // once per frame: its first stripe
@@ -412,7 +413,7 @@ func (l *StripedLink) recvStripeHeader(d *stripeDir, s int, st *stripeSock) (Hea
 
 func (l *StripedLink) wrap(d *stripeDir, err error) error {
 	if d.recv {
-		return wrapErr(l.peer, "receive from", err)
+		return transport.WrapConnErr(l.peer, "receive from", err)
 	}
-	return wrapErr(l.peer, "send to", err)
+	return transport.WrapConnErr(l.peer, "send to", err)
 }

@@ -1,5 +1,5 @@
 //go:build !race
 
-package transport
+package tcp
 
 const raceEnabled = false

@@ -1,4 +1,4 @@
-package transport
+package tcp
 
 import (
 	"errors"
@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gonccl/gonccl/transport"
 )
 
 // tcpConns returns k connected loopback TCP pairs (a's ends, b's ends), tuned as the
@@ -91,7 +93,7 @@ func TestStripesCoverTheFrame(t *testing.T) {
 // Frames of awkward sizes go both ways at once, in sequence, with headers that
 // differ per frame; every byte must arrive in place.
 func TestStripedRoundTrip(t *testing.T) {
-	sizes := []int{0, 1, 4095, smallFrame + 1, 2*minStripe - 1, 2 * minStripe, 2*minStripe + 1,
+	sizes := []int{0, 1, 4095, transport.SmallFrame + 1, 2*minStripe - 1, 2 * minStripe, 2*minStripe + 1,
 		1<<20 + 13, 3*pieceSize*4 + 4097}
 	layouts := []struct{ socks, threads int }{{2, 1}, {2, 2}, {4, 1}, {4, 2}, {4, 4}, {5, 3}}
 	for kind, mk := range connKinds {
@@ -101,7 +103,7 @@ func TestStripedRoundTrip(t *testing.T) {
 				rng := rand.New(rand.NewSource(int64(lay.socks*10 + lay.threads)))
 				dl := time.Now().Add(20 * time.Second)
 				for i, n := range sizes {
-					h := Header{Seq: uint64(i + 1), Kind: 3, DType: 7, Op: 0, Algo: 1, Root: -1, Count: uint64(n), Offset: uint64(7 * i)}
+					h := transport.Header{Seq: uint64(i + 1), Kind: 3, DType: 7, Op: 0, Algo: 1, Root: -1, Count: uint64(n), Offset: uint64(7 * i)}
 					ab, ba := randomBytes(rng, n), randomBytes(rng, n)
 					gotAB, gotBA := make([]byte, n), make([]byte, n)
 					errc := make(chan error, 3)
@@ -129,16 +131,16 @@ func TestStripedWireFormat(t *testing.T) {
 	defer a.Close()
 	n := 1<<20 + 3
 	p := randomBytes(rand.New(rand.NewSource(1)), n)
-	h := Header{Seq: 9, Kind: 1, DType: 7, Root: -1, Count: uint64(n), Offset: 100}
+	h := transport.Header{Seq: 9, Kind: 1, DType: 7, Root: -1, Count: uint64(n), Offset: 100}
 	errc := make(chan error, 1)
 	go func() { errc <- a.Send(&h, p, time.Now().Add(10*time.Second)) }()
 	count, size := stripes(n, 4)
 	require.Equal(t, 4, count)
 	for s := 0; s < count; s++ {
-		var hb [HeaderSize]byte
+		var hb [transport.HeaderSize]byte
 		_, err := readFull(cb[s], hb[:])
 		require.NoError(t, err)
-		got, err := DecodeHeader(hb[:])
+		got, err := transport.DecodeHeader(hb[:])
 		require.NoError(t, err)
 		want := h
 		want.Len = uint32(n)
@@ -188,7 +190,7 @@ func TestStripedMismatch(t *testing.T) {
 		for _, c := range cases {
 			t.Run(kind+"/"+c.name, func(t *testing.T) {
 				a, b := stripedPair(t, mk, 4, 2)
-				want := Header{Seq: 1, Kind: 1, DType: 7, Root: -1, Count: uint64(c.want / 4)}
+				want := transport.Header{Seq: 1, Kind: 1, DType: 7, Root: -1, Count: uint64(c.want / 4)}
 				sent := want
 				sent.Count = uint64(c.sent / 4)
 				if c.count != 0 {
@@ -199,9 +201,9 @@ func TestStripedMismatch(t *testing.T) {
 				go func() { _ = a.Send(&sent, make([]byte, c.sent), dl) }()
 				err := b.Recv(&want, make([]byte, c.want), dl)
 				require.Less(t, time.Since(start), 5*time.Second, "mismatch was not detected promptly")
-				var me *MismatchError
+				var me *transport.MismatchError
 				require.ErrorAs(t, err, &me)
-				require.ErrorIs(t, err, ErrMismatch)
+				require.ErrorIs(t, err, transport.ErrMismatch)
 				require.Equal(t, 0, me.Peer)
 				require.Equal(t, uint32(c.sent), me.Got.Len)
 				require.Equal(t, sent.Count, me.Got.Count)
@@ -230,16 +232,16 @@ func TestStripedPeerDeathOnOneSocket(t *testing.T) {
 				}()
 				// The peer writes the header of stripe 0 and then loses connection 2.
 				n := 4 << 20
-				h := Header{Seq: 1, Kind: 1, DType: 7, Root: -1, Count: uint64(n / 4)}
+				h := transport.Header{Seq: 1, Kind: 1, DType: 7, Root: -1, Count: uint64(n / 4)}
 				go func() {
-					var hb [HeaderSize]byte
-					EncodeHeader(hb[:], &h, uint32(n))
+					var hb [transport.HeaderSize]byte
+					transport.EncodeHeader(hb[:], &h, uint32(n))
 					_, _ = ca[0].Write(hb[:])
 					ca[2].Close()
 				}()
 				start := time.Now()
 				err = b.Recv(&h, make([]byte, n), start.Add(30*time.Second))
-				require.ErrorIs(t, err, ErrPeerClosed)
+				require.ErrorIs(t, err, transport.ErrPeerClosed)
 				require.Less(t, time.Since(start), 5*time.Second)
 			})
 		}
@@ -251,14 +253,14 @@ func TestStripedPeerDeathOnOneSocket(t *testing.T) {
 func TestStripedSenderLosesSocket(t *testing.T) {
 	a, b := stripedPair(t, tcpConns, 4, 2)
 	n := 32 << 20
-	h := Header{Seq: 1, Kind: 1, DType: 7, Root: -1, Count: uint64(n / 4)}
+	h := transport.Header{Seq: 1, Kind: 1, DType: 7, Root: -1, Count: uint64(n / 4)}
 	dl := time.Now().Add(30 * time.Second)
 	a.conns[3].Close()
 	start := time.Now()
 	recvErr := make(chan error, 1)
 	go func() { recvErr <- b.Recv(&h, make([]byte, n), dl) }()
-	require.ErrorIs(t, a.Send(&h, make([]byte, n), dl), ErrPeerClosed)
-	require.ErrorIs(t, <-recvErr, ErrPeerClosed)
+	require.ErrorIs(t, a.Send(&h, make([]byte, n), dl), transport.ErrPeerClosed)
+	require.ErrorIs(t, <-recvErr, transport.ErrPeerClosed)
 	require.Less(t, time.Since(start), 5*time.Second)
 }
 
@@ -272,21 +274,21 @@ func TestStripedPeerDeath(t *testing.T) {
 		a.Close()
 	}()
 	start := time.Now()
-	require.ErrorIs(t, b.Recv(&Header{}, make([]byte, 8), dl), ErrPeerClosed)
-	require.ErrorIs(t, b.Send(&Header{}, make([]byte, 64<<20), dl), ErrPeerClosed)
+	require.ErrorIs(t, b.Recv(&transport.Header{}, make([]byte, 8), dl), transport.ErrPeerClosed)
+	require.ErrorIs(t, b.Send(&transport.Header{}, make([]byte, 64<<20), dl), transport.ErrPeerClosed)
 	require.Less(t, time.Since(start), 5*time.Second)
 }
 
 func TestStripedTimeoutFailAndClose(t *testing.T) {
 	_, b := stripedPair(t, pipeConns, 4, 4)
-	err := b.Recv(&Header{}, make([]byte, 1<<20), time.Now().Add(50*time.Millisecond))
-	require.ErrorIs(t, err, ErrTimeout)
+	err := b.Recv(&transport.Header{}, make([]byte, 1<<20), time.Now().Add(50*time.Millisecond))
+	require.ErrorIs(t, err, transport.ErrTimeout)
 
 	// Fail: receiving stops at once; a send within the grace period still goes out.
 	a, b := stripedPair(t, tcpConns, 4, 2)
 	a.Fail(5 * time.Second)
-	require.ErrorIs(t, a.Recv(&Header{}, nil, time.Now().Add(time.Second)), ErrPeerClosed)
-	h := Header{Seq: 2, Count: 1 << 18}
+	require.ErrorIs(t, a.Recv(&transport.Header{}, nil, time.Now().Add(time.Second)), transport.ErrPeerClosed)
+	h := transport.Header{Seq: 2, Count: 1 << 18}
 	p := make([]byte, 1<<20)
 	recvErr := make(chan error, 1)
 	go func() { recvErr <- b.Recv(&h, make([]byte, 1<<20), time.Now().Add(5*time.Second)) }()
@@ -309,7 +311,7 @@ func TestStripedTimeoutFailAndClose(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	require.LessOrEqual(t, runtime.NumGoroutine(), before)
-	require.ErrorIs(t, links[0].Send(&Header{}, nil, time.Now().Add(time.Second)), ErrPeerClosed)
+	require.ErrorIs(t, links[0].Send(&transport.Header{}, nil, time.Now().Add(time.Second)), transport.ErrPeerClosed)
 }
 
 func TestNewStripedLinkRejectsBadLayouts(t *testing.T) {
@@ -329,28 +331,7 @@ func TestStripedDoesNotAllocate(t *testing.T) {
 		t.Skip("the race detector allocates")
 	}
 	a, b := stripedPair(t, tcpConns, 4, 2)
-	for _, n := range []int{64, 4 << 20} {
-		h := Header{Seq: 1, Count: uint64(n)}
-		src, dst := make([]byte, n), make([]byte, n)
-		dl := time.Now().Add(time.Minute)
-		kick, done := make(chan struct{}), make(chan error)
-		go func() {
-			for range kick {
-				done <- a.Send(&h, src, dl)
-			}
-		}()
-		allocs := testing.AllocsPerRun(20, func() {
-			kick <- struct{}{}
-			if err := b.Recv(&h, dst, dl); err != nil {
-				panic(err)
-			}
-			if err := <-done; err != nil {
-				panic(err)
-			}
-		})
-		close(kick)
-		require.Zero(t, allocs, "%d-byte frames", n)
-	}
+	requireNoAllocs(t, a, b, 64, 4<<20)
 }
 
 func BenchmarkStripedTCP(b *testing.B) {
@@ -363,7 +344,7 @@ func BenchmarkStripedTCP(b *testing.B) {
 				y, _ := NewStripedLink(0, cb, lay.threads)
 				defer x.Close()
 				defer y.Close()
-				h := Header{Count: uint64(n)}
+				h := transport.Header{Count: uint64(n)}
 				src, dst := make([]byte, n), make([]byte, n)
 				dl := time.Now().Add(time.Hour)
 				errc := make(chan error, 1)
@@ -383,7 +364,7 @@ func BenchmarkStripedTCP(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
-				if err := <-errc; err != nil && !errors.Is(err, ErrPeerClosed) {
+				if err := <-errc; err != nil && !errors.Is(err, transport.ErrPeerClosed) {
 					b.Fatal(err)
 				}
 			})

@@ -1,4 +1,4 @@
-package transport
+package tcp
 
 import (
 	"bytes"
@@ -7,15 +7,17 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gonccl/gonccl/transport"
 )
 
 // staleLog collects what a link's StaleHandler is told.
 type staleLog struct {
 	mu  sync.Mutex
-	got []Header
+	got []transport.Header
 }
 
-func (s *staleLog) handler(peer int, h Header) {
+func (s *staleLog) handler(peer int, h transport.Header) {
 	s.mu.Lock()
 	s.got = append(s.got, h)
 	s.mu.Unlock()
@@ -34,11 +36,11 @@ func (s *staleLog) epochs() []uint32 {
 // sendStaleThenCurrent sends a frame of epoch 1 (a late frame of the old generation,
 // with a payload that must not reach the receiver) and then the frame of epoch 2 the
 // receiver waits for, and checks that the receiver gets exactly the second.
-func sendStaleThenCurrent(t *testing.T, a, b Link, n int) {
+func sendStaleThenCurrent(t *testing.T, a, b transport.Link, n int) {
 	t.Helper()
 	log := &staleLog{}
-	b.(StaleDropper).OnStale(log.handler)
-	cur := Header{Seq: 5, Kind: 1, DType: 7, Root: -1, Count: uint64(n), Epoch: 2}
+	b.(transport.StaleDropper).OnStale(log.handler)
+	cur := transport.Header{Seq: 5, Kind: 1, DType: 7, Root: -1, Count: uint64(n), Epoch: 2}
 	old := cur
 	old.Epoch, old.Seq = 1, 9
 	stale := bytes.Repeat([]byte{0xee}, n+100) // another length too: dropped whole
@@ -67,13 +69,13 @@ func sendStaleThenCurrent(t *testing.T, a, b Link, n int) {
 	newer.Epoch = 3
 	go func() { errc <- a.Send(&newer, want, dl) }()
 	err := b.Recv(&cur, got, dl)
-	require.ErrorIs(t, err, ErrMismatch)
+	require.ErrorIs(t, err, transport.ErrMismatch)
 	a.Close()
 	<-errc
 }
 
 func TestStreamLinkDropsStaleFrames(t *testing.T) {
-	for _, n := range []int{0, 64, smallFrame + 1, 1 << 20} {
+	for _, n := range []int{0, 64, transport.SmallFrame + 1, 1 << 20} {
 		a, b := pipeLinks()
 		sendStaleThenCurrent(t, a, b, n)
 		b.Close()
@@ -85,13 +87,4 @@ func TestStripedLinkDropsStaleFrames(t *testing.T) {
 		a, b := stripedPair(t, tcpConns, 4, 2)
 		sendStaleThenCurrent(t, a, b, n)
 	}
-}
-
-func TestHeaderCarriesEpoch(t *testing.T) {
-	h := Header{Seq: 1, Kind: 2, Root: -1, Epoch: 0xdeadbeef}
-	b := make([]byte, HeaderSize)
-	EncodeHeader(b, &h, 0)
-	got, err := DecodeHeader(b)
-	require.NoError(t, err)
-	require.Equal(t, h, got)
 }
