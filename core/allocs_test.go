@@ -42,7 +42,7 @@ func allReduceAllocs(t testing.TB, comms []*Comm, nbytes int) float64 {
 // chunks allocates no more than one of a single chunk (plus a small allowance for the
 // runtime's own bookkeeping under load).
 func TestAllReduceAllocationsDoNotGrowWithChunks(t *testing.T) {
-	comms := shmComms(t, 2, 1<<20, func(c *config) { c.chunkBytes = 4096; c.algo["allreduce"] = []string{"ring"} })
+	comms := shmComms(t, 2, 1<<20, func(c *config) { c.chunkBytes = 4096; c.algo[KindAllReduce] = []Algo{AlgoRing} })
 	one := allReduceAllocs(t, comms, 2*4096)      // one chunk per segment
 	many := allReduceAllocs(t, comms, 2*4096*256) // 256 chunks per segment
 	t.Logf("allocs per all_reduce over 2 ranks: %.0f (1 chunk per segment), %.0f (256 chunks)", one, many)

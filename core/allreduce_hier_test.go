@@ -9,12 +9,12 @@ import (
 
 // simulateHosts makes comms (over in-memory links) believe their ranks sit on the
 // given hosts, and re-runs their cost model with the allowed all_reduce algorithms.
-func simulateHosts(comms []*Comm, hosts [][]int, allreduce ...string) {
+func simulateHosts(comms []*Comm, hosts [][]int, allreduce ...Algo) {
 	for _, c := range comms {
 		c.hosts = hosts
-		algo := map[string][]string{}
+		algo := algoAllow{}
 		if len(allreduce) > 0 {
-			algo["allreduce"] = allreduce
+			algo[KindAllReduce] = allreduce
 		}
 		c.sel = newSelector(c.costModel(), algo, c.logs)
 	}
@@ -40,7 +40,7 @@ func TestAllReduceHierMatchesReference(t *testing.T) {
 		}
 		t.Run(fmt.Sprint(hosts), func(t *testing.T) {
 			comms := memComms(t, n, nil)
-			simulateHosts(comms, hosts, "hier")
+			simulateHosts(comms, hosts, AlgoHier)
 			if len(hosts) < 2 {
 				// The model refuses a single host; force it through the executor anyway.
 				for _, c := range comms {
@@ -76,15 +76,15 @@ func TestAllReduceHierMatchesReference(t *testing.T) {
 func TestCostModelChoosesHierAcrossHosts(t *testing.T) {
 	comms := memComms(t, 4, nil)
 	simulateHosts(comms[:1], [][]int{{0, 1}, {2, 3}})
-	algo, err := comms[0].sel.choose("allreduce", 64<<20)
+	algo, err := comms[0].sel.choose(KindAllReduce, 64<<20)
 	require.NoError(t, err)
-	require.Equal(t, "hier", algo, "2 hosts x 2 ranks, 64 MiB")
+	require.Equal(t, AlgoHier, algo, "2 hosts x 2 ranks, 64 MiB")
 	simulateHosts(comms[:1], [][]int{{0}, {1}, {2}, {3}})
-	algo, err = comms[0].sel.choose("allreduce", 64<<20)
+	algo, err = comms[0].sel.choose(KindAllReduce, 64<<20)
 	require.NoError(t, err)
-	require.NotEqual(t, "hier", algo, "one rank per host")
+	require.NotEqual(t, AlgoHier, algo, "one rank per host")
 	simulateHosts(comms[:1], nil)
-	algo, err = comms[0].sel.choose("allreduce", 64<<20)
+	algo, err = comms[0].sel.choose(KindAllReduce, 64<<20)
 	require.NoError(t, err)
-	require.NotEqual(t, "hier", algo, "unknown hosts")
+	require.NotEqual(t, AlgoHier, algo, "unknown hosts")
 }

@@ -13,7 +13,7 @@ type vArgs struct {
 	sendCounts, sendDispls, recvCounts, recvDispls []int
 }
 
-// alltoallPairwise sends block j of send to rank j, which stores it as block r of
+// alltoAllPairwise sends block j of send to rank j, which stores it as block r of
 // its recv (r the sender); this rank's own block is copied locally. Pairwise
 // exchange: the s-th send goes to rank r+s while the s-th receive comes from rank
 // r-s, s = 1..n-1, so every rank sends to and receives from one peer at a time and
@@ -27,8 +27,8 @@ type vArgs struct {
 // sendBlock(j) and recvBlock(j) give the bytes for peer j; frames to and from peer
 // j carry sendCount(j) and recvCount(j) as their header count (alltoall: the count
 // per peer; alltoallv: the pair's own count). With a, the exchange starts with the
-// agreement round of alltoallvAgree, and data moves only once it has passed.
-func (e *exec) alltoallPairwise(sendBlock, recvBlock func(j int) []byte, sendCount, recvCount func(j int) int, a *vArgs) error {
+// agreement round (agreement, below), and data moves only once it has passed.
+func (e *exec) alltoAllPairwise(sendBlock, recvBlock func(j int) []byte, sendCount, recvCount func(j int) int, a *vArgs) error {
 	n, r := e.nranks, e.rank
 	copyIfDistinct(recvBlock(r), sendBlock(r))
 	pre := 0 // agreement units before the data

@@ -266,7 +266,7 @@ func (c *Comm) logInit(ifc tcp.Interface, ranks []rankInfo, procs int, took time
 		(c.rank-1+c.nranks)%c.nranks, c.rank, (c.rank+1)%c.nranks, strings.Join(peers, " "), procs, runtime.NumCPU()))
 	restrict := ""
 	if len(c.cfg.algo) > 0 {
-		restrict = "; GONCCL_ALGO allows " + describeAllow(c.cfg.algo)
+		restrict = "; GONCCL_ALGO allows " + c.cfg.algo.String()
 	}
 	c.logs.tune.Info(fmt.Sprintf("cost model: %d ranks, %s links (latency %.0fus, %.1f GB/s)%s",
 		c.nranks, c.sel.m.link.name, c.sel.m.link.latencyUS, c.sel.m.link.bwGBs, restrict))

@@ -42,7 +42,7 @@ func commsOver(t testing.TB, n int, tweak func(*config), pair func(i, j int) (tr
 	comms := make([]*Comm, n)
 	for i := range comms {
 		cfg := &config{debug: "WARN", debugSubsys: "ALL", timeout: 20 * time.Second, chunkBytes: 4096,
-			llThreshold: 256, algo: map[string][]string{}, queueDepth: 1024}
+			llThreshold: 256, algo: algoAllow{}, queueDepth: 1024}
 		if tweak != nil {
 			tweak(cfg)
 		}
@@ -278,8 +278,8 @@ func requireClose(t *testing.T, dt DataType, want, got []byte, count int, msg st
 
 func TestAllReduce(t *testing.T) {
 	for _, n := range []int{1, 2, 3, 4, 5, 7, 8} {
-		for _, algo := range []string{"ring", "rd"} {
-			comms := memComms(t, n, func(c *config) { c.algo["allreduce"] = []string{algo}; c.llThreshold = 1 << 16 })
+		for _, algo := range []Algo{AlgoRing, AlgoRecDoubling} {
+			comms := memComms(t, n, func(c *config) { c.algo[KindAllReduce] = []Algo{algo}; c.llThreshold = 1 << 16 })
 			for ci, count := range []int{0, 1, 7, 3*n + 1, 1000} {
 				for _, dt := range allTypes {
 					for _, op := range allOps {
@@ -333,8 +333,8 @@ func TestAllReduceLarge(t *testing.T) {
 
 func TestBroadcast(t *testing.T) {
 	for n := 1; n <= sweepRanks(); n++ {
-		for _, algo := range []string{"tree", "chain"} {
-			comms := memComms(t, n, func(c *config) { c.algo["broadcast"] = []string{algo} })
+		for _, algo := range []Algo{AlgoTree, AlgoChain} {
+			comms := memComms(t, n, func(c *config) { c.algo[KindBroadcast] = []Algo{algo} })
 			for _, nbytes := range []int{0, 1, 1000, 1<<20 + 3} {
 				for root := 0; root < n; root++ {
 					src := inputs(Uint8, Sum, nbytes, root, int64(nbytes))
@@ -433,7 +433,7 @@ func TestMismatchNamesBothSides(t *testing.T) {
 
 func TestTimeoutNamesMissingRank(t *testing.T) {
 	// In the ring, rank 0 receives from rank 2 directly; rank 1 waits on rank 0 in turn.
-	comms := memComms(t, 3, func(c *config) { c.algo["allreduce"] = []string{"ring"} })
+	comms := memComms(t, 3, func(c *config) { c.algo[KindAllReduce] = []Algo{AlgoRing} })
 	for _, c := range comms {
 		c.timeout = 200 * time.Millisecond
 	}

@@ -2,30 +2,27 @@ package core
 
 import "fmt"
 
-// Every collective runs through one table: its kind picks a run function, which
-// picks the algorithm (the selector in tuning.go, under the names GONCCL_ALGO uses),
-// records it in the frame header and runs it on the exec.
-
-// runners maps an operation kind to its run function.
-var runners = [...]func(c *Comm, e *exec, o *op) error{
-	KindAllReduce:     (*Comm).runAllReduce,
-	KindBroadcast:     (*Comm).runBroadcast,
-	KindAllGather:     (*Comm).runAllGather,
-	KindBarrier:       (*Comm).runBarrier,
-	KindReduce:        (*Comm).runReduce,
-	KindReduceScatter: (*Comm).runReduceScatter,
-	KindGather:        (*Comm).runGather,
-	KindScatter:       (*Comm).runScatter,
-	KindAlltoAll:      (*Comm).runAlltoAll,
-	KindAlltoAllv:     (*Comm).runAlltoAllv,
-}
+// Every collective runs through the table (colltable.go): its kind's row has the run
+// function, which picks the algorithm (Comm.pick: the selector in tuning.go), records
+// it in the frame header and runs it on the exec.
 
 // dispatch runs o with the algorithm its kind and size call for.
 func (c *Comm) dispatch(e *exec, o *op) error {
-	if int(o.kind) >= len(runners) || runners[o.kind] == nil {
+	row := o.kind.row()
+	if row == nil {
 		return fmt.Errorf("%w: operation kind %d", ErrNotSupported, o.kind)
 	}
-	return runners[o.kind](c, e, o)
+	return row.run(c, e, o)
+}
+
+// pick chooses k's algorithm for a message of bytes and records it in the frame header.
+func (c *Comm) pick(e *exec, k Kind, bytes int) (Algo, error) {
+	algo, err := c.sel.choose(k, bytes)
+	if err != nil {
+		return AlgoNone, err
+	}
+	e.hdr.Algo = uint8(algo)
+	return algo, nil
 }
 
 // runAllReduce runs all_reduce: recursive doubling, direct, ring or hierarchical (see tuning.go).
@@ -40,30 +37,26 @@ func (c *Comm) runAllReduce(e *exec, o *op) error {
 		}
 		return nil
 	}
-	algo, err := c.sel.choose("allreduce", len(buf))
+	algo, err := c.pick(e, KindAllReduce, len(buf))
 	if err != nil {
 		return err
 	}
 	switch algo {
-	case "hier":
-		e.hdr.Algo = uint8(AlgoHier)
+	case AlgoHier:
 		work, err := c.workBuf(reduceWindow * (c.cfg.chunkBytes + es))
 		if err != nil {
 			return err
 		}
 		return e.allReduceHier(buf, o.count, o.dtype, o.redop, c.hosts, work)
-	case "rd":
-		e.hdr.Algo = uint8(AlgoRecDoubling)
+	case AlgoRecDoubling:
 		return e.allReduceRD(buf, o.dtype, o.redop)
-	case "direct":
-		e.hdr.Algo = uint8(AlgoDirect)
+	case AlgoDirect:
 		work, err := c.workBuf(2 * len(buf))
 		if err != nil {
 			return err
 		}
 		return e.allReduceDirect(buf, o.dtype, o.redop, work)
 	}
-	e.hdr.Algo = uint8(AlgoRing)
 	return e.allReduceRing(buf, o.count, o.dtype, o.redop)
 }
 
@@ -77,15 +70,13 @@ func (c *Comm) runBroadcast(e *exec, o *op) error {
 	if n == 1 {
 		return nil
 	}
-	algo, err := c.sel.choose("broadcast", len(buf))
+	algo, err := c.pick(e, KindBroadcast, len(buf))
 	if err != nil {
 		return err
 	}
-	if algo == "tree" {
-		e.hdr.Algo = uint8(AlgoTree)
+	if algo == AlgoTree {
 		return e.broadcastTree(buf, o.root)
 	}
-	e.hdr.Algo = uint8(AlgoChain)
 	return e.broadcastChain(buf, o.root)
 }
 
@@ -97,15 +88,13 @@ func (c *Comm) runAllGather(e *exec, o *op) error {
 	if n == 1 {
 		return nil
 	}
-	algo, err := c.sel.choose("allgather", block)
+	algo, err := c.pick(e, KindAllGather, block)
 	if err != nil {
 		return err
 	}
-	if algo == "direct" {
-		e.hdr.Algo = uint8(AlgoDirect)
+	if algo == AlgoDirect {
 		return e.allGatherDirect(o.recv[:n*block], block)
 	}
-	e.hdr.Algo = uint8(AlgoRing)
 	return e.allGatherRing(o.recv[:n*block], block)
 }
 
@@ -115,10 +104,9 @@ func (c *Comm) runBarrier(e *exec, o *op) error {
 	if n == 1 {
 		return nil
 	}
-	if _, err := c.sel.choose("barrier", 0); err != nil {
+	if _, err := c.pick(e, KindBarrier, 0); err != nil {
 		return err
 	}
-	e.hdr.Algo = uint8(AlgoDissemination)
 	return e.barrierDissemination()
 }
 
@@ -134,19 +122,17 @@ func (c *Comm) runReduce(e *exec, o *op) error {
 		}
 		return nil
 	}
-	algo, err := c.sel.choose("reduce", size)
+	algo, err := c.pick(e, KindReduce, size)
 	if err != nil {
 		return err
 	}
-	if algo == "tree" {
-		e.hdr.Algo = uint8(AlgoTree)
+	if algo == AlgoTree {
 		work, err := c.workBuf(2 * size)
 		if err != nil {
 			return err
 		}
 		return e.reduceTree(o.send[:size], o.recv, o.dtype, o.redop, o.root, work)
 	}
-	e.hdr.Algo = uint8(AlgoChain)
 	work, err := c.workBuf(reduceWindow * (c.cfg.chunkBytes + es))
 	if err != nil {
 		return err
@@ -166,10 +152,9 @@ func (c *Comm) runReduceScatter(e *exec, o *op) error {
 		}
 		return nil
 	}
-	if _, err := c.sel.choose("reducescatter", block); err != nil {
+	if _, err := c.pick(e, KindReduceScatter, block); err != nil {
 		return err
 	}
-	e.hdr.Algo = uint8(AlgoRing)
 	work, err := c.workBuf(reduceWindow * (c.cfg.chunkBytes + es))
 	if err != nil {
 		return err
@@ -180,30 +165,27 @@ func (c *Comm) runReduceScatter(e *exec, o *op) error {
 // runGather runs gather: direct.
 func (c *Comm) runGather(e *exec, o *op) error {
 	es := o.dtype.Size()
-	if _, err := c.sel.choose("gather", o.count*es); err != nil {
+	if _, err := c.pick(e, KindGather, o.count*es); err != nil {
 		return err
 	}
-	e.hdr.Algo = uint8(AlgoDirect)
 	return e.gatherDirect(o.send, o.recv, o.count*es, o.root)
 }
 
 // runScatter runs scatter: direct.
 func (c *Comm) runScatter(e *exec, o *op) error {
 	es := o.dtype.Size()
-	if _, err := c.sel.choose("scatter", o.count*es); err != nil {
+	if _, err := c.pick(e, KindScatter, o.count*es); err != nil {
 		return err
 	}
-	e.hdr.Algo = uint8(AlgoDirect)
 	return e.scatterDirect(o.send, o.recv, o.count*es, o.root)
 }
 
 // runAlltoAll runs alltoall: pairwise exchange (in place through work memory).
 func (c *Comm) runAlltoAll(e *exec, o *op) error {
 	n, es := c.nranks, o.dtype.Size()
-	if _, err := c.sel.choose("alltoall", o.count*es); err != nil {
+	if _, err := c.pick(e, KindAlltoAll, o.count*es); err != nil {
 		return err
 	}
-	e.hdr.Algo = uint8(AlgoPairwise)
 	block := o.count * es
 	send := o.send[:n*block]
 	if overlaps(send, o.recv[:n*block]) { // in place: keep the input while recv fills
@@ -215,7 +197,7 @@ func (c *Comm) runAlltoAll(e *exec, o *op) error {
 		send = work
 	}
 	per := func(int) int { return o.count }
-	return e.alltoallPairwise(
+	return e.alltoAllPairwise(
 		func(j int) []byte { return send[j*block : (j+1)*block] },
 		func(j int) []byte { return o.recv[j*block : (j+1)*block] },
 		per, per, nil)
@@ -224,10 +206,9 @@ func (c *Comm) runAlltoAll(e *exec, o *op) error {
 // runAlltoAllv runs alltoallv: pairwise exchange of per-pair counts (in place through work memory).
 func (c *Comm) runAlltoAllv(e *exec, o *op) error {
 	es := o.dtype.Size()
-	if _, err := c.sel.choose("alltoall", 0); err != nil {
+	if _, err := c.pick(e, KindAlltoAll, 0); err != nil {
 		return err
 	}
-	e.hdr.Algo = uint8(AlgoPairwise)
 	a := o.vargs
 	block := func(buf []byte, displ, count int) []byte {
 		if count == 0 { // its displacement may point anywhere
@@ -253,7 +234,7 @@ func (c *Comm) runAlltoAllv(e *exec, o *op) error {
 		copy(work, send)
 		send = work
 	}
-	return e.alltoallPairwise(
+	return e.alltoAllPairwise(
 		func(j int) []byte { return block(send, a.sendDispls[j], a.sendCounts[j]) },
 		func(j int) []byte { return block(o.recv, a.recvDispls[j], a.recvCounts[j]) },
 		func(j int) int { return a.sendCounts[j] },

@@ -29,7 +29,7 @@ func TestOptionsAlgoAndChunk(t *testing.T) {
 		require.NoError(t, errs[r], "rank %d", r)
 		t.Cleanup(func() { _ = c.Destroy() })
 		require.Equal(t, 8192, c.cfg.chunkBytes)
-		require.Equal(t, []string{"rd"}, c.cfg.algo["allreduce"])
+		require.Equal(t, []Algo{AlgoRecDoubling}, c.cfg.algo[KindAllReduce])
 	}
 	count := 1000
 	ins := [][]byte{inputs(Float32, Sum, count, 0, 1), inputs(Float32, Sum, count, 1, 1)}

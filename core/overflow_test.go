@@ -12,7 +12,7 @@ import (
 // wraps to 0) passed the buffer check with an empty buffer and a forced ring all_reduce
 // then panicked on a slice index in the executor goroutine, killing the process.
 func TestCountsThatOverflowAreRefused(t *testing.T) {
-	comms := memP2PWith(t, 2, func(c *config) { c.algo["allreduce"] = []string{"ring"} })
+	comms := memP2PWith(t, 2, func(c *config) { c.algo[KindAllReduce] = []Algo{AlgoRing} })
 	c := comms[0]
 	b := []byte{}
 	const huge = 1 << 62 // x 4 bytes = 1<<64: wraps to 0

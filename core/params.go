@@ -40,7 +40,7 @@ var Params = []settings.Param[config]{
 		Help:  "largest message (bytes) the one-shot direct all_reduce and all_gather may take; recursive doubling takes up to max(this, `GONCCL_CHUNKSIZE`)",
 		Parse: integer(0, 0, func(c *config, v int64) { c.llThreshold = int(v) })},
 	{Name: "GONCCL_ALGO", Unset: "(cost model)",
-		Help:  "restrict the algorithms the cost model may pick, in NCCL's syntax: `allreduce:ring`, `allreduce:ring,rd;broadcast:chain`, `^direct` (exclude). Choices: allreduce `rd`/`direct`/`ring`/`hier` (hierarchical, ranks on several hosts), broadcast `tree`/`chain`, reduce `tree`/`chain`, allgather `direct`/`ring`",
+		Help:  "restrict the algorithms the cost model may pick, in NCCL's syntax: `allreduce:ring`, `allreduce:ring,rd;broadcast:chain`, `^direct` (exclude). Choices: " + algoChoices(),
 		Parse: func(c *config, _, v string) (err error) { c.algo, err = parseAlgo(v); return err }},
 	{Name: "GONCCL_GOMAXPROCS", Unset: "max(2, cores / local ranks)",
 		Help:  "threads for the Go runtime in each rank",
@@ -100,7 +100,7 @@ type config struct {
 	timeout            time.Duration
 	chunkBytes         int
 	llThreshold        int
-	algo               map[string][]string // GONCCL_ALGO: collective -> allowed algorithms
+	algo               algoAllow // GONCCL_ALGO: collective -> allowed algorithms
 	gomaxprocs         int
 	shmDisable         bool
 	heartbeatTimeout   time.Duration // GONCCL_HEARTBEAT_TIMEOUT_MS; 0: off

@@ -37,7 +37,7 @@ func TestConfigReadsEnvironmentAtInit(t *testing.T) {
 	cfg, err := loadConfig()
 	require.NoError(t, err)
 	require.Equal(t, 8192, cfg.chunkBytes)
-	require.Equal(t, map[string][]string{"allreduce": {"ring"}, "broadcast": {"chain"}}, cfg.algo)
+	require.Equal(t, algoAllow{KindAllReduce: {AlgoRing}, KindBroadcast: {AlgoChain}}, cfg.algo)
 	require.Contains(t, cfg.set, "GONCCL_CHUNKSIZE=8192")
 
 	t.Setenv("GONCCL_ALGO", "allreduce:magic")

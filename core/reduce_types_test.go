@@ -90,8 +90,8 @@ func requireSame(t *testing.T, dt DataType, want, got []byte, msg string, args .
 func TestReduceAndReduceScatterExtendedTypes(t *testing.T) {
 	cases := extendedCases()
 	for _, n := range []int{1, 2, 3, 5, 8} {
-		for _, algo := range []string{"tree", "chain"} {
-			comms := memComms(t, n, func(c *config) { c.algo["reduce"] = []string{algo} })
+		for _, algo := range []Algo{AlgoTree, AlgoChain} {
+			comms := memComms(t, n, func(c *config) { c.algo[KindReduce] = []Algo{algo} })
 			for ci, count := range []int{0, 1, 7, 1000, 5000} {
 				for _, k := range cases {
 					dt, op := DataType(k[0]), RedOp(k[1])
@@ -114,7 +114,7 @@ func TestReduceAndReduceScatterExtendedTypes(t *testing.T) {
 					}
 					requireSame(t, dt, want, outs[root], "reduce %s root %d", name, root)
 
-					if algo == "chain" {
+					if algo == AlgoChain {
 						continue // reduce_scatter has one algorithm
 					}
 					block := count * dt.Size()

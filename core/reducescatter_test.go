@@ -88,7 +88,7 @@ func TestReduceScatterMismatchNamesBothSides(t *testing.T) {
 // TestWorkMemoryReusedAndFreed checks that the work buffer grows only as needed and
 // is gone after Destroy.
 func TestWorkMemoryReusedAndFreed(t *testing.T) {
-	comms := memComms(t, 3, func(c *config) { c.algo["reduce"] = []string{"tree"} })
+	comms := memComms(t, 3, func(c *config) { c.algo[KindReduce] = []Algo{AlgoTree} })
 	for _, count := range []int{100000, 10} {
 		runReduce(t, comms, count, Int64, Sum, 0, 1, false, fmt.Sprint(count))
 	}

@@ -29,8 +29,8 @@ func filled(n int) []byte { return bytes.Repeat([]byte{0xAB}, n) }
 
 func TestReduce(t *testing.T) {
 	for n := 1; n <= sweepRanks(); n++ {
-		for _, algo := range []string{"tree", "chain"} {
-			comms := memComms(t, n, func(c *config) { c.algo["reduce"] = []string{algo} })
+		for _, algo := range []Algo{AlgoTree, AlgoChain} {
+			comms := memComms(t, n, func(c *config) { c.algo[KindReduce] = []Algo{algo} })
 			for ci, count := range []int{0, 1, 7, 3*n + 1, 1000, 5000} {
 				for _, dt := range allTypes {
 					for _, op := range allOps {
@@ -102,7 +102,7 @@ func TestReduceLarge(t *testing.T) {
 // TestReduceTreeBeyondScratch forces the tree on a message larger than the scratch
 // memory: partials go to the work buffer, which grows.
 func TestReduceTreeBeyondScratch(t *testing.T) {
-	comms := memComms(t, 7, func(c *config) { c.algo["reduce"] = []string{"tree"} })
+	comms := memComms(t, 7, func(c *config) { c.algo[KindReduce] = []Algo{AlgoTree} })
 	runReduce(t, comms, 100000, Int64, Sum, 3, 5, false, "tree, 800 KB")
 }
 
@@ -190,7 +190,7 @@ func TestRootedMismatchNamesBothSides(t *testing.T) {
 
 	// Reduce along the chain: rank 1 sends to root 0 only, so only root sees the
 	// mismatch; rank 1 learns that root failed.
-	comms = memComms(t, 2, func(c *config) { c.algo["reduce"] = []string{"chain"} })
+	comms = memComms(t, 2, func(c *config) { c.algo[KindReduce] = []Algo{AlgoChain} })
 	errs = onAll(t, comms, func(c *Comm) (*Request, error) {
 		buf := make([]byte, 64)
 		return c.Reduce(buf, buf, 16+c.rank, Uint8, Max, 0)

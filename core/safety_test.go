@@ -60,8 +60,8 @@ func allReduceOfN(count int) func(c *Comm) (*Request, error) {
 }
 
 func TestPanicInCollectiveGoroutines(t *testing.T) {
-	algo := func(coll, a string) func(*config) {
-		return func(c *config) { c.algo[coll] = []string{a}; c.llThreshold = 1 << 20 }
+	algo := func(k Kind, a Algo) func(*config) {
+		return func(c *config) { c.algo[k] = []Algo{a}; c.llThreshold = 1 << 20 }
 	}
 	reduceScatter := func(c *Comm) (*Request, error) {
 		b := make([]byte, 4096*4*c.nranks)
@@ -77,9 +77,9 @@ func TestPanicInCollectiveGoroutines(t *testing.T) {
 	}{
 		{"executor", memComms, 3, nil, allReduceOfN(1024)},
 		{"collective", memComms, 3, nil, allReduceOfN(1024)},
-		{"pipeline sender", memComms, 3, algo("allreduce", "ring"), allReduceOfN(8192)},
-		{"sendrecv sender", memComms, 2, algo("allreduce", "rd"), allReduceOfN(64)},
-		{"direct sender", shm, 3, algo("allreduce", "direct"), allReduceOfN(64)},
+		{"pipeline sender", memComms, 3, algo(KindAllReduce, AlgoRing), allReduceOfN(8192)},
+		{"sendrecv sender", memComms, 2, algo(KindAllReduce, AlgoRecDoubling), allReduceOfN(64)},
+		{"direct sender", shm, 3, algo(KindAllReduce, AlgoDirect), allReduceOfN(64)},
 		{"window sender", memComms, 3, nil, reduceScatter},
 	} {
 		t.Run(tc.site, func(t *testing.T) {
@@ -219,7 +219,7 @@ func TestPanicInLinkGoroutines(t *testing.T) {
 		{"tcp link stripe", stripedPair(t, inject("tcp link stripe"))},
 	} {
 		t.Run(tc.site, func(t *testing.T) {
-			comms := commsOver(t, 2, func(c *config) { c.chunkBytes = 1 << 20; c.algo["allreduce"] = []string{"ring"} }, tc.pair)
+			comms := commsOver(t, 2, func(c *config) { c.chunkBytes = 1 << 20; c.algo[KindAllReduce] = []Algo{AlgoRing} }, tc.pair)
 			errs := onAll(t, comms, allReduceOfN(1<<20))
 			var failed error
 			t.Logf("errors: %v", errs)

@@ -54,12 +54,12 @@ func TestCollectivesOverShm(t *testing.T) {
 			name := fmt.Sprintf("n=%d ring=%d", n, ring)
 			for ci, count := range []int{0, 1, 7, 1000, 40000} {
 				for _, dt := range []DataType{Int32, Float32, Float64, Bfloat16} {
-					for _, algo := range []string{"ring", "rd", "direct"} {
-						if algo == "rd" && count*dt.Size() > 8192 || algo == "direct" && count*dt.Size() > 1024 {
+					for _, algo := range []Algo{AlgoRing, AlgoRecDoubling, AlgoDirect} {
+						if algo == AlgoRecDoubling && count*dt.Size() > 8192 || algo == AlgoDirect && count*dt.Size() > 1024 {
 							continue
 						}
 						for _, c := range comms {
-							c.cfg.algo["allreduce"] = []string{algo}
+							c.cfg.algo[KindAllReduce] = []Algo{algo}
 						}
 						ins := make([][]byte, n)
 						outs := make([][]byte, n)
@@ -94,12 +94,12 @@ func TestCollectivesOverShm(t *testing.T) {
 					require.NoError(t, errs[r])
 					require.Equal(t, src, bufs[r], "%s broadcast count=%d rank %d", name, count, r)
 				}
-				for _, algo := range []string{"ring", "direct"} {
-					if algo == "direct" && count*4 > 1024 {
+				for _, algo := range []Algo{AlgoRing, AlgoDirect} {
+					if algo == AlgoDirect && count*4 > 1024 {
 						continue
 					}
 					for _, c := range comms {
-						c.cfg.algo["allgather"] = []string{algo}
+						c.cfg.algo[KindAllGather] = []Algo{algo}
 					}
 					gathered := make([][]byte, n)
 					all := []byte{}

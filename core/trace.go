@@ -271,7 +271,7 @@ func (f *flightRecorder) dump(path, reason string) error {
 		j := traceJSON{Seq: e.Seq, Op: e.Kind.String(), DType: e.DType.String(), Count: e.Count, Bytes: e.Bytes,
 			Root: e.Root, Algo: e.Algo.String(), State: e.State.String(), Enqueued: *seconds(e.Enqueued),
 			Started: seconds(e.Started), Finished: seconds(e.Finished), Error: e.Err}
-		if e.Kind == KindAllReduce || e.Kind == KindReduce || e.Kind == KindReduceScatter {
+		if e.Kind.reduces() {
 			j.RedOp = e.RedOp.String()
 		}
 		tf.Ops = append(tf.Ops, j)

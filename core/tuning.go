@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
-	"sort"
 	"strings"
 	"sync"
 )
@@ -77,27 +76,21 @@ const directMaxRanks = 16
 // estimate is one algorithm's verdict for one message: its modelled time, or why it
 // cannot run.
 type estimate struct {
-	algo string
+	algo Algo
 	us   float64
 	why  string // non-empty: the algorithm cannot run this message
 }
 
-// algorithms lists every collective's algorithms by their GONCCL_ALGO names, in the order
-// the model prefers them when estimates tie.
-var algorithms = map[string][]string{
-	"allreduce":     {"rd", "direct", "ring", "hier"},
-	"broadcast":     {"tree", "chain"},
-	"reduce":        {"tree", "chain"},
-	"allgather":     {"direct", "ring"},
-	"reducescatter": {"ring"},
-	"gather":        {"direct"},
-	"scatter":       {"direct"},
-	"alltoall":      {"pairwise"},
-	"barrier":       {"dissemination"},
+// estimate is r's verdict on algorithm a for a message of bytes.
+func (r *collective) estimate(m *model, a Algo, bytes int) estimate {
+	for _, x := range r.algos {
+		if x.algo == a {
+			us, why := x.cost(m, bytes)
+			return estimate{algo: a, us: us, why: why}
+		}
+	}
+	return estimate{algo: a, why: fmt.Sprintf("no algorithm %q for %s", a, r.tuneName())}
 }
-
-// collectiveNames is the order collectives appear in logs and help texts.
-var collectiveNames = []string{"allreduce", "broadcast", "reduce", "allgather", "reducescatter", "gather", "scatter", "alltoall", "barrier"}
 
 func (m *model) log2n() float64 { return float64(bits.Len(uint(m.n - 1))) } // ceil(log2 n)
 
@@ -127,158 +120,197 @@ func (m *model) pipelined(hops int, b float64, reduce bool) float64 {
 	return opOverheadUS + float64(hops)*fill + (chunks-1)*stage
 }
 
-// estimate models algo for coll on a message of bytes (the per-rank buffer; for
-// all_gather and reduce_scatter the per-rank block). It is long because it is the
-// whole cost model: one case per collective and algorithm, each a formula with the
-// comment that derives it, which read best side by side.
-func (m *model) estimate(coll, algo string, bytes int) estimate {
-	b := float64(bytes)
-	n := float64(m.n)
-	e := estimate{algo: algo}
-	latencyOnly := func(limit int, what string) bool {
-		if bytes > limit {
-			e.why = fmt.Sprintf("%s takes messages of at most %d bytes (GONCCL_LL_THRESHOLD, GONCCL_CHUNKSIZE); this one has %d", what, limit, bytes)
-			return false
-		}
-		return true
+// latencyOnly says why an algorithm that holds the whole message (what) cannot take
+// bytes over limit ("" if it can).
+func latencyOnly(bytes, limit int, what string) string {
+	if bytes > limit {
+		return fmt.Sprintf("%s takes messages of at most %d bytes (GONCCL_LL_THRESHOLD, GONCCL_CHUNKSIZE); this one has %d", what, limit, bytes)
 	}
-	switch coll + ":" + algo {
-	case "allreduce:ring":
-		// Reduce-scatter then all-gather: 2(n-1) steps of b/n each, (n-1) of them reduced,
-		// the steps' chunks pipelined.
-		seg := b / n
-		e.us = opOverheadUS + 2*(n-1)*(m.link.latencyUS+seg/(m.link.bwGBs*1e3)) + (n-1)*red(seg)
-	case "allreduce:hier":
-		if m.hosts < 2 || m.maxLocal < 2 {
-			e.why = "the hierarchical algorithm is for ranks on several hosts, several on one host at least"
-			break
-		}
-		h := float64(m.hosts)
-		if m.equalHosts {
-			// Rails (allReduceRails): a ring reduce-scatter and all-gather inside each host
-			// over shared memory, and between them all L rails at once each all-reducing
-			// b/L in a ring over the network.
-			l := float64(m.maxLocal)
-			local := 2*(l-1)*(shmCost.latencyUS+b/l/(shmCost.bwGBs*1e3)) + (l-1)*red(b/l)
-			seg := b / l / h
-			e.us = opOverheadUS + local + 2*(h-1)*(tcpCost.latencyUS+seg/(tcpCost.bwGBs*1e3)) + (h-1)*red(seg)
-			break
-		}
-		// Chain-reduce into each host's leader and chain-broadcast back over shared
-		// memory; between them a ring of the leaders over the network, each byte
-		// crossing it 2(H-1)/H times instead of 2(n-1)/n.
-		local := pipelinedOver(shmCost, m.chunkBytes, m.maxLocal-1, b, true) + pipelinedOver(shmCost, m.chunkBytes, m.maxLocal-1, b, false)
-		seg := b / h
-		e.us = local + opOverheadUS + 2*(h-1)*(tcpCost.latencyUS+seg/(tcpCost.bwGBs*1e3)) + (h-1)*red(seg)
-	case "allreduce:rd":
-		if !latencyOnly(m.scratch, "recursive doubling") {
-			break
-		}
-		steps := m.log2n()
-		if m.n&(m.n-1) != 0 { // fold in and hand back the ranks beyond the power of two
-			steps++
-			e.us += m.xfer(b)
-		}
-		e.us += steps * (m.xfer(b) + red(b))
-	case "allreduce:direct":
-		if !m.oneHost {
-			e.why = "the direct algorithm is for ranks on one host (shared memory)"
-			break
-		}
-		if !latencyOnly(m.llThreshold, "the direct all_reduce") {
-			break
-		}
-		if m.n > directMaxRanks {
-			e.why = fmt.Sprintf("the direct algorithm links every pair of ranks; at most %d ranks (there are %d)", directMaxRanks, m.n)
-			break
-		}
-		// Every rank sends its buffer to every peer, then reduces all n in rank order.
-		e.us = m.link.latencyUS + (n-1)*b/(m.link.bwGBs*1e3) + (n-1)*red(b)
-	case "broadcast:tree":
-		e.us = m.log2n() * m.xfer(b)
-	case "broadcast:chain":
-		e.us = m.pipelined(m.n-1, b, false)
-	case "reduce:tree":
-		e.us = m.log2n() * (m.xfer(b) + red(b))
-	case "reduce:chain":
-		e.us = m.pipelined(m.n-1, b, true)
-	case "allgather:direct":
-		if !m.oneHost {
-			e.why = "the direct algorithm is for ranks on one host (shared memory)"
-			break
-		}
-		if !latencyOnly(m.llThreshold, "the direct all_gather") {
-			break
-		}
-		if m.n > directMaxRanks {
-			e.why = fmt.Sprintf("the direct algorithm links every pair of ranks; at most %d ranks (there are %d)", directMaxRanks, m.n)
-			break
-		}
-		e.us = m.link.latencyUS + (n-1)*b/(m.link.bwGBs*1e3)
-	case "allgather:ring":
-		e.us = opOverheadUS + (n-1)*m.xfer(b)
-	case "reducescatter:ring":
-		e.us = opOverheadUS + (n-1)*(m.xfer(b)+red(b))
-	case "gather:direct", "scatter:direct", "alltoall:pairwise":
-		e.us = (n - 1) * m.xfer(b)
-	case "barrier:dissemination":
-		e.us = m.log2n() * m.link.latencyUS
-	default:
-		e.why = fmt.Sprintf("no algorithm %q for %s", algo, coll)
-	}
-	return e
+	return ""
 }
+
+// directWhy says why the direct (one-shot) algorithm what cannot run bytes ("" if it can).
+func (m *model) directWhy(bytes int, what string) string {
+	if !m.oneHost {
+		return "the direct algorithm is for ranks on one host (shared memory)"
+	}
+	if why := latencyOnly(bytes, m.llThreshold, what); why != "" {
+		return why
+	}
+	if m.n > directMaxRanks {
+		return fmt.Sprintf("the direct algorithm links every pair of ranks; at most %d ranks (there are %d)", directMaxRanks, m.n)
+	}
+	return ""
+}
+
+// The estimates the table's rows (colltable.go) name, one per collective and
+// algorithm: the time for a message of bytes (the per-rank buffer; for all_gather and
+// reduce_scatter the per-rank block), or why the algorithm cannot run it.
+
+// allReduceRingCost: reduce-scatter then all-gather, 2(n-1) steps of b/n each, (n-1)
+// of them reduced, the steps' chunks pipelined.
+func (m *model) allReduceRingCost(bytes int) (float64, string) {
+	n := float64(m.n)
+	seg := float64(bytes) / n
+	return opOverheadUS + 2*(n-1)*(m.link.latencyUS+seg/(m.link.bwGBs*1e3)) + (n-1)*red(seg), ""
+}
+
+// allReduceHierCost: the hierarchical all_reduce (allReduceHier), for ranks on several
+// hosts with several on a host.
+func (m *model) allReduceHierCost(bytes int) (float64, string) {
+	if m.hosts < 2 || m.maxLocal < 2 {
+		return 0, "the hierarchical algorithm is for ranks on several hosts, several on one host at least"
+	}
+	b, h := float64(bytes), float64(m.hosts)
+	if m.equalHosts {
+		// Rails (allReduceRails): a ring reduce-scatter and all-gather inside each host
+		// over shared memory, and between them all L rails at once each all-reducing
+		// b/L in a ring over the network.
+		l := float64(m.maxLocal)
+		local := 2*(l-1)*(shmCost.latencyUS+b/l/(shmCost.bwGBs*1e3)) + (l-1)*red(b/l)
+		seg := b / l / h
+		return opOverheadUS + local + 2*(h-1)*(tcpCost.latencyUS+seg/(tcpCost.bwGBs*1e3)) + (h-1)*red(seg), ""
+	}
+	// Chain-reduce into each host's leader and chain-broadcast back over shared
+	// memory; between them a ring of the leaders over the network, each byte
+	// crossing it 2(H-1)/H times instead of 2(n-1)/n.
+	local := pipelinedOver(shmCost, m.chunkBytes, m.maxLocal-1, b, true) + pipelinedOver(shmCost, m.chunkBytes, m.maxLocal-1, b, false)
+	seg := b / h
+	return local + opOverheadUS + 2*(h-1)*(tcpCost.latencyUS+seg/(tcpCost.bwGBs*1e3)) + (h-1)*red(seg), ""
+}
+
+// allReduceRDCost: recursive doubling, log2(n) exchanges of the whole buffer, each
+// reduced, for messages that fit in scratch memory.
+func (m *model) allReduceRDCost(bytes int) (float64, string) {
+	if why := latencyOnly(bytes, m.scratch, "recursive doubling"); why != "" {
+		return 0, why
+	}
+	b := float64(bytes)
+	steps, us := m.log2n(), 0.0
+	if m.n&(m.n-1) != 0 { // fold in and hand back the ranks beyond the power of two
+		steps++
+		us += m.xfer(b)
+	}
+	return us + steps*(m.xfer(b)+red(b)), ""
+}
+
+// allReduceDirectCost: every rank sends its buffer to every peer, then reduces all n
+// in rank order.
+func (m *model) allReduceDirectCost(bytes int) (float64, string) {
+	if why := m.directWhy(bytes, "the direct all_reduce"); why != "" {
+		return 0, why
+	}
+	b, n := float64(bytes), float64(m.n)
+	return m.link.latencyUS + (n-1)*b/(m.link.bwGBs*1e3) + (n-1)*red(b), ""
+}
+
+func (m *model) broadcastTreeCost(bytes int) (float64, string) {
+	return m.log2n() * m.xfer(float64(bytes)), ""
+}
+
+func (m *model) broadcastChainCost(bytes int) (float64, string) {
+	return m.pipelined(m.n-1, float64(bytes), false), ""
+}
+
+func (m *model) reduceTreeCost(bytes int) (float64, string) {
+	b := float64(bytes)
+	return m.log2n() * (m.xfer(b) + red(b)), ""
+}
+
+func (m *model) reduceChainCost(bytes int) (float64, string) {
+	return m.pipelined(m.n-1, float64(bytes), true), ""
+}
+
+func (m *model) allGatherDirectCost(bytes int) (float64, string) {
+	if why := m.directWhy(bytes, "the direct all_gather"); why != "" {
+		return 0, why
+	}
+	return m.link.latencyUS + float64(m.n-1)*float64(bytes)/(m.link.bwGBs*1e3), ""
+}
+
+func (m *model) allGatherRingCost(bytes int) (float64, string) {
+	return opOverheadUS + float64(m.n-1)*m.xfer(float64(bytes)), ""
+}
+
+func (m *model) reduceScatterRingCost(bytes int) (float64, string) {
+	b := float64(bytes)
+	return opOverheadUS + float64(m.n-1)*(m.xfer(b)+red(b)), ""
+}
+
+// perPeerCost is one message to or from each peer (gather, scatter, alltoall).
+func (m *model) perPeerCost(bytes int) (float64, string) {
+	return float64(m.n-1) * m.xfer(float64(bytes)), ""
+}
+
+func (m *model) barrierCost(int) (float64, string) { return m.log2n() * m.link.latencyUS, "" }
 
 // selector chooses algorithms for one communicator and logs each choice once.
 type selector struct {
-	m      model
-	allow  map[string][]string // GONCCL_ALGO: collective -> allowed algorithms
+	m     model
+	allow algoAllow // GONCCL_ALGO's restrictions (read on each choice: tests change it)
+	// rows is the table of collectives. It reaches the selector here rather than by
+	// name because the table's run functions call the selector, and Go forbids a
+	// package variable whose initializer leads back to itself.
+	rows   []collective
 	logs   loggers
 	mu     sync.Mutex
-	logged map[string]bool
+	logged map[choice]bool
 }
 
-func newSelector(m model, allow map[string][]string, logs loggers) *selector {
-	return &selector{m: m, allow: allow, logs: logs, logged: map[string]bool{}}
+// choice is one collective's choice of one algorithm.
+type choice struct {
+	kind Kind
+	algo Algo
 }
 
-// choose returns the algorithm for coll on bytes: the allowed, feasible algorithm with
+func newSelector(m model, allow algoAllow, logs loggers) *selector {
+	return &selector{m: m, allow: allow, rows: collectives[:], logs: logs, logged: map[choice]bool{}}
+}
+
+// choose returns the algorithm for k on bytes: the allowed, feasible algorithm with
 // the lowest estimate. The first time a collective gets a given algorithm it logs the
 // choice and the estimates behind it at INFO (subsystem TUNING).
-func (s *selector) choose(coll string, bytes int) (string, error) {
-	best, ests := s.evaluate(coll, bytes)
+func (s *selector) choose(k Kind, bytes int) (Algo, error) {
+	best, ests := s.evaluate(k, bytes)
 	if best < 0 {
 		var why []string
 		for _, e := range ests {
-			why = append(why, e.algo+": "+e.why)
+			why = append(why, e.algo.String()+": "+e.why)
 		}
-		return "", fmt.Errorf("%w: no algorithm allowed by GONCCL_ALGO can run %s on %d bytes (%s)",
-			ErrNotSupported, coll, bytes, strings.Join(why, "; "))
+		return AlgoNone, fmt.Errorf("%w: no algorithm allowed by GONCCL_ALGO can run %s on %d bytes (%s)",
+			ErrNotSupported, s.rows[k].tuneName(), bytes, strings.Join(why, "; "))
 	}
 	algo := ests[best].algo
-	key := coll + ":" + algo
+	key := choice{k, algo}
 	s.mu.Lock()
 	first := !s.logged[key]
 	s.logged[key] = true
 	s.mu.Unlock()
 	if first {
 		s.logs.tune.Info(fmt.Sprintf("%s of %d bytes over %d ranks (%s): %s [%s]",
-			coll, bytes, s.m.n, s.m.link.name, algo, describeEstimates(ests, best)))
+			s.rows[k].tuneName(), bytes, s.m.n, s.m.link.name, algo, describeEstimates(ests, best)))
 	}
 	return algo, nil
 }
 
-// evaluate estimates every allowed algorithm and returns the index of the best feasible
-// one (-1 if none).
-func (s *selector) evaluate(coll string, bytes int) (int, []estimate) {
-	names := algorithms[coll]
-	if allowed, ok := s.allow[coll]; ok {
-		names = allowed
+// evaluate estimates every allowed algorithm of k (all of its row's unless GONCCL_ALGO
+// restricts it) and returns the index of the best feasible one (-1 if none).
+func (s *selector) evaluate(k Kind, bytes int) (int, []estimate) {
+	row := &s.rows[k]
+	var ests []estimate
+	if allowed, restricted := s.allow[k]; restricted {
+		ests = make([]estimate, len(allowed))
+		for i, a := range allowed {
+			ests[i] = row.estimate(&s.m, a, bytes)
+		}
+	} else {
+		ests = make([]estimate, len(row.algos))
+		for i, x := range row.algos {
+			ests[i] = row.estimate(&s.m, x.algo, bytes)
+		}
 	}
-	ests := make([]estimate, len(names))
 	best := -1
-	for i, a := range names {
-		ests[i] = s.m.estimate(coll, a, bytes)
+	for i := range ests {
 		if ests[i].why == "" && (best < 0 || ests[i].us < ests[best].us) {
 			best = i
 		}
@@ -291,7 +323,7 @@ func describeEstimates(ests []estimate, best int) string {
 	for i, e := range ests {
 		switch {
 		case e.why != "":
-			parts = append(parts, e.algo+" not possible")
+			parts = append(parts, e.algo.String()+" not possible")
 		case i == best:
 			parts = append(parts, fmt.Sprintf("%s %.1fus chosen", e.algo, e.us))
 		default:
@@ -305,18 +337,18 @@ func describeEstimates(ests []estimate, best int) string {
 // gets at which sizes: "allreduce: direct 0-32K, ring 64K-1G".
 func (s *selector) table() []string {
 	var lines []string
-	for _, coll := range collectiveNames {
-		if len(algorithms[coll]) < 2 {
+	for _, k := range tunedKinds {
+		if len(s.rows[k].algos) < 2 {
 			continue
 		}
 		type span struct {
-			algo   string
+			algo   Algo
 			lo, hi int
 		}
 		var spans []span
 		for b := 0; b <= 1<<30; b = max(1, b*2) {
-			best, ests := s.evaluate(coll, b)
-			a := "none"
+			best, ests := s.evaluate(k, b)
+			a := AlgoNone
 			if best >= 0 {
 				a = ests[best].algo
 			}
@@ -330,7 +362,7 @@ func (s *selector) table() []string {
 		for i, sp := range spans {
 			parts[i] = fmt.Sprintf("%s %s-%s", sp.algo, sizeName(sp.lo), sizeName(sp.hi))
 		}
-		lines = append(lines, coll+": "+strings.Join(parts, ", "))
+		lines = append(lines, s.rows[k].tuneName()+": "+strings.Join(parts, ", "))
 	}
 	return lines
 }
@@ -345,125 +377,4 @@ func sizeName(b int) string {
 		return fmt.Sprintf("%dK", b>>10)
 	}
 	return fmt.Sprint(b)
-}
-
-// algoHelp lists every collective:algorithm pair GONCCL_ALGO accepts.
-func algoHelp() string {
-	var parts []string
-	for _, coll := range collectiveNames {
-		parts = append(parts, coll+":"+strings.Join(algorithms[coll], "|"))
-	}
-	return strings.Join(parts, ", ")
-}
-
-// parseAlgo parses GONCCL_ALGO in NCCL's syntax: entries separated by ';' (or ','),
-// each "collective:algo[,algo...]" allowing those algorithms for that collective,
-// "^algo" excluding one, and bare "algo[,algo...]" applying to every collective that
-// has it. For example "allreduce:ring", "allreduce:ring,rd;broadcast:chain",
-// "^direct", "allreduce:ring,broadcast:chain". It returns the allowed algorithms per
-// collective that the setting restricts. Its length is the grammar's, with an error
-// for each way an entry can be wrong, naming the entry.
-func parseAlgo(s string) (map[string][]string, error) {
-	allow := map[string][]string{}
-	if strings.TrimSpace(s) == "" {
-		return allow, nil
-	}
-	bad := func(item, why string) error {
-		return fmt.Errorf("%w: GONCCL_ALGO=%q: %s (%s); expected e.g. allreduce:ring or allreduce:ring,rd;broadcast:chain, from %s",
-			ErrInvalidArgument, s, item, why, algoHelp())
-	}
-	// Group tokens into entries: a token "coll:algo" starts an entry, bare tokens join
-	// the current one (or a global entry when none has started).
-	type entry struct {
-		coll    string // "" for every collective
-		exclude bool
-		algos   []string
-	}
-	var entries []*entry
-	var cur *entry
-	for _, part := range strings.Split(strings.ToLower(s), ";") {
-		cur = nil
-		for _, tok := range strings.Split(part, ",") {
-			tok = strings.TrimSpace(tok)
-			if tok == "" {
-				continue
-			}
-			if coll, algo, ok := strings.Cut(tok, ":"); ok {
-				if _, known := algorithms[coll]; !known {
-					return nil, bad(tok, "unknown collective "+coll)
-				}
-				cur = &entry{coll: coll}
-				entries = append(entries, cur)
-				tok = algo
-			} else if cur == nil {
-				cur = &entry{}
-				entries = append(entries, cur)
-			}
-			if strings.HasPrefix(tok, "^") {
-				if len(cur.algos) > 0 {
-					return nil, bad(tok, "^ must come first in an entry")
-				}
-				cur.exclude = true
-				tok = tok[1:]
-			}
-			cur.algos = append(cur.algos, tok)
-		}
-	}
-	for _, e := range entries {
-		colls := collectiveNames
-		if e.coll != "" {
-			colls = []string{e.coll}
-		}
-		matched := false
-		for _, coll := range colls {
-			var keep []string
-			for _, a := range algorithms[coll] {
-				if contains(e.algos, a) != e.exclude {
-					keep = append(keep, a)
-				}
-			}
-			for _, a := range e.algos {
-				if contains(algorithms[coll], a) {
-					matched = true
-				} else if e.coll != "" {
-					return nil, bad(e.coll+":"+a, fmt.Sprintf("%s has no algorithm %q", coll, a))
-				}
-			}
-			// A bare entry restricts only the collectives it names an algorithm of, and
-			// never takes a collective's last algorithm away.
-			if e.coll == "" && (len(keep) == 0 || len(keep) == len(algorithms[coll])) {
-				continue
-			}
-			if len(keep) == 0 {
-				return nil, bad(e.coll, "that excludes every algorithm of "+coll)
-			}
-			allow[coll] = keep
-		}
-		if !matched {
-			return nil, bad(strings.Join(e.algos, ","), "no collective has that algorithm")
-		}
-	}
-	return allow, nil
-}
-
-func describeAllow(allow map[string][]string) string {
-	keys := make([]string, 0, len(allow))
-	for k := range allow {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = k + ":" + strings.Join(allow[k], ",")
-	}
-	return strings.Join(parts, ";")
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

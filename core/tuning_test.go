@@ -11,40 +11,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 )
 
-func TestParseAlgoNCCLSyntax(t *testing.T) {
-	cases := []struct {
-		in   string
-		want map[string][]string
-	}{
-		{"", map[string][]string{}},
-		{"allreduce:ring", map[string][]string{"allreduce": {"ring"}}},
-		{"ALLREDUCE:Ring", map[string][]string{"allreduce": {"ring"}}},
-		{"allreduce:ring,rd;broadcast:chain", map[string][]string{"allreduce": {"rd", "ring"}, "broadcast": {"chain"}}},
-		{"allreduce:ring,broadcast:chain", map[string][]string{"allreduce": {"ring"}, "broadcast": {"chain"}}},
-		{"allreduce:^direct", map[string][]string{"allreduce": {"rd", "ring", "hier"}}},
-		{"^direct", map[string][]string{"allreduce": {"rd", "ring", "hier"}, "allgather": {"ring"}}},
-		{"ring", map[string][]string{"allreduce": {"ring"}, "allgather": {"ring"}}}, // reducescatter has only the ring anyway
-		{"tree;allreduce:rd", map[string][]string{"broadcast": {"tree"}, "reduce": {"tree"}, "allreduce": {"rd"}}},
-		{" allgather : direct ", nil}, // spaces inside an entry are not NCCL's syntax either
-	}
-	for _, c := range cases {
-		got, err := parseAlgo(c.in)
-		if c.want == nil {
-			require.Error(t, err, c.in)
-			continue
-		}
-		require.NoError(t, err, c.in)
-		require.Equal(t, c.want, got, c.in)
-	}
-	for _, bad := range []string{"allreduce:magic", "magic", "allgather:rd", "warp:ring", "allreduce:ring,^rd", "reducescatter:^ring", "barrier:^dissemination"} {
-		_, err := parseAlgo(bad)
-		require.ErrorIs(t, err, ErrInvalidArgument, bad)
-		require.ErrorContains(t, err, "GONCCL_ALGO", bad)
-		require.ErrorContains(t, err, "allreduce:rd|direct|ring", bad) // the error lists the choices
-	}
-}
-
-func testSelector(n int, link linkCost, allow map[string][]string) (*selector, *observer.ObservedLogs) {
+func testSelector(n int, link linkCost, allow algoAllow) (*selector, *observer.ObservedLogs) {
 	obs, logs := observer.New(zapcore.InfoLevel)
 	m := model{n: n, link: link, oneHost: link == shmCost, chunkBytes: 512 << 10, scratch: 512 << 10, llThreshold: 64 << 10}
 	return newSelector(m, allow, loggers{tune: zap.New(obs)}), logs
@@ -56,31 +23,31 @@ func TestModelChoices(t *testing.T) {
 	cases := []struct {
 		n     int
 		link  linkCost
-		coll  string
+		coll  Kind
 		bytes int
-		want  string
+		want  Algo
 	}{
-		{2, shmCost, "allreduce", 8, "rd"},
-		{2, shmCost, "allreduce", 64 << 20, "ring"},
-		{4, shmCost, "allreduce", 8, "direct"},
-		{4, shmCost, "allreduce", 64 << 20, "ring"},
-		{8, shmCost, "allreduce", 8, "direct"},
-		{4, tcpCost, "allreduce", 8, "rd"},
-		{4, tcpCost, "allreduce", 64 << 20, "ring"},
-		{16, tcpCost, "allreduce", 1 << 20, "ring"},
-		{2, shmCost, "broadcast", 64 << 20, "tree"},
-		{4, shmCost, "broadcast", 8, "tree"},
-		{4, shmCost, "broadcast", 64 << 20, "chain"},
-		{4, tcpCost, "reduce", 8, "tree"},
-		{4, tcpCost, "reduce", 64 << 20, "chain"},
-		{4, shmCost, "allgather", 8, "direct"},
-		{4, shmCost, "allgather", 64 << 20, "ring"},
-		{4, tcpCost, "allgather", 8, "ring"},
-		{4, shmCost, "reducescatter", 8, "ring"},
-		{4, shmCost, "barrier", 0, "dissemination"},
+		{2, shmCost, KindAllReduce, 8, AlgoRecDoubling},
+		{2, shmCost, KindAllReduce, 64 << 20, AlgoRing},
+		{4, shmCost, KindAllReduce, 8, AlgoDirect},
+		{4, shmCost, KindAllReduce, 64 << 20, AlgoRing},
+		{8, shmCost, KindAllReduce, 8, AlgoDirect},
+		{4, tcpCost, KindAllReduce, 8, AlgoRecDoubling},
+		{4, tcpCost, KindAllReduce, 64 << 20, AlgoRing},
+		{16, tcpCost, KindAllReduce, 1 << 20, AlgoRing},
+		{2, shmCost, KindBroadcast, 64 << 20, AlgoTree},
+		{4, shmCost, KindBroadcast, 8, AlgoTree},
+		{4, shmCost, KindBroadcast, 64 << 20, AlgoChain},
+		{4, tcpCost, KindReduce, 8, AlgoTree},
+		{4, tcpCost, KindReduce, 64 << 20, AlgoChain},
+		{4, shmCost, KindAllGather, 8, AlgoDirect},
+		{4, shmCost, KindAllGather, 64 << 20, AlgoRing},
+		{4, tcpCost, KindAllGather, 8, AlgoRing},
+		{4, shmCost, KindReduceScatter, 8, AlgoRing},
+		{4, shmCost, KindBarrier, 0, AlgoDissemination},
 	}
 	for _, c := range cases {
-		s, _ := testSelector(c.n, c.link, map[string][]string{})
+		s, _ := testSelector(c.n, c.link, algoAllow{})
 		got, err := s.choose(c.coll, c.bytes)
 		require.NoError(t, err)
 		require.Equal(t, c.want, got, "%s of %d bytes over %d ranks (%s)", c.coll, c.bytes, c.n, c.link.name)
@@ -92,20 +59,22 @@ func TestModelChoices(t *testing.T) {
 func TestModelIsMonotone(t *testing.T) {
 	for _, link := range []linkCost{shmCost, tcpCost} {
 		for n := 2; n <= 16; n++ {
-			s, _ := testSelector(n, link, map[string][]string{})
-			for _, coll := range collectiveNames {
-				for _, algo := range algorithms[coll] {
+			s, _ := testSelector(n, link, algoAllow{})
+			for _, k := range tunedKinds {
+				row := &collectives[k]
+				coll := row.tuneName()
+				for _, x := range row.algos {
 					prev := -1.0
 					for b := 1; b <= 1<<30; b *= 4 {
-						e := s.m.estimate(coll, algo, b)
+						e := row.estimate(&s.m, x.algo, b)
 						if e.why != "" {
 							continue
 						}
-						require.GreaterOrEqual(t, e.us, prev, "%s:%s n=%d %s b=%d", coll, algo, n, link.name, b)
+						require.GreaterOrEqual(t, e.us, prev, "%s:%s n=%d %s b=%d", coll, x.algo, n, link.name, b)
 						prev = e.us
 					}
 				}
-				if len(algorithms[coll]) < 2 {
+				if len(row.algos) < 2 {
 					continue
 				}
 				line := ""
@@ -116,8 +85,8 @@ func TestModelIsMonotone(t *testing.T) {
 				}
 				require.NotEmpty(t, line, coll)
 				// "allreduce: rd 0-32K, ring 64K-1G": each algorithm appears in one span.
-				for _, algo := range algorithms[coll] {
-					require.LessOrEqual(t, strings.Count(line, " "+algo+" "), 1, line)
+				for _, x := range row.algos {
+					require.LessOrEqual(t, strings.Count(line, " "+x.algo.String()+" "), 1, line)
 				}
 			}
 		}
@@ -127,11 +96,11 @@ func TestModelIsMonotone(t *testing.T) {
 // GONCCL_ALGO restricts the choice; a restriction no algorithm can meet is a clear
 // error, and every first choice of an algorithm is logged at INFO with the estimates.
 func TestSelectorForcedAndLogged(t *testing.T) {
-	s, logs := testSelector(4, shmCost, map[string][]string{"allreduce": {"ring"}})
-	got, err := s.choose("allreduce", 8)
+	s, logs := testSelector(4, shmCost, algoAllow{KindAllReduce: {AlgoRing}})
+	got, err := s.choose(KindAllReduce, 8)
 	require.NoError(t, err)
-	require.Equal(t, "ring", got)
-	_, err = s.choose("allreduce", 16)
+	require.Equal(t, AlgoRing, got)
+	_, err = s.choose(KindAllReduce, 16)
 	require.NoError(t, err)
 	require.Equal(t, 1, logs.Len(), "each collective:algorithm is logged once")
 	msg := logs.All()[0].Message
@@ -139,13 +108,13 @@ func TestSelectorForcedAndLogged(t *testing.T) {
 	require.Contains(t, msg, "ring")
 	require.Contains(t, msg, "chosen")
 
-	s, _ = testSelector(4, tcpCost, map[string][]string{"allreduce": {"direct"}})
-	_, err = s.choose("allreduce", 8)
+	s, _ = testSelector(4, tcpCost, algoAllow{KindAllReduce: {AlgoDirect}})
+	_, err = s.choose(KindAllReduce, 8)
 	require.ErrorIs(t, err, ErrNotSupported)
 	require.ErrorContains(t, err, "one host")
 
-	s, _ = testSelector(4, shmCost, map[string][]string{"allreduce": {"rd"}})
-	_, err = s.choose("allreduce", 1<<20)
+	s, _ = testSelector(4, shmCost, algoAllow{KindAllReduce: {AlgoRecDoubling}})
+	_, err = s.choose(KindAllReduce, 1<<20)
 	require.ErrorIs(t, err, ErrNotSupported)
 	require.ErrorContains(t, err, "at most 524288 bytes")
 }
@@ -155,11 +124,11 @@ func TestSelectorForcedAndLogged(t *testing.T) {
 func TestForcedAlgorithmsAndDisagreement(t *testing.T) {
 	for _, n := range []int{3, 5} {
 		comms := shmComms(t, n, 1<<16, func(c *config) { c.llThreshold = 4096 })
-		for _, algo := range []string{"rd", "direct", "ring"} {
+		for _, algo := range []Algo{AlgoRecDoubling, AlgoDirect, AlgoRing} {
 			for _, op := range []RedOp{Sum, Prod, Max, Min} {
 				for _, dt := range []DataType{Float32, Int64, Float16} {
 					for _, c := range comms {
-						c.cfg.algo["allreduce"] = []string{algo}
+						c.cfg.algo[KindAllReduce] = []Algo{algo}
 					}
 					count := 300
 					ins := make([][]byte, n)
@@ -182,8 +151,8 @@ func TestForcedAlgorithmsAndDisagreement(t *testing.T) {
 		}
 	}
 	comms := shmComms(t, 2, 1<<16, nil)
-	comms[0].cfg.algo["allreduce"] = []string{"rd"}
-	comms[1].cfg.algo["allreduce"] = []string{"ring"}
+	comms[0].cfg.algo[KindAllReduce] = []Algo{AlgoRecDoubling}
+	comms[1].cfg.algo[KindAllReduce] = []Algo{AlgoRing}
 	bufs := [][]byte{make([]byte, 64), make([]byte, 64)}
 	errs := onAll(t, comms, func(c *Comm) (*Request, error) {
 		return c.AllReduce(bufs[c.rank], bufs[c.rank], 16, Float32, Sum)
