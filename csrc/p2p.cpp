@@ -20,15 +20,8 @@ constexpr int kMonitoredBarrierTag = std::numeric_limits<int>::max() - 1;
 
 void checkPeer(int peer, int size, const char* op) {
   if (peer < 0 || peer >= size) {
-    C10_THROW_ERROR(
-        ValueError,
-        c10::str(
-            "gonccl: ",
-            op,
-            ": peer rank ",
-            peer,
-            " is out of range for a group of size ",
-            size));
+    fail<c10::ValueError>(
+        op, "peer rank ", peer, " is out of range for a group of size ", size);
   }
 }
 
@@ -52,68 +45,58 @@ std::string message(const std::exception& e) {
 
 c10::intrusive_ptr<c10d::Work> GoncclBackend::send(
     std::vector<at::Tensor>& tensors, int dstRank, int tag) {
-  constexpr const char* op = "send";
+  constexpr OpName op = GONCCL_OP("send");
   checkCount(tensors, 1, op);
   at::Tensor t = tensors[0];
   goncclDataType_t type = checkTensor(t, op);
   checkPeer(dstRank, size_, op);
-  auto fn = need(lib().sendAsync, "goncclSendAsync", op);
-  const void* buf = t.data_ptr();
-  size_t count = t.numel();
-  return issue(
-      {c10d::OpType::SEND, "gonccl:send", op, {t}, {t}}, [&](Parts& p) {
-        return p.add(
-            fn(buf, count, type, dstRank, tag, p.comm, p.stream, p.next()));
-      });
+  return issueCall(
+      {c10d::OpType::SEND, op, {t}, {t}},
+      lib().sendAsync,
+      t.data_ptr(),
+      t.numel(),
+      type,
+      dstRank,
+      tag);
 }
 
 c10::intrusive_ptr<c10d::Work> GoncclBackend::recv(
     std::vector<at::Tensor>& tensors, int srcRank, int tag) {
-  constexpr const char* op = "recv";
+  constexpr OpName op = GONCCL_OP("recv");
   checkCount(tensors, 1, op);
   at::Tensor t = tensors[0];
   goncclDataType_t type = checkTensor(t, op);
   checkPeer(srcRank, size_, op);
-  auto fn = need(lib().recvAsync, "goncclRecvAsync", op);
-  void* buf = t.data_ptr();
-  size_t count = t.numel();
-  return issue(
-      {c10d::OpType::RECV, "gonccl:recv", op, {t}, {t}}, [&](Parts& p) {
-        return p.add(
-            fn(buf, count, type, srcRank, tag, p.comm, p.stream, p.next()));
-      });
+  return issueCall(
+      {c10d::OpType::RECV, op, {t}, {t}},
+      lib().recvAsync,
+      t.data_ptr(),
+      t.numel(),
+      type,
+      srcRank,
+      tag);
 }
 
 c10::intrusive_ptr<c10d::Work> GoncclBackend::recvAnysource(
     std::vector<at::Tensor>& tensors, int tag) {
-  constexpr const char* op = "recv from any source";
+  constexpr OpName op{"recv from any source", "gonccl:recv_anysource"};
   checkCount(tensors, 1, op);
   at::Tensor t = tensors[0];
   goncclDataType_t type = checkTensor(t, op);
-  auto fn = need(lib().recvAsync, "goncclRecvAsync", op);
-  need(lib().requestSource, "goncclRequestSource", op);
-  void* buf = t.data_ptr();
-  size_t count = t.numel();
-  return issue(
+  return issueCall(
       {c10d::OpType::RECVANYSOURCE,
-       "gonccl:recv_anysource",
        op,
        {t},
        {t},
        {},
        nullptr,
        /*anySource=*/true},
-      [&](Parts& p) {
-        return p.add(
-            fn(buf,
-               count,
-               type,
-               GONCCL_ANY_SOURCE,
-               tag,
-               p.comm,
-               p.stream,
-               p.next()));
-      });
+      lib().recvAsync,
+      t.data_ptr(),
+      t.numel(),
+      type,
+      GONCCL_ANY_SOURCE,
+      tag);
 }
 
 // Gloo's protocol and messages: every other rank reports to rank 0 and waits
@@ -126,9 +109,6 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::recvAnysource(
 // instead of at their own timeout.
 void GoncclBackend::monitoredBarrier(
     const c10d::BarrierOptions& opts, bool waitAllRanks) {
-  constexpr const char* op = "monitored_barrier";
-  need(lib().sendAsync, "goncclSendAsync", op);
-  need(lib().recvAsync, "goncclRecvAsync", op);
   std::chrono::milliseconds timeout;
   uint32_t call = 0;
   {

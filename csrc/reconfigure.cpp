@@ -78,7 +78,7 @@ uint64_t GoncclBackend::staleFrames() {
   GilRelease noGil;
   std::lock_guard<std::mutex> guard(issueMutex_);
   uint64_t n = 0;
-  if (comm_ != nullptr && lib().commEpoch != nullptr &&
+  if (comm_ != nullptr &&
       lib().commEpoch(comm_, nullptr, &n) != goncclSuccess) {
     n = 0;
   }
@@ -125,10 +125,6 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::reconfigure(
       " members");
   checkNotForked();
   const Library& L = lib();
-  TORCH_CHECK(
-      L.commInitRankEpoch != nullptr,
-      "gonccl: reconfigure needs goncclCommInitRankEpoch, which this "
-      "libgonccl.so lacks; rebuild the package");
   const int rank = static_cast<int>(mine - handles.begin());
   const int size = static_cast<int>(handles.size());
   const auto timeout = opts.timeout.value_or(timeout_);
@@ -171,25 +167,8 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::reconfigure(
   }
   const uint32_t epoch = newest + 1;
 
-  goncclUniqueId id;
-  if (rank == 0) {
-    goncclResult_t rc = L.getUniqueId(&id);
-    TORCH_CHECK(
-        rc == goncclSuccess,
-        "gonccl: reconfigure: goncclGetUniqueId failed: ",
-        errorString(rc, L.getLastError(nullptr)));
-    const auto* bytes = reinterpret_cast<const uint8_t*>(id.internal);
-    store->set(
-        "unique_id", std::vector<uint8_t>(bytes, bytes + sizeof(id.internal)));
-  } else {
-    std::vector<uint8_t> bytes = store->get("unique_id");
-    TORCH_CHECK(
-        bytes.size() == sizeof(id.internal),
-        "gonccl: reconfigure: the unique id in the store has ",
-        bytes.size(),
-        " bytes");
-    std::memcpy(id.internal, bytes.data(), sizeof(id.internal));
-  }
+  const goncclUniqueId id =
+      shareUniqueId(*store, "unique_id", rank, "reconfigure: ");
   goncclComm_t comm = nullptr;
   goncclResult_t rc =
       L.commInitRankEpoch(&comm, size, id, rank, timeout.count(), epoch);

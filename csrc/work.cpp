@@ -277,9 +277,6 @@ void GoncclWork::releaseHolds() {
   }
   try {
     const Library& L = lib();
-    if (L.requestReleaseStream == nullptr) {
-      return;
-    }
     for (goncclRequest_t request : requests) {
       L.requestReleaseStream(request);
     }
