@@ -267,7 +267,7 @@ class GoncclBackend : public c10d::Backend {
     return epoch_;
   }
   // How many frames of older generations this communicator has dropped (0
-  // with no communicator, or a libgonccl.so without goncclCommEpoch).
+  // with no communicator).
   uint64_t staleFrames();
 
   // Waits for nothing: fails pending ops (goncclCommAbort) if any, else frees

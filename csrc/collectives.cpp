@@ -29,6 +29,26 @@ GoncclBackend::Op staged(
       staging.postComplete()};
 }
 
+// The tensors of an op from one tensor into another of the same dtype (the
+// *_base ops): each dense, both checked. The dtype is the input's.
+struct InOut {
+  at::Tensor input;
+  at::Tensor output;
+  goncclDataType_t type;
+};
+InOut denseInOut(
+    Staging& staging,
+    const at::Tensor& inputBuffer,
+    const at::Tensor& outputBuffer,
+    const char* op) {
+  at::Tensor input = staging.dense(inputBuffer, /*written=*/false);
+  at::Tensor output = staging.dense(outputBuffer, /*written=*/true);
+  goncclDataType_t type = checkTensor(input, op);
+  checkTensor(output, op);
+  checkSameDtype(outputBuffer, inputBuffer, op, "the output tensor");
+  return {input, output, type};
+}
+
 }  // namespace
 
 c10::intrusive_ptr<c10d::Work> GoncclBackend::allreduce(
@@ -172,11 +192,8 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::_allgather_base(
   CallTimeout callTimeout(opts.timeout);
   constexpr OpName op = GONCCL_OP("all_gather_into_tensor");
   Staging staging;
-  at::Tensor input = staging.dense(inputBuffer, /*written=*/false);
-  at::Tensor output = staging.dense(outputBuffer, /*written=*/true);
-  goncclDataType_t type = checkTensor(input, op);
-  checkTensor(output, op);
-  checkSameDtype(outputBuffer, inputBuffer, op, "the output tensor");
+  const auto [input, output, type] =
+      denseInOut(staging, inputBuffer, outputBuffer, op);
   const int64_t n = inputBuffer.numel();
   const int64_t total = worldTotal(n, size_, op);
   if (outputBuffer.numel() != total) {
@@ -456,11 +473,8 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::_reduce_scatter_base(
   CallTimeout callTimeout(opts.timeout);
   constexpr OpName op = GONCCL_OP("reduce_scatter_tensor");
   Staging staging;
-  at::Tensor input = staging.dense(inputBuffer, /*written=*/false);
-  at::Tensor output = staging.dense(outputBuffer, /*written=*/true);
-  goncclDataType_t type = checkTensor(input, op);
-  checkTensor(output, op);
-  checkSameDtype(outputBuffer, inputBuffer, op, "the output tensor");
+  const auto [input, output, type] =
+      denseInOut(staging, inputBuffer, outputBuffer, op);
   const int64_t n = outputBuffer.numel();
   checkNumel(
       inputBuffer,

@@ -101,6 +101,39 @@ std::vector<std::string> members(const c10d::ReconfigureOptions& opts) {
   return sorted;
 }
 
+// This backend's rank among handles: the position of its own handle.
+int memberRank(
+    const std::vector<std::string>& handles, const std::string& handle) {
+  TORCH_CHECK_VALUE(!handles.empty(), "gonccl: reconfigure: no member handles");
+  TORCH_CHECK_VALUE(
+      std::set<std::string>(handles.begin(), handles.end()).size() ==
+          handles.size(),
+      "gonccl: reconfigure: a handle is listed twice");
+  auto mine = std::find(handles.begin(), handles.end(), handle);
+  TORCH_CHECK_VALUE(
+      mine != handles.end(),
+      "gonccl: reconfigure: this backend's handle ",
+      handle,
+      " is not among the ",
+      handles.size(),
+      " members");
+  return static_cast<int>(mine - handles.begin());
+}
+
+// The new communicator's epoch: one past the newest that any of the size
+// members publishes in store (this one, rank, publishes epoch).
+uint32_t nextEpoch(c10d::Store& store, int rank, int size, uint32_t epoch) {
+  store.set("epoch/" + std::to_string(rank), std::to_string(epoch));
+  uint32_t newest = 0;
+  for (int r = 0; r < size; ++r) {
+    std::vector<uint8_t> v = store.get("epoch/" + std::to_string(r));
+    newest = std::max<uint32_t>(
+        newest,
+        static_cast<uint32_t>(std::stoul(std::string(v.begin(), v.end()))));
+  }
+  return newest + 1;
+}
+
 }  // namespace
 
 c10d::ReconfigureHandle GoncclBackend::get_reconfigure_handle() const {
@@ -110,22 +143,9 @@ c10d::ReconfigureHandle GoncclBackend::get_reconfigure_handle() const {
 c10::intrusive_ptr<c10d::Work> GoncclBackend::reconfigure(
     const c10d::ReconfigureOptions& opts) {
   const std::vector<std::string> handles = members(opts);
-  TORCH_CHECK_VALUE(!handles.empty(), "gonccl: reconfigure: no member handles");
-  TORCH_CHECK_VALUE(
-      std::set<std::string>(handles.begin(), handles.end()).size() ==
-          handles.size(),
-      "gonccl: reconfigure: a handle is listed twice");
-  auto mine = std::find(handles.begin(), handles.end(), handle());
-  TORCH_CHECK_VALUE(
-      mine != handles.end(),
-      "gonccl: reconfigure: this backend's handle ",
-      handle(),
-      " is not among the ",
-      handles.size(),
-      " members");
+  const int rank = memberRank(handles, handle());
   checkNotForked();
   const Library& L = lib();
-  const int rank = static_cast<int>(mine - handles.begin());
   const int size = static_cast<int>(handles.size());
   const auto timeout = opts.timeout.value_or(timeout_);
 
@@ -157,15 +177,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::reconfigure(
   auto store = c10::make_intrusive<c10d::PrefixStore>(
       "gonccl/reconfigure/" + std::to_string(opts.uuid) + "/", store_);
   store->setTimeout(timeout);
-  store->set("epoch/" + std::to_string(rank), std::to_string(epoch_));
-  uint32_t newest = 0;
-  for (int r = 0; r < size; ++r) {
-    std::vector<uint8_t> v = store->get("epoch/" + std::to_string(r));
-    newest = std::max<uint32_t>(
-        newest,
-        static_cast<uint32_t>(std::stoul(std::string(v.begin(), v.end()))));
-  }
-  const uint32_t epoch = newest + 1;
+  const uint32_t epoch = nextEpoch(*store, rank, size, epoch_);
 
   const goncclUniqueId id =
       shareUniqueId(*store, "unique_id", rank, "reconfigure: ");
