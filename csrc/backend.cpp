@@ -24,19 +24,34 @@ constexpr const char* kUniqueIdKey = "gonccl/unique_id";
 // finished before giving up on them.
 constexpr auto kDrainTimeout = std::chrono::seconds(30);
 
-// The per-call time limit of the ops this thread issues (CallTimeout).
-thread_local std::chrono::milliseconds callTimeout = c10d::kUnsetTimeout;
+// Appended to error messages of a group whose ranks are not the global ones:
+// which global ranks they are (empty otherwise).
+std::string groupNote(const GoncclOptions& options, int size) {
+  const std::vector<uint64_t>& global = options.global_ranks_in_group;
+  TORCH_CHECK_VALUE(
+      global.empty() || global.size() == static_cast<size_t>(size),
+      "gonccl: the options name ",
+      global.size(),
+      " global ranks for a group of ",
+      size);
+  bool identity = true;
+  for (size_t i = 0; i < global.size(); ++i) {
+    identity = identity && global[i] == i;
+  }
+  if (identity) {
+    return "";
+  }
+  return c10::str(
+      " (in group '",
+      options.group_name,
+      "', whose ranks 0..",
+      size - 1,
+      " are global ranks ",
+      c10::Join(", ", global),
+      ")");
+}
 
 }  // namespace
-
-GoncclBackend::CallTimeout::CallTimeout(std::chrono::milliseconds timeout)
-    : previous_(callTimeout) {
-  callTimeout = timeout;
-}
-
-GoncclBackend::CallTimeout::~CallTimeout() {
-  callTimeout = previous_;
-}
 
 GoncclBackend::GoncclBackend(
     const c10::intrusive_ptr<c10d::Store>& store,
@@ -73,66 +88,19 @@ GoncclBackend::GoncclBackend(
       rank,
       " for a group of size ",
       size);
-  const std::vector<uint64_t>& global = options_->global_ranks_in_group;
-  TORCH_CHECK_VALUE(
-      global.empty() || global.size() == static_cast<size_t>(size),
-      "gonccl: the options name ",
-      global.size(),
-      " global ranks for a group of ",
-      size);
-  bool identity = true;
-  for (size_t i = 0; i < global.size(); ++i) {
-    identity = identity && global[i] == i;
-  }
-  if (!identity) {
-    rankNote_ = c10::str(
-        " (in group '",
-        options_->group_name,
-        "', whose ranks 0..",
-        size - 1,
-        " are global ranks ",
-        c10::Join(", ", global),
-        ")");
-  }
+  rankNote_ = groupNote(*options_, size);
   // Go checks that every rank has the same (when they join).
   const bool knobs = !options_->algorithm.empty() || options_->chunk_size != 0;
   const Library& L = loadLibrary(libraryPath);
   hops::configure();
-
-  goncclUniqueId id;
-  if (rank == 0) {
-    goncclResult_t rc = L.getUniqueId(&id);
-    if (rc != goncclSuccess) {
-      C10_THROW_ERROR(
-          DistBackendError,
-          "gonccl: goncclGetUniqueId failed: " +
-              errorString(rc, L.getLastError(nullptr)));
-    }
-    const auto* bytes = reinterpret_cast<const uint8_t*>(id.internal);
-    store->set(
-        kUniqueIdKey, std::vector<uint8_t>(bytes, bytes + sizeof(id.internal)));
-  } else {
-    std::vector<uint8_t> bytes = store->get(kUniqueIdKey);
-    TORCH_CHECK(
-        bytes.size() == sizeof(id.internal),
-        "gonccl: the unique id in the store has ",
-        bytes.size(),
-        " bytes, expected ",
-        sizeof(id.internal));
-    std::memcpy(id.internal, bytes.data(), sizeof(id.internal));
-  }
+  const goncclUniqueId id = shareUniqueId(*store, kUniqueIdKey, rank, "");
 
   goncclResult_t rc;
   if (!knobs && epoch == 0) {
     rc = L.commInitRankTimeout(&comm_, size, id, rank, timeout_.count());
   } else if (!knobs) {
-    rc = need(L.commInitRankEpoch, "goncclCommInitRankEpoch", "shrink")(
-        &comm_, size, id, rank, timeout_.count(), epoch);
+    rc = L.commInitRankEpoch(&comm_, size, id, rank, timeout_.count(), epoch);
   } else {
-    TORCH_CHECK(
-        L.commInitRankConfig != nullptr,
-        "gonccl: GoncclOptions' algorithm and chunk_size need "
-        "goncclCommInitRankConfig, which this libgonccl.so lacks");
     goncclConfig_t config;
     std::memset(&config, 0, sizeof config);
     config.size = sizeof config;
@@ -163,6 +131,38 @@ GoncclBackend::GoncclBackend(
   init();
 }
 
+goncclUniqueId GoncclBackend::shareUniqueId(
+    c10d::Store& store, const std::string& key, int rank, const char* what) {
+  const Library& L = lib();
+  goncclUniqueId id;
+  if (rank == 0) {
+    goncclResult_t rc = L.getUniqueId(&id);
+    if (rc != goncclSuccess) {
+      C10_THROW_ERROR(
+          DistBackendError,
+          c10::str(
+              "gonccl: ",
+              what,
+              "goncclGetUniqueId failed: ",
+              errorString(rc, L.getLastError(nullptr))));
+    }
+    const auto* bytes = reinterpret_cast<const uint8_t*>(id.internal);
+    store.set(key, std::vector<uint8_t>(bytes, bytes + sizeof(id.internal)));
+  } else {
+    std::vector<uint8_t> bytes = store.get(key);
+    TORCH_CHECK(
+        bytes.size() == sizeof(id.internal),
+        "gonccl: ",
+        what,
+        "the unique id in the store has ",
+        bytes.size(),
+        " bytes, expected ",
+        sizeof(id.internal));
+    std::memcpy(id.internal, bytes.data(), sizeof(id.internal));
+  }
+  return id;
+}
+
 int GoncclBackend::globalRank(int r) const {
   const std::vector<uint64_t>& global = options_->global_ranks_in_group;
   if (r >= 0 && static_cast<size_t>(r) < global.size()) {
@@ -191,167 +191,6 @@ uint64_t GoncclBackend::getSequenceNumberForGroup() {
   return seq_;
 }
 
-goncclComm_t GoncclBackend::liveComm(const char* op) {
-  checkNotForked();
-  if (closed_) {
-    C10_THROW_ERROR(
-        DistBackendError,
-        c10::str(
-            "gonccl: ",
-            op,
-            ": the process group has been shut down or aborted"));
-  }
-  if (comm_ == nullptr) {
-    C10_THROW_ERROR(
-        DistBackendError,
-        c10::str(
-            "gonccl: ",
-            op,
-            ": the process group has no communicator yet (it was created "
-            "with enable_reconfigure: call reconfigure first)"));
-  }
-  return comm_;
-}
-
-c10::intrusive_ptr<GoncclWork> GoncclBackend::issue(Op op, const Start& start) {
-  // Go blocks the issuing thread while the communicator's queue is full
-  // (GONCCL_QUEUE_DEPTH), until the executor makes room: other Python threads
-  // must run meanwhile, and one waiting for issueMutex_ must not hold the GIL.
-  const int64_t issuedAt = hops::now();
-  GilRelease noGil;
-  // One op at a time: the sequence number and the order Go sees must agree.
-  std::lock_guard<std::mutex> guard(issueMutex_);
-  Parts parts;
-  parts.comm = liveComm(op.name);
-  std::vector<at::Tensor> touched;
-  for (const auto* list : {&op.inputs, &op.outputs, &op.keepAlive}) {
-    for (const at::Tensor& t : *list) {
-      if (t.defined()) {
-        touched.push_back(t);
-      }
-    }
-  }
-  std::vector<c10::Device> devices;
-  for (const at::Tensor& t : touched) {
-    devices.push_back(t.device());
-  }
-  const c10::Device device = cuda::opDevice(devices, op.name);
-  std::optional<c10::Stream> stream;
-  const bool holds = device.is_cuda() && op.postComplete;
-  if (device.is_cuda()) {
-    if (holds) {
-      need(lib().requestHoldStream, "goncclRequestHoldStream", op.name);
-    }
-    const c10::Stream current = cuda::currentStream(device.index());
-    // Refused before anything is queued: a capture must not be broken.
-    cuda::checkStream(current, op.name);
-    stream = deviceStream(device.index());
-    // The op must see what the caller queued before it, the staging above
-    // included.
-    cuda::streamWait(*stream, current);
-    for (const at::Tensor& t : touched) {
-      cuda::recordStream(t, *stream);
-    }
-    parts.stream = cuda::handle(*stream);
-  }
-  auto work = c10::make_intrusive<GoncclWork>(
-      rank_,
-      op.type,
-      op.profilingTitle,
-      op.name,
-      seq_ + 1,
-      std::move(op.inputs),
-      std::move(op.outputs),
-      std::move(op.keepAlive),
-      std::move(op.postComplete),
-      stream);
-  if (op.anySource) {
-    work->recordSourceRank();
-  }
-  work->setIssuedAt(issuedAt);
-  const std::chrono::milliseconds timeout = opTimeout(callTimeout, work);
-  work->attach(state_, timeout);
-  work->setErrorNote(rankNote_);
-  if (timeout != commTimeout_ && lib().commSetTimeout != nullptr) {
-    goncclResult_t trc = lib().commSetTimeout(parts.comm, timeout.count());
-    if (trc != goncclSuccess) {
-      C10_THROW_ERROR(
-          DistBackendError,
-          c10::str(
-              "gonccl: ",
-              op.name,
-              ": setting its timeout of ",
-              timeout.count(),
-              " ms failed: ",
-              errorString(trc, lib().getLastError(parts.comm))));
-    }
-    commTimeout_ = timeout;
-  }
-  goncclResult_t rc = start(parts);
-  if (holds) {
-    // The copy-out comes after the op on the gonccl stream, and the next op
-    // (issued after this returns) must queue its copies after it: the Work
-    // releases these holds once the copy-out is queued.
-    for (goncclRequest_t request : parts.requests) {
-      lib().requestHoldStream(request);
-    }
-  }
-  std::string error;
-  if (rc != goncclSuccess) {
-    work->noteResult(rc);
-    error = opFailure(
-                op.name, rc, lib().getLastError(parts.comm), work->timeout()) +
-            rankNote_;
-  }
-  if (parts.requests.empty()) {
-    if (!error.empty()) {
-      work->fail(error);
-      C10_THROW_ERROR(DistBackendError, error);
-    }
-    ++seq_;
-    work->complete("");
-  } else {
-    ++seq_;
-    work->expectParts(parts.requests.size(), error);
-    // A waiter may complete an op of one request on host memory itself.
-    const bool waiterMayComplete = parts.requests.size() == 1 &&
-                                   error.empty() && !stream && hops::fastPath();
-    for (goncclRequest_t request : parts.requests) {
-      queue_->track(work, request, waiterMayComplete);
-    }
-    if (!error.empty()) {
-      C10_THROW_ERROR(DistBackendError, error);
-    }
-  }
-  if (coalescing_) {
-    coalesced_.push_back(work);
-  }
-  hops::since(hops::kIssue, issuedAt);
-  return work;
-}
-
-std::chrono::milliseconds GoncclBackend::opTimeout(
-    std::chrono::milliseconds requested,
-    const c10::intrusive_ptr<GoncclWork>& work) {
-  auto timeout = requested == c10d::kUnsetTimeout ? timeout_ : requested;
-  // An extension ends when the first op issued after it has finished.
-  extensions_.erase(
-      std::remove_if(
-          extensions_.begin(),
-          extensions_.end(),
-          [](const Extension& x) {
-            return x.firstWork && x.firstWork->isCompleted();
-          }),
-      extensions_.end());
-  for (Extension& x : extensions_) {
-    timeout += x.amount;
-    if (!x.firstWork) {
-      x.firstWork = work;
-    }
-  }
-  return timeout;
-}
-
 void GoncclBackend::setTimeout(std::chrono::milliseconds timeout) {
   TORCH_CHECK_VALUE(
       timeout.count() > 0,
@@ -359,10 +198,6 @@ void GoncclBackend::setTimeout(std::chrono::milliseconds timeout) {
       timeout.count(),
       " ms");
   std::lock_guard<std::mutex> guard(issueMutex_);
-  TORCH_CHECK(
-      lib().commSetTimeout != nullptr,
-      "gonccl: set_timeout needs goncclCommSetTimeout, which this "
-      "libgonccl.so lacks");
   timeout_ = timeout;
 }
 
@@ -427,14 +262,6 @@ void GoncclBackend::unregisterAbortHook(int64_t id) {
   state_->unregisterAbortHook(id);
 }
 #endif
-
-c10::Stream GoncclBackend::deviceStream(c10::DeviceIndex device) {
-  auto it = streams_.find(device);
-  if (it == streams_.end()) {
-    it = streams_.emplace(device, cuda::newStream(device)).first;
-  }
-  return it->second;
-}
 
 void GoncclBackend::startCoalescing() {
   std::lock_guard<std::mutex> guard(issueMutex_);

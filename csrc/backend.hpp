@@ -11,12 +11,14 @@
 #include <vector>
 
 #include <c10/core/Stream.h>
+#include <c10/util/FunctionRef.h>
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/version.h>
 
 #include "completion.hpp"
+#include "errors.hpp"
 #include "gonccl.h"
 #include "state.hpp"
 #include "torch_compat.hpp"
@@ -265,7 +267,7 @@ class GoncclBackend : public c10d::Backend {
     return epoch_;
   }
   // How many frames of older generations this communicator has dropped (0
-  // with no communicator, or a libgonccl.so without goncclCommEpoch).
+  // with no communicator).
   uint64_t staleFrames();
 
   // Waits for nothing: fails pending ops (goncclCommAbort) if any, else frees
@@ -275,8 +277,10 @@ class GoncclBackend : public c10d::Backend {
   void abort() override;
 
   // The requests one op starts: a start function calls
-  //   parts.add(lib().xAsync(..., parts.comm, parts.stream, parts.next()))
-  // for each, and returns the first failure (or goncclSuccess).
+  //   parts.start(lib().xAsync, args...)
+  // (or parts.add(lib().xAsync(args..., parts.comm, parts.stream,
+  // parts.next()))) for each, and returns the first failure (or
+  // goncclSuccess).
   struct Parts {
     goncclComm_t comm = nullptr;
     // The gonccl stream of a CUDA op (buffers are device pointers), else null
@@ -294,17 +298,33 @@ class GoncclBackend : public c10d::Backend {
       pending_ = nullptr;
       return rc;
     }
+    // fn(args..., comm, stream, &request), added.
+    template <typename Fn, typename... Args>
+    goncclResult_t start(Fn fn, const Args&... args) {
+      return add(fn(args..., comm, stream, next()));
+    }
+    // one(i) for i in [0, n), up to the first failure.
+    template <typename One>
+    goncclResult_t each(int64_t n, const One& one) {
+      for (int64_t i = 0; i < n; ++i) {
+        goncclResult_t rc = one(i);
+        if (rc != goncclSuccess) {
+          return rc;
+        }
+      }
+      return goncclSuccess;
+    }
 
    private:
     goncclRequest_t pending_ = nullptr;
   };
-  using Start = std::function<goncclResult_t(Parts&)>;
+  // Called once, inside issue(): nothing is kept.
+  using Start = c10::function_ref<goncclResult_t(Parts&)>;
 
   // What issue() needs besides the start function.
   struct Op {
     c10d::OpType type;
-    const char* profilingTitle;  // a string literal: "gonccl:<op>"
-    const char* name;            // for messages: "all_reduce"
+    OpName name;  // GONCCL_OP("all_reduce"): messages and profiling title
     std::vector<at::Tensor> inputs;
     std::vector<at::Tensor> outputs;               // the future's value
     std::vector<at::Tensor> keepAlive = {};        // staging buffers
@@ -333,18 +353,39 @@ class GoncclBackend : public c10d::Backend {
   // that starts no request (nothing to move) completes at once. If start
   // fails, throws DistBackendError; the parts it had started still finish
   // before their buffers are released.
-  c10::intrusive_ptr<GoncclWork> issue(Op op, const Start& start);
+  c10::intrusive_ptr<GoncclWork> issue(Op op, Start start);
+  // issue() of an op that starts one request: fn(args..., comm, stream, &req).
+  template <typename Fn, typename... Args>
+  c10::intrusive_ptr<GoncclWork> issueCall(Op op, Fn fn, const Args&... args) {
+    return issue(std::move(op), [&](Parts& p) { return p.start(fn, args...); });
+  }
 
  private:
+  // Shares a communicator's unique id through store under key: rank 0 makes
+  // and sets it, the others get it. what prefixes error messages ("" or
+  // "reconfigure: "). Only after loadLibrary.
+  static goncclUniqueId shareUniqueId(
+      c10d::Store& store, const std::string& key, int rank, const char* what);
+
   // Throws if the backend is shut down or this process is a fork; returns the
   // communicator.
   goncclComm_t liveComm(const char* op);
 
   void close(bool abort);
 
+  // For an op on CUDA tensors: the device's gonccl stream, made to wait for
+  // the caller's current stream and recorded on every tensor of the op, and
+  // set in parts.stream. None for an op on CPU tensors. issueMutex_ held.
+  std::optional<c10::Stream> opStream(const Op& op, Parts& parts);
+
   // The gonccl stream of a CUDA device (created on first use); issueMutex_
   // must be held.
   c10::Stream deviceStream(c10::DeviceIndex device);
+
+  // Gives the communicator the timeout of the ops enqueued from now on, if it
+  // has another (issueMutex_ held).
+  void setCommTimeout(
+      goncclComm_t comm, std::chrono::milliseconds timeout, const char* op);
 
   // The time limit of the op being issued (issueMutex_ held): the per-call
   // one if set, else the group's, plus the ephemeral extensions in force.

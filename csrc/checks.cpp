@@ -5,14 +5,47 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 #include <c10/core/ScalarType.h>
-#include <c10/util/Exception.h>
 
 #include "cuda.hpp"
-#include "library.hpp"
+#include "errors.hpp"
 #include "torch_compat.hpp"
 
 namespace gonccl {
 namespace {
+
+// The dtypes gonccl moves and reduces, in the order messages list them.
+struct Dtype {
+  at::ScalarType torch;
+  goncclDataType_t gonccl;
+};
+constexpr Dtype kDtypes[] = {
+    {at::kFloat, goncclFloat32},
+    {at::kDouble, goncclFloat64},
+    {at::kHalf, goncclFloat16},
+    {at::kBFloat16, goncclBfloat16},
+    {at::kComplexFloat, goncclComplex64},
+    {at::kComplexDouble, goncclComplex128},
+    {at::kChar, goncclInt8},
+    {at::kShort, goncclInt16},
+    {at::kInt, goncclInt32},
+    {at::kLong, goncclInt64},
+    {at::kByte, goncclUint8},
+    {at::kUInt16, goncclUint16},
+    {at::kUInt32, goncclUint32},
+    {at::kUInt64, goncclUint64},
+    {at::kBool, goncclBool},
+    {at::kFloat8_e4m3fn, goncclFloat8e4m3},
+    {at::kFloat8_e5m2, goncclFloat8e5m2},
+};
+
+// "torch.float32, torch.float64, ...": for the unsupported-dtype message.
+std::string supportedDtypes() {
+  std::string out;
+  for (const Dtype& d : kDtypes) {
+    out += (out.empty() ? "" : ", ") + dtypeName(d.torch);
+  }
+  return out;
+}
 
 const char* redOpName(c10d::ReduceOp::RedOpType op) {
   switch (op) {
@@ -39,12 +72,6 @@ const char* redOpName(c10d::ReduceOp::RedOpType op) {
   }
 }
 
-constexpr const char* kSupported =
-    "torch.float32, torch.float64, torch.float16, torch.bfloat16, "
-    "torch.complex64, torch.complex128, torch.int8, torch.int16, torch.int32, "
-    "torch.int64, torch.uint8, torch.uint16, torch.uint32, torch.uint64, "
-    "torch.bool, torch.float8_e4m3fn, torch.float8_e5m2";
-
 bool isFloat8(at::ScalarType type) {
   return type == at::kFloat8_e4m3fn || type == at::kFloat8_e5m2;
 }
@@ -54,18 +81,15 @@ bool isFloat8(at::ScalarType type) {
     c10d::ReduceOp::RedOpType redOp,
     at::ScalarType dtype,
     const char* why) {
-  C10_THROW_ERROR(
-      TypeError,
-      c10::str(
-          "gonccl: ",
-          op,
-          ": reduce op ",
-          redOpName(redOp),
-          " is not defined for ",
-          dtypeName(dtype),
-          " (",
-          why,
-          ")"));
+  fail<c10::TypeError>(
+      op,
+      "reduce op ",
+      redOpName(redOp),
+      " is not defined for ",
+      dtypeName(dtype),
+      " (",
+      why,
+      ")");
 }
 
 }  // namespace
@@ -77,126 +101,45 @@ std::string dtypeName(at::ScalarType type) {
 goncclDataType_t checkTensor(
     const at::Tensor& t, const char* op, bool contiguous) {
   if (t.layout() != at::kStrided) {
-    C10_THROW_ERROR(
-        ValueError,
-        c10::str(
-            "gonccl: ",
-            op,
-            ": sparse tensors are not supported (got layout ",
-            t.layout(),
-            ")"));
+    fail<c10::ValueError>(
+        op, "sparse tensors are not supported (got layout ", t.layout(), ")");
   }
   if (t.is_cuda() && !cuda::support()) {
     C10_THROW_ERROR(ValueError, cuda::noCudaMessage(op));
   }
   if (!t.is_cpu() && !t.is_cuda()) {
-    C10_THROW_ERROR(
-        ValueError,
-        c10::str(
-            "gonccl: ",
-            op,
-            ": tensors must be on the CPU or a CUDA device (got device ",
-            t.device(),
-            ")"));
+    fail<c10::ValueError>(
+        op,
+        "tensors must be on the CPU or a CUDA device (got device ",
+        t.device(),
+        ")");
   }
-  goncclDataType_t type;
-  bool needsFullSurface = true;
-  switch (t.scalar_type()) {
-    case at::kFloat:
-      type = goncclFloat32;
-      needsFullSurface = false;
+  const Dtype* found = nullptr;
+  for (const Dtype& d : kDtypes) {
+    if (d.torch == t.scalar_type()) {
+      found = &d;
       break;
-    case at::kDouble:
-      type = goncclFloat64;
-      needsFullSurface = false;
-      break;
-    case at::kHalf:
-      type = goncclFloat16;
-      needsFullSurface = false;
-      break;
-    case at::kBFloat16:
-      type = goncclBfloat16;
-      needsFullSurface = false;
-      break;
-    case at::kChar:
-      type = goncclInt8;
-      needsFullSurface = false;
-      break;
-    case at::kByte:
-      type = goncclUint8;
-      needsFullSurface = false;
-      break;
-    case at::kInt:
-      type = goncclInt32;
-      needsFullSurface = false;
-      break;
-    case at::kLong:
-      type = goncclInt64;
-      needsFullSurface = false;
-      break;
-    case at::kShort:
-      type = goncclInt16;
-      break;
-    case at::kUInt16:
-      type = goncclUint16;
-      break;
-    case at::kUInt32:
-      type = goncclUint32;
-      break;
-    case at::kUInt64:
-      type = goncclUint64;
-      break;
-    case at::kBool:
-      type = goncclBool;
-      break;
-    case at::kFloat8_e4m3fn:
-      type = goncclFloat8e4m3;
-      break;
-    case at::kFloat8_e5m2:
-      type = goncclFloat8e5m2;
-      break;
-    case at::kComplexFloat:
-      type = goncclComplex64;
-      break;
-    case at::kComplexDouble:
-      type = goncclComplex128;
-      break;
-    default:
-      C10_THROW_ERROR(
-          TypeError,
-          c10::str(
-              "gonccl: ",
-              op,
-              ": dtype ",
-              dtypeName(t.scalar_type()),
-              " is not supported (supported: ",
-              kSupported,
-              ")"));
+    }
   }
-  if (needsFullSurface && !lib().fullSurface) {
-    C10_THROW_ERROR(
-        TypeError,
-        c10::str(
-            "gonccl: ",
-            op,
-            ": dtype ",
-            dtypeName(t.scalar_type()),
-            " is not supported by this libgonccl.so (it predates it; "
-            "rebuild the package)"));
+  if (found == nullptr) {
+    fail<c10::TypeError>(
+        op,
+        "dtype ",
+        dtypeName(t.scalar_type()),
+        " is not supported (supported: ",
+        supportedDtypes(),
+        ")");
   }
   if (contiguous && !t.is_contiguous()) {
-    C10_THROW_ERROR(
-        ValueError,
-        c10::str(
-            "gonccl: ",
-            op,
-            ": tensor must be contiguous (got sizes ",
-            t.sizes(),
-            ", strides ",
-            t.strides(),
-            ")"));
+    fail<c10::ValueError>(
+        op,
+        "tensor must be contiguous (got sizes ",
+        t.sizes(),
+        ", strides ",
+        t.strides(),
+        ")");
   }
-  return type;
+  return found->gonccl;
 }
 
 void checkCount(
@@ -205,18 +148,15 @@ void checkCount(
     const char* op,
     const char* what) {
   if (tensors.size() != expected) {
-    C10_THROW_ERROR(
-        ValueError,
-        c10::str(
-            "gonccl: ",
-            op,
-            ": expected ",
-            expected,
-            " ",
-            what,
-            expected == 1 ? "" : "s",
-            ", got ",
-            tensors.size()));
+    fail<c10::ValueError>(
+        op,
+        "expected ",
+        expected,
+        " ",
+        what,
+        expected == 1 ? "" : "s",
+        ", got ",
+        tensors.size());
   }
 }
 
@@ -226,64 +166,166 @@ void checkSameDtype(
     const char* op,
     const char* what) {
   if (t.scalar_type() != ref.scalar_type()) {
-    C10_THROW_ERROR(
-        TypeError,
-        c10::str(
-            "gonccl: ",
-            op,
-            ": ",
-            what,
-            " has dtype ",
-            dtypeName(t.scalar_type()),
-            ", expected ",
-            dtypeName(ref.scalar_type())));
-  }
-}
-
-void checkNumel(
-    const at::Tensor& t, int64_t expected, const char* op, const char* what) {
-  if (t.numel() != expected) {
-    C10_THROW_ERROR(
-        ValueError,
-        c10::str(
-            "gonccl: ",
-            op,
-            ": ",
-            what,
-            " has ",
-            t.numel(),
-            " elements, expected ",
-            expected));
+    fail<c10::TypeError>(
+        op,
+        what,
+        " has dtype ",
+        dtypeName(t.scalar_type()),
+        ", expected ",
+        dtypeName(ref.scalar_type()));
   }
 }
 
 void checkRoot(int64_t root, int size, const char* op) {
   if (root < 0 || root >= size) {
-    C10_THROW_ERROR(
-        ValueError,
-        c10::str(
-            "gonccl: ",
-            op,
-            ": root rank ",
-            root,
-            " is out of range for a group of size ",
-            size));
+    fail<c10::ValueError>(
+        op, "root rank ", root, " is out of range for a group of size ", size);
+  }
+}
+
+void checkRootTensor(int64_t rootTensor, const char* op) {
+  if (rootTensor != 0) {
+    fail<c10::ValueError>(
+        op, "root tensor must be 0 (one tensor per rank), got ", rootTensor);
+  }
+}
+
+void checkList(
+    const std::vector<at::Tensor>& ts,
+    const at::Tensor& ref,
+    int64_t n,
+    const char* op,
+    const char* what) {
+  for (size_t i = 0; i < ts.size(); ++i) {
+    checkTensor(ts[i], op, /*contiguous=*/false);
+    checkSameDtype(ts[i], ref, op, what);
+    checkNumel(ts[i], n, op, what, " ", i);
+  }
+}
+
+const std::vector<at::Tensor>& oneList(
+    const std::vector<std::vector<at::Tensor>>& lists,
+    const char* op,
+    const char* what) {
+  if (lists.size() != 1) {
+    fail<c10::ValueError>(
+        op, "expected 1 list of ", what, " tensors, got ", lists.size());
+  }
+  return lists[0];
+}
+
+const std::vector<at::Tensor>* rootList(
+    const std::vector<std::vector<at::Tensor>>& lists,
+    int root,
+    int rank,
+    const char* op,
+    const char* what) {
+  if (rank == root) {
+    if (lists.size() != 1) {
+      fail<c10::ValueError>(
+          op,
+          "the root expects 1 list of ",
+          what,
+          " tensors, got ",
+          lists.size());
+    }
+    return &lists[0];
+  }
+  if (!lists.empty()) {
+    fail<c10::ValueError>(
+        op,
+        "only the root (rank ",
+        root,
+        ") takes ",
+        what,
+        " tensors; rank ",
+        rank,
+        " got ",
+        lists.size(),
+        " list(s)");
+  }
+  return nullptr;
+}
+
+void splitCounts(
+    const at::Tensor& t,
+    const std::vector<int64_t>& splits,
+    int size,
+    const char* op,
+    const char* what,
+    std::vector<size_t>& counts,
+    std::vector<size_t>& displs) {
+  const int64_t rows = t.dim() == 0 ? 1 : t.size(0);
+  const int64_t rowElems = rows == 0 ? 0 : t.numel() / rows;
+  std::vector<int64_t> s = splits;
+  if (s.empty()) {
+    if (rows % size != 0) {
+      fail<c10::ValueError>(
+          op,
+          "the ",
+          what,
+          " tensor's dim 0 (",
+          rows,
+          ") does not divide equally across the group size (",
+          size,
+          "); pass split sizes");
+    }
+    s.assign(size, rows / size);
+  }
+  if (static_cast<int>(s.size()) != size) {
+    fail<c10::ValueError>(
+        op, "expected ", size, " ", what, " split sizes, got ", s.size());
+  }
+  int64_t sum = 0;
+  counts.assign(size, 0);
+  displs.assign(size, 0);
+  for (int i = 0; i < size; ++i) {
+    if (s[i] < 0) {
+      fail<c10::ValueError>(op, "negative ", what, " split size ", s[i]);
+    }
+    // Checked before adding, so that the sum cannot overflow (and wrap back
+    // to the right total) and every count and offset below stays within the
+    // tensor's numel.
+    if (s[i] > rows - sum) {
+      fail<c10::ValueError>(
+          op,
+          "the ",
+          what,
+          " split sizes add up to more than the ",
+          what,
+          " tensor's dim 0 (",
+          rows,
+          "): split size ",
+          i,
+          " is ",
+          s[i],
+          " with ",
+          sum,
+          " rows already taken");
+    }
+    displs[i] = sum * rowElems;
+    counts[i] = s[i] * rowElems;
+    sum += s[i];
+  }
+  if (sum != rows) {
+    fail<c10::ValueError>(
+        op,
+        "the ",
+        what,
+        " split sizes add up to ",
+        sum,
+        " but the ",
+        what,
+        " tensor's dim 0 is ",
+        rows);
   }
 }
 
 int64_t worldTotal(int64_t n, int size, const char* op) {
   int64_t total = 0;
   if (n < 0 || __builtin_mul_overflow(n, static_cast<int64_t>(size), &total)) {
-    C10_THROW_ERROR(
-        ValueError,
-        c10::str(
-            "gonccl: ",
-            op,
-            ": ",
-            n,
-            " elements x world_size ",
-            size,
-            " overflows int64"));
+    fail<c10::ValueError>(
+        op, n, " elements x world_size ", size, " overflows int64");
   }
   return total;
 }
@@ -339,17 +381,6 @@ Reduction checkReduceOp(
     case c10d::ReduceOp::BAND:
     case c10d::ReduceOp::BOR:
     case c10d::ReduceOp::BXOR:
-      if (!lib().fullSurface) {
-        C10_THROW_ERROR(
-            ValueError,
-            c10::str(
-                "gonccl: ",
-                op,
-                ": reduce op ",
-                redOpName(kind),
-                " is not supported by this libgonccl.so (it predates it; "
-                "rebuild the package)"));
-      }
       if (!integral) {
         badCombination(
             op, kind, dtype, "bitwise ops need an integer or bool dtype");
@@ -366,13 +397,10 @@ Reduction checkReduceOp(
       const auto* supplement =
           dynamic_cast<const PreMulSumSupplement*>(reduceOp.supplement_.get());
       if (supplement == nullptr) {
-        C10_THROW_ERROR(
-            ValueError,
-            c10::str(
-                "gonccl: ",
-                op,
-                ": PREMUL_SUM without a factor (make it with "
-                "torch.distributed._make_nccl_premul_sum)"));
+        fail<c10::ValueError>(
+            op,
+            "PREMUL_SUM without a factor (make it with "
+            "torch.distributed._make_nccl_premul_sum)");
       }
       r.op = goncclSum;
       r.premul = true;
@@ -381,14 +409,8 @@ Reduction checkReduceOp(
       break;
     }
     default:
-      C10_THROW_ERROR(
-          ValueError,
-          c10::str(
-              "gonccl: ",
-              op,
-              ": reduce op ",
-              redOpName(kind),
-              " is not supported"));
+      fail<c10::ValueError>(
+          op, "reduce op ", redOpName(kind), " is not supported");
   }
   return r;
 }

@@ -1,268 +1,88 @@
 // collectives.cpp: GoncclBackend's collectives. Each validates what torch
 // hands it (checks.hpp), describes the buffers and calls issue() with the
 // gonccl requests to start. Tensors are used in place where c10d allows it;
-// otherwise the op runs on a staging tensor and copies out on completion.
+// otherwise the op runs on staging tensors (staging.hpp) and copies out on
+// completion. The sparse all_reduce is in sparse.cpp.
 #include <ATen/ATen.h>
-#include <ATen/core/grad_mode.h>
-#include <c10/util/Exception.h>
 
 #include "backend.hpp"
 #include "checks.hpp"
 #include "library.hpp"
+#include "staging.hpp"
 
 namespace gonccl {
 namespace {
 
-// True if the tensors are consecutive n-element pieces of one buffer, in
-// order, so that a collective can read or write all of them at once.
-bool consecutive(const std::vector<at::Tensor>& ts, int64_t n) {
-  if (ts.empty()) {
-    return false;
-  }
-  const auto* base = static_cast<const char*>(ts[0].data_ptr());
-  const size_t pieceBytes = n * ts[0].element_size();
-  for (size_t i = 0; i < ts.size(); ++i) {
-    if (ts[i].numel() != n || !ts[i].is_contiguous() ||
-        !ts[i].storage().is_alias_of(ts[0].storage()) ||
-        static_cast<const char*>(ts[i].data_ptr()) != base + i * pieceBytes) {
-      return false;
-    }
-  }
-  return true;
+// An op's description with what staging collected for it.
+GoncclBackend::Op staged(
+    c10d::OpType type,
+    OpName name,
+    std::vector<at::Tensor> inputs,
+    std::vector<at::Tensor> outputs,
+    Staging& staging) {
+  return {
+      type,
+      name,
+      std::move(inputs),
+      std::move(outputs),
+      staging.keepAlive(),
+      staging.postComplete()};
 }
 
-// The tensors' elements, one after the other, in a new 1-D tensor.
-at::Tensor flatten(const std::vector<at::Tensor>& ts, int64_t total) {
-  at::NoGradGuard noGrad;
-  at::Tensor flat = at::empty({total}, ts[0].options());
-  int64_t offset = 0;
-  for (const at::Tensor& t : ts) {
-    flat.narrow(0, offset, t.numel()).copy_(t.reshape({-1}));
-    offset += t.numel();
-  }
-  return flat;
-}
-
-// Copies consecutive pieces of flat into the tensors (the inverse of
-// flatten).
-void unflatten(const at::Tensor& flat, const std::vector<at::Tensor>& ts) {
-  int64_t offset = 0;
-  for (const at::Tensor& t : ts) {
-    t.copy_(flat.narrow(0, offset, t.numel()).view(t.sizes()));
-    offset += t.numel();
-  }
-}
-
-// Non-contiguous tensors, which Gloo takes for every collective but
-// all_to_all_single's input: the op works on contiguous copies, and the copy
-// of a tensor that receives data is copied back when the op has finished.
-class Dense {
- public:
-  // t itself if it is contiguous (or not strided: checkTensor rejects that),
-  // else a contiguous copy; if written, t gets the copy back afterwards.
-  at::Tensor operator()(const at::Tensor& t, bool written) {
-    if (t.layout() != at::kStrided || t.is_contiguous()) {
-      return t;
-    }
-    at::NoGradGuard noGrad;
-    at::Tensor copy = t.contiguous();
-    if (written) {
-      pairs_.emplace_back(t, copy);
-    }
-    return copy;
-  }
-
-  std::vector<at::Tensor> operator()(
-      const std::vector<at::Tensor>& ts, bool written) {
-    std::vector<at::Tensor> out;
-    for (const at::Tensor& t : ts) {
-      out.push_back((*this)(t, written));
-    }
-    return out;
-  }
-
-  // The op's post-completion step: first (if set), then the copy-backs.
-  std::function<void()> copyBack(std::function<void()> first = nullptr) {
-    if (pairs_.empty()) {
-      return first;
-    }
-    return [first = std::move(first), pairs = pairs_]() {
-      if (first) {
-        first();
-      }
-      for (const auto& [t, copy] : pairs) {
-        t.copy_(copy);
-      }
-    };
-  }
-
- private:
-  std::vector<std::pair<at::Tensor, at::Tensor>> pairs_;
+// The tensors of an op from one tensor into another of the same dtype (the
+// *_base ops): each dense, both checked. The dtype is the input's.
+struct InOut {
+  at::Tensor input;
+  at::Tensor output;
+  goncclDataType_t type;
 };
-
-// Checks every tensor of a list against the reference: supported, same dtype,
-// n elements (contiguous or not: the caller stages them).
-void checkList(
-    const std::vector<at::Tensor>& ts,
-    const at::Tensor& ref,
-    int64_t n,
-    const char* op,
-    const char* what) {
-  for (size_t i = 0; i < ts.size(); ++i) {
-    checkTensor(ts[i], op, /*contiguous=*/false);
-    checkSameDtype(ts[i], ref, op, what);
-    checkNumel(ts[i], n, op, c10::str(what, " ", i).c_str());
-  }
-}
-
-void checkRootTensor(int64_t rootTensor, const char* op) {
-  if (rootTensor != 0) {
-    C10_THROW_ERROR(
-        ValueError,
-        c10::str(
-            "gonccl: ",
-            op,
-            ": root tensor must be 0 (one tensor per rank), got ",
-            rootTensor));
-  }
-}
-
-// Element counts and offsets of an all_to_all_single side: split sizes count
-// rows of dim 0 (equal splits if empty).
-void splitCounts(
-    const at::Tensor& t,
-    const std::vector<int64_t>& splits,
-    int size,
-    const char* op,
-    const char* what,
-    std::vector<size_t>& counts,
-    std::vector<size_t>& displs) {
-  const int64_t rows = t.dim() == 0 ? 1 : t.size(0);
-  const int64_t rowElems = rows == 0 ? 0 : t.numel() / rows;
-  std::vector<int64_t> s = splits;
-  if (s.empty()) {
-    if (rows % size != 0) {
-      C10_THROW_ERROR(
-          ValueError,
-          c10::str(
-              "gonccl: ",
-              op,
-              ": the ",
-              what,
-              " tensor's dim 0 (",
-              rows,
-              ") does not divide equally across the group size (",
-              size,
-              "); pass split sizes"));
-    }
-    s.assign(size, rows / size);
-  }
-  if (static_cast<int>(s.size()) != size) {
-    C10_THROW_ERROR(
-        ValueError,
-        c10::str(
-            "gonccl: ",
-            op,
-            ": expected ",
-            size,
-            " ",
-            what,
-            " split sizes, got ",
-            s.size()));
-  }
-  int64_t sum = 0;
-  counts.assign(size, 0);
-  displs.assign(size, 0);
-  for (int i = 0; i < size; ++i) {
-    if (s[i] < 0) {
-      C10_THROW_ERROR(
-          ValueError,
-          c10::str("gonccl: ", op, ": negative ", what, " split size ", s[i]));
-    }
-    // Checked before adding, so that the sum cannot overflow (and wrap back
-    // to the right total) and every count and offset below stays within the
-    // tensor's numel.
-    if (s[i] > rows - sum) {
-      C10_THROW_ERROR(
-          ValueError,
-          c10::str(
-              "gonccl: ",
-              op,
-              ": the ",
-              what,
-              " split sizes add up to more than the ",
-              what,
-              " tensor's dim 0 (",
-              rows,
-              "): split size ",
-              i,
-              " is ",
-              s[i],
-              " with ",
-              sum,
-              " rows already taken"));
-    }
-    displs[i] = sum * rowElems;
-    counts[i] = s[i] * rowElems;
-    sum += s[i];
-  }
-  if (sum != rows) {
-    C10_THROW_ERROR(
-        ValueError,
-        c10::str(
-            "gonccl: ",
-            op,
-            ": the ",
-            what,
-            " split sizes add up to ",
-            sum,
-            " but the ",
-            what,
-            " tensor's dim 0 is ",
-            rows));
-  }
+InOut denseInOut(
+    Staging& staging,
+    const at::Tensor& inputBuffer,
+    const at::Tensor& outputBuffer,
+    const char* op) {
+  at::Tensor input = staging.dense(inputBuffer, /*written=*/false);
+  at::Tensor output = staging.dense(outputBuffer, /*written=*/true);
+  goncclDataType_t type = checkTensor(input, op);
+  checkTensor(output, op);
+  checkSameDtype(outputBuffer, inputBuffer, op, "the output tensor");
+  return {input, output, type};
 }
 
 }  // namespace
 
 c10::intrusive_ptr<c10d::Work> GoncclBackend::allreduce(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
-  constexpr const char* op = "all_reduce";
+  constexpr OpName op = GONCCL_OP("all_reduce");
   checkCount(tensors, 1, op);
   if (tensors[0].layout() == c10::kSparse) {
     // torch routes sparse CPU tensors here too (as with Gloo).
     return allreduce_sparse(tensors, opts);
   }
   CallTimeout callTimeout(opts.timeout);
-  Dense dense;
-  at::Tensor t = dense(tensors[0], /*written=*/true);
+  Staging staging;
+  at::Tensor t = staging.dense(tensors[0], /*written=*/true);
   goncclDataType_t type = checkTensor(t, op);
   Reduction r = checkReduceOp(opts.reduceOp, t.scalar_type(), op);
   r.scaled(t, /*inPlace=*/true);
   void* buf = t.data_ptr();
-  size_t count = t.numel();
-  return issue(
-      {c10d::OpType::ALLREDUCE,
-       "gonccl:all_reduce",
-       op,
-       {tensors[0]},
-       {tensors[0]},
-       {t},
-       dense.copyBack()},
-      [&](Parts& p) {
-        return p.add(lib().allReduceAsync(
-            buf, buf, count, type, r.op, p.comm, p.stream, p.next()));
-      });
+  return issueCall(
+      staged(c10d::OpType::ALLREDUCE, op, tensors, tensors, staging),
+      lib().allReduceAsync,
+      buf,
+      buf,
+      t.numel(),
+      type,
+      r.op);
 }
 
 c10::intrusive_ptr<c10d::Work> GoncclBackend::allreduce_coalesced(
     std::vector<at::Tensor>& tensors,
     const c10d::AllreduceCoalescedOptions& opts) {
   CallTimeout callTimeout(opts.timeout);
-  constexpr const char* op = "all_reduce_coalesced";
+  constexpr OpName op = GONCCL_OP("all_reduce_coalesced");
   if (tensors.empty()) {
-    C10_THROW_ERROR(
-        ValueError, c10::str("gonccl: ", op, ": expected at least 1 tensor"));
+    fail<c10::ValueError>(op, "expected at least 1 tensor");
   }
   goncclDataType_t type = goncclFloat32;
   int64_t total = 0;
@@ -273,279 +93,65 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::allreduce_coalesced(
   }
   Reduction r = checkReduceOp(opts.reduceOp, tensors[0].scalar_type(), op);
   // One reduction over a flat copy of all the tensors, copied back after.
-  at::Tensor flat = flatten(tensors, total);
+  Staging staging;
+  at::Tensor flat = staging.flat(tensors, total);
+  staging.copyOut(flat, tensors);
   r.scaled(flat, /*inPlace=*/true);
-  std::vector<at::Tensor> outputs = tensors;
   void* buf = flat.data_ptr();
-  size_t count = total;
-  return issue(
-      {c10d::OpType::ALLREDUCE_COALESCED,
-       "gonccl:all_reduce_coalesced",
-       op,
-       tensors,
-       outputs,
-       {flat},
-       [flat, outputs]() { unflatten(flat, outputs); }},
-      [&](Parts& p) {
-        return p.add(lib().allReduceAsync(
-            buf, buf, count, type, r.op, p.comm, p.stream, p.next()));
-      });
-}
-
-// Sparse all_reduce (SUM), as Gloo's: every rank shares its coalesced
-// indices and values (first the sizes and nnz, then both padded to the largest
-// nnz), then sums the ranks' tensors in rank order and coalesces; the result
-// replaces the input. The small size exchange is waited for here; the rest
-// completes with the Work.
-c10::intrusive_ptr<c10d::Work> GoncclBackend::allreduce_sparse(
-    std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
-  CallTimeout callTimeout(opts.timeout);
-  constexpr const char* op = "all_reduce (sparse)";
-  constexpr int64_t kMaxDims = 16;
-  // Per rank: ndim, sparse_dim, nnz, then the sizes.
-  constexpr int64_t kMeta = 3 + kMaxDims;
-  checkCount(tensors, 1, op);
-  at::Tensor input = tensors[0];
-  if (input.layout() != c10::kSparse) {
-    C10_THROW_ERROR(
-        ValueError,
-        c10::str(
-            "gonccl: ",
-            op,
-            ": expected a sparse COO tensor, got layout ",
-            input.layout()));
-  }
-  if (!input.device().is_cpu()) {
-    C10_THROW_ERROR(
-        ValueError,
-        c10::str(
-            "gonccl: ",
-            op,
-            ": sparse tensors must be on the CPU, got ",
-            input.device()));
-  }
-  if (opts.reduceOp != c10d::ReduceOp::SUM) {
-    C10_THROW_ERROR(
-        ValueError,
-        c10::str(
-            "gonccl: ",
-            op,
-            ": only ReduceOp.SUM is supported for sparse tensors (as with "
-            "Gloo)"));
-  }
-  if (input.dim() > kMaxDims) {
-    C10_THROW_ERROR(
-        ValueError,
-        c10::str(
-            "gonccl: ",
-            op,
-            ": at most ",
-            kMaxDims,
-            " dimensions are supported, got ",
-            input.dim()));
-  }
-  at::Tensor indices;
-  at::Tensor values;
-  {
-    at::NoGradGuard noGrad;
-    at::Tensor coalesced = input.coalesce();
-    indices = coalesced._indices().contiguous();
-    values = coalesced._values().contiguous();
-  }
-  goncclDataType_t type = checkTensor(values, op);
-  const int64_t sparseDim = input.sparse_dim();
-  const int64_t nnz = indices.size(1);
-
-  at::Tensor mine = at::zeros({kMeta}, at::kLong);
-  auto* m = mine.data_ptr<int64_t>();
-  m[0] = input.dim();
-  m[1] = sparseDim;
-  m[2] = nnz;
-  for (int64_t d = 0; d < input.dim(); ++d) {
-    m[3 + d] = input.size(d);
-  }
-  at::Tensor meta = at::empty({size_, kMeta}, at::kLong);
-  {
-    void* send = mine.data_ptr();
-    void* recv = meta.data_ptr();
-    auto sizes = issue(
-        {c10d::OpType::_ALLGATHER_BASE,
-         "gonccl:all_reduce_sparse_sizes",
-         "all_reduce (sparse): exchanging sizes",
-         {mine},
-         {meta}},
-        [&](Parts& p) {
-          return p.add(lib().allGatherAsync(
-              send, recv, kMeta, goncclInt64, p.comm, p.stream, p.next()));
-        });
-    sizes->wait();
-  }
-  const auto* all = meta.data_ptr<int64_t>();
-  int64_t maxNnz = 0;
-  for (int r = 0; r < size_; ++r) {
-    const int64_t* theirs = all + r * kMeta;
-    for (int64_t i = 0; i < kMeta; ++i) {
-      if (i != 2 && theirs[i] != m[i]) {
-        C10_THROW_ERROR(
-            ValueError,
-            c10::str(
-                "gonccl: ",
-                op,
-                ": rank ",
-                r,
-                " passed a sparse tensor of sizes ",
-                c10::IntArrayRef(theirs + 3, theirs[0]),
-                " (sparse_dim ",
-                theirs[1],
-                ") but rank ",
-                rank_,
-                " one of sizes ",
-                input.sizes(),
-                " (sparse_dim ",
-                sparseDim,
-                ")"));
-      }
-    }
-    maxNnz = std::max(maxNnz, theirs[2]);
-  }
-
-  std::vector<int64_t> valueShape{maxNnz};
-  for (int64_t d = sparseDim; d < input.dim(); ++d) {
-    valueShape.push_back(input.size(d));
-  }
-  at::Tensor idxSend = at::zeros({sparseDim, maxNnz}, at::kLong);
-  at::Tensor valSend = at::zeros(valueShape, values.options());
-  idxSend.narrow(1, 0, nnz).copy_(indices);
-  valSend.narrow(0, 0, nnz).copy_(values);
-  at::Tensor idxRecv = at::empty({size_, sparseDim, maxNnz}, at::kLong);
-  std::vector<int64_t> recvShape{size_};
-  recvShape.insert(recvShape.end(), valueShape.begin(), valueShape.end());
-  at::Tensor valRecv = at::empty(recvShape, values.options());
-  const int world = size_;
-  auto sum = [=]() mutable {
-    const auto* all = meta.data_ptr<int64_t>();
-    at::Tensor out;
-    for (int r = 0; r < world; ++r) {
-      const int64_t n = all[r * kMeta + 2];
-      at::Tensor t = at::sparse_coo_tensor(
-          idxRecv[r].narrow(1, 0, n),
-          valRecv[r].narrow(0, 0, n),
-          input.sizes(),
-          input.options());
-      if (r == 0) {
-        out = t;
-      } else {
-        out.add_(t);
-      }
-    }
-    input.copy_(out.coalesce());
-  };
-  const size_t idxCount = idxSend.numel();
-  const size_t valCount = valSend.numel();
-  void* idxSendPtr = idxSend.data_ptr();
-  void* idxRecvPtr = idxRecv.data_ptr();
-  void* valSendPtr = valSend.data_ptr();
-  void* valRecvPtr = valRecv.data_ptr();
-  return issue(
-      {c10d::OpType::_ALLREDUCE_SPARSE,
-       "gonccl:all_reduce_sparse",
-       op,
-       {input},
-       {input},
-       {idxSend, valSend, idxRecv, valRecv, meta},
-       std::move(sum)},
-      [&](Parts& p) {
-        if (maxNnz == 0) {
-          return goncclSuccess;  // nothing to move: the sum runs at once
-        }
-        goncclResult_t rc = p.add(lib().allGatherAsync(
-            idxSendPtr,
-            idxRecvPtr,
-            idxCount,
-            goncclInt64,
-            p.comm,
-            p.stream,
-            p.next()));
-        if (rc != goncclSuccess || valCount == 0) {
-          return rc;
-        }
-        return p.add(lib().allGatherAsync(
-            valSendPtr,
-            valRecvPtr,
-            valCount,
-            type,
-            p.comm,
-            p.stream,
-            p.next()));
-      });
+  return issueCall(
+      staged(c10d::OpType::ALLREDUCE_COALESCED, op, tensors, tensors, staging),
+      lib().allReduceAsync,
+      buf,
+      buf,
+      total,
+      type,
+      r.op);
 }
 
 c10::intrusive_ptr<c10d::Work> GoncclBackend::reduce(
     std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
   CallTimeout callTimeout(opts.timeout);
-  constexpr const char* op = "reduce";
+  constexpr OpName op = GONCCL_OP("reduce");
   checkCount(tensors, 1, op);
-  Dense dense;
-  at::Tensor t = dense(tensors[0], /*written=*/opts.rootRank == rank_);
+  Staging staging;
+  at::Tensor t = staging.dense(tensors[0], /*written=*/opts.rootRank == rank_);
   goncclDataType_t type = checkTensor(t, op);
   checkRootTensor(opts.rootTensor, op);
   checkRoot(opts.rootRank, size_, op);
   Reduction r = checkReduceOp(opts.reduceOp, t.scalar_type(), op);
-  auto fn = need(lib().reduceAsync, "goncclReduceAsync", op);
   // Only the root's tensor receives the result; PREMUL_SUM scales a copy so
   // that the other ranks' tensors stay as they were.
-  at::Tensor send = r.scaled(t, /*inPlace=*/false);
-  const void* sendbuf = send.data_ptr();
-  void* recvbuf = t.data_ptr();
-  size_t count = t.numel();
-  int root = static_cast<int>(opts.rootRank);
-  return issue(
-      {c10d::OpType::REDUCE,
-       "gonccl:reduce",
-       op,
-       {tensors[0]},
-       {tensors[0]},
-       {send, t},
-       dense.copyBack()},
-      [&](Parts& p) {
-        return p.add(
-            fn(sendbuf,
-               recvbuf,
-               count,
-               type,
-               r.op,
-               root,
-               p.comm,
-               p.stream,
-               p.next()));
-      });
+  at::Tensor send = staging.scaled(r, t);
+  return issueCall(
+      staged(c10d::OpType::REDUCE, op, tensors, tensors, staging),
+      lib().reduceAsync,
+      send.data_ptr(),
+      t.data_ptr(),
+      t.numel(),
+      type,
+      r.op,
+      static_cast<int>(opts.rootRank));
 }
 
 c10::intrusive_ptr<c10d::Work> GoncclBackend::broadcast(
     std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
   CallTimeout callTimeout(opts.timeout);
-  constexpr const char* op = "broadcast";
+  constexpr OpName op = GONCCL_OP("broadcast");
   checkCount(tensors, 1, op);
-  Dense dense;
-  at::Tensor t = dense(tensors[0], /*written=*/opts.rootRank != rank_);
+  Staging staging;
+  at::Tensor t = staging.dense(tensors[0], /*written=*/opts.rootRank != rank_);
   goncclDataType_t type = checkTensor(t, op);
   checkRootTensor(opts.rootTensor, op);
   checkRoot(opts.rootRank, size_, op);
   void* buf = t.data_ptr();
-  size_t count = t.numel();
-  int root = static_cast<int>(opts.rootRank);
-  return issue(
-      {c10d::OpType::BROADCAST,
-       "gonccl:broadcast",
-       op,
-       {tensors[0]},
-       {tensors[0]},
-       {t},
-       dense.copyBack()},
-      [&](Parts& p) {
-        return p.add(lib().broadcastAsync(
-            buf, buf, count, type, root, p.comm, p.stream, p.next()));
-      });
+  return issueCall(
+      staged(c10d::OpType::BROADCAST, op, tensors, tensors, staging),
+      lib().broadcastAsync,
+      buf,
+      buf,
+      t.numel(),
+      type,
+      static_cast<int>(opts.rootRank));
 }
 
 c10::intrusive_ptr<c10d::Work> GoncclBackend::allgather(
@@ -553,20 +159,11 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::allgather(
     std::vector<at::Tensor>& inputTensors,
     const c10d::AllgatherOptions& opts) {
   CallTimeout callTimeout(opts.timeout);
-  constexpr const char* op = "all_gather";
+  constexpr OpName op = GONCCL_OP("all_gather");
   checkCount(inputTensors, 1, op, "input tensor");
-  if (outputTensors.size() != 1) {
-    C10_THROW_ERROR(
-        ValueError,
-        c10::str(
-            "gonccl: ",
-            op,
-            ": expected 1 list of output tensors, got ",
-            outputTensors.size()));
-  }
-  Dense dense;
-  at::Tensor input = dense(inputTensors[0], /*written=*/false);
-  std::vector<at::Tensor> outputs = outputTensors[0];
+  const std::vector<at::Tensor>& outputs = oneList(outputTensors, op, "output");
+  Staging staging;
+  at::Tensor input = staging.dense(inputTensors[0], /*written=*/false);
   goncclDataType_t type = checkTensor(input, op);
   checkCount(outputs, size_, op, "output tensor");
   const int64_t n = input.numel();
@@ -577,32 +174,15 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::allgather(
   checkList(outputs, input, n, op, "output tensor");
   // The outputs may already be consecutive pieces of one buffer: then Go
   // gathers straight into them.
-  at::Tensor flat;
-  std::function<void()> copyOut;
-  void* recv = nullptr;
-  std::vector<at::Tensor> keepAlive;
-  if (consecutive(outputs, n)) {
-    recv = outputs[0].data_ptr();
-  } else {
-    flat = at::empty({worldTotal(n, size_, op)}, input.options());
-    recv = flat.data_ptr();
-    keepAlive.push_back(flat);
-    copyOut = [flat, outputs]() { unflatten(flat, outputs); };
-  }
-  void* send = input.data_ptr();
-  keepAlive.push_back(input);
-  return issue(
-      {c10d::OpType::ALLGATHER,
-       "gonccl:all_gather",
-       op,
-       {inputTensors[0]},
-       outputs,
-       std::move(keepAlive),
-       std::move(copyOut)},
-      [&](Parts& p) {
-        return p.add(lib().allGatherAsync(
-            send, recv, n, type, p.comm, p.stream, p.next()));
-      });
+  void* recv =
+      staging.writeList(outputs, n, worldTotal(n, size_, op), input.options());
+  return issueCall(
+      staged(c10d::OpType::ALLGATHER, op, inputTensors, outputs, staging),
+      lib().allGatherAsync,
+      input.data_ptr(),
+      recv,
+      n,
+      type);
 }
 
 c10::intrusive_ptr<c10d::Work> GoncclBackend::_allgather_base(
@@ -610,44 +190,37 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::_allgather_base(
     at::Tensor& inputBuffer,
     const c10d::AllgatherOptions& opts) {
   CallTimeout callTimeout(opts.timeout);
-  constexpr const char* op = "all_gather_into_tensor";
-  Dense dense;
-  at::Tensor input = dense(inputBuffer, /*written=*/false);
-  at::Tensor output = dense(outputBuffer, /*written=*/true);
-  goncclDataType_t type = checkTensor(input, op);
-  checkTensor(output, op);
-  checkSameDtype(outputBuffer, inputBuffer, op, "the output tensor");
+  constexpr OpName op = GONCCL_OP("all_gather_into_tensor");
+  Staging staging;
+  const auto [input, output, type] =
+      denseInOut(staging, inputBuffer, outputBuffer, op);
   const int64_t n = inputBuffer.numel();
-  if (outputBuffer.numel() != worldTotal(n, size_, op)) {
-    C10_THROW_ERROR(
-        ValueError,
-        c10::str(
-            "gonccl: ",
-            op,
-            ": output tensor must have world_size * input elements (got ",
-            outputBuffer.numel(),
-            ", expected ",
-            size_,
-            " * ",
-            n,
-            " = ",
-            worldTotal(n, size_, op),
-            ")"));
+  const int64_t total = worldTotal(n, size_, op);
+  if (outputBuffer.numel() != total) {
+    fail<c10::ValueError>(
+        op,
+        "output tensor must have world_size * input elements (got ",
+        outputBuffer.numel(),
+        ", expected ",
+        size_,
+        " * ",
+        n,
+        " = ",
+        total,
+        ")");
   }
-  void* send = input.data_ptr();
-  void* recv = output.data_ptr();
-  return issue(
-      {c10d::OpType::_ALLGATHER_BASE,
-       "gonccl:all_gather_into_tensor",
-       op,
-       {inputBuffer},
-       {outputBuffer},
-       {input, output},
-       dense.copyBack()},
-      [&](Parts& p) {
-        return p.add(lib().allGatherAsync(
-            send, recv, n, type, p.comm, p.stream, p.next()));
-      });
+  return issueCall(
+      staged(
+          c10d::OpType::_ALLGATHER_BASE,
+          op,
+          {inputBuffer},
+          {outputBuffer},
+          staging),
+      lib().allGatherAsync,
+      input.data_ptr(),
+      output.data_ptr(),
+      n,
+      type);
 }
 
 c10::intrusive_ptr<c10d::Work> GoncclBackend::allgather_coalesced(
@@ -655,22 +228,17 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::allgather_coalesced(
     std::vector<at::Tensor>& inputTensors,
     const c10d::AllgatherOptions& opts) {
   CallTimeout callTimeout(opts.timeout);
-  constexpr const char* op = "all_gather_coalesced";
+  constexpr OpName op = GONCCL_OP("all_gather_coalesced");
   if (inputTensors.empty()) {
-    C10_THROW_ERROR(
-        ValueError,
-        c10::str("gonccl: ", op, ": expected at least 1 input tensor"));
+    fail<c10::ValueError>(op, "expected at least 1 input tensor");
   }
   if (static_cast<int>(outputTensorLists.size()) != size_) {
-    C10_THROW_ERROR(
-        ValueError,
-        c10::str(
-            "gonccl: ",
-            op,
-            ": expected ",
-            size_,
-            " output lists (one per rank), got ",
-            outputTensorLists.size()));
+    fail<c10::ValueError>(
+        op,
+        "expected ",
+        size_,
+        " output lists (one per rank), got ",
+        outputTensorLists.size());
   }
   goncclDataType_t type = goncclFloat32;
   int64_t total = 0;
@@ -686,30 +254,26 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::allgather_coalesced(
     for (size_t i = 0; i < list.size(); ++i) {
       checkTensor(list[i], op, /*contiguous=*/false);
       checkSameDtype(list[i], inputTensors[0], op, "an output tensor");
-      checkNumel(
-          list[i],
-          inputTensors[i].numel(),
-          op,
-          c10::str("output tensor ", i).c_str());
+      checkNumel(list[i], inputTensors[i].numel(), op, "output tensor ", i);
       outputs.push_back(list[i]);
     }
   }
-  at::Tensor send = flatten(inputTensors, total);
-  at::Tensor recv = at::empty({worldTotal(total, size_, op)}, send.options());
-  void* sendbuf = send.data_ptr();
-  void* recvbuf = recv.data_ptr();
-  return issue(
-      {c10d::OpType::ALLGATHER_COALESCED,
-       "gonccl:all_gather_coalesced",
-       op,
-       inputTensors,
-       outputs,
-       {send, recv},
-       [recv, outputs]() { unflatten(recv, outputs); }},
-      [&](Parts& p) {
-        return p.add(lib().allGatherAsync(
-            sendbuf, recvbuf, total, type, p.comm, p.stream, p.next()));
-      });
+  Staging staging;
+  at::Tensor send = staging.flat(inputTensors, total);
+  at::Tensor recv =
+      staging.flatOut(outputs, worldTotal(total, size_, op), send.options());
+  return issueCall(
+      staged(
+          c10d::OpType::ALLGATHER_COALESCED,
+          op,
+          inputTensors,
+          outputs,
+          staging),
+      lib().allGatherAsync,
+      send.data_ptr(),
+      recv.data_ptr(),
+      total,
+      type);
 }
 
 c10::intrusive_ptr<c10d::Work> GoncclBackend::allgather_into_tensor_coalesced(
@@ -717,7 +281,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
   CallTimeout callTimeout(opts.timeout);
-  constexpr const char* op = "all_gather_into_tensor_coalesced";
+  constexpr OpName op = GONCCL_OP("all_gather_into_tensor_coalesced");
   checkCount(outputs, inputs.size(), op, "output tensor");
   std::vector<goncclDataType_t> types;
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -728,30 +292,20 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::allgather_into_tensor_coalesced(
         outputs[i],
         worldTotal(inputs[i].numel(), size_, op),
         op,
-        c10::str("output tensor ", i, " (world_size * its input's)").c_str());
+        "output tensor ",
+        i,
+        " (world_size * its input's)");
   }
-  return issue(
-      {c10d::OpType::COALESCED,
-       "gonccl:all_gather_into_tensor_coalesced",
-       op,
-       inputs,
-       outputs},
-      [&](Parts& p) {
-        for (size_t i = 0; i < inputs.size(); ++i) {
-          goncclResult_t rc = p.add(lib().allGatherAsync(
-              inputs[i].data_ptr(),
-              outputs[i].data_ptr(),
-              inputs[i].numel(),
-              types[i],
-              p.comm,
-              p.stream,
-              p.next()));
-          if (rc != goncclSuccess) {
-            return rc;
-          }
-        }
-        return goncclSuccess;
-      });
+  return issue({c10d::OpType::COALESCED, op, inputs, outputs}, [&](Parts& p) {
+    return p.each(inputs.size(), [&](int64_t i) {
+      return p.start(
+          lib().allGatherAsync,
+          inputs[i].data_ptr(),
+          outputs[i].data_ptr(),
+          inputs[i].numel(),
+          types[i]);
+    });
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> GoncclBackend::gather(
@@ -759,66 +313,31 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::gather(
     std::vector<at::Tensor>& inputTensors,
     const c10d::GatherOptions& opts) {
   CallTimeout callTimeout(opts.timeout);
-  constexpr const char* op = "gather";
+  constexpr OpName op = GONCCL_OP("gather");
   checkCount(inputTensors, 1, op, "input tensor");
   checkRoot(opts.rootRank, size_, op);
-  at::Tensor input = Dense()(inputTensors[0], /*written=*/false);
+  Staging staging;
+  at::Tensor input = staging.dense(inputTensors[0], /*written=*/false);
   goncclDataType_t type = checkTensor(input, op);
-  auto fn = need(lib().gatherAsync, "goncclGatherAsync", op);
   const int root = static_cast<int>(opts.rootRank);
   const int64_t n = input.numel();
   std::vector<at::Tensor> outputs;
-  std::vector<at::Tensor> keepAlive;
-  std::function<void()> copyOut;
   void* recv = nullptr;
-  if (rank_ == root) {
-    if (outputTensors.size() != 1) {
-      C10_THROW_ERROR(
-          ValueError,
-          c10::str(
-              "gonccl: ",
-              op,
-              ": the root expects 1 list of output tensors, got ",
-              outputTensors.size()));
-    }
-    outputs = outputTensors[0];
+  if (const auto* list = rootList(outputTensors, root, rank_, op, "output")) {
+    outputs = *list;
     checkCount(outputs, size_, op, "output tensor");
     checkList(outputs, input, n, op, "output tensor");
-    if (consecutive(outputs, n)) {
-      recv = outputs[0].data_ptr();
-    } else {
-      at::Tensor flat = at::empty({worldTotal(n, size_, op)}, input.options());
-      recv = flat.data_ptr();
-      keepAlive.push_back(flat);
-      copyOut = [flat, outputs]() { unflatten(flat, outputs); };
-    }
-  } else if (!outputTensors.empty()) {
-    C10_THROW_ERROR(
-        ValueError,
-        c10::str(
-            "gonccl: ",
-            op,
-            ": only the root (rank ",
-            root,
-            ") takes output tensors; rank ",
-            rank_,
-            " got ",
-            outputTensors.size(),
-            " list(s)"));
+    recv = staging.writeList(
+        outputs, n, worldTotal(n, size_, op), input.options());
   }
-  void* send = input.data_ptr();
-  keepAlive.push_back(input);
-  return issue(
-      {c10d::OpType::GATHER,
-       "gonccl:gather",
-       op,
-       {inputTensors[0]},
-       outputs,
-       std::move(keepAlive),
-       std::move(copyOut)},
-      [&](Parts& p) {
-        return p.add(fn(send, recv, n, type, root, p.comm, p.stream, p.next()));
-      });
+  return issueCall(
+      staged(c10d::OpType::GATHER, op, inputTensors, outputs, staging),
+      lib().gatherAsync,
+      input.data_ptr(),
+      recv,
+      n,
+      type,
+      root);
 }
 
 #if GONCCL_HAS_GATHER_INTO_TENSOR
@@ -827,10 +346,9 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::gather_into_tensor(
     at::Tensor& inputBuffer,
     const c10d::GatherOptions& opts) {
   CallTimeout callTimeout(opts.timeout);
-  constexpr const char* op = "gather_into_tensor";
+  constexpr OpName op = GONCCL_OP("gather_into_tensor");
   checkRoot(opts.rootRank, size_, op);
   goncclDataType_t type = checkTensor(inputBuffer, op);
-  auto fn = need(lib().gatherAsync, "goncclGatherAsync", op);
   const int root = static_cast<int>(opts.rootRank);
   const int64_t n = inputBuffer.numel();
   void* recv = nullptr;
@@ -844,16 +362,14 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::gather_into_tensor(
         "the output tensor (world_size * input)");
     recv = outputBuffer.data_ptr();
   }
-  void* send = inputBuffer.data_ptr();
-  return issue(
-      {c10d::OpType::GATHER,
-       "gonccl:gather_into_tensor",
-       op,
-       {inputBuffer},
-       {outputBuffer}},
-      [&](Parts& p) {
-        return p.add(fn(send, recv, n, type, root, p.comm, p.stream, p.next()));
-      });
+  return issueCall(
+      {c10d::OpType::GATHER, op, {inputBuffer}, {outputBuffer}},
+      lib().gatherAsync,
+      inputBuffer.data_ptr(),
+      recv,
+      n,
+      type,
+      root);
 }
 #endif
 
@@ -862,65 +378,30 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::scatter(
     std::vector<std::vector<at::Tensor>>& inputTensors,
     const c10d::ScatterOptions& opts) {
   CallTimeout callTimeout(opts.timeout);
-  constexpr const char* op = "scatter";
+  constexpr OpName op = GONCCL_OP("scatter");
   checkCount(outputTensors, 1, op, "output tensor");
   checkRoot(opts.rootRank, size_, op);
-  Dense dense;
-  at::Tensor output = dense(outputTensors[0], /*written=*/true);
+  Staging staging;
+  at::Tensor output = staging.dense(outputTensors[0], /*written=*/true);
   goncclDataType_t type = checkTensor(output, op);
-  auto fn = need(lib().scatterAsync, "goncclScatterAsync", op);
   const int root = static_cast<int>(opts.rootRank);
   const int64_t n = output.numel();
   std::vector<at::Tensor> inputs;
-  std::vector<at::Tensor> keepAlive;
   const void* send = nullptr;
-  if (rank_ == root) {
-    if (inputTensors.size() != 1) {
-      C10_THROW_ERROR(
-          ValueError,
-          c10::str(
-              "gonccl: ",
-              op,
-              ": the root expects 1 list of input tensors, got ",
-              inputTensors.size()));
-    }
-    inputs = inputTensors[0];
+  if (const auto* list = rootList(inputTensors, root, rank_, op, "input")) {
+    inputs = *list;
     checkCount(inputs, size_, op, "input tensor");
     checkList(inputs, output, n, op, "input tensor");
-    if (consecutive(inputs, n)) {
-      send = inputs[0].data_ptr();
-    } else {
-      at::Tensor flat = flatten(inputs, worldTotal(n, size_, op));
-      send = flat.data_ptr();
-      keepAlive.push_back(flat);
-    }
-  } else if (!inputTensors.empty()) {
-    C10_THROW_ERROR(
-        ValueError,
-        c10::str(
-            "gonccl: ",
-            op,
-            ": only the root (rank ",
-            root,
-            ") takes input tensors; rank ",
-            rank_,
-            " got ",
-            inputTensors.size(),
-            " list(s)"));
+    send = staging.readList(inputs, n, worldTotal(n, size_, op));
   }
-  void* recv = output.data_ptr();
-  keepAlive.push_back(output);
-  return issue(
-      {c10d::OpType::SCATTER,
-       "gonccl:scatter",
-       op,
-       inputs,
-       {outputTensors[0]},
-       std::move(keepAlive),
-       dense.copyBack()},
-      [&](Parts& p) {
-        return p.add(fn(send, recv, n, type, root, p.comm, p.stream, p.next()));
-      });
+  return issueCall(
+      staged(c10d::OpType::SCATTER, op, inputs, outputTensors, staging),
+      lib().scatterAsync,
+      send,
+      output.data_ptr(),
+      n,
+      type,
+      root);
 }
 
 c10::intrusive_ptr<c10d::Work> GoncclBackend::reduce_scatter(
@@ -928,20 +409,11 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::reduce_scatter(
     std::vector<std::vector<at::Tensor>>& inputTensors,
     const c10d::ReduceScatterOptions& opts) {
   CallTimeout callTimeout(opts.timeout);
-  constexpr const char* op = "reduce_scatter";
+  constexpr OpName op = GONCCL_OP("reduce_scatter");
   checkCount(outputTensors, 1, op, "output tensor");
-  if (inputTensors.size() != 1) {
-    C10_THROW_ERROR(
-        ValueError,
-        c10::str(
-            "gonccl: ",
-            op,
-            ": expected 1 list of input tensors, got ",
-            inputTensors.size()));
-  }
-  Dense dense;
-  at::Tensor output = dense(outputTensors[0], /*written=*/true);
-  std::vector<at::Tensor> inputs = inputTensors[0];
+  const std::vector<at::Tensor>& inputs = oneList(inputTensors, op, "input");
+  Staging staging;
+  at::Tensor output = staging.dense(outputTensors[0], /*written=*/true);
   goncclDataType_t type = checkTensor(output, op);
   checkCount(inputs, size_, op, "input tensor");
   Reduction r = checkReduceOp(opts.reduceOp, output.scalar_type(), op);
@@ -958,70 +430,39 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::reduce_scatter(
       inputs[rank_],
       n,
       op,
-      c10::str("input tensor ", rank_, " (this rank's, like the output)")
-          .c_str());
-  if (!uniform) {
-    // Blocks of different sizes: one reduce per rank, each to its owner.
-    auto fn = need(lib().reduceAsync, "goncclReduceAsync", op);
-    std::vector<at::Tensor> sends;
-    for (const at::Tensor& t : inputs) {
-      sends.push_back(r.scaled(dense(t, /*written=*/false), /*inPlace=*/false));
-    }
-    at::Tensor scratch = at::empty({total}, output.options());
-    std::vector<at::Tensor> keepAlive = sends;
-    keepAlive.push_back(scratch);
-    keepAlive.push_back(output);
-    return issue(
-        {c10d::OpType::REDUCE_SCATTER,
-         "gonccl:reduce_scatter",
-         op,
-         inputs,
-         {outputTensors[0]},
-         std::move(keepAlive),
-         dense.copyBack()},
-        [&](Parts& p) {
-          for (int i = 0; i < size_; ++i) {
-            void* recv = i == rank_ ? output.data_ptr() : scratch.data_ptr();
-            goncclResult_t rc = p.add(
-                fn(sends[i].data_ptr(),
-                   recv,
-                   sends[i].numel(),
-                   type,
-                   r.op,
-                   i,
-                   p.comm,
-                   p.stream,
-                   p.next()));
-            if (rc != goncclSuccess) {
-              return rc;
-            }
-          }
-          return goncclSuccess;
-        });
-  }
-  auto fn = need(lib().reduceScatterAsync, "goncclReduceScatterAsync", op);
-  std::vector<at::Tensor> keepAlive;
+      "input tensor ",
+      rank_,
+      " (this rank's, like the output)");
   const void* send = nullptr;
-  if (!r.premul && consecutive(inputs, n)) {
-    send = inputs[0].data_ptr();
+  std::vector<at::Tensor> sends;
+  at::Tensor scratch;
+  if (uniform) {
+    send = staging.readList(inputs, n, worldTotal(n, size_, op), r);
   } else {
-    at::Tensor flat = flatten(inputs, worldTotal(n, size_, op));
-    r.scaled(flat, /*inPlace=*/true);
-    send = flat.data_ptr();
-    keepAlive.push_back(flat);
+    for (const at::Tensor& t : inputs) {
+      sends.push_back(staging.scaled(r, staging.dense(t, /*written=*/false)));
+    }
+    scratch = at::empty({total}, output.options());
+    staging.keep(scratch);
   }
-  void* recv = output.data_ptr();
-  keepAlive.push_back(output);
   return issue(
-      {c10d::OpType::REDUCE_SCATTER,
-       "gonccl:reduce_scatter",
-       op,
-       inputs,
-       {outputTensors[0]},
-       std::move(keepAlive),
-       dense.copyBack()},
+      staged(c10d::OpType::REDUCE_SCATTER, op, inputs, outputTensors, staging),
       [&](Parts& p) {
-        return p.add(fn(send, recv, n, type, r.op, p.comm, p.stream, p.next()));
+        if (uniform) {
+          return p.start(
+              lib().reduceScatterAsync, send, output.data_ptr(), n, type, r.op);
+        }
+        // Blocks of different sizes: one reduce per rank, each to its owner.
+        return p.each(size_, [&](int64_t i) {
+          return p.start(
+              lib().reduceAsync,
+              sends[i].data_ptr(),
+              i == rank_ ? output.data_ptr() : scratch.data_ptr(),
+              sends[i].numel(),
+              type,
+              r.op,
+              static_cast<int>(i));
+        });
       });
 }
 
@@ -1030,13 +471,10 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::_reduce_scatter_base(
     at::Tensor& inputBuffer,
     const c10d::ReduceScatterOptions& opts) {
   CallTimeout callTimeout(opts.timeout);
-  constexpr const char* op = "reduce_scatter_tensor";
-  Dense dense;
-  at::Tensor input = dense(inputBuffer, /*written=*/false);
-  at::Tensor output = dense(outputBuffer, /*written=*/true);
-  goncclDataType_t type = checkTensor(input, op);
-  checkTensor(output, op);
-  checkSameDtype(outputBuffer, inputBuffer, op, "the output tensor");
+  constexpr OpName op = GONCCL_OP("reduce_scatter_tensor");
+  Staging staging;
+  const auto [input, output, type] =
+      denseInOut(staging, inputBuffer, outputBuffer, op);
   const int64_t n = outputBuffer.numel();
   checkNumel(
       inputBuffer,
@@ -1044,22 +482,20 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::_reduce_scatter_base(
       op,
       "the input tensor (world_size * output)");
   Reduction r = checkReduceOp(opts.reduceOp, inputBuffer.scalar_type(), op);
-  auto fn = need(lib().reduceScatterAsync, "goncclReduceScatterAsync", op);
-  at::Tensor send = r.scaled(input, /*inPlace=*/false);
-  const void* sendbuf = send.data_ptr();
-  void* recvbuf = output.data_ptr();
-  return issue(
-      {c10d::OpType::_REDUCE_SCATTER_BASE,
-       "gonccl:reduce_scatter_tensor",
-       op,
-       {inputBuffer},
-       {outputBuffer},
-       {send, output},
-       dense.copyBack()},
-      [&](Parts& p) {
-        return p.add(
-            fn(sendbuf, recvbuf, n, type, r.op, p.comm, p.stream, p.next()));
-      });
+  at::Tensor send = staging.scaled(r, input);
+  return issueCall(
+      staged(
+          c10d::OpType::_REDUCE_SCATTER_BASE,
+          op,
+          {inputBuffer},
+          {outputBuffer},
+          staging),
+      lib().reduceScatterAsync,
+      send.data_ptr(),
+      output.data_ptr(),
+      n,
+      type,
+      r.op);
 }
 
 c10::intrusive_ptr<c10d::Work> GoncclBackend::reduce_scatter_tensor_coalesced(
@@ -1067,12 +503,12 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& inputs,
     const c10d::ReduceScatterOptions& opts) {
   CallTimeout callTimeout(opts.timeout);
-  constexpr const char* op = "reduce_scatter_tensor_coalesced";
+  constexpr OpName op = GONCCL_OP("reduce_scatter_tensor_coalesced");
   checkCount(outputs, inputs.size(), op, "output tensor");
-  auto fn = need(lib().reduceScatterAsync, "goncclReduceScatterAsync", op);
   std::vector<goncclDataType_t> types;
   std::vector<at::Tensor> sends;
   Reduction r;
+  Staging staging;
   for (size_t i = 0; i < inputs.size(); ++i) {
     types.push_back(checkTensor(inputs[i], op));
     checkTensor(outputs[i], op);
@@ -1081,33 +517,24 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::reduce_scatter_tensor_coalesced(
         inputs[i],
         worldTotal(outputs[i].numel(), size_, op),
         op,
-        c10::str("input tensor ", i, " (world_size * its output's)").c_str());
+        "input tensor ",
+        i,
+        " (world_size * its output's)");
     r = checkReduceOp(opts.reduceOp, inputs[i].scalar_type(), op);
-    sends.push_back(r.scaled(inputs[i], /*inPlace=*/false));
+    sends.push_back(staging.scaled(r, inputs[i]));
   }
   return issue(
-      {c10d::OpType::COALESCED,
-       "gonccl:reduce_scatter_tensor_coalesced",
-       op,
-       inputs,
-       outputs,
-       sends},
+      staged(c10d::OpType::COALESCED, op, inputs, outputs, staging),
       [&](Parts& p) {
-        for (size_t i = 0; i < inputs.size(); ++i) {
-          goncclResult_t rc = p.add(
-              fn(sends[i].data_ptr(),
-                 outputs[i].data_ptr(),
-                 outputs[i].numel(),
-                 types[i],
-                 r.op,
-                 p.comm,
-                 p.stream,
-                 p.next()));
-          if (rc != goncclSuccess) {
-            return rc;
-          }
-        }
-        return goncclSuccess;
+        return p.each(inputs.size(), [&](int64_t i) {
+          return p.start(
+              lib().reduceScatterAsync,
+              sends[i].data_ptr(),
+              outputs[i].data_ptr(),
+              outputs[i].numel(),
+              types[i],
+              r.op);
+        });
       });
 }
 
@@ -1118,10 +545,10 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::alltoall_base(
     std::vector<int64_t>& inputSplitSizes,
     const c10d::AllToAllOptions& opts) {
   CallTimeout callTimeout(opts.timeout);
-  constexpr const char* op = "all_to_all_single";
+  constexpr OpName op = GONCCL_OP("all_to_all_single");
   goncclDataType_t type = checkTensor(inputBuffer, op);
-  Dense dense;
-  at::Tensor output = dense(outputBuffer, /*written=*/true);
+  Staging staging;
+  at::Tensor output = staging.dense(outputBuffer, /*written=*/true);
   checkTensor(output, op);
   checkSameDtype(outputBuffer, inputBuffer, op, "the output tensor");
   std::vector<size_t> sendCounts, sendDispls, recvCounts, recvDispls;
@@ -1137,52 +564,35 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::alltoall_base(
       recvDispls);
   const void* send = inputBuffer.data_ptr();
   void* recv = output.data_ptr();
-  Op desc{
-      c10d::OpType::ALLTOALL_BASE,
-      "gonccl:all_to_all_single",
-      op,
-      {inputBuffer},
-      {outputBuffer},
-      {output},
-      dense.copyBack()};
+  Op desc = staged(
+      c10d::OpType::ALLTOALL_BASE, op, {inputBuffer}, {outputBuffer}, staging);
   // Every rank must pick the same C call: the split sizes are a per-rank
   // view, so even splits on this rank say nothing about the others. Only
   // "no split sizes" (equal blocks by definition) is the same everywhere.
-  const bool even = inputSplitSizes.empty() && outputSplitSizes.empty();
-  if (even) {
+  if (inputSplitSizes.empty() && outputSplitSizes.empty()) {
     if (inputBuffer.numel() != outputBuffer.numel()) {
-      C10_THROW_ERROR(
-          ValueError,
-          c10::str(
-              "gonccl: ",
-              op,
-              ": without split sizes the input and output must have as many "
-              "elements (got ",
-              inputBuffer.numel(),
-              " and ",
-              outputBuffer.numel(),
-              ")"));
+      fail<c10::ValueError>(
+          op,
+          "without split sizes the input and output must have as many "
+          "elements (got ",
+          inputBuffer.numel(),
+          " and ",
+          outputBuffer.numel(),
+          ")");
     }
-    auto fn = need(lib().alltoAllAsync, "goncclAlltoAllAsync", op);
-    size_t count = sendCounts[0];
-    return issue(std::move(desc), [&](Parts& p) {
-      return p.add(fn(send, recv, count, type, p.comm, p.stream, p.next()));
-    });
+    return issueCall(
+        std::move(desc), lib().alltoAllAsync, send, recv, sendCounts[0], type);
   }
-  auto fn = need(lib().alltoAllvAsync, "goncclAlltoAllvAsync", op);
-  return issue(std::move(desc), [&](Parts& p) {
-    return p.add(
-        fn(send,
-           sendCounts.data(),
-           sendDispls.data(),
-           recv,
-           recvCounts.data(),
-           recvDispls.data(),
-           type,
-           p.comm,
-           p.stream,
-           p.next()));
-  });
+  return issueCall(
+      std::move(desc),
+      lib().alltoAllvAsync,
+      send,
+      sendCounts.data(),
+      sendDispls.data(),
+      recv,
+      recvCounts.data(),
+      recvDispls.data(),
+      type);
 }
 
 c10::intrusive_ptr<c10d::Work> GoncclBackend::alltoall(
@@ -1190,12 +600,11 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::alltoall(
     std::vector<at::Tensor>& inputTensors,
     const c10d::AllToAllOptions& opts) {
   CallTimeout callTimeout(opts.timeout);
-  constexpr const char* op = "all_to_all";
+  constexpr OpName op = GONCCL_OP("all_to_all");
   checkCount(inputTensors, size_, op, "input tensor");
   checkCount(outputTensors, size_, op, "output tensor");
   goncclDataType_t type =
       checkTensor(inputTensors[0], op, /*contiguous=*/false);
-  auto fn = need(lib().alltoAllvAsync, "goncclAlltoAllvAsync", op);
   std::vector<size_t> sendCounts, sendDispls, recvCounts, recvDispls;
   size_t sendTotal = 0;
   size_t recvTotal = 0;
@@ -1211,43 +620,27 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::alltoall(
     recvCounts.push_back(outputTensors[i].numel());
     recvTotal += outputTensors[i].numel();
   }
-  at::Tensor send = flatten(inputTensors, sendTotal);
-  at::Tensor recv =
-      at::empty({static_cast<int64_t>(recvTotal)}, send.options());
-  std::vector<at::Tensor> outputs = outputTensors;
-  const void* sendbuf = send.data_ptr();
-  void* recvbuf = recv.data_ptr();
-  return issue(
-      {c10d::OpType::ALLTOALL,
-       "gonccl:all_to_all",
-       op,
-       inputTensors,
-       outputs,
-       {send, recv},
-       [recv, outputs]() { unflatten(recv, outputs); }},
-      [&](Parts& p) {
-        return p.add(
-            fn(sendbuf,
-               sendCounts.data(),
-               sendDispls.data(),
-               recvbuf,
-               recvCounts.data(),
-               recvDispls.data(),
-               type,
-               p.comm,
-               p.stream,
-               p.next()));
-      });
+  Staging staging;
+  at::Tensor send = staging.flat(inputTensors, sendTotal);
+  at::Tensor recv = staging.flatOut(outputTensors, recvTotal, send.options());
+  return issueCall(
+      staged(c10d::OpType::ALLTOALL, op, inputTensors, outputTensors, staging),
+      lib().alltoAllvAsync,
+      send.data_ptr(),
+      sendCounts.data(),
+      sendDispls.data(),
+      recv.data_ptr(),
+      recvCounts.data(),
+      recvDispls.data(),
+      type);
 }
 
 c10::intrusive_ptr<c10d::Work> GoncclBackend::barrier(
     const c10d::BarrierOptions& opts) {
   CallTimeout callTimeout(opts.timeout);
-  return issue(
-      {c10d::OpType::BARRIER, "gonccl:barrier", "barrier", {}, {}},
-      [&](Parts& p) {
-        return p.add(lib().barrierAsync(p.comm, p.stream, p.next()));
-      });
+  return issueCall(
+      {c10d::OpType::BARRIER, GONCCL_OP("barrier"), {}, {}},
+      lib().barrierAsync);
 }
 
 }  // namespace gonccl

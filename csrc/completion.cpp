@@ -55,7 +55,7 @@ void CompletionQueue::track(
     std::lock_guard<std::mutex> lock(mu_);
     ++pending_;
   }
-  if (waiterMayComplete && L.requestTest != nullptr) {
+  if (waiterMayComplete) {
     // Cleared by GoncclWork::complete, which breaks the Work -> token cycle.
     token->work->setInlineCompletion(
         [token](std::chrono::milliseconds timeout) {
@@ -224,7 +224,7 @@ void CompletionQueue::process(Token& token, goncclResult_t result) {
                   L.requestErrorString(token.request),
                   work.timeout()) +
               work.errorNote();
-    } else if (work.recordsSource() && L.requestSource != nullptr) {
+    } else if (work.recordsSource()) {
       int peer = -1;
       if (L.requestSource(token.request, &peer) == goncclSuccess) {
         work.setSourceRank(peer);

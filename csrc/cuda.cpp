@@ -5,6 +5,7 @@
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include "errors.hpp"
 #include "library.hpp"
 
 namespace gonccl {
@@ -33,14 +34,11 @@ c10::Device opDevice(
   }
   for (const c10::Device& d : devices) {
     if (!d.is_cpu() && !d.is_cuda()) {
-      C10_THROW_ERROR(
-          ValueError,
-          c10::str(
-              "gonccl: ",
-              op,
-              ": tensors must be on the CPU or on a CUDA device (got device ",
-              d,
-              ")"));
+      fail<c10::ValueError>(
+          op,
+          "tensors must be on the CPU or on a CUDA device (got device ",
+          d,
+          ")");
     }
     if (d.is_cuda() && !cudaBuilt) {
       C10_THROW_ERROR(ValueError, noCudaMessage(op));
@@ -53,27 +51,21 @@ c10::Device opDevice(
     if (d.is_cpu() != first.is_cpu()) {
       const c10::Device cpu = first.is_cpu() ? first : d;
       const c10::Device gpu = first.is_cpu() ? d : first;
-      C10_THROW_ERROR(
-          ValueError,
-          c10::str(
-              "gonccl: ",
-              op,
-              ": tensors must all be on CPU or all on CUDA; got ",
-              cpu,
-              " and ",
-              gpu));
+      fail<c10::ValueError>(
+          op,
+          "tensors must all be on CPU or all on CUDA; got ",
+          cpu,
+          " and ",
+          gpu);
     }
     if (d.is_cuda() && d != first) {
-      C10_THROW_ERROR(
-          ValueError,
-          c10::str(
-              "gonccl: ",
-              op,
-              ": tensors must all be on one CUDA device; got ",
-              first,
-              " and ",
-              d,
-              " (gonccl runs one op per device: call it once per device)"));
+      fail<c10::ValueError>(
+          op,
+          "tensors must all be on one CUDA device; got ",
+          first,
+          " and ",
+          d,
+          " (gonccl runs one op per device: call it once per device)");
     }
   }
   return first;
@@ -110,13 +102,9 @@ goncclStream_t handle(const c10::Stream& stream) {
 
 void checkStream(const c10::Stream& stream, const char* op) {
   const Library& L = lib();
-  auto check = need(L.streamCheck, "goncclStreamCheck", op);
-  const goncclResult_t rc = check(handle(stream));
+  const goncclResult_t rc = L.streamCheck(handle(stream));
   if (rc != goncclSuccess) {
-    C10_THROW_ERROR(
-        ValueError,
-        c10::str(
-            "gonccl: ", op, ": ", errorString(rc, L.getLastError(nullptr))));
+    fail<c10::ValueError>(op, errorString(rc, L.getLastError(nullptr)));
   }
 }
 

@@ -68,7 +68,7 @@ std::vector<std::tuple<std::string, int64_t, int64_t>> stats(bool reset) {
     int64_t s = reset ? sums[h].exchange(0) : sums[h].load();
     out.emplace_back(kNames[h], n, s);
   }
-  if (!libraryLoaded() || lib().debugHops == nullptr) {
+  if (!libraryLoaded()) {
     return out;
   }
   size_t needed = 0;

@@ -33,16 +33,6 @@ void bind(void* handle, const std::string& path, const char* name, Fn& slot) {
   slot = reinterpret_cast<Fn>(sym);
 }
 
-// Like bind, but leaves slot null if the symbol is missing; returns whether it
-// was found.
-template <typename Fn>
-bool bindOptional(void* handle, const char* name, Fn& slot) {
-  dlerror();
-  void* sym = dlsym(handle, name);
-  slot = dlerror() == nullptr ? reinterpret_cast<Fn>(sym) : nullptr;
-  return slot != nullptr;
-}
-
 }  // namespace
 
 bool isForkedChild() {
@@ -73,44 +63,10 @@ const Library& loadLibrary(const std::string& path) {
     TORCH_CHECK(
         false, "gonccl: cannot load ", path, ": ", err ? err : "unknown error");
   }
-  Library t{};
-  bind(handle, path, "goncclGetVersion", t.getVersion);
-  bind(handle, path, "goncclGetUniqueId", t.getUniqueId);
-  bind(handle, path, "goncclCommInitRankTimeout", t.commInitRankTimeout);
-  bind(handle, path, "goncclCommDestroy", t.commDestroy);
-  bind(handle, path, "goncclCommAbort", t.commAbort);
-  bind(handle, path, "goncclGetErrorString", t.getErrorString);
-  bind(handle, path, "goncclGetLastError", t.getLastError);
-  bind(handle, path, "goncclAllReduceAsync", t.allReduceAsync);
-  bind(handle, path, "goncclBroadcastAsync", t.broadcastAsync);
-  bind(handle, path, "goncclAllGatherAsync", t.allGatherAsync);
-  bind(handle, path, "goncclBarrierAsync", t.barrierAsync);
-  bind(handle, path, "goncclRequestWait", t.requestWait);
-  bind(handle, path, "goncclRequestOnComplete", t.requestOnComplete);
-  bind(handle, path, "goncclRequestErrorString", t.requestErrorString);
-  bind(handle, path, "goncclRequestFree", t.requestFree);
-  bool all = true;
-  all &= bindOptional(handle, "goncclReduceAsync", t.reduceAsync);
-  all &= bindOptional(handle, "goncclReduceScatterAsync", t.reduceScatterAsync);
-  all &= bindOptional(handle, "goncclGatherAsync", t.gatherAsync);
-  all &= bindOptional(handle, "goncclScatterAsync", t.scatterAsync);
-  all &= bindOptional(handle, "goncclAlltoAllAsync", t.alltoAllAsync);
-  all &= bindOptional(handle, "goncclAlltoAllvAsync", t.alltoAllvAsync);
-  all &= bindOptional(handle, "goncclSendAsync", t.sendAsync);
-  all &= bindOptional(handle, "goncclRecvAsync", t.recvAsync);
-  all &= bindOptional(handle, "goncclRequestSource", t.requestSource);
-  all &= bindOptional(handle, "goncclGroupStart", t.groupStart);
-  all &= bindOptional(handle, "goncclGroupEnd", t.groupEnd);
-  t.fullSurface = all;
-  bindOptional(handle, "goncclStreamCheck", t.streamCheck);
-  bindOptional(handle, "goncclRequestHoldStream", t.requestHoldStream);
-  bindOptional(handle, "goncclRequestReleaseStream", t.requestReleaseStream);
-  bindOptional(handle, "goncclRequestTest", t.requestTest);
-  bindOptional(handle, "goncclDebugHops", t.debugHops);
-  bindOptional(handle, "goncclCommSetTimeout", t.commSetTimeout);
-  bindOptional(handle, "goncclCommInitRankConfig", t.commInitRankConfig);
-  bindOptional(handle, "goncclCommInitRankEpoch", t.commInitRankEpoch);
-  bindOptional(handle, "goncclCommEpoch", t.commEpoch);
+  Library t;
+#define GONCCL_LIBRARY_BIND(field, symbol) bind(handle, path, #symbol, t.field);
+  GONCCL_LIBRARY_FUNCTIONS(GONCCL_LIBRARY_BIND)
+#undef GONCCL_LIBRARY_BIND
   // The handle is never closed: a Go runtime cannot be unloaded.
   int version = 0;
   TORCH_CHECK(
@@ -139,18 +95,6 @@ const Library& lib() {
       "gonccl: libgonccl.so used before it was loaded");
   checkNotForked();
   return table;
-}
-
-void missingSymbol(const char* symbol, const char* op) {
-  C10_THROW_ERROR(
-      DistBackendError,
-      c10::str(
-          "gonccl: ",
-          op,
-          " is not supported: ",
-          symbol,
-          " is not available in this libgonccl.so (it predates it; rebuild "
-          "the package)"));
 }
 
 std::string errorString(goncclResult_t result, const char* detail) {

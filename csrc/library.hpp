@@ -14,88 +14,57 @@
 
 namespace gonccl {
 
-// Entry points of libgonccl.so, filled by dlsym. Types come from gonccl.h.
+// The entry points of libgonccl.so that csrc calls, as X(field, symbol).
+// Every one is required: the library ships inside the package, built from the
+// same sources as the extension (setup.py checks a prebuilt GONCCL_LIBRARY
+// exports all of gonccl.h), so a missing symbol is a load error naming it.
+#define GONCCL_LIBRARY_FUNCTIONS(X)                   \
+  X(getVersion, goncclGetVersion)                     \
+  X(getUniqueId, goncclGetUniqueId)                   \
+  X(commInitRankTimeout, goncclCommInitRankTimeout)   \
+  X(commInitRankConfig, goncclCommInitRankConfig)     \
+  X(commInitRankEpoch, goncclCommInitRankEpoch)       \
+  X(commEpoch, goncclCommEpoch)                       \
+  X(commSetTimeout, goncclCommSetTimeout)             \
+  X(commDestroy, goncclCommDestroy)                   \
+  X(commAbort, goncclCommAbort)                       \
+  X(getErrorString, goncclGetErrorString)             \
+  X(getLastError, goncclGetLastError)                 \
+  X(debugHops, goncclDebugHops)                       \
+  X(allReduceAsync, goncclAllReduceAsync)             \
+  X(broadcastAsync, goncclBroadcastAsync)             \
+  X(allGatherAsync, goncclAllGatherAsync)             \
+  X(barrierAsync, goncclBarrierAsync)                 \
+  X(reduceAsync, goncclReduceAsync)                   \
+  X(reduceScatterAsync, goncclReduceScatterAsync)     \
+  X(gatherAsync, goncclGatherAsync)                   \
+  X(scatterAsync, goncclScatterAsync)                 \
+  X(alltoAllAsync, goncclAlltoAllAsync)               \
+  X(alltoAllvAsync, goncclAlltoAllvAsync)             \
+  X(sendAsync, goncclSendAsync)                       \
+  X(recvAsync, goncclRecvAsync)                       \
+  X(requestTest, goncclRequestTest)                   \
+  X(requestWait, goncclRequestWait)                   \
+  X(requestOnComplete, goncclRequestOnComplete)       \
+  X(requestErrorString, goncclRequestErrorString)     \
+  X(requestSource, goncclRequestSource)               \
+  X(requestHoldStream, goncclRequestHoldStream)       \
+  X(requestReleaseStream, goncclRequestReleaseStream) \
+  X(requestFree, goncclRequestFree)                   \
+  X(streamCheck, goncclStreamCheck)
+
+// The entry points, filled by dlsym; their types come from gonccl.h.
 struct Library {
-  decltype(&::goncclGetVersion) getVersion;
-  decltype(&::goncclGetUniqueId) getUniqueId;
-  decltype(&::goncclCommInitRankTimeout) commInitRankTimeout;
-  decltype(&::goncclCommDestroy) commDestroy;
-  decltype(&::goncclCommAbort) commAbort;
-  decltype(&::goncclGetErrorString) getErrorString;
-  decltype(&::goncclGetLastError) getLastError;
-  decltype(&::goncclAllReduceAsync) allReduceAsync;
-  decltype(&::goncclBroadcastAsync) broadcastAsync;
-  decltype(&::goncclAllGatherAsync) allGatherAsync;
-  decltype(&::goncclBarrierAsync) barrierAsync;
-  decltype(&::goncclRequestWait) requestWait;
-  decltype(&::goncclRequestOnComplete) requestOnComplete;
-  decltype(&::goncclRequestErrorString) requestErrorString;
-  decltype(&::goncclRequestFree) requestFree;
-
-  // The rest of the collective surface. Resolved if present, null otherwise, so
-  // that an extension built against the full header still loads a library
-  // that predates them; call them through need().
-  decltype(&::goncclReduceAsync) reduceAsync;
-  decltype(&::goncclReduceScatterAsync) reduceScatterAsync;
-  decltype(&::goncclGatherAsync) gatherAsync;
-  decltype(&::goncclScatterAsync) scatterAsync;
-  decltype(&::goncclAlltoAllAsync) alltoAllAsync;
-  decltype(&::goncclAlltoAllvAsync) alltoAllvAsync;
-  decltype(&::goncclSendAsync) sendAsync;
-  decltype(&::goncclRecvAsync) recvAsync;
-  decltype(&::goncclRequestSource) requestSource;
-  decltype(&::goncclGroupStart) groupStart;
-  decltype(&::goncclGroupEnd) groupEnd;
-
-  // The CUDA path (device buffers on a stream). Resolved if present, null
-  // otherwise; not part of fullSurface: CUDA ops need() them.
-  decltype(&::goncclStreamCheck) streamCheck;
-  decltype(&::goncclRequestHoldStream) requestHoldStream;
-  decltype(&::goncclRequestReleaseStream) requestReleaseStream;
-  // Changing the timeout of later ops (set_timeout, per-call timeouts).
-  // Resolved if present; without it every op keeps the group's initial
-  // timeout.
-  decltype(&::goncclCommSetTimeout) commSetTimeout;
-  // Per-communicator settings (GoncclOptions' algorithm and chunk_size).
-  decltype(&::goncclCommInitRankConfig) commInitRankConfig;
-
-  // Latency paths: a waiter that completes its op itself (goncclRequestTest
-  // tells a finished op's timeout from a wait's), and per-hop timing. Resolved
-  // if present, null otherwise.
-  decltype(&::goncclRequestTest) requestTest;
-  decltype(&::goncclDebugHops) debugHops;
-
-  // Membership epochs (shrink, reconfigure). Resolved if present, null
-  // otherwise; shrink and reconfigure need() them.
-  decltype(&::goncclCommInitRankEpoch) commInitRankEpoch;
-  decltype(&::goncclCommEpoch) commEpoch;
-
-  // True if every optional entry point above was found. The dtypes and reduce
-  // ops that came with them (bool, int16, uint16/32/64, float8, complex;
-  // BAND/BOR/BXOR) are only used when this is true.
-  bool fullSurface = false;
+#define GONCCL_LIBRARY_FIELD(field, symbol) decltype(&::symbol) field = nullptr;
+  GONCCL_LIBRARY_FUNCTIONS(GONCCL_LIBRARY_FIELD)
+#undef GONCCL_LIBRARY_FIELD
 };
-
-// fn if it is not null, else throws DistBackendError "gonccl: <op> is not
-// supported: <symbol> is not available in this libgonccl.so".
-template <typename Fn>
-Fn need(Fn fn, const char* symbol, const char* op);
-
-// Throws the error need() throws.
-[[noreturn]] void missingSymbol(const char* symbol, const char* op);
-
-template <typename Fn>
-Fn need(Fn fn, const char* symbol, const char* op) {
-  if (fn == nullptr) {
-    missingSymbol(symbol, op);
-  }
-  return fn;
-}
 
 // Loads libgonccl.so from path (once per process; later calls return the same
 // table whatever path they pass) and records the loading process's pid.
-// Throws c10::Error if the library or one of its symbols cannot be found, and
-// the fork error if this process is a fork of the one that loaded it.
+// Throws c10::Error if the library or one of its symbols cannot be found or
+// its major version is not gonccl.h's, and the fork error if this process is
+// a fork of the one that loaded it.
 const Library& loadLibrary(const std::string& path);
 
 // The loaded table; calls checkNotForked() first. Only valid after loadLibrary.

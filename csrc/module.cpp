@@ -33,33 +33,6 @@ void recordSignalThread() {
                               .cast<unsigned long>());
 }
 
-c10::intrusive_ptr<gonccl::GoncclBackend> createBackend(
-    c10d::Store& store,
-    int rank,
-    int size,
-    int64_t timeoutMs,
-    const std::string& libraryPath,
-    bool deferred) {
-  // The store object is owned by Python; take a reference of our own.
-  auto storeRef =
-      c10::intrusive_ptr<c10d::Store>::unsafe_reclaim_from_nonowning(&store);
-  recordSignalThread();
-  // Joining the communicator blocks until every rank has arrived.
-  py::gil_scoped_release noGil;
-  if (deferred) {
-    return c10::make_intrusive<gonccl::GoncclBackend>(
-        gonccl::GoncclBackend::Deferred{},
-        storeRef,
-        rank,
-        size,
-        c10::make_intrusive<gonccl::GoncclOptions>(
-            std::chrono::milliseconds(timeoutMs)),
-        libraryPath);
-  }
-  return c10::make_intrusive<gonccl::GoncclBackend>(
-      storeRef, rank, size, std::chrono::milliseconds(timeoutMs), libraryPath);
-}
-
 c10::intrusive_ptr<gonccl::GoncclBackend> createBackendWithOptions(
     c10d::Store& store,
     int rank,
@@ -68,11 +41,13 @@ c10::intrusive_ptr<gonccl::GoncclBackend> createBackendWithOptions(
     const std::string& libraryPath,
     bool deferred) {
   TORCH_CHECK_VALUE(options, "gonccl: options must not be None");
+  // The store object is owned by Python; take a reference of our own.
   auto storeRef =
       c10::intrusive_ptr<c10d::Store>::unsafe_reclaim_from_nonowning(&store);
   // The backend keeps its own copy: the caller may reuse the object.
   auto own = c10::make_intrusive<gonccl::GoncclOptions>(*options);
   recordSignalThread();
+  // Joining the communicator blocks until every rank has arrived.
   py::gil_scoped_release noGil;
   if (deferred) {
     return c10::make_intrusive<gonccl::GoncclBackend>(
@@ -85,6 +60,23 @@ c10::intrusive_ptr<gonccl::GoncclBackend> createBackendWithOptions(
   }
   return c10::make_intrusive<gonccl::GoncclBackend>(
       storeRef, rank, size, own, libraryPath);
+}
+
+c10::intrusive_ptr<gonccl::GoncclBackend> createBackend(
+    c10d::Store& store,
+    int rank,
+    int size,
+    int64_t timeoutMs,
+    const std::string& libraryPath,
+    bool deferred) {
+  return createBackendWithOptions(
+      store,
+      rank,
+      size,
+      c10::make_intrusive<gonccl::GoncclOptions>(
+          std::chrono::milliseconds(timeoutMs)),
+      libraryPath,
+      deferred);
 }
 
 int libraryVersion(const std::string& libraryPath) {
@@ -100,6 +92,8 @@ int libraryVersion(const std::string& libraryPath) {
 
 }  // namespace
 
+// The module's binding table: one declaration per Python name, long because
+// it is the whole Python surface of the extension in one place.
 PYBIND11_MODULE(_C, m) {
   m.doc() = "gonccl's c10d backend (C++); loads libgonccl.so on first use";
   // Registers the c10d Backend and Store types this module builds on.

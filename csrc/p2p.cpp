@@ -20,15 +20,8 @@ constexpr int kMonitoredBarrierTag = std::numeric_limits<int>::max() - 1;
 
 void checkPeer(int peer, int size, const char* op) {
   if (peer < 0 || peer >= size) {
-    C10_THROW_ERROR(
-        ValueError,
-        c10::str(
-            "gonccl: ",
-            op,
-            ": peer rank ",
-            peer,
-            " is out of range for a group of size ",
-            size));
+    fail<c10::ValueError>(
+        op, "peer rank ", peer, " is out of range for a group of size ", size);
   }
 }
 
@@ -48,72 +41,238 @@ std::string message(const std::exception& e) {
   return e.what();
 }
 
+// One monitoredBarrier call: its time limit, tags and start.
+struct MonitoredBarrier {
+  std::chrono::milliseconds timeout{0};
+  bool waitAllRanks = false;
+  int tagIn = 0;   // reports to rank 0
+  int tagOut = 0;  // rank 0's verdicts
+  std::chrono::steady_clock::time_point start;
+};
+
+at::Tensor token(int64_t v) {
+  return at::full({1}, v, at::kLong);
+}
+
+// A rank other than 0: reports, then waits for rank 0's verdict.
+void reportToRankZero(GoncclBackend& b, const MonitoredBarrier& mb) {
+  // Rank 0 answers within its timeout (each rank's, if waitAllRanks): wait
+  // for its answer a timeout longer than that.
+  GoncclBackend::CallTimeout callTimeout(
+      mb.timeout * (mb.waitAllRanks ? b.getSize() : 2));
+  std::vector<at::Tensor> out{token(b.getRank())};
+  std::vector<at::Tensor> in{token(0)};
+  auto sent = b.send(out, 0, mb.tagIn);
+  auto released = b.recv(in, 0, mb.tagOut);
+  std::string failure;
+  try {
+    sent->wait();
+    released->wait();
+    // rank 0 sends -1 - (the first missing rank) when the barrier failed.
+    const int64_t verdict = in[0].item<int64_t>();
+    if (verdict < 0) {
+      failure = c10::str(
+          "rank 0 reported that rank ",
+          -1 - verdict,
+          " failed to pass monitoredBarrier in ",
+          mb.timeout.count(),
+          " ms");
+    }
+  } catch (const std::exception& e) {
+    failure = message(e);
+  }
+  if (!failure.empty()) {
+    C10_THROW_ERROR(
+        DistBackendError,
+        c10::str(
+            "Rank ",
+            b.getRank(),
+            " successfully reached monitoredBarrier, but received errors "
+            "while waiting for send/recv from rank 0. Please check rank 0 "
+            "logs for faulty rank.\n Original exception: \n",
+            failure));
+  }
+}
+
+// What rank 0 saw of the other ranks' reports.
+struct Arrivals {
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;  // by rank (not 0)
+  std::vector<int> processed;                         // arrived, in order
+  std::vector<int> failed;                            // did not
+  std::string firstError;
+  std::string ranOut;  // the message if the shared timeout ran out
+};
+
+// Rank 0: a receive per rank, posted at once, each bounded by the timeout
+// (all of it, if waitAllRanks), waited for in rank order.
+Arrivals awaitArrivals(GoncclBackend& b, const MonitoredBarrier& mb) {
+  const int size = b.getSize();
+  GoncclBackend::CallTimeout callTimeout(
+      mb.timeout * (mb.waitAllRanks ? size - 1 : 1));
+  Arrivals a;
+  a.works.resize(size);
+  for (int r = 1; r < size; ++r) {
+    std::vector<at::Tensor> buffer{token(-1)};
+    a.works[r] = b.recv(buffer, r, mb.tagIn);
+  }
+  for (int r = 1; r < size; ++r) {
+    auto wait = mb.timeout;
+    if (!mb.waitAllRanks) {
+      wait = mb.timeout - std::chrono::duration_cast<std::chrono::milliseconds>(
+                              std::chrono::steady_clock::now() - mb.start);
+      if (wait.count() <= 0) {
+        std::vector<int> left;
+        for (int q = r; q < size; ++q) {
+          left.push_back(q);
+        }
+        a.ranOut = c10::str(
+            "Rank 0 timed out in monitoredBarrier after ",
+            mb.timeout.count(),
+            " ms. Successfully processed ranks: ",
+            a.processed.empty() ? "none" : joinRanks(a.processed),
+            "; not processed: ",
+            joinRanks(left));
+        a.failed.push_back(r);
+        break;
+      }
+    }
+    try {
+      a.works[r]->wait(wait);
+      a.processed.push_back(r);
+    } catch (const std::exception& e) {
+      a.failed.push_back(r);
+      if (a.firstError.empty()) {
+        a.firstError = message(e);
+      }
+      if (!mb.waitAllRanks) {
+        break;
+      }
+    }
+  }
+  return a;
+}
+
+// Rank 0: releases the ranks that arrived (including those not waited for
+// after a failure) with 0, or with the failure; returns those it could not.
+std::vector<int> releaseArrived(
+    GoncclBackend& b, const MonitoredBarrier& mb, const Arrivals& a) {
+  std::vector<int> arrived = a.processed;
+  for (int r = 1; r < b.getSize(); ++r) {
+    if (std::find(a.processed.begin(), a.processed.end(), r) ==
+            a.processed.end() &&
+        std::find(a.failed.begin(), a.failed.end(), r) == a.failed.end() &&
+        a.works[r]->isCompleted() && a.works[r]->isSuccess()) {
+      arrived.push_back(r);
+    }
+  }
+  const int64_t verdict = a.failed.empty() ? 0 : -1 - a.failed.front();
+  std::vector<c10::intrusive_ptr<c10d::Work>> releases;
+  for (int r : arrived) {
+    std::vector<at::Tensor> out{token(verdict)};
+    releases.push_back(b.send(out, r, mb.tagOut));
+  }
+  std::vector<int> unreleased;
+  for (size_t i = 0; i < releases.size(); ++i) {
+    try {
+      releases[i]->wait();
+    } catch (const std::exception&) {
+      unreleased.push_back(arrived[i]);
+    }
+  }
+  return unreleased;
+}
+
+// Rank 0: waits for the others, releases them, and reports what failed.
+void superviseBarrier(GoncclBackend& b, const MonitoredBarrier& mb) {
+  const Arrivals a = awaitArrivals(b, mb);
+  const std::vector<int> unreleased = releaseArrived(b, mb, a);
+  if (!a.ranOut.empty()) {
+    C10_THROW_ERROR(DistBackendError, a.ranOut);
+  }
+  if (!a.failed.empty()) {
+    C10_THROW_ERROR(
+        DistBackendError,
+        c10::str(
+            "[Rank 0]: ",
+            mb.waitAllRanks ? "Ranks " : "Rank ",
+            mb.waitAllRanks ? joinRanks(a.failed)
+                            : std::to_string(a.failed.front()),
+            " failed to pass monitoredBarrier in ",
+            mb.timeout.count(),
+            " ms\n Original exception: \n",
+            a.firstError));
+  }
+  TORCH_CHECK(
+      unreleased.empty(),
+      "[Rank 0]: failed to ack ranks ",
+      joinRanks(unreleased),
+      " in monitoredBarrier; these ranks may remain blocked");
+}
+
+// send or recv (fn) of tensors[0] to or from peer.
+template <typename Fn>
+c10::intrusive_ptr<c10d::Work> pointToPoint(
+    GoncclBackend& backend,
+    c10d::OpType type,
+    OpName op,
+    Fn fn,
+    std::vector<at::Tensor>& tensors,
+    int peer,
+    int tag) {
+  checkCount(tensors, 1, op);
+  at::Tensor t = tensors[0];
+  goncclDataType_t dtype = checkTensor(t, op);
+  checkPeer(peer, backend.getSize(), op);
+  return backend.issueCall(
+      {type, op, {t}, {t}}, fn, t.data_ptr(), t.numel(), dtype, peer, tag);
+}
+
 }  // namespace
 
 c10::intrusive_ptr<c10d::Work> GoncclBackend::send(
     std::vector<at::Tensor>& tensors, int dstRank, int tag) {
-  constexpr const char* op = "send";
-  checkCount(tensors, 1, op);
-  at::Tensor t = tensors[0];
-  goncclDataType_t type = checkTensor(t, op);
-  checkPeer(dstRank, size_, op);
-  auto fn = need(lib().sendAsync, "goncclSendAsync", op);
-  const void* buf = t.data_ptr();
-  size_t count = t.numel();
-  return issue(
-      {c10d::OpType::SEND, "gonccl:send", op, {t}, {t}}, [&](Parts& p) {
-        return p.add(
-            fn(buf, count, type, dstRank, tag, p.comm, p.stream, p.next()));
-      });
+  return pointToPoint(
+      *this,
+      c10d::OpType::SEND,
+      GONCCL_OP("send"),
+      lib().sendAsync,
+      tensors,
+      dstRank,
+      tag);
 }
 
 c10::intrusive_ptr<c10d::Work> GoncclBackend::recv(
     std::vector<at::Tensor>& tensors, int srcRank, int tag) {
-  constexpr const char* op = "recv";
-  checkCount(tensors, 1, op);
-  at::Tensor t = tensors[0];
-  goncclDataType_t type = checkTensor(t, op);
-  checkPeer(srcRank, size_, op);
-  auto fn = need(lib().recvAsync, "goncclRecvAsync", op);
-  void* buf = t.data_ptr();
-  size_t count = t.numel();
-  return issue(
-      {c10d::OpType::RECV, "gonccl:recv", op, {t}, {t}}, [&](Parts& p) {
-        return p.add(
-            fn(buf, count, type, srcRank, tag, p.comm, p.stream, p.next()));
-      });
+  return pointToPoint(
+      *this,
+      c10d::OpType::RECV,
+      GONCCL_OP("recv"),
+      lib().recvAsync,
+      tensors,
+      srcRank,
+      tag);
 }
 
 c10::intrusive_ptr<c10d::Work> GoncclBackend::recvAnysource(
     std::vector<at::Tensor>& tensors, int tag) {
-  constexpr const char* op = "recv from any source";
+  constexpr OpName op{"recv from any source", "gonccl:recv_anysource"};
   checkCount(tensors, 1, op);
   at::Tensor t = tensors[0];
   goncclDataType_t type = checkTensor(t, op);
-  auto fn = need(lib().recvAsync, "goncclRecvAsync", op);
-  need(lib().requestSource, "goncclRequestSource", op);
-  void* buf = t.data_ptr();
-  size_t count = t.numel();
-  return issue(
+  return issueCall(
       {c10d::OpType::RECVANYSOURCE,
-       "gonccl:recv_anysource",
        op,
        {t},
        {t},
        {},
        nullptr,
        /*anySource=*/true},
-      [&](Parts& p) {
-        return p.add(
-            fn(buf,
-               count,
-               type,
-               GONCCL_ANY_SOURCE,
-               tag,
-               p.comm,
-               p.stream,
-               p.next()));
-      });
+      lib().recvAsync,
+      t.data_ptr(),
+      t.numel(),
+      type,
+      GONCCL_ANY_SOURCE,
+      tag);
 }
 
 // Gloo's protocol and messages: every other rank reports to rank 0 and waits
@@ -126,14 +285,13 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::recvAnysource(
 // instead of at their own timeout.
 void GoncclBackend::monitoredBarrier(
     const c10d::BarrierOptions& opts, bool waitAllRanks) {
-  constexpr const char* op = "monitored_barrier";
-  need(lib().sendAsync, "goncclSendAsync", op);
-  need(lib().recvAsync, "goncclRecvAsync", op);
-  std::chrono::milliseconds timeout;
+  MonitoredBarrier barrier;
+  barrier.waitAllRanks = waitAllRanks;
   uint32_t call = 0;
   {
     std::lock_guard<std::mutex> guard(issueMutex_);
-    timeout = opts.timeout == c10d::kUnsetTimeout ? timeout_ : opts.timeout;
+    barrier.timeout =
+        opts.timeout == c10d::kUnsetTimeout ? timeout_ : opts.timeout;
     call = monitoredBarriers_++;
   }
   if (size_ == 1) {
@@ -141,153 +299,15 @@ void GoncclBackend::monitoredBarrier(
   }
   // Two tags per call, below the one earlier gonccl versions used, clear of
   // small user tags.
-  const int tagIn =
+  barrier.tagIn =
       kMonitoredBarrierTag - 2 - static_cast<int>(call % (1 << 20)) * 2;
-  const int tagOut = tagIn - 1;
-  const auto start = std::chrono::steady_clock::now();
-  auto elapsed = [&] {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(
-        std::chrono::steady_clock::now() - start);
-  };
-  auto token = [](int64_t v) { return at::full({1}, v, at::kLong); };
+  barrier.tagOut = barrier.tagIn - 1;
+  barrier.start = std::chrono::steady_clock::now();
   if (rank_ != 0) {
-    // Rank 0 answers within its timeout (each rank's, if waitAllRanks): wait
-    // for its answer a timeout longer than that.
-    CallTimeout callTimeout(timeout * (waitAllRanks ? size_ : 2));
-    std::vector<at::Tensor> out{token(rank_)};
-    std::vector<at::Tensor> in{token(0)};
-    auto sent = send(out, 0, tagIn);
-    auto released = recv(in, 0, tagOut);
-    std::string failure;
-    try {
-      sent->wait();
-      released->wait();
-      // rank 0 sends -1 - (the first missing rank) when the barrier failed.
-      const int64_t verdict = in[0].item<int64_t>();
-      if (verdict < 0) {
-        failure = c10::str(
-            "rank 0 reported that rank ",
-            -1 - verdict,
-            " failed to pass monitoredBarrier in ",
-            timeout.count(),
-            " ms");
-      }
-    } catch (const std::exception& e) {
-      failure = message(e);
-    }
-    if (!failure.empty()) {
-      C10_THROW_ERROR(
-          DistBackendError,
-          c10::str(
-              "Rank ",
-              rank_,
-              " successfully reached monitoredBarrier, but received errors "
-              "while waiting for send/recv from rank 0. Please check rank 0 "
-              "logs for faulty rank.\n Original exception: \n",
-              failure));
-    }
-    return;
+    reportToRankZero(*this, barrier);
+  } else {
+    superviseBarrier(*this, barrier);
   }
-  // Rank 0: a receive per rank, posted at once, each bounded by the timeout
-  // (all of it, if waitAllRanks).
-  CallTimeout callTimeout(timeout * (waitAllRanks ? size_ - 1 : 1));
-  std::vector<c10::intrusive_ptr<c10d::Work>> arrivals(size_);
-  std::vector<std::vector<at::Tensor>> buffers(size_);
-  for (int r = 1; r < size_; ++r) {
-    buffers[r] = {token(-1)};
-    arrivals[r] = recv(buffers[r], r, tagIn);
-  }
-  std::vector<int> processed;
-  std::vector<int> failed;
-  std::string firstError;
-  std::string ranOut;
-  for (int r = 1; r < size_; ++r) {
-    auto wait = timeout;
-    if (!waitAllRanks) {
-      wait = timeout - elapsed();
-      if (wait.count() <= 0) {
-        std::vector<int> left;
-        for (int q = r; q < size_; ++q) {
-          left.push_back(q);
-        }
-        ranOut = c10::str(
-            "Rank 0 timed out in monitoredBarrier after ",
-            timeout.count(),
-            " ms. Successfully processed ranks: ",
-            processed.empty() ? "none" : joinRanks(processed),
-            "; not processed: ",
-            joinRanks(left));
-        failed.push_back(r);
-        break;
-      }
-    }
-    try {
-      arrivals[r]->wait(wait);
-      processed.push_back(r);
-    } catch (const std::exception& e) {
-      failed.push_back(r);
-      if (firstError.empty()) {
-        firstError = message(e);
-      }
-      if (!waitAllRanks) {
-        break;
-      }
-    }
-  }
-  // Release the ranks that arrived (including those not waited for after a
-  // failure): with 0, or with the failure.
-  std::vector<int> arrived = processed;
-  for (int r = 1; r < size_; ++r) {
-    if (std::find(processed.begin(), processed.end(), r) == processed.end() &&
-        std::find(failed.begin(), failed.end(), r) == failed.end() &&
-        arrivals[r]->isCompleted() && arrivals[r]->isSuccess()) {
-      arrived.push_back(r);
-    }
-  }
-  const int64_t verdict = failed.empty() ? 0 : -1 - failed.front();
-  std::vector<c10::intrusive_ptr<c10d::Work>> releases;
-  for (int r : arrived) {
-    std::vector<at::Tensor> out{token(verdict)};
-    releases.push_back(send(out, r, tagOut));
-  }
-  std::vector<int> unreleased;
-  for (size_t i = 0; i < releases.size(); ++i) {
-    try {
-      releases[i]->wait();
-    } catch (const std::exception&) {
-      unreleased.push_back(arrived[i]);
-    }
-  }
-  if (!ranOut.empty()) {
-    C10_THROW_ERROR(DistBackendError, ranOut);
-  }
-  if (!failed.empty()) {
-    if (waitAllRanks) {
-      C10_THROW_ERROR(
-          DistBackendError,
-          c10::str(
-              "[Rank 0]: Ranks ",
-              joinRanks(failed),
-              " failed to pass monitoredBarrier in ",
-              timeout.count(),
-              " ms\n Original exception: \n",
-              firstError));
-    }
-    C10_THROW_ERROR(
-        DistBackendError,
-        c10::str(
-            "[Rank 0]: Rank ",
-            failed.front(),
-            " failed to pass monitoredBarrier in ",
-            timeout.count(),
-            " ms\n Original exception: \n",
-            firstError));
-  }
-  TORCH_CHECK(
-      unreleased.empty(),
-      "[Rank 0]: failed to ack ranks ",
-      joinRanks(unreleased),
-      " in monitoredBarrier; these ranks may remain blocked");
 }
 
 }  // namespace gonccl

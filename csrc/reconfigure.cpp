@@ -78,7 +78,7 @@ uint64_t GoncclBackend::staleFrames() {
   GilRelease noGil;
   std::lock_guard<std::mutex> guard(issueMutex_);
   uint64_t n = 0;
-  if (comm_ != nullptr && lib().commEpoch != nullptr &&
+  if (comm_ != nullptr &&
       lib().commEpoch(comm_, nullptr, &n) != goncclSuccess) {
     n = 0;
   }
@@ -101,6 +101,39 @@ std::vector<std::string> members(const c10d::ReconfigureOptions& opts) {
   return sorted;
 }
 
+// This backend's rank among handles: the position of its own handle.
+int memberRank(
+    const std::vector<std::string>& handles, const std::string& handle) {
+  TORCH_CHECK_VALUE(!handles.empty(), "gonccl: reconfigure: no member handles");
+  TORCH_CHECK_VALUE(
+      std::set<std::string>(handles.begin(), handles.end()).size() ==
+          handles.size(),
+      "gonccl: reconfigure: a handle is listed twice");
+  auto mine = std::find(handles.begin(), handles.end(), handle);
+  TORCH_CHECK_VALUE(
+      mine != handles.end(),
+      "gonccl: reconfigure: this backend's handle ",
+      handle,
+      " is not among the ",
+      handles.size(),
+      " members");
+  return static_cast<int>(mine - handles.begin());
+}
+
+// The new communicator's epoch: one past the newest that any of the size
+// members publishes in store (this one, rank, publishes epoch).
+uint32_t nextEpoch(c10d::Store& store, int rank, int size, uint32_t epoch) {
+  store.set("epoch/" + std::to_string(rank), std::to_string(epoch));
+  uint32_t newest = 0;
+  for (int r = 0; r < size; ++r) {
+    std::vector<uint8_t> v = store.get("epoch/" + std::to_string(r));
+    newest = std::max<uint32_t>(
+        newest,
+        static_cast<uint32_t>(std::stoul(std::string(v.begin(), v.end()))));
+  }
+  return newest + 1;
+}
+
 }  // namespace
 
 c10d::ReconfigureHandle GoncclBackend::get_reconfigure_handle() const {
@@ -110,26 +143,9 @@ c10d::ReconfigureHandle GoncclBackend::get_reconfigure_handle() const {
 c10::intrusive_ptr<c10d::Work> GoncclBackend::reconfigure(
     const c10d::ReconfigureOptions& opts) {
   const std::vector<std::string> handles = members(opts);
-  TORCH_CHECK_VALUE(!handles.empty(), "gonccl: reconfigure: no member handles");
-  TORCH_CHECK_VALUE(
-      std::set<std::string>(handles.begin(), handles.end()).size() ==
-          handles.size(),
-      "gonccl: reconfigure: a handle is listed twice");
-  auto mine = std::find(handles.begin(), handles.end(), handle());
-  TORCH_CHECK_VALUE(
-      mine != handles.end(),
-      "gonccl: reconfigure: this backend's handle ",
-      handle(),
-      " is not among the ",
-      handles.size(),
-      " members");
+  const int rank = memberRank(handles, handle());
   checkNotForked();
   const Library& L = lib();
-  TORCH_CHECK(
-      L.commInitRankEpoch != nullptr,
-      "gonccl: reconfigure needs goncclCommInitRankEpoch, which this "
-      "libgonccl.so lacks; rebuild the package");
-  const int rank = static_cast<int>(mine - handles.begin());
   const int size = static_cast<int>(handles.size());
   const auto timeout = opts.timeout.value_or(timeout_);
 
@@ -161,35 +177,10 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::reconfigure(
   auto store = c10::make_intrusive<c10d::PrefixStore>(
       "gonccl/reconfigure/" + std::to_string(opts.uuid) + "/", store_);
   store->setTimeout(timeout);
-  store->set("epoch/" + std::to_string(rank), std::to_string(epoch_));
-  uint32_t newest = 0;
-  for (int r = 0; r < size; ++r) {
-    std::vector<uint8_t> v = store->get("epoch/" + std::to_string(r));
-    newest = std::max<uint32_t>(
-        newest,
-        static_cast<uint32_t>(std::stoul(std::string(v.begin(), v.end()))));
-  }
-  const uint32_t epoch = newest + 1;
+  const uint32_t epoch = nextEpoch(*store, rank, size, epoch_);
 
-  goncclUniqueId id;
-  if (rank == 0) {
-    goncclResult_t rc = L.getUniqueId(&id);
-    TORCH_CHECK(
-        rc == goncclSuccess,
-        "gonccl: reconfigure: goncclGetUniqueId failed: ",
-        errorString(rc, L.getLastError(nullptr)));
-    const auto* bytes = reinterpret_cast<const uint8_t*>(id.internal);
-    store->set(
-        "unique_id", std::vector<uint8_t>(bytes, bytes + sizeof(id.internal)));
-  } else {
-    std::vector<uint8_t> bytes = store->get("unique_id");
-    TORCH_CHECK(
-        bytes.size() == sizeof(id.internal),
-        "gonccl: reconfigure: the unique id in the store has ",
-        bytes.size(),
-        " bytes");
-    std::memcpy(id.internal, bytes.data(), sizeof(id.internal));
-  }
+  const goncclUniqueId id =
+      shareUniqueId(*store, "unique_id", rank, "reconfigure: ");
   goncclComm_t comm = nullptr;
   goncclResult_t rc =
       L.commInitRankEpoch(&comm, size, id, rank, timeout.count(), epoch);

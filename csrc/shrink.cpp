@@ -69,10 +69,6 @@ c10::intrusive_ptr<c10d::Backend> GoncclBackend::shrink(
       rank_,
       " is excluded and must not call shrink");
   checkNotForked();
-  TORCH_CHECK(
-      lib().commInitRankEpoch != nullptr,
-      "gonccl: shrink needs goncclCommInitRankEpoch, which this libgonccl.so "
-      "lacks; rebuild the package");
 
   const int newRank =
       rank_ - static_cast<int>(

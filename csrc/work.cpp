@@ -117,6 +117,10 @@ void GoncclWork::addMember(c10::intrusive_ptr<GoncclWork> member) {
   members_.push_back(std::move(member));
 }
 
+// One function on purpose, though long: the stream guard below must stay in
+// scope from the copy-out until the future has recorded its events, and the
+// steps after it run in the order torch's observers rely on (getError and
+// abort hooks, profiler range, future, result future, completion hooks).
 void GoncclWork::complete(const std::string& error) {
   // A CUDA op's copy-out and the events its future records go on the gonccl
   // stream, behind the op's host->device copies.
@@ -277,9 +281,6 @@ void GoncclWork::releaseHolds() {
   }
   try {
     const Library& L = lib();
-    if (L.requestReleaseStream == nullptr) {
-      return;
-    }
     for (goncclRequest_t request : requests) {
       L.requestReleaseStream(request);
     }

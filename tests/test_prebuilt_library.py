@@ -78,6 +78,20 @@ def test_missing_functions_are_refused(tmp_path):
     assert "lacks 2 function(s) that capi/gonccl.h declares: goncclRecv, goncclSend" in str(info.value)
 
 
+def test_the_extension_requires_every_entry_point(tmp_path):
+    """gonccl._C binds every libgonccl.so function it calls when it loads the library: one
+    that lacks any (here goncclCommEpoch, which older extensions treated as optional and
+    went on without) is refused at load with an error naming it, not found missing later."""
+    code, functions, _ = setup_functions()["_source_version"]()
+    lib = fake_library(tmp_path, "noepoch", code, [f for f in functions if f != "goncclCommEpoch"])
+    proc = subprocess.run(
+        [_harness.PYTHON, "-c", "import sys, gonccl._C as C; print(C.library_version(sys.argv[1]))", lib],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )
+    assert proc.returncode != 0, f"the library loaded: {proc.stdout}"
+    assert f"{lib} has no symbol goncclCommEpoch" in proc.stderr, proc.stderr[-2000:]
+
+
 def test_not_a_library_is_refused(tmp_path):
     ns = setup_functions()
     with pytest.raises(SystemExit, match="no such file"):
