@@ -21,6 +21,7 @@ source) on device buffers.
 This is the only place the CUDA path runs in CI: no real GPU is involved.
 """
 
+import glob
 import os
 import shutil
 import subprocess
@@ -29,7 +30,7 @@ import pytest
 
 import _harness
 
-FAKE_SOURCE = os.path.join(_harness.TESTS_DIR, "fakecuda", "fakecuda.c")
+FAKE_DIR = os.path.join(_harness.TESTS_DIR, "fakecuda")
 TEST_SOURCE = os.path.join(_harness.TESTS_DIR, "capi", "cuda_capi_test.c")
 RUN_TIMEOUT = 180
 
@@ -39,13 +40,15 @@ def fakecuda(tmp_path_factory):
     """Builds libfakecuda.so; returns its path."""
     gcc = shutil.which("gcc")
     assert gcc, "gcc is needed to build the fake CUDA driver"
+    sources = sorted(glob.glob(os.path.join(FAKE_DIR, "*.c")))
+    assert sources, f"no fake CUDA driver sources in {FAKE_DIR}"
     out = str(tmp_path_factory.mktemp("fakecuda") / "libfakecuda.so")
     run = _harness.run_processes(
-        [[gcc, "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-pthread", "-o", out, FAKE_SOURCE]],
+        [[gcc, "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-pthread", "-o", out, *sources]],
         timeout=120,
         names=["gcc fakecuda"],
     )
-    run.assert_ok("compiling tests/fakecuda/fakecuda.c")
+    run.assert_ok("compiling tests/fakecuda/*.c")
     return out
 
 
@@ -56,7 +59,7 @@ def cuda_capi_binary(package_dir, fakecuda, tmp_path_factory):
     out = str(tmp_path_factory.mktemp("cuda_capi") / "cuda_capi_test")
     argv = [
         shutil.which("gcc"), "-std=c11", "-D_DEFAULT_SOURCE", "-Wall", "-Werror", "-O1",
-        f"-I{include}", f"-I{os.path.dirname(FAKE_SOURCE)}", TEST_SOURCE, "-o", out,
+        f"-I{include}", f"-I{FAKE_DIR}", TEST_SOURCE, "-o", out,
         f"-L{package_dir}", "-lgonccl", f"-Wl,-rpath,{package_dir}",
         f"-L{fakedir}", "-lfakecuda", f"-Wl,-rpath,{fakedir}", "-lpthread", "-lm",
     ]

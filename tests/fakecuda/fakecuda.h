@@ -1,5 +1,6 @@
 /*
- * fakecuda.h: test hooks of the fake CUDA driver (tests/fakecuda/fakecuda.c).
+ * fakecuda.h: test hooks of the fake CUDA driver (the .c files of tests/fakecuda; what it
+ * models and which file holds what: fakecuda_internal.h).
  *
  * The fake stands in for libcuda.so.1 in tests (GONCCL_CUDA_LIBRARY=path/to/it): host
  * memory stands in for device memory; every stream is an ordered queue run by its own

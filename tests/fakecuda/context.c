@@ -1,0 +1,127 @@
+/*
+ * context.c: the fake CUDA driver's initialization, error names, contexts and primary
+ * contexts, the counters, and the state every part shares (see fakecuda_internal.h).
+ */
+#define _GNU_SOURCE
+#include "fakecuda_internal.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+
+pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+fakeCtx g_ctx[NDEV];
+__thread fakeCtx* t_current;
+fakecudaCounters g_count;
+int g_initialized;
+fakeStream* g_streams;
+static long g_primary[NDEV];
+
+/* Context checks. mu need not be held. */
+CUresult need_ctx(void) {
+  if (t_current == NULL) {
+    __atomic_add_fetch(&g_count.context_errors, 1, __ATOMIC_SEQ_CST);
+    return CUDA_ERROR_INVALID_CONTEXT;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult stream_ctx_ok(fakeStream* s) {
+  CUresult r = need_ctx();
+  if (r) return r;
+  if (s->ctx != t_current) {
+    __atomic_add_fetch(&g_count.context_errors, 1, __ATOMIC_SEQ_CST);
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  return CUDA_SUCCESS;
+}
+
+/* ---- driver entry points ---- */
+
+CUresult cuInit(unsigned int flags) {
+  (void)flags;
+  const char* fail = getenv("FAKECUDA_INIT_ERROR");
+  if (fail && *fail) return CUDA_ERROR_NO_DEVICE;
+  const char* d = getenv("FAKECUDA_DELAY_US"); /* "min,max" */
+  if (d && *d) {
+    unsigned lo = 0, hi = 0;
+    char* end;
+    lo = (unsigned)strtoul(d, &end, 10);
+    hi = (*end == ',') ? (unsigned)strtoul(end + 1, NULL, 10) : lo;
+    fakecudaSetDelay(lo, hi);
+  }
+  for (int i = 0; i < NDEV; i++) g_ctx[i].dev = i;
+  g_initialized = 1;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuGetErrorName(CUresult r, const char** out) {
+  switch (r) {
+    case CUDA_SUCCESS: *out = "CUDA_SUCCESS"; return 0;
+    case CUDA_ERROR_INVALID_VALUE: *out = "CUDA_ERROR_INVALID_VALUE"; return 0;
+    case CUDA_ERROR_OUT_OF_MEMORY: *out = "CUDA_ERROR_OUT_OF_MEMORY"; return 0;
+    case CUDA_ERROR_NOT_INITIALIZED: *out = "CUDA_ERROR_NOT_INITIALIZED"; return 0;
+    case CUDA_ERROR_NO_DEVICE: *out = "CUDA_ERROR_NO_DEVICE"; return 0;
+    case CUDA_ERROR_INVALID_CONTEXT: *out = "CUDA_ERROR_INVALID_CONTEXT"; return 0;
+    case CUDA_ERROR_INVALID_HANDLE: *out = "CUDA_ERROR_INVALID_HANDLE"; return 0;
+    case CUDA_ERROR_NOT_READY: *out = "CUDA_ERROR_NOT_READY"; return 0;
+  }
+  *out = NULL;
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuCtxGetCurrent(void** ctx) {
+  *ctx = t_current;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxSetCurrent(void* ctx) {
+  if (ctx != NULL && ((fakeCtx*)ctx < g_ctx || (fakeCtx*)ctx >= g_ctx + NDEV)) return CUDA_ERROR_INVALID_CONTEXT;
+  t_current = ctx;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetDevice(int* dev) {
+  CUresult r = need_ctx();
+  if (r) return r;
+  *dev = t_current->dev;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxRetain(void** ctx, int dev) {
+  if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED;
+  if (dev < 0 || dev >= NDEV) return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&mu);
+  g_primary[dev]++;
+  g_count.primary_retained++;
+  pthread_mutex_unlock(&mu);
+  *ctx = &g_ctx[dev];
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxRelease_v2(int dev) {
+  if (dev < 0 || dev >= NDEV) return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&mu);
+  CUresult r = CUDA_SUCCESS;
+  if (g_primary[dev] == 0) {
+    r = CUDA_ERROR_INVALID_CONTEXT; /* released more often than retained */
+  } else {
+    g_primary[dev]--;
+    g_count.primary_retained--;
+  }
+  pthread_mutex_unlock(&mu);
+  return r;
+}
+
+/* ---- test hooks ---- */
+
+void* fakecudaContext(int dev) {
+  if (dev < 0 || dev >= NDEV) return NULL;
+  return &g_ctx[dev];
+}
+
+void fakecudaGetCounters(fakecudaCounters* out) {
+  pthread_mutex_lock(&mu);
+  *out = g_count;
+  pthread_mutex_unlock(&mu);
+}

@@ -1,0 +1,100 @@
+/*
+ * event.c: the fake CUDA driver's events (see fakecuda_internal.h): records queued on
+ * a stream with a generation each, queries and waits from the host, and
+ * cuStreamWaitEvent, an op that holds its stream until the generation has run.
+ */
+#define _GNU_SOURCE
+#include "fakecuda_internal.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+
+CUresult cuEventCreate(void** ev, unsigned int flags) {
+  (void)flags;
+  CUresult r = need_ctx();
+  if (r) return r;
+  fakeEvent* e = calloc(1, sizeof *e);
+  e->ctx = t_current;
+  pthread_mutex_lock(&mu);
+  g_count.events_created++;
+  pthread_mutex_unlock(&mu);
+  *ev = e;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuEventRecord(void* ev, void* stream) {
+  pthread_mutex_lock(&mu);
+  fakeEvent* e = ev;
+  fakeStream* s = NULL;
+  if (e == NULL || e->destroyed || resolve(stream, &s) != CUDA_SUCCESS) {
+    pthread_mutex_unlock(&mu);
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  if (e->ctx != s->ctx) {
+    g_count.context_errors++;
+    pthread_mutex_unlock(&mu);
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  op* o = calloc(1, sizeof *o);
+  o->kind = OP_RECORD;
+  o->ev = e;
+  /* A record into a graph under capture is a node of the graph, not a record. */
+  o->gen = s->capturing ? e->recorded : ++e->recorded;
+  push(s, o);
+  pthread_mutex_unlock(&mu);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuEventQuery(void* ev) {
+  pthread_mutex_lock(&mu);
+  fakeEvent* e = ev;
+  CUresult r = e->destroyed ? CUDA_ERROR_INVALID_HANDLE
+               : e->completed >= e->recorded ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+  pthread_mutex_unlock(&mu);
+  return r;
+}
+
+CUresult cuEventSynchronize(void* ev) {
+  pthread_mutex_lock(&mu);
+  fakeEvent* e = ev;
+  if (e->destroyed) {
+    pthread_mutex_unlock(&mu);
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  unsigned long want = e->recorded;
+  while (e->completed < want) pthread_cond_wait(&cv, &mu);
+  pthread_mutex_unlock(&mu);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuEventDestroy_v2(void* ev) {
+  pthread_mutex_lock(&mu);
+  fakeEvent* e = ev;
+  if (e == NULL || e->destroyed) {
+    pthread_mutex_unlock(&mu);
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  /* Kept (never freed): a queued wait may still read it, as the real driver allows. */
+  e->destroyed = 1;
+  g_count.events_destroyed++;
+  pthread_mutex_unlock(&mu);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuStreamWaitEvent(void* stream, void* ev, unsigned int flags) {
+  (void)flags;
+  pthread_mutex_lock(&mu);
+  fakeEvent* e = ev;
+  fakeStream* s = NULL;
+  if (e == NULL || e->destroyed || resolve(stream, &s) != CUDA_SUCCESS) {
+    pthread_mutex_unlock(&mu);
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  op* o = calloc(1, sizeof *o);
+  o->kind = OP_WAIT;
+  o->ev = e;
+  o->gen = e->recorded;
+  push(s, o);
+  pthread_mutex_unlock(&mu);
+  return CUDA_SUCCESS;
+}

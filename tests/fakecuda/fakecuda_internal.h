@@ -1,0 +1,156 @@
+/*
+ * fakecuda_internal.h: what the parts of the fake CUDA driver share (tests use
+ * fakecuda.h, not this).
+ *
+ * Build (tests/test_cuda_capi.py does), from tests/fakecuda:
+ *     gcc -shared -fPIC -O1 -pthread -o libfakecuda.so context.c event.c memory.c stream.c
+ *
+ * The parts: context.c (initialization, error names, contexts, primary contexts, the
+ * counters and the state all parts share), memory.c (device and pinned allocations,
+ * pointer attributes, copies), stream.c (the stream queues and their threads, the
+ * special handles, capture, delays, fake kernels) and event.c (events and
+ * cuStreamWaitEvent).
+ *
+ * What it models, so that gonccl's staging logic is exercised for real:
+ * - device memory: malloc'd host memory in a table of allocations with a device ordinal;
+ *   copies check their device range against it when queued (CUDA_ERROR_INVALID_VALUE)
+ *   and again when they run (bad_access: freed in between);
+ * - contexts: one per device, current per thread; calls that need a context refuse to
+ *   run without one (CUDA_ERROR_INVALID_CONTEXT) or with another device's
+ *   (CUDA_ERROR_INVALID_HANDLE), as the real driver does;
+ * - streams: FIFO queues, each drained by its own thread, every operation after a
+ *   configurable random delay; events with record generations; cuStreamWaitEvent;
+ * - pinned host memory: tracked, poisoned on free; a copy that runs on freed pinned
+ *   memory counts as bad_access, and a copy queued on host memory that a pending
+ *   operation of another stream still uses counts as a host race;
+ * - the special stream handles, resolved on the calling thread as the driver does:
+ *   NULL and CU_STREAM_LEGACY (0x1) are the legacy default stream of the current
+ *   context, CU_STREAM_PER_THREAD (0x2) the calling thread's own default stream. The
+ *   legacy stream synchronizes with blocking streams (flags 0: per-thread streams and
+ *   fakecudaStreamCreate's) both ways, and not with CU_STREAM_NON_BLOCKING ones, so a
+ *   consumer on the default stream that is not ordered after a non-blocking stream's
+ *   copies really runs before them;
+ * - stream capture (fakecudaBeginCapture): work queued on a capturing stream is
+ *   recorded, not run, and an event recorded there is not a real record, as in a graph;
+ * - primary contexts: cuDevicePrimaryCtxRetain/Release are counted;
+ * - consumers: fakecudaCheckF32 compares memory with the expected value when it runs
+ *   and counts stale_reads.
+ *
+ * Everything declared below is hidden: libfakecuda.so exports only the driver entry
+ * points (cu*) and the hooks of fakecuda.h.
+ */
+#ifndef FAKECUDA_INTERNAL_H_
+#define FAKECUDA_INTERNAL_H_
+
+#include "fakecuda.h"
+
+#include <pthread.h>
+#include <stddef.h>
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+
+enum {
+  CUDA_SUCCESS = 0,
+  CUDA_ERROR_INVALID_VALUE = 1,
+  CUDA_ERROR_OUT_OF_MEMORY = 2,
+  CUDA_ERROR_NOT_INITIALIZED = 3,
+  CUDA_ERROR_NO_DEVICE = 100,
+  CUDA_ERROR_INVALID_CONTEXT = 201,
+  CUDA_ERROR_INVALID_HANDLE = 400,
+  CUDA_ERROR_NOT_READY = 600,
+  CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900,
+};
+
+#define STREAM_LEGACY ((void*)0x1)
+#define STREAM_PER_THREAD ((void*)0x2)
+#define STREAM_NON_BLOCKING 0x1
+
+#define NDEV 8
+#define POISON 0xDB
+
+typedef struct fakeCtx {
+  int dev;
+} fakeCtx;
+
+typedef struct alloc {
+  char* p;
+  size_t n;
+  int dev;      /* -1: pinned host memory */
+  int live;
+  struct alloc* next;
+} alloc;
+
+typedef struct fakeEvent {
+  fakeCtx* ctx;
+  unsigned long recorded, completed;
+  int destroyed;
+} fakeEvent;
+
+enum { OP_COPY, OP_RECORD, OP_WAIT, OP_FILL, OP_ADD, OP_CHECK };
+
+/* An op runs only once the ops of other streams it depends on (the legacy default
+ * stream's implicit synchronization) have run: stream s has run its op number ticket. */
+typedef struct dep {
+  struct fakeStream* s;
+  unsigned long ticket;
+} dep;
+
+typedef struct op {
+  int kind;
+  char *dst, *src;   /* OP_COPY */
+  size_t n;
+  int dtoh;          /* OP_COPY: direction, for counters and host-side checks */
+  char* host;        /* OP_COPY: the host side */
+  int host_writes;
+  fakeEvent* ev;     /* OP_RECORD / OP_WAIT */
+  unsigned long gen;
+  float value;       /* OP_FILL / OP_ADD */
+  unsigned delay_us; /* extra delay of a fake kernel */
+  dep* deps;         /* implicit synchronization with other streams */
+  int ndeps;
+  struct fakeStream* stream;
+  struct op* next;
+} op;
+
+typedef struct fakeStream {
+  fakeCtx* ctx;
+  op *head, *tail;
+  int busy;
+  int legacy;    /* the context's legacy default stream */
+  int blocking;  /* synchronizes with the legacy stream (flags 0, per-thread streams) */
+  int capturing; /* under stream capture: work is recorded into a graph, not run */
+  unsigned long pushed, done; /* ops queued and ops run, counted from 1 */
+  unsigned delay_us;          /* extra delay of every op of this stream */
+  pthread_t thread;
+  struct fakeStream* next;
+} fakeStream;
+
+#pragma GCC visibility push(hidden)
+
+/* context.c: the shared state. mu guards everything below but the thread-local
+ * t_current; cv is broadcast whenever an op is queued or has run. */
+extern pthread_mutex_t mu;
+extern pthread_cond_t cv;
+extern fakeCtx g_ctx[NDEV];
+extern __thread fakeCtx* t_current;
+extern fakecudaCounters g_count;
+extern int g_initialized;
+extern fakeStream* g_streams; /* every stream (stream.c adds them) */
+
+/* Context checks (context.c). mu need not be held. */
+CUresult need_ctx(void);
+CUresult stream_ctx_ok(fakeStream* s);
+
+/* memory.c: find returns the allocation holding [p, p+n), live or freed, or NULL
+ * (device memory if dev_kind, else pinned host memory). mu held. */
+alloc* find(const void* p, size_t n, int dev_kind);
+
+/* stream.c. mu held for all three. */
+fakeStream* new_stream(fakeCtx* ctx, int blocking, int legacy);
+CUresult resolve(void* h, fakeStream** out);
+void push(fakeStream* s, op* o);
+
+#pragma GCC visibility pop
+
+#endif

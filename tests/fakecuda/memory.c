@@ -1,0 +1,166 @@
+/*
+ * memory.c: the fake CUDA driver's memory (see fakecuda_internal.h): the table of
+ * device and pinned host allocations, pointer attributes, and the asynchronous copies
+ * between them, checked when queued and again when they run (stream.c).
+ */
+#define _GNU_SOURCE
+#include "fakecuda_internal.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static alloc* g_allocs;
+
+/* find returns the allocation holding [p, p+n), live or freed, or NULL. mu held. */
+alloc* find(const void* p, size_t n, int dev_kind) {
+  for (alloc* a = g_allocs; a; a = a->next) {
+    if ((dev_kind && a->dev < 0) || (!dev_kind && a->dev >= 0)) continue;
+    if ((const char*)p >= a->p && (const char*)p + n <= a->p + a->n) return a;
+  }
+  return NULL;
+}
+
+static alloc* track(char* p, size_t n, int dev) {
+  alloc* a = calloc(1, sizeof *a);
+  a->p = p;
+  a->n = n;
+  a->dev = dev;
+  a->live = 1;
+  a->next = g_allocs;
+  g_allocs = a;
+  return a;
+}
+
+/* races counts pending copies of other streams on overlapping host memory where one
+ * side writes it. mu held. */
+static void check_races(fakeStream* s, char* host, size_t n, int writes) {
+  for (fakeStream* t = g_streams; t; t = t->next) {
+    if (t == s) continue;
+    for (op* o = t->head; o; o = o->next) {
+      if (o->kind != OP_COPY) continue;
+      if (!(writes || o->host_writes)) continue;
+      if (host < o->host + o->n && o->host < host + n) g_count.host_races++;
+    }
+  }
+}
+
+/* ---- driver entry points ---- */
+
+CUresult cuPointerGetAttribute(void* data, int attr, CUdeviceptr ptr) {
+  pthread_mutex_lock(&mu);
+  alloc* a = find((void*)(uintptr_t)ptr, 1, 1);
+  CUresult r = CUDA_SUCCESS;
+  if (a == NULL || !a->live) {
+    r = CUDA_ERROR_INVALID_VALUE;
+  } else if (attr == 9) { /* CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL */
+    *(int*)data = a->dev;
+  } else if (attr == 1) { /* CU_POINTER_ATTRIBUTE_CONTEXT */
+    *(void**)data = &g_ctx[a->dev];
+  } else {
+    r = CUDA_ERROR_INVALID_VALUE;
+  }
+  pthread_mutex_unlock(&mu);
+  return r;
+}
+
+CUresult cuMemHostAlloc(void** pp, size_t n, unsigned int flags) {
+  (void)flags;
+  CUresult r = need_ctx();
+  if (r) return r;
+  char* p = malloc(n ? n : 1);
+  if (p == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
+  memset(p, POISON, n);
+  pthread_mutex_lock(&mu);
+  track(p, n, -1);
+  g_count.host_allocs++;
+  g_count.host_live++;
+  pthread_mutex_unlock(&mu);
+  *pp = p;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemFreeHost(void* p) {
+  CUresult r = need_ctx();
+  if (r) return r;
+  pthread_mutex_lock(&mu);
+  alloc* a = find(p, 1, 0);
+  if (a == NULL || !a->live || a->p != p) {
+    pthread_mutex_unlock(&mu);
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  /* Poisoned and kept: a queued copy that still uses it is detected when it runs. */
+  a->live = 0;
+  memset(a->p, POISON, a->n);
+  g_count.host_frees++;
+  g_count.host_live--;
+  pthread_mutex_unlock(&mu);
+  return CUDA_SUCCESS;
+}
+
+static CUresult copy(void* dst, void* src, size_t n, void* stream, int dtoh) {
+  if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED;
+  pthread_mutex_lock(&mu);
+  fakeStream* s = NULL;
+  CUresult r = resolve(stream, &s);
+  if (r) {
+    pthread_mutex_unlock(&mu);
+    return r;
+  }
+  r = stream_ctx_ok(s);
+  void* dev = dtoh ? src : dst;
+  char* host = dtoh ? dst : src;
+  alloc* a = find(dev, n, 1);
+  if (r == CUDA_SUCCESS && (a == NULL || !a->live)) r = CUDA_ERROR_INVALID_VALUE;
+  if (r) {
+    pthread_mutex_unlock(&mu);
+    return r;
+  }
+  check_races(s, host, n, dtoh);
+  op* o = calloc(1, sizeof *o);
+  o->kind = OP_COPY;
+  o->dst = dst;
+  o->src = src;
+  o->n = n;
+  o->dtoh = dtoh;
+  o->host = host;
+  o->host_writes = dtoh;
+  push(s, o);
+  pthread_mutex_unlock(&mu);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, void* stream) {
+  return copy(dst, (void*)(uintptr_t)src, n, stream, 1);
+}
+
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, void* stream) {
+  return copy((void*)(uintptr_t)dst, (void*)src, n, stream, 0);
+}
+
+/* ---- test hooks ---- */
+
+void* fakecudaMalloc(int dev, size_t bytes) {
+  if (dev < 0 || dev >= NDEV) return NULL;
+  char* p = malloc(bytes ? bytes : 1);
+  if (p == NULL) return NULL;
+  memset(p, POISON, bytes);
+  pthread_mutex_lock(&mu);
+  track(p, bytes, dev);
+  pthread_mutex_unlock(&mu);
+  return p;
+}
+
+int fakecudaFree(void* p) {
+  pthread_mutex_lock(&mu);
+  alloc* a = find(p, 1, 1);
+  if (a == NULL || !a->live || a->p != p) {
+    pthread_mutex_unlock(&mu);
+    return -1;
+  }
+  a->live = 0;
+  memset(a->p, POISON, a->n);
+  pthread_mutex_unlock(&mu);
+  return 0;
+}
