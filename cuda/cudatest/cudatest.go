@@ -75,10 +75,15 @@ import (
 	"unsafe"
 )
 
-// Source returns the path of tests/fakecuda/fakecuda.c.
-func Source() string {
+// Sources returns the paths of the fake driver's C files, tests/fakecuda/*.c, sorted.
+func Sources() ([]string, error) {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "tests", "fakecuda", "fakecuda.c")
+	dir := filepath.Join(filepath.Dir(file), "..", "..", "tests", "fakecuda")
+	srcs, err := filepath.Glob(filepath.Join(dir, "*.c"))
+	if err == nil && len(srcs) == 0 {
+		err = fmt.Errorf("no fake CUDA driver sources in %s", dir)
+	}
+	return srcs, err
 }
 
 // Build compiles the fake driver into a temporary directory of t and returns its path.
@@ -93,8 +98,13 @@ func Build(t testing.TB) string {
 
 // BuildIn compiles the fake driver into dir and returns its path.
 func BuildIn(dir string) (string, error) {
+	srcs, err := Sources()
+	if err != nil {
+		return "", err
+	}
 	out := filepath.Join(dir, "libfakecuda.so")
-	cmd := exec.Command("gcc", "-shared", "-fPIC", "-O1", "-Wall", "-pthread", "-o", out, Source())
+	args := append([]string{"-shared", "-fPIC", "-O1", "-Wall", "-pthread", "-o", out}, srcs...)
+	cmd := exec.Command("gcc", args...)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("building the fake CUDA driver: %v\n%s", err, b)
 	}
