@@ -30,13 +30,10 @@ func (c *Comm) runAllReduce(e *exec, o *op) error {
 	n, es := c.nranks, o.dtype.Size()
 	e.hdr.Op = uint8(o.redop)
 	buf := o.recv[:o.count*es]
-	copyIfDistinct(buf, o.send[:o.count*es])
 	if n == 1 {
-		if o.redop == Avg {
-			return DivideBy(buf, o.dtype, 1)
-		}
-		return nil
+		return reduceAlone(buf, o.send[:len(buf)], o)
 	}
+	copyIfDistinct(buf, o.send[:len(buf)])
 	algo, err := c.pick(e, KindAllReduce, len(buf))
 	if err != nil {
 		return err
@@ -116,11 +113,7 @@ func (c *Comm) runReduce(e *exec, o *op) error {
 	e.hdr.Op = uint8(o.redop)
 	size := o.count * es
 	if n == 1 {
-		copyIfDistinct(o.recv[:size], o.send[:size])
-		if o.redop == Avg {
-			return DivideBy(o.recv[:size], o.dtype, 1)
-		}
-		return nil
+		return reduceAlone(o.recv[:size], o.send[:size], o)
 	}
 	algo, err := c.pick(e, KindReduce, size)
 	if err != nil {
@@ -146,11 +139,7 @@ func (c *Comm) runReduceScatter(e *exec, o *op) error {
 	e.hdr.Op = uint8(o.redop)
 	block := o.count * es
 	if n == 1 {
-		copyIfDistinct(o.recv[:block], o.send[:block])
-		if o.redop == Avg {
-			return DivideBy(o.recv[:block], o.dtype, 1)
-		}
-		return nil
+		return reduceAlone(o.recv[:block], o.send[:block], o)
 	}
 	if _, err := c.pick(e, KindReduceScatter, block); err != nil {
 		return err
@@ -239,6 +228,17 @@ func (c *Comm) runAlltoAllv(e *exec, o *op) error {
 		func(j int) []byte { return block(o.recv, a.recvDispls[j], a.recvCounts[j]) },
 		func(j int) int { return a.sendCounts[j] },
 		func(j int) int { return a.recvCounts[j] }, a)
+}
+
+// reduceAlone is a reduction on a single rank: the result is the rank's own input,
+// copied unless in place; Avg still divides by 1, which checks the data type as the
+// reduction on more ranks would.
+func reduceAlone(dst, src []byte, o *op) error {
+	copyIfDistinct(dst, src)
+	if o.redop == Avg {
+		return DivideBy(dst, o.dtype, 1)
+	}
+	return nil
 }
 
 func copyIfDistinct(dst, src []byte) {
