@@ -320,8 +320,20 @@ def build(p, grp, oracle: bool):
 
         return call, [out], [exact(inp(p, src))]
     if kind == "barrier":
+        if oracle:
+            return (lambda G, a: gloo_step(G)), [], []
         return (lambda G, a: dist.barrier(group=G, async_op=a)), [], []
     raise ValueError(kind)
+
+
+def gloo_step(group):
+    """Keeps the ranks' Gloo groups in step where the plan has a barrier. Not Gloo's own
+    barrier: ProcessGroupGloo's barrier first waits on the group's work still in flight
+    (pytorch/pytorch#14386) and re-raises its error, so right after an oracle operation
+    Gloo lacks ("Invalid scalar type", raised on Gloo's worker thread) it can fail on the
+    ranks that catch that work still finishing and run on the others, which then wait
+    for them for Gloo's 30 minutes. An all_reduce does not look at earlier work."""
+    dist.all_reduce(torch.zeros(1), group=group)
 
 
 # ----------------------------------------------------------------------------- driver
@@ -454,7 +466,7 @@ def run(nops, seed, long_mode):
             if orac_outs is not None:
                 compare(p, grp, outs, orac_outs, wants, fails)
     flush()
-    dist.barrier(group=world.orac)
+    gloo_step(world.orac)
     if SOAK:
         samples.append({"step": nops, **resources()})
         CK.data("resources", samples)
