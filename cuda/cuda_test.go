@@ -251,6 +251,9 @@ func floats(b []byte) []float32 {
 var tmpDir string
 
 func TestMain(m *testing.M) {
+	if os.Getenv("GONCCL_DEVTEST_RANK") != "" {
+		os.Exit(devChild()) // a rank of runDevRanks
+	}
 	dir, err := os.MkdirTemp("", "gonccl-cuda-test")
 	if err != nil {
 		panic(err)

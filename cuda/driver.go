@@ -11,6 +11,7 @@ typedef void* CUcontext;
 typedef void* CUstream;
 typedef void* CUevent;
 typedef unsigned long long CUdeviceptr;
+typedef struct { char reserved[64]; } CUipcMemHandle;
 
 // The driver entry points gonccl uses, resolved by name with dlsym. The names are the
 // ones libcuda exports (cuda.h maps e.g. cuMemcpyDtoHAsync to cuMemcpyDtoHAsync_v2).
@@ -34,6 +35,17 @@ typedef struct {
   CUresult (*CtxGetDevice)(int*);
   CUresult (*DevicePrimaryCtxRetain)(CUcontext*, int);
   CUresult (*DevicePrimaryCtxRelease)(int);
+  // device memory, IPC and stream memory operations
+  CUresult (*MemAlloc)(CUdeviceptr*, size_t);
+  CUresult (*MemFree)(CUdeviceptr);
+  CUresult (*MemsetD32)(CUdeviceptr, unsigned int, size_t);
+  CUresult (*IpcGetMemHandle)(CUipcMemHandle*, CUdeviceptr);
+  CUresult (*IpcOpenMemHandle)(CUdeviceptr*, CUipcMemHandle, unsigned int);
+  CUresult (*IpcCloseMemHandle)(CUdeviceptr);
+  CUresult (*MemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+  CUresult (*StreamWaitValue32)(CUstream, CUdeviceptr, unsigned int, unsigned int);
+  CUresult (*StreamWriteValue32)(CUstream, CUdeviceptr, unsigned int, unsigned int);
+  CUresult (*DeviceCanAccessPeer)(int*, int, int);
 } gcFns;
 
 static const char* gcSymbols[] = {
@@ -42,6 +54,10 @@ static const char* gcSymbols[] = {
   "cuMemcpyHtoDAsync_v2", "cuEventCreate", "cuEventRecord", "cuEventQuery",
   "cuEventDestroy_v2", "cuStreamWaitEvent", "cuStreamIsCapturing", "cuCtxGetDevice",
   "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRelease_v2",
+  // device memory, IPC and stream memory operations
+  "cuMemAlloc_v2", "cuMemFree_v2", "cuMemsetD32_v2", "cuIpcGetMemHandle",
+  "cuIpcOpenMemHandle_v2", "cuIpcCloseMemHandle", "cuMemcpyDtoDAsync_v2", "cuStreamWaitValue32_v2",
+  "cuStreamWriteValue32_v2", "cuDeviceCanAccessPeer",
 };
 
 _Static_assert(sizeof(gcFns) == sizeof(gcSymbols) / sizeof(gcSymbols[0]) * sizeof(void*),
@@ -122,6 +138,35 @@ static CUresult gcPrimaryRetain(gcFns* f, int dev, uintptr_t* c) {
 }
 static CUresult gcPrimaryRelease(gcFns* f, int dev) { return f->DevicePrimaryCtxRelease(dev); }
 static CUresult gcStreamWaitEvent(gcFns* f, uintptr_t s, uintptr_t e) { return f->StreamWaitEvent(H(s), H(e), 0); }
+// device memory, IPC and stream memory operations
+static CUresult gcMemAlloc(gcFns* f, uintptr_t* p, size_t n) {
+  CUdeviceptr d = 0;
+  CUresult r = f->MemAlloc(&d, n);
+  *p = (uintptr_t)d;
+  return r;
+}
+static CUresult gcMemFree(gcFns* f, uintptr_t p) { return f->MemFree((CUdeviceptr)p); }
+static CUresult gcMemsetD32(gcFns* f, uintptr_t p, unsigned v, size_t n) { return f->MemsetD32((CUdeviceptr)p, v, n); }
+static CUresult gcIpcGetMemHandle(gcFns* f, void* h, uintptr_t p) { return f->IpcGetMemHandle((CUipcMemHandle*)h, (CUdeviceptr)p); }
+static CUresult gcIpcOpenMemHandle(gcFns* f, uintptr_t* p, void* h) {
+  CUipcMemHandle handle;
+  memcpy(&handle, h, sizeof handle);
+  CUdeviceptr d = 0;
+  CUresult r = f->IpcOpenMemHandle(&d, handle, 0x1); // CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS
+  *p = (uintptr_t)d;
+  return r;
+}
+static CUresult gcIpcCloseMemHandle(gcFns* f, uintptr_t p) { return f->IpcCloseMemHandle((CUdeviceptr)p); }
+static CUresult gcMemcpyDtoDAsync(gcFns* f, uintptr_t dst, uintptr_t src, size_t n, uintptr_t s) {
+  return f->MemcpyDtoDAsync((CUdeviceptr)dst, (CUdeviceptr)src, n, H(s));
+}
+static CUresult gcStreamWaitValue32(gcFns* f, uintptr_t s, uintptr_t p, unsigned v, unsigned flags) {
+  return f->StreamWaitValue32(H(s), (CUdeviceptr)p, v, flags);
+}
+static CUresult gcStreamWriteValue32(gcFns* f, uintptr_t s, uintptr_t p, unsigned v) {
+  return f->StreamWriteValue32(H(s), (CUdeviceptr)p, v, 0); // with the memory barrier
+}
+static CUresult gcDeviceCanAccessPeer(gcFns* f, int* can, int dev, int peer) { return f->DeviceCanAccessPeer(can, dev, peer); }
 */
 import "C"
 
@@ -388,4 +433,73 @@ func (d *Driver) hostAlloc(n int) (unsafe.Pointer, error) {
 
 func (d *Driver) hostFree(p unsafe.Pointer) error {
 	return d.check("cuMemFreeHost", C.gcMemFreeHost(d.fns, p))
+}
+
+// device memory, IPC and stream memory operations (used by shared.go and devcoll.go).
+// Like the wrappers above, they expect the right context to be current.
+
+// ipcHandleSize is the size of a CUipcMemHandle.
+const ipcHandleSize = 64
+
+func (d *Driver) memAlloc(n int) (uintptr, error) {
+	var p C.uintptr_t
+	if err := d.check("cuMemAlloc", C.gcMemAlloc(d.fns, &p, C.size_t(n))); err != nil {
+		return 0, err
+	}
+	return uintptr(p), nil
+}
+
+func (d *Driver) memFree(p uintptr) error {
+	return d.check("cuMemFree", C.gcMemFree(d.fns, C.uintptr_t(p)))
+}
+
+// memsetD32 sets n 32-bit words at p to v, ordered on the legacy default stream.
+func (d *Driver) memsetD32(p uintptr, v uint32, n int) error {
+	return d.check("cuMemsetD32", C.gcMemsetD32(d.fns, C.uintptr_t(p), C.uint(v), C.size_t(n)))
+}
+
+func (d *Driver) ipcGetMemHandle(p uintptr) ([ipcHandleSize]byte, error) {
+	var h [ipcHandleSize]byte
+	err := d.check("cuIpcGetMemHandle", C.gcIpcGetMemHandle(d.fns, unsafe.Pointer(&h[0]), C.uintptr_t(p)))
+	return h, err
+}
+
+func (d *Driver) ipcOpenMemHandle(h [ipcHandleSize]byte) (uintptr, error) {
+	var p C.uintptr_t
+	if err := d.check("cuIpcOpenMemHandle", C.gcIpcOpenMemHandle(d.fns, &p, unsafe.Pointer(&h[0]))); err != nil {
+		return 0, err
+	}
+	return uintptr(p), nil
+}
+
+func (d *Driver) ipcCloseMemHandle(p uintptr) error {
+	return d.check("cuIpcCloseMemHandle", C.gcIpcCloseMemHandle(d.fns, C.uintptr_t(p)))
+}
+
+func (d *Driver) memcpyDtoD(dst, src uintptr, n int, s Stream) error {
+	if n == 0 {
+		return nil
+	}
+	return d.check("cuMemcpyDtoDAsync", C.gcMemcpyDtoDAsync(d.fns, C.uintptr_t(dst), C.uintptr_t(src), C.size_t(n), C.uintptr_t(s)))
+}
+
+// waitGEQ is CU_STREAM_WAIT_VALUE_GEQ: wait until (int32)(*addr - v) >= 0.
+const waitGEQ = 0
+
+func (d *Driver) streamWaitValue32(s Stream, addr uintptr, v uint32) error {
+	return d.check("cuStreamWaitValue32", C.gcStreamWaitValue32(d.fns, C.uintptr_t(s), C.uintptr_t(addr), C.uint(v), waitGEQ))
+}
+
+func (d *Driver) streamWriteValue32(s Stream, addr uintptr, v uint32) error {
+	return d.check("cuStreamWriteValue32", C.gcStreamWriteValue32(d.fns, C.uintptr_t(s), C.uintptr_t(addr), C.uint(v)))
+}
+
+// CanAccessPeer reports whether device dev can map and access device peer's memory.
+func (d *Driver) CanAccessPeer(dev, peer int) (bool, error) {
+	if dev == peer {
+		return true, nil
+	}
+	var can C.int
+	err := d.check("cuDeviceCanAccessPeer", C.gcDeviceCanAccessPeer(d.fns, &can, C.int(dev), C.int(peer)))
+	return can != 0, err
 }

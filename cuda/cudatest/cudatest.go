@@ -62,6 +62,7 @@ static int hSetCurrent(hooks* h, uintptr_t c) { return h->CtxSetCurrent((void*)c
 static int hDrain(hooks* h, uintptr_t s) { return h->Drain((void*)s); }
 static void hCounters(hooks* h, counters* c) { h->Counters(c); }
 static float hRead(uintptr_t p, size_t i) { return ((float*)p)[i]; }
+static void* hPtr(uintptr_t p) { return (void*)p; }
 static void hWrite(uintptr_t p, size_t i, float v) { ((float*)p)[i] = v; }
 */
 import "C"
@@ -228,4 +229,12 @@ func (f *Fake) Counters() Counters {
 	return Counters{int(c.dtoh), int(c.htod), int(c.kernels), int(c.host_allocs), int(c.host_frees), int(c.host_live),
 		int(c.events_created), int(c.events_destroyed), int(c.bad_access), int(c.host_races), int(c.context_errors),
 		int(c.stale_reads), int(c.captured_ops), int(c.primary_retained)}
+}
+
+// Bytes views n bytes of device memory p (host memory in the fake) without copying.
+func (f *Fake) Bytes(p uintptr, n int) []byte {
+	if n == 0 {
+		return []byte{}
+	}
+	return unsafe.Slice((*byte)(C.hPtr(C.uintptr_t(p))), n)
 }

@@ -87,7 +87,7 @@ typedef struct fakeEvent {
   int destroyed;
 } fakeEvent;
 
-enum { OP_COPY, OP_RECORD, OP_WAIT, OP_FILL, OP_ADD, OP_CHECK };
+enum { OP_COPY, OP_RECORD, OP_WAIT, OP_FILL, OP_ADD, OP_CHECK, OP_CALL };
 
 /* An op runs only once the ops of other streams it depends on (the legacy default
  * stream's implicit synchronization) have run: stream s has run its op number ticket. */
@@ -110,6 +110,10 @@ typedef struct op {
   dep* deps;         /* implicit synchronization with other streams */
   int ndeps;
   struct fakeStream* stream;
+  /* OP_CALL: run calls call(o) with mu held (it may release it around a wait); the
+   * op kinds of other files (ipc.c) keep their arguments in arg. */
+  void (*call)(struct op*);
+  unsigned long arg[2];
   struct op* next;
 } op;
 
@@ -145,6 +149,9 @@ CUresult stream_ctx_ok(fakeStream* s);
 /* memory.c: find returns the allocation holding [p, p+n), live or freed, or NULL
  * (device memory if dev_kind, else pinned host memory). mu held. */
 alloc* find(const void* p, size_t n, int dev_kind);
+/* track enters [p, p+n) in the table as a live allocation of device dev (-1: pinned
+ * host memory). mu held. */
+alloc* track(char* p, size_t n, int dev);
 
 /* stream.c. mu held for all three. */
 fakeStream* new_stream(fakeCtx* ctx, int blocking, int legacy);

@@ -22,7 +22,7 @@ alloc* find(const void* p, size_t n, int dev_kind) {
   return NULL;
 }
 
-static alloc* track(char* p, size_t n, int dev) {
+alloc* track(char* p, size_t n, int dev) {
   alloc* a = calloc(1, sizeof *a);
   a->p = p;
   a->n = n;

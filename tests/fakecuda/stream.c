@@ -135,6 +135,9 @@ static void run(op* o) {
       g_count.kernels++;
       break;
     }
+    case OP_CALL:
+      o->call(o);
+      break;
     case OP_FILL:
     case OP_ADD: {
       alloc* a = find(o->dst, o->n * sizeof(float), 1);

@@ -1,0 +1,311 @@
+package cuda
+
+import (
+	"fmt"
+	"sync/atomic"
+
+	"github.com/gonccl/gonccl/internal/reduce"
+)
+
+// The device path: collectives among the ranks of one host whose bytes stay on the
+// GPU. Go plans each step and enqueues it on the caller's stream: device-to-device
+// copies into and out of the shared scratch (Shared), reduction kernels (Kernels),
+// and the flags that order the ranks (stream memory operations). Nothing waits on the
+// host: a call returns once its work is enqueued.
+//
+// The algorithm is direct (one-shot) over the shared scratch, one round per chunk of
+// at most Cap bytes per rank:
+//
+//	wait every rank's readDone >= n-1   (they have read what they needed of round n-1)
+//	copy the input into the own data area; write ready = n
+//	wait every rank's ready >= n
+//	reduce the own share of the elements, reading every rank's data area;
+//	   write reduced = n; wait every rank's reduced >= n       (reducing collectives)
+//	copy each rank's share (or data, for all_gather/broadcast) to the output
+//	write readDone = n
+//
+// Each rank reads every other's scratch once per round: right for the 2-8 ranks of a
+// host and for small and medium messages. For large messages a ring over the same
+// scratch (each step: wait the previous rank's flag, reduce its chunk into the own,
+// flag the next) moves 2(N-1)/N of the bytes per rank instead of N-1 chunks; it would
+// replace the body of the loop in allReduce and reduceScatter.
+
+// Reducer is what the device path needs of the reduction kernels (*Kernels).
+type Reducer interface {
+	ReduceInto(s Stream, dst, src uintptr, count int, dt reduce.DataType, op reduce.RedOp) error
+	DivideBy(s Stream, buf uintptr, count int, dt reduce.DataType, n int) error
+}
+
+// testFault names a step the device path gets wrong on purpose, for the tests that
+// show a wrong step is caught: "skip-ready-wait" (read the peers' data areas without
+// waiting for their ready flags), "offset" (read each peer's data one element early).
+var testFault atomic.Value
+
+// SetTestFault makes every device collective of this process commit fault ("" for
+// none). For tests only.
+func SetTestFault(fault string) { testFault.Store(fault) }
+
+func fault(name string) bool {
+	f, _ := testFault.Load().(string)
+	return f == name
+}
+
+// round is one round of a device collective on stream st. Call with s.mu held and the
+// context current.
+type round struct {
+	s  *Shared
+	st Stream
+	n  uint32
+}
+
+func (s *Shared) begin(st Stream) (round, error) {
+	if s.closed {
+		return round{}, fmt.Errorf("cuda: the communicator's device scratch is closed")
+	}
+	s.step++
+	r := round{s: s, st: st, n: s.step}
+	return r, r.waitAll(flagReadDone, r.n-1)
+}
+
+func (r round) waitAll(flag int, v uint32) error {
+	for p := range r.s.nranks {
+		if err := r.wait(p, flag, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r round) wait(p, flag int, v uint32) error {
+	if flag == flagReady && fault("skip-ready-wait") {
+		return nil
+	}
+	return r.s.d.streamWaitValue32(r.st, r.s.flag(p, flag), v)
+}
+
+func (r round) post(flag int) error {
+	return r.s.d.streamWriteValue32(r.st, r.s.flag(r.s.rank, flag), r.n)
+}
+
+func (r round) copy(dst, src uintptr, n int) error { return r.s.d.memcpyDtoD(dst, src, n, r.st) }
+
+// peerData is where rank p's data area is read from (one element early under the
+// "offset" fault, still inside the allocation).
+func (r round) peerData(p, es int) uintptr {
+	if p != r.s.rank && fault("offset") {
+		return r.s.data(p) - uintptr(es)
+	}
+	return r.s.data(p)
+}
+
+// run runs f with the scratch locked and the context current; an error in the middle
+// of a round leaves the peers waiting for flags that never come, so the scratch is
+// then closed to further device work (the communicator should be aborted).
+func (s *Shared) run(f func() error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	err := s.d.do(s.ctx, f)
+	if err != nil {
+		s.closed = true
+	}
+	return err
+}
+
+// share returns rank r's share [lo, hi) of count elements.
+func share(count, r, nranks int) (int, int) {
+	return count * r / nranks, count * (r + 1) / nranks
+}
+
+// AllGather enqueues on st: recv[r*bytes:(r+1)*bytes] = rank r's send, for every rank.
+func (s *Shared) AllGather(st Stream, send, recv uintptr, bytes int) error {
+	return s.run(func() error {
+		for off := 0; off < bytes; off += s.cap {
+			n := min(s.cap, bytes-off)
+			r, err := s.begin(st)
+			if err != nil {
+				return err
+			}
+			if err := r.copy(s.data(s.rank), send+uintptr(off), n); err != nil {
+				return err
+			}
+			if err := r.post(flagReady); err != nil {
+				return err
+			}
+			if err := r.waitAll(flagReady, r.n); err != nil {
+				return err
+			}
+			for p := range s.nranks {
+				if err := r.copy(recv+uintptr(p*bytes+off), r.peerData(p, 1), n); err != nil {
+					return err
+				}
+			}
+			if err := r.post(flagReadDone); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// Broadcast enqueues on st: recv = root's send, on every rank.
+func (s *Shared) Broadcast(st Stream, send, recv uintptr, bytes, root int) error {
+	return s.run(func() error {
+		for off := 0; off < bytes; off += s.cap {
+			n := min(s.cap, bytes-off)
+			r, err := s.begin(st)
+			if err != nil {
+				return err
+			}
+			if s.rank == root {
+				if err := r.copy(s.data(root), send+uintptr(off), n); err != nil {
+					return err
+				}
+				if send != recv {
+					if err := r.copy(recv+uintptr(off), send+uintptr(off), n); err != nil {
+						return err
+					}
+				}
+			}
+			if err := r.post(flagReady); err != nil {
+				return err
+			}
+			if s.rank != root {
+				if err := r.wait(root, flagReady, r.n); err != nil {
+					return err
+				}
+				if err := r.copy(recv+uintptr(off), r.peerData(root, 1), n); err != nil {
+					return err
+				}
+			}
+			if err := r.post(flagReadDone); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// AllReduce enqueues on st: recv = the element-wise reduction by op of every rank's
+// send (count elements of dt). Avg sums, then divides by the number of ranks.
+// root >= 0 makes it a reduce: only root's recv is written.
+func (s *Shared) AllReduce(st Stream, k Reducer, send, recv uintptr, count int, dt reduce.DataType, op reduce.RedOp) error {
+	return s.allReduce(st, k, send, recv, count, dt, op, -1)
+}
+
+// Reduce enqueues on st: root's recv = the reduction of every rank's send.
+func (s *Shared) Reduce(st Stream, k Reducer, send, recv uintptr, count int, dt reduce.DataType, op reduce.RedOp, root int) error {
+	return s.allReduce(st, k, send, recv, count, dt, op, root)
+}
+
+func (s *Shared) allReduce(st Stream, k Reducer, send, recv uintptr, count int, dt reduce.DataType, op reduce.RedOp, root int) error {
+	es := dt.Size()
+	per := s.cap / es
+	return s.run(func() error {
+		for first := 0; first < count; first += per {
+			c := min(per, count-first)
+			off := uintptr(first * es)
+			r, err := s.begin(st)
+			if err != nil {
+				return err
+			}
+			if err := r.copy(s.data(s.rank), send+off, c*es); err != nil {
+				return err
+			}
+			if err := r.post(flagReady); err != nil {
+				return err
+			}
+			if err := r.waitAll(flagReady, r.n); err != nil {
+				return err
+			}
+			// Reduce the own share into the own data area, the ranks in order.
+			lo, hi := share(c, s.rank, s.nranks)
+			if hi > lo {
+				mine := s.data(s.rank) + uintptr(lo*es)
+				for p := range s.nranks {
+					if p == s.rank {
+						continue
+					}
+					if err := k.ReduceInto(st, mine, r.peerData(p, es)+uintptr(lo*es), hi-lo, dt, op); err != nil {
+						return err
+					}
+				}
+				if op == reduce.Avg {
+					if err := k.DivideBy(st, mine, hi-lo, dt, s.nranks); err != nil {
+						return err
+					}
+				}
+			}
+			if err := r.post(flagReduced); err != nil {
+				return err
+			}
+			if root < 0 || root == s.rank {
+				if err := r.waitAll(flagReduced, r.n); err != nil {
+					return err
+				}
+				for p := range s.nranks {
+					plo, phi := share(c, p, s.nranks)
+					if err := r.copy(recv+off+uintptr(plo*es), s.data(p)+uintptr(plo*es), (phi-plo)*es); err != nil {
+						return err
+					}
+				}
+			}
+			if err := r.post(flagReadDone); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// ReduceScatter enqueues on st: recv (recvCount elements) = the reduction of block
+// rank of every rank's send (nranks blocks of recvCount elements).
+func (s *Shared) ReduceScatter(st Stream, k Reducer, send, recv uintptr, recvCount int, dt reduce.DataType, op reduce.RedOp) error {
+	es := dt.Size()
+	per := s.cap / (es * s.nranks) // elements of each block per round
+	if per == 0 {
+		return fmt.Errorf("cuda: the device scratch (%d bytes) is too small for %d ranks", s.cap, s.nranks)
+	}
+	return s.run(func() error {
+		for first := 0; first < recvCount; first += per {
+			c := min(per, recvCount-first)
+			r, err := s.begin(st)
+			if err != nil {
+				return err
+			}
+			// The own data area holds block b's elements [first, first+c) at b*c.
+			for b := range s.nranks {
+				if err := r.copy(s.data(s.rank)+uintptr(b*c*es), send+uintptr((b*recvCount+first)*es), c*es); err != nil {
+					return err
+				}
+			}
+			if err := r.post(flagReady); err != nil {
+				return err
+			}
+			if err := r.waitAll(flagReady, r.n); err != nil {
+				return err
+			}
+			out := recv + uintptr(first*es)
+			block := uintptr(s.rank * c * es)
+			if err := r.copy(out, s.data(s.rank)+block, c*es); err != nil {
+				return err
+			}
+			for p := range s.nranks {
+				if p == s.rank {
+					continue
+				}
+				if err := k.ReduceInto(st, out, r.peerData(p, es)+block, c, dt, op); err != nil {
+					return err
+				}
+			}
+			if op == reduce.Avg {
+				if err := k.DivideBy(st, out, c, dt, s.nranks); err != nil {
+					return err
+				}
+			}
+			if err := r.post(flagReadDone); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}

@@ -1,0 +1,341 @@
+package cuda_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gonccl/gonccl/core"
+	"github.com/gonccl/gonccl/cuda"
+	"github.com/gonccl/gonccl/cuda/cudatest"
+)
+
+// The device path (cuda.Shared) against the fake driver, ranks in separate processes
+// (the test binary re-run as each rank) and, in one test, ranks of one process: every
+// collective x dtype x rank count, ranks sharing a device or on peer devices, each
+// result compared byte for byte with core's host collective on the same inputs (the
+// CPU reference). The scratch is small, so large counts take several rounds.
+
+const devScratch = 4096
+
+// devLayouts are the devices of the ranks, one comma-separated list per run.
+var devLayouts = []string{"0", "0,0", "0,1", "0,0,1", "0,0,0,0", "0,1,2,3"}
+
+func TestDevicePathAcrossProcesses(t *testing.T) {
+	open(t)
+	for _, layout := range devLayouts {
+		t.Run(strings.ReplaceAll(layout, ",", "-"), func(t *testing.T) {
+			out, err := runDevRanks(t, layout, "", "0,200")
+			require.NoError(t, err, "%s", out)
+		})
+	}
+}
+
+// TestDevicePathWrongStepFails shows the comparison catches a device path that gets
+// one step wrong: a missing wait for the peers' ready flags, a wrong offset.
+func TestDevicePathWrongStepFails(t *testing.T) {
+	open(t)
+	for _, f := range []string{"skip-ready-wait", "offset"} {
+		t.Run(f, func(t *testing.T) {
+			out, err := runDevRanks(t, "0,0,1", f, "300,3000")
+			require.Error(t, err, "the %s fault went unnoticed:\n%s", f, out)
+			require.Contains(t, out, "MISMATCH", "%s", out)
+		})
+	}
+}
+
+// TestDevicePathRanksOfOneProcess runs the ranks as goroutines of this process: they
+// use each other's scratch pointers directly (CUDA will not open a handle in the
+// process that exported it).
+func TestDevicePathRanksOfOneProcess(t *testing.T) {
+	d, f := open(t)
+	id, err := core.NewUniqueID()
+	require.NoError(t, err)
+	devs := []int{0, 0, 1}
+	var wg sync.WaitGroup
+	errs := make([]error, len(devs))
+	for r := range devs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = devRank(d, f, id, r, devs, os.Stderr)
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		require.NoError(t, err, "rank %d", r)
+	}
+}
+
+// runDevRanks runs one child process per rank and returns their combined output and
+// the first failure.
+func runDevRanks(t *testing.T, layout, fault, delay string) (string, error) {
+	t.Helper()
+	id, err := core.NewUniqueID()
+	require.NoError(t, err)
+	n := len(strings.Split(layout, ","))
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	outs := make([]bytes.Buffer, n)
+	cmds := make([]*exec.Cmd, n)
+	for r := range n {
+		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), "GONCCL_DEVTEST_RANK="+strconv.Itoa(r), "GONCCL_DEVTEST_DEVS="+layout,
+			"GONCCL_DEVTEST_ID="+hex.EncodeToString(id[:]), "GONCCL_DEVTEST_FAKE="+fake.path,
+			"GONCCL_DEVTEST_FAULT="+fault, "FAKECUDA_DELAY_US="+delay)
+		cmd.Stdout, cmd.Stderr = &outs[r], &outs[r]
+		require.NoError(t, cmd.Start())
+		cmds[r] = cmd
+	}
+	var first error
+	for r, cmd := range cmds {
+		if err := cmd.Wait(); err != nil && first == nil {
+			first = fmt.Errorf("rank %d: %w", r, err)
+		}
+	}
+	var all strings.Builder
+	for r := range outs {
+		fmt.Fprintf(&all, "--- rank %d\n%s", r, outs[r].String())
+	}
+	if ctx.Err() != nil {
+		first = fmt.Errorf("ranks timed out: %w", ctx.Err())
+	}
+	return all.String(), first
+}
+
+// devChild is a child process's main: one rank of runDevRanks.
+func devChild() int {
+	rank, _ := strconv.Atoi(os.Getenv("GONCCL_DEVTEST_RANK"))
+	var devs []int
+	for _, s := range strings.Split(os.Getenv("GONCCL_DEVTEST_DEVS"), ",") {
+		v, _ := strconv.Atoi(s)
+		devs = append(devs, v)
+	}
+	var id core.UniqueID
+	b, _ := hex.DecodeString(os.Getenv("GONCCL_DEVTEST_ID"))
+	copy(id[:], b)
+	cuda.SetTestFault(os.Getenv("GONCCL_DEVTEST_FAULT"))
+	path := os.Getenv("GONCCL_DEVTEST_FAKE")
+	d, err := cuda.Open(path)
+	if err != nil {
+		fmt.Println(err)
+		return 2
+	}
+	f, err := cudatest.Open(path)
+	if err != nil {
+		fmt.Println(err)
+		return 2
+	}
+	if err := devRank(d, f, id, rank, devs, os.Stdout); err != nil {
+		fmt.Println(err)
+		return 3
+	}
+	return 0
+}
+
+// devCase is one collective of a rank's script.
+type devCase struct {
+	coll    string // all_gather, broadcast, all_reduce, reduce, reduce_scatter
+	dt      core.DataType
+	op      core.RedOp
+	count   int // elements per rank (all_gather, reduce_scatter) or in all
+	root    int
+	inPlace bool
+}
+
+func devCases(nranks int) []devCase {
+	var cs []devCase
+	counts := []int{0, 1, 7, 1000, 3001}
+	for _, dt := range []core.DataType{core.Float32, core.Float16, core.Bfloat16, core.Int64} {
+		for _, n := range counts {
+			cs = append(cs, devCase{coll: "all_gather", dt: dt, count: n})
+			cs = append(cs, devCase{coll: "broadcast", dt: dt, count: n, root: n % nranks})
+		}
+		cs = append(cs, devCase{coll: "all_gather", dt: dt, count: 999, inPlace: true})
+		cs = append(cs, devCase{coll: "broadcast", dt: dt, count: 999, root: nranks - 1, inPlace: true})
+		cs = append(cs, reductionCases(dt, nranks, counts)...)
+	}
+	return cs
+}
+
+// devRank runs the script of cases as rank rank of a communicator whose ranks are on
+// devices devs, and reports the first result that differs from the host reference.
+func devRank(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank int, devs []int, log *os.File) error {
+	nranks := len(devs)
+	c, err := core.NewComm(id, nranks, rank, core.Options{Timeout: 60 * time.Second})
+	if err != nil {
+		return err
+	}
+	defer c.Destroy()
+	dev := devs[rank]
+	s := f.Stream(dev)
+	ctx, err := d.StreamContext(cuda.Stream(s))
+	if err != nil {
+		return err
+	}
+	exchange := func(rec []byte) ([]byte, error) {
+		all := make([]byte, len(rec)*nranks)
+		req, err := c.AllGather(rec, all, len(rec), core.Uint8)
+		if err == nil {
+			_, err = req.Wait(-1)
+		}
+		return all, err
+	}
+	sh, err := cuda.NewShared(d, ctx, rank, nranks, devScratch, exchange)
+	if err != nil {
+		return err
+	}
+	red, err := reducerFor(d, ctx)
+	if err != nil {
+		return err
+	}
+	var bad []string
+	for i, dc := range devCases(nranks) {
+		if dc.coll != "all_gather" && dc.coll != "broadcast" && red == nil {
+			continue
+		}
+		got, want, err := runDevCase(c, sh, red, f, dev, cuda.Stream(s), rank, nranks, i, dc)
+		if err != nil {
+			return fmt.Errorf("case %d %+v: %w", i, dc, err)
+		}
+		if !bytes.Equal(got, want) {
+			bad = append(bad, fmt.Sprintf("MISMATCH case %d %+v (%s)", i, dc, firstDiff(got, want)))
+		}
+	}
+	if err := sh.Close(time.Minute); err != nil {
+		return err
+	}
+	if n := f.Counters().BadAccess; n != 0 {
+		bad = append(bad, fmt.Sprintf("%d bad accesses", n))
+	}
+	if len(bad) > 0 {
+		fmt.Fprintln(log, strings.Join(bad, "\n"))
+		return fmt.Errorf("rank %d: %d case(s) failed", rank, len(bad))
+	}
+	return nil
+}
+
+func firstDiff(got, want []byte) string {
+	if len(got) != len(want) {
+		return fmt.Sprintf("%d bytes, want %d", len(got), len(want))
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			return fmt.Sprintf("byte %d = %#x, want %#x", i, got[i], want[i])
+		}
+	}
+	return "equal"
+}
+
+// devInput is rank's input of case i: small integers, exact in every float type, so
+// that any order of reduction gives the same bits.
+func devInput(dt core.DataType, op core.RedOp, n, rank, i int) []byte {
+	rng := rand.New(rand.NewPCG(uint64(rank), uint64(i)))
+	es := dt.Size()
+	b := make([]byte, n*es)
+	for j := range n {
+		v := rng.IntN(9) - 4
+		if op == core.Prod {
+			v = []int{-2, -1, 1, 2}[rng.IntN(4)]
+		}
+		switch dt {
+		case core.Float32:
+			binary.LittleEndian.PutUint32(b[j*4:], math.Float32bits(float32(v)))
+		case core.Float16:
+			binary.LittleEndian.PutUint16(b[j*2:], core.Float32ToFloat16(float32(v)))
+		case core.Bfloat16:
+			binary.LittleEndian.PutUint16(b[j*2:], core.Float32ToBfloat16(float32(v)))
+		case core.Int64:
+			binary.LittleEndian.PutUint64(b[j*8:], rng.Uint64())
+		default:
+			panic(dt)
+		}
+	}
+	return b
+}
+
+// runDevCase runs case dc on the device path and on the host, returning this rank's
+// device result and the host reference.
+func runDevCase(c *core.Comm, sh *cuda.Shared, red cuda.Reducer, f *cudatest.Fake, dev int, s cuda.Stream,
+	rank, nranks, i int, dc devCase) (got, want []byte, err error) {
+	es := dc.dt.Size()
+	inN, outN := dc.count, dc.count
+	switch dc.coll {
+	case "all_gather":
+		outN = dc.count * nranks
+	case "reduce_scatter":
+		inN = dc.count * nranks
+	}
+	in := devInput(dc.dt, dc.op, inN, rank, i)
+	want = make([]byte, outN*es)
+	var req *core.Request
+	switch dc.coll {
+	case "all_gather":
+		req, err = c.AllGather(in, want, dc.count, dc.dt)
+	case "broadcast":
+		req, err = c.Broadcast(in, want, dc.count, dc.dt, dc.root)
+	case "all_reduce":
+		req, err = c.AllReduce(in, want, dc.count, dc.dt, dc.op)
+	case "reduce":
+		req, err = c.Reduce(in, want, dc.count, dc.dt, dc.op, dc.root)
+	case "reduce_scatter":
+		req, err = c.ReduceScatter(in, want, dc.count, dc.dt, dc.op)
+	}
+	if err == nil {
+		_, err = req.Wait(-1)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("host reference: %w", err)
+	}
+	recv := f.Malloc(dev, max(outN*es, 1))
+	for j := range f.Bytes(recv, outN*es) {
+		f.Bytes(recv, outN*es)[j] = 0xEE
+	}
+	send := f.Malloc(dev, max(inN*es, 1))
+	if dc.inPlace {
+		switch dc.coll {
+		case "all_gather", "reduce_scatter":
+			send = recv + uintptr(rank*dc.count*es)
+			if dc.coll == "reduce_scatter" {
+				panic("in-place reduce_scatter reads the whole buffer: use recv = send + rank's block")
+			}
+		default:
+			send = recv
+		}
+	}
+	copy(f.Bytes(send, inN*es), in)
+	switch dc.coll {
+	case "all_gather":
+		err = sh.AllGather(s, send, recv, dc.count*es)
+	case "broadcast":
+		err = sh.Broadcast(s, send, recv, dc.count*es, dc.root)
+	case "all_reduce":
+		err = sh.AllReduce(s, red, send, recv, dc.count, dc.dt, dc.op)
+	case "reduce":
+		err = sh.Reduce(s, red, send, recv, dc.count, dc.dt, dc.op, dc.root)
+	case "reduce_scatter":
+		err = sh.ReduceScatter(s, red, send, recv, dc.count, dc.dt, dc.op)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	f.Drain(uintptr(s))
+	got = append([]byte(nil), f.Bytes(recv, outN*es)...)
+	if dc.coll == "reduce" && rank != dc.root {
+		got, want = nil, nil // recv is not written off the root
+	}
+	return got, want, nil
+}

@@ -1,0 +1,312 @@
+package cuda
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+)
+
+// Shared is a communicator's device scratch, shared with the other ranks of its host:
+// each rank allocates one device buffer (a page of flags, then the data area),
+// exports it once with cuIpcGetMemHandle, and maps every peer's with
+// cuIpcOpenMemHandle (a rank of the same process uses the pointer itself, as CUDA
+// refuses to open a handle in the process that exported it). The mappings are cached
+// for the communicator's life and closed by Close.
+//
+// The flags order the ranks' device work without the host: each step of a device
+// collective has a number, the same on every rank, and a rank's stream writes the
+// number into its flags (cuStreamWriteValue32) once it has done its part, while the
+// other ranks' streams wait for it (cuStreamWaitValue32, "greater or equal").
+type Shared struct {
+	d      *Driver
+	ctx    Context
+	dev    int
+	rank   int
+	nranks int
+	cap    int // bytes of the data area of each rank
+
+	own    uintptr   // this rank's allocation
+	bases  []uintptr // every rank's allocation, as this process addresses it
+	opened []bool    // bases[r] was mapped with cuIpcOpenMemHandle
+
+	exchange func([]byte) ([]byte, error) // the host all-gather of NewShared
+
+	mu     sync.Mutex // serialises the device collectives (the step numbers)
+	step   uint32     // the last step number used
+	closed bool
+}
+
+// Offsets of the flags in each rank's allocation; the data area follows the page.
+const (
+	flagReady    = 0   // the rank's input for step n is in its data area
+	flagReduced  = 128 // the rank has reduced its share of step n
+	flagReadDone = 256 // the rank has read what it needed of every data area for step n
+	flagsBytes   = 4096
+)
+
+// peerRecord is what each rank tells the others about its scratch, in the exchange.
+type peerRecord struct {
+	ok     bool
+	pid    int
+	dev    int
+	base   uintptr
+	handle [ipcHandleSize]byte
+	reason string
+}
+
+const recordBytes = 1 + 8 + 8 + 8 + ipcHandleSize + 128
+
+func (r peerRecord) encode() []byte {
+	b := make([]byte, recordBytes)
+	if r.ok {
+		b[0] = 1
+	}
+	binary.LittleEndian.PutUint64(b[1:], uint64(r.pid))
+	binary.LittleEndian.PutUint64(b[9:], uint64(r.dev))
+	binary.LittleEndian.PutUint64(b[17:], uint64(r.base))
+	copy(b[25:], r.handle[:])
+	copy(b[25+ipcHandleSize:], r.reason)
+	return b
+}
+
+func decodeRecord(b []byte) (peerRecord, error) {
+	if len(b) != recordBytes {
+		return peerRecord{}, fmt.Errorf("cuda: a peer's device scratch record is %d bytes, want %d", len(b), recordBytes)
+	}
+	r := peerRecord{ok: b[0] == 1, pid: int(binary.LittleEndian.Uint64(b[1:])),
+		dev: int(binary.LittleEndian.Uint64(b[9:])), base: uintptr(binary.LittleEndian.Uint64(b[17:]))}
+	copy(r.handle[:], b[25:])
+	reason := b[25+ipcHandleSize:]
+	for i, c := range reason {
+		if c == 0 {
+			reason = reason[:i]
+			break
+		}
+	}
+	r.reason = string(reason)
+	return r, nil
+}
+
+// RecordBytes is the size of the record each rank contributes to the exchange.
+const RecordBytes = recordBytes
+
+// ErrNotShared means the ranks cannot share device memory (one of them could not
+// export or map it, or two of their devices cannot access each other): the caller
+// stages through host memory instead. Every rank gets it together.
+var ErrNotShared = errors.New("cuda: the ranks cannot share device memory")
+
+// NewShared allocates this rank's scratch of dataBytes in context ctx and exchanges
+// the handles with the other ranks through exchange, which must be an all-gather of
+// each rank's RecordBytes-byte record over the communicator (a host collective; it
+// runs once). Every rank gets the same answer: a *Shared, or an error wrapping
+// ErrNotShared when any rank cannot take part (it then frees what it allocated).
+func NewShared(d *Driver, ctx Context, rank, nranks, dataBytes int, exchange func([]byte) ([]byte, error)) (*Shared, error) {
+	s := &Shared{d: d, ctx: ctx, rank: rank, nranks: nranks, cap: dataBytes &^ 255,
+		bases: make([]uintptr, nranks), opened: make([]bool, nranks), exchange: exchange}
+	me := peerRecord{pid: os.Getpid()}
+	err := d.do(ctx, func() (err error) {
+		if s.dev, err = d.ContextDevice(ctx); err != nil {
+			return err
+		}
+		if s.own, err = d.memAlloc(flagsBytes + s.cap); err != nil {
+			return err
+		}
+		if err = d.memsetD32(s.own, 0, flagsBytes/4); err != nil {
+			return err
+		}
+		me.handle, err = d.ipcGetMemHandle(s.own)
+		return err
+	})
+	if err == nil {
+		// The zeroed flags must be in place before any peer's stream reads them.
+		err = s.syncLegacy(nil, time.Now().Add(time.Minute))
+	}
+	me.dev, me.base = s.dev, s.own
+	me.ok = err == nil
+	if err != nil {
+		me.reason = err.Error()
+	}
+	all, xerr := exchange(me.encode())
+	if xerr == nil && len(all) != nranks*recordBytes {
+		xerr = fmt.Errorf("cuda: the scratch exchange returned %d bytes, want %d", len(all), nranks*recordBytes)
+	}
+	if xerr != nil {
+		s.release()
+		return nil, fmt.Errorf("exchanging device scratch handles: %w", xerr)
+	}
+	recs := make([]peerRecord, nranks)
+	for r := range recs {
+		if recs[r], err = decodeRecord(all[r*recordBytes : (r+1)*recordBytes]); err != nil {
+			s.release()
+			return nil, err
+		}
+	}
+	// Every rank judges every pair the same way, so they all agree.
+	for r, rec := range recs {
+		if !rec.ok {
+			s.release()
+			return nil, fmt.Errorf("%w: rank %d could not export its scratch: %s", ErrNotShared, r, rec.reason)
+		}
+		for q := range recs[:r] {
+			if recs[q].dev == rec.dev {
+				continue
+			}
+			can, err := d.CanAccessPeer(recs[q].dev, rec.dev)
+			if err != nil || !can {
+				s.release()
+				return nil, fmt.Errorf("%w: devices %d (rank %d) and %d (rank %d) cannot access each other's memory (%v)", ErrNotShared, recs[q].dev, q, rec.dev, r, err)
+			}
+		}
+	}
+	var errs []error
+	err = d.do(ctx, func() error {
+		for r, rec := range recs {
+			switch {
+			case r == rank:
+				s.bases[r] = s.own
+			case rec.pid == me.pid:
+				s.bases[r] = rec.base // a rank of this process: the same address space
+			default:
+				p, err := d.ipcOpenMemHandle(rec.handle)
+				if err != nil {
+					errs = append(errs, fmt.Errorf("rank %d: %w", r, err))
+					continue
+				}
+				s.bases[r], s.opened[r] = p, true
+			}
+		}
+		return nil
+	})
+	errs = append(errs, err)
+	// A second round, so that a rank that could not map a peer's scratch takes every
+	// rank back to the staged path with it.
+	mapped := peerRecord{ok: errors.Join(errs...) == nil}
+	if !mapped.ok {
+		mapped.reason = errors.Join(errs...).Error()
+	}
+	all, xerr = exchange(mapped.encode())
+	if xerr == nil && len(all) != nranks*recordBytes {
+		xerr = fmt.Errorf("cuda: the scratch exchange returned %d bytes, want %d", len(all), nranks*recordBytes)
+	}
+	if xerr != nil {
+		s.release()
+		return nil, fmt.Errorf("exchanging device scratch handles: %w", xerr)
+	}
+	for r := range nranks {
+		rec, err := decodeRecord(all[r*recordBytes : (r+1)*recordBytes])
+		if err == nil && !rec.ok {
+			err = fmt.Errorf("%w: rank %d could not map its peers' scratch: %s", ErrNotShared, r, rec.reason)
+		}
+		if err != nil {
+			s.release()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Cap is the data bytes of each rank's scratch.
+func (s *Shared) Cap() int { return s.cap }
+
+// Device is the device of this rank's scratch.
+func (s *Shared) Device() int { return s.dev }
+
+// release closes the mappings and frees the allocation.
+func (s *Shared) release() error {
+	var errs []error
+	err := s.d.do(s.ctx, func() error {
+		for r, p := range s.bases {
+			if s.opened[r] {
+				errs = append(errs, s.d.ipcCloseMemHandle(p))
+				s.opened[r] = false
+			}
+			s.bases[r] = 0
+		}
+		if s.own != 0 {
+			errs = append(errs, s.d.memFree(s.own))
+			s.own = 0
+		}
+		return nil
+	})
+	return errors.Join(append(errs, err)...)
+}
+
+// Close frees this rank's scratch and unmaps the peers'. It is collective: every
+// rank calls it (at communicator destroy), and it waits, up to timeout, until every
+// rank's stream has read what it needed of every scratch (their readDone flags,
+// waited for on the legacy default stream), then for every rank to have seen that
+// (a host all-gather through the exchange of NewShared), so no stream reads memory
+// that is gone. If that fails (a rank died or stopped issuing), the memory is left
+// mapped rather than freed under a reader, and Close says so.
+func (s *Shared) Close(timeout time.Duration) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed && s.own == 0 {
+		return nil
+	}
+	s.closed = true
+	step := s.step
+	err := s.syncLegacy(func() error {
+		for p := range s.nranks {
+			if err := s.d.streamWaitValue32(StreamLegacy, s.flag(p, flagReadDone), step); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, time.Now().Add(timeout))
+	if err == nil {
+		_, err = s.exchange(peerRecord{ok: true}.encode())
+	}
+	if err != nil {
+		return fmt.Errorf("cuda: device scratch left mapped: %w", err)
+	}
+	return s.release()
+}
+
+// Abandon marks the scratch unusable without touching the peers (communicator
+// abort): the memory stays mapped, as a peer's stream may still read it.
+func (s *Shared) Abandon() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+}
+
+// syncLegacy enqueues f's work (if any) on the legacy default stream of s.ctx and
+// waits until the stream has run it and everything before it, or deadline.
+func (s *Shared) syncLegacy(f func() error, deadline time.Time) error {
+	var ev event
+	err := s.d.do(s.ctx, func() (err error) {
+		if f != nil {
+			if err = f(); err != nil {
+				return err
+			}
+		}
+		if ev, err = s.d.eventCreate(); err != nil {
+			return err
+		}
+		return s.d.eventRecord(ev, StreamLegacy)
+	})
+	if err != nil {
+		return err
+	}
+	defer s.d.do(s.ctx, func() error { return s.d.eventDestroy(ev) })
+	for spin := 0; ; spin++ {
+		var ok bool
+		if err := s.d.do(s.ctx, func() (err error) { ok, err = s.d.eventDone(ev); return err }); err != nil || ok {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the other ranks' device work did not reach this point in time")
+		}
+		if spin > 100 {
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+}
+
+func (s *Shared) data(r int) uintptr { return s.bases[r] + flagsBytes }
+
+func (s *Shared) flag(r, off int) uintptr { return s.bases[r] + uintptr(off) }

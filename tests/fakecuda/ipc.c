@@ -1,0 +1,341 @@
+/*
+ * ipc.c: the fake CUDA driver's device memory that several processes can share (see
+ * fakecuda_internal.h), as CUDA IPC lets ranks of one host share device buffers:
+ *
+ * - cuMemAlloc: "device memory" is a memfd mapped MAP_SHARED, entered in memory.c's
+ *   table (so pointer attributes and the staging copies know it); cuMemFree poisons
+ *   it (0xDB, which peers that still map it see) and replaces the mapping with an
+ *   inaccessible one, so a later touch from the host faults;
+ * - cuIpcGetMemHandle names an allocation (pid, fd, size); cuIpcOpenMemHandle maps
+ *   it in another process through /proc/<pid>/fd/<fd> (refused in the exporting
+ *   process, as the real driver refuses it); cuIpcCloseMemHandle unmaps it the same
+ *   way, so a use after close faults, and queued operations that reach it count
+ *   bad_access;
+ * - cuMemcpyDtoDAsync: a copy between device ranges (either may be a peer's mapping),
+ *   checked when queued and when it runs;
+ * - cuStreamWaitValue32 / cuStreamWriteValue32: stream memory operations on 32-bit
+ *   flags in device memory, run in stream order by the stream's thread; a wait holds
+ *   only its own stream, polling the shared memory (a peer process writes it);
+ * - cuDeviceCanAccessPeer: every pair of fake devices can, unless FAKECUDA_NO_PEER is
+ *   set.
+ */
+#define _GNU_SOURCE
+#include "fakecuda_internal.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { CUDA_ERROR_INVALID_DEVICE = 101 };
+
+/* The 64 bytes of a CUipcMemHandle, as this fake fills them. */
+typedef struct {
+  unsigned magic;
+  int pid;
+  int fd;
+  int dev;
+  unsigned long long size;
+  char pad[40];
+} ipcHandle;
+
+_Static_assert(sizeof(ipcHandle) == 64, "CUipcMemHandle is 64 bytes");
+
+#define IPC_MAGIC 0xfa4ec0daU
+
+/* One shared allocation of this process: made here (fd >= 0) or opened from a peer. */
+typedef struct shared {
+  char* p;
+  size_t n;
+  int fd;       /* the memfd of an allocation made here; -1 for an opened one */
+  int imported; /* opened with cuIpcOpenMemHandle */
+  int live;
+  struct shared* next;
+} shared;
+
+static shared* g_shared; /* guarded by mu */
+
+static shared* find_shared(const void* p) {
+  for (shared* s = g_shared; s; s = s->next)
+    if (s->p == p) return s;
+  return NULL;
+}
+
+/* retire makes [p, p+n) inaccessible while keeping the addresses reserved, so a stray
+ * host access faults instead of reaching whatever the address would be reused for. */
+static void retire(char* p, size_t n) {
+  munmap(p, n);
+  mmap(p, n, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+}
+
+static void mark_dead(const char* p) {
+  alloc* a = find(p, 1, 1);
+  if (a != NULL && a->p == p) a->live = 0;
+}
+
+/* live_dev reports whether [p, p+n) lies in one live device allocation. mu held. */
+static int live_dev(const void* p, size_t n) {
+  alloc* a = find(p, n, 1);
+  return a != NULL && a->live;
+}
+
+static CUresult stream_for(void* stream, fakeStream** s) {
+  if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED;
+  CUresult r = resolve(stream, s);
+  if (r) return r;
+  return stream_ctx_ok(*s);
+}
+
+/* ---- allocation and IPC handles ---- */
+
+CUresult cuMemAlloc_v2(CUdeviceptr* out, size_t n) {
+  CUresult r = need_ctx();
+  if (r) return r;
+  if (out == NULL || n == 0) return CUDA_ERROR_INVALID_VALUE;
+  size_t size = (n + 4095) & ~(size_t)4095;
+  int fd = memfd_create("fakecuda-device-memory", MFD_CLOEXEC);
+  if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (ftruncate(fd, (off_t)size) != 0) {
+    close(fd);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  char* p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    close(fd);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  memset(p, POISON, size);
+  shared* s = calloc(1, sizeof *s);
+  s->p = p;
+  s->n = size;
+  s->fd = fd;
+  s->live = 1;
+  pthread_mutex_lock(&mu);
+  track(p, n, t_current->dev);
+  s->next = g_shared;
+  g_shared = s;
+  pthread_mutex_unlock(&mu);
+  *out = (CUdeviceptr)(uintptr_t)p;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemFree_v2(CUdeviceptr ptr) {
+  CUresult r = need_ctx();
+  if (r) return r;
+  char* p = (char*)(uintptr_t)ptr;
+  pthread_mutex_lock(&mu);
+  shared* s = find_shared(p);
+  if (s == NULL || s->imported || !s->live) {
+    pthread_mutex_unlock(&mu);
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  /* Poisoned for every process that still maps it, then unreachable from here. */
+  memset(p, POISON, s->n);
+  s->live = 0;
+  mark_dead(p);
+  close(s->fd);
+  s->fd = -1;
+  retire(p, s->n);
+  pthread_mutex_unlock(&mu);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuIpcGetMemHandle(void* handle, CUdeviceptr ptr) {
+  CUresult r = need_ctx();
+  if (r) return r;
+  pthread_mutex_lock(&mu);
+  shared* s = find_shared((void*)(uintptr_t)ptr);
+  alloc* a = find((void*)(uintptr_t)ptr, 1, 1);
+  if (s == NULL || s->imported || !s->live || a == NULL) {
+    pthread_mutex_unlock(&mu);
+    return CUDA_ERROR_INVALID_VALUE; /* not the base of a live cuMemAlloc allocation */
+  }
+  ipcHandle h = {IPC_MAGIC, getpid(), s->fd, a->dev, s->n, {0}};
+  pthread_mutex_unlock(&mu);
+  memcpy(handle, &h, sizeof h);
+  return CUDA_SUCCESS;
+}
+
+/* The handle is passed by value: 64 bytes, which the C ABI passes in memory. */
+typedef struct {
+  char reserved[64];
+} CUipcMemHandle;
+
+CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* out, CUipcMemHandle handle, unsigned int flags) {
+  (void)flags;
+  CUresult r = need_ctx();
+  if (r) return r;
+  ipcHandle h;
+  memcpy(&h, &handle, sizeof h);
+  if (h.magic != IPC_MAGIC || h.size == 0 || h.dev < 0 || h.dev >= NDEV) return CUDA_ERROR_INVALID_VALUE;
+  if (h.pid == getpid()) return CUDA_ERROR_INVALID_CONTEXT; /* as the real driver: not in the exporter */
+  if (h.dev != t_current->dev && getenv("FAKECUDA_NO_PEER") != NULL) return CUDA_ERROR_INVALID_DEVICE;
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/fd/%d", h.pid, h.fd);
+  int fd = open(path, O_RDWR | O_CLOEXEC);
+  if (fd < 0) return CUDA_ERROR_INVALID_HANDLE; /* the exporter exited or freed it */
+  char* p = mmap(NULL, h.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  shared* s = calloc(1, sizeof *s);
+  s->p = p;
+  s->n = h.size;
+  s->fd = -1;
+  s->imported = 1;
+  s->live = 1;
+  pthread_mutex_lock(&mu);
+  track(p, h.size, h.dev);
+  s->next = g_shared;
+  g_shared = s;
+  pthread_mutex_unlock(&mu);
+  *out = (CUdeviceptr)(uintptr_t)p;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuIpcCloseMemHandle(CUdeviceptr ptr) {
+  CUresult r = need_ctx();
+  if (r) return r;
+  char* p = (char*)(uintptr_t)ptr;
+  pthread_mutex_lock(&mu);
+  shared* s = find_shared(p);
+  if (s == NULL || !s->imported || !s->live) {
+    pthread_mutex_unlock(&mu);
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  s->live = 0;
+  mark_dead(p);
+  retire(p, s->n);
+  pthread_mutex_unlock(&mu);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceCanAccessPeer(int* can, int dev, int peer) {
+  if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED;
+  if (dev < 0 || dev >= NDEV || peer < 0 || peer >= NDEV) return CUDA_ERROR_INVALID_DEVICE;
+  *can = dev != peer && getenv("FAKECUDA_NO_PEER") == NULL;
+  return CUDA_SUCCESS;
+}
+
+/* ---- stream operations ---- */
+
+static void pause_poll(void) {
+  struct timespec ts = {0, 20000};
+  nanosleep(&ts, NULL);
+}
+
+/* run_dtod: arg[0] is unused; dst, src, n as for OP_COPY. mu held. */
+static void run_dtod(op* o) {
+  if (!live_dev(o->dst, o->n) || !live_dev(o->src, o->n)) {
+    g_count.bad_access++;
+    return;
+  }
+  memmove(o->dst, o->src, o->n);
+}
+
+CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, void* stream) {
+  pthread_mutex_lock(&mu);
+  fakeStream* s = NULL;
+  CUresult r = stream_for(stream, &s);
+  if (r == CUDA_SUCCESS && n > 0 &&
+      (!live_dev((void*)(uintptr_t)dst, n) || !live_dev((void*)(uintptr_t)src, n)))
+    r = CUDA_ERROR_INVALID_VALUE;
+  if (r == CUDA_SUCCESS && n > 0) {
+    op* o = calloc(1, sizeof *o);
+    o->kind = OP_CALL;
+    o->call = run_dtod;
+    o->dst = (char*)(uintptr_t)dst;
+    o->src = (char*)(uintptr_t)src;
+    o->n = n;
+    push(s, o);
+  }
+  pthread_mutex_unlock(&mu);
+  return r;
+}
+
+enum { WAIT_GEQ = 0, WAIT_EQ = 1, WAIT_AND = 2, WAIT_NOR = 3, WAIT_FLUSH = 1 << 30 };
+
+static int wait_met(unsigned v, unsigned want, unsigned how) {
+  switch (how) {
+    case WAIT_GEQ: return (int)(v - want) >= 0; /* the driver's wrap-around comparison */
+    case WAIT_EQ: return v == want;
+    case WAIT_AND: return (v & want) != 0;
+    case WAIT_NOR: return ~(v | want) != 0;
+  }
+  return 1;
+}
+
+/* run_wait: arg[0] the value, arg[1] the comparison. Polls with mu released, so other
+ * streams (and this process's other work) go on; a peer process writes the flag. */
+static void run_wait(op* o) {
+  unsigned* flag = (unsigned*)o->dst;
+  for (;;) {
+    if (!live_dev(flag, 4)) {
+      g_count.bad_access++;
+      return;
+    }
+    if (wait_met(__atomic_load_n(flag, __ATOMIC_ACQUIRE), (unsigned)o->arg[0], (unsigned)o->arg[1])) return;
+    pthread_mutex_unlock(&mu);
+    pause_poll();
+    pthread_mutex_lock(&mu);
+  }
+}
+
+static void run_write(op* o) {
+  unsigned* flag = (unsigned*)o->dst;
+  if (!live_dev(flag, 4)) {
+    g_count.bad_access++;
+    return;
+  }
+  __atomic_store_n(flag, (unsigned)o->arg[0], __ATOMIC_RELEASE);
+}
+
+static CUresult mem_op(void* stream, CUdeviceptr addr, unsigned value, unsigned how, void (*call)(op*)) {
+  pthread_mutex_lock(&mu);
+  fakeStream* s = NULL;
+  CUresult r = stream_for(stream, &s);
+  if (r == CUDA_SUCCESS && ((addr & 3) != 0 || !live_dev((void*)(uintptr_t)addr, 4))) r = CUDA_ERROR_INVALID_VALUE;
+  if (r == CUDA_SUCCESS) {
+    op* o = calloc(1, sizeof *o);
+    o->kind = OP_CALL;
+    o->call = call;
+    o->dst = (char*)(uintptr_t)addr;
+    o->n = 4;
+    o->arg[0] = value;
+    o->arg[1] = how;
+    push(s, o);
+  }
+  pthread_mutex_unlock(&mu);
+  return r;
+}
+
+CUresult cuStreamWaitValue32_v2(void* stream, CUdeviceptr addr, unsigned value, unsigned flags) {
+  unsigned how = flags & ~(unsigned)WAIT_FLUSH;
+  if (how > WAIT_NOR) return CUDA_ERROR_INVALID_VALUE;
+  return mem_op(stream, addr, value, how, run_wait);
+}
+
+CUresult cuStreamWriteValue32_v2(void* stream, CUdeviceptr addr, unsigned value, unsigned flags) {
+  if (flags & ~1u) return CUDA_ERROR_INVALID_VALUE; /* only CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER */
+  return mem_op(stream, addr, value, 0, run_write);
+}
+
+/* ---- synchronous helpers ---- */
+
+CUresult cuMemsetD32_v2(CUdeviceptr ptr, unsigned value, size_t n) {
+  CUresult r = need_ctx();
+  if (r) return r;
+  pthread_mutex_lock(&mu);
+  if (!live_dev((void*)(uintptr_t)ptr, n * 4)) {
+    pthread_mutex_unlock(&mu);
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  unsigned* w = (unsigned*)(uintptr_t)ptr;
+  for (size_t i = 0; i < n; i++) __atomic_store_n(&w[i], value, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&mu);
+  return CUDA_SUCCESS;
+}
