@@ -34,6 +34,12 @@ typedef struct {
   CUresult (*CtxGetDevice)(int*);
   CUresult (*DevicePrimaryCtxRetain)(CUcontext*, int);
   CUresult (*DevicePrimaryCtxRelease)(int);
+  // module loading and kernel launch
+  CUresult (*ModuleLoadData)(void**, const void*);
+  CUresult (*ModuleUnload)(void*);
+  CUresult (*ModuleGetFunction)(void**, void*, const char*);
+  CUresult (*LaunchKernel)(void*, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int,
+                           unsigned int, unsigned int, CUstream, void**, void**);
 } gcFns;
 
 static const char* gcSymbols[] = {
@@ -42,6 +48,8 @@ static const char* gcSymbols[] = {
   "cuMemcpyHtoDAsync_v2", "cuEventCreate", "cuEventRecord", "cuEventQuery",
   "cuEventDestroy_v2", "cuStreamWaitEvent", "cuStreamIsCapturing", "cuCtxGetDevice",
   "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRelease_v2",
+  // module loading and kernel launch
+  "cuModuleLoadData", "cuModuleUnload", "cuModuleGetFunction", "cuLaunchKernel",
 };
 
 _Static_assert(sizeof(gcFns) == sizeof(gcSymbols) / sizeof(gcSymbols[0]) * sizeof(void*),
