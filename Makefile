@@ -11,6 +11,7 @@
 #   make csrc-compat compile csrc against the headers of every supported torch (2.11-2.15)
 #   make gpu-check-dry  scripts/gpu-check.sh --dry-run (what needs no GPU; part of make test)
 #   make fuzz-short  run each wire fuzz target briefly (part of make test)
+#   make kernels rebuild the CUDA reduction kernels (cuda/kernels/) with a pinned nvcc
 #   make lint    gofmt, go vet, staticcheck, clang-format (csrc), ruff (Python)
 #   make clean   remove build outputs
 
@@ -18,7 +19,7 @@ PY = $(shell scripts/python-env.sh)
 GO ?= go
 NPROC ?= 2
 
-.PHONY: setup build lib wheel test-wheel csrc-compat gpu-check-dry demo test test-go test-race test-py soak fuzz-short lint clean
+.PHONY: kernels setup build lib wheel test-wheel csrc-compat gpu-check-dry demo test test-go test-race test-py soak fuzz-short lint clean
 
 setup:
 	@scripts/python-env.sh >/dev/null
@@ -119,6 +120,12 @@ lint: setup
 	$(GO) run $(STATICCHECK) ./...
 	$(PYBIN)clang-format --dry-run -Werror $$(git ls-files 'csrc/*.cpp' 'csrc/*.hpp')
 	$(PYBIN)ruff check python tests bench examples scripts setup.py
+
+# make kernels: cuda/kernels/gonccl_kernels.fatbin and its stamp, from cuda/kernels/*.cu*,
+# with nvcc from PyPI (pinned; installed once into ~/.cache/gonccl/). For developers who
+# change the kernels: the fatbin is committed and embedded, so building gonccl needs no nvcc.
+kernels:
+	scripts/build-kernels.sh
 
 clean:
 	rm -rf build dist python/*.egg-info python/gonccl/libgonccl.so python/gonccl/_C*.so

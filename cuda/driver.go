@@ -35,6 +35,12 @@ typedef struct {
   CUresult (*CtxGetDevice)(int*);
   CUresult (*DevicePrimaryCtxRetain)(CUcontext*, int);
   CUresult (*DevicePrimaryCtxRelease)(int);
+  // module loading and kernel launch
+  CUresult (*ModuleLoadData)(void**, const void*);
+  CUresult (*ModuleUnload)(void*);
+  CUresult (*ModuleGetFunction)(void**, void*, const char*);
+  CUresult (*LaunchKernel)(void*, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int,
+                           unsigned int, unsigned int, CUstream, void**, void**);
   // device memory, IPC and stream memory operations
   CUresult (*MemAlloc)(CUdeviceptr*, size_t);
   CUresult (*MemFree)(CUdeviceptr);
@@ -54,6 +60,8 @@ static const char* gcSymbols[] = {
   "cuMemcpyHtoDAsync_v2", "cuEventCreate", "cuEventRecord", "cuEventQuery",
   "cuEventDestroy_v2", "cuStreamWaitEvent", "cuStreamIsCapturing", "cuCtxGetDevice",
   "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRelease_v2",
+  // module loading and kernel launch
+  "cuModuleLoadData", "cuModuleUnload", "cuModuleGetFunction", "cuLaunchKernel",
   // device memory, IPC and stream memory operations
   "cuMemAlloc_v2", "cuMemFree_v2", "cuMemsetD32_v2", "cuIpcGetMemHandle",
   "cuIpcOpenMemHandle_v2", "cuIpcCloseMemHandle", "cuMemcpyDtoDAsync_v2", "cuStreamWaitValue32_v2",

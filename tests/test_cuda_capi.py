@@ -40,7 +40,8 @@ def fakecuda(tmp_path_factory):
     """Builds libfakecuda.so; returns its path."""
     gcc = shutil.which("gcc")
     assert gcc, "gcc is needed to build the fake CUDA driver"
-    sources = sorted(glob.glob(os.path.join(FAKE_DIR, "*.c")))
+    # *.cc: host builds of gonccl's CUDA kernels, C++ without its runtime (gcc links them).
+    sources = sorted(glob.glob(os.path.join(FAKE_DIR, "*.c")) + glob.glob(os.path.join(FAKE_DIR, "*.cc")))
     assert sources, f"no fake CUDA driver sources in {FAKE_DIR}"
     out = str(tmp_path_factory.mktemp("fakecuda") / "libfakecuda.so")
     run = _harness.run_processes(
@@ -48,7 +49,7 @@ def fakecuda(tmp_path_factory):
         timeout=120,
         names=["gcc fakecuda"],
     )
-    run.assert_ok("compiling tests/fakecuda/*.c")
+    run.assert_ok("compiling tests/fakecuda/*.c and *.cc")
     return out
 
 

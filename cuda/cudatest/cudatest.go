@@ -76,11 +76,18 @@ import (
 	"unsafe"
 )
 
-// Sources returns the paths of the fake driver's C files, tests/fakecuda/*.c, sorted.
+// Sources returns the paths of the fake driver's sources, tests/fakecuda/*.c and the
+// C++ *.cc (host builds of the CUDA kernels, which gcc compiles as C++ and which need no
+// C++ runtime), sorted.
 func Sources() ([]string, error) {
 	_, file, _, _ := runtime.Caller(0)
 	dir := filepath.Join(filepath.Dir(file), "..", "..", "tests", "fakecuda")
 	srcs, err := filepath.Glob(filepath.Join(dir, "*.c"))
+	if err == nil {
+		var cc []string
+		cc, err = filepath.Glob(filepath.Join(dir, "*.cc"))
+		srcs = append(srcs, cc...)
+	}
 	if err == nil && len(srcs) == 0 {
 		err = fmt.Errorf("no fake CUDA driver sources in %s", dir)
 	}

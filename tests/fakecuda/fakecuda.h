@@ -61,6 +61,10 @@ int fakecudaCheckF32(void* stream, void* p, size_t count, float want, unsigned d
 /* Blocks until all work queued on stream has run. */
 int fakecudaStreamDrain(void* stream);
 void fakecudaGetCounters(fakecudaCounters* out);
+/* Launches of the kernel called name run a deliberately wrong implementation (it misses
+ * the last element) until called again with another name or NULL (module.c). Returns
+ * -1 if no kernel is called name. */
+int fakecudaCorruptKernel(const char* name);
 
 #ifdef __cplusplus
 }

@@ -3,13 +3,14 @@
  * fakecuda.h, not this).
  *
  * Build (tests/test_cuda_capi.py does), from tests/fakecuda:
- *     gcc -shared -fPIC -O1 -pthread -o libfakecuda.so context.c event.c memory.c stream.c
+ *     gcc -shared -fPIC -O1 -pthread -o libfakecuda.so *.c *.cc
  *
  * The parts: context.c (initialization, error names, contexts, primary contexts, the
  * counters and the state all parts share), memory.c (device and pinned allocations,
  * pointer attributes, copies), stream.c (the stream queues and their threads, the
- * special handles, capture, delays, fake kernels) and event.c (events and
- * cuStreamWaitEvent).
+ * special handles, capture, delays, fake kernels), event.c (events and
+ * cuStreamWaitEvent) and module.c (modules, cuLaunchKernel of gonccl's kernels, whose
+ * host implementations kernels_host.cc compiles from cuda/kernels/reduce.cuh).
  *
  * What it models, so that gonccl's staging logic is exercised for real:
  * - device memory: malloc'd host memory in a table of allocations with a device ordinal;

@@ -1,0 +1,13 @@
+package cuda
+
+// KernelNames lists the name of every kernel ReduceInto and DivideBy launch.
+func KernelNames() []string {
+	var names []string
+	for _, k := range kernelKeys() {
+		names = append(names, kernelName(k))
+	}
+	return names
+}
+
+// Fatbin is the embedded kernel image.
+var Fatbin = fatbin

@@ -1,0 +1,213 @@
+package cuda
+
+/*
+#include <stdint.h>
+#include <stdlib.h>
+
+typedef int CUresult;
+typedef CUresult (*gkLoadFn)(void**, const void*);
+typedef CUresult (*gkUnloadFn)(void*);
+typedef CUresult (*gkGetFn)(void**, void*, const char*);
+typedef CUresult (*gkLaunchFn)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                               unsigned, void*, void**, void**);
+
+// The entry points come from the driver's table (driver.go) as plain pointers.
+static CUresult gkModuleLoad(void* fn, const void* image, uintptr_t* mod) {
+  void* m = NULL;
+  CUresult r = ((gkLoadFn)fn)(&m, image);
+  *mod = (uintptr_t)m;
+  return r;
+}
+static CUresult gkModuleUnload(void* fn, uintptr_t mod) { return ((gkUnloadFn)fn)((void*)mod); }
+static CUresult gkGetFunction(void* fn, uintptr_t mod, const char* name, uintptr_t* f) {
+  void* p = NULL;
+  CUresult r = ((gkGetFn)fn)(&p, (void*)mod, name);
+  *f = (uintptr_t)p;
+  return r;
+}
+// The kernels' parameters, as reduce.cu declares them.
+static CUresult gkLaunchReduce(void* fn, uintptr_t f, unsigned grid, unsigned block, uintptr_t s,
+                               uintptr_t dst, uintptr_t src, unsigned long long count) {
+  void* d = (void*)dst;
+  void* sp = (void*)src;
+  unsigned long long c = count;
+  void* params[3] = {&d, &sp, &c};
+  return ((gkLaunchFn)fn)((void*)f, grid, 1, 1, block, 1, 1, 0, (void*)s, params, NULL);
+}
+static CUresult gkLaunchDivide(void* fn, uintptr_t f, unsigned grid, unsigned block, uintptr_t s,
+                               uintptr_t buf, unsigned long long count, long long n) {
+  void* b = (void*)buf;
+  unsigned long long c = count;
+  long long d = n;
+  void* params[3] = {&b, &c, &d};
+  return ((gkLaunchFn)fn)((void*)f, grid, 1, 1, block, 1, 1, 0, (void*)s, params, NULL);
+}
+*/
+import "C"
+
+import (
+	_ "embed"
+	"fmt"
+	"sync"
+	"unsafe"
+
+	"github.com/gonccl/gonccl/internal/reduce"
+)
+
+// fatbin is the reduction kernels of cuda/kernels, prebuilt by `make kernels`
+// (scripts/build-kernels.sh): SASS for sm_80 and sm_90, PTX for newer GPUs.
+//
+//go:embed kernels/gonccl_kernels.fatbin
+var fatbin []byte
+
+// Launch shape: blocks of blockThreads threads, each thread taking one 16-byte pack per
+// step of its grid-stride loop; past maxBlocks blocks (enough to fill any current GPU)
+// threads take several packs.
+const (
+	blockThreads = 256
+	maxBlocks    = 2048
+)
+
+// kernelKey names one kernel: a reduction (dt, op) or, with div, dt's division.
+type kernelKey struct {
+	dt  reduce.DataType
+	op  reduce.RedOp
+	div bool
+}
+
+// Kernels is gonccl's reduction kernels loaded into one CUDA context.
+type Kernels struct {
+	d   *Driver
+	ctx Context
+	mod uintptr
+	fns map[kernelKey]uintptr // read-only once loaded
+}
+
+var loadedKernels struct {
+	mu sync.Mutex
+	m  map[loadedKey]*Kernels
+}
+
+type loadedKey struct {
+	d   *Driver
+	ctx Context
+}
+
+// LoadKernels loads the embedded fatbin (cuModuleLoadData) into ctx once and caches it
+// on d; later calls for ctx return the same Kernels until UnloadKernels. It resolves
+// every kernel (cuModuleGetFunction) up front.
+func (d *Driver) LoadKernels(ctx Context) (*Kernels, error) {
+	loadedKernels.mu.Lock()
+	defer loadedKernels.mu.Unlock()
+	if k := loadedKernels.m[loadedKey{d, ctx}]; k != nil {
+		return k, nil
+	}
+	k := &Kernels{d: d, ctx: ctx, fns: make(map[kernelKey]uintptr)}
+	err := d.do(ctx, func() error {
+		image := C.CBytes(fatbin)
+		defer C.free(image)
+		var mod C.uintptr_t
+		if err := d.check("cuModuleLoadData", C.gkModuleLoad(unsafe.Pointer(d.fns.ModuleLoadData), image, &mod)); err != nil {
+			return err
+		}
+		k.mod = uintptr(mod)
+		for _, kk := range kernelKeys() {
+			name := kernelName(kk)
+			cname := C.CString(name)
+			var f C.uintptr_t
+			r := C.gkGetFunction(unsafe.Pointer(d.fns.ModuleGetFunction), mod, cname, &f)
+			C.free(unsafe.Pointer(cname))
+			if err := d.check("cuModuleGetFunction", r); err != nil {
+				err.(*Error).What = name
+				C.gkModuleUnload(unsafe.Pointer(d.fns.ModuleUnload), mod)
+				return err
+			}
+			k.fns[kk] = uintptr(f)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cuda: loading the reduction kernels: %w", err)
+	}
+	if loadedKernels.m == nil {
+		loadedKernels.m = make(map[loadedKey]*Kernels)
+	}
+	loadedKernels.m[loadedKey{d, ctx}] = k
+	logInfo(fmt.Sprintf("loaded %d reduction kernels (%d-byte fatbin) into context %#x", len(k.fns), len(fatbin), uintptr(ctx)))
+	return k, nil
+}
+
+// UnloadKernels unloads the kernels LoadKernels loaded into ctx (cuModuleUnload), if
+// any, once no work queued with them is pending. Call it before the last reference to
+// ctx goes (a released primary context may come back with the same handle).
+func (d *Driver) UnloadKernels(ctx Context) error {
+	loadedKernels.mu.Lock()
+	k := loadedKernels.m[loadedKey{d, ctx}]
+	delete(loadedKernels.m, loadedKey{d, ctx})
+	loadedKernels.mu.Unlock()
+	if k == nil {
+		return nil
+	}
+	return d.do(ctx, func() error {
+		return d.check("cuModuleUnload", C.gkModuleUnload(unsafe.Pointer(d.fns.ModuleUnload), C.uintptr_t(k.mod)))
+	})
+}
+
+// ReduceInto enqueues on s: dst[i] = dst[i] op src[i], i < count, elements of dt, device
+// pointers; exactly internal/reduce.ReduceInto's semantics (ints wrap, NaN propagates for
+// min/max, fp16/bf16 round to nearest even, Bool reads non-zero as true and writes 0/1,
+// Avg reduces as Sum). dst and src may be the same but must not partially overlap. The
+// caller has the kernels' context current (Driver.do). Unsupported (dt, op): an error
+// naming both, wrapping reduce's sentinel.
+func (k *Kernels) ReduceInto(s Stream, dst, src uintptr, count int, dt reduce.DataType, op reduce.RedOp) error {
+	if err := reduce.CheckReduction(dt, op); err != nil {
+		return fmt.Errorf("cuda: no %v reduction kernel for %v: %w", op, dt, err)
+	}
+	if err := checkRange("ReduceInto", count, dst, src); err != nil || count == 0 {
+		return err
+	}
+	f := k.fns[reduceKey(dt, op)]
+	grid := gridFor(count, dt.Size())
+	return k.d.check("cuLaunchKernel", C.gkLaunchReduce(unsafe.Pointer(k.d.fns.LaunchKernel), C.uintptr_t(f),
+		C.uint(grid), blockThreads, C.uintptr_t(s), C.uintptr_t(dst), C.uintptr_t(src), C.ulonglong(count)))
+}
+
+// DivideBy enqueues on s: buf[i] /= n, internal/reduce.DivideBy's semantics (floats
+// divide and round, integers truncate toward zero). The caller has the kernels' context
+// current.
+func (k *Kernels) DivideBy(s Stream, buf uintptr, count int, dt reduce.DataType, n int) error {
+	if err := reduce.CheckReduction(dt, reduce.Avg); err != nil {
+		return fmt.Errorf("cuda: no division kernel for %v (avg): %w", dt, err)
+	}
+	if n <= 0 {
+		return fmt.Errorf("%w: cuda: DivideBy: divisor %d is not positive", reduce.ErrInvalidArgument, n)
+	}
+	if err := checkRange("DivideBy", count, buf); err != nil || count == 0 {
+		return err
+	}
+	f := k.fns[kernelKey{dt: dt, div: true}]
+	grid := gridFor(count, dt.Size())
+	return k.d.check("cuLaunchKernel", C.gkLaunchDivide(unsafe.Pointer(k.d.fns.LaunchKernel), C.uintptr_t(f),
+		C.uint(grid), blockThreads, C.uintptr_t(s), C.uintptr_t(buf), C.ulonglong(count), C.longlong(n)))
+}
+
+// checkRange refuses a negative count and, for a non-empty range, null pointers.
+func checkRange(fn string, count int, ptrs ...uintptr) error {
+	if count < 0 {
+		return fmt.Errorf("%w: cuda: %s: negative count %d", reduce.ErrInvalidArgument, fn, count)
+	}
+	for _, p := range ptrs {
+		if p == 0 && count > 0 {
+			return fmt.Errorf("%w: cuda: %s: null device pointer", reduce.ErrInvalidArgument, fn)
+		}
+	}
+	return nil
+}
+
+// gridFor is the number of blocks for count elements of size bytes: one 16-byte pack
+// per thread, at most maxBlocks.
+func gridFor(count, size int) int {
+	per := max(16/size, 1)
+	blocks := ((count+per-1)/per + blockThreads - 1) / blockThreads
+	return min(max(blocks, 1), maxBlocks)
+}

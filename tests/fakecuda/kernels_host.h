@@ -1,0 +1,34 @@
+/*
+ * kernels_host.h: the host implementations of gonccl's reduction kernels
+ * (kernels_host.cc, compiled from cuda/kernels/reduce.cuh) that module.c runs for
+ * cuLaunchKernel, by kernel name.
+ */
+#ifndef FAKECUDA_KERNELS_HOST_H_
+#define FAKECUDA_KERNELS_HOST_H_
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One kernel: reduce(dst, src, count) or divide(buf, count, n), the kernel's parameters,
+ * run as thread tid of a launch of nthreads threads (the device's grid-stride loop). */
+typedef struct hostKernel {
+  const char* name;
+  size_t elem; /* bytes per element */
+  void (*reduce)(void* dst, const void* src, unsigned long long count, unsigned long long tid,
+                 unsigned long long nthreads);
+  void (*divide)(void* buf, unsigned long long count, long long n, unsigned long long tid,
+                 unsigned long long nthreads);
+} hostKernel;
+
+#pragma GCC visibility push(hidden)
+extern const hostKernel fakecuda_host_kernels[];
+extern const int fakecuda_host_kernel_count;
+#pragma GCC visibility pop
+
+#ifdef __cplusplus
+}
+#endif
+#endif

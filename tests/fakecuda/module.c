@@ -1,0 +1,269 @@
+/*
+ * module.c: the fake CUDA driver's modules and kernel launches (see
+ * fakecuda_internal.h). cuModuleLoadData accepts a fatbin (gonccl's: its magic and
+ * header are checked, the image kept), cuModuleGetFunction finds a kernel whose name is
+ * both in the image and in the table of host implementations (kernels_host.cc, compiled
+ * from the same source as the device kernels), and cuLaunchKernel queues the host
+ * implementation on the stream, reading kernelParams as the real launch does.
+ *
+ * A launch is two ordinary stream ops, so ordering, delays and the legacy stream's
+ * synchronization apply to it as to copies: a record of a private start event, then a
+ * wait for a private end event. The module's runner thread runs the kernel, every
+ * thread of its grid in turn, once the start event has completed, and then completes
+ * the end event, which lets the stream go on. When it runs, a kernel whose buffers are
+ * no longer live device memory counts as bad_access and touches nothing.
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fakecuda_internal.h"
+#include "kernels_host.h"
+
+enum {
+  CUDA_ERROR_INVALID_IMAGE = 200,
+  CUDA_ERROR_NOT_FOUND = 500,
+};
+
+#define FATBIN_MAGIC 0xba55ed50u /* the fatbin header's first word, little-endian */
+
+typedef struct fakeModule {
+  fakeCtx* ctx;
+  char* image;
+  size_t size;
+  int unloaded;
+  struct fakeModule* next;
+} fakeModule;
+
+typedef struct fakeFunction {
+  fakeModule* m;
+  const hostKernel* k;
+  struct fakeFunction* next;
+} fakeFunction;
+
+typedef struct launch {
+  const hostKernel* k;
+  void *a, *b; /* reduce: dst, src; divide: buf */
+  unsigned long long count, nthreads;
+  long long n;
+  int corrupt;
+  fakeEvent start, end;
+  fakeStream* s;
+  unsigned long ticket; /* the stream's op number of the end wait */
+  int ran;
+  struct launch* next;
+} launch;
+
+/* All guarded by mu. */
+static fakeModule* g_modules;
+static fakeFunction* g_functions;
+static launch* g_launches;
+static char* g_corrupt;
+static int g_runner;
+
+static int is_module(fakeModule* m) {
+  for (fakeModule* x = g_modules; x; x = x->next)
+    if (x == m) return 1;
+  return 0;
+}
+
+static int is_function(fakeFunction* f) {
+  for (fakeFunction* x = g_functions; x; x = x->next)
+    if (x == f) return 1;
+  return 0;
+}
+
+static const hostKernel* host_kernel(const char* name) {
+  for (int i = 0; i < fakecuda_host_kernel_count; i++)
+    if (strcmp(fakecuda_host_kernels[i].name, name) == 0) return &fakecuda_host_kernels[i];
+  return NULL;
+}
+
+/* execute runs l's kernel: mu held on entry and exit, released while it computes. */
+static void execute(launch* l) {
+  size_t bytes = (size_t)l->count * l->k->elem;
+  alloc* a = find(l->a, bytes, 1);
+  alloc* b = l->k->reduce ? find(l->b, bytes, 1) : a;
+  if (a == NULL || !a->live || b == NULL || !b->live) {
+    g_count.bad_access++;
+    return;
+  }
+  g_count.kernels++;
+  /* The deliberately wrong implementation (fakecudaCorruptKernel) misses the last element. */
+  unsigned long long count = l->corrupt && l->count > 0 ? l->count - 1 : l->count;
+  pthread_mutex_unlock(&mu);
+  for (unsigned long long tid = 0; tid < l->nthreads; tid++) {
+    if (l->k->reduce)
+      l->k->reduce(l->a, l->b, count, tid, l->nthreads);
+    else
+      l->k->divide(l->a, count, l->n, tid, l->nthreads);
+  }
+  pthread_mutex_lock(&mu);
+}
+
+/* runner runs launches whose start event has completed, and frees those whose stream
+ * has moved past their end wait. */
+static void* runner(void* arg) {
+  (void)arg;
+  pthread_mutex_lock(&mu);
+  for (;;) {
+    launch* ready = NULL;
+    for (launch** pp = &g_launches; *pp;) {
+      launch* l = *pp;
+      if (l->ran && l->s->done >= l->ticket) {
+        *pp = l->next;
+        free(l);
+        continue;
+      }
+      if (ready == NULL && !l->ran && l->start.completed >= 1) ready = l;
+      pp = &l->next;
+    }
+    if (ready == NULL) {
+      pthread_cond_wait(&cv, &mu);
+      continue;
+    }
+    execute(ready);
+    ready->ran = 1;
+    ready->end.completed = 1;
+    pthread_cond_broadcast(&cv);
+  }
+  return NULL;
+}
+
+/* ---- driver entry points ---- */
+
+CUresult cuModuleLoadData(void** module, const void* image) {
+  CUresult r = need_ctx();
+  if (r) return r;
+  if (module == NULL || image == NULL) return CUDA_ERROR_INVALID_VALUE;
+  /* Header: u32 magic, u16 version, u16 header size, u64 size of what follows. */
+  uint32_t magic;
+  uint16_t header;
+  uint64_t body;
+  memcpy(&magic, image, 4);
+  memcpy(&header, (const char*)image + 6, 2);
+  memcpy(&body, (const char*)image + 8, 8);
+  if (magic != FATBIN_MAGIC || header < 16 || body > (1ull << 30)) return CUDA_ERROR_INVALID_IMAGE;
+  fakeModule* m = calloc(1, sizeof *m);
+  m->size = header + body;
+  m->image = malloc(m->size);
+  memcpy(m->image, image, m->size);
+  m->ctx = t_current;
+  pthread_mutex_lock(&mu);
+  m->next = g_modules;
+  g_modules = m;
+  pthread_mutex_unlock(&mu);
+  *module = m;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuModuleUnload(void* module) {
+  pthread_mutex_lock(&mu);
+  fakeModule* m = module;
+  CUresult r = CUDA_SUCCESS;
+  if (!is_module(m) || m->unloaded) {
+    r = CUDA_ERROR_INVALID_HANDLE;
+  } else {
+    m->unloaded = 1;
+    free(m->image);
+    m->image = NULL;
+  }
+  pthread_mutex_unlock(&mu);
+  return r;
+}
+
+CUresult cuModuleGetFunction(void** function, void* module, const char* name) {
+  CUresult r = need_ctx();
+  if (r) return r;
+  if (function == NULL || name == NULL) return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&mu);
+  fakeModule* m = module;
+  const hostKernel* k = host_kernel(name);
+  if (!is_module(m) || m->unloaded) {
+    r = CUDA_ERROR_INVALID_HANDLE;
+  } else if (k == NULL || memmem(m->image, m->size, name, strlen(name) + 1) == NULL) {
+    r = CUDA_ERROR_NOT_FOUND; /* the name must be a kernel of the image, NUL included */
+  } else {
+    fakeFunction* f = calloc(1, sizeof *f);
+    f->m = m;
+    f->k = k;
+    f->next = g_functions;
+    g_functions = f;
+    *function = f;
+  }
+  pthread_mutex_unlock(&mu);
+  return r;
+}
+
+CUresult cuLaunchKernel(void* function, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                        unsigned bz, unsigned shared, void* stream, void** params, void** extra) {
+  (void)shared;
+  unsigned long long blocks = (unsigned long long)gx * gy * gz, threads = (unsigned long long)bx * by * bz;
+  if (blocks == 0 || threads == 0 || threads > 1024 || params == NULL || extra != NULL)
+    return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&mu);
+  fakeFunction* f = function;
+  fakeStream* s = NULL;
+  CUresult r = resolve(stream, &s);
+  if (r == CUDA_SUCCESS) r = stream_ctx_ok(s);
+  if (r == CUDA_SUCCESS && (!is_function(f) || f->m->unloaded || f->m->ctx != s->ctx))
+    r = CUDA_ERROR_INVALID_HANDLE;
+  if (r != CUDA_SUCCESS) {
+    pthread_mutex_unlock(&mu);
+    return r;
+  }
+  if (s->capturing) { /* recorded into the graph, never run here */
+    g_count.captured_ops++;
+    pthread_mutex_unlock(&mu);
+    return CUDA_SUCCESS;
+  }
+  launch* l = calloc(1, sizeof *l);
+  l->k = f->k;
+  l->nthreads = blocks * threads;
+  l->a = *(void**)params[0];
+  if (l->k->reduce) {
+    l->b = *(void**)params[1];
+    l->count = *(unsigned long long*)params[2];
+  } else {
+    l->count = *(unsigned long long*)params[1];
+    l->n = *(long long*)params[2];
+  }
+  l->corrupt = g_corrupt != NULL && strcmp(g_corrupt, l->k->name) == 0;
+  l->start.ctx = l->end.ctx = s->ctx;
+  l->s = s;
+  op* rec = calloc(1, sizeof *rec);
+  rec->kind = OP_RECORD;
+  rec->ev = &l->start;
+  rec->gen = 1;
+  push(s, rec);
+  op* wait = calloc(1, sizeof *wait);
+  wait->kind = OP_WAIT;
+  wait->ev = &l->end;
+  wait->gen = 1;
+  push(s, wait);
+  l->ticket = s->pushed;
+  l->next = g_launches;
+  g_launches = l;
+  if (!g_runner) {
+    pthread_t t;
+    pthread_create(&t, NULL, runner, NULL);
+    pthread_detach(t);
+    g_runner = 1;
+  }
+  pthread_cond_broadcast(&cv);
+  pthread_mutex_unlock(&mu);
+  return CUDA_SUCCESS;
+}
+
+/* ---- test hooks ---- */
+
+int fakecudaCorruptKernel(const char* name) {
+  pthread_mutex_lock(&mu);
+  free(g_corrupt);
+  g_corrupt = name ? strdup(name) : NULL;
+  int known = name == NULL || host_kernel(name) != NULL;
+  pthread_mutex_unlock(&mu);
+  return known ? 0 : -1;
+}
