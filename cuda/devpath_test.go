@@ -212,7 +212,7 @@ func devRank(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank int, devs 
 			return fmt.Errorf("case %d %+v: %w", i, dc, err)
 		}
 		if !bytes.Equal(got, want) {
-			bad = append(bad, fmt.Sprintf("MISMATCH case %d %+v (%s)", i, dc, firstDiff(got, want)))
+			bad = append(bad, fmt.Sprintf("MISMATCH case %d %+v (%s)", i, dc, devFirstDiff(got, want)))
 		}
 	}
 	if err := sh.Close(time.Minute); err != nil {
@@ -228,7 +228,7 @@ func devRank(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank int, devs 
 	return nil
 }
 
-func firstDiff(got, want []byte) string {
+func devFirstDiff(got, want []byte) string {
 	if len(got) != len(want) {
 		return fmt.Sprintf("%d bytes, want %d", len(got), len(want))
 	}
