@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/gonccl/gonccl/core"
+	"github.com/gonccl/gonccl/cuda"
 )
 
 // hostBytes views n elements of dt at p as a byte slice (no copy). A NULL pointer is
@@ -106,11 +107,17 @@ func allReduce(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t,
 		if err != nil {
 			return nil, err
 		}
-		b, err := v.get(d, buf{"sendbuff", send, uint64(count), true, false}, buf{"recvbuff", recv, uint64(count), false, true})
+		sb, rb := buf{"sendbuff", send, uint64(count), true, false}, buf{"recvbuff", recv, uint64(count), false, true}
+		rop, err := redOp(op)
 		if err != nil {
 			return nil, err
 		}
-		rop, err := redOp(op)
+		if req, ok, err := v.tryDevice(c, d, &rop, -1, func(sh *cuda.Shared, k *cuda.Kernels, p []uintptr) error {
+			return sh.AllReduce(v.stream, k, p[0], p[1], int(count), d, rop)
+		}, sb, rb); ok || err != nil {
+			return req, err
+		}
+		b, err := v.get(d, sb, rb)
 		if err != nil {
 			return nil, err
 		}
@@ -129,7 +136,13 @@ func broadcast(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t,
 		if int(root) == c.Rank() {
 			sb = buf{"sendbuff", send, uint64(count), true, false}
 		}
-		b, err := v.get(d, sb, buf{"recvbuff", recv, uint64(count), false, true})
+		rb := buf{"recvbuff", recv, uint64(count), false, true}
+		if req, ok, err := v.tryDevice(c, d, nil, int(root), func(sh *cuda.Shared, _ *cuda.Kernels, p []uintptr) error {
+			return sh.Broadcast(v.stream, p[0], p[1], int(count)*d.Size(), int(root))
+		}, sb, rb); ok || err != nil {
+			return req, err
+		}
+		b, err := v.get(d, sb, rb)
 		if err != nil {
 			return nil, err
 		}
@@ -148,7 +161,13 @@ func allGather(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t,
 		if err != nil {
 			return nil, err
 		}
-		b, err := v.get(d, buf{"sendbuff", send, uint64(count), true, false}, buf{"recvbuff", recv, total, false, true})
+		sb, rb := buf{"sendbuff", send, uint64(count), true, false}, buf{"recvbuff", recv, total, false, true}
+		if req, ok, err := v.tryDevice(c, d, nil, -1, func(sh *cuda.Shared, _ *cuda.Kernels, p []uintptr) error {
+			return sh.AllGather(v.stream, p[0], p[1], int(count)*d.Size())
+		}, sb, rb); ok || err != nil {
+			return req, err
+		}
+		b, err := v.get(d, sb, rb)
 		if err != nil {
 			return nil, err
 		}
@@ -239,11 +258,17 @@ func reduce(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, op
 		if int(root) == c.Rank() {
 			rb = buf{"recvbuff", recv, uint64(count), false, true}
 		}
-		b, err := v.get(d, buf{"sendbuff", send, uint64(count), true, false}, rb)
+		sb := buf{"sendbuff", send, uint64(count), true, false}
+		rop, err := redOp(op)
 		if err != nil {
 			return nil, err
 		}
-		rop, err := redOp(op)
+		if req, ok, err := v.tryDevice(c, d, &rop, int(root), func(sh *cuda.Shared, k *cuda.Kernels, p []uintptr) error {
+			return sh.Reduce(v.stream, k, p[0], p[1], int(count), d, rop, int(root))
+		}, sb, rb); ok || err != nil {
+			return req, err
+		}
+		b, err := v.get(d, sb, rb)
 		if err != nil {
 			return nil, err
 		}
@@ -262,11 +287,17 @@ func reduceScatter(send, recv unsafe.Pointer, recvCount C.size_t, dt C.goncclDat
 		if err != nil {
 			return nil, err
 		}
-		b, err := v.get(d, buf{"sendbuff", send, total, true, false}, buf{"recvbuff", recv, uint64(recvCount), false, true})
+		sb, rb := buf{"sendbuff", send, total, true, false}, buf{"recvbuff", recv, uint64(recvCount), false, true}
+		rop, err := redOp(op)
 		if err != nil {
 			return nil, err
 		}
-		rop, err := redOp(op)
+		if req, ok, err := v.tryDevice(c, d, &rop, -1, func(sh *cuda.Shared, k *cuda.Kernels, p []uintptr) error {
+			return sh.ReduceScatter(v.stream, k, p[0], p[1], int(recvCount), d, rop)
+		}, sb, rb); ok || err != nil {
+			return req, err
+		}
+		b, err := v.get(d, sb, rb)
 		if err != nil {
 			return nil, err
 		}

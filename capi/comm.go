@@ -19,6 +19,7 @@ type commEntry struct {
 	mu   sync.Mutex
 	last string // goncclGetLastError's message (handed out as a per-thread copy)
 	poolState
+	devState
 }
 
 // The handle a C caller holds is a small C struct carrying an id into comms. A
@@ -161,7 +162,8 @@ func goncclCommDestroy(h C.goncclComm_t) (res C.goncclResult_t) {
 	if err != nil {
 		return fail(nil, err)
 	}
-	err = errors.Join(e.comm.Destroy(), e.closePool())
+	derr := e.closeDevice(false) // collective, so before the communicator goes
+	err = errors.Join(derr, e.comm.Destroy(), e.closePool())
 	release(h, e)
 	if err != nil {
 		return fail(nil, err)
@@ -176,7 +178,7 @@ func goncclCommAbort(h C.goncclComm_t) (res C.goncclResult_t) {
 	if err != nil {
 		return fail(nil, err)
 	}
-	err = errors.Join(e.comm.Abort(), e.closePool())
+	err = errors.Join(e.closeDevice(true), e.comm.Abort(), e.closePool())
 	release(h, e)
 	if err != nil {
 		return fail(nil, err)

@@ -133,7 +133,17 @@ func (v *views) get(dt core.DataType, bufs ...buf) ([][]byte, error) {
 		return nil, err
 	}
 	v.staging = st
-	v.opts = []core.OpOption{core.WithHooks(core.Hooks{Before: st.Before, After: st.After})}
+	before := st.Before
+	if dev := v.e.afterDevice(); dev != nil {
+		// A device-path operation issued before this one is still waiting to enqueue.
+		before = func(deadline time.Time) error {
+			if err := waitChan(dev, deadline); err != nil {
+				return err
+			}
+			return st.Before(deadline)
+		}
+	}
+	v.opts = []core.OpOption{core.WithHooks(core.Hooks{Before: before, After: st.After})}
 	for i, b := range bufs {
 		if b.name != "" {
 			out[i] = st.Host[i]
@@ -148,7 +158,13 @@ func (v *views) copyIn() error {
 	if v.staging == nil {
 		return nil
 	}
-	return v.staging.CopyIn(time.Now().Add(v.e.comm.Timeout()))
+	deadline := time.Now().Add(v.e.comm.Timeout())
+	if dev := v.e.afterDevice(); dev != nil {
+		if err := waitChan(dev, deadline); err != nil {
+			return err
+		}
+	}
+	return v.staging.CopyIn(deadline)
 }
 
 // then returns req, or for staged device buffers a request that completes once req
@@ -165,6 +181,18 @@ func (v *views) then(req *core.Request) *core.Request {
 func (v *views) cancel() {
 	if v.staging != nil {
 		v.staging.Cancel()
+	}
+}
+
+// waitChan waits for ch to be closed, until deadline.
+func waitChan(ch chan struct{}, deadline time.Time) error {
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-ch:
+		return nil
+	case <-t.C:
+		return fmt.Errorf("gonccl: a device-path operation issued before this one did not enqueue its work in time")
 	}
 }
 

@@ -310,3 +310,6 @@ func (s *Shared) syncLegacy(f func() error, deadline time.Time) error {
 func (s *Shared) data(r int) uintptr { return s.bases[r] + flagsBytes }
 
 func (s *Shared) flag(r, off int) uintptr { return s.bases[r] + uintptr(off) }
+
+// LogInit writes msg as one INIT line at INFO (GONCCL_DEBUG=INFO).
+func LogInit(msg string) { logInfo(msg) }

@@ -1,0 +1,280 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/gonccl/gonccl/core"
+	"github.com/gonccl/gonccl/cuda"
+	"github.com/gonccl/gonccl/internal/cenv"
+)
+
+// The GPU-resident data path of the C ABI: with a stream, when every rank of the
+// communicator is on this host and their devices can share memory, all_reduce,
+// all_gather, broadcast, reduce and reduce_scatter are enqueued on the stream as
+// device copies, reduction kernels and flags (package cuda's Shared), and the call
+// returns without waiting. Everything else (other collectives, point-to-point, ranks
+// on several hosts, GONCCL_P2P_DISABLE=1) stages through pinned host memory.
+//
+// No GPU has run this path yet, so it is opt-in: GONCCL_DEVICE_PATH=1. Both settings
+// must be the same on every rank, as NCCL's are: the first device-path operation of
+// a communicator exchanges the scratch handles with a host all-gather, which every
+// rank must join.
+
+// devScratchBytes is each rank's device scratch: larger operations take several
+// rounds of it.
+const devScratchBytes = 8 << 20
+
+// deviceWanted reports whether the settings ask for the device path.
+func deviceWanted() bool {
+	on, _ := cenv.Lookup("GONCCL_DEVICE_PATH")
+	off, _ := cenv.Lookup("GONCCL_P2P_DISABLE")
+	return on == "1" && off != "1"
+}
+
+// devState is the part of commEntry that belongs to the device path.
+type devState struct {
+	devMu      sync.Mutex
+	devDecided bool         // the first device-capable operation has chosen
+	devShared  *cuda.Shared // nil: this communicator stages
+	devKernels *cuda.Kernels
+	devCtx     cuda.Context
+	devLast    chan struct{} // closed once the last device-path operation has enqueued its work
+}
+
+// devicePath returns the communicator's shared scratch and kernels if operations
+// with stream v.stream take the device path, deciding (collectively, once) on first
+// use; nil if they stage.
+func (v *views) devicePath(c *core.Comm) (*cuda.Shared, *cuda.Kernels, error) {
+	if v.stream == 0 || !deviceWanted() {
+		return nil, nil, nil
+	}
+	e := v.e
+	e.devMu.Lock()
+	defer e.devMu.Unlock()
+	if !e.devDecided {
+		e.devDecided = true
+		if !c.OneHost() {
+			logDevice(c, "staged path: the ranks are on more than one host")
+			return nil, nil, nil
+		}
+		k, kerr := v.drv.LoadKernels(v.ctx)
+		sh, err := cuda.NewShared(v.drv, v.ctx, c.Rank(), c.Size(), devScratchBytes, func(rec []byte) ([]byte, error) {
+			if kerr != nil { // tell the others this rank cannot take the device path
+				rec = make([]byte, len(rec))
+			}
+			return hostAllGather(c, rec)
+		})
+		if err == nil && kerr != nil {
+			err = kerr
+		}
+		if err != nil {
+			if sh != nil {
+				sh.Abandon()
+			}
+			if errors.Is(err, cuda.ErrNotShared) || kerr != nil {
+				logDevice(c, fmt.Sprintf("staged path: %v", err))
+				return nil, nil, nil
+			}
+			return nil, nil, fmt.Errorf("setting up the device path: %w", err)
+		}
+		e.devShared, e.devKernels, e.devCtx = sh, k, v.ctx
+		logDevice(c, fmt.Sprintf("device path: same-host ranks share device memory through CUDA IPC; %d bytes of scratch on device %d", sh.Cap(), sh.Device()))
+	}
+	if e.devShared == nil {
+		return nil, nil, nil
+	}
+	if v.ctx != e.devCtx {
+		return nil, nil, fmt.Errorf("%w: the communicator's device-path operations run in the context of device %d, and this stream belongs to another context: use streams of one device per communicator", errUsage, e.devShared.Device())
+	}
+	return e.devShared, e.devKernels, nil
+}
+
+// logStagedOnce logs, at a communicator's first operation on device buffers, that
+// the settings keep it on the staged path.
+func (e *commEntry) logStagedOnce(c *core.Comm) {
+	e.devMu.Lock()
+	defer e.devMu.Unlock()
+	if e.devDecided {
+		return
+	}
+	e.devDecided = true
+	why := "GONCCL_DEVICE_PATH is not 1"
+	if off, _ := cenv.Lookup("GONCCL_P2P_DISABLE"); off == "1" {
+		why = "GONCCL_P2P_DISABLE=1"
+	}
+	logDevice(c, "staged path: "+why+" (device buffers go through pinned host memory)")
+}
+
+func logDevice(c *core.Comm, msg string) {
+	cuda.LogInit(fmt.Sprintf("rank %d/%d: %s", c.Rank(), c.Size(), msg))
+}
+
+// hostAllGather all-gathers each rank's rec over c on the host and waits.
+func hostAllGather(c *core.Comm, rec []byte) ([]byte, error) {
+	all := make([]byte, len(rec)*c.Size())
+	req, err := c.AllGather(rec, all, len(rec), core.Uint8)
+	if err == nil {
+		_, err = req.Wait(-1)
+	}
+	return all, err
+}
+
+// tryDevice runs a collective on the device path if it applies to this call (ok),
+// after the checks core would make: the reduction (op, if not nil), the root (if not
+// negative), the communicator's state.
+func (v *views) tryDevice(c *core.Comm, dt core.DataType, op *core.RedOp, root int,
+	enqueue func(sh *cuda.Shared, k *cuda.Kernels, ptrs []uintptr) error, bufs ...buf) (req *core.Request, ok bool, err error) {
+	if v.stream == 0 {
+		return nil, false, nil
+	}
+	if !deviceWanted() {
+		v.e.logStagedOnce(c)
+		return nil, false, nil
+	}
+	if op != nil {
+		if err := core.CheckReduction(dt, *op); err != nil {
+			return nil, false, err
+		}
+	}
+	if root >= c.Size() {
+		return nil, false, fmt.Errorf("%w: root %d is not a rank of a communicator of %d", core.ErrInvalidArgument, root, c.Size())
+	}
+	if err := c.Err(); err != nil {
+		return nil, false, err
+	}
+	sh, k, err := v.devicePath(c)
+	if err != nil || sh == nil {
+		return nil, false, err
+	}
+	req, err = v.runDevice(dt, func(ptrs []uintptr) error { return enqueue(sh, k, ptrs) }, bufs...)
+	return req, true, err
+}
+
+// runDevice checks the device buffers bufs (as get does) and enqueues enqueue's
+// work on the stream, in issue order with the communicator's staged operations. The
+// returned request has completed: the work is on the stream.
+func (v *views) runDevice(dt core.DataType, enqueue func(ptrs []uintptr) error, bufs ...buf) (*core.Request, error) {
+	ptrs := make([]uintptr, len(bufs))
+	for i, b := range bufs {
+		if b.name == "" {
+			continue
+		}
+		size, err := bufBytes(b.name, b.p, b.n, dt)
+		if err != nil {
+			return nil, err
+		}
+		if size > 0 {
+			if err := v.checkDevice(b, size); err != nil {
+				return nil, err
+			}
+		}
+		ptrs[i] = uintptr(b.p)
+	}
+	pool, err := v.e.stagingPool(v.drv)
+	if err != nil {
+		return nil, err
+	}
+	st, err := pool.NewDevice(v.ctx, v.stream)
+	if err != nil {
+		return nil, err
+	}
+	v.staging = st
+	e := v.e
+	e.devMu.Lock()
+	prev := e.devLast
+	mine := make(chan struct{})
+	e.devLast = mine
+	e.devMu.Unlock()
+	deadline := time.Now().Add(e.comm.Timeout())
+	issue := func() error {
+		defer close(mine)
+		if err := st.BeginDevice(deadline); err != nil {
+			st.Cancel()
+			return err
+		}
+		err := enqueue(ptrs)
+		if eerr := st.EndDevice(); err == nil {
+			err = eerr
+		}
+		return err
+	}
+	if closed(prev) && pool.DeviceReady(st) {
+		// The usual case: enqueue now, on the calling thread, and return.
+		if err := issue(); err != nil {
+			return nil, err
+		}
+		return core.CompletedRequest(nil), nil
+	}
+	// Behind a held operation (its follow-up not queued yet) or staged ones still
+	// running: enqueue once they are, without blocking the caller, who may be the
+	// one to release the hold.
+	req, done := core.PendingRequest()
+	go func() {
+		if prev != nil {
+			<-prev
+		}
+		done(issue())
+	}()
+	return req, nil
+}
+
+// closed reports whether ch is nil or closed.
+func closed(ch chan struct{}) bool {
+	if ch == nil {
+		return true
+	}
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// afterDevice returns a channel closed once the device-path operations issued so far
+// have enqueued their work (nil if there are none pending): staged operations wait
+// for it before queueing their copies, to keep the stream in issue order.
+func (e *commEntry) afterDevice() chan struct{} {
+	e.devMu.Lock()
+	defer e.devMu.Unlock()
+	if closed(e.devLast) {
+		return nil
+	}
+	return e.devLast
+}
+
+// checkDevice refuses a buffer that is not device memory of the stream's device.
+func (v *views) checkDevice(b buf, size int) error {
+	ptr := uintptr(b.p)
+	for _, at := range []uintptr{ptr, ptr + uintptr(size) - 1} {
+		dev, err := v.drv.PointerDevice(v.ctx, at)
+		if err != nil {
+			return fmt.Errorf("%w: %s %p (%d bytes) is not device memory CUDA knows: %w", core.ErrInvalidArgument, b.name, b.p, size, err)
+		}
+		if dev != v.dev {
+			return fmt.Errorf("%w: %s %p is memory of device %d but the stream is on device %d: use a stream of the buffers' device", core.ErrInvalidArgument, b.name, b.p, dev, v.dev)
+		}
+	}
+	return nil
+}
+
+// closeDevice frees the device scratch (collectively: see cuda.Shared.Close) on
+// destroy; abort leaves it mapped, as peers' streams may still read it.
+func (e *commEntry) closeDevice(abort bool) error {
+	e.devMu.Lock()
+	sh := e.devShared
+	e.devShared = nil
+	e.devDecided = true
+	e.devMu.Unlock()
+	if sh == nil {
+		return nil
+	}
+	if abort {
+		sh.Abandon()
+		return nil
+	}
+	return sh.Close(e.comm.Timeout())
+}

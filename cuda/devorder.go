@@ -1,0 +1,100 @@
+package cuda
+
+import (
+	"fmt"
+	"time"
+)
+
+// A device-path operation enqueues its work on the stream itself, while a staged
+// operation issued before it queues its copies later, from the executor. To keep the
+// stream in issue order, a device operation waits until every staging of the pool
+// issued before it has queued its last copies (After, or Cancel), and for the Release
+// of a held one, as Before does. It has a Staging of its own, without host memory,
+// whose event EndDevice records after its work: WaitOn, Hold and Release work on it
+// as on any staging.
+
+// NewDevice registers a device-path operation on stream s (context ctx) with the
+// pool. Then BeginDevice, enqueue the work, EndDevice; or Cancel.
+func (p *Pool) NewDevice(ctx Context, s Stream) (*Staging, error) {
+	st := &Staging{d: p.d, pool: p, ctx: ctx, stream: s, released: make(chan struct{})}
+	err := p.d.do(ctx, func() (err error) {
+		st.ev, err = p.d.eventCreate()
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	p.reclaimLocked()
+	p.busy = append(p.busy, st)
+	p.mu.Unlock()
+	return st, nil
+}
+
+// pendingLocked counts the stagings of the pool issued before st (p.busy is in
+// issue order) that have not queued their last copies. p.mu held.
+func (p *Pool) pendingLocked(st *Staging) int {
+	n := 0
+	for _, b := range p.busy {
+		if b == st {
+			break
+		}
+		b.mu.Lock()
+		if !b.finished {
+			n++
+		}
+		b.mu.Unlock()
+	}
+	return n
+}
+
+// DeviceReady reports whether st.BeginDevice would run without waiting: every staging
+// issued before it has queued its copies, and the last one is not held.
+func (p *Pool) DeviceReady(st *Staging) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.pendingLocked(st) > 0 {
+		return false
+	}
+	if last := p.last; last != nil {
+		last.mu.Lock()
+		held := last.held
+		last.mu.Unlock()
+		if held {
+			select {
+			case <-last.released:
+			default:
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// BeginDevice waits, until deadline, for the stagings issued before st to have
+// queued their copies and for a held one's Release.
+func (st *Staging) BeginDevice(deadline time.Time) error {
+	p := st.pool
+	for pause := time.Microsecond; ; pause = min(2*pause, time.Millisecond) {
+		p.mu.Lock()
+		pending := p.pendingLocked(st)
+		p.mu.Unlock()
+		if pending == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("cuda: %d staged operation(s) issued before this one on stream %#x did not finish in time", pending, uintptr(st.stream))
+		}
+		time.Sleep(pause)
+	}
+	return st.Before(deadline) // waits for a held predecessor; copies nothing
+}
+
+// EndDevice records the completion event after the work the device operation
+// enqueued (all of it, even when enqueuing failed half way).
+func (st *Staging) EndDevice() error {
+	st.mu.Lock()
+	st.inFlight = true
+	st.mu.Unlock()
+	return st.After(nil)
+}
