@@ -362,7 +362,13 @@ func alltoAll(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t,
 		if err != nil {
 			return nil, err
 		}
-		b, err := v.get(d, buf{"sendbuff", send, total, true, false}, buf{"recvbuff", recv, total, false, true})
+		sb, rb := buf{"sendbuff", send, total, true, false}, buf{"recvbuff", recv, total, false, true}
+		if req, ok, err := v.tryDevice(c, d, nil, -1, func(sh *cuda.Shared, _ *cuda.Kernels, p []uintptr) error {
+			return sh.AlltoAll(v.stream, p[0], p[1], int(count)*d.Size())
+		}, sb, rb); ok || err != nil {
+			return req, err
+		}
+		b, err := v.get(d, sb, rb)
 		if err != nil {
 			return nil, err
 		}

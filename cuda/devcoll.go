@@ -309,3 +309,41 @@ func (s *Shared) ReduceScatter(st Stream, k Reducer, send, recv uintptr, recvCou
 		return nil
 	})
 }
+
+// AlltoAll enqueues on st: block p (blockBytes) of recv = block rank of rank p's send.
+func (s *Shared) AlltoAll(st Stream, send, recv uintptr, blockBytes int) error {
+	per := (s.cap / s.nranks) &^ 15 // bytes of each block per round
+	if per == 0 {
+		return fmt.Errorf("cuda: the device scratch (%d bytes) is too small for %d ranks", s.cap, s.nranks)
+	}
+	return s.run(func() error {
+		for off := 0; off < blockBytes; off += per {
+			n := min(per, blockBytes-off)
+			r, err := s.begin(st)
+			if err != nil {
+				return err
+			}
+			// The own data area holds bytes [off, off+n) of block b at b*per.
+			for b := range s.nranks {
+				if err := r.copy(s.data(s.rank)+uintptr(b*per), send+uintptr(b*blockBytes+off), n); err != nil {
+					return err
+				}
+			}
+			if err := r.post(flagReady); err != nil {
+				return err
+			}
+			if err := r.waitAll(flagReady, r.n); err != nil {
+				return err
+			}
+			for p := range s.nranks {
+				if err := r.copy(recv+uintptr(p*blockBytes+off), r.peerData(p, 1)+uintptr(s.rank*per), n); err != nil {
+					return err
+				}
+			}
+			if err := r.post(flagReadDone); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}

@@ -148,7 +148,7 @@ func devChild() int {
 
 // devCase is one collective of a rank's script.
 type devCase struct {
-	coll    string // all_gather, broadcast, all_reduce, reduce, reduce_scatter
+	coll    string // all_gather, broadcast, all_to_all, all_reduce, reduce, reduce_scatter
 	dt      core.DataType
 	op      core.RedOp
 	count   int // elements per rank (all_gather, reduce_scatter) or in all
@@ -163,7 +163,9 @@ func devCases(nranks int) []devCase {
 		for _, n := range counts {
 			cs = append(cs, devCase{coll: "all_gather", dt: dt, count: n})
 			cs = append(cs, devCase{coll: "broadcast", dt: dt, count: n, root: n % nranks})
+			cs = append(cs, devCase{coll: "all_to_all", dt: dt, count: n})
 		}
+		cs = append(cs, devCase{coll: "all_to_all", dt: dt, count: 1001, inPlace: true})
 		cs = append(cs, devCase{coll: "all_gather", dt: dt, count: 999, inPlace: true})
 		cs = append(cs, devCase{coll: "broadcast", dt: dt, count: 999, root: nranks - 1, inPlace: true})
 		cs = append(cs, reductionCases(dt, nranks, counts)...)
@@ -204,7 +206,7 @@ func devRank(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank int, devs 
 	}
 	var bad []string
 	for i, dc := range devCases(nranks) {
-		if dc.coll != "all_gather" && dc.coll != "broadcast" && red == nil {
+		if dc.coll != "all_gather" && dc.coll != "broadcast" && dc.coll != "all_to_all" && red == nil {
 			continue
 		}
 		got, want, err := runDevCase(c, sh, red, f, dev, cuda.Stream(s), rank, nranks, i, dc)
@@ -278,6 +280,8 @@ func runDevCase(c *core.Comm, sh *cuda.Shared, red cuda.Reducer, f *cudatest.Fak
 		outN = dc.count * nranks
 	case "reduce_scatter":
 		inN = dc.count * nranks
+	case "all_to_all":
+		inN, outN = dc.count*nranks, dc.count*nranks
 	}
 	in := devInput(dc.dt, dc.op, inN, rank, i)
 	want = make([]byte, outN*es)
@@ -293,6 +297,8 @@ func runDevCase(c *core.Comm, sh *cuda.Shared, red cuda.Reducer, f *cudatest.Fak
 		req, err = c.Reduce(in, want, dc.count, dc.dt, dc.op, dc.root)
 	case "reduce_scatter":
 		req, err = c.ReduceScatter(in, want, dc.count, dc.dt, dc.op)
+	case "all_to_all":
+		req, err = c.AlltoAll(in, want, dc.count, dc.dt)
 	}
 	if err == nil {
 		_, err = req.Wait(-1)
@@ -328,6 +334,8 @@ func runDevCase(c *core.Comm, sh *cuda.Shared, red cuda.Reducer, f *cudatest.Fak
 		err = sh.Reduce(s, red, send, recv, dc.count, dc.dt, dc.op, dc.root)
 	case "reduce_scatter":
 		err = sh.ReduceScatter(s, red, send, recv, dc.count, dc.dt, dc.op)
+	case "all_to_all":
+		err = sh.AlltoAll(s, send, recv, dc.count*es)
 	}
 	if err != nil {
 		return nil, nil, err
