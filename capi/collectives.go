@@ -320,7 +320,13 @@ func gather(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, ro
 			}
 			rb = buf{"recvbuff", recv, total, false, true}
 		}
-		b, err := v.get(d, buf{"sendbuff", send, uint64(count), true, false}, rb)
+		sb := buf{"sendbuff", send, uint64(count), true, false}
+		if req, ok, err := v.tryDevice(c, d, nil, int(root), func(sh *cuda.Shared, _ *cuda.Kernels, p []uintptr) error {
+			return sh.Gather(v.stream, p[0], p[1], int(count)*d.Size(), int(root))
+		}, sb, rb); ok || err != nil {
+			return req, err
+		}
+		b, err := v.get(d, sb, rb)
 		if err != nil {
 			return nil, err
 		}
@@ -343,7 +349,13 @@ func scatter(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, r
 			}
 			sb = buf{"sendbuff", send, total, true, false}
 		}
-		b, err := v.get(d, sb, buf{"recvbuff", recv, uint64(count), false, true})
+		rb := buf{"recvbuff", recv, uint64(count), false, true}
+		if req, ok, err := v.tryDevice(c, d, nil, int(root), func(sh *cuda.Shared, _ *cuda.Kernels, p []uintptr) error {
+			return sh.Scatter(v.stream, p[0], p[1], int(count)*d.Size(), int(root))
+		}, sb, rb); ok || err != nil {
+			return req, err
+		}
+		b, err := v.get(d, sb, rb)
 		if err != nil {
 			return nil, err
 		}

@@ -13,9 +13,9 @@ import (
 
 // The GPU-resident data path of the C ABI: with a stream, when every rank of the
 // communicator is on this host and their devices can share memory, all_reduce,
-// all_gather, broadcast, reduce and reduce_scatter are enqueued on the stream as
+// all_gather, broadcast, reduce, reduce_scatter, alltoall, gather and scatter are enqueued on the stream as
 // device copies, reduction kernels and flags (package cuda's Shared), and the call
-// returns without waiting. Everything else (other collectives, point-to-point, ranks
+// returns without waiting. Everything else (alltoallv, barrier, point-to-point, ranks
 // on several hosts, GONCCL_P2P_DISABLE=1) stages through pinned host memory.
 //
 // No GPU has run this path yet, so it is opt-in: GONCCL_DEVICE_PATH=1. Both settings

@@ -347,3 +347,73 @@ func (s *Shared) AlltoAll(st Stream, send, recv uintptr, blockBytes int) error {
 		return nil
 	})
 }
+
+// Gather enqueues on st: block p (bytes) of root's recv = rank p's send.
+func (s *Shared) Gather(st Stream, send, recv uintptr, bytes, root int) error {
+	return s.run(func() error {
+		for off := 0; off < bytes; off += s.cap {
+			n := min(s.cap, bytes-off)
+			r, err := s.begin(st)
+			if err != nil {
+				return err
+			}
+			if err := r.copy(s.data(s.rank), send+uintptr(off), n); err != nil {
+				return err
+			}
+			if err := r.post(flagReady); err != nil {
+				return err
+			}
+			if s.rank == root {
+				if err := r.waitAll(flagReady, r.n); err != nil {
+					return err
+				}
+				for p := range s.nranks {
+					if err := r.copy(recv+uintptr(p*bytes+off), r.peerData(p, 1), n); err != nil {
+						return err
+					}
+				}
+			}
+			if err := r.post(flagReadDone); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// Scatter enqueues on st: every rank's recv = block rank (bytes) of root's send.
+func (s *Shared) Scatter(st Stream, send, recv uintptr, bytes, root int) error {
+	per := (s.cap / s.nranks) &^ 15 // bytes of each block per round
+	if per == 0 {
+		return fmt.Errorf("cuda: the device scratch (%d bytes) is too small for %d ranks", s.cap, s.nranks)
+	}
+	return s.run(func() error {
+		for off := 0; off < bytes; off += per {
+			n := min(per, bytes-off)
+			r, err := s.begin(st)
+			if err != nil {
+				return err
+			}
+			if s.rank == root {
+				for b := range s.nranks {
+					if err := r.copy(s.data(root)+uintptr(b*per), send+uintptr(b*bytes+off), n); err != nil {
+						return err
+					}
+				}
+			}
+			if err := r.post(flagReady); err != nil {
+				return err
+			}
+			if err := r.wait(root, flagReady, r.n); err != nil {
+				return err
+			}
+			if err := r.copy(recv+uintptr(off), r.peerData(root, 1)+uintptr(s.rank*per), n); err != nil {
+				return err
+			}
+			if err := r.post(flagReadDone); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}

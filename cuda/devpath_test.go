@@ -148,7 +148,7 @@ func devChild() int {
 
 // devCase is one collective of a rank's script.
 type devCase struct {
-	coll    string // all_gather, broadcast, all_to_all, all_reduce, reduce, reduce_scatter
+	coll    string // all_gather, broadcast, all_to_all, gather, scatter, all_reduce, reduce, reduce_scatter
 	dt      core.DataType
 	op      core.RedOp
 	count   int // elements per rank (all_gather, reduce_scatter) or in all
@@ -164,6 +164,8 @@ func devCases(nranks int) []devCase {
 			cs = append(cs, devCase{coll: "all_gather", dt: dt, count: n})
 			cs = append(cs, devCase{coll: "broadcast", dt: dt, count: n, root: n % nranks})
 			cs = append(cs, devCase{coll: "all_to_all", dt: dt, count: n})
+			cs = append(cs, devCase{coll: "gather", dt: dt, count: n, root: (n + 1) % nranks})
+			cs = append(cs, devCase{coll: "scatter", dt: dt, count: n, root: (n + 2) % nranks})
 		}
 		cs = append(cs, devCase{coll: "all_to_all", dt: dt, count: 1001, inPlace: true})
 		cs = append(cs, devCase{coll: "all_gather", dt: dt, count: 999, inPlace: true})
@@ -206,9 +208,6 @@ func devRank(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank int, devs 
 	}
 	var bad []string
 	for i, dc := range devCases(nranks) {
-		if dc.coll != "all_gather" && dc.coll != "broadcast" && dc.coll != "all_to_all" && red == nil {
-			continue
-		}
 		got, want, err := runDevCase(c, sh, red, f, dev, cuda.Stream(s), rank, nranks, i, dc)
 		if err != nil {
 			return fmt.Errorf("case %d %+v: %w", i, dc, err)
@@ -282,6 +281,10 @@ func runDevCase(c *core.Comm, sh *cuda.Shared, red cuda.Reducer, f *cudatest.Fak
 		inN = dc.count * nranks
 	case "all_to_all":
 		inN, outN = dc.count*nranks, dc.count*nranks
+	case "gather":
+		outN = dc.count * nranks
+	case "scatter":
+		inN = dc.count * nranks
 	}
 	in := devInput(dc.dt, dc.op, inN, rank, i)
 	want = make([]byte, outN*es)
@@ -299,6 +302,10 @@ func runDevCase(c *core.Comm, sh *cuda.Shared, red cuda.Reducer, f *cudatest.Fak
 		req, err = c.ReduceScatter(in, want, dc.count, dc.dt, dc.op)
 	case "all_to_all":
 		req, err = c.AlltoAll(in, want, dc.count, dc.dt)
+	case "gather":
+		req, err = c.Gather(in, want, dc.count, dc.dt, dc.root)
+	case "scatter":
+		req, err = c.Scatter(in, want, dc.count, dc.dt, dc.root)
 	}
 	if err == nil {
 		_, err = req.Wait(-1)
@@ -336,13 +343,17 @@ func runDevCase(c *core.Comm, sh *cuda.Shared, red cuda.Reducer, f *cudatest.Fak
 		err = sh.ReduceScatter(s, red, send, recv, dc.count, dc.dt, dc.op)
 	case "all_to_all":
 		err = sh.AlltoAll(s, send, recv, dc.count*es)
+	case "gather":
+		err = sh.Gather(s, send, recv, dc.count*es, dc.root)
+	case "scatter":
+		err = sh.Scatter(s, send, recv, dc.count*es, dc.root)
 	}
 	if err != nil {
 		return nil, nil, err
 	}
 	f.Drain(uintptr(s))
 	got = append([]byte(nil), f.Bytes(recv, outN*es)...)
-	if dc.coll == "reduce" && rank != dc.root {
+	if (dc.coll == "reduce" || dc.coll == "gather") && rank != dc.root {
 		got, want = nil, nil // recv is not written off the root
 	}
 	return got, want, nil

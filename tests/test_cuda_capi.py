@@ -92,7 +92,7 @@ def test_libgonccl_does_not_link_cuda(package_dir):
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
     """The same checks on the staged path and on the device path (GONCCL_DEVICE_PATH=1:
-    all_reduce, broadcast, all_gather, reduce, reduce_scatter stay on the "GPU", the
+    all_reduce, broadcast, all_gather, reduce, reduce_scatter, alltoall, gather, scatter stay on the "GPU", the
     ranks on devices 0 and 1 mapping each other's scratch; the other operations stage
     and interleave with them on the same stream). The device run skips the mismatched
     collective, which the device path cannot detect."""
