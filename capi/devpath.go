@@ -272,7 +272,8 @@ func (e *commEntry) closeDevice(abort bool) error {
 	if sh == nil {
 		return nil
 	}
-	if abort {
+	if abort || e.comm.Err() != nil {
+		// No collective close on a broken communicator: leave the scratch mapped.
 		sh.Abandon()
 		return nil
 	}
