@@ -88,19 +88,22 @@ def test_libgonccl_does_not_link_cuda(package_dir):
 
 
 @pytest.mark.timeout(RUN_TIMEOUT + 60)
-@pytest.mark.parametrize("path", ["staged", "device"])
+@pytest.mark.parametrize("path", ["staged", "device", "device-no-peer"])
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
     """The same checks on the staged path and on the device path (GONCCL_DEVICE_PATH=1:
     all_reduce, broadcast, all_gather, reduce, reduce_scatter, alltoall, gather, scatter stay on the "GPU", the
     ranks on devices 0 and 1 mapping each other's scratch; the other operations stage
     and interleave with them on the same stream). The device run skips the mismatched
-    collective, which the device path cannot detect."""
+    collective, which the device path cannot detect. With devices that cannot access each
+    other (FAKECUDA_NO_PEER), every rank falls back to staging together."""
     id_file = str(tmp_path / "unique_id")
     env = {k: v for k, v in os.environ.items() if not k.startswith("GONCCL_")}
     env["GONCCL_CUDA_LIBRARY"] = fakecuda
-    if path == "device":
+    if path.startswith("device"):
         env["GONCCL_DEVICE_PATH"] = "1"
+    if path == "device-no-peer":
+        env["FAKECUDA_NO_PEER"] = "1"
     env["GONCCL_DEBUG"] = "INFO"
     env["GONCCL_DEBUG_SUBSYS"] = "INIT"
     run = _harness.run_processes(
@@ -113,6 +116,9 @@ def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
     run.assert_ok(f"cuda_capi_test with {nranks} ranks")
     for r, proc in enumerate(run.procs):
         assert f"rank {r}:" in proc.stdout and "checks passed" in proc.stdout, proc.describe()
-        chose = "device path: same-host ranks share device memory" in proc.stderr + proc.stdout
+        log = proc.stderr + proc.stdout
+        chose = "device path: same-host ranks share device memory" in log
         assert chose == (path == "device"), proc.describe()
+        if path == "device-no-peer":
+            assert "staged path:" in log and "cannot access each other's memory" in log, proc.describe()
         assert f"CUDA driver loaded from {fakecuda}" in proc.stderr, proc.describe()
