@@ -23,7 +23,7 @@ var fake struct {
 }
 
 // open builds the fake driver once per test binary and loads it.
-func open(t *testing.T) (*cuda.Driver, *cudatest.Fake) {
+func open(t testing.TB) (*cuda.Driver, *cudatest.Fake) {
 	t.Helper()
 	fake.once.Do(func() {
 		if fake.path, fake.err = cudatest.BuildIn(tmpDir); fake.err != nil {

@@ -53,9 +53,10 @@ func fault(name string) bool {
 // round is one round of a device collective on stream st. Call with s.mu held and the
 // context current.
 type round struct {
-	s  *Shared
-	st Stream
-	n  uint32
+	s       *Shared
+	st      Stream
+	n       uint32
+	newSide bool // the previous round ran on another stream
 }
 
 func (s *Shared) begin(st Stream) (round, error) {
@@ -63,12 +64,18 @@ func (s *Shared) begin(st Stream) (round, error) {
 		return round{}, fmt.Errorf("cuda: the communicator's device scratch is closed")
 	}
 	s.step++
-	r := round{s: s, st: st, n: s.step}
+	r := round{s: s, st: st, n: s.step, newSide: s.lastStream != st}
+	s.lastStream = st
 	return r, r.waitAll(flagReadDone, r.n-1)
 }
 
+// waitAll waits for every rank's flag to reach v. This rank's own flags were written
+// on this stream, in order, except a readDone of a round that ran on another stream.
 func (r round) waitAll(flag int, v uint32) error {
 	for p := range r.s.nranks {
+		if p == r.s.rank && !(flag == flagReadDone && r.newSide) {
+			continue
+		}
 		if err := r.wait(p, flag, v); err != nil {
 			return err
 		}

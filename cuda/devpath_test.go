@@ -185,8 +185,10 @@ func devRank(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank int, devs 
 	}
 	defer c.Destroy()
 	dev := devs[rank]
-	s := f.Stream(dev)
-	ctx, err := d.StreamContext(cuda.Stream(s))
+	// Two streams, taken in turn: consecutive rounds on different streams of a rank
+	// must still not overwrite scratch the previous one reads.
+	streams := []uintptr{f.Stream(dev), f.Stream(dev)}
+	ctx, err := d.StreamContext(cuda.Stream(streams[0]))
 	if err != nil {
 		return err
 	}
@@ -208,7 +210,7 @@ func devRank(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank int, devs 
 	}
 	var bad []string
 	for i, dc := range devCases(nranks) {
-		got, want, err := runDevCase(c, sh, red, f, dev, cuda.Stream(s), rank, nranks, i, dc)
+		got, want, err := runDevCase(c, sh, red, f, dev, cuda.Stream(streams[i%2]), rank, nranks, i, dc)
 		if err != nil {
 			return fmt.Errorf("case %d %+v: %w", i, dc, err)
 		}

@@ -34,9 +34,10 @@ type Shared struct {
 
 	exchange func([]byte) ([]byte, error) // the host all-gather of NewShared
 
-	mu     sync.Mutex // serialises the device collectives (the step numbers)
-	step   uint32     // the last step number used
-	closed bool
+	mu         sync.Mutex // serialises the device collectives (the step numbers)
+	step       uint32     // the last step number used
+	lastStream Stream     // the stream of the last round
+	closed     bool
 }
 
 // Offsets of the flags in each rank's allocation; the data area follows the page.
