@@ -112,7 +112,7 @@ func allReduce(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t,
 		if err != nil {
 			return nil, err
 		}
-		if req, ok, err := v.tryDevice(c, d, &rop, -1, func(sh *cuda.Shared, k *cuda.Kernels, p []uintptr) error {
+		if req, ok, err := v.tryDevice(c, d, &rop, noRoot, func(sh *cuda.Shared, k *cuda.Kernels, p []uintptr) error {
 			return sh.AllReduce(v.stream, k, p[0], p[1], int(count), d, rop)
 		}, sb, rb); ok || err != nil {
 			return req, err
@@ -162,7 +162,7 @@ func allGather(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t,
 			return nil, err
 		}
 		sb, rb := buf{"sendbuff", send, uint64(count), true, false}, buf{"recvbuff", recv, total, false, true}
-		if req, ok, err := v.tryDevice(c, d, nil, -1, func(sh *cuda.Shared, _ *cuda.Kernels, p []uintptr) error {
+		if req, ok, err := v.tryDevice(c, d, nil, noRoot, func(sh *cuda.Shared, _ *cuda.Kernels, p []uintptr) error {
 			return sh.AllGather(v.stream, p[0], p[1], int(count)*d.Size())
 		}, sb, rb); ok || err != nil {
 			return req, err
@@ -292,7 +292,7 @@ func reduceScatter(send, recv unsafe.Pointer, recvCount C.size_t, dt C.goncclDat
 		if err != nil {
 			return nil, err
 		}
-		if req, ok, err := v.tryDevice(c, d, &rop, -1, func(sh *cuda.Shared, k *cuda.Kernels, p []uintptr) error {
+		if req, ok, err := v.tryDevice(c, d, &rop, noRoot, func(sh *cuda.Shared, k *cuda.Kernels, p []uintptr) error {
 			return sh.ReduceScatter(v.stream, k, p[0], p[1], int(recvCount), d, rop)
 		}, sb, rb); ok || err != nil {
 			return req, err
@@ -375,7 +375,7 @@ func alltoAll(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t,
 			return nil, err
 		}
 		sb, rb := buf{"sendbuff", send, total, true, false}, buf{"recvbuff", recv, total, false, true}
-		if req, ok, err := v.tryDevice(c, d, nil, -1, func(sh *cuda.Shared, _ *cuda.Kernels, p []uintptr) error {
+		if req, ok, err := v.tryDevice(c, d, nil, noRoot, func(sh *cuda.Shared, _ *cuda.Kernels, p []uintptr) error {
 			return sh.AlltoAll(v.stream, p[0], p[1], int(count)*d.Size())
 		}, sb, rb); ok || err != nil {
 			return req, err

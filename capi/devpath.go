@@ -122,9 +122,12 @@ func hostAllGather(c *core.Comm, rec []byte) ([]byte, error) {
 	return all, err
 }
 
+// noRoot is tryDevice's root for the collectives that have none.
+const noRoot = -1 << 40
+
 // tryDevice runs a collective on the device path if it applies to this call (ok),
-// after the checks core would make: the reduction (op, if not nil), the root (if not
-// negative), the communicator's state.
+// after the checks core would make: the reduction (op, if not nil), the root (unless
+// noRoot), the communicator's state.
 func (v *views) tryDevice(c *core.Comm, dt core.DataType, op *core.RedOp, root int,
 	enqueue func(sh *cuda.Shared, k *cuda.Kernels, ptrs []uintptr) error, bufs ...buf) (req *core.Request, ok bool, err error) {
 	if v.stream == 0 {
@@ -139,7 +142,7 @@ func (v *views) tryDevice(c *core.Comm, dt core.DataType, op *core.RedOp, root i
 			return nil, false, err
 		}
 	}
-	if root >= c.Size() {
+	if root != noRoot && (root < 0 || root >= c.Size()) {
 		return nil, false, fmt.Errorf("%w: root %d is not a rank of a communicator of %d", core.ErrInvalidArgument, root, c.Size())
 	}
 	if err := c.Err(); err != nil {

@@ -237,6 +237,11 @@ static void test_bad(goncclComm_t comm) {
   CHECK(r == goncclInvalidArgument, "freed pointer -> %d", r);
   CHECK(strstr(goncclGetLastError(comm), "recvbuff") && strstr(goncclGetLastError(comm), "CUDA_ERROR_INVALID_VALUE"),
         "message: %s", goncclGetLastError(comm));
+  /* A root that is not a rank, on either path. */
+  r = goncclBroadcast(good, good, 16, goncclFloat32, -1, comm, stream);
+  CHECK(r == goncclInvalidArgument, "root -1 -> %d", r);
+  r = goncclReduce(good, good, 16, goncclFloat32, goncclSum, nranks, comm, stream);
+  CHECK(r == goncclInvalidArgument, "root nranks -> %d", r);
   /* A buffer shorter than count: its last element is not device memory. */
   float* small = dmalloc(4);
   r = goncclAllReduce(good, small, 16, goncclFloat32, goncclSum, comm, stream);
