@@ -11,7 +11,8 @@
 #                library when given; else `go build`, which needs Go)
 #   import       import gonccl, its library's version, CUDA support in the extension
 #   capi-cuda    tests/capi/cuda_capi_test.c against the real libcuda.so.1 (through
-#                tests/capi/realcuda.c), 2 ranks (and 3: ranks sharing devices)
+#                tests/capi/realcuda.c), 2 ranks (and 3: ranks sharing devices); again
+#                with GONCCL_DEVICE_PATH=1 (capi-cuda-device-*)
 #   init-log     the INIT log (GONCCL_DEBUG=INFO GONCCL_DEBUG_SUBSYS=INIT): topology, transports
 #   stream-*     scripts/gpu_stream_check.py on 2 ranks: 256 MiB sync all_reduce checked at once
 #                on the default stream x50, all_gather into a list, chained async ops; also
@@ -19,8 +20,9 @@
 #   ddp-*        examples/ddp_simple.py and ddp_example.py under torchrun: one rank per GPU,
 #                and 2 ranks sharing GPU 0
 #   pytest-cuda  the pytest suite's CUDA cases (pytest -k cuda: device-parametrized tests)
-#   bench-*      python -m gonccl.bench all_reduce on CUDA tensors: gonccl vs gloo, and vs
-#                nccl with one rank per GPU (2+ GPUs)
+#   bench-*      python -m gonccl.bench all_reduce on CUDA tensors: gonccl vs gloo, gonccl
+#                with GONCCL_DEVICE_PATH=1 (bench-device), and vs nccl with one rank per
+#                GPU (2+ GPUs)
 # --dry-run runs what needs no GPU (build, import, compiling the C test, the init log and
 # the stream checker and ddp_simple on CPU ranks) and lists the GPU steps it would run.
 # Nothing here needs the network. The report (default build/gpu-check/report.md) holds
@@ -35,7 +37,7 @@ PY="${GONCCL_PYTHON:-$(command -v python3 || command -v python)}"
 REPORT="$ROOT/build/gpu-check/report.md"
 SCALE="${GONCCL_CHECK_TIMEOUT_SCALE:-1}"
 
-usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --dry-run) DRY=1 ;;
@@ -198,11 +200,11 @@ capi_link() {
       -L"$CAPI" -lrealcuda -Wl,-rpath,"$CAPI" -lpthread -lm
 }
 
-capi_ranks() {  # NRANKS
-  local n="$1" pids=() rc=0
+capi_ranks() {  # NRANKS [DEVICE_PATH: 0 staged, 1 the device path]
+  local n="$1" dp="${2:-0}" pids=() rc=0
   rm -f "$CAPI/id.$n"
   for ((r = 0; r < n; r++)); do
-    GONCCL_CUDA_LIBRARY="$CAPI/librealcuda.so" GONCCL_DEBUG=INFO GONCCL_DEBUG_SUBSYS=INIT \
+    GONCCL_CUDA_LIBRARY="$CAPI/librealcuda.so" GONCCL_DEBUG=INFO GONCCL_DEBUG_SUBSYS=INIT GONCCL_DEVICE_PATH="$dp" \
       "$CAPI/cuda_capi_test" "$r" "$n" "$CAPI/id.$n" > >(sed "s/^/[rank $r] /") 2>&1 &
     pids+=($!)
   done
@@ -247,7 +249,7 @@ else
   run capi-compile 300 - capi_compile
 fi
 if [[ $DRY -eq 1 ]]; then
-  skip capi-cuda "dry run: would link tests/capi/cuda_capi_test.c with tests/capi/realcuda.c and libcuda.so.1 and run it on 2 and 3 ranks"
+  skip capi-cuda "dry run: would link tests/capi/cuda_capi_test.c with tests/capi/realcuda.c and libcuda.so.1 and run it on 2 and 3 ranks, staged and with GONCCL_DEVICE_PATH=1"
 elif [[ -z "$libcuda_dir" ]]; then
   skip capi-cuda "no libcuda.so.1 in ldconfig's cache (no NVIDIA driver?)"
 elif [[ -z "$PKG" ]]; then
@@ -256,6 +258,10 @@ else
   run capi-link 300 - capi_link
   run capi-cuda-2ranks 300 check_capi capi_ranks 2
   run capi-cuda-3ranks 300 check_capi capi_ranks 3
+  # The device path (GONCCL_DEVICE_PATH=1): scratch shared by CUDA IPC, copies, kernels
+  # and stream memory operations; its INIT line says "device path" or why it staged.
+  run capi-cuda-device-2ranks 300 check_capi capi_ranks 2 1
+  run capi-cuda-device-3ranks 300 check_capi capi_ranks 3 1
 fi
 
 # ---- torch: on GPUs, or on CPU ranks in a dry run ----
@@ -321,11 +327,12 @@ fi
 # ---- the benchmark on CUDA tensors ----
 BENCH=(-m gonccl.bench all_reduce --device cuda -b 8 -e 256M -f 4 -n 10 -w 3 -c 1)
 if [[ $DRY -eq 1 ]]; then
-  skip bench "dry run: would run $PY ${BENCH[*]} -np 2 --backends gonccl,gloo, and with --backends gonccl,gloo,nccl -np N on N>=2 GPUs (one rank per GPU)"
+  skip bench "dry run: would run $PY ${BENCH[*]} -np 2 --backends gonccl,gloo, again with GONCCL_DEVICE_PATH=1 --backends gonccl, and with --backends gonccl,gloo,nccl -np N on N>=2 GPUs (one rank per GPU)"
 elif [[ $gpus -eq 0 ]]; then
   skip bench "torch sees no GPU"
 else
   run bench-gloo 1200 check_bench bash -c 'cd "$WORK" && "$PY" "$@"' bash "${BENCH[@]}" -np 2 --backends gonccl,gloo --json "$LOGS/bench-gloo.json"
+  run bench-device 1200 check_bench bash -c 'cd "$WORK" && GONCCL_DEVICE_PATH=1 GONCCL_DEBUG=INFO GONCCL_DEBUG_SUBSYS=INIT "$PY" "$@"' bash "${BENCH[@]}" -np 2 --backends gonccl --json "$LOGS/bench-device.json"
   if [[ $gpus -ge 2 ]]; then
     run bench-nccl 1200 check_bench bash -c 'cd "$WORK" && "$PY" "$@"' bash "${BENCH[@]}" -np "$gpus" --backends gonccl,gloo,nccl --json "$LOGS/bench-nccl.json"
   else
