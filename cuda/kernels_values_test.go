@@ -170,26 +170,40 @@ func (r run) String() string {
 	return fmt.Sprintf("%v %v, %d elements, %v", r.dt, r.op, r.count, r.l)
 }
 
-// bench is where check runs kernels: two fake device buffers and host scratch, each
-// large enough for the big count of the largest type, reused by every run (the fake
-// keeps freed memory, poisoned, to catch late use).
+// devMem is the memory kernels run on: the fake's device memory, or on a real GPU
+// pinned host memory it maps; both are host-addressable.
+type devMem interface {
+	alloc(n int) uintptr
+	free(p uintptr)
+	drain(s cuda.Stream)
+}
+
+type fakeMem struct{ fk *cudatest.Fake }
+
+func (m fakeMem) alloc(n int) uintptr { return m.fk.Malloc(0, n) }
+func (m fakeMem) free(p uintptr)      { m.fk.Free(p) }
+func (m fakeMem) drain(s cuda.Stream) { m.fk.Drain(uintptr(s)) }
+
+// bench is where check runs kernels: two device buffers and host scratch, each large
+// enough for the big count of the largest type, reused by every run (the fake keeps
+// freed memory, poisoned, to catch late use).
 type bench struct {
-	fk             *cudatest.Fake
+	mem            devMem
 	k              *cuda.Kernels
 	s              cuda.Stream
 	dp, sp         uintptr
 	dst, src, want []byte
 }
 
-func newBench(fk *cudatest.Fake, k *cuda.Kernels, s cuda.Stream) *bench {
+func newBench(mem devMem, k *cuda.Kernels, s cuda.Stream) *bench {
 	n := (bigCount() + 8) * 16
-	return &bench{fk: fk, k: k, s: s, dp: fk.Malloc(0, n), sp: fk.Malloc(0, n),
+	return &bench{mem: mem, k: k, s: s, dp: mem.alloc(n), sp: mem.alloc(n),
 		dst: make([]byte, n), src: make([]byte, n), want: make([]byte, n)}
 }
 
 func (b *bench) free() {
-	b.fk.Free(b.dp)
-	b.fk.Free(b.sp)
+	b.mem.free(b.dp)
+	b.mem.free(b.sp)
 }
 
 // check runs r's kernel on fake device memory and compares every byte of both buffers
@@ -208,9 +222,9 @@ func (b *bench) check(r run) error {
 	if r.l.inPlace {
 		srcMem, sp = dstMem, b.dp
 	}
-	b.fk.Write(b.dp, dstMem)
+	cudatest.Poke(b.dp, dstMem)
 	if !r.l.inPlace {
-		b.fk.Write(sp, srcMem)
+		cudatest.Poke(sp, srcMem)
 	}
 	lo, hi := r.l.dstOff*size, (r.l.dstOff+r.count)*size
 	copy(want, dstMem)
@@ -233,11 +247,11 @@ func (b *bench) check(r run) error {
 	if err != nil {
 		return fmt.Errorf("%v: %w", r, err)
 	}
-	b.fk.Drain(uintptr(b.s))
-	if !r.l.inPlace && !bytes.Equal(b.fk.Read(sp, span), srcMem) {
+	b.mem.drain(b.s)
+	if !r.l.inPlace && !bytes.Equal(cudatest.Peek(sp, span), srcMem) {
 		return fmt.Errorf("%v: the kernel wrote to src", r)
 	}
-	got := b.fk.Read(b.dp, span)
+	got := cudatest.Peek(b.dp, span)
 	if bytes.Equal(got, want) {
 		return nil
 	}
@@ -256,29 +270,52 @@ func firstDiff(a, b []byte) int {
 	return -1
 }
 
+// sweepReduce checks every pair CheckReduction accepts at every count and layout, and
+// returns how many pairs there were.
+func (b *bench) sweepReduce(t *testing.T) int {
+	pairs := 0
+	for _, dt := range kernelTypes {
+		for _, op := range allOps {
+			if reduce.CheckReduction(dt, op) != nil {
+				continue
+			}
+			pairs++
+			for _, count := range []int{0, 1, 7, 100, bigCount()} {
+				for _, l := range layouts(count) {
+					require.NoError(t, b.check(run{dt: dt, op: op, count: count, l: l}))
+				}
+			}
+		}
+	}
+	return pairs
+}
+
+// sweepDivide checks the division of every type that averages, by awkward divisors.
+func (b *bench) sweepDivide(t *testing.T) {
+	for _, dt := range kernelTypes {
+		if reduce.CheckReduction(dt, reduce.Avg) != nil {
+			continue
+		}
+		// 1<<24+1 is not a float32: it rounds to 1<<24 as reduce.DivideBy's does.
+		for _, n := range []int{1, 2, 3, 7, 1<<24 + 1, 1<<40 + 3} {
+			for _, count := range []int{0, 1, 7, 100, bigCount()} {
+				for _, l := range []layout{{0, 0, false}, {1, 1, false}} {
+					require.NoError(t, b.check(run{dt: dt, div: true, n: n, count: count, l: l}))
+				}
+			}
+		}
+	}
+}
+
 func TestKernelsMatchTheCPUReduction(t *testing.T) {
 	_, fk := open(t)
 	fk.SetDelay(0, 20)
 	defer fk.SetDelay(0, 200)
-	pairs := 0
 	onDevice(t, 0, func(k *cuda.Kernels, s cuda.Stream) {
-		b := newBench(fk, k, s)
+		b := newBench(fakeMem{fk}, k, s)
 		defer b.free()
-		for _, dt := range kernelTypes {
-			for _, op := range allOps {
-				if reduce.CheckReduction(dt, op) != nil {
-					continue
-				}
-				pairs++
-				for _, count := range []int{0, 1, 7, 100, bigCount()} {
-					for _, l := range layouts(count) {
-						require.NoError(t, b.check(run{dt: dt, op: op, count: count, l: l}))
-					}
-				}
-			}
-		}
+		require.Equal(t, 97, b.sweepReduce(t), "every pair CheckReduction accepts")
 	})
-	require.Equal(t, 97, pairs, "every pair CheckReduction accepts")
 }
 
 func TestKernelsMatchTheCPUDivision(t *testing.T) {
@@ -286,21 +323,9 @@ func TestKernelsMatchTheCPUDivision(t *testing.T) {
 	fk.SetDelay(0, 20)
 	defer fk.SetDelay(0, 200)
 	onDevice(t, 0, func(k *cuda.Kernels, s cuda.Stream) {
-		b := newBench(fk, k, s)
+		b := newBench(fakeMem{fk}, k, s)
 		defer b.free()
-		for _, dt := range kernelTypes {
-			if reduce.CheckReduction(dt, reduce.Avg) != nil {
-				continue
-			}
-			// 1<<24+1 is not a float32: it rounds to 1<<24 as reduce.DivideBy's does.
-			for _, n := range []int{1, 2, 3, 7, 1<<24 + 1, 1<<40 + 3} {
-				for _, count := range []int{0, 1, 7, 100, bigCount()} {
-					for _, l := range []layout{{0, 0, false}, {1, 1, false}} {
-						require.NoError(t, b.check(run{dt: dt, div: true, n: n, count: count, l: l}))
-					}
-				}
-			}
-		}
+		b.sweepDivide(t)
 	})
 }
 
@@ -309,7 +334,7 @@ func TestKernelsMatchTheCPUDivision(t *testing.T) {
 func TestKernelsCorruptedKernelIsCaught(t *testing.T) {
 	_, fk := open(t)
 	onDevice(t, 0, func(k *cuda.Kernels, s cuda.Stream) {
-		b := newBench(fk, k, s)
+		b := newBench(fakeMem{fk}, k, s)
 		defer b.free()
 		for _, c := range []struct {
 			kernel string
