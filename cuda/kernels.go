@@ -47,6 +47,7 @@ import "C"
 
 import (
 	_ "embed"
+	"errors"
 	"fmt"
 	"sync"
 	"unsafe"
@@ -127,6 +128,14 @@ func (d *Driver) LoadKernels(ctx Context) (*Kernels, error) {
 		return nil
 	})
 	if err != nil {
+		var ce *Error
+		if errors.As(err, &ce) && ce.Func == "cuModuleLoadData" {
+			switch ce.Code {
+			case 200, 209, 218, 222: // CUDA_ERROR_INVALID_IMAGE, _NO_BINARY_FOR_GPU, _INVALID_PTX, _UNSUPPORTED_PTX_VERSION
+				return nil, fmt.Errorf("cuda: loading the reduction kernels (built with CUDA 13.0 for sm_80 and sm_90, "+
+					"PTX for compute_90: they need an R580 driver or newer and a GPU of compute capability 8.0 or more): %w", err)
+			}
+		}
 		return nil, fmt.Errorf("cuda: loading the reduction kernels: %w", err)
 	}
 	if loadedKernels.m == nil {

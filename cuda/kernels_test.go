@@ -161,6 +161,19 @@ func TestKernelsRunInStreamOrder(t *testing.T) {
 	})
 }
 
+func TestKernelsLoadFailureSaysWhatTheyNeed(t *testing.T) {
+	d, fk := open(t)
+	t.Setenv("FAKECUDA_MODULE_ERROR", "222") // CUDA_ERROR_UNSUPPORTED_PTX_VERSION
+	_, err := d.LoadKernels(cuda.Context(fk.Context(5)))
+	require.ErrorContains(t, err, "they need an R580 driver or newer")
+	var ce *cuda.Error
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, 222, ce.Code)
+	t.Setenv("FAKECUDA_MODULE_ERROR", "")
+	_, err = d.LoadKernels(cuda.Context(fk.Context(5)))
+	require.NoError(t, err, "a failed load is not cached")
+}
+
 func TestKernelsUnloadAndReload(t *testing.T) {
 	d, fk := open(t)
 	ctx := cuda.Context(fk.Context(2))

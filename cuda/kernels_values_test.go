@@ -119,11 +119,18 @@ func edgeValues(dt reduce.DataType) [][]byte {
 	return out
 }
 
-// fillValues writes n elements of dt into b: every pair of edge values first (dst gets
-// edge i/E, src edge i%E when which is 0 or 1), then edge values and random bits mixed.
-func fillValues(rng *rand.Rand, b []byte, dt reduce.DataType, which int) {
+// valuesOf returns span bytes of dt elements for dst (which 0) or src (which 1): every
+// pair of edge values first (dst gets edge i/E, src edge i%E), then edge values and
+// random bits mixed. One pool per (dt, which) is made, for the largest span, and reused.
+func valuesOf(dt reduce.DataType, which, span int) []byte {
+	key := [2]int{int(dt), which}
+	if b := valuePools[key]; len(b) >= span {
+		return b[:span]
+	}
+	rng := rand.New(rand.NewPCG(uint64(dt), uint64(which)))
 	edges := edgeValues(dt)
 	size, e := dt.Size(), len(edges)
+	b := make([]byte, max(span, (bigCount()+8)*size))
 	for i := 0; i*size < len(b); i++ {
 		el := b[i*size : (i+1)*size]
 		switch {
@@ -131,15 +138,20 @@ func fillValues(rng *rand.Rand, b []byte, dt reduce.DataType, which int) {
 			copy(el, edges[i/e])
 		case i < e*e:
 			copy(el, edges[i%e])
-		case rng.IntN(2) == 0:
+		case i%2 == 0:
 			copy(el, edges[rng.IntN(e)])
 		default:
-			for j := range el {
-				el[j] = byte(rng.Uint32())
-			}
+			var r [16]byte
+			binary.LittleEndian.PutUint64(r[:], rng.Uint64())
+			binary.LittleEndian.PutUint64(r[8:], rng.Uint64())
+			copy(el, r[:])
 		}
 	}
+	valuePools[key] = b
+	return b[:span]
 }
+
+var valuePools = map[[2]int][]byte{}
 
 // run is one kernel call to check: a reduction with op, or (div) a division by n.
 type run struct {
@@ -158,37 +170,69 @@ func (r run) String() string {
 	return fmt.Sprintf("%v %v, %d elements, %v", r.dt, r.op, r.count, r.l)
 }
 
-// check runs r's kernel on fake device memory and compares every byte of both
-// allocations with what internal/reduce makes of the same input (the bytes around the
-// range must be untouched). It returns the first difference as an error.
-func check(rng *rand.Rand, fk *cudatest.Fake, k *cuda.Kernels, s cuda.Stream, r run) error {
+// devMem is the memory kernels run on: the fake's device memory, or on a real GPU
+// pinned host memory it maps; both are host-addressable.
+type devMem interface {
+	alloc(n int) uintptr
+	free(p uintptr)
+	drain(s cuda.Stream)
+}
+
+type fakeMem struct{ fk *cudatest.Fake }
+
+func (m fakeMem) alloc(n int) uintptr { return m.fk.Malloc(0, n) }
+func (m fakeMem) free(p uintptr)      { m.fk.Free(p) }
+func (m fakeMem) drain(s cuda.Stream) { m.fk.Drain(uintptr(s)) }
+
+// bench is where check runs kernels: two device buffers and host scratch, each large
+// enough for the big count of the largest type, reused by every run (the fake keeps
+// freed memory, poisoned, to catch late use).
+type bench struct {
+	mem            devMem
+	k              *cuda.Kernels
+	s              cuda.Stream
+	dp, sp         uintptr
+	dst, src, want []byte
+}
+
+func newBench(mem devMem, k *cuda.Kernels, s cuda.Stream) *bench {
+	n := (bigCount() + 8) * 16
+	return &bench{mem: mem, k: k, s: s, dp: mem.alloc(n), sp: mem.alloc(n),
+		dst: make([]byte, n), src: make([]byte, n), want: make([]byte, n)}
+}
+
+func (b *bench) free() {
+	b.mem.free(b.dp)
+	b.mem.free(b.sp)
+}
+
+// check runs r's kernel on fake device memory and compares every byte of both buffers
+// with what internal/reduce makes of the same input (the bytes around the range must be
+// untouched). It returns the first difference as an error.
+func (b *bench) check(r run) error {
 	size := r.dt.Size()
 	span := (r.count + 4) * size
-	dstMem, srcMem := make([]byte, span), make([]byte, span)
-	fillValues(rng, dstMem, r.dt, 0)
-	fillValues(rng, srcMem, r.dt, 1)
 	// The pairs of edge values start at the offsets, where the kernel begins.
-	copy(dstMem[r.l.dstOff*size:], append([]byte(nil), dstMem...))
-	copy(srcMem[r.l.srcOff*size:], append([]byte(nil), srcMem...))
+	dstMem, srcMem, want := b.dst[:span], b.src[:span], b.want[:span]
+	clear(dstMem[:r.l.dstOff*size])
+	clear(srcMem[:r.l.srcOff*size])
+	copy(dstMem[r.l.dstOff*size:], valuesOf(r.dt, 0, span))
+	copy(srcMem[r.l.srcOff*size:], valuesOf(r.dt, 1, span))
+	sp := b.sp
 	if r.l.inPlace {
-		srcMem = dstMem
+		srcMem, sp = dstMem, b.dp
 	}
-	dp := fk.Malloc(0, span)
-	defer fk.Free(dp)
-	fk.Write(dp, dstMem)
-	sp := dp
+	cudatest.Poke(b.dp, dstMem)
 	if !r.l.inPlace {
-		sp = fk.Malloc(0, span)
-		defer fk.Free(sp)
-		fk.Write(sp, srcMem)
+		cudatest.Poke(sp, srcMem)
 	}
 	lo, hi := r.l.dstOff*size, (r.l.dstOff+r.count)*size
-	want := append([]byte(nil), dstMem...)
+	copy(want, dstMem)
 	var err error
 	if r.div {
 		err = reduce.DivideBy(want[lo:hi], r.dt, r.n)
 		if err == nil {
-			err = k.DivideBy(s, dp+uintptr(lo), r.count, r.dt, r.n)
+			err = b.k.DivideBy(b.s, b.dp+uintptr(lo), r.count, r.dt, r.n)
 		}
 	} else {
 		src := srcMem[r.l.srcOff*size : (r.l.srcOff+r.count)*size]
@@ -197,23 +241,24 @@ func check(rng *rand.Rand, fk *cudatest.Fake, k *cuda.Kernels, s cuda.Stream, r 
 		}
 		err = reduce.ReduceInto(want[lo:hi], src, r.dt, r.op)
 		if err == nil {
-			err = k.ReduceInto(s, dp+uintptr(lo), sp+uintptr(r.l.srcOff*size), r.count, r.dt, r.op)
+			err = b.k.ReduceInto(b.s, b.dp+uintptr(lo), sp+uintptr(r.l.srcOff*size), r.count, r.dt, r.op)
 		}
 	}
 	if err != nil {
 		return fmt.Errorf("%v: %w", r, err)
 	}
-	fk.Drain(uintptr(s))
-	got := fk.Read(dp, span)
-	if !r.l.inPlace && !bytes.Equal(fk.Read(sp, span), srcMem) {
+	b.mem.drain(b.s)
+	if !r.l.inPlace && !bytes.Equal(cudatest.Peek(sp, span), srcMem) {
 		return fmt.Errorf("%v: the kernel wrote to src", r)
 	}
-	if i := firstDiff(got, want); i >= 0 {
-		el := i / size
-		return fmt.Errorf("%v: element %d (byte %d of the allocation) is % x, want % x (dst was % x)",
-			r, el-r.l.dstOff, i, got[el*size:(el+1)*size], want[el*size:(el+1)*size], dstMem[el*size:(el+1)*size])
+	got := cudatest.Peek(b.dp, span)
+	if bytes.Equal(got, want) {
+		return nil
 	}
-	return nil
+	i := firstDiff(got, want)
+	el := i / size
+	return fmt.Errorf("%v: element %d (byte %d of the buffer) is % x, want % x (dst was % x)",
+		r, el-r.l.dstOff, i, got[el*size:(el+1)*size], want[el*size:(el+1)*size], dstMem[el*size:(el+1)*size])
 }
 
 func firstDiff(a, b []byte) int {
@@ -225,49 +270,62 @@ func firstDiff(a, b []byte) int {
 	return -1
 }
 
+// sweepReduce checks every pair CheckReduction accepts at every count and layout, and
+// returns how many pairs there were.
+func (b *bench) sweepReduce(t *testing.T) int {
+	pairs := 0
+	for _, dt := range kernelTypes {
+		for _, op := range allOps {
+			if reduce.CheckReduction(dt, op) != nil {
+				continue
+			}
+			pairs++
+			for _, count := range []int{0, 1, 7, 100, bigCount()} {
+				for _, l := range layouts(count) {
+					require.NoError(t, b.check(run{dt: dt, op: op, count: count, l: l}))
+				}
+			}
+		}
+	}
+	return pairs
+}
+
+// sweepDivide checks the division of every type that averages, by awkward divisors.
+func (b *bench) sweepDivide(t *testing.T) {
+	for _, dt := range kernelTypes {
+		if reduce.CheckReduction(dt, reduce.Avg) != nil {
+			continue
+		}
+		// 1<<24+1 is not a float32: it rounds to 1<<24 as reduce.DivideBy's does.
+		for _, n := range []int{1, 2, 3, 7, 1<<24 + 1, 1<<40 + 3} {
+			for _, count := range []int{0, 1, 7, 100, bigCount()} {
+				for _, l := range []layout{{0, 0, false}, {1, 1, false}} {
+					require.NoError(t, b.check(run{dt: dt, div: true, n: n, count: count, l: l}))
+				}
+			}
+		}
+	}
+}
+
 func TestKernelsMatchTheCPUReduction(t *testing.T) {
 	_, fk := open(t)
 	fk.SetDelay(0, 20)
 	defer fk.SetDelay(0, 200)
-	rng := rand.New(rand.NewPCG(1, 2))
-	pairs := 0
 	onDevice(t, 0, func(k *cuda.Kernels, s cuda.Stream) {
-		for _, dt := range kernelTypes {
-			for _, op := range allOps {
-				if reduce.CheckReduction(dt, op) != nil {
-					continue
-				}
-				pairs++
-				for _, count := range []int{0, 1, 7, 100, bigCount()} {
-					for _, l := range layouts(count) {
-						require.NoError(t, check(rng, fk, k, s, run{dt: dt, op: op, count: count, l: l}))
-					}
-				}
-			}
-		}
+		b := newBench(fakeMem{fk}, k, s)
+		defer b.free()
+		require.Equal(t, 97, b.sweepReduce(t), "every pair CheckReduction accepts")
 	})
-	require.Equal(t, 97, pairs, "every pair CheckReduction accepts")
 }
 
 func TestKernelsMatchTheCPUDivision(t *testing.T) {
 	_, fk := open(t)
 	fk.SetDelay(0, 20)
 	defer fk.SetDelay(0, 200)
-	rng := rand.New(rand.NewPCG(3, 4))
 	onDevice(t, 0, func(k *cuda.Kernels, s cuda.Stream) {
-		for _, dt := range kernelTypes {
-			if reduce.CheckReduction(dt, reduce.Avg) != nil {
-				continue
-			}
-			// 1<<24+1 is not a float32: it rounds to 1<<24 as reduce.DivideBy's does.
-			for _, n := range []int{1, 2, 3, 7, 1<<24 + 1, 1<<40 + 3} {
-				for _, count := range []int{0, 1, 7, 100, bigCount()} {
-					for _, l := range []layout{{0, 0, false}, {1, 1, false}} {
-						require.NoError(t, check(rng, fk, k, s, run{dt: dt, div: true, n: n, count: count, l: l}))
-					}
-				}
-			}
-		}
+		b := newBench(fakeMem{fk}, k, s)
+		defer b.free()
+		b.sweepDivide(t)
 	})
 }
 
@@ -275,8 +333,9 @@ func TestKernelsMatchTheCPUDivision(t *testing.T) {
 // wrong: the fake's deliberately wrong implementation misses the last element.
 func TestKernelsCorruptedKernelIsCaught(t *testing.T) {
 	_, fk := open(t)
-	rng := rand.New(rand.NewPCG(5, 6))
 	onDevice(t, 0, func(k *cuda.Kernels, s cuda.Stream) {
+		b := newBench(fakeMem{fk}, k, s)
+		defer b.free()
 		for _, c := range []struct {
 			kernel string
 			r      run
@@ -287,9 +346,9 @@ func TestKernelsCorruptedKernelIsCaught(t *testing.T) {
 			{"gonccl_reduce_bor_bool", run{dt: reduce.Bool, op: reduce.Max, count: 25, l: layout{1, 1, false}}},
 			{"gonccl_divide_bf16", run{dt: reduce.Bfloat16, div: true, n: 3, count: 49}},
 		} {
-			require.NoError(t, check(rng, fk, k, s, c.r), "before corrupting")
+			require.NoError(t, b.check(c.r), "before corrupting")
 			require.NoError(t, cudatest.CorruptKernel(fake.path, c.kernel))
-			err := check(rng, fk, k, s, c.r)
+			err := b.check(c.r)
 			require.NoError(t, cudatest.CorruptKernel(fake.path, ""))
 			require.ErrorContains(t, err, fmt.Sprintf("element %d ", c.r.count-1), "%s corrupted", c.kernel)
 		}

@@ -27,14 +27,21 @@ import (
 
 // Write copies b to device memory p directly (no stream): the fake's device memory is
 // host memory.
-func (f *Fake) Write(p uintptr, b []byte) {
+func (f *Fake) Write(p uintptr, b []byte) { Poke(p, b) }
+
+// Read returns n bytes of device memory p, read directly (no stream).
+func (f *Fake) Read(p uintptr, n int) []byte { return Peek(p, n) }
+
+// Poke copies b to host-addressable memory at p (the fake's device memory, or pinned
+// host memory).
+func Poke(p uintptr, b []byte) {
 	if len(b) > 0 {
 		C.copyTo(C.uintptr_t(p), unsafe.Pointer(&b[0]), C.size_t(len(b)))
 	}
 }
 
-// Read returns n bytes of device memory p, read directly (no stream).
-func (f *Fake) Read(p uintptr, n int) []byte {
+// Peek returns a copy of n bytes of host-addressable memory at p.
+func Peek(p uintptr, n int) []byte {
 	b := make([]byte, n)
 	if n > 0 {
 		C.copyFrom(unsafe.Pointer(&b[0]), C.uintptr_t(p), C.size_t(n))

@@ -138,6 +138,8 @@ CUresult cuModuleLoadData(void** module, const void* image) {
   CUresult r = need_ctx();
   if (r) return r;
   if (module == NULL || image == NULL) return CUDA_ERROR_INVALID_VALUE;
+  const char* fail = getenv("FAKECUDA_MODULE_ERROR"); /* a CUresult, as a driver too old would give */
+  if (fail && *fail) return (CUresult)strtol(fail, NULL, 10);
   /* Header: u32 magic, u16 version, u16 header size, u64 size of what follows. */
   uint32_t magic;
   uint16_t header;

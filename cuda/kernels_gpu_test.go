@@ -1,0 +1,58 @@
+package cuda_test
+
+import (
+	"testing"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gonccl/gonccl/cuda"
+)
+
+// realMem is pinned host memory, which a GPU with unified addressing (every 64-bit Linux
+// system) reaches at the same address: enough to run the kernels on a real GPU without
+// device allocations.
+type realMem struct {
+	t    *testing.T
+	d    *cuda.Driver
+	ptrs map[uintptr]unsafe.Pointer
+}
+
+func (m realMem) alloc(n int) uintptr {
+	p, err := m.d.HostAlloc(n)
+	require.NoError(m.t, err)
+	m.ptrs[uintptr(p)] = p
+	return uintptr(p)
+}
+
+func (m realMem) free(p uintptr) {
+	require.NoError(m.t, m.d.HostFree(m.ptrs[p]))
+	delete(m.ptrs, p)
+}
+
+func (m realMem) drain(s cuda.Stream) { require.NoError(m.t, m.d.Sync(s)) }
+
+// TestKernelsOnARealGPU runs the value sweeps on GPU 0 through the real driver
+// (libcuda.so.1), where there is one; elsewhere it skips. scripts/gpu-check.sh's
+// machines run it with `go test ./cuda -run OnARealGPU -v`.
+func TestKernelsOnARealGPU(t *testing.T) {
+	d, err := cuda.Open(cuda.DefaultLibrary)
+	if err != nil {
+		t.Skipf("no CUDA driver here: %v", err)
+	}
+	ctx, err := d.RetainPrimary(0)
+	if err != nil {
+		t.Skipf("no GPU 0: %v", err)
+	}
+	defer d.ReleasePrimary(0)
+	k, err := d.LoadKernels(ctx)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, d.UnloadKernels(ctx)) }()
+	require.NoError(t, d.Do(ctx, func() error {
+		b := newBench(realMem{t: t, d: d, ptrs: map[uintptr]unsafe.Pointer{}}, k, cuda.StreamLegacy)
+		defer b.free()
+		require.Equal(t, 97, b.sweepReduce(t))
+		b.sweepDivide(t)
+		return nil
+	}))
+}
