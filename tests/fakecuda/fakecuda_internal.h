@@ -9,7 +9,8 @@
  * counters and the state all parts share), memory.c (device and pinned allocations,
  * pointer attributes, copies), stream.c (the stream queues and their threads, the
  * special handles, capture, delays, fake kernels) and event.c (events and
- * cuStreamWaitEvent).
+ * cuStreamWaitEvent); standin.c (what tests/capi/realcuda.c calls beyond that, so the
+ * fake can stand in for libcuda.so.1 under it: tests/test_realcuda_link.py).
  *
  * What it models, so that gonccl's staging logic is exercised for real:
  * - device memory: malloc'd host memory in a table of allocations with a device ordinal;
