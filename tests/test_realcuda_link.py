@@ -10,7 +10,9 @@ NVIDIA driver's libcuda.so.1. It checks with nm that realcuda.o (and, nm -D,
 librealcuda.so) defines every hook fakecuda.h declares, reading the list from the header.
 Then the test runs on 2 ranks through realcuda.c over the stand-in: the hooks' real-driver
 logic (managed memory, memsets and host functions as kernels, capture, late streams,
-counters) runs in CI, with the fake's queues as the GPU.
+counters) runs in CI, with the fake's queues as the GPU; and tests/capi/hooks_selftest.c
+checks both implementations of the hooks alike, the planted stale read included (the C
+test only ever expects none, which a consumer that never looked would also give).
 """
 
 import glob
@@ -120,3 +122,18 @@ def test_realcuda_runs_over_the_standin(linked, standin, tmp_path):
     for r, proc in enumerate(run.procs):
         assert f"rank {r}:" in proc.stdout and "checks passed" in proc.stdout, proc.describe()
         assert f"CUDA driver loaded from {lib}" in proc.stderr, proc.describe()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("through", ["fake", "realcuda"])
+def test_hooks_selftest(linked, standin, tmp_path, through):
+    out, _ = linked
+    exe = os.path.join(out, "hooks_selftest")
+    if through == "fake":  # the same program linked against the fake's own hooks
+        exe = str(tmp_path / "hooks_selftest_fake")
+        subprocess.run(["gcc", "-std=c11", "-D_DEFAULT_SOURCE", "-Wall", "-Werror", "-O1", f"-I{FAKE_DIR}", "-o", exe,
+                        os.path.join(CAPI_DIR, "hooks_selftest.c"), f"-L{standin}", "-l:libcuda.so.1",
+                        f"-Wl,-rpath,{standin}"], check=True, timeout=120)
+    run = _harness.run_processes([[exe]], timeout=60, cwd=str(tmp_path), names=[f"hooks_selftest ({through})"])
+    run.assert_ok("hooks_selftest")
+    assert "all checks passed (1 stale read, as planted)" in run.procs[0].stdout, run.procs[0].describe()

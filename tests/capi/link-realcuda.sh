@@ -10,8 +10,8 @@
 #   tests/capi/link-realcuda.sh OUT_DIR LIBCUDA_DIR GONCCL_PACKAGE_DIR
 #
 # LIBCUDA_DIR holds libcuda.so.1; GONCCL_PACKAGE_DIR is the installed gonccl package
-# (libgonccl.so and include/gonccl.h). Writes OUT_DIR/realcuda.o, librealcuda.so and
-# cuda_capi_test. Before linking, checks that realcuda.o defines every hook that
+# (libgonccl.so and include/gonccl.h). Writes OUT_DIR/realcuda.o, librealcuda.so,
+# cuda_capi_test and hooks_selftest (the hooks checked alone; CI runs it). Before linking, checks that realcuda.o defines every hook that
 # tests/fakecuda/fakecuda.h declares (the list is read from the header, comments
 # stripped), and after linking that librealcuda.so exports them (nm -D).
 set -euo pipefail
@@ -57,5 +57,7 @@ set -x
 "$CC" -o "$OUT/cuda_capi_test" "$OUT/cuda_capi_test.o" -Wl,--no-undefined \
   -L"$OUT" -lrealcuda -Wl,-rpath,"$OUT" -L"$PKG" -lgonccl -Wl,-rpath,"$PKG" \
   -L"$LIBCUDA_DIR" -l:libcuda.so.1 -Wl,-rpath,"$LIBCUDA_DIR" -lpthread -lm
+"$CC" -std=c11 -D_DEFAULT_SOURCE -Wall -Werror -O1 -I"$FAKE" -o "$OUT/hooks_selftest" "$HERE/hooks_selftest.c" \
+  -Wl,--no-undefined -L"$OUT" -lrealcuda -Wl,-rpath,"$OUT" -L"$LIBCUDA_DIR" -l:libcuda.so.1 -Wl,-rpath,"$LIBCUDA_DIR"
 { set +x; } 2>/dev/null
 check_hooks -D --defined-only "$OUT/librealcuda.so"
