@@ -477,7 +477,7 @@ fi
 
 # ---- the test suite's CUDA cases ----
 if [[ $DRY -eq 1 ]]; then
-  selected pytest && skip pytest-cuda "dry run: would run $PY -m pytest -v -k cuda -n $JOBS --timeout 180 tests (the collective, p2p, groups/hooks, contract and differential tests on CUDA tensors against Gloo)"
+  selected pytest && skip pytest-cuda "dry run: would run $PY -m pytest -v -k cuda -n $JOBS --dist loadgroup --timeout 180 tests (the collective, p2p, groups/hooks, contract and differential tests on CUDA tensors against Gloo)"
 elif [[ -z "$PKG" ]]; then
   selected pytest && skip pytest-cuda "$why"
 elif [[ $gpus -eq 0 ]]; then
