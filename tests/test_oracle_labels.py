@@ -164,3 +164,18 @@ def test_differential_gonccl_wrong_is_gonccls(diff):
     diff.compare(plan("broadcast"), grp, [X + 1], [X.clone()], [("exact", X)], fails)
     assert len(fails) == 1 and "gonccl (candidate) output 0 != gloo" in fails[0] and "oracle" not in fails[0]
     assert diff.ORACLE_KNOWN == []
+
+
+def test_agrees_compares_gonccl_only_with_a_right_gloo(ck, capsys):
+    """The collectives worker's gonccl-vs-Gloo comparisons (workers/_collectives_values.py)."""
+    c, rec = ck
+    _oracle.agrees(c, "broadcast case", X.clone(), X + 1, ("exact", X), "broadcast")
+    assert len(rec["failures"]) == 1, rec["failures"]
+    assert rec["failures"][0].startswith("gloo (oracle) wrong, not a gonccl failure: broadcast case: != reference")
+    _oracle.agrees(c, "all_reduce case", X + 1, X.clone(), ("exact", X), "all_reduce")
+    assert rec["failures"][1].startswith("all_reduce case: gonccl != gloo"), rec["failures"]
+    tol = torch.full((N,), 1e-3, dtype=torch.float64)
+    _oracle.agrees(c, "close case", X + 1.2e-3, X - 9e-4, ("close", X.double(), tol), "all_reduce")
+    assert rec["failures"][2].startswith("close case: gonccl vs gloo differ by more than 2*tol"), rec["failures"]
+    _oracle.agrees(c, "fine", X.clone(), X.clone(), ("exact", X), "all_reduce")
+    assert len(rec["failures"]) == 3

@@ -22,6 +22,9 @@ import sys
 from dataclasses import dataclass
 from typing import Callable
 
+from _common import close_mismatch, exact_mismatch
+from _reference import mismatch
+
 
 @dataclass(frozen=True)
 class KnownIssue:
@@ -108,3 +111,23 @@ def both(ck, what, make_call, check, oracle_group, op: str, facts: dict, parity_
         ck.check("contiguous" in cerr, f"{what}: gonccl's error does not say why: {cerr}")
         parity_gaps.append(f"{what}: gloo handles it correctly but gonccl raises {cerr}")
     return result
+
+
+def agrees(ck, case, got, oracle, ref, op: str, **facts) -> None:
+    """gonccl's result `got` (held to the reference `ref` elsewhere) against Gloo's
+    `oracle`, the reference's way ("exact", t) or ("close", v, tol): Gloo's result is
+    checked against the reference first; where it is wrong the failure is Gloo's
+    (labelled, see the module doc) and gonccl is not compared with it; else gonccl must
+    agree with it (exactly, or within twice the tolerance: both are within it of the
+    reference)."""
+    bad = mismatch(oracle, ref)
+    if bad is not None:
+        issue = known_issue(op, **facts)
+        report(ck, label(case, f"!= reference: {bad}", issue), known=issue is not None)
+        return
+    if ref[0] == "exact":
+        bad = exact_mismatch(got, oracle)
+        ck.check(bad is None, lambda: f"{case}: gonccl != gloo: {bad}")
+    else:
+        bad = close_mismatch(got, oracle.double(), 2 * ref[2])
+        ck.check(bad is None, lambda: f"{case}: gonccl vs gloo differ by more than 2*tol: {bad}")
