@@ -56,8 +56,10 @@ test-wheel: wheel
 csrc-compat:
 	$(PY) scripts/csrc_compat.py
 
-# make gpu-check-dry: the GPU check's dry run against the library make lib built: builds the
-# extension around it (no Go), runs the CPU parts, lists what a GPU machine would run.
+# make gpu-check-dry: the GPU check's dry run against the library make lib built: prints the
+# plan (each step's limit and expected time on one H100, within the 480 s budget), builds the
+# extension around the library (no Go), links and runs the C test through realcuda.c against
+# the fake driver built as libcuda.so.1, runs the CPU parts.
 gpu-check-dry: lib
 	GONCCL_PYTHON=$(PY) scripts/gpu-check.sh --dry-run --library $(CURDIR)/build/lib/libgonccl.so \
 	  --report build/gpu-check/report-dry-run.md

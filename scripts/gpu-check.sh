@@ -1,96 +1,182 @@
 #!/usr/bin/env bash
 # gpu-check.sh: everything gonccl needs checked on a machine with GPUs, in one command and
-# one report file. Run from the source tree, on a machine with torch and one or more GPUs:
+# one report, within a time budget (a lent GPU gives 15 minutes, start and build included).
+# Run from the source tree, on a machine with torch and one or more GPUs:
 #
-#   scripts/gpu-check.sh [--library PATH/libgonccl.so] [--python PY] [--report FILE] [--dry-run]
+#   scripts/gpu-check.sh [--library PATH/libgonccl.so | --wheel WHEEL_OR_DIR] [--python PY]
+#                        [--report FILE.md | DIR] [--only STEP,...] [--budget SECONDS]
+#                        [--jobs N] [--dry-run]
 #
 # Go is optional: give a libgonccl.so built elsewhere (`make lib`) with --library or
-# GONCCL_LIBRARY, and only the C++ extension is built here (against this machine's torch).
+# GONCCL_LIBRARY, and only the C++ extension is built here (against this machine's torch),
+# as a wheel that is installed and kept under the report (DIR/wheel/) and in
+# build/gpu-check/wheel/: a second run passes --wheel with either and skips the build.
 # The steps (each with a time limit; each reports pass, fail or skip with the reason):
-#   build        pip install --no-build-isolation . into PY's environment (the prebuilt
-#                library when given; else `go build`, which needs Go)
+#   build        pip wheel . and install it (the prebuilt library when given; else `go
+#                build`, which needs Go); install-wheel instead with --wheel
 #   import       import gonccl, its library's version, CUDA support in the extension
-#   capi-cuda    tests/capi/cuda_capi_test.c against the real libcuda.so.1 (through
-#                tests/capi/realcuda.c), 2 ranks (and 3: ranks sharing devices); again
-#                with GONCCL_DEVICE_PATH=1 (capi-cuda-device-*)
-#   init-log     the INIT log (GONCCL_DEBUG=INFO GONCCL_DEBUG_SUBSYS=INIT): topology, transports
-#   stream-*     scripts/gpu_stream_check.py on 2 ranks: 256 MiB sync all_reduce checked at once
-#                on the default stream x50, all_gather into a list, chained async ops; also
-#                under PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
-#   ddp-*        examples/ddp_simple.py and ddp_example.py under torchrun: one rank per GPU,
-#                and 2 ranks sharing GPU 0
-#   pytest-cuda  the pytest suite's CUDA cases (pytest -k cuda: device-parametrized tests)
-#   bench-*      python -m gonccl.bench all_reduce on CUDA tensors: gonccl vs gloo, gonccl
-#                with GONCCL_DEVICE_PATH=1 (bench-device), and vs nccl with one rank per
-#                GPU (2+ GPUs)
-# --dry-run runs what needs no GPU (build, import, compiling the C test, the init log and
-# the stream checker and ddp_simple on CPU ranks) and lists the GPU steps it would run.
-# Nothing here needs the network. The report (default build/gpu-check/report.md) holds
-# the machine, each step's verdict and the tail of its output; REPORT.logs/ beside it holds
-# every step's whole log.
+#   capi-link    tests/capi/link-realcuda.sh: realcuda.c (the fake driver's test hooks on
+#                the real driver API) and tests/capi/cuda_capi_test.c linked against
+#                libcuda.so.1 with --no-undefined, every hook of fakecuda.h checked (nm)
+#   capi-cuda-*  that test on 2 ranks and on 3 (ranks sharing devices); again with
+#                GONCCL_DEVICE_PATH=1 (capi-cuda-device-*)
+#   capi-memcheck  the 2-rank run under compute-sanitizer --tool memcheck (if installed)
+#   stream-*     scripts/gpu_stream_check.py on 2 ranks, with the INIT log: 256 MiB sync
+#                all_reduce checked at once on the default stream x50, all_gather into a
+#                list, chained async ops; also with expandable_segments:True
+#   ddp-*        examples/ddp_simple.py and ddp_example.py under torchrun: 2 ranks sharing
+#                GPU 0, and one rank per GPU on 2+ GPUs
+#   pytest-cuda  the test suite's CUDA cases (pytest -k cuda), in parallel with
+#                pytest-xdist (-n JOBS) when installed; the first lines of each failure
+#                go into the report
+#   bench-*      python -m gonccl.bench all_reduce on CUDA tensors up to 64 MiB: gonccl vs
+#                gloo, gonccl with GONCCL_DEVICE_PATH=1 (bench-device), and vs nccl with one
+#                rank per GPU (2+ GPUs)
+# --only STEP,... runs those steps (a name, or a prefix: capi, stream, ddp, bench); the
+# build runs only if named, if --wheel is given, or if gonccl is not importable.
+# --budget (default 480 s on a GPU; none in a dry run) bounds the whole run: each step's
+# limit is cut to what is left, a step that no longer fits is skipped, saying so.
+# --dry-run prints the plan (steps, limits, expected seconds on one H100) and runs what
+# needs no GPU: the build, the import, the C test linked and run on 2 ranks against the
+# fake driver built as a libcuda.so.1 stand-in, and the stream checker and ddp_simple on
+# CPU ranks. Nothing here needs the network. The report (default
+# build/gpu-check/report.md; with --report DIR, DIR/report.md) holds the machine, each
+# step's verdict and the tail of its output; every step's whole log is beside it.
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 DRY=0
 LIB="${GONCCL_LIBRARY:-}"
+WHEEL=""
 PY="${GONCCL_PYTHON:-$(command -v python3 || command -v python)}"
 REPORT="$ROOT/build/gpu-check/report.md"
 SCALE="${GONCCL_CHECK_TIMEOUT_SCALE:-1}"
+ONLY=""
+BUDGET=""
+JOBS=""
 
-usage() { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,44p' "$0" | sed 's/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --dry-run) DRY=1 ;;
-    --library) LIB="$2"; shift ;;
+    --library|--wheel|--python|--report|--only|--budget|--jobs)
+      [[ $# -ge 2 ]] || { echo "gpu-check: $1 needs a value" >&2; exit 2; }
+      opt="$1" v="$2"; shift
+      case "$opt" in
+        --library) LIB="$v" ;; --wheel) WHEEL="$v" ;; --python) PY="$v" ;; --report) REPORT="$v" ;;
+        --only) ONLY="$v" ;; --budget) BUDGET="$v" ;; --jobs) JOBS="$v" ;;
+      esac ;;
     --library=*) LIB="${1#*=}" ;;
-    --python) PY="$2"; shift ;;
+    --wheel=*) WHEEL="${1#*=}" ;;
     --python=*) PY="${1#*=}" ;;
-    --report) REPORT="$2"; shift ;;
     --report=*) REPORT="${1#*=}" ;;
+    --only=*) ONLY="${1#*=}" ;;
+    --budget=*) BUDGET="${1#*=}" ;;
+    --jobs=*) JOBS="${1#*=}" ;;
     -h|--help) usage; exit 0 ;;
     *) echo "gpu-check: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
 done
-[[ -n "$LIB" ]] && LIB="$(cd "$(dirname "$LIB")" && pwd)/$(basename "$LIB")"
+[[ -z "$BUDGET" ]] && BUDGET=$([[ $DRY -eq 1 ]] && echo 0 || echo 480)
+[[ "$BUDGET" =~ ^[0-9]+$ ]] || { echo "gpu-check: --budget $BUDGET: not a number of seconds" >&2; exit 2; }
+[[ -z "$JOBS" || "$JOBS" =~ ^[0-9]+$ ]] || { echo "gpu-check: --jobs $JOBS: not a number" >&2; exit 2; }
+abspath() { echo "$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"; }
+[[ -n "$LIB" ]] && LIB="$(abspath "$LIB")"
+if [[ -n "$WHEEL" ]]; then
+  [[ -d "$WHEEL" ]] && WHEEL="$(ls -t "$WHEEL"/gonccl-*.whl 2>/dev/null | head -1)"
+  [[ -f "$WHEEL" ]] || { echo "gpu-check: --wheel: no gonccl wheel there" >&2; exit 2; }
+  WHEEL="$(abspath "$WHEEL")"
+fi
+[[ "$REPORT" == *.md ]] || REPORT="$REPORT/report.md"
 REPORT="$(mkdir -p "$(dirname "$REPORT")" && cd "$(dirname "$REPORT")" && pwd)/$(basename "$REPORT")"
 LOGS="${REPORT%.md}.logs"   # this report's own: every step's full log, and work/ for its files
 WORK="$LOGS/work"
+WHEELDIR="$(dirname "$REPORT")/wheel"
 rm -rf "$LOGS"
 mkdir -p "$LOGS" "$WORK"
 
+# ---- the steps: name, time limit (s), expected seconds on one H100 (the plan) ----
+STEPS=(build install-wheel import capi-link capi-cuda-2ranks capi-cuda-3ranks capi-memcheck
+  stream-cuda stream-cuda-expandable ddp-simple-shared-gpu0 ddp-example-shared-gpu0
+  ddp-simple-per-gpu ddp-example-per-gpu pytest-cuda bench-gloo bench-nccl)
+declare -A LIMIT=([build]=300 [install-wheel]=120 [import]=60 [capi-link]=60 [capi-cuda-2ranks]=60
+  [capi-cuda-3ranks]=60 [capi-memcheck]=150 [stream-cuda]=90 [stream-cuda-expandable]=90
+  [ddp-simple-shared-gpu0]=60 [ddp-example-shared-gpu0]=60 [ddp-simple-per-gpu]=60
+  [ddp-example-per-gpu]=60 [pytest-cuda]=300 [bench-gloo]=90 [bench-nccl]=90)
+declare -A EXPECT=([build]=70 [install-wheel]=10 [import]=4 [capi-link]=3 [capi-cuda-2ranks]=10
+  [capi-cuda-3ranks]=12 [capi-memcheck]=45 [stream-cuda]=16 [stream-cuda-expandable]=16
+  [ddp-simple-shared-gpu0]=15 [ddp-example-shared-gpu0]=18 [ddp-simple-per-gpu]=15
+  [ddp-example-per-gpu]=17 [pytest-cuda]=190 [bench-gloo]=25 [bench-nccl]=25)
+# What runs where: g = on a GPU machine, 2 = only with 2+ GPUs, d = in a dry run too.
+declare -A WHERE=([build]=gd [install-wheel]=gd [import]=gd [capi-link]=gd [capi-cuda-2ranks]=gd
+  [capi-cuda-3ranks]=g [capi-memcheck]=g [stream-cuda]=g [stream-cuda-expandable]=g
+  [ddp-simple-shared-gpu0]=g [ddp-example-shared-gpu0]=g [ddp-simple-per-gpu]=2
+  [ddp-example-per-gpu]=2 [pytest-cuda]=g [bench-gloo]=g [bench-nccl]=2)
+
+selected() {  # STEP or GROUP: whether --only (if any) names it, a prefix of it, or a step of it
+  [[ -z "$ONLY" ]] && return 0
+  local s
+  for s in ${ONLY//,/ }; do
+    [[ "$1" == "$s" || "$1" == "$s"-* || "$s" == "$1"-* ]] && return 0
+  done
+  return 1
+}
+if [[ -n "$ONLY" ]]; then
+  for s in ${ONLY//,/ }; do
+    known=0
+    for t in "${STEPS[@]}" stream-cpu ddp-simple-cpu; do [[ "$t" == "$s" || "$t" == "$s"-* ]] && known=1; done
+    [[ $known -eq 1 ]] || { echo "gpu-check: --only $s: no such step (steps: ${STEPS[*]})" >&2; exit 2; }
+  done
+fi
+
+T0=$SECONDS
 RESULTS=()   # "name|status|seconds|reason"
 PASS=0; FAIL=0; SKIP=0
 
 record() {  # name status seconds reason
   RESULTS+=("$1|$2|$3|$4")
   case "$2" in pass) PASS=$((PASS + 1)) ;; fail) FAIL=$((FAIL + 1)) ;; *) SKIP=$((SKIP + 1)) ;; esac
-  printf 'gpu-check: %-22s %-4s %4ss  %s\n' "$1" "$2" "$3" "$4"
+  printf 'gpu-check: %-24s %-4s %4ss  %s\n' "$1" "$2" "$3" "$4"
 }
 
-# run NAME TIMEOUT CHECK CMD...: runs CMD (a command or an exported function; it and its
-# children are killed at TIMEOUT*SCALE seconds), output in $LOGS/NAME.log; then CHECK (a
-# shell function given the log, or "-") decides: it prints a reason, returns 0 to pass.
+skip() { record "$1" skip 0 "$2"; }
+
+always() { local only="$ONLY"; ONLY=""; run "$@"; ONLY="$only"; }  # run, whatever --only says
+
+# run NAME CHECK CMD...: runs CMD (a command or an exported function; it and its children
+# are killed at the step's limit, scaled by SCALE and cut to what is left of the budget),
+# output in $LOGS/NAME.log; then CHECK (a shell function given the log, or "-") decides:
+# it prints a reason, returns 0 to pass. A step --only leaves out is not run.
 run() {
-  local name="$1" limit="$2" check="$3"; shift 3
-  local log="$LOGS/$name.log" t0=$SECONDS rc reason
-  limit=$(awk -v a="$limit" -v b="$SCALE" 'BEGIN { printf "%d", a * b }')
+  local name="$1" check="$2"; shift 2
+  selected "$name" || return 0
+  local log="$LOGS/$name.log" t0=$SECONDS rc reason limit left
+  limit=$(awk -v a="${LIMIT[$name]:-300}" -v b="$SCALE" 'BEGIN { printf "%d", a * b }')
+  if [[ $BUDGET -gt 0 ]]; then
+    left=$((BUDGET - (SECONDS - T0)))
+    if [[ $left -lt 10 ]]; then
+      skip "$name" "out of the ${BUDGET}s budget (${left}s left)"
+      return 0
+    fi
+    [[ $limit -gt $left ]] && limit=$left
+  fi
   { echo "\$ $*"; echo; } >"$log"
-  timeout -k 15 "$limit" bash -c '"$@"' bash "$@" >>"$log" 2>&1 </dev/null
+  timeout -k 10 "$limit" bash -c '"$@"' bash "$@" >>"$log" 2>&1 </dev/null
   rc=$?
   local secs=$((SECONDS - t0))
   if [[ $rc -eq 124 || $rc -eq 137 ]]; then
     record "$name" fail "$secs" "timed out after ${limit}s (killed)"
   elif [[ $rc -ne 0 ]]; then
-    record "$name" fail "$secs" "exit status $rc: $(grep -m1 -E 'FAIL|Error|error:|CHECK failed' "$log" | cut -c1-160)"
+    reason=$(tail -1 "$log" | grep -E '(passed|failed|error).* in [0-9.]+s' ||
+      grep -m1 -E 'FAIL|Error|error:|CHECK failed|does not define' "$log")
+    record "$name" fail "$secs" "exit status $rc: $(echo "$reason" | cut -c1-160)"
   elif [[ "$check" != "-" ]] && ! reason="$("$check" "$log")"; then
     record "$name" fail "$secs" "$reason"
   else
     record "$name" pass "$secs" "${reason:-exit 0}"
   fi
 }
-
-skip() { record "$1" skip 0 "$2"; }
 
 pyq() { (cd "$WORK" && timeout 120 "$PY" -c "$1" 2>/dev/null); }
 
@@ -106,7 +192,8 @@ torchrun() {  # NPROC SCRIPT ARGS...: torchrun on this host, a fresh port
 check_build() {
   local how; how=$(grep -m1 -o 'gonccl: building the extension with.*' "$1")
   local lib; lib=$(grep -m1 -o 'gonccl: GONCCL_LIBRARY: using [^ ]*' "$1")
-  echo "${lib:+$lib; }${how:-no 'building the extension' line in the log}"
+  local whl; whl=$(ls "$WHEELDIR"/gonccl-*.whl 2>/dev/null | head -1)
+  echo "${lib:+$lib; }${how:-no 'building the extension' line in the log}${whl:+; wheel kept: $whl}"
   if [[ -n "$LIB" && -z "$lib" ]]; then
     echo "; the build did not use --library $LIB"
     return 1
@@ -124,15 +211,18 @@ check_capi() {
   [[ $ok -ge 2 && $ok -eq $ranks ]] && { grep -m1 'checks passed' "$1"; return 0; }
   echo "$ok of $ranks ranks reported their checks passed"; return 1
 }
-check_init() {
-  local n; n=$(grep -c 'GONCCL.INIT' "$1")
-  [[ $n -gt 0 ]] && { echo "$n INIT lines (in the report below)"; return 0; }
-  echo "no INIT line logged"; return 1
+check_memcheck() {
+  check_capi "$1" >/dev/null || { check_capi "$1"; return 1; }
+  local clean; clean=$(grep -c 'ERROR SUMMARY: 0 errors' "$1")
+  [[ $clean -ge 2 ]] && { echo "$clean ranks: ERROR SUMMARY: 0 errors"; return 0; }
+  echo "memcheck: $(grep -m1 'ERROR SUMMARY' "$1" || echo 'no ERROR SUMMARY line')"; return 1
 }
 check_stream() {
   local bad; bad=$(grep '^STREAMCHECK' "$1" | grep -c '"ok": false')
   local good; good=$(grep '^STREAMCHECK' "$1" | grep -v '"check": "setup"' | grep -c '"ok": true')
-  [[ $bad -eq 0 && $good -gt 0 ]] && { echo "$good checks x ranks passed"; return 0; }
+  local init; init=$(grep -c 'GONCCL.INIT' "$1")
+  [[ $bad -eq 0 && $good -gt 0 && $init -gt 0 ]] && { echo "$good checks x ranks passed; $init INIT lines"; return 0; }
+  [[ $init -eq 0 ]] && { echo "no INIT line logged"; return 1; }
   echo "$bad checks failed: $(grep '^STREAMCHECK' "$1" | grep -m1 '"ok": false' | cut -c13-200)"; return 1
 }
 ddp_simple_ranks=2
@@ -161,8 +251,19 @@ if [[ $DRY -eq 0 ]]; then
   gpus=$(pyq 'import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)')
   gpus=${gpus:-0}
 fi
+SANITIZER="$(command -v compute-sanitizer || true)"
+if [[ -z "$SANITIZER" ]]; then
+  for d in "$(dirname "$(command -v nvcc 2>/dev/null || echo /nonexistent/x)")" /usr/local/cuda/bin /usr/local/cuda/compute-sanitizer; do
+    [[ -x "$d/compute-sanitizer" ]] && { SANITIZER="$d/compute-sanitizer"; break; }
+  done
+fi
+if [[ -z "$JOBS" ]]; then
+  cores=$(nproc 2>/dev/null || echo 2)
+  JOBS=$((cores > 4 ? cores - 2 : 2))
+  [[ $JOBS -gt 14 ]] && JOBS=14
+fi
 machine() {
-  echo "- date: $(date -u '+%Y-%m-%d %H:%M:%S UTC'); host: $(hostname); $(uname -srm)"
+  echo "- date: $(date -u '+%Y-%m-%d %H:%M:%S UTC'); host: $(hostname); $(uname -srm); $(nproc) cores"
   echo "- source: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$ROOT" diff --quiet 2>/dev/null || echo ' (modified)')"
   echo "- python: $PY ($("$PY" --version 2>&1))"
   echo "- torch: $(pyq 'import torch; print(torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())')"
@@ -172,171 +273,245 @@ machine() {
   else
     echo "- nvidia-smi: not on PATH"
   fi
-  echo "- nvcc: $(command -v nvcc >/dev/null && nvcc --version | tail -1 || echo none); gcc: $(gcc -dumpfullversion 2>/dev/null || echo none); go: $(command -v go >/dev/null && go version || echo none)"
-  echo "- library: ${LIB:-none given (built with Go)}"
+  echo "- nvcc: $(command -v nvcc >/dev/null && nvcc --version | tail -1 || echo none); compute-sanitizer: ${SANITIZER:-none}; gcc: $(gcc -dumpfullversion 2>/dev/null || echo none); go: $(command -v go >/dev/null && go version || echo none)"
+  echo "- library: ${LIB:-none given}; wheel: ${WHEEL:-built here}"
+  echo "- budget: ${BUDGET}s$([[ $BUDGET -eq 0 ]] && echo ' (none)'); used: $((SECONDS - T0))s; --only: ${ONLY:-all}"
 }
 
+# plan: the steps a GPU machine with NGPUS GPUs runs, their limits and expected seconds.
+plan() {
+  local n="$1" total=0 s
+  echo "| step | runs on $n GPU(s) | in a dry run | limit (s) | expected on one H100 (s) |"
+  echo "|---|---|---|---|---|"
+  for s in "${STEPS[@]}"; do
+    selected "$s" || continue
+    local runs="yes"
+    if [[ "$s" == build && -n "$WHEEL" ]] || [[ "$s" == install-wheel && -z "$WHEEL" ]]; then
+      runs="no (--wheel decides)"
+    elif [[ "${WHERE[$s]}" == 2 && $n -lt 2 ]]; then
+      runs="no (2+ GPUs)"
+    elif [[ "$s" == capi-memcheck && -z "$SANITIZER" && $DRY -eq 0 ]]; then
+      runs="no (no compute-sanitizer)"
+    else
+      total=$((total + ${EXPECT[$s]}))
+    fi
+    local dry="no"
+    [[ "${WHERE[$s]}" == *d* ]] && dry="yes"
+    [[ "$s" == capi-* && "$dry" == yes ]] && dry="yes (fake libcuda.so.1)"
+    echo "| $s | $runs | $dry | ${LIMIT[$s]} | ${EXPECT[$s]} |"
+  done
+  echo
+  echo "planned: ${total}s expected of a ${BUDGET_GPU}s budget on $n GPU(s)"
+}
+BUDGET_GPU=$([[ $BUDGET -gt 0 ]] && echo "$BUDGET" || echo 480)
 
 # ---- the steps, as functions run() can run ----
 build() {
   cd "$ROOT" || return 1
+  rm -rf "$WHEELDIR" && mkdir -p "$WHEELDIR" || return 1
+  local pip=(-m pip --disable-pip-version-check)
   if [[ -n "$LIB" ]]; then
-    GONCCL_LIBRARY="$LIB" "$PY" -m pip install -v --no-build-isolation --no-deps --no-index --disable-pip-version-check .
+    GONCCL_LIBRARY="$LIB" "$PY" "${pip[@]}" wheel -v --no-build-isolation --no-deps --no-index -w "$WHEELDIR" . || return 1
   else
-    "$PY" -m pip install -v --no-build-isolation --no-deps --no-index --disable-pip-version-check .
+    "$PY" "${pip[@]}" wheel -v --no-build-isolation --no-deps --no-index -w "$WHEELDIR" . || return 1
+  fi
+  local whl; whl=$(ls "$WHEELDIR"/gonccl-*.whl) || return 1
+  "$PY" "${pip[@]}" install --no-deps --no-index --force-reinstall "$whl" || return 1
+  local keep="$ROOT/build/gpu-check/wheel"  # survives on the machine between runs
+  if [[ "$(abspath "$keep")" != "$WHEELDIR" ]]; then
+    rm -rf "$keep" && mkdir -p "$keep" && cp "$whl" "$keep/"
   fi
 }
-
-capi_compile() {
-  gcc -c -std=c11 -D_DEFAULT_SOURCE -Wall -Werror -O1 -fPIC -I"$ROOT/tests/fakecuda" \
-    -o "$CAPI/realcuda.o" "$ROOT/tests/capi/realcuda.c" &&
-    gcc -c -std=c11 -D_DEFAULT_SOURCE -Wall -Werror -O1 -I"$PKG/include" -I"$ROOT/tests/fakecuda" \
-      -I"$ROOT/tests/capi" -o "$CAPI/cuda_capi_test.o" "$ROOT/tests/capi/cuda_capi_test.c"
+install_wheel() {
+  "$PY" -m pip --disable-pip-version-check install --no-deps --no-index --force-reinstall "$WHEEL"
 }
 
-capi_link() {
-  gcc -shared -o "$CAPI/librealcuda.so" "$CAPI/realcuda.o" -L"$libcuda_dir" -l:libcuda.so.1 -ldl -lpthread &&
-    gcc -o "$CAPI/cuda_capi_test" "$CAPI/cuda_capi_test.o" -L"$PKG" -lgonccl -Wl,-rpath,"$PKG" \
-      -L"$CAPI" -lrealcuda -Wl,-rpath,"$CAPI" -lpthread -lm
-}
+capi_link() { bash "$ROOT/tests/capi/link-realcuda.sh" "$CAPI" "$libcuda_dir" "$PKG"; }
 
-capi_ranks() {  # NRANKS [DEVICE_PATH: 0 staged, 1 the device path]
-  local n="$1" dp="${2:-0}" pids=() rc=0
+capi_ranks() {  # NRANKS [WRAPPER...]: the C test on NRANKS ranks, each under WRAPPER
+  local n="$1" pids=() rc=0; shift
   rm -f "$CAPI/id.$n"
   for ((r = 0; r < n; r++)); do
-    GONCCL_CUDA_LIBRARY="$CAPI/librealcuda.so" GONCCL_DEBUG=INFO GONCCL_DEBUG_SUBSYS=INIT GONCCL_DEVICE_PATH="$dp" \
-      "$CAPI/cuda_capi_test" "$r" "$n" "$CAPI/id.$n" > >(sed "s/^/[rank $r] /") 2>&1 &
+    GONCCL_CUDA_LIBRARY="$CAPI/librealcuda.so" GONCCL_DEBUG=INFO GONCCL_DEBUG_SUBSYS=INIT \
+      "$@" "$CAPI/cuda_capi_test" "$r" "$n" "$CAPI/id.$n" > >(sed "s/^/[rank $r] /") 2>&1 &
     pids+=($!)
   done
   for p in "${pids[@]}"; do wait "$p" || rc=1; done
   return $rc
 }
 
+# The fake driver built as a libcuda.so.1 stand-in (a dry run links and runs against it).
+standin() {
+  mkdir -p "$WORK/standin" &&
+    gcc -shared -fPIC -O1 -Wall -Werror -pthread -Wl,-soname,libcuda.so.1 -Wl,-Bsymbolic \
+      -o "$WORK/standin/libcuda.so.1" "$ROOT"/tests/fakecuda/*.c
+}
+
 stream() { torchrun 2 "$ROOT/scripts/gpu_stream_check.py" "$@"; }
 
 ddp() { OMP_NUM_THREADS=1 torchrun "$1" "$ROOT/examples/$2"; }  # NPROC SCRIPT
 
+pytest_cuda() {
+  local xdist=()
+  if pyq 'import xdist' >/dev/null; then xdist=(-n "$JOBS" --dist loadgroup); else echo "gpu-check: no pytest-xdist: the cases run one at a time"; fi
+  cd "$ROOT" && "$PY" -m pytest -v -k cuda -p no:cacheprovider --timeout 180 -rfE "${xdist[@]}" \
+    --junitxml="$LOGS/pytest-cuda.xml" tests
+}
+
 CAPI="$WORK/capi"
 mkdir -p "$CAPI"
 libcuda_dir="$(ldconfig -p 2>/dev/null | awk '/libcuda\.so\.1 .*x86-64/ { print $NF; exit }' | xargs -r dirname)"
-export ROOT PY WORK LOGS CAPI LIB DRY libcuda_dir
-export -f pyq free_port torchrun build capi_compile capi_link capi_ranks stream ddp
+[[ $DRY -eq 1 ]] && libcuda_dir="$WORK/standin"
+export ROOT PY WORK LOGS CAPI LIB WHEEL WHEELDIR DRY JOBS libcuda_dir
+export -f abspath pyq free_port torchrun build install_wheel capi_link capi_ranks standin stream ddp pytest_cuda
 echo "gpu-check: $([[ $DRY -eq 1 ]] && echo 'DRY RUN: ')report in $REPORT"
+if [[ $DRY -eq 1 ]]; then
+  echo "gpu-check: the plan on a machine with one GPU (a dry run runs those marked 'in a dry run', the stream checker and ddp_simple on CPU ranks):"
+  plan 1 | sed 's/^/  /'
+else
+  echo "gpu-check: the plan on this machine:"
+  plan "$gpus" | sed 's/^/  /'
+fi
 
-if [[ -z "$LIB" ]] && ! command -v go >/dev/null; then
+# ---- build or install ----
+pkg_dir() { pyq 'import gonccl, os; print(os.path.dirname(gonccl.__file__))'; }
+PKG=""
+[[ -n "$ONLY" && -z "$WHEEL" ]] && ! selected build && PKG="$(pkg_dir)"
+if [[ -n "$WHEEL" ]]; then
+  always install-wheel - install_wheel
+elif [[ -n "$PKG" ]]; then
+  skip build "--only leaves it out and gonccl is installed: $PKG"
+elif [[ -z "$LIB" ]] && ! command -v go >/dev/null; then
   record build fail 0 "no Go on PATH and no --library/GONCCL_LIBRARY: build libgonccl.so elsewhere (make lib) and pass it"
 elif [[ -n "$LIB" && ! -f "$LIB" ]]; then
   record build fail 0 "--library $LIB: no such file"
 else
-  run build 1800 check_build build
+  always build check_build build  # whenever it is needed
 fi
-built=$([[ $FAIL -eq 0 ]] && echo 1 || echo 0)
+[[ -z "$PKG" ]] && PKG="$(pkg_dir)"
+export PKG
+if [[ $FAIL -gt 0 ]]; then
+  PKG=""
+  why="the build or install failed"
+elif [[ -z "$PKG" ]]; then
+  why="gonccl is not importable"
+fi
 
-if [[ $built -eq 1 ]]; then
-  run import 120 check_import bash -c 'cd "$WORK" && "$PY" -c "$1"' bash \
+if [[ -n "$PKG" ]]; then
+  run import check_import bash -c 'cd "$WORK" && "$PY" -c "$1"' bash \
     'import gonccl, torch; from gonccl import _C; print("gonccl", gonccl.version(), "from", gonccl.__file__, "cuda_support", _C.cuda_support(), "torch", torch.__version__)'
 else
-  skip import "the build failed"
+  selected import && skip import "$why"
 fi
-PKG=""
-[[ $built -eq 1 ]] && PKG="$(pyq 'import gonccl, os; print(os.path.dirname(gonccl.__file__))')"
-export PKG
 
-# ---- the C ABI on CUDA buffers ----
+# ---- the C ABI on CUDA buffers, through realcuda.c ----
+capi_ok=0
 if [[ -z "$PKG" ]]; then
-  skip capi-compile "gonccl is not importable (build failed)"
-else
-  run capi-compile 300 - capi_compile
-fi
-if [[ $DRY -eq 1 ]]; then
-  skip capi-cuda "dry run: would link tests/capi/cuda_capi_test.c with tests/capi/realcuda.c and libcuda.so.1 and run it on 2 and 3 ranks, staged and with GONCCL_DEVICE_PATH=1"
+  selected capi && skip capi "$why"
+elif [[ $DRY -eq 1 ]] && selected capi && ! standin >"$LOGS/standin.log" 2>&1; then
+  record capi-link fail 0 "building the fake driver as libcuda.so.1 failed (standin.log)"
 elif [[ -z "$libcuda_dir" ]]; then
-  skip capi-cuda "no libcuda.so.1 in ldconfig's cache (no NVIDIA driver?)"
-elif [[ -z "$PKG" ]]; then
-  skip capi-cuda "gonccl is not importable"
+  selected capi && skip capi "no libcuda.so.1 in ldconfig's cache (no NVIDIA driver?)"
 else
-  run capi-link 300 - capi_link
-  run capi-cuda-2ranks 300 check_capi capi_ranks 2
-  run capi-cuda-3ranks 300 check_capi capi_ranks 3
-  # The device path (GONCCL_DEVICE_PATH=1): scratch shared by CUDA IPC, copies, kernels
-  # and stream memory operations; its INIT line says "device path" or why it staged.
-  run capi-cuda-device-2ranks 300 check_capi capi_ranks 2 1
-  run capi-cuda-device-3ranks 300 check_capi capi_ranks 3 1
+  selected capi && always capi-link - capi_link  # what the other capi steps run
+  [[ -x "$CAPI/cuda_capi_test" ]] && capi_ok=1
+fi
+if [[ $capi_ok -eq 1 ]]; then
+  run capi-cuda-2ranks check_capi capi_ranks 2
+  if [[ $DRY -eq 1 ]]; then
+    selected capi && skip capi-cuda-3ranks "dry run: 2 ranks over the fake stand-in show the link and the hooks work"
+    selected capi && skip capi-memcheck "dry run: would run the 2 ranks under compute-sanitizer --tool memcheck"
+  else
+    run capi-cuda-3ranks check_capi capi_ranks 3
+    # The device path (GONCCL_DEVICE_PATH=1): scratch shared by CUDA IPC, copies, kernels
+    # and stream memory operations; its INIT line says "device path" or why it staged.
+    run capi-cuda-device-2ranks check_capi capi_ranks 2 env GONCCL_DEVICE_PATH=1
+    run capi-cuda-device-3ranks check_capi capi_ranks 3 env GONCCL_DEVICE_PATH=1
+    if [[ -n "$SANITIZER" ]]; then
+      run capi-memcheck check_memcheck capi_ranks 2 "$SANITIZER" --tool memcheck --error-exitcode 7 --print-limit 20
+    else
+      selected capi-memcheck && skip capi-memcheck "no compute-sanitizer on PATH, next to nvcc or in /usr/local/cuda/bin"
+    fi
+  fi
 fi
 
 # ---- torch: on GPUs, or on CPU ranks in a dry run ----
 if [[ $DRY -eq 1 ]]; then
-  dev=cpu
   export CUDA_VISIBLE_DEVICES=""
-else
-  dev=cuda
 fi
-export dev
+INIT_ENV=(env GONCCL_DEBUG=INFO GONCCL_DEBUG_SUBSYS=INIT)
 if [[ -z "$PKG" ]]; then
-  skip init-log "gonccl is not importable"
-elif [[ $DRY -eq 0 && $gpus -eq 0 ]]; then
-  skip init-log "torch sees no GPU"
-else
-  run init-log 300 check_init env GONCCL_DEBUG=INFO GONCCL_DEBUG_SUBSYS=INIT \
-    bash -c 'torchrun 2 "$ROOT/scripts/gpu_stream_check.py" --device "$dev" --init-only'
-fi
-
-if [[ -z "$PKG" ]]; then
-  skip stream "gonccl is not importable"
+  selected stream && skip stream "$why"
 elif [[ $DRY -eq 1 ]]; then
-  run stream-cpu 300 check_stream stream --device cpu --size-mib 4 --iters 3 --small-mib 1 --small-iters 2
-  skip stream-cuda "dry run: would run scripts/gpu_stream_check.py --device cuda (256 MiB x50, all_gather list, chained async) on 2 ranks (one per GPU on 2+ GPUs, else both on GPU 0), and again with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+  if selected stream-cpu || selected stream; then
+    LIMIT[stream-cpu]=300
+    always stream-cpu check_stream "${INIT_ENV[@]}" bash -c 'stream --device cpu --size-mib 4 --iters 3 --small-mib 1 --small-iters 2'
+    skip stream-cuda "dry run: would run scripts/gpu_stream_check.py --device cuda (256 MiB x50, all_gather list, chained async) on 2 ranks (one per GPU on 2+ GPUs, else both on GPU 0), and again with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+  fi
 elif [[ $gpus -eq 0 ]]; then
-  skip stream-cuda "torch sees no GPU"
+  selected stream && skip stream-cuda "torch sees no GPU"
 else
-  run stream-cuda 900 check_stream stream --device cuda
-  run stream-cuda-expandable 900 check_stream env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True \
+  run stream-cuda check_stream "${INIT_ENV[@]}" bash -c 'stream --device cuda'
+  run stream-cuda-expandable check_stream "${INIT_ENV[@]}" PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True \
     bash -c 'stream --device cuda'
 fi
 
 # ---- the lecture's examples ----
 if [[ -z "$PKG" ]]; then
-  skip ddp "gonccl is not importable"
+  selected ddp && skip ddp "$why"
 elif [[ $DRY -eq 1 ]]; then
-  ddp_simple_ranks=2
-  run ddp-simple-cpu 300 check_ddp_simple ddp 2 ddp_simple.py
-  skip ddp-gpu "dry run: would run examples/ddp_simple.py and ddp_example.py under torchrun with one rank per GPU, and with 2 ranks sharing GPU 0 (CUDA_VISIBLE_DEVICES=0)"
+  if selected ddp-simple-cpu || selected ddp; then
+    LIMIT[ddp-simple-cpu]=300
+    ddp_simple_ranks=2
+    always ddp-simple-cpu check_ddp_simple ddp 2 ddp_simple.py
+    skip ddp-gpu "dry run: would run examples/ddp_simple.py and ddp_example.py under torchrun with 2 ranks sharing GPU 0 (CUDA_VISIBLE_DEVICES=0), and with one rank per GPU on 2+ GPUs"
+  fi
 elif [[ $gpus -eq 0 ]]; then
-  skip ddp-gpu "torch sees no GPU"
+  selected ddp && skip ddp-gpu "torch sees no GPU"
 else
-  ddp_simple_ranks=$gpus
-  run ddp-simple-per-gpu 600 check_ddp_simple ddp "$gpus" ddp_simple.py
-  run ddp-example-per-gpu 900 check_ddp_example ddp "$gpus" ddp_example.py
   ddp_simple_ranks=2
-  run ddp-simple-shared-gpu0 600 check_ddp_simple env CUDA_VISIBLE_DEVICES=0 bash -c 'ddp 2 ddp_simple.py'
-  run ddp-example-shared-gpu0 900 check_ddp_example env CUDA_VISIBLE_DEVICES=0 bash -c 'ddp 2 ddp_example.py'
+  run ddp-simple-shared-gpu0 check_ddp_simple env CUDA_VISIBLE_DEVICES=0 bash -c 'ddp 2 ddp_simple.py'
+  run ddp-example-shared-gpu0 check_ddp_example env CUDA_VISIBLE_DEVICES=0 bash -c 'ddp 2 ddp_example.py'
+  if [[ $gpus -ge 2 ]]; then
+    ddp_simple_ranks=$gpus
+    run ddp-simple-per-gpu check_ddp_simple ddp "$gpus" ddp_simple.py
+    run ddp-example-per-gpu check_ddp_example ddp "$gpus" ddp_example.py
+  else
+    selected ddp && skip ddp-per-gpu "one GPU: the 2 ranks sharing GPU 0 above are the multi-rank run"
+  fi
 fi
 
 # ---- the test suite's CUDA cases ----
-PYTEST=(-m pytest -v -k cuda -p no:cacheprovider "$ROOT/tests")
 if [[ $DRY -eq 1 ]]; then
-  skip pytest-cuda "dry run: would run $PY ${PYTEST[*]} (the collective, p2p, groups/hooks and differential tests on CUDA tensors against Gloo)"
+  selected pytest && skip pytest-cuda "dry run: would run $PY -m pytest -v -k cuda -n $JOBS --dist loadgroup --timeout 180 tests (the collective, p2p, groups/hooks, contract and differential tests on CUDA tensors against Gloo)"
+elif [[ -z "$PKG" ]]; then
+  selected pytest && skip pytest-cuda "$why"
 elif [[ $gpus -eq 0 ]]; then
-  skip pytest-cuda "torch sees no GPU"
+  selected pytest && skip pytest-cuda "torch sees no GPU"
 elif ! pyq 'import pytest, pytest_timeout' >/dev/null; then
-  skip pytest-cuda "pytest and pytest-timeout are not installed for $PY (no network here: install them beforehand)"
+  selected pytest && skip pytest-cuda "pytest and pytest-timeout are not installed for $PY (no network here: install them beforehand)"
 else
-  run pytest-cuda 1800 check_pytest bash -c 'cd "$ROOT" && "$PY" "$@"' bash "${PYTEST[@]}"
+  run pytest-cuda check_pytest pytest_cuda
+  if [[ -f "$LOGS/pytest-cuda.xml" ]]; then
+    "$PY" "$ROOT/scripts/pytest_failures.py" "$LOGS/pytest-cuda.xml" >"$LOGS/pytest-cuda-failures.md" 2>&1
+  fi
 fi
 
-# ---- the benchmark on CUDA tensors ----
-BENCH=(-m gonccl.bench all_reduce --device cuda -b 8 -e 256M -f 4 -n 10 -w 3 -c 1)
+# ---- the benchmark on CUDA tensors (trimmed: up to 64 MiB, 5 iterations) ----
+BENCH=(-m gonccl.bench all_reduce --device cuda -b 8 -e 64M -f 8 -n 5 -w 2 -c 1)
 if [[ $DRY -eq 1 ]]; then
-  skip bench "dry run: would run $PY ${BENCH[*]} -np 2 --backends gonccl,gloo, again with GONCCL_DEVICE_PATH=1 --backends gonccl, and with --backends gonccl,gloo,nccl -np N on N>=2 GPUs (one rank per GPU)"
+  selected bench && skip bench "dry run: would run $PY ${BENCH[*]} -np 2 --backends gonccl,gloo, again with GONCCL_DEVICE_PATH=1 --backends gonccl, and with --backends gonccl,gloo,nccl -np N on N>=2 GPUs (one rank per GPU)"
+elif [[ -z "$PKG" ]]; then
+  selected bench && skip bench "$why"
 elif [[ $gpus -eq 0 ]]; then
-  skip bench "torch sees no GPU"
+  selected bench && skip bench "torch sees no GPU"
 else
-  run bench-gloo 1200 check_bench bash -c 'cd "$WORK" && "$PY" "$@"' bash "${BENCH[@]}" -np 2 --backends gonccl,gloo --json "$LOGS/bench-gloo.json"
-  run bench-device 1200 check_bench bash -c 'cd "$WORK" && GONCCL_DEVICE_PATH=1 GONCCL_DEBUG=INFO GONCCL_DEBUG_SUBSYS=INIT "$PY" "$@"' bash "${BENCH[@]}" -np 2 --backends gonccl --json "$LOGS/bench-device.json"
+  run bench-gloo check_bench bash -c 'cd "$WORK" && "$PY" "$@"' bash "${BENCH[@]}" -np 2 --backends gonccl,gloo --json "$LOGS/bench-gloo.json"
+  run bench-device check_bench bash -c 'cd "$WORK" && GONCCL_DEVICE_PATH=1 GONCCL_DEBUG=INFO GONCCL_DEBUG_SUBSYS=INIT "$PY" "$@"' bash "${BENCH[@]}" -np 2 --backends gonccl --json "$LOGS/bench-device.json"
   if [[ $gpus -ge 2 ]]; then
-    run bench-nccl 1200 check_bench bash -c 'cd "$WORK" && "$PY" "$@"' bash "${BENCH[@]}" -np "$gpus" --backends gonccl,gloo,nccl --json "$LOGS/bench-nccl.json"
+    run bench-nccl check_bench bash -c 'cd "$WORK" && "$PY" "$@"' bash "${BENCH[@]}" -np "$gpus" --backends gonccl,gloo,nccl --json "$LOGS/bench-nccl.json"
   else
-    skip bench-nccl "one GPU: NCCL needs one rank per GPU"
+    selected bench && skip bench-nccl "one GPU: NCCL needs one rank per GPU"
   fi
 fi
 
@@ -346,7 +521,7 @@ fi
   echo
   machine
   echo
-  echo "**$PASS passed, $FAIL failed, $SKIP skipped**"
+  echo "**$PASS passed, $FAIL failed, $SKIP skipped** in $((SECONDS - T0))s"
   echo
   echo "| step | result | seconds | why |"
   echo "|---|---|---|---|"
@@ -354,24 +529,38 @@ fi
     IFS='|' read -r n s t why <<<"$r"
     echo "| $n | $s | $t | ${why//|//} |"
   done
-  if [[ -f "$LOGS/init-log.log" ]]; then
+  if [[ $DRY -eq 1 ]]; then
     echo
-    echo "## INIT lines"
+    echo "## The plan on one GPU"
+    echo
+    plan 1
+  fi
+  initlog=$(ls "$LOGS"/stream-cuda.log "$LOGS"/stream-cpu.log 2>/dev/null | head -1)
+  if [[ -n "$initlog" ]]; then
+    echo
+    echo "## INIT lines ($(basename "$initlog" .log))"
     echo '```'
-    grep 'GONCCL.INIT' "$LOGS/init-log.log" | head -60
+    grep 'GONCCL.INIT' "$initlog" | head -60
     echo '```'
   fi
+  if [[ -s "$LOGS/pytest-cuda-failures.md" ]]; then
+    echo
+    echo "## pytest-cuda failures (first lines of each)"
+    echo
+    cat "$LOGS/pytest-cuda-failures.md"
+  fi
   for r in "${RESULTS[@]}"; do  # in the order the steps ran
-    f="$LOGS/${r%%|*}.log"
+    IFS='|' read -r n s _ _ <<<"$r"
+    f="$LOGS/$n.log"
     [[ -f "$f" ]] || continue
     echo
-    echo "## $(basename "$f" .log)"
+    echo "## $n"
     echo '```'
     head -2 "$f"
     echo "..."
-    tail -40 "$f"
+    tail -"$([[ $s == fail ]] && echo 40 || echo 12)" "$f"
     echo '```'
   done
 } >"$REPORT"
-echo "gpu-check: $PASS passed, $FAIL failed, $SKIP skipped; report: $REPORT"
+echo "gpu-check: $PASS passed, $FAIL failed, $SKIP skipped in $((SECONDS - T0))s; report: $REPORT"
 [[ $FAIL -eq 0 ]]

@@ -49,3 +49,18 @@ def worker_runs(tmp_path_factory):
         return cache[key]
 
     return get
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (`-n N --dist loadgroup`, as scripts/gpu-check.sh runs the CUDA
+    cases), the tests that read one multi-rank run (worker_runs: one per module and
+    parameters other than the section) go to one xdist worker: each xdist worker has its
+    own session cache, so spread out they would start that run once per worker."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", None)
+        if not params or "worker_runs" not in getattr(item, "fixturenames", ()):
+            continue
+        key = ",".join(f"{k}={v}" for k, v in sorted(params.items()) if k != "section")
+        item.add_marker(pytest.mark.xdist_group(name=f"{item.module.__name__}[{key}]"))

@@ -9,8 +9,11 @@
  * counters and the state all parts share), memory.c (device and pinned allocations,
  * pointer attributes, copies), stream.c (the stream queues and their threads, the
  * special handles, capture, delays, fake kernels), event.c (events and
- * cuStreamWaitEvent) and module.c (modules, cuLaunchKernel of gonccl's kernels, whose
- * host implementations kernels_host.cc compiles from cuda/kernels/reduce.cuh).
+ * cuStreamWaitEvent), module.c (modules, cuLaunchKernel of gonccl's kernels, whose
+ * host implementations kernels_host.cc compiles from cuda/kernels/reduce.cuh), ipc.c
+ * (shareable device memory, IPC handles, device copies, stream memory operations) and
+ * standin.c (what tests/capi/realcuda.c calls beyond that, so the fake can stand in for
+ * libcuda.so.1 under it: tests/test_realcuda_link.py).
  *
  * What it models, so that gonccl's staging logic is exercised for real:
  * - device memory: malloc'd host memory in a table of allocations with a device ordinal;

@@ -16,7 +16,8 @@ from _collectives_common import (
     CK, DIGESTS, DTYPES, LARGE, OPS, RANK, SHAPES, WS, check_result, digest, gloo, gloo_all_reduce, make_input,
     numel, reference, sentinel,
 )
-from _common import close_mismatch, exact_mismatch
+import _oracle
+from _common import exact_mismatch
 
 
 def sec_all_reduce(case_no: int) -> int:
@@ -48,13 +49,7 @@ def sec_all_reduce(case_no: int) -> int:
                 if val is None:
                     gloo_missing.add(f"{opname} {dtype}: {err.splitlines()[0][:120]}")
                     continue
-                if ref[0] == "exact":
-                    bad = exact_mismatch(t, val)
-                    CK.check(bad is None, lambda: f"{case}: gonccl != gloo: {bad}")
-                else:
-                    # Both are within tol of the reference, so within 2*tol of each other.
-                    bad = close_mismatch(t, val.double(), 2 * ref[2])
-                    CK.check(bad is None, lambda: f"{case}: gonccl vs gloo differ by more than 2*tol: {bad}")
+                _oracle.agrees(CK, case, t, val, ref, "all_reduce")
     CK.data("gloo_missing", sorted(gloo_missing))
     return case_no
 
@@ -113,8 +108,7 @@ def sec_broadcast(case_no: int) -> int:
                 digest(case, t)
                 g = init.clone()
                 dist.broadcast(g, src=root, group=gloo())
-                bad = exact_mismatch(t, g)
-                CK.check(bad is None, lambda: f"{case}: gonccl != gloo: {bad}")
+                _oracle.agrees(CK, case, t, g, ("exact", src), "broadcast")
     return case_no
 
 
@@ -148,8 +142,7 @@ def sec_all_gather(case_no: int) -> int:
             gouts = [sentinel(dtype, shape) for _ in range(WS)]
             dist.all_gather(gouts, x, group=gloo())
             for r in range(WS):
-                bad = exact_mismatch(outs[r], gouts[r])
-                CK.check(bad is None, lambda: f"{case}: block {r} gonccl != gloo: {bad}")
+                _oracle.agrees(CK, f"{case}: block {r}", outs[r], gouts[r], ("exact", refs[r]), "all_gather")
     return case_no
 
 
@@ -193,8 +186,7 @@ def sec_all_gather_into_tensor(case_no: int) -> int:
             except Exception as e:  # noqa: BLE001
                 gloo_missing.append(f"{dtype}: {type(e).__name__}: {str(e)[:100]}")
                 continue
-            bad = exact_mismatch(out, gout)
-            CK.check(bad is None, lambda: f"{case}: gonccl != gloo: {bad}")
+            _oracle.agrees(CK, case, out, gout, ("exact", cat), "all_gather_into_tensor")
     CK.data("gloo_missing", gloo_missing)
     return case_no
 
@@ -217,11 +209,7 @@ def sec_all_reduce_coalesced(case_no: int) -> int:
             gs = [t.clone() for t in inputs[RANK]]
             dist.all_reduce_coalesced(gs, op=OPS[opname], group=gloo())
             for i, (t, g) in enumerate(zip(ts, gs)):
-                if refs[i][0] == "exact":
-                    bad = exact_mismatch(t, g)
-                else:
-                    bad = close_mismatch(t, g.double(), 2 * refs[i][2])
-                CK.check(bad is None, lambda: f"{case} tensor {i}: gonccl vs gloo: {bad}")
+                _oracle.agrees(CK, f"{case} tensor {i}", t, g, refs[i], "all_reduce_coalesced")
             # async form: returns a future
             ts = [t.clone() for t in inputs[RANK]]
             fut = dist.all_reduce_coalesced(ts, op=OPS[opname], async_op=True)

@@ -27,6 +27,7 @@ class Checker:
         self.sections: dict[str, dict] = {}
         self.order: list[str] = []
         self.current: dict | None = None
+        self._oracle: list[str] | None = None
         self._write(finished=False)
 
     def _write(self, finished: bool) -> None:
@@ -55,11 +56,25 @@ class Checker:
             print(f"rank {self.rank}: section {name}: {rec['checks']} checks, {status} "
                   f"({rec['seconds']:.1f} s)", file=sys.stderr, flush=True)
 
+    @contextlib.contextmanager
+    def oracle(self):
+        """Checks of the oracle's (Gloo's) result: inside, a failed check is neither the
+        section's failure nor printed; its text goes to the list this yields, for the
+        caller to label as Gloo's (workers/_oracle.py)."""
+        assert self._oracle is None, "oracle() does not nest"
+        self._oracle = []
+        try:
+            yield self._oracle
+        finally:
+            self._oracle = None
+
     def check(self, cond, msg) -> bool:
         """Records a failure (msg may be a callable producing it) unless cond holds."""
         assert self.current is not None, "check() outside a section"
         self.current["checks"] += 1
-        if not cond:
+        if not cond and self._oracle is not None:
+            self._oracle.append(msg() if callable(msg) else str(msg))
+        elif not cond:
             text = msg() if callable(msg) else str(msg)
             self.current["failures"].append(text)
             print(f"rank {self.rank}: CHECK FAILED: {text}", file=sys.stderr, flush=True)

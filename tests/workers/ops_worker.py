@@ -20,6 +20,7 @@ import torch.distributed as dist
 from torch.distributed import ReduceOp
 
 import _device
+import _oracle
 from _common import Checker
 from _reference import COMPLEX, FLOAT8, FLOATS, INTS, OPS, make_input, mismatch, reduce_reference, valid_ops
 
@@ -358,40 +359,11 @@ def sec_noncontiguous():
     n = 10
     results = {}
 
-    def both(what, make_call, check):
-        """check(state) checks the result of one backend's run."""
-        outs = {}
-        for backend, grp in (("gloo", GLOO), ("gonccl", None)):
-            state = make_call()
-            try:
-                state["call"](grp)
-                outs[backend] = (None, state)
-            except Exception as e:  # noqa: BLE001
-                outs[backend] = (f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}", state)
-        gerr, cerr = outs["gloo"][0], outs["gonccl"][0]
-        results[what] = {"gloo": gerr or "ok", "gonccl": cerr or "ok"}
-        gloo_wrong = False
-        if gerr is None:  # Gloo's own result, for the record (not a gonccl failure)
-            nfail = len(CK.current["failures"])
-            check(outs["gloo"][1])
-            if len(CK.current["failures"]) > nfail:
-                gloo_wrong = True
-                results[what]["gloo"] = "WRONG RESULT: " + CK.current["failures"][nfail][:200]
-                del CK.current["failures"][nfail:]
-        if gerr is not None:
-            CK.check(cerr is not None, f"{what}: gloo raises ({gerr}) but gonccl does not")
-        elif gloo_wrong:
-            # Gloo silently gives a wrong answer: gonccl must be right or refuse clearly.
-            if cerr is None:
-                check(outs["gonccl"][1])
-            else:
-                CK.check("contiguous" in cerr, f"{what}: gonccl's error does not say why: {cerr}")
-        elif cerr is None:
-            check(outs["gonccl"][1])
-        else:
-            # A clear refusal is allowed here; parity with Gloo is checked separately.
-            CK.check("contiguous" in cerr, f"{what}: gonccl's error does not say why: {cerr}")
-            PARITY_GAPS.append(f"{what}: gloo handles it correctly but gonccl raises {cerr}")
+    def both(what, make_call, check, **facts):
+        """check(state) checks the result of one backend's run; Gloo's wrong results are
+        labelled as Gloo's (workers/_oracle.py)."""
+        op = what.split()[0]
+        results[what] = _oracle.both(CK, what, make_call, check, GLOO, op, facts, PARITY_GAPS)
 
     xs = [noncontig(torch.float32, n, seed_of(123, r)).contiguous() for r in range(WS)]
 
@@ -399,18 +371,21 @@ def sec_noncontiguous():
         t = noncontig(torch.float32, n, seed_of(123, RANK))
         return {"t": t, "call": lambda g: dist.all_reduce(t, group=g)}
     both("all_reduce non-contiguous", mk_allreduce,
-         lambda s: expect("all_reduce non-contiguous", s["t"], reduce_reference(xs, "SUM", torch.float32)))
+         lambda s: expect("all_reduce non-contiguous", s["t"], reduce_reference(xs, "SUM", torch.float32)),
+         contiguous=False)
 
     def mk_broadcast():
         t = noncontig(torch.float32, n, seed_of(123, RANK))
         return {"t": t, "call": lambda g: dist.broadcast(t, src=0, group=g)}
-    both("broadcast non-contiguous", mk_broadcast, lambda s: expect("broadcast non-contiguous", s["t"], ("exact", xs[0])))
+    both("broadcast non-contiguous", mk_broadcast, lambda s: expect("broadcast non-contiguous", s["t"], ("exact", xs[0])),
+         contiguous=False)
 
     def mk_reduce():
         t = noncontig(torch.float32, n, seed_of(123, RANK))
         return {"t": t, "call": lambda g: dist.reduce(t, dst=0, group=g)}
     both("reduce non-contiguous", mk_reduce,
-         lambda s: RANK != 0 or expect("reduce non-contiguous", s["t"], reduce_reference(xs, "SUM", torch.float32)))
+         lambda s: RANK != 0 or expect("reduce non-contiguous", s["t"], reduce_reference(xs, "SUM", torch.float32)),
+         contiguous=False)
 
     def mk_allgather_in():
         t = noncontig(torch.float32, n, seed_of(123, RANK))
@@ -438,7 +413,7 @@ def sec_noncontiguous():
         lst = [x.clone() for x in xs] if RANK == 0 else None
         return {"o": out, "call": lambda g: dist.scatter(out, lst, src=0, group=g)}
     both("scatter non-contiguous output", mk_scatter,
-         lambda s: expect("scatter non-contiguous output", s["o"], ("exact", xs[RANK])))
+         lambda s: expect("scatter non-contiguous output", s["o"], ("exact", xs[RANK])), contiguous=False)
 
     def mk_a2a():
         t = noncontig(torch.float32, n * WS, seed_of(124, RANK))
