@@ -34,6 +34,7 @@ typedef struct {
   CUresult (*CtxGetDevice)(int*);
   CUresult (*DevicePrimaryCtxRetain)(CUcontext*, int);
   CUresult (*DevicePrimaryCtxRelease)(int);
+  CUresult (*StreamCreate)(CUstream*, unsigned int);
 } gcFns;
 
 static const char* gcSymbols[] = {
@@ -41,7 +42,7 @@ static const char* gcSymbols[] = {
   "cuPointerGetAttribute", "cuMemHostAlloc", "cuMemFreeHost", "cuMemcpyDtoHAsync_v2",
   "cuMemcpyHtoDAsync_v2", "cuEventCreate", "cuEventRecord", "cuEventQuery",
   "cuEventDestroy_v2", "cuStreamWaitEvent", "cuStreamIsCapturing", "cuCtxGetDevice",
-  "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRelease_v2",
+  "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRelease_v2", "cuStreamCreate",
 };
 
 _Static_assert(sizeof(gcFns) == sizeof(gcSymbols) / sizeof(gcSymbols[0]) * sizeof(void*),
@@ -122,6 +123,12 @@ static CUresult gcPrimaryRetain(gcFns* f, int dev, uintptr_t* c) {
 }
 static CUresult gcPrimaryRelease(gcFns* f, int dev) { return f->DevicePrimaryCtxRelease(dev); }
 static CUresult gcStreamWaitEvent(gcFns* f, uintptr_t s, uintptr_t e) { return f->StreamWaitEvent(H(s), H(e), 0); }
+static CUresult gcStreamCreate(gcFns* f, uintptr_t* s) {
+  CUstream st = NULL;
+  CUresult r = f->StreamCreate(&st, 0x1); // CU_STREAM_NON_BLOCKING
+  *s = (uintptr_t)st;
+  return r;
+}
 */
 import "C"
 
@@ -371,6 +378,15 @@ func (d *Driver) eventDone(e event) (bool, error) {
 
 func (d *Driver) eventDestroy(e event) error {
 	return d.check("cuEventDestroy", C.gcEventDestroy(d.fns, C.uintptr_t(e)))
+}
+
+// streamCreate creates a non-blocking stream in the current context.
+func (d *Driver) streamCreate() (Stream, error) {
+	var s C.uintptr_t
+	if err := d.check("cuStreamCreate", C.gcStreamCreate(d.fns, &s)); err != nil {
+		return 0, err
+	}
+	return Stream(s), nil
 }
 
 func (d *Driver) streamWaitEvent(s Stream, e event) error {

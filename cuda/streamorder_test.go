@@ -59,3 +59,29 @@ func TestIssueOrderIsPerStream(t *testing.T) {
 	require.NoError(t, next.After(nil))
 	p2p.Cancel()
 }
+
+// TestOwnStreams: gonccl's own streams are no one else's until given back, then reused,
+// and stay valid after the runtime's reference on the primary context is gone.
+func TestOwnStreams(t *testing.T) {
+	d, f := open(t)
+	require.NoError(t, f.RuntimeInit(3))
+	a, err := d.OwnStream(3)
+	require.NoError(t, err)
+	b, err := d.OwnStream(3)
+	require.NoError(t, err)
+	require.NotEqual(t, a, b)
+	require.NoError(t, f.RuntimeRelease(3))
+	require.Zero(t, f.Counters().PrimaryResets, "gonccl's reference must keep the context of its streams")
+	buf := f.Malloc(3, 4)
+	require.NoError(t, f.Fill(uintptr(a), buf, 1, 2, 0))
+	f.Drain(uintptr(a))
+	require.Equal(t, float32(2), f.Floats(buf, 1)[0])
+	require.NoError(t, d.ReturnStream(a))
+	require.ErrorContains(t, d.ReturnStream(a), "already given back")
+	require.ErrorContains(t, d.ReturnStream(cuda.Stream(f.PoolStream(3))), "not one gonccl created")
+	again, err := d.OwnStream(3)
+	require.NoError(t, err)
+	require.Equal(t, a, again)
+	require.NoError(t, d.ReturnStream(again))
+	require.NoError(t, d.ReturnStream(b))
+}

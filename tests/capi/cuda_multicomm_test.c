@@ -219,6 +219,44 @@ static void test_destroy_sub(void) {
   }
 }
 
+/* Streams of gonccl's own (goncclStreamAcquire), what the PyTorch backend runs on instead
+ * of a pool stream: no one else's, reused once given back, and still valid after the
+ * runtime's teardown, as gonccl keeps the primary context. */
+static void test_own_streams(void) {
+  goncclStream_t a = NULL, b = NULL, again = NULL;
+  OK(goncclStreamAcquire(DEV, &a), NULL);
+  OK(goncclStreamAcquire(DEV, &b), NULL);
+  CHECK(a != NULL && b != NULL && a != b, "two acquired streams: %p and %p", a, b);
+  for (int i = 0; i < 32; i++) CHECK(fakecudaPoolStream(DEV) != a, "an acquired stream is a pool stream");
+  goncclComm_t one;
+  goncclUniqueId id;
+  OK(goncclGetUniqueId(&id), NULL);
+  OK(goncclCommInitRankTimeout(&one, 1, id, 0, 60000), NULL);
+  copier c;
+  copier_start(&c);
+  float* x = dfill(a, 3);
+  finish(issue_sum(&c, one, a, x, x), one);
+  expect(a, x, 4, "one-rank all_reduce on an acquired stream", 0);
+  copier_stop(&c);
+  OK(goncclCommDestroy(one), NULL);
+  /* The runtime's teardown (at exit): gonccl's reference keeps the context and its
+   * stream alive (the fake faults on a stream of a reset context). */
+  CHECK(fakecudaRuntimeRelease(DEV) == 0, "runtime release");
+  fakecudaCounters cnt;
+  fakecudaGetCounters(&cnt);
+  CHECK(cnt.primary_resets == 0, "the primary context was reset under gonccl's own stream");
+  CHECK(fakecudaFillF32(a, x, N_ELEMS, 5, 0) == 0, "fill on an acquired stream after the runtime's teardown");
+  expect(a, x, 5, "a kernel on an acquired stream after the runtime's teardown", 0);
+  fakecudaFree(x);
+  OK(goncclStreamRelease(a), NULL);
+  CHECK(goncclStreamRelease(a) == goncclInvalidUsage, "a stream given back twice was accepted");
+  CHECK(goncclStreamRelease(fakecudaPoolStream(DEV)) == goncclInvalidUsage, "a pool stream was accepted");
+  OK(goncclStreamAcquire(DEV, &again), NULL);
+  CHECK(again == a, "a stream given back was not reused (%p, want %p)", again, a);
+  OK(goncclStreamRelease(again), NULL);
+  OK(goncclStreamRelease(b), NULL);
+}
+
 int main(int argc, char** argv) {
   if (argc != 4) {
     fprintf(stderr, "usage: %s RANK NRANKS DIR\n", argv[0]);
@@ -274,10 +312,8 @@ int main(int argc, char** argv) {
   CHECK(c.primary_retained == 0, "%ld primary context references left after destroy", c.primary_retained);
   CHECK(c.primary_resets == 0, "the primary context was reset %ld times under the runtime", c.primary_resets);
   CHECK(c.stale_reads == 0, "%ld consumers read a result before it was there", c.stale_reads);
-  /* The runtime's teardown: now the context really goes. */
-  CHECK(fakecudaRuntimeRelease(DEV) == 0, "runtime release");
+  test_own_streams();
   fakecudaGetCounters(&c);
-  CHECK(c.primary_resets == 1, "the primary context was not reset at the runtime's release");
   printf("rank %d: %d checks passed (%ld D2H, %ld H2D, %ld pinned blocks)\n", rank, checks, c.dtoh, c.htod,
          c.host_allocs);
   return 0;

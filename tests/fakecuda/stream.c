@@ -229,6 +229,15 @@ CUresult cuStreamGetCtx(void* stream, void** ctx) {
   return r;
 }
 
+CUresult cuStreamCreate(void** out, unsigned int flags) {
+  CUresult r = need_ctx();
+  if (r) return r;
+  pthread_mutex_lock(&mu);
+  *out = new_stream(t_current, !(flags & STREAM_NON_BLOCKING), 0);
+  pthread_mutex_unlock(&mu);
+  return CUDA_SUCCESS;
+}
+
 CUresult cuStreamSynchronize(void* stream) {
   pthread_mutex_lock(&mu);
   fakeStream* s = NULL;
