@@ -41,6 +41,7 @@ type Pool struct {
 	primary int     // the device whose primary context the pool retained, or -1
 	free    []*block
 	busy    []*Staging // handed out and not yet known to be finished
+	last    *Staging   // the last staging whose Before ran: the next waits for its release
 	all     int        // bytes allocated
 	stats   PoolStats
 }
@@ -243,7 +244,11 @@ func (p *Pool) stage(ctx Context, s Stream, regions []Region, ordered bool) (*St
 	}
 	p.busy = append(p.busy, st)
 	if ordered {
-		st.prev = claimTurn(st)
+		// The pool's own operations run in its executor's order (last, at Before):
+		// only another pool's predecessor is waited for here, as the stream orders it.
+		if prev := claimTurn(st); prev != nil && prev.pool != p {
+			st.prev = prev
+		}
 	}
 	return st, nil
 }
@@ -255,7 +260,7 @@ func (p *Pool) stage(ctx Context, s Stream, regions []Region, ordered bool) (*St
 func (p *Pool) Close(timeout time.Duration) error {
 	p.mu.Lock()
 	busy := p.busy
-	p.busy = nil
+	p.busy, p.last = nil, nil
 	p.mu.Unlock()
 	// A held staging would keep the next one's copies waiting: closing ends every hold.
 	for _, s := range busy {
@@ -373,16 +378,26 @@ func (s *Staging) markQueued() { s.queOnce.Do(func() { close(s.queued) }) }
 // Before enqueues the device->host copies of the input regions on the stream and waits
 // (until deadline) for them: the host buffers then hold what the device buffers held
 // after all work queued on the stream before this call. Stream work stays in issue
-// order across every communicator that stages on the stream: it first waits until the
-// staging issued before it on the stream (by this pool or another) has queued its
-// copies, and, if that one was held (Hold), for its Release.
+// order: if the operation that ran before it on the pool was held (Hold), it first waits
+// for that one's Release; and across communicators that stage on the same stream, if
+// the staging issued just before it on the stream was another pool's, it first waits
+// until that one has queued its copies and, if held, been released.
 func (s *Staging) Before(deadline time.Time) error {
 	s.mu.Lock()
-	prev := s.prev
+	other := s.prev
 	s.prev = nil
 	s.mu.Unlock()
+	if other != nil {
+		if err := other.waitQueued(deadline); err != nil {
+			return err
+		}
+	}
+	s.pool.mu.Lock()
+	prev := s.pool.last
+	s.pool.last = s
+	s.pool.mu.Unlock()
 	if prev != nil {
-		if err := prev.waitQueued(deadline); err != nil {
+		if err := prev.waitReleased(deadline); err != nil {
 			return err
 		}
 	}

@@ -85,3 +85,26 @@ func TestOwnStreams(t *testing.T) {
 	require.NoError(t, d.ReturnStream(again))
 	require.NoError(t, d.ReturnStream(b))
 }
+
+// TestPoolOrderIsItsExecutors: within one pool, stagings wait for each other in the
+// order their Before runs (the communicator's executor order), not the order they were
+// staged: two threads may stage and then enqueue in opposite orders.
+func TestPoolOrderIsItsExecutors(t *testing.T) {
+	d, f := open(t)
+	s := f.PoolStream(2)
+	ctx, err := d.StreamContext(cuda.Stream(s))
+	require.NoError(t, err)
+	a := f.Malloc(2, 4)
+	pool := cuda.NewPool(d)
+	defer pool.Close(10 * time.Second)
+	first, err := pool.Stage(ctx, cuda.Stream(s), []cuda.Region{{Name: "a", Ptr: a, Bytes: 4, In: true}})
+	require.NoError(t, err)
+	first.Hold()
+	second, err := pool.Stage(ctx, cuda.Stream(s), []cuda.Region{{Name: "a", Ptr: a, Bytes: 4, In: true}})
+	require.NoError(t, err)
+	require.NoError(t, second.Before(time.Now().Add(2*time.Second)), "the second staging ran first and must not wait for the first")
+	require.NoError(t, second.After(nil))
+	require.NoError(t, first.Before(time.Now().Add(2*time.Second)))
+	require.NoError(t, first.After(nil))
+	first.Release()
+}
