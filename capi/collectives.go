@@ -82,6 +82,7 @@ func run(h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, asyn
 	if err != nil {
 		return fail(e, err)
 	}
+	v.p2p = groupable // point-to-point is the groupable kind
 	req, err := start(e.comm, v)
 	if err != nil {
 		v.cancel()

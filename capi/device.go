@@ -34,6 +34,7 @@ type views struct {
 	dev     int           // the stream's device
 	staging *cuda.Staging // set by get with a stream
 	opts    []core.OpOption
+	p2p     bool // point-to-point: staged outside the stream's issue order
 }
 
 // newViews prepares the buffer views of one call; with a stream it loads CUDA and
@@ -128,7 +129,11 @@ func (v *views) get(dt core.DataType, bufs ...buf) ([][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	st, err := pool.Stage(v.ctx, v.stream, regions)
+	stage := pool.Stage
+	if v.p2p {
+		stage = pool.StageUnordered
+	}
+	st, err := stage(v.ctx, v.stream, regions)
 	if err != nil {
 		return nil, err
 	}

@@ -378,6 +378,15 @@ goncclResult_t goncclRequestReleaseStream(goncclRequest_t request);
  * goncclInvalidUsage naming the reason if it is cudaStreamPerThread or under CUDA graph
  * capture (stream must not be NULL: pass cudaStreamLegacy for the default stream). */
 goncclResult_t goncclStreamCheck(goncclStream_t stream);
+/* gonccl extension: a CUDA stream of gonccl's own on device (non-blocking, created in
+ * the device's primary context, which gonccl then keeps for the life of the process),
+ * in use by no one else until goncclStreamRelease gives it back; it is handed out again
+ * later, never destroyed. For a caller that needs a stream no other code queues on (the
+ * PyTorch backend's stream per device, rather than one of torch's round-robin pool
+ * streams that another process group may hold too). goncclInvalidUsage if CUDA is not
+ * available, goncclUnhandledCudaError naming the CUDA error if it cannot be created. */
+goncclResult_t goncclStreamAcquire(int device, goncclStream_t* stream);
+goncclResult_t goncclStreamRelease(goncclStream_t stream);
 /* Releases the request. A request still running keeps running; its callback still runs. */
 goncclResult_t goncclRequestFree(goncclRequest_t request);
 

@@ -426,6 +426,15 @@ void GoncclBackend::close(bool abort) {
         " s of closing the communicator; their Works will never complete");
   }
   queue->stop();
+  // Every copy-out is queued: the streams may serve another backend now.
+  std::map<c10::DeviceIndex, c10::Stream> streams;
+  {
+    std::lock_guard<std::mutex> guard(issueMutex_);
+    streams.swap(streams_);
+  }
+  for (const auto& entry : streams) {
+    cuda::releaseStream(entry.second);
+  }
 }
 
 }  // namespace gonccl

@@ -1,5 +1,7 @@
 #include "cuda.hpp"
 
+#include <cstdint>
+
 #include <c10/core/Event.h>
 #include <c10/util/Exception.h>
 
@@ -85,8 +87,34 @@ const c10::impl::DeviceGuardImplInterface& guard() {
 }  // namespace
 
 c10::Stream newStream(c10::DeviceIndex device) {
-  return guard().getNewStream(
-      c10::Device(c10::DeviceType::CUDA, device), /*priority=*/0);
+  const Library& L = lib();
+  goncclStream_t h = nullptr;
+  const goncclResult_t rc = L.streamAcquire(device, &h);
+  if (rc != goncclSuccess) {
+    C10_THROW_ERROR(
+        DistBackendError,
+        c10::str(
+            "gonccl: creating its CUDA stream on cuda:",
+            static_cast<int>(device),
+            " failed: ",
+            errorString(rc, L.getLastError(nullptr))));
+  }
+  // An external stream, as torch.cuda.ExternalStream makes one: c10's CUDA
+  // streams take a cudaStream_t (even, being a pointer) as their id.
+  return c10::Stream(
+      c10::Stream::UNSAFE,
+      c10::Device(c10::DeviceType::CUDA, device),
+      static_cast<c10::StreamId>(reinterpret_cast<intptr_t>(h)));
+}
+
+void releaseStream(const c10::Stream& stream) {
+  const goncclResult_t rc =
+      lib().streamRelease(static_cast<goncclStream_t>(stream.native_handle()));
+  if (rc != goncclSuccess) {
+    TORCH_WARN(
+        "gonccl: giving back its CUDA stream failed: ",
+        errorString(rc, lib().getLastError(nullptr)));
+  }
 }
 
 c10::Stream currentStream(c10::DeviceIndex device) {
@@ -143,6 +171,10 @@ namespace {
 }  // namespace
 
 c10::Stream newStream(c10::DeviceIndex /*device*/) {
+  unavailable("a CUDA stream");
+}
+
+void releaseStream(const c10::Stream& /*stream*/) {
   unavailable("a CUDA stream");
 }
 

@@ -2,8 +2,9 @@
 // the rest of csrc compiles against a torch without CUDA.
 //
 // The CUDA path (ProcessGroupNCCL's pattern): an op on CUDA tensors runs on a
-// stream of gonccl's own (one per device per backend, created for it: not one
-// of torch's pool streams, which other code and the caller may be using) that
+// stream of gonccl's own (one per device per backend, from
+// goncclStreamAcquire: not one of torch's pool streams, which torch hands out
+// round-robin, so another backend or the caller may be using it) that
 // first waits on the caller's current stream; gonccl copies device->host on it,
 // runs the host algorithm, copies host->device on it. The backend's copy-outs
 // (unflatten, copy back of non-contiguous outputs) follow on the same stream,
@@ -48,9 +49,14 @@ c10::Device opDevice(
 // The message opDevice throws for a CUDA device when cudaBuilt is false.
 std::string noCudaMessage(const char* op);
 
-// A new stream of device (non-blocking, not from torch's pool), for gonccl's
-// own use.
+// A stream of device that only the caller uses (non-blocking; gonccl's own,
+// from goncclStreamAcquire, not one of torch's round-robin pool streams, which
+// another process group or the user's code may hold too). Give it back with
+// releaseStream.
 c10::Stream newStream(c10::DeviceIndex device);
+
+// Gives back a stream newStream returned; a later newStream may return it.
+void releaseStream(const c10::Stream& stream);
 
 // The calling thread's current stream on device.
 c10::Stream currentStream(c10::DeviceIndex device);

@@ -51,7 +51,9 @@ namespace gonccl {
   X(requestHoldStream, goncclRequestHoldStream)       \
   X(requestReleaseStream, goncclRequestReleaseStream) \
   X(requestFree, goncclRequestFree)                   \
-  X(streamCheck, goncclStreamCheck)
+  X(streamCheck, goncclStreamCheck)                   \
+  X(streamAcquire, goncclStreamAcquire)               \
+  X(streamRelease, goncclStreamRelease)
 
 // The entry points, filled by dlsym; their types come from gonccl.h.
 struct Library {

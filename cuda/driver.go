@@ -35,6 +35,7 @@ typedef struct {
   CUresult (*CtxGetDevice)(int*);
   CUresult (*DevicePrimaryCtxRetain)(CUcontext*, int);
   CUresult (*DevicePrimaryCtxRelease)(int);
+  CUresult (*StreamCreate)(CUstream*, unsigned int);
   // module loading and kernel launch
   CUresult (*ModuleLoadData)(void**, const void*);
   CUresult (*ModuleUnload)(void*);
@@ -59,7 +60,7 @@ static const char* gcSymbols[] = {
   "cuPointerGetAttribute", "cuMemHostAlloc", "cuMemFreeHost", "cuMemcpyDtoHAsync_v2",
   "cuMemcpyHtoDAsync_v2", "cuEventCreate", "cuEventRecord", "cuEventQuery",
   "cuEventDestroy_v2", "cuStreamWaitEvent", "cuStreamIsCapturing", "cuCtxGetDevice",
-  "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRelease_v2",
+  "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRelease_v2", "cuStreamCreate",
   // module loading and kernel launch
   "cuModuleLoadData", "cuModuleUnload", "cuModuleGetFunction", "cuLaunchKernel",
   // device memory, IPC and stream memory operations
@@ -146,6 +147,12 @@ static CUresult gcPrimaryRetain(gcFns* f, int dev, uintptr_t* c) {
 }
 static CUresult gcPrimaryRelease(gcFns* f, int dev) { return f->DevicePrimaryCtxRelease(dev); }
 static CUresult gcStreamWaitEvent(gcFns* f, uintptr_t s, uintptr_t e) { return f->StreamWaitEvent(H(s), H(e), 0); }
+static CUresult gcStreamCreate(gcFns* f, uintptr_t* s) {
+  CUstream st = NULL;
+  CUresult r = f->StreamCreate(&st, 0x1); // CU_STREAM_NON_BLOCKING
+  *s = (uintptr_t)st;
+  return r;
+}
 // device memory, IPC and stream memory operations
 static CUresult gcMemAlloc(gcFns* f, uintptr_t* p, size_t n) {
   CUdeviceptr d = 0;
@@ -424,6 +431,15 @@ func (d *Driver) eventDone(e event) (bool, error) {
 
 func (d *Driver) eventDestroy(e event) error {
 	return d.check("cuEventDestroy", C.gcEventDestroy(d.fns, C.uintptr_t(e)))
+}
+
+// streamCreate creates a non-blocking stream in the current context.
+func (d *Driver) streamCreate() (Stream, error) {
+	var s C.uintptr_t
+	if err := d.check("cuStreamCreate", C.gcStreamCreate(d.fns, &s)); err != nil {
+		return 0, err
+	}
+	return Stream(s), nil
 }
 
 func (d *Driver) streamWaitEvent(s Stream, e event) error {

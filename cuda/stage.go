@@ -52,6 +52,47 @@ type PoolStats struct {
 	Bytes          int // pinned bytes held
 }
 
+// streamKey names one stream: the special handles name a different stream in each
+// context.
+type streamKey struct {
+	ctx Context
+	s   Stream
+}
+
+// issueOrder is, per stream, the last staging issued on it by any pool: the work of
+// every communicator that stages on one stream goes onto it in issue order, as the
+// stream would order it (two process groups may share a stream, and a C caller may
+// give several communicators the same one).
+var issueOrder struct {
+	sync.Mutex
+	last map[streamKey]*Staging
+}
+
+// claimTurn makes st the last staging issued on its stream and returns the one
+// issued before it (nil if none is pending).
+func claimTurn(st *Staging) *Staging {
+	k := streamKey{st.ctx, st.stream}
+	issueOrder.Lock()
+	defer issueOrder.Unlock()
+	if issueOrder.last == nil {
+		issueOrder.last = make(map[streamKey]*Staging)
+	}
+	prev := issueOrder.last[k]
+	issueOrder.last[k] = st
+	return prev
+}
+
+// forgetTurn drops st from the issue order if it is still the last of its stream, so
+// a closed pool's stagings are not kept alive by it.
+func forgetTurn(st *Staging) {
+	k := streamKey{st.ctx, st.stream}
+	issueOrder.Lock()
+	if issueOrder.last[k] == st {
+		delete(issueOrder.last, k)
+	}
+	issueOrder.Unlock()
+}
+
 // minBlock is the smallest pinned allocation: tiny operations share a size class.
 const minBlock = 64 << 10
 
@@ -144,8 +185,19 @@ func (p *Pool) getLocked(ctx Context, n int) (*block, error) {
 // so the host algorithm sees the same aliasing. Call Before and After around the host
 // algorithm, or Cancel if the operation never runs.
 func (p *Pool) Stage(ctx Context, s Stream, regions []Region) (*Staging, error) {
+	return p.stage(ctx, s, regions, true)
+}
+
+// StageUnordered is Stage for an operation that is not ordered with the others of its
+// stream (point-to-point, which calls CopyIn itself and may wait for a peer): it takes
+// no turn in the stream's issue order, so later operations do not wait for it.
+func (p *Pool) StageUnordered(ctx Context, s Stream, regions []Region) (*Staging, error) {
+	return p.stage(ctx, s, regions, false)
+}
+
+func (p *Pool) stage(ctx Context, s Stream, regions []Region, ordered bool) (*Staging, error) {
 	st := &Staging{d: p.d, pool: p, ctx: ctx, stream: s, regions: regions, Host: make([][]byte, len(regions)),
-		released: make(chan struct{})}
+		released: make(chan struct{}), queued: make(chan struct{})}
 	// Group overlapping regions: sort by start, merge while the next starts before the
 	// current group ends.
 	idx := make([]int, 0, len(regions))
@@ -191,6 +243,13 @@ func (p *Pool) Stage(ctx Context, s Stream, regions []Region) (*Staging, error) 
 		}
 	}
 	p.busy = append(p.busy, st)
+	if ordered {
+		// The pool's own operations run in its executor's order (last, at Before):
+		// only another pool's predecessor is waited for here, as the stream orders it.
+		if prev := claimTurn(st); prev != nil && prev.pool != p {
+			st.prev = prev
+		}
+	}
 	return st, nil
 }
 
@@ -206,6 +265,7 @@ func (p *Pool) Close(timeout time.Duration) error {
 	// A held staging would keep the next one's copies waiting: closing ends every hold.
 	for _, s := range busy {
 		s.Release()
+		forgetTurn(s)
 	}
 	deadline := time.Now().Add(timeout)
 	var errs []error
@@ -253,6 +313,9 @@ type Staging struct {
 	held     bool          // Hold: the next operation's copies wait for Release
 	released chan struct{} // closed by Release
 	relOnce  sync.Once
+	queued   chan struct{} // closed once After or Cancel ran: all its copies are queued
+	queOnce  sync.Once
+	prev     *Staging // issued before it on its stream (any pool); nil once waited for
 
 	mu       sync.Mutex
 	ev       event // recorded after the D2H copies, then after the H2D copies
@@ -296,12 +359,39 @@ func (s *Staging) waitReleased(deadline time.Time) error {
 	}
 }
 
+// waitQueued waits, until deadline, until every copy of s is queued on its stream
+// (After or Cancel ran) and, if s is held, for its Release.
+func (s *Staging) waitQueued(deadline time.Time) error {
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-s.queued:
+	case <-t.C:
+		return fmt.Errorf("cuda: the operation issued before this one on stream %#x, by another communicator, has not run in time: operations of several communicators on one stream run in the order they were issued, so every rank must issue them in the same order", uintptr(s.stream))
+	}
+	return s.waitReleased(deadline)
+}
+
+// markQueued says that every copy of the staging is queued (After or Cancel).
+func (s *Staging) markQueued() { s.queOnce.Do(func() { close(s.queued) }) }
+
 // Before enqueues the device->host copies of the input regions on the stream and waits
 // (until deadline) for them: the host buffers then hold what the device buffers held
-// after all work queued on the stream before this call. If the operation that ran
-// before it on the pool was held (Hold), it first waits for that one's Release, so
-// stream work stays in issue order.
+// after all work queued on the stream before this call. Stream work stays in issue
+// order: if the operation that ran before it on the pool was held (Hold), it first waits
+// for that one's Release; and across communicators that stage on the same stream, if
+// the staging issued just before it on the stream was another pool's, it first waits
+// until that one has queued its copies and, if held, been released.
 func (s *Staging) Before(deadline time.Time) error {
+	s.mu.Lock()
+	other := s.prev
+	s.prev = nil
+	s.mu.Unlock()
+	if other != nil {
+		if err := other.waitQueued(deadline); err != nil {
+			return err
+		}
+	}
 	s.pool.mu.Lock()
 	prev := s.pool.last
 	s.pool.last = s
@@ -346,6 +436,7 @@ func (s *Staging) CopyIn(deadline time.Time) error {
 // hands the host buffers back to the pool, which reuses them only once the event has
 // completed. It returns the error of its own CUDA calls.
 func (s *Staging) After(opErr error) error {
+	defer s.markQueued()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.finished = true
@@ -374,7 +465,9 @@ func (s *Staging) After(opErr error) error {
 func (s *Staging) Cancel() {
 	s.mu.Lock()
 	s.finished = true
+	s.prev = nil
 	s.mu.Unlock()
+	s.markQueued()
 	s.Release()
 }
 
@@ -464,6 +557,7 @@ func (s *Staging) reclaim() ([]*block, bool) {
 		_ = s.d.do(s.ctx, func() error { return s.d.eventDestroy(s.ev) })
 	}
 	s.done = true
+	forgetTurn(s)
 	return s.blocks, true
 }
 

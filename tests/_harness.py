@@ -22,8 +22,11 @@ Workers may also write a JSON report of named sections (see workers/_common.py);
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import json
 import os
+import resource
+import shutil
 import signal
 import socket
 import subprocess
@@ -43,8 +46,9 @@ _PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
-def _die_with_parent_fn():
-    """A preexec_fn: SIGKILL this child when the process that started it dies."""
+def _die_with_parent_fn(core_limit: int = 0):
+    """A preexec_fn: SIGKILL this child when the process that started it dies; allow it
+    core files of up to core_limit bytes (0: none, as the default rlimit has it)."""
     parent = os.getpid()
 
     def preexec() -> None:
@@ -53,8 +57,53 @@ def _die_with_parent_fn():
         # The parent may already have died between fork and prctl.
         if os.getppid() != parent:
             os._exit(122)
+        if core_limit:
+            hard = resource.getrlimit(resource.RLIMIT_CORE)[1]
+            soft = core_limit if hard == resource.RLIM_INFINITY else min(core_limit, hard)
+            resource.setrlimit(resource.RLIMIT_CORE, (soft, hard))
 
     return preexec
+
+
+# Crashes say where (issue 20): every rank gets tests/crashtrace/crashtrace.c preloaded
+# (the signal, the faulting instruction, the native backtrace and every Python thread's
+# traceback on SIGSEGV/SIGBUS/SIGFPE/SIGILL/SIGABRT, before Go's handlers, which forward
+# it faults outside Go code), GOTRACEBACK=crash (a fault in Go code prints every
+# goroutine, then aborts), and core files of up to CORE_LIMIT bytes in its core directory
+# (the run's cwd), where /proc/sys/kernel/core_pattern names a plain file.
+CRASHTRACE_SOURCE = os.path.join(TESTS_DIR, "crashtrace", "crashtrace.c")
+CORE_LIMIT = int(os.environ.get("GONCCL_TEST_CORE_LIMIT_MB", "2048")) << 20
+_crashtrace: list[str | None] = []
+
+
+def crashtrace_library() -> str | None:
+    """tests/crashtrace/crashtrace.c built once per version of it; None without a compiler."""
+    if not _crashtrace:
+        path = None
+        cc = shutil.which("gcc") or shutil.which("cc")
+        if cc is not None:
+            with open(CRASHTRACE_SOURCE, "rb") as f:
+                digest = hashlib.sha256(f.read()).hexdigest()[:16]
+            out = os.path.join(tempfile.gettempdir(), f"gonccl-crashtrace-{os.getuid()}-{digest}.so")
+            if not os.path.exists(out):
+                tmp = f"{out}.{os.getpid()}.tmp"
+                built = subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", tmp, CRASHTRACE_SOURCE, "-ldl"],
+                                       capture_output=True, timeout=120)
+                if built.returncode == 0:
+                    os.replace(tmp, out)
+            path = out if os.path.exists(out) else None
+        _crashtrace.append(path)
+    return _crashtrace[0]
+
+
+def crash_env(env: dict, core_dir: str | None) -> None:
+    """Adds to a rank's environment what makes a crash say where (see CRASHTRACE_SOURCE)."""
+    lib = crashtrace_library()
+    if lib is not None and lib not in env.get("LD_PRELOAD", ""):
+        env["LD_PRELOAD"] = " ".join(x for x in (lib, env.get("LD_PRELOAD", "")) if x)
+    env.setdefault("GOTRACEBACK", "crash")
+    if core_dir:
+        env["GONCCL_TEST_CORE_DIR"] = core_dir
 
 
 def free_port() -> int:
@@ -158,6 +207,7 @@ class RunResult:
         head = (
             f"run took {self.elapsed:.1f} s"
             + (f"; TIMED OUT after {self.timeout:.0f} s, all processes killed" if self.timed_out else "")
+            + (f"; core files in {self.extra['cores']}" if "cores" in self.extra else "")
             + "\n"
         )
         return head + "".join(p.describe() for p in self.procs)
@@ -174,11 +224,13 @@ def run_processes(
     cwd: str | None = None,
     names: Sequence[str] | None = None,
     grace: float = 20.0,
+    core_limit: int = 0,
 ) -> RunResult:
     """Starts every argv at once and waits for all of them.
 
     timeout: hard limit for the whole group (then everything is killed).
     grace: once one process has failed, how long the others may keep running.
+    core_limit: RLIMIT_CORE of the children, in bytes (0: no core files).
     """
     names = list(names or [f"proc{i}" for i in range(len(argvs))])
     envs = list(envs or [dict(os.environ) for _ in argvs])
@@ -200,7 +252,7 @@ def run_processes(
                 env=envs[i],
                 cwd=cwd,
                 start_new_session=True,
-                preexec_fn=_die_with_parent_fn(),
+                preexec_fn=_die_with_parent_fn(core_limit),
             )
         deadline = start + timeout
         fail_deadline = None
@@ -248,7 +300,8 @@ def run_processes(
     return RunResult(results, time.monotonic() - start, timed_out, timeout)
 
 
-def rank_env(rank: int, world_size: int, port: int, base: dict | None = None, extra: dict | None = None) -> dict:
+def rank_env(rank: int, world_size: int, port: int, base: dict | None = None, extra: dict | None = None,
+             core_dir: str | None = None) -> dict:
     """The environment of one rank of a torch.distributed job (init_method env://)."""
     env = dict(os.environ if base is None else base)
     env.update(
@@ -260,9 +313,11 @@ def rank_env(rank: int, world_size: int, port: int, base: dict | None = None, ex
         LOCAL_WORLD_SIZE=str(world_size),
         PYTHONUNBUFFERED="1",
     )
-    # Any non-empty value would enable faulthandler before libgonccl loads; leave the
-    # signal handlers as a plain `python script.py` has them.
+    # Any non-empty value would enable faulthandler before libgonccl loads, and a
+    # worker's own faulthandler.disable() would then drop Go's handlers: crash reports
+    # come from crashtrace instead (crash_env), which leaves Python's handling alone.
     env.pop("PYTHONFAULTHANDLER", None)
+    crash_env(env, core_dir)
     # N ranks share 2 cores: one intra-op thread each keeps them from fighting.
     env.setdefault("OMP_NUM_THREADS", "1")
     env.update(extra or {})
@@ -282,11 +337,16 @@ def run_ranks(
     """Runs world_size ranks of a torch.distributed job, one process each."""
     port = free_port()
     argvs = [list(argv_for_rank(r)) for r in range(world_size)]
-    envs = [rank_env(r, world_size, port, base_env, env) for r in range(world_size)]
+    core_dir = cwd or tempfile.mkdtemp(prefix="gonccl-ranks-")
+    envs = [rank_env(r, world_size, port, base_env, env, core_dir) for r in range(world_size)]
     run = run_processes(
-        argvs, timeout=timeout, envs=envs, cwd=cwd, names=[f"rank {r}" for r in range(world_size)], grace=grace
+        argvs, timeout=timeout, envs=envs, cwd=cwd, names=[f"rank {r}" for r in range(world_size)], grace=grace,
+        core_limit=CORE_LIMIT,
     )
     run.extra["master_port"] = port
+    if any(p.returncode is not None and p.returncode < 0 and not p.killed for p in run.procs):
+        cores = sorted(f for f in os.listdir(core_dir) if f.startswith("core"))
+        run.extra["cores"] = f"{core_dir}: {cores or 'none (see /proc/sys/kernel/core_pattern)'}"
     return run
 
 

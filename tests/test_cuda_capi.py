@@ -18,12 +18,21 @@ queued; memory of another device than the stream's is refused; the pinned pool h
 primary context reference until destroy; send/recv (group ring, async with tags, any
 source) on device buffers.
 
+The fake is strict where the real driver is unforgiving (issue 20's crashes):
+fakecuda_fault_test shows that a destroyed event, freed pinned memory and a reset
+primary context kill the process. cuda_multicomm_test runs several communicators on
+one device in one process, their streams from torch's round-robin pool so that they
+share one (a world communicator, one over ranks 1..N-1, a one-rank one; held operations
+with copy-outs from completion threads; two issuing threads; the subset destroyed while
+world operations run). Both C tests also run built with AddressSanitizer.
+
 This is the only place the CUDA path runs in CI: no real GPU is involved.
 """
 
 import glob
 import os
 import shutil
+import signal
 import subprocess
 
 import pytest
@@ -35,17 +44,23 @@ TEST_SOURCE = os.path.join(_harness.TESTS_DIR, "capi", "cuda_capi_test.c")
 RUN_TIMEOUT = 180
 
 
-@pytest.fixture(scope="module")
-def fakecuda(tmp_path_factory):
-    """Builds libfakecuda.so; returns its path."""
+MULTICOMM_SOURCE = os.path.join(_harness.TESTS_DIR, "capi", "cuda_multicomm_test.c")
+FAULT_SOURCE = os.path.join(_harness.TESTS_DIR, "capi", "fakecuda_fault_test.c")
+ASAN = ["-g", "-fsanitize=address", "-fno-omit-frame-pointer"]
+# LeakSanitizer would report the C memory the Go runtime and gonccl's handles keep until
+# exit; use-after-free, overflows and double frees are what these runs are for.
+ASAN_ENV = {"ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1"}
+
+
+def _build_fake(tmp_path_factory, name: str, flags: list[str]) -> str:
     gcc = shutil.which("gcc")
     assert gcc, "gcc is needed to build the fake CUDA driver"
     # *.cc: host builds of gonccl's CUDA kernels, C++ without its runtime (gcc links them).
     sources = sorted(glob.glob(os.path.join(FAKE_DIR, "*.c")) + glob.glob(os.path.join(FAKE_DIR, "*.cc")))
     assert sources, f"no fake CUDA driver sources in {FAKE_DIR}"
-    out = str(tmp_path_factory.mktemp("fakecuda") / "libfakecuda.so")
+    out = str(tmp_path_factory.mktemp(name) / "libfakecuda.so")
     run = _harness.run_processes(
-        [[gcc, "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-pthread", "-o", out, *sources]],
+        [[gcc, "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-pthread", *flags, "-o", out, *sources]],
         timeout=120,
         names=["gcc fakecuda"],
     )
@@ -53,20 +68,62 @@ def fakecuda(tmp_path_factory):
     return out
 
 
+def _build_test(tmp_path_factory, source: str, fake: str, package_dir: str | None, flags: list[str]) -> str:
+    fakedir = os.path.dirname(fake)
+    out = str(tmp_path_factory.mktemp("cuda_capi") / os.path.basename(source)[:-2])
+    argv = [shutil.which("gcc"), "-std=c11", "-D_DEFAULT_SOURCE", "-Wall", "-Werror", "-O1", *flags,
+            f"-I{FAKE_DIR}", source, "-o", out]
+    if package_dir is not None:
+        include = os.path.join(package_dir, "include")
+        argv[1:1] = [f"-I{include}"]
+        argv += [f"-L{package_dir}", "-lgonccl", f"-Wl,-rpath,{package_dir}"]
+    argv += [f"-L{fakedir}", "-lfakecuda", f"-Wl,-rpath,{fakedir}", "-lpthread", "-lm"]
+    run = _harness.run_processes([argv], timeout=120, names=["gcc"])
+    run.assert_ok(f"compiling {source}")
+    return out
+
+
+@pytest.fixture(scope="module")
+def fakecuda(tmp_path_factory):
+    """Builds libfakecuda.so; returns its path."""
+    return _build_fake(tmp_path_factory, "fakecuda", [])
+
+
+@pytest.fixture(scope="module")
+def fakecuda_asan(tmp_path_factory):
+    """libfakecuda.so built with AddressSanitizer (skips, saying so, only where the
+    compiler has no ASan runtime to link)."""
+    probe = tmp_path_factory.mktemp("asan_probe")
+    src = probe / "probe.c"
+    src.write_text("int main(void) { return 0; }\n")
+    built = subprocess.run([shutil.which("gcc"), *ASAN, str(src), "-o", str(probe / "probe")],
+                           capture_output=True, text=True, timeout=120)
+    if built.returncode != 0 and "asan" in built.stderr.lower():
+        pytest.skip(f"gcc cannot link AddressSanitizer here (install libasan): {built.stderr.strip()[:300]}")
+    return _build_fake(tmp_path_factory, "fakecuda_asan", ASAN)
+
+
 @pytest.fixture(scope="module")
 def cuda_capi_binary(package_dir, fakecuda, tmp_path_factory):
-    include = os.path.join(package_dir, "include")
-    fakedir = os.path.dirname(fakecuda)
-    out = str(tmp_path_factory.mktemp("cuda_capi") / "cuda_capi_test")
-    argv = [
-        shutil.which("gcc"), "-std=c11", "-D_DEFAULT_SOURCE", "-Wall", "-Werror", "-O1",
-        f"-I{include}", f"-I{FAKE_DIR}", TEST_SOURCE, "-o", out,
-        f"-L{package_dir}", "-lgonccl", f"-Wl,-rpath,{package_dir}",
-        f"-L{fakedir}", "-lfakecuda", f"-Wl,-rpath,{fakedir}", "-lpthread", "-lm",
-    ]
-    run = _harness.run_processes([argv], timeout=120, names=["gcc"])
-    run.assert_ok("compiling tests/capi/cuda_capi_test.c")
-    return out
+    return _build_test(tmp_path_factory, TEST_SOURCE, fakecuda, package_dir, [])
+
+
+def _env(fake: str, extra: dict | None = None) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GONCCL_")}
+    env["GONCCL_CUDA_LIBRARY"] = fake
+    env.update(extra or {})
+    return env
+
+
+def _run_ranks(binary: str, fake: str, nranks: int, last_arg: str, cwd: str, extra: dict | None = None):
+    env = _env(fake, extra)
+    return _harness.run_processes(
+        [[binary, str(r), str(nranks), last_arg] for r in range(nranks)],
+        timeout=RUN_TIMEOUT,
+        envs=[env] * nranks,
+        cwd=cwd,
+        names=[f"rank {r}" for r in range(nranks)],
+    )
 
 
 @pytest.mark.timeout(60)
@@ -98,21 +155,12 @@ def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
     collective, which the device path cannot detect. With devices that cannot access each
     other (FAKECUDA_NO_PEER), every rank falls back to staging together."""
     id_file = str(tmp_path / "unique_id")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GONCCL_")}
-    env["GONCCL_CUDA_LIBRARY"] = fakecuda
+    extra = {"GONCCL_DEBUG": "INFO", "GONCCL_DEBUG_SUBSYS": "INIT"}
     if path.startswith("device"):
-        env["GONCCL_DEVICE_PATH"] = "1"
+        extra["GONCCL_DEVICE_PATH"] = "1"
     if path == "device-no-peer":
-        env["FAKECUDA_NO_PEER"] = "1"
-    env["GONCCL_DEBUG"] = "INFO"
-    env["GONCCL_DEBUG_SUBSYS"] = "INIT"
-    run = _harness.run_processes(
-        [[cuda_capi_binary, str(r), str(nranks), id_file] for r in range(nranks)],
-        timeout=RUN_TIMEOUT,
-        envs=[env] * nranks,
-        cwd=str(tmp_path),
-        names=[f"rank {r}" for r in range(nranks)],
-    )
+        extra["FAKECUDA_NO_PEER"] = "1"
+    run = _run_ranks(cuda_capi_binary, fakecuda, nranks, id_file, str(tmp_path), extra)
     run.assert_ok(f"cuda_capi_test with {nranks} ranks")
     for r, proc in enumerate(run.procs):
         assert f"rank {r}:" in proc.stdout and "checks passed" in proc.stdout, proc.describe()
@@ -122,3 +170,71 @@ def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
         if path == "device-no-peer":
             assert "staged path:" in log and "cannot access each other's memory" in log, proc.describe()
         assert f"CUDA driver loaded from {fakecuda}" in proc.stderr, proc.describe()
+
+
+# mode -> the signal it dies of and what its FAULT line says (None: the host's own
+# access, which the kernel reports without a word).
+FAULTS = {
+    "event-query": (signal.SIGABRT, "cuEventQuery"),
+    "event-record": (signal.SIGABRT, "cuEventRecord"),
+    "event-wait": (signal.SIGABRT, "cuStreamWaitEvent"),
+    "pinned-host": (signal.SIGSEGV, None),
+    "pinned-copy": (signal.SIGSEGV, "pinned memory"),
+    "reset-stream": (signal.SIGABRT, "was reset"),
+    "reset-current": (signal.SIGABRT, "was reset"),
+    "reset-event": (signal.SIGABRT, "was reset"),
+}
+
+
+@pytest.fixture(scope="module")
+def fault_binary(fakecuda, tmp_path_factory):
+    return _build_test(tmp_path_factory, FAULT_SOURCE, fakecuda, None, [])
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("mode", ["ok", *FAULTS])
+def test_fakecuda_faults(fault_binary, mode, tmp_path):
+    """The fake kills the process where the real driver would crash: a test that passes
+    against it cannot be hiding a use of a destroyed event, freed pinned memory or a
+    reset context."""
+    run = _harness.run_processes([[fault_binary, mode]], timeout=30, cwd=str(tmp_path), names=[mode])
+    proc = run.procs[0]
+    if mode == "ok":
+        run.assert_ok("fakecuda_fault_test ok")
+        return
+    sig, says = FAULTS[mode]
+    assert proc.returncode == -sig, proc.describe()
+    if says is not None:
+        assert "fakecuda: FAULT:" in proc.stderr and says in proc.stderr, proc.describe()
+
+
+@pytest.fixture(scope="module")
+def multicomm_binary(package_dir, fakecuda, tmp_path_factory):
+    return _build_test(tmp_path_factory, MULTICOMM_SOURCE, fakecuda, package_dir, [])
+
+
+@pytest.mark.timeout(RUN_TIMEOUT + 60)
+@pytest.mark.parametrize("nranks", [2, 3, 4])
+def test_cuda_multicomm(multicomm_binary, fakecuda, nranks, tmp_path):
+    """Several communicators of one process on one device, sharing one pool stream:
+    each operation sees the copy-out of the one issued before it on the stream, by
+    whichever communicator (on 02dd7a2 the second communicator read the first one's
+    input: 'the next communicator's all_reduce of that result (round 0): [0] = 2.000000,
+    want 8.000000')."""
+    run = _run_ranks(multicomm_binary, fakecuda, nranks, str(tmp_path), str(tmp_path))
+    run.assert_ok(f"cuda_multicomm_test with {nranks} ranks")
+    for r, proc in enumerate(run.procs):
+        assert f"rank {r}:" in proc.stdout and "checks passed" in proc.stdout, proc.describe()
+
+
+@pytest.mark.timeout(2 * RUN_TIMEOUT + 120)
+@pytest.mark.parametrize("source,nranks", [(TEST_SOURCE, 2), (MULTICOMM_SOURCE, 3)], ids=["cuda_capi", "multicomm"])
+def test_cuda_capi_asan(package_dir, fakecuda_asan, tmp_path_factory, source, nranks, tmp_path):
+    """The C tests and the fake built with AddressSanitizer (libgonccl.so as it ships:
+    the test program links libasan first, which is all ASan needs beside Go's runtime)."""
+    binary = _build_test(tmp_path_factory, source, fakecuda_asan, package_dir, ASAN)
+    last = str(tmp_path / "unique_id") if source == TEST_SOURCE else str(tmp_path)
+    run = _run_ranks(binary, fakecuda_asan, nranks, last, str(tmp_path), ASAN_ENV)
+    run.assert_ok(f"{os.path.basename(source)} under AddressSanitizer with {nranks} ranks")
+    for proc in run.procs:
+        assert "AddressSanitizer" not in proc.stderr, proc.describe()

@@ -10,7 +10,8 @@ package cudatest
 
 typedef struct {
   long dtoh, htod, kernels, host_allocs, host_frees, host_live, events_created, events_destroyed,
-      bad_access, host_races, context_errors, stale_reads, captured_ops, primary_retained;
+      bad_access, host_races, context_errors, stale_reads, captured_ops, primary_retained,
+      primary_resets;
 } counters;
 
 typedef struct {
@@ -28,13 +29,16 @@ typedef struct {
   int (*EndCapture)(void*);
   int (*CheckF32)(void*, void*, size_t, float, unsigned);
   int (*CtxSetCurrent)(void*);
+  int (*RuntimeInit)(int);
+  int (*RuntimeRelease)(int);
+  void* (*PoolStream)(int);
 } hooks;
 
 static const char* hookNames[] = {
   "fakecudaMalloc", "fakecudaFree", "fakecudaStreamCreate", "fakecudaContext", "fakecudaSetDelay",
   "fakecudaFillF32", "fakecudaAddF32", "fakecudaStreamDrain", "fakecudaGetCounters",
   "fakecudaStreamCreateWithFlags", "fakecudaBeginCapture", "fakecudaEndCapture", "fakecudaCheckF32",
-  "cuCtxSetCurrent",
+  "cuCtxSetCurrent", "fakecudaRuntimeInit", "fakecudaRuntimeRelease", "fakecudaPoolStream",
 };
 
 static int openHooks(const char* path, hooks* h) {
@@ -60,6 +64,8 @@ static int hCapture(hooks* h, uintptr_t s, int on) { return on ? h->BeginCapture
 static int hCheck(hooks* h, uintptr_t s, uintptr_t p, size_t n, float v, unsigned d) { return h->CheckF32((void*)s, (void*)p, n, v, d); }
 static int hSetCurrent(hooks* h, uintptr_t c) { return h->CtxSetCurrent((void*)c); }
 static int hDrain(hooks* h, uintptr_t s) { return h->Drain((void*)s); }
+static int hRuntime(hooks* h, int dev, int on) { return on ? h->RuntimeInit(dev) : h->RuntimeRelease(dev); }
+static uintptr_t hPoolStream(hooks* h, int dev) { return (uintptr_t)h->PoolStream(dev); }
 static void hCounters(hooks* h, counters* c) { h->Counters(c); }
 static float hRead(uintptr_t p, size_t i) { return ((float*)p)[i]; }
 static void* hPtr(uintptr_t p) { return (void*)p; }
@@ -126,6 +132,7 @@ type Fake struct{ h *C.hooks }
 type Counters struct {
 	DtoH, HtoD, Kernels, HostAllocs, HostFrees, HostLive, EventsCreated, EventsDestroyed,
 	BadAccess, HostRaces, ContextErrors, StaleReads, CapturedOps, PrimaryRetained int
+	PrimaryResets int
 }
 
 // Open reaches the hooks of the fake at path (the same loaded copy the driver uses).
@@ -235,7 +242,7 @@ func (f *Fake) Counters() Counters {
 	C.hCounters(f.h, &c)
 	return Counters{int(c.dtoh), int(c.htod), int(c.kernels), int(c.host_allocs), int(c.host_frees), int(c.host_live),
 		int(c.events_created), int(c.events_destroyed), int(c.bad_access), int(c.host_races), int(c.context_errors),
-		int(c.stale_reads), int(c.captured_ops), int(c.primary_retained)}
+		int(c.stale_reads), int(c.captured_ops), int(c.primary_retained), int(c.primary_resets)}
 }
 
 // Bytes views n bytes of device memory p (host memory in the fake) without copying.
@@ -245,3 +252,25 @@ func (f *Fake) Bytes(p uintptr, n int) []byte {
 	}
 	return unsafe.Slice((*byte)(C.hPtr(C.uintptr_t(p))), n)
 }
+
+// RuntimeInit takes the CUDA runtime's reference on device dev's primary context (as
+// torch's first CUDA call does; Context, Stream and Malloc imply it).
+func (f *Fake) RuntimeInit(dev int) error {
+	if C.hRuntime(f.h, C.int(dev), 1) != 0 {
+		return fmt.Errorf("fakecudaRuntimeInit(%d) failed", dev)
+	}
+	return nil
+}
+
+// RuntimeRelease drops the runtime's reference (cudaDeviceReset, or the runtime's
+// teardown at exit): with none left, the context is reset and everything in it dies.
+func (f *Fake) RuntimeRelease(dev int) error {
+	if C.hRuntime(f.h, C.int(dev), 0) != 0 {
+		return fmt.Errorf("fakecudaRuntimeRelease(%d): the runtime held no reference", dev)
+	}
+	return nil
+}
+
+// PoolStream returns the next of device dev's 32 pool streams, round-robin, as torch's
+// getStreamFromPool does: callers may share one.
+func (f *Fake) PoolStream(dev int) uintptr { return uintptr(C.hPoolStream(f.h, C.int(dev))) }

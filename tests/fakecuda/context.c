@@ -6,6 +6,8 @@
 #include "fakecuda_internal.h"
 
 #include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -15,7 +17,19 @@ __thread fakeCtx* t_current;
 fakecudaCounters g_count;
 int g_initialized;
 fakeStream* g_streams;
-static long g_primary[NDEV];
+
+void fault(const char* fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "fakecuda: FAULT: %s (the real driver would crash or corrupt memory here)\n", msg);
+  fflush(stderr);
+  abort();
+}
+
+int ctx_alive(const fakeCtx* ctx, unsigned gen) { return ctx->refs > 0 && ctx->gen == gen; }
 
 /* Context checks. mu need not be held. */
 CUresult need_ctx(void) {
@@ -23,7 +37,31 @@ CUresult need_ctx(void) {
     __atomic_add_fetch(&g_count.context_errors, 1, __ATOMIC_SEQ_CST);
     return CUDA_ERROR_INVALID_CONTEXT;
   }
+  if (__atomic_load_n(&t_current->refs, __ATOMIC_SEQ_CST) == 0)
+    fault("a call with the primary context of device %d current, which was reset (its last reference released)",
+          t_current->dev);
   return CUDA_SUCCESS;
+}
+
+/* retain takes a reference on dev's primary context. mu held. */
+static void retain(int dev) { g_ctx[dev].refs++; }
+
+/* release drops one; the last resets the context: everything made in it dies. mu held. */
+static void release(int dev) {
+  fakeCtx* c = &g_ctx[dev];
+  if (--c->refs > 0) return;
+  c->gen++;
+  c->runtime = 0;
+  g_count.primary_resets++;
+  kill_allocs(c);
+  forget_streams(c);
+}
+
+void runtime_init(int dev) {
+  g_ctx[dev].dev = dev;
+  if (g_ctx[dev].runtime) return;
+  g_ctx[dev].runtime = 1;
+  retain(dev);
 }
 
 CUresult stream_ctx_ok(fakeStream* s) {
@@ -92,7 +130,7 @@ CUresult cuDevicePrimaryCtxRetain(void** ctx, int dev) {
   if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED;
   if (dev < 0 || dev >= NDEV) return CUDA_ERROR_INVALID_VALUE;
   pthread_mutex_lock(&mu);
-  g_primary[dev]++;
+  retain(dev);
   g_count.primary_retained++;
   pthread_mutex_unlock(&mu);
   *ctx = &g_ctx[dev];
@@ -103,11 +141,11 @@ CUresult cuDevicePrimaryCtxRelease_v2(int dev) {
   if (dev < 0 || dev >= NDEV) return CUDA_ERROR_INVALID_VALUE;
   pthread_mutex_lock(&mu);
   CUresult r = CUDA_SUCCESS;
-  if (g_primary[dev] == 0) {
+  if (g_count.primary_retained == 0 || g_ctx[dev].refs - g_ctx[dev].runtime <= 0) {
     r = CUDA_ERROR_INVALID_CONTEXT; /* released more often than retained */
   } else {
-    g_primary[dev]--;
     g_count.primary_retained--;
+    release(dev);
   }
   pthread_mutex_unlock(&mu);
   return r;
@@ -117,7 +155,31 @@ CUresult cuDevicePrimaryCtxRelease_v2(int dev) {
 
 void* fakecudaContext(int dev) {
   if (dev < 0 || dev >= NDEV) return NULL;
+  pthread_mutex_lock(&mu);
+  runtime_init(dev);
+  pthread_mutex_unlock(&mu);
   return &g_ctx[dev];
+}
+
+int fakecudaRuntimeInit(int dev) {
+  if (dev < 0 || dev >= NDEV) return -1;
+  pthread_mutex_lock(&mu);
+  runtime_init(dev);
+  pthread_mutex_unlock(&mu);
+  return 0;
+}
+
+int fakecudaRuntimeRelease(int dev) {
+  if (dev < 0 || dev >= NDEV) return -1;
+  pthread_mutex_lock(&mu);
+  int r = -1;
+  if (g_ctx[dev].runtime) {
+    g_ctx[dev].runtime = 0;
+    release(dev);
+    r = 0;
+  }
+  pthread_mutex_unlock(&mu);
+  return r;
 }
 
 void fakecudaGetCounters(fakecudaCounters* out) {

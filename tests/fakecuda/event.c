@@ -9,6 +9,19 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#define EVENT_MAGIC 0xE7E7E7E7u
+
+/* event returns the live event h, or faults as the real driver would crash on a
+ * destroyed event (its memory freed) or on one of a reset context. Events are never
+ * freed, so a destroyed one can still be recognized. mu held. */
+static fakeEvent* event(void* h, const char* fn) {
+  fakeEvent* e = h;
+  if (e == NULL || e->magic != EVENT_MAGIC) fault("%s(%p): not an event", fn, h);
+  if (e->destroyed) fault("%s(%p): the event was destroyed", fn, h);
+  if (!ctx_alive(e->ctx, e->gen)) fault("%s(%p): the event's context (device %d) was reset", fn, h, e->ctx->dev);
+  return e;
+}
+
 CUresult cuEventCreate(void** ev, unsigned int flags) {
   (void)flags;
   CUresult r = need_ctx();
@@ -16,6 +29,8 @@ CUresult cuEventCreate(void** ev, unsigned int flags) {
   fakeEvent* e = calloc(1, sizeof *e);
   e->ctx = t_current;
   pthread_mutex_lock(&mu);
+  e->gen = e->ctx->gen;
+  e->magic = EVENT_MAGIC;
   g_count.events_created++;
   pthread_mutex_unlock(&mu);
   *ev = e;
@@ -24,9 +39,9 @@ CUresult cuEventCreate(void** ev, unsigned int flags) {
 
 CUresult cuEventRecord(void* ev, void* stream) {
   pthread_mutex_lock(&mu);
-  fakeEvent* e = ev;
+  fakeEvent* e = event(ev, "cuEventRecord");
   fakeStream* s = NULL;
-  if (e == NULL || e->destroyed || resolve(stream, &s) != CUDA_SUCCESS) {
+  if (resolve(stream, &s) != CUDA_SUCCESS) {
     pthread_mutex_unlock(&mu);
     return CUDA_ERROR_INVALID_HANDLE;
   }
@@ -47,20 +62,15 @@ CUresult cuEventRecord(void* ev, void* stream) {
 
 CUresult cuEventQuery(void* ev) {
   pthread_mutex_lock(&mu);
-  fakeEvent* e = ev;
-  CUresult r = e->destroyed ? CUDA_ERROR_INVALID_HANDLE
-               : e->completed >= e->recorded ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+  fakeEvent* e = event(ev, "cuEventQuery");
+  CUresult r = e->completed >= e->recorded ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
   pthread_mutex_unlock(&mu);
   return r;
 }
 
 CUresult cuEventSynchronize(void* ev) {
   pthread_mutex_lock(&mu);
-  fakeEvent* e = ev;
-  if (e->destroyed) {
-    pthread_mutex_unlock(&mu);
-    return CUDA_ERROR_INVALID_HANDLE;
-  }
+  fakeEvent* e = event(ev, "cuEventSynchronize");
   unsigned long want = e->recorded;
   while (e->completed < want) pthread_cond_wait(&cv, &mu);
   pthread_mutex_unlock(&mu);
@@ -69,11 +79,7 @@ CUresult cuEventSynchronize(void* ev) {
 
 CUresult cuEventDestroy_v2(void* ev) {
   pthread_mutex_lock(&mu);
-  fakeEvent* e = ev;
-  if (e == NULL || e->destroyed) {
-    pthread_mutex_unlock(&mu);
-    return CUDA_ERROR_INVALID_HANDLE;
-  }
+  fakeEvent* e = event(ev, "cuEventDestroy");
   /* Kept (never freed): a queued wait may still read it, as the real driver allows. */
   e->destroyed = 1;
   g_count.events_destroyed++;
@@ -84,9 +90,9 @@ CUresult cuEventDestroy_v2(void* ev) {
 CUresult cuStreamWaitEvent(void* stream, void* ev, unsigned int flags) {
   (void)flags;
   pthread_mutex_lock(&mu);
-  fakeEvent* e = ev;
+  fakeEvent* e = event(ev, "cuStreamWaitEvent");
   fakeStream* s = NULL;
-  if (e == NULL || e->destroyed || resolve(stream, &s) != CUDA_SUCCESS) {
+  if (resolve(stream, &s) != CUDA_SUCCESS) {
     pthread_mutex_unlock(&mu);
     return CUDA_ERROR_INVALID_HANDLE;
   }

@@ -29,6 +29,7 @@ typedef struct {
   long stale_reads;        /* fakecudaCheckF32 kernels that found another value */
   long captured_ops;       /* operations queued on a capturing stream (never run) */
   long primary_retained;   /* cuDevicePrimaryCtxRetain calls not yet released */
+  long primary_resets;     /* primary contexts reset (their last reference released) */
 } fakecudaCounters;
 
 /* "Device" memory of device dev (malloc'd host memory, tracked). */
@@ -58,6 +59,16 @@ int fakecudaAddF32(void* stream, void* p, size_t count, float value, unsigned de
 int fakecudaCheckF32(void* stream, void* p, size_t count, float want, unsigned delay_us);
 /* Stream handles may be NULL, CU_STREAM_LEGACY (0x1) or CU_STREAM_PER_THREAD (0x2):
  * they resolve on the calling thread, which needs a current context (cuCtxSetCurrent). */
+/* The CUDA runtime's reference on dev's primary context, as torch's first CUDA call
+ * takes it (fakecudaContext, fakecudaStreamCreate* and fakecudaMalloc imply it), and its
+ * release (cudaDeviceReset, or the runtime's teardown at exit): when no reference is
+ * left the context is reset and its streams, events and memory die. 0, or -1 for a
+ * bad device or a release without the reference. */
+int fakecudaRuntimeInit(int dev);
+int fakecudaRuntimeRelease(int dev);
+/* torch's stream pool (getStreamFromPool): 32 non-blocking streams of dev handed out
+ * round-robin to every caller, so two callers may share one. */
+void* fakecudaPoolStream(int dev);
 /* Blocks until all work queued on stream has run. */
 int fakecudaStreamDrain(void* stream);
 void fakecudaGetCounters(fakecudaCounters* out);

@@ -36,7 +36,18 @@
  *   copies really runs before them;
  * - stream capture (fakecudaBeginCapture): work queued on a capturing stream is
  *   recorded, not run, and an event recorded there is not a real record, as in a graph;
- * - primary contexts: cuDevicePrimaryCtxRetain/Release are counted;
+ * - primary contexts: reference counted. The CUDA runtime's own reference is modelled
+ *   (fakecudaRuntimeInit, implied by the first fakecudaContext/StreamCreate/Malloc of a
+ *   device, as torch's first CUDA call takes it); when the count drops to 0 the context
+ *   is really reset: its streams, events, device memory and pinned memory die with it;
+ * - strictness where the real driver is unforgiving (context.c's fault()): a destroyed
+ *   or unknown event, a stream or event of a reset context, a call made with a reset
+ *   context current abort the process with "fakecuda: FAULT: ..." instead of returning
+ *   an error code; freed pinned memory is poisoned and mprotect'ed PROT_NONE, so any
+ *   later host access or queued copy on it dies of SIGSEGV (after a FAULT line for a
+ *   queued copy);
+ * - torch's stream pool (fakecudaPoolStream): 32 non-blocking streams per device handed
+ *   out round-robin to whoever asks, so two users can get the same stream;
  * - consumers: fakecudaCheckF32 compares memory with the expected value when it runs
  *   and counts stale_reads.
  *
@@ -75,6 +86,9 @@ enum {
 
 typedef struct fakeCtx {
   int dev;
+  long refs;    /* primary context references (the runtime's included); 0: inactive */
+  int runtime;  /* the CUDA runtime holds one of refs */
+  unsigned gen; /* bumped by every reset: what was made before it is dead */
 } fakeCtx;
 
 typedef struct alloc {
@@ -82,13 +96,17 @@ typedef struct alloc {
   size_t n;
   int dev;      /* -1: pinned host memory */
   int live;
+  size_t mapped;  /* pinned: the mmap'ed length (page multiple) */
+  fakeCtx* ctx;   /* pinned: the context it was allocated in */
   struct alloc* next;
 } alloc;
 
 typedef struct fakeEvent {
+  unsigned magic; /* EVENT_MAGIC (event.c) */
   fakeCtx* ctx;
+  unsigned gen; /* ctx->gen when created */
   unsigned long recorded, completed;
-  int destroyed;
+  int destroyed; /* kept (never freed), so later use is recognized */
 } fakeEvent;
 
 enum { OP_COPY, OP_RECORD, OP_WAIT, OP_FILL, OP_ADD, OP_CHECK, OP_CALL };
@@ -130,6 +148,7 @@ typedef struct fakeStream {
   int capturing; /* under stream capture: work is recorded into a graph, not run */
   unsigned long pushed, done; /* ops queued and ops run, counted from 1 */
   unsigned delay_us;          /* extra delay of every op of this stream */
+  unsigned gen;               /* ctx->gen when created */
   pthread_t thread;
   struct fakeStream* next;
 } fakeStream;
@@ -146,9 +165,17 @@ extern fakecudaCounters g_count;
 extern int g_initialized;
 extern fakeStream* g_streams; /* every stream (stream.c adds them) */
 
-/* Context checks (context.c). mu need not be held. */
+/* Context checks (context.c). mu need not be held. need_ctx faults if the current
+ * context was reset. */
 CUresult need_ctx(void);
 CUresult stream_ctx_ok(fakeStream* s);
+/* fault reports a use the real driver would crash on and aborts the process. */
+void fault(const char* fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+/* runtime_init takes the CUDA runtime's reference on dev's primary context once. mu
+ * held. */
+void runtime_init(int dev);
+/* ctx_alive: ctx has references and gen is its current generation. mu held. */
+int ctx_alive(const fakeCtx* ctx, unsigned gen);
 
 /* memory.c: find returns the allocation holding [p, p+n), live or freed, or NULL
  * (device memory if dev_kind, else pinned host memory). mu held. */
@@ -156,10 +183,16 @@ alloc* find(const void* p, size_t n, int dev_kind);
 /* track enters [p, p+n) in the table as a live allocation of device dev (-1: pinned
  * host memory). mu held. */
 alloc* track(char* p, size_t n, int dev);
+/* kill_allocs frees what a reset context owned: device memory of its device and pinned
+ * memory allocated in it. mu held. */
+void kill_allocs(fakeCtx* ctx);
 
 /* stream.c. mu held for all three. */
 fakeStream* new_stream(fakeCtx* ctx, int blocking, int legacy);
+/* resolve faults for a stream of a reset context. */
 CUresult resolve(void* h, fakeStream** out);
+/* forget_streams drops the default and pool streams of a reset context. */
+void forget_streams(fakeCtx* ctx);
 void push(fakeStream* s, op* o);
 
 #pragma GCC visibility pop

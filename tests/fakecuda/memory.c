@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 static alloc* g_allocs;
 
@@ -65,15 +67,41 @@ CUresult cuPointerGetAttribute(void* data, int attr, CUdeviceptr ptr) {
   return r;
 }
 
+/* unpin poisons a pinned block and takes it away: any later host access or queued copy
+ * dies of SIGSEGV, as on a real driver that unmapped it. Kept mapped (PROT_NONE), so
+ * the address is never handed out again. mu held. */
+static void unpin(alloc* a) {
+  a->live = 0;
+  memset(a->p, POISON, a->n);
+  if (mprotect(a->p, a->mapped, PROT_NONE) != 0) fault("mprotect of freed pinned memory failed");
+}
+
+void kill_allocs(fakeCtx* ctx) {
+  for (alloc* a = g_allocs; a; a = a->next) {
+    if (!a->live) continue;
+    if (a->dev < 0 && a->ctx == ctx) {
+      unpin(a);
+      g_count.host_live--;
+    } else if (a->dev == ctx->dev) {
+      a->live = 0;
+      memset(a->p, POISON, a->n);
+    }
+  }
+}
+
 CUresult cuMemHostAlloc(void** pp, size_t n, unsigned int flags) {
   (void)flags;
   CUresult r = need_ctx();
   if (r) return r;
-  char* p = malloc(n ? n : 1);
-  if (p == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  size_t mapped = ((n ? n : 1) + page - 1) / page * page;
+  char* p = mmap(NULL, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
   memset(p, POISON, n);
   pthread_mutex_lock(&mu);
-  track(p, n, -1);
+  alloc* a = track(p, n, -1);
+  a->mapped = mapped;
+  a->ctx = t_current;
   g_count.host_allocs++;
   g_count.host_live++;
   pthread_mutex_unlock(&mu);
@@ -90,9 +118,7 @@ CUresult cuMemFreeHost(void* p) {
     pthread_mutex_unlock(&mu);
     return CUDA_ERROR_INVALID_VALUE;
   }
-  /* Poisoned and kept: a queued copy that still uses it is detected when it runs. */
-  a->live = 0;
-  memset(a->p, POISON, a->n);
+  unpin(a);
   g_count.host_frees++;
   g_count.host_live--;
   pthread_mutex_unlock(&mu);
@@ -147,6 +173,7 @@ void* fakecudaMalloc(int dev, size_t bytes) {
   if (p == NULL) return NULL;
   memset(p, POISON, bytes);
   pthread_mutex_lock(&mu);
+  runtime_init(dev);
   track(p, bytes, dev);
   pthread_mutex_unlock(&mu);
   return p;

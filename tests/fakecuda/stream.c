@@ -9,6 +9,7 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -17,6 +18,9 @@
 static unsigned g_delay_min = 0, g_delay_max = 200;
 static fakeStream* g_legacy[NDEV];
 static __thread fakeStream* t_per_thread[NDEV];
+#define POOL_STREAMS 32
+static fakeStream* g_pool[NDEV][POOL_STREAMS];
+static unsigned g_pool_next[NDEV];
 
 static unsigned rnd(void) {
   static __thread unsigned s;
@@ -45,6 +49,7 @@ static void* worker(void* arg);
 fakeStream* new_stream(fakeCtx* ctx, int blocking, int legacy) {
   fakeStream* s = calloc(1, sizeof *s);
   s->ctx = ctx;
+  s->gen = ctx->gen;
   s->blocking = blocking;
   s->legacy = legacy;
   s->next = g_streams;
@@ -63,9 +68,12 @@ CUresult resolve(void* h, fakeStream** out) {
       g_count.context_errors++;
       return CUDA_ERROR_INVALID_CONTEXT;
     }
+    if (t_current->refs == 0)
+      fault("a default stream used with the primary context of device %d current, which was reset", t_current->dev);
     int dev = t_current->dev;
     if (h == STREAM_PER_THREAD) {
-      if (t_per_thread[dev] == NULL) t_per_thread[dev] = new_stream(t_current, 1, 0);
+      if (t_per_thread[dev] == NULL || t_per_thread[dev]->gen != t_current->gen)
+        t_per_thread[dev] = new_stream(t_current, 1, 0);
       *out = t_per_thread[dev];
     } else {
       if (g_legacy[dev] == NULL) g_legacy[dev] = new_stream(t_current, 1, 1);
@@ -74,8 +82,16 @@ CUresult resolve(void* h, fakeStream** out) {
     return CUDA_SUCCESS;
   }
   if (!is_stream(h)) return CUDA_ERROR_INVALID_HANDLE;
-  *out = h;
+  fakeStream* s = h;
+  if (!ctx_alive(s->ctx, s->gen))
+    fault("stream %p used after its context (device %d) was reset: the real stream is gone", h, s->ctx->dev);
+  *out = s;
   return CUDA_SUCCESS;
+}
+
+void forget_streams(fakeCtx* ctx) {
+  g_legacy[ctx->dev] = NULL;
+  for (int i = 0; i < POOL_STREAMS; i++) g_pool[ctx->dev][i] = NULL;
 }
 
 static void add_dep(op* o, fakeStream* s) {
@@ -104,7 +120,16 @@ static void run(op* o) {
       char* dev = o->dtoh ? o->src : o->dst;
       alloc* da = find(dev, o->n, 1);
       alloc* ha = find(o->host, o->n, 0);
-      if (da == NULL || !da->live || (ha != NULL && !ha->live)) {
+      if (ha != NULL && !ha->live) {
+        /* The real DMA would read or write memory that is gone: say so, then touch
+         * it as the copy would (PROT_NONE: SIGSEGV). */
+        fprintf(stderr, "fakecuda: FAULT: a queued %s copy uses pinned memory %p that was freed\n",
+                o->dtoh ? "device->host" : "host->device", (void*)o->host);
+        fflush(stderr);
+        g_count.bad_access++;
+        memcpy(o->dst, o->src, o->n);
+      }
+      if (da == NULL || !da->live) {
         g_count.bad_access++;
         break;
       }
@@ -207,6 +232,15 @@ CUresult cuStreamGetCtx(void* stream, void** ctx) {
   return r;
 }
 
+CUresult cuStreamCreate(void** out, unsigned int flags) {
+  CUresult r = need_ctx();
+  if (r) return r;
+  pthread_mutex_lock(&mu);
+  *out = new_stream(t_current, !(flags & STREAM_NON_BLOCKING), 0);
+  pthread_mutex_unlock(&mu);
+  return CUDA_SUCCESS;
+}
+
 CUresult cuStreamSynchronize(void* stream) {
   pthread_mutex_lock(&mu);
   fakeStream* s = NULL;
@@ -235,12 +269,24 @@ void* fakecudaStreamCreateWithFlags(int dev, unsigned flags) {
   if (dev < 0 || dev >= NDEV) return NULL;
   for (int i = 0; i < NDEV; i++) g_ctx[i].dev = i;
   pthread_mutex_lock(&mu);
+  runtime_init(dev);
   fakeStream* s = new_stream(&g_ctx[dev], !(flags & STREAM_NON_BLOCKING), 0);
   pthread_mutex_unlock(&mu);
   return s;
 }
 
 void* fakecudaStreamCreate(int dev) { return fakecudaStreamCreateWithFlags(dev, 0); }
+
+void* fakecudaPoolStream(int dev) {
+  if (dev < 0 || dev >= NDEV) return NULL;
+  pthread_mutex_lock(&mu);
+  runtime_init(dev);
+  unsigned i = g_pool_next[dev]++ % POOL_STREAMS;
+  if (g_pool[dev][i] == NULL) g_pool[dev][i] = new_stream(&g_ctx[dev], 0, 0);
+  fakeStream* s = g_pool[dev][i];
+  pthread_mutex_unlock(&mu);
+  return s;
+}
 
 static int set_capture(void* stream, int on) {
   pthread_mutex_lock(&mu);
