@@ -376,6 +376,55 @@ int fakecudaCheckF32(void* stream, void* p, size_t count, float want, unsigned d
   return 0;
 }
 
+/* The runtime's reference on the primary context: on a real GPU the context device_ctx
+ * retains (uncounted) is that reference; releasing it is what cudaDeviceReset would do. */
+int fakecudaRuntimeInit(int dev) {
+  if (dev < 0) return -1;
+  device_ctx(dev);
+  return 0;
+}
+
+int fakecudaRuntimeRelease(int dev) {
+  if (dev < 0) return -1;
+  pthread_mutex_lock(&mu);
+  init_locked();
+  int d = dev % ndev;
+  CUcontext c = ctx[d];
+  ctx[d] = NULL;
+  pthread_mutex_unlock(&mu);
+  if (c == NULL) return -1;
+  CUdevice h;
+  CK(cuDeviceGet(&h, d));
+  return NEXT(CUresult (*)(CUdevice), "cuDevicePrimaryCtxRelease_v2")(h) == 0 ? 0 : -1;
+}
+
+/* torch's stream pool: 32 non-blocking streams per device, handed out round-robin. */
+enum { POOL_STREAMS = 32 };
+static void* pool[64][POOL_STREAMS];
+static unsigned pool_next[64];
+
+void* fakecudaPoolStream(int dev) {
+  if (dev < 0) return NULL;
+  device_ctx(dev);
+  pthread_mutex_lock(&mu);
+  int d = dev % ndev;
+  unsigned i = pool_next[d]++ % POOL_STREAMS;
+  if (pool[d][i] == NULL) {
+    CUstream st = NULL;
+    if (cuStreamCreate(&st, 0x1) == 0) pool[d][i] = st; /* CU_STREAM_NON_BLOCKING */
+  }
+  void* s = pool[d][i];
+  pthread_mutex_unlock(&mu);
+  return s;
+}
+
+/* A deliberately wrong kernel is the fake's test of its own comparisons; a real GPU runs
+ * gonccl's kernels as built, so no kernel can be corrupted here. */
+int fakecudaCorruptKernel(const char* name) {
+  (void)name;
+  return -1;
+}
+
 int fakecudaStreamDrain(void* stream) { return cuStreamSynchronize(stream) == 0 ? 0 : -1; }
 
 void fakecudaGetCounters(fakecudaCounters* out) {
