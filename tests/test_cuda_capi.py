@@ -104,4 +104,6 @@ def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, tmp_path):
     run.assert_ok(f"cuda_capi_test with {nranks} ranks")
     for r, proc in enumerate(run.procs):
         assert f"rank {r}:" in proc.stdout and "checks passed" in proc.stdout, proc.describe()
+        # The bad-input cases only the fake can check (cuda_capi_test.c, test_bad) ran.
+        assert f"rank {r}: fake-only bad-input checks ran" in proc.stdout, proc.describe()
         assert f"CUDA driver loaded from {fakecuda}" in proc.stderr, proc.describe()
