@@ -4,6 +4,7 @@
 #   make demo    set everything up, build, install, run the lecture's DDP examples on CPU
 #   make test    build, install, run every test (Go, C ABI, Python multi-process)
 #   make test-race  the race detector over core, transport and cuda (-short subset)
+#   make test-exhaustive  the checks too slow for make test (GONCCL_EXHAUSTIVE=1)
 #   make build   build and install the package into the Python environment
 #   make lib     build only libgonccl.so (build/lib/) for C users
 #   make wheel   a wheel (dist/) holding libgonccl.so, the extension and gonccl.h
@@ -19,7 +20,7 @@ PY = $(shell scripts/python-env.sh)
 GO ?= go
 NPROC ?= 2
 
-.PHONY: kernels setup build lib wheel test-wheel csrc-compat gpu-check-dry demo test test-go test-race test-py soak fuzz-short lint clean
+.PHONY: kernels setup build lib wheel test-wheel csrc-compat gpu-check-dry demo test test-go test-race test-exhaustive test-py soak fuzz-short lint clean
 
 setup:
 	@scripts/python-env.sh >/dev/null
@@ -103,8 +104,19 @@ fuzz-short:
 	  $(GO) test -run='^$$' -fuzz="^$$fn\$$" -fuzztime=$(FUZZTIME) ./$$pkg || exit 1; \
 	done
 
+# test-exhaustive: what is too slow for make test, which skips it: the float16 and
+# bfloat16 conversions against all 2^32 float32 values (GONCCL_EXHAUSTIVE=1). Run it on a
+# schedule and whenever internal/reduce's conversions change.
+test-exhaustive:
+	@mkdir -p build
+	GONCCL_EXHAUSTIVE=1 $(GO) test -count=1 -timeout 60m -v -run 'Exhaustive' ./internal/reduce > build/exhaustive.log 2>&1; \
+	  rc=$$?; cat build/exhaustive.log; test $$rc = 0 || exit $$rc; \
+	  if grep -- '--- SKIP' build/exhaustive.log; then echo "test-exhaustive: a test skipped"; exit 1; fi
+
+# -rs lists every skipped test with its reason; GONCCL_REQUIRE (tests/conftest.py) turns
+# skips for what it names into failures (.ci/run sets it).
 test-py:
-	$(PY) -m pytest -v tests
+	$(PY) -m pytest -v -rs tests
 
 # The long soak: 20,000 random operations on 4 ranks checked against Gloo, with fds,
 # threads, RSS and goroutines sampled (tests/test_soak.py; CI runs 2,000).

@@ -48,7 +48,7 @@ func runReduceScatter(t *testing.T, comms []*Comm, count int, dt DataType, op Re
 	want := reference(dt, op, ins, n*count)
 	for r := 0; r < n; r++ {
 		require.NoError(t, errs[r], name)
-		requireReduced(t, dt, op, want[r*block:(r+1)*block], outs[r], count, fmt.Sprintf("%s rank %d", name, r))
+		requireReduced(t, dt, op, n, want[r*block:(r+1)*block], outs[r], count, fmt.Sprintf("%s rank %d", name, r))
 		if r%2 == 1 {
 			require.Equal(t, ins[r], sends[r], "%s: rank %d's send buffer changed", name, r)
 		}

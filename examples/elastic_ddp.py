@@ -1,7 +1,7 @@
 """Survivors keep training: DDP on gonccl loses a rank and carries on without it.
 
     python examples/elastic_ddp.py [--nproc 4] [--steps 10] [--kill-rank 2] [--kill-step 5]
-                                   [--size 4000] [--batch 100]
+                                   [--size 4000] [--batch 100] [--lr 0.01]
 
 The launcher (this script) starts --nproc CPU ranks that train the lecture's ToyModel
 (examples/ddp_example.py) with DDP on gonccl. At step --kill-step, rank --kill-rank
@@ -9,8 +9,14 @@ SIGKILLs itself. The survivors' next collective fails (gonccl sees the closed
 connection at once), they catch the error, learn from the store which rank is gone,
 call dist.shrink_group to make a group of the survivors, reload the state they held in
 memory after the last step that completed everywhere, wrap the model in DDP again, and
-finish the --steps steps. At the end every survivor checks that its parameters equal
-everyone else's, bit for bit.
+finish the --steps steps.
+
+The ranks start from different weights (seeded by rank), as real ranks would, so DDP's
+broadcast at construction has something to do. At the end every survivor checks,
+through the store rather than through gonccl itself, that the ranks' weights differed
+before DDP and were equal after its broadcast, that its parameters equal every other
+survivor's bit for bit, and that the loss on the survivors' data fell. Each rank trains
+on a fixed batch of its own (the same whichever generation of the group runs it).
 
 The launcher keeps the c10d store (a TCPStore) and watches its children, as torchrun's
 agent does; unlike torchrun it does not tear the job down when a worker dies. It writes
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import hashlib
 import multiprocessing as mp
 import multiprocessing.connection
 import os
@@ -44,10 +51,33 @@ def log(rank: int, msg: str) -> None:
     print(f"[rank {rank}] {msg}", flush=True)
 
 
-def batch(orig_rank: int, step: int, size: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """A rank's data for a step: the same whichever generation of the group runs it."""
-    g = torch.Generator().manual_seed(1000 * orig_rank + step)
+def batch(orig_rank: int, size: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A rank's data, the same at every step and whichever generation of the group runs it."""
+    g = torch.Generator().manual_seed(1000 + orig_rank)
     return torch.randn(n, size, generator=g), torch.randn(n, size, generator=g)
+
+
+def digest(model: nn.Module) -> str:
+    """A hash of the model's parameters, bit for bit."""
+    h = hashlib.sha256()
+    for p in model.parameters():
+        h.update(p.detach().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def survivors_loss(state: dict, members: list[int], args) -> float:
+    """The loss of a ToyModel with these weights on every survivor's data (each rank can
+    rebuild it)."""
+    model = ddp_example.ToyModel()
+    model.load_state_dict(state)
+    loss_fn = nn.MSELoss()
+    with torch.no_grad():
+        return sum(loss_fn(model(x), y).item() for x, y in (batch(m, args.size, args.batch) for m in members))
+
+
+def store_values(store, prefix: str, ranks: list[int]) -> list[str]:
+    """The values ranks put under prefix/<rank> in the store (waiting for them)."""
+    return [store.get(f"{prefix}/{r}").decode() for r in ranks]
 
 
 def worker(orig_rank: int, args, port: int) -> None:
@@ -55,11 +85,14 @@ def worker(orig_rank: int, args, port: int) -> None:
     store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=60))
     dist.init_process_group("gonccl", store=store, rank=orig_rank, world_size=args.nproc)
     ddp_example.SIZE = args.size  # ToyModel reads it when it is built
-    torch.manual_seed(0)
+    torch.manual_seed(orig_rank)  # every rank starts from its own weights
     model = ddp_example.ToyModel()
-    ddp = DDP(model)
+    store.set(f"init/{orig_rank}", digest(model))
+    ddp = DDP(model)  # broadcasts rank 0's weights
+    store.set(f"synced/{orig_rank}", digest(model))
+    start = copy.deepcopy(model.state_dict())  # the weights training starts from
     loss_fn = nn.MSELoss()
-    opt = optim.SGD(model.parameters(), lr=0.01)
+    opt = optim.SGD(model.parameters(), lr=args.lr)
     members = list(range(args.nproc))  # the current group, in original ranks
     saved = (0, copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict()))
     step, generation = 0, 0
@@ -68,7 +101,7 @@ def worker(orig_rank: int, args, port: int) -> None:
             if orig_rank == args.kill_rank and step == args.kill_step:
                 store.set("killed_at", repr(time.time()))
                 os.kill(os.getpid(), signal.SIGKILL)
-            x, y = batch(orig_rank, step, args.size, args.batch)
+            x, y = batch(orig_rank, args.size, args.batch)
             opt.zero_grad()
             loss = loss_fn(ddp(x), y)
             loss.backward()
@@ -94,13 +127,20 @@ def worker(orig_rank: int, args, port: int) -> None:
                 f"new group of {len(members)} ready {t_ready - killed_at:.3f} s after it; "
                 f"now rank {dist.get_rank()}/{dist.get_world_size()}, resuming after step {step}",
             )
-    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
-    everyone = [torch.empty_like(flat) for _ in range(dist.get_world_size())]
-    dist.all_gather(everyone, flat)
-    same = all(torch.equal(flat, other) for other in everyone)
-    log(orig_rank, f"done: {step} steps, parameters identical on all {len(everyone)} survivors: {same}")
+    # The checks go through the store (a TCPStore the launcher keeps), not through
+    # gonccl, whose results they judge.
+    store.set(f"final/{orig_rank}", digest(model))
+    everyone = list(range(args.nproc))
+    differed = len(set(store_values(store, "init", everyone))) == args.nproc
+    synced = len(set(store_values(store, "synced", everyone))) == 1
+    same = len(set(store_values(store, "final", members))) == 1
+    before, after = survivors_loss(start, members, args), survivors_loss(model.state_dict(), members, args)
+    fell = after < before
+    log(orig_rank, f"done: {step} steps, parameters identical on all {len(members)} survivors: {same}; "
+                   f"weights differed before DDP: {differed}, equal after its broadcast: {synced}; "
+                   f"loss on the survivors' data {before:.6f} -> {after:.6f}, fell: {fell}")
     dist.destroy_process_group()
-    sys.exit(0 if same else 1)
+    sys.exit(0 if same and differed and synced and fell else 1)
 
 
 def shrink_and_restore(orig_rank, members, lost, model, opt, saved) -> float:
@@ -128,6 +168,7 @@ def main() -> None:
     p.add_argument("--kill-step", type=int, default=5)
     p.add_argument("--size", type=int, default=ddp_example.SIZE, help="ToyModel width (the lecture's: 4000)")
     p.add_argument("--batch", type=int, default=100)
+    p.add_argument("--lr", type=float, default=0.01, help="SGD learning rate (the lecture's: 0.01)")
     args = p.parse_args()
     if not 0 <= args.kill_rank < args.nproc or args.nproc < 2:
         p.error("--kill-rank must be below --nproc, and --nproc at least 2")

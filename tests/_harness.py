@@ -43,6 +43,32 @@ EXAMPLES_DIR = os.path.join(REPO_ROOT, "examples")
 PYTHON = sys.executable
 
 _PR_SET_PDEATHSIG = 1
+
+
+def _time_scale() -> float:
+    v = os.environ.get("GONCCL_TEST_TIME_SCALE", "")
+    if not v:
+        return 1.0
+    try:
+        f = float(v)
+    except ValueError:
+        f = -1.0
+    if not 0 < f <= 1000:
+        raise ValueError(f"GONCCL_TEST_TIME_SCALE={v!r}: want a number > 0 and <= 1000")
+    return f
+
+
+# One factor for every wall-clock limit of the tests (GONCCL_TEST_TIME_SCALE, default 1;
+# the Go tests read it through internal/testtime, the workers through _common.scaled):
+# run_processes scales its timeout and grace, conftest.py the pytest-timeout marks.
+TIME_SCALE = _time_scale()
+
+
+def scaled(seconds: float) -> float:
+    """seconds times GONCCL_TEST_TIME_SCALE."""
+    return seconds * TIME_SCALE
+
+
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -231,7 +257,9 @@ def run_processes(
     timeout: hard limit for the whole group (then everything is killed).
     grace: once one process has failed, how long the others may keep running.
     core_limit: RLIMIT_CORE of the children, in bytes (0: no core files).
+    timeout and grace are scaled by GONCCL_TEST_TIME_SCALE (scaled()).
     """
+    timeout, grace = scaled(timeout), scaled(grace)
     names = list(names or [f"proc{i}" for i in range(len(argvs))])
     envs = list(envs or [dict(os.environ) for _ in argvs])
     results = [ProcResult(name=n, argv=[str(a) for a in argv]) for n, argv in zip(names, argvs)]
@@ -384,9 +412,12 @@ class WorkerRun:
                 self.reports.append({"sections": {}, "order": [], "finished": False})
 
     def section(self, name: str) -> list[dict]:
-        """Asserts that every rank ran section `name` without a failed check, and
-        returns the per-rank section records (each has "data" the worker stored)."""
-        records, problems = [], []
+        """Asserts that every rank ran section `name` with at least one check and no failed
+        one, and returns the per-rank section records (each has "data" the worker stored).
+        A rank may instead have skipped the section (Checker.skip, with a reason); when
+        every rank skipped it, the test is skipped with their reason. A section that ran
+        no check and did not skip fails: passing must mean that something was checked."""
+        records, problems, skipped = [], [], []
         for r, rep in enumerate(self.reports):
             sec = rep["sections"].get(name)
             if sec is None:
@@ -396,12 +427,22 @@ class WorkerRun:
             if sec["failures"]:
                 problems.append(f"rank {r}: section {name!r}: {len(sec['failures'])} failed check(s):\n  "
                                 + "\n  ".join(sec["failures"][:25]))
+            elif sec.get("skipped"):
+                skipped.append(f"rank {r}: {sec['skipped']}")
+            elif sec.get("checks", 0) == 0:
+                problems.append(f"rank {r}: section {name!r} ran no check and did not skip "
+                                "(a worker section that checks nothing calls Checker.skip(reason))")
             records.append(sec)
         if problems:
             raise AssertionError(
                 f"{self.worker} on {self.world_size} rank(s):\n" + "\n".join(problems)
                 + "\n\n" + self.run.describe()
             )
+        if skipped and len(skipped) == len(self.reports):
+            import pytest
+
+            reasons = sorted({s.split(": ", 1)[1] for s in skipped})
+            pytest.skip(f"{self.worker} on {self.world_size} rank(s): section {name!r} skipped: " + "; ".join(reasons))
         return records
 
 
@@ -415,8 +456,11 @@ DEVICES = ("cpu", "cuda")
 
 def device_cases(configs, copy_config: str) -> list:
     """(config, device) pairs: every config on every device, plus copy_config on
-    cpu-copy."""
-    return [(c, d) for d in DEVICES for c in configs] + [(copy_config, "cpu-copy")]
+    cpu-copy. The cuda ones are marked requires("gpu") (conftest.py: GONCCL_REQUIRE)."""
+    import pytest
+
+    return [pytest.param(c, d, marks=pytest.mark.requires("gpu")) if d == "cuda" else (c, d)
+            for d in DEVICES for c in configs] + [(copy_config, "cpu-copy")]
 
 
 def device_env(device: str) -> dict:

@@ -17,6 +17,59 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import _harness  # noqa: E402
 
+# What the environment must provide, by the name a test's `requires` marker gives it.
+# GONCCL_REQUIRE (comma-separated; .ci/run sets it) names the ones that must be there:
+# a test marked with one of those that skips fails instead, so a CI run cannot pass
+# while quietly testing less. Unset (a developer's machine), such tests skip as usual.
+REQUIREMENTS = {
+    "netns": "root and `ip netns` (tests/test_two_hosts.py)",
+    "torchft": "torchft==0.2.0, installed from PyPI into ~/.cache/gonccl on first use, and an "
+               "IPv6 loopback for its lighthouse (tests/test_torchft.py)",
+    "torch-headers": "the headers of the oldest supported torch, fetched from PyPI into "
+                     "~/.cache/gonccl (tests/test_torch_versions.py)",
+    "gpu": "an NVIDIA GPU that torch sees (the cuda test cases)",
+}
+
+
+def _required() -> set[str]:
+    names = {n.strip() for n in os.environ.get("GONCCL_REQUIRE", "").split(",") if n.strip()}
+    unknown = names - set(REQUIREMENTS)
+    if unknown:
+        raise pytest.UsageError(f"GONCCL_REQUIRE names {sorted(unknown)}; known: {sorted(REQUIREMENTS)}")
+    return names
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "requires(name): the test needs `name` from the environment (conftest.REQUIREMENTS) and skips "
+                   "without it, unless GONCCL_REQUIRE names it: then the skip is a failure")
+    config.gonccl_required = _required()
+
+
+def pytest_collection_modifyitems(config, items):
+    """GONCCL_TEST_TIME_SCALE scales every pytest-timeout limit (_harness.TIME_SCALE)."""
+    if _harness.TIME_SCALE == 1.0:
+        return
+    for item in items:
+        mark = item.get_closest_marker("timeout")
+        if mark is not None and mark.args:
+            item.add_marker(pytest.mark.timeout(_harness.scaled(float(mark.args[0]))), append=False)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    required = getattr(item.config, "gonccl_required", set())
+    if not rep.skipped or not required:
+        return
+    missing = sorted({m.args[0] for m in item.iter_markers("requires")} & required)
+    if missing:
+        reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
+        rep.outcome = "failed"
+        rep.longrepr = (f"GONCCL_REQUIRE={os.environ.get('GONCCL_REQUIRE')} requires {', '.join(missing)} "
+                        f"({'; '.join(REQUIREMENTS[m] for m in missing)}), but the test skipped: {reason}")
+
 
 @pytest.fixture(scope="session")
 def package_dir() -> str:

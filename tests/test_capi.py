@@ -40,8 +40,24 @@ def capi_binary(package_dir, tmp_path_factory):
 
 
 @pytest.mark.timeout(150)
-def test_capi_compiles_cleanly(capi_binary):
-    assert os.access(capi_binary, os.X_OK)
+@pytest.mark.parametrize("what", ["capi_test.c", "gonccl.h as C99", "gonccl.h as C++17"])
+def test_capi_compiles_cleanly(package_dir, tmp_path, what):
+    """The test program and the shipped header compile without a single warning under
+    -Wall -Wextra (-Wpedantic for the header alone) -Werror."""
+    include = os.path.join(package_dir, "include")
+    if what == "capi_test.c":
+        src, argv = CAPI_SOURCE, ["gcc", "-std=c11", "-D_DEFAULT_SOURCE", "-O1"]
+    else:
+        src = str(tmp_path / "header.c")
+        with open(src, "w") as f:
+            f.write('#include "gonccl.h"\nint main(void) { return goncclSuccess; }\n')
+        argv = (["gcc", "-std=c99", "-Wpedantic"] if what.endswith("C99")
+                else ["g++", "-std=c++17", "-Wpedantic", "-x", "c++"])
+    argv += ["-Wall", "-Wextra", "-Werror", f"-I{include}", "-c", src, "-o", str(tmp_path / "out.o")]
+    run = _harness.run_processes([argv], timeout=120, names=["compiler"])
+    run.assert_ok(f"compiling {what} with -Werror")
+    assert run.procs[0].stderr.strip() == "", run.describe()
+    assert os.path.getsize(tmp_path / "out.o") > 0
 
 
 @pytest.mark.timeout(RUN_TIMEOUT + 60)

@@ -80,10 +80,11 @@ def collectives_run(worker_runs, config, device="cpu"):
 def test_collective_section(worker_runs, config, device, section):
     run = collectives_run(worker_runs, config, device)
     records = run.section(section)
-    if section == "all_reduce":
+    if section in ("all_reduce", "all_gather_into_tensor"):
         # The comparison with Gloo must actually have happened for every combination.
-        missing = records[0]["data"].get("gloo_missing")
-        assert missing == [], f"Gloo could not serve as the oracle for: {missing}"
+        for r, rec in enumerate(records):
+            missing = rec["data"].get("gloo_missing")
+            assert missing == [], f"rank {r}: Gloo could not serve as the oracle for {section}: {missing}"
     if section == "identical_across_ranks":
         assert records[0]["data"]["cases"] > 250, records[0]["data"]
 

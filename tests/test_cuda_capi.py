@@ -169,6 +169,8 @@ def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
         assert chose == (path == "device"), proc.describe()
         if path == "device-no-peer":
             assert "staged path:" in log and "cannot access each other's memory" in log, proc.describe()
+        # The bad-input cases only the fake can check (cuda_capi_test.c, test_bad) ran.
+        assert f"rank {r}: fake-only bad-input checks ran" in proc.stdout, proc.describe()
         assert f"CUDA driver loaded from {fakecuda}" in proc.stderr, proc.describe()
 
 

@@ -55,7 +55,9 @@ def test_latency_paths(fast):
         by_waiter, by_thread = int(m.group(1)), int(m.group(2))
         assert by_waiter + by_thread >= 4 * 300, p.stdout
         if fast == "1":
-            # blocking ops are waited at once: most are the waiter's (the thread may win a race)
-            assert by_waiter >= 300, p.stdout
+            # Blocking ops are waited at once, so the waiter completes ops itself; which of
+            # the two gets each one is a race (on a loaded machine the thread can win most),
+            # so only that the fast path is taken at all is asserted.
+            assert by_waiter > 0, p.stdout
         else:
             assert by_waiter == 0, p.stdout

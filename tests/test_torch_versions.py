@@ -30,6 +30,7 @@ CHECKED = [v for v in ENDS if v != INSTALLED]
 
 
 @pytest.mark.timeout(1800)
+@pytest.mark.requires("torch-headers")
 @pytest.mark.parametrize("version", CHECKED)
 def test_csrc_compiles_against(version):
     try:

@@ -19,6 +19,7 @@ import pytest
 from _harness import WorkerRun
 
 RUN_TIMEOUT = 180
+pytestmark = pytest.mark.requires("torchft")
 
 
 # Where the test installs torchft when the environment lacks it: a folder of its own

@@ -1,6 +1,8 @@
 """Shared helpers for the worker scripts (one process per rank, started by _harness).
 
-A worker groups its checks in named sections. A failed check is recorded (not
+A worker groups its checks in named sections. Every section runs at least one
+check or calls Checker.skip(reason): a section that did neither fails its test, so
+"passed" always means "checked". A failed check is recorded (not
 raised) so the ranks stay in step and later sections still run; an exception ends
 only its section. After every section the rank's report is rewritten as
 <report_dir>/report_rank<R>.json, so a later hang still leaves the earlier results.
@@ -18,6 +20,12 @@ import time
 import traceback
 
 import torch
+
+
+def scaled(seconds: float) -> float:
+    """seconds times GONCCL_TEST_TIME_SCALE (default 1), the one factor every wall-clock
+    limit of the tests is scaled by (tests/_harness.py reads it too)."""
+    return seconds * float(os.environ.get("GONCCL_TEST_TIME_SCALE") or 1)
 
 
 class Checker:
@@ -38,7 +46,7 @@ class Checker:
 
     @contextlib.contextmanager
     def section(self, name: str):
-        rec = {"failures": [], "data": {}, "checks": 0, "seconds": 0.0}
+        rec = {"failures": [], "data": {}, "checks": 0, "seconds": 0.0, "skipped": None}
         self.current = rec
         t0 = time.monotonic()
         print(f"rank {self.rank}: section {name} ...", file=sys.stderr, flush=True)
@@ -53,6 +61,8 @@ class Checker:
             self.current = None
             self._write(finished=False)
             status = "ok" if not rec["failures"] else f"{len(rec['failures'])} FAILURE(S)"
+            if rec["skipped"]:
+                status += f", skipped: {rec['skipped']}"
             print(f"rank {self.rank}: section {name}: {rec['checks']} checks, {status} "
                   f"({rec['seconds']:.1f} s)", file=sys.stderr, flush=True)
 
@@ -79,6 +89,15 @@ class Checker:
             self.current["failures"].append(text)
             print(f"rank {self.rank}: CHECK FAILED: {text}", file=sys.stderr, flush=True)
         return bool(cond)
+
+    def skip(self, reason: str) -> None:
+        """Marks the current section as skipped on this rank, saying why (the caller then
+        returns). A section must either run a check or skip: the test side
+        (_harness.WorkerRun.section) fails one that did neither, and turns a section every
+        rank skipped into pytest.skip with the reason."""
+        assert self.current is not None, "skip() outside a section"
+        assert reason, "skip() needs a reason"
+        self.current["skipped"] = str(reason)
 
     def data(self, key, value) -> None:
         """Stores a JSON-able value in the section's record for the test to assert on."""

@@ -28,15 +28,15 @@ import torch
 import torch.distributed as dist
 from torch.distributed import ReduceOp
 
-from _common import Checker
+from _common import Checker, scaled
 
 RANK = int(os.environ["RANK"])
 WS = int(os.environ["WORLD_SIZE"])
 PEER = 1 - RANK
 CK: Checker
 G_DEAD = None
-PG_TIMEOUT = 30  # seconds
-FAST = 10  # seconds: an error "within a few seconds" must come sooner than this
+PG_TIMEOUT = scaled(40)  # seconds
+FAST = scaled(15)  # seconds: an error "within a few seconds" must come sooner than this
 
 
 def expect_error(what: str, fn, *, types=(Exception,), words=(), any_words=(), fast: float = FAST) -> str:
@@ -261,13 +261,20 @@ def sec_abort() -> None:
 def sec_ctrl_c() -> None:
     # DESIGN.md: long waits are sliced with the GIL released "so Ctrl-C and timeouts
     # work". Rank 0 blocks in an all_reduce rank 1 never joins and gets SIGINT 1 s in:
-    # KeyboardInterrupt must interrupt the wait, long before the group's 15 s timeout.
-    g = dist.new_group(backend="gonccl", timeout=timedelta(seconds=15))
+    # KeyboardInterrupt must interrupt the wait, long before the group's timeout (the
+    # time is counted from the signal, which a loaded machine may send late).
+    group_timeout = scaled(60)
+    g = dist.new_group(backend="gonccl", timeout=timedelta(seconds=group_timeout))
     check_group_still_works(g, "fresh subgroup")
     if RANK == 0:
-        outcome, took = "nothing", -1.0
-        timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
-        t0 = time.monotonic()
+        outcome, ended = "nothing", None
+        sent = []
+
+        def interrupt():
+            sent.append(time.monotonic())
+            os.kill(os.getpid(), signal.SIGINT)
+
+        timer = threading.Timer(1.0, interrupt)
         try:
             try:
                 timer.start()
@@ -277,16 +284,19 @@ def sec_ctrl_c() -> None:
                 outcome = "KeyboardInterrupt"
             except Exception as e:  # noqa: BLE001
                 outcome = f"{type(e).__name__}: {str(e)[:300]}"
-            took = time.monotonic() - t0
+            ended = time.monotonic()
             time.sleep(0.5)  # a KeyboardInterrupt still pending fires here at the latest
         except KeyboardInterrupt:
-            if took < 0:
-                took = time.monotonic() - t0
+            if ended is None:
+                ended = time.monotonic()
         timer.cancel()
-        CK.data("ctrl_c", {"outcome": outcome, "seconds": round(took, 2)})
-        CK.check(outcome == "KeyboardInterrupt" and took < 6,
-                 f"SIGINT 1 s into a blocked all_reduce: got {outcome!r} after {took:.1f} s; expected "
-                 "KeyboardInterrupt within a few seconds (DESIGN.md: waits sliced so Ctrl-C works)")
+        took = ended - sent[0] if sent and ended is not None else -1.0
+        CK.data("ctrl_c", {"outcome": outcome, "seconds_after_signal": round(took, 2)})
+        limit = scaled(10)
+        CK.check(outcome == "KeyboardInterrupt" and 0 <= took < limit,
+                 f"SIGINT into a blocked all_reduce: got {outcome!r} {took:.1f} s after the signal; expected "
+                 f"KeyboardInterrupt within {limit:.0f} s, before the group's {group_timeout:.0f} s timeout "
+                 "(DESIGN.md: waits sliced so Ctrl-C works)")
     dist.barrier()  # rank 1 waits here meanwhile
     t0 = time.monotonic()
     dist.destroy_process_group(g)
@@ -310,7 +320,9 @@ def sec_peer_exited() -> None:
     # the 30 s timeout.
     if RANK == 0:
         expect_error("all_reduce while the peer exits", lambda: dist.all_reduce(torch.ones(8), group=G_DEAD),
-                     types=(dist.DistBackendError,), words=("rank 1",), fast=20)
+                     types=(dist.DistBackendError,), words=("rank 1",), fast=scaled(20))
+    else:
+        CK.skip("rank 1 is the peer that exits; rank 0 checks")
 
 
 def main() -> None:

@@ -444,8 +444,10 @@ def sec_flight_recorder(report_dir):
     os.environ["TORCH_FR_DUMP_TEMP_FILE"] = prefix
     g = fresh("gonccl", timeout=60)
     g._get_backend(torch.device("cpu"))._enable_collectives_timing()
-    for _ in range(3):
-        dist.all_reduce(torch.ones(4), group=g)
+    for i in range(3):  # the last rank's checks: it stays away from the op after these
+        t = torch.ones(4)
+        dist.all_reduce(t, group=g)
+        CK.check(bool((t == WS).all()), f"all_reduce {i} before the flight recorder's dump gave {t}")
     dist.set_timeout(timedelta(seconds=2), group=g)
     res = missing_rank_op(g, lambda g: dist.all_reduce(torch.ones(5), group=g))
     if res is None:

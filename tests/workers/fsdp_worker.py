@@ -7,6 +7,7 @@ usage: fsdp_worker.py REPORT_DIR BACKEND   (env: RANK, WORLD_SIZE, MASTER_ADDR, 
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from datetime import timedelta
@@ -52,6 +53,12 @@ def main():
             dist.all_reduce(t)
             losses.append(t.item() / WS)
         full = [p.full_tensor().reshape(-1) for p in model.parameters()]
+        # The comparison between backends is the test's; here, what one run must satisfy.
+        want = sum(i * o + o for i, o in ((24, 64), (64, 64), (64, 5)))
+        ck.check(sum(f.numel() for f in full) == want, f"unsharded parameters hold {sum(f.numel() for f in full)} "
+                 f"elements, want {want}")
+        ck.check(all(bool(torch.isfinite(f).all()) for f in full), "non-finite unsharded parameters")
+        ck.check(all(math.isfinite(x) for x in losses), f"non-finite losses {losses}")
         ck.data("losses", losses)
         ck.data("params", torch.cat(full).tolist())
     with ck.section("shutdown"):

@@ -81,7 +81,7 @@ def sec_new_subgroups():
 
 def sec_split_group():
     if not hasattr(dist, "split_group"):
-        CK.data("split_group", "absent in this torch")
+        CK.skip(f"torch {torch.__version__} has no torch.distributed.split_group")
         return
     halves = [list(range(0, (WS + 1) // 2)), list(range((WS + 1) // 2, WS))]
     halves = [h for h in halves if h]
@@ -274,6 +274,8 @@ def main():
     _device.install()  # GONCCL_TEST_DEVICE=cuda: gonccl's ops on CUDA tensors
     with CK.section("init"):
         dist.init_process_group("gonccl", timeout=timedelta(seconds=60))
+        CK.check(dist.get_backend() == "gonccl" and dist.get_world_size() == WS and dist.get_rank() == RANK,
+                 f"default group: backend {dist.get_backend()}, rank {dist.get_rank()}/{dist.get_world_size()}")
         GLOO = dist.new_group(backend="gloo")
     for name, fn in SECTIONS:
         with CK.section(name):

@@ -13,6 +13,7 @@ import os
 import random
 import sys
 import threading
+import time
 from datetime import timedelta
 
 import torch
@@ -259,6 +260,7 @@ def sec_p2p():
     """send/recv (ring, both parities), isend/irecv posted in any order with several tags,
     batch_isend_irecv, and recv from any source."""
     if WS < 2:
+        CK.skip("point-to-point needs 2 or more ranks")
         return
     nxt, prv = (RANK + 1) % WS, (RANK - 1) % WS
 
@@ -338,9 +340,21 @@ def sec_p2p():
 
 
 def sec_monitored_barrier():
+    """monitored_barrier returns on every rank, and only once every rank has entered it:
+    each rank marks its arrival in the store before entering, the last one a little
+    late, and a rank that has left finds every mark there. (Its timeout naming the
+    missing rank is checked in contract_worker's monitored_barrier section.)"""
+    store = dist.distributed_c10d._get_default_store()
     for wait_all in (False, True):
-        attempt(f"monitored_barrier(wait_all_ranks={wait_all})",
-                lambda: dist.monitored_barrier(timeout=timedelta(seconds=60), wait_all_ranks=wait_all))
+        if RANK == WS - 1:
+            time.sleep(0.3)  # a barrier that does not wait is then likely to be caught
+        store.set(f"mb_entered_{wait_all}_{RANK}", "1")
+        ok, _ = attempt(f"monitored_barrier(wait_all_ranks={wait_all})",
+                        lambda: dist.monitored_barrier(timeout=timedelta(seconds=60), wait_all_ranks=wait_all))
+        if ok:
+            keys = [f"mb_entered_{wait_all}_{r}" for r in range(WS)]
+            CK.check(store.check(keys), lambda: f"monitored_barrier(wait_all_ranks={wait_all}) returned before "
+                     f"ranks {[r for r, k in enumerate(keys) if not store.check([k])]} entered it")
     t = torch.ones(2)
     if attempt("all_reduce after monitored_barrier", lambda: dist.all_reduce(t))[0]:
         CK.check(bool((t == WS).all()), f"all_reduce after monitored_barrier gave {t}")
@@ -364,6 +378,8 @@ def sec_noncontiguous():
         labelled as Gloo's (workers/_oracle.py)."""
         op = what.split()[0]
         results[what] = _oracle.both(CK, what, make_call, check, GLOO, op, facts, PARITY_GAPS)
+        if results[what]["gloo"] == "ok":  # Gloo right: a case gonccl is compared with
+            PARITY_CASES.append(what)
 
     xs = [noncontig(torch.float32, n, seed_of(123, r)).contiguous() for r in range(WS)]
 
@@ -426,12 +442,15 @@ def sec_noncontiguous():
     CK.data("behaviour", results)
 
 
-PARITY_GAPS: list[str] = []
+PARITY_CASES: list[str] = []  # the noncontiguous cases Gloo handles correctly
+PARITY_GAPS: list[str] = []  # those of them gonccl refuses
 
 
 def sec_noncontiguous_parity():
     """Where Gloo handles a non-contiguous tensor correctly, gonccl does too (the issue asks
     for the same behaviour as Gloo; a clear refusal passes `noncontiguous` but not this)."""
+    CK.check(PARITY_CASES, "the noncontiguous section found no case that Gloo handles correctly to compare with")
+    CK.data("cases", PARITY_CASES)
     for gap in PARITY_GAPS:
         CK.check(False, gap)
 
@@ -555,6 +574,8 @@ def main():
     only = set(os.environ.get("OPS_SECTIONS", "").split(",")) - {""}
     with CK.section("init"):
         dist.init_process_group("gonccl", timeout=timedelta(seconds=60))
+        CK.check(dist.get_backend() == "gonccl" and dist.get_world_size() == WS and dist.get_rank() == RANK,
+                 f"default group: backend {dist.get_backend()}, rank {dist.get_rank()}/{dist.get_world_size()}")
         GLOO = dist.new_group(backend="gloo")
     for sec_name, fn in SECTIONS:
         if only and sec_name not in only:
@@ -565,6 +586,7 @@ def main():
         dist.barrier(group=GLOO)
     with CK.section("shutdown"):
         dist.destroy_process_group()
+        CK.check(not dist.is_initialized(), "destroy_process_group() left the default group")
     CK.finish()
 
 

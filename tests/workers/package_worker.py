@@ -215,6 +215,7 @@ def mode_entrypoint(debug: bool) -> None:
 
     with CK.section("destroy"):
         dist.destroy_process_group()
+        CK.check(not dist.is_initialized(), "destroy_process_group() left the default group")
         print("MARK after destroy", file=sys.stderr, flush=True)
 
 

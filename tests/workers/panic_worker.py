@@ -68,6 +68,7 @@ def main() -> None:
                          f"later all_reduce {i} on rank 0 does not name the panic: {err[:600]}")
     with ck.section("exit"):
         dist.destroy_process_group()
+        ck.check(not dist.is_initialized(), "destroy_process_group() left the default group")
         print(f"rank {RANK}: survived the panic", flush=True)
     ck.finish()
 

@@ -209,6 +209,7 @@ def main() -> None:
     with CK.section("end"):
         if dist.is_initialized():
             dist.destroy_process_group()
+        CK.check(not dist.is_initialized(), "destroy_process_group() left the default group")
     CK.finish()
 
 

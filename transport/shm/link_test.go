@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gonccl/gonccl/internal/testtime"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gonccl/gonccl/transport"
@@ -20,7 +21,7 @@ import (
 func pair(t testing.TB, ringSize int) (a, b *Link) {
 	t.Helper()
 	ca, cb := net.Pipe()
-	dl := time.Now().Add(5 * time.Second)
+	dl := time.Now().Add(testtime.D(20 * time.Second))
 	var errA error
 	done := make(chan struct{})
 	go func() {
@@ -49,7 +50,7 @@ func noLeaks(t *testing.T) {
 		require.Eventually(t, func() bool {
 			f, m := resources(t)
 			return f <= fds && m <= maps
-		}, 2*time.Second, 10*time.Millisecond, "leaked fds or segment mappings")
+		}, testtime.D(10*time.Second), 10*time.Millisecond, "leaked fds or segment mappings")
 	})
 }
 
@@ -69,7 +70,7 @@ func TestRoundTrip(t *testing.T) {
 		for i, n := range sizes {
 			h := transport.Header{Seq: uint64(i), Kind: 1, DType: 7, Algo: 2, Root: -1, Count: 99, Offset: 12}
 			payload := pattern(n, byte(i))
-			dl := time.Now().Add(5 * time.Second)
+			dl := time.Now().Add(testtime.D(20 * time.Second))
 			errc := make(chan error, 1)
 			go func() { errc <- a.Send(&h, payload, dl) }()
 			got := make([]byte, n)
@@ -93,7 +94,7 @@ func TestMismatchLeavesPayload(t *testing.T) {
 	a, b := pair(t, 4096)
 	defer a.Close()
 	defer b.Close()
-	dl := time.Now().Add(5 * time.Second)
+	dl := time.Now().Add(testtime.D(20 * time.Second))
 	sent := transport.Header{Seq: 1, Kind: 1, DType: 7, Count: 2048, Root: -1}
 	require.NoError(t, a.Send(&sent, make([]byte, 16), dl))
 	want := transport.Header{Seq: 1, Kind: 1, DType: 7, Count: 1024, Root: -1}
@@ -115,7 +116,7 @@ func TestTimeout(t *testing.T) {
 	start := time.Now()
 	err := b.Recv(&transport.Header{}, nil, time.Now().Add(50*time.Millisecond))
 	require.ErrorIs(t, err, transport.ErrTimeout)
-	require.Less(t, time.Since(start), 2*time.Second)
+	require.Less(t, time.Since(start), testtime.D(10*time.Second))
 	// A sender whose frame does not fit times out too.
 	err = a.Send(&transport.Header{}, make([]byte, 1000), time.Now().Add(50*time.Millisecond))
 	require.ErrorIs(t, err, transport.ErrTimeout)
@@ -131,8 +132,8 @@ func TestLostWakeupCostsOneSleep(t *testing.T) {
 	defer b.Close()
 	p := make([]byte, 100)
 	got := make(chan error, 1)
-	go func() { got <- b.Recv(&transport.Header{Seq: 1}, p, time.Now().Add(30*time.Second)) }()
-	require.Eventually(t, func() bool { return b.rx.dataWait.Load() == 1 }, 5*time.Second, time.Millisecond,
+	go func() { got <- b.Recv(&transport.Header{Seq: 1}, p, time.Now().Add(testtime.D(60*time.Second))) }()
+	require.Eventually(t, func() bool { return b.rx.dataWait.Load() == 1 }, testtime.D(10*time.Second), time.Millisecond,
 		"the receiver never went to sleep")
 	transport.EncodeHeader(a.hb[:], &transport.Header{Seq: 1}, uint32(len(p)))
 	require.NoError(t, a.write(a.hb[:], time.Time{}))
@@ -143,7 +144,7 @@ func TestLostWakeupCostsOneSleep(t *testing.T) {
 	case err := <-got:
 		require.NoError(t, err)
 		require.Equal(t, pattern(len(p), 3), p)
-	case <-time.After(5 * time.Second):
+	case <-time.After(testtime.D(10 * time.Second)):
 		t.Fatal("the receiver slept through a frame that had arrived: a lost wake-up costs the whole deadline")
 	}
 }
@@ -154,9 +155,11 @@ func TestCloseWakesBlockedCalls(t *testing.T) {
 		a, b := pair(t, 64)
 		recvErr := make(chan error, 1)
 		sendErr := make(chan error, 1)
-		go func() { recvErr <- b.Recv(&transport.Header{}, nil, time.Now().Add(time.Minute)) }()
-		go func() { sendErr <- b.Send(&transport.Header{}, make([]byte, 1000), time.Now().Add(time.Minute)) }()
-		time.Sleep(50 * time.Millisecond) // both are asleep on the futex by now
+		dl := time.Now().Add(testtime.D(2 * time.Minute))
+		go func() { recvErr <- b.Recv(&transport.Header{}, nil, dl) }()
+		go func() { sendErr <- b.Send(&transport.Header{}, make([]byte, 1000), dl) }()
+		require.Eventually(t, func() bool { return b.rx.dataWait.Load() == 1 && b.tx.spaceWait.Load() == 1 },
+			testtime.D(10*time.Second), time.Millisecond, "%s: the calls never went to sleep on the futex", who)
 		start := time.Now()
 		if who == "self" {
 			go b.Close()
@@ -167,11 +170,11 @@ func TestCloseWakesBlockedCalls(t *testing.T) {
 			select {
 			case err := <-c:
 				require.ErrorIs(t, err, transport.ErrPeerClosed, who)
-			case <-time.After(5 * time.Second):
+			case <-time.After(testtime.D(20 * time.Second)):
 				t.Fatalf("%s close: a blocked call did not return", who)
 			}
 		}
-		require.Less(t, time.Since(start), time.Second)
+		require.Less(t, time.Since(start), testtime.D(20*time.Second), "woken by the close, not by the deadline")
 		a.Close()
 		b.Close()
 	}
@@ -184,13 +187,14 @@ func TestPeerDeathWakesReceiver(t *testing.T) {
 	a, b := pair(t, 64)
 	defer b.Close()
 	recvErr := make(chan error, 1)
-	go func() { recvErr <- b.Recv(&transport.Header{}, nil, time.Now().Add(time.Minute)) }()
-	time.Sleep(20 * time.Millisecond)
+	go func() { recvErr <- b.Recv(&transport.Header{}, nil, time.Now().Add(testtime.D(2*time.Minute))) }()
+	require.Eventually(t, func() bool { return b.rx.dataWait.Load() == 1 }, testtime.D(10*time.Second), time.Millisecond,
+		"the receiver never went to sleep")
 	a.conn.Close() // as the kernel does when a process dies
 	select {
 	case err := <-recvErr:
 		require.ErrorIs(t, err, transport.ErrPeerClosed)
-	case <-time.After(5 * time.Second):
+	case <-time.After(testtime.D(20 * time.Second)):
 		t.Fatal("peer death did not wake the receiver")
 	}
 	a.Close()
@@ -203,15 +207,17 @@ func TestFailDeliversFramesInGrace(t *testing.T) {
 	a, b := pair(t, 4096)
 	defer b.Close()
 	h := transport.Header{Seq: 3, Count: 10, Root: -1}
-	a.Fail(50 * time.Millisecond)
-	require.ErrorIs(t, a.Recv(&h, nil, time.Now().Add(time.Second)), transport.ErrPeerClosed)
-	require.NoError(t, a.Send(&h, []byte("last words"), time.Now().Add(time.Second)))
-	time.Sleep(100 * time.Millisecond) // a is closed now
+	a.Fail(testtime.D(time.Second)) // long enough for the Send below to come first on a loaded machine
+	dl := time.Now().Add(testtime.D(20 * time.Second))
+	require.ErrorIs(t, a.Recv(&h, nil, dl), transport.ErrPeerClosed)
+	require.NoError(t, a.Send(&h, []byte("last words"), dl))
+	require.Eventually(t, func() bool { return b.seg.closed(a.side).Load() != 0 }, testtime.D(10*time.Second),
+		time.Millisecond, "the failed side never closed after its grace")
 	got := make([]byte, 10)
-	require.NoError(t, b.Recv(&h, got, time.Now().Add(time.Second)))
+	require.NoError(t, b.Recv(&h, got, dl))
 	require.Equal(t, "last words", string(got))
-	require.ErrorIs(t, b.Recv(&h, got, time.Now().Add(time.Second)), transport.ErrPeerClosed)
-	require.ErrorIs(t, a.Send(&h, got, time.Now().Add(time.Second)), transport.ErrPeerClosed)
+	require.ErrorIs(t, b.Recv(&h, got, dl), transport.ErrPeerClosed)
+	require.ErrorIs(t, a.Send(&h, got, dl), transport.ErrPeerClosed)
 }
 
 // Both sides send and receive large frames at once, one goroutine per direction.
@@ -221,7 +227,7 @@ func TestConcurrentBothWays(t *testing.T) {
 	defer a.Close()
 	defer b.Close()
 	const frames = 20
-	dl := time.Now().Add(30 * time.Second)
+	dl := time.Now().Add(testtime.D(60 * time.Second))
 	var wg sync.WaitGroup
 	errs := make(chan error, 4)
 	for side, l := range []*Link{a, b} {
@@ -274,7 +280,7 @@ func TestConnectFallsBackWhenPeerCannotMap(t *testing.T) {
 	ca, cb := net.Pipe()
 	defer ca.Close()
 	defer cb.Close()
-	dl := time.Now().Add(5 * time.Second)
+	dl := time.Now().Add(testtime.D(20 * time.Second))
 	errc := make(chan error, 1)
 	go func() {
 		_, err := Connect(ca, 1, true, 4096, dl)
@@ -303,7 +309,7 @@ func TestRecvPiecesWholeElements(t *testing.T) {
 				n := count * elem
 				h := transport.Header{Seq: uint64(i), Kind: 1, DType: 7, Root: -1, Count: uint64(count)}
 				payload := pattern(n, byte(i+count))
-				dl := time.Now().Add(5 * time.Second)
+				dl := time.Now().Add(testtime.D(20 * time.Second))
 				errc := make(chan error, 1)
 				go func() { errc <- a.Send(&h, payload, dl) }()
 				got := make([]byte, 0, n)
