@@ -11,12 +11,13 @@ import (
 // issued before it has queued its last copies (After, or Cancel), and for the Release
 // of a held one, as Before does. It has a Staging of its own, without host memory,
 // whose event EndDevice records after its work: WaitOn, Hold and Release work on it
-// as on any staging.
+// as on any staging, and it takes its turn in its stream's issue order across
+// communicators (claimTurn) as a staging does.
 
 // NewDevice registers a device-path operation on stream s (context ctx) with the
 // pool. Then BeginDevice, enqueue the work, EndDevice; or Cancel.
 func (p *Pool) NewDevice(ctx Context, s Stream) (*Staging, error) {
-	st := &Staging{d: p.d, pool: p, ctx: ctx, stream: s, released: make(chan struct{})}
+	st := &Staging{d: p.d, pool: p, ctx: ctx, stream: s, released: make(chan struct{}), queued: make(chan struct{})}
 	err := p.d.do(ctx, func() (err error) {
 		st.ev, err = p.d.eventCreate()
 		return err
@@ -27,6 +28,11 @@ func (p *Pool) NewDevice(ctx Context, s Stream) (*Staging, error) {
 	p.mu.Lock()
 	p.reclaimLocked()
 	p.busy = append(p.busy, st)
+	// Across communicators sharing the stream, it takes its turn as a staging does
+	// (Stage): BeginDevice's Before waits for another pool's predecessor.
+	if prev := claimTurn(st); prev != nil && prev.pool != p {
+		st.prev = prev
+	}
 	p.mu.Unlock()
 	return st, nil
 }

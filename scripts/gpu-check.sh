@@ -344,7 +344,7 @@ capi_ranks() {  # NRANKS [WRAPPER...]: the C test on NRANKS ranks, each under WR
 standin() {
   mkdir -p "$WORK/standin" &&
     gcc -shared -fPIC -O1 -Wall -Werror -pthread -Wl,-soname,libcuda.so.1 -Wl,-Bsymbolic \
-      -o "$WORK/standin/libcuda.so.1" "$ROOT"/tests/fakecuda/*.c
+      -o "$WORK/standin/libcuda.so.1" "$ROOT"/tests/fakecuda/*.c "$ROOT"/tests/fakecuda/*.cc
 }
 
 stream() { torchrun 2 "$ROOT/scripts/gpu_stream_check.py" "$@"; }

@@ -46,7 +46,7 @@ def pytest_configure(config):
     config.gonccl_required = _required()
 
 
-def pytest_collection_modifyitems(config, items):
+def _scale_timeouts(items):
     """GONCCL_TEST_TIME_SCALE scales every pytest-timeout limit (_harness.TIME_SCALE)."""
     if _harness.TIME_SCALE == 1.0:
         return
@@ -108,7 +108,9 @@ def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (`-n N --dist loadgroup`, as scripts/gpu-check.sh runs the CUDA
     cases), the tests that read one multi-rank run (worker_runs: one per module and
     parameters other than the section) go to one xdist worker: each xdist worker has its
-    own session cache, so spread out they would start that run once per worker."""
+    own session cache, so spread out they would start that run once per worker.
+    Also scales every timeout mark by GONCCL_TEST_TIME_SCALE (_scale_timeouts)."""
+    _scale_timeouts(items)
     if not config.pluginmanager.hasplugin("xdist"):
         return
     for item in items:

@@ -216,15 +216,17 @@ def multicomm_binary(package_dir, fakecuda, tmp_path_factory):
 
 
 @pytest.mark.timeout(RUN_TIMEOUT + 60)
+@pytest.mark.parametrize("path", ["staged", "device"])
 @pytest.mark.parametrize("nranks", [2, 3, 4])
-def test_cuda_multicomm(multicomm_binary, fakecuda, nranks, tmp_path):
+def test_cuda_multicomm(multicomm_binary, fakecuda, nranks, path, tmp_path):
     """Several communicators of one process on one device, sharing one pool stream:
     each operation sees the copy-out of the one issued before it on the stream, by
     whichever communicator (on 02dd7a2 the second communicator read the first one's
     input: 'the next communicator's all_reduce of that result (round 0): [0] = 2.000000,
     want 8.000000')."""
-    run = _run_ranks(multicomm_binary, fakecuda, nranks, str(tmp_path), str(tmp_path))
-    run.assert_ok(f"cuda_multicomm_test with {nranks} ranks")
+    extra = {"GONCCL_DEVICE_PATH": "1"} if path == "device" else {}
+    run = _run_ranks(multicomm_binary, fakecuda, nranks, str(tmp_path), str(tmp_path), extra)
+    run.assert_ok(f"cuda_multicomm_test with {nranks} ranks ({path})")
     for r, proc in enumerate(run.procs):
         assert f"rank {r}:" in proc.stdout and "checks passed" in proc.stdout, proc.describe()
 

@@ -48,7 +48,7 @@ def standin(tmp_path_factory):
     out = tmp_path_factory.mktemp("standin")
     run = _harness.run_processes(
         [[gcc, "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-pthread", "-Wl,-soname,libcuda.so.1",
-          "-Wl,-Bsymbolic", "-o", str(out / "libcuda.so.1"), *sorted(glob.glob(os.path.join(FAKE_DIR, "*.c")))]],
+          "-Wl,-Bsymbolic", "-o", str(out / "libcuda.so.1"), *sorted(glob.glob(os.path.join(FAKE_DIR, "*.c")) + glob.glob(os.path.join(FAKE_DIR, "*.cc")))]],
         timeout=120,
         names=["gcc fake libcuda.so.1"],
     )

@@ -130,7 +130,13 @@ CUresult cuMemFree_v2(CUdeviceptr ptr) {
   char* p = (char*)(uintptr_t)ptr;
   pthread_mutex_lock(&mu);
   shared* s = find_shared(p);
-  if (s == NULL || s->imported || !s->live) {
+  if (s == NULL) {
+    /* Not from cuMemAlloc: memory of fakecudaMalloc (realcuda.c's managed allocations,
+     * when the fake stands in for libcuda.so.1 under it) is freed as fakecudaFree does. */
+    pthread_mutex_unlock(&mu);
+    return fakecudaFree(p) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  }
+  if (s->imported || !s->live) {
     pthread_mutex_unlock(&mu);
     return CUDA_ERROR_INVALID_VALUE;
   }

@@ -60,10 +60,6 @@ WEAK CUresult cuMemAllocManaged(CUdeviceptr* p, size_t n, unsigned int flags) {
   return CUDA_SUCCESS;
 }
 
-WEAK CUresult cuMemFree_v2(CUdeviceptr p) {
-  return fakecudaFree((void*)(uintptr_t)p) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
-}
-
 /* stream_of resolves a stream handle and checks that it belongs to the current
  * context. mu held. */
 static CUresult stream_of(void* stream, fakeStream** s) {
