@@ -12,13 +12,14 @@
 #   make gpu-check-dry  scripts/gpu-check.sh --dry-run (what needs no GPU; part of make test)
 #   make fuzz-short  run each wire fuzz target briefly (part of make test)
 #   make lint    gofmt, go vet, staticcheck, clang-format (csrc), ruff (Python)
+#   make torch-suite  torch's own distributed tests (tests/torch_suite.py) on gonccl
 #   make clean   remove build outputs
 
 PY = $(shell scripts/python-env.sh)
 GO ?= go
 NPROC ?= 2
 
-.PHONY: setup build lib wheel test-wheel csrc-compat gpu-check-dry demo test test-go test-race test-py soak fuzz-short lint clean
+.PHONY: setup build lib wheel test-wheel csrc-compat gpu-check-dry demo test test-go test-race test-py soak fuzz-short lint clean torch-suite
 
 setup:
 	@scripts/python-env.sh >/dev/null
@@ -102,6 +103,11 @@ fuzz-short:
 
 test-py:
 	$(PY) -m pytest -v tests
+
+# make torch-suite: tests of torch's own distributed suite (DistributedTest._DistTestBase) on
+# gonccl, 3 ranks; TESTS="test_a test_b" picks others than tests/torch_suite.py's DEFAULT.
+torch-suite: build
+	WORLD_SIZE=$(or $(WORLD_SIZE),3) $(PY) tests/torch_suite.py -v $(TESTS)
 
 # The long soak: 20,000 random operations on 4 ranks checked against Gloo, with fds,
 # threads, RSS and goroutines sampled (tests/test_soak.py; CI runs 2,000).
