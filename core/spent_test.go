@@ -69,3 +69,29 @@ func TestSpentTimeoutReceive(t *testing.T) {
 	require.NoError(t, wait(t, rreq, "a receive with a spent deadline whose message has arrived"))
 	require.Equal(t, sent, got)
 }
+
+// A send whose deadline has passed when its turn to be written comes times out and
+// leaves the connection up: the writer must not write it with a deadline in the past,
+// which fails the write and with it every later message to that peer.
+func TestSpentTimeoutSendKeepsTheLink(t *testing.T) {
+	comms := memP2P(t, 2)
+	for i := 0; i < 100; i++ { // the old writer lost the race in about 1 round of 150
+		require.NoError(t, comms[1].SetTimeout(0))
+		req, err := comms[1].Send([]byte{1, 2, 3, 4}, 1, Float32, 0, 100+i)
+		require.NoError(t, err)
+		// It may have gone out before its timer fired; it must not fail any other way.
+		if err := wait(t, req, "a send with a spent deadline"); err != nil {
+			require.ErrorIs(t, err, ErrTimeout)
+		}
+		require.NoError(t, comms[1].SetTimeout(20*time.Second))
+		sent := []byte{byte(i), 5, 6, 7}
+		sreq, err := comms[1].Send(sent, 1, Float32, 0, 1000+i)
+		require.NoError(t, err)
+		got := make([]byte, 4)
+		rreq, err := comms[0].Recv(got, 1, Float32, 1, 1000+i)
+		require.NoError(t, err)
+		require.NoError(t, wait(t, sreq, "the next send"), "round %d", i)
+		require.NoError(t, wait(t, rreq, "the next receive"), "round %d", i)
+		require.Equal(t, sent, got)
+	}
+}
