@@ -1,6 +1,6 @@
 """A deadline that has already run out times out; it is never refused (issue 23).
-workers/deadline_worker.py runs each case on gonccl and on Gloo in the same processes
-at 2, 3 and 4 ranks, CPU:
+workers/deadline_worker.py runs the monitored_barrier cases on gonccl and on Gloo in the
+same processes (the others on gonccl) at 2, 3 and 4 ranks, CPU:
   before   timeout=0: monitored_barrier on rank 0 alone (torch's
            test_monitored_barrier_gloo_rank_0_timeout), with wait_all_ranks, on every
            rank; barrier(timeout=0); _set_pg_timeout(0) then all_reduce; an ephemeral

@@ -8,8 +8,8 @@ Sections
   before   timeout=0: the deadline has passed at the call. monitored_barrier on rank 0
            alone (torch's test_monitored_barrier_gloo_rank_0_timeout), and (gonccl) with
            wait_all_ranks and on every rank; barrier(timeout=0) and
-           _set_pg_timeout(0) then all_reduce, rank 0 alone; a negative ephemeral
-           extension that leaves no time (gonccl: Gloo ignores extensions)
+           _set_pg_timeout(0) then all_reduce, rank 0 alone, and a negative ephemeral
+           extension that leaves no time (gonccl)
   between  rank 1 arrives about when the shared timeout runs out (a sweep around it)
            and the ranks after it never come: whichever step the deadline falls in,
            rank 0 names a rank that did not pass, never a refused timeout
@@ -130,16 +130,17 @@ def sec_before():
         CK.check(res[1] is not None and want in res[1], f"rank {RANK}: want {want!r} in {res[1]!r}")
 
     # Collectives whose time is up before they start: a timeout naming a rank that did
-    # not join, as Gloo's "Timed out waiting 0ms".
+    # not join. gonccl only: Gloo says "Timed out waiting 0ms for recv operation to
+    # complete" here, but its timed-out op closes its pairs, and at 2 ranks the next
+    # group's connection setup then failed now and then ("Connection closed by peer").
     def set_pg_then_all_reduce(g):
         dist.distributed_c10d._set_pg_timeout(timedelta(0), group=g)
         dist.all_reduce(torch.ones(2), group=g)
 
     for what, fn in (("barrier(timeout=0)", lambda g: dist.barrier(group=g, timeout=timedelta(0))),
                      ("_set_pg_timeout(0) then all_reduce", set_pg_then_all_reduce)):
-        seen = {b: on_rank0(b, what, fn) for b in BACKENDS}
+        seen = {"gonccl": on_rank0("gonccl", what, fn)}
         if RANK == 0:
-            CK.check("Timed out" in (seen["gloo"][1] or ""), f"{what} [gloo]: {seen['gloo'][1]!r}")
             err = seen["gonccl"][1]
             CK.check(err is not None and "Timed out" in err, f"{what} [gonccl]: no 'Timed out' in {err!r}")
             CK.check(err is not None and re.search(r"rank [1-9]", err), f"{what} [gonccl]: names no peer: {err!r}")
