@@ -14,13 +14,14 @@
 #   make fuzz-short  run each wire fuzz target briefly (part of make test)
 #   make kernels rebuild the CUDA reduction kernels (cuda/kernels/) with a pinned nvcc
 #   make lint    gofmt, go vet, staticcheck, clang-format (csrc), ruff (Python)
+#   make torch-suite  torch's own distributed tests (tests/torch_suite.py) on gonccl
 #   make clean   remove build outputs
 
 PY = $(shell scripts/python-env.sh)
 GO ?= go
 NPROC ?= 2
 
-.PHONY: kernels setup build lib wheel test-wheel csrc-compat gpu-check-dry demo test test-go test-race test-exhaustive test-py soak fuzz-short lint clean
+.PHONY: kernels setup build lib wheel test-wheel csrc-compat gpu-check-dry demo test test-go test-race test-exhaustive test-py soak fuzz-short lint clean torch-suite
 
 setup:
 	@scripts/python-env.sh >/dev/null
@@ -117,6 +118,11 @@ test-exhaustive:
 # skips for what it names into failures (.ci/run sets it).
 test-py:
 	$(PY) -m pytest -v -rs tests
+
+# make torch-suite: tests of torch's own distributed suite (DistributedTest._DistTestBase) on
+# gonccl, 3 ranks; TESTS="test_a test_b" picks others than tests/torch_suite.py's DEFAULT.
+torch-suite: build
+	WORLD_SIZE=$(or $(WORLD_SIZE),3) $(PY) tests/torch_suite.py -v $(TESTS)
 
 # The long soak: 20,000 random operations on 4 ranks checked against Gloo, with fds,
 # threads, RSS and goroutines sampled (tests/test_soak.py; CI runs 2,000).

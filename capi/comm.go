@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 	"unsafe"
 
 	"github.com/gonccl/gonccl/core"
@@ -87,7 +86,7 @@ func goncclCommInitRankTimeout(out *C.goncclComm_t, nranks C.int, cid C.goncclUn
 func timeoutOptions(timeoutMs C.int64_t) core.Options {
 	opts := core.Options{}
 	if timeoutMs > 0 {
-		opts.Timeout = time.Duration(timeoutMs) * time.Millisecond
+		opts.Timeout = msDuration(int64(timeoutMs))
 	}
 	return opts
 }
@@ -102,7 +101,7 @@ func goncclCommInitRankConfig(out *C.goncclComm_t, nranks C.int, cid C.goncclUni
 				core.ErrInvalidArgument, uint64(cfg.size), unsafe.Sizeof(C.goncclConfig_t{})))
 		}
 		if cfg.timeoutMs > 0 {
-			opts.Timeout = time.Duration(cfg.timeoutMs) * time.Millisecond
+			opts.Timeout = msDuration(int64(cfg.timeoutMs))
 		}
 		if cfg.algo != nil {
 			opts.Algo = C.GoString(cfg.algo)
@@ -193,13 +192,7 @@ func goncclCommSetTimeout(h C.goncclComm_t, timeoutMs C.int64_t) (res C.goncclRe
 	if err != nil {
 		return fail(nil, err)
 	}
-	// Core refuses a duration that is not positive too, but the check must come before
-	// the conversion: a large negative count of milliseconds wraps around to a positive
-	// time.Duration.
-	if timeoutMs <= 0 {
-		return fail(e, fmt.Errorf("%w: goncclCommSetTimeout: timeout must be positive, got %d ms", core.ErrInvalidArgument, int64(timeoutMs)))
-	}
-	if err := e.comm.SetTimeout(time.Duration(timeoutMs) * time.Millisecond); err != nil {
+	if err := e.comm.SetTimeout(msDuration(int64(timeoutMs))); err != nil {
 		return fail(e, err)
 	}
 	return C.goncclSuccess

@@ -194,11 +194,15 @@ goncclResult_t goncclCommDestroy(goncclComm_t comm);
 /* Fails pending operations at once, closes every connection, frees the communicator.
  * As with goncclCommDestroy, every request has completed when it returns. */
 goncclResult_t goncclCommAbort(goncclComm_t comm);
-/* Sets the timeout (milliseconds, > 0) of the operations enqueued on comm after the
- * call; operations already enqueued keep theirs. A collective's timeout runs from when
- * the communicator starts it (after the operations before it), a send's or receive's
- * from its call. Thread-safe; the torch backend uses it for set_timeout and per-call
- * timeouts. */
+/* Sets the timeout (milliseconds) of the operations enqueued on comm after the call;
+ * operations already enqueued keep theirs. A collective's timeout runs from when the
+ * communicator starts it (after the operations before it), a send's or receive's from
+ * its call. A timeoutMs of 0 or less is a deadline already passed, as a caller that
+ * passes the time left before its own deadline may find: each operation enqueued with
+ * it fails with goncclTimeout at its first wait, naming the peer (one that need not
+ * wait, such as a receive whose message has arrived, still completes). Round a time
+ * left up to whole milliseconds, so that a remainder below 1 ms is not taken for 0.
+ * Thread-safe; the torch backend uses it for set_timeout and per-call timeouts. */
 goncclResult_t goncclCommSetTimeout(goncclComm_t comm, int64_t timeoutMs);
 goncclResult_t goncclCommCount(const goncclComm_t comm, int* count);
 goncclResult_t goncclCommUserRank(const goncclComm_t comm, int* rank);

@@ -95,7 +95,7 @@ func goncclRequestWait(h C.goncclRequest_t, timeoutMs C.int64_t) (res C.goncclRe
 	}
 	timeout := time.Duration(-1)
 	if timeoutMs >= 0 {
-		timeout = time.Duration(timeoutMs) * time.Millisecond
+		timeout = msDuration(int64(timeoutMs))
 	}
 	finished, err := e.req.Wait(timeout)
 	if !finished {

@@ -295,11 +295,13 @@ func (c *Comm) Timeout() time.Duration {
 
 // SetTimeout sets the time limit of the operations enqueued after it returns (a
 // collective's runs from when the executor starts it, a send's or receive's from its
-// call); operations already enqueued keep theirs. d must be positive.
+// call); operations already enqueued keep theirs. A d of zero or less is a deadline
+// that has already passed (what a caller computing the time left before its own
+// deadline may get): each operation enqueued with it times out at its first wait,
+// with the usual ErrTimeout naming the peer it waited for; one that need not wait (a
+// receive whose message has arrived) still completes.
 func (c *Comm) SetTimeout(d time.Duration) error {
-	if d <= 0 {
-		return invalidf("timeout must be positive, got %v", d)
-	}
+	d = max(d, 0)
 	c.mu.Lock()
 	c.timeout = d
 	c.mu.Unlock()

@@ -53,8 +53,26 @@ func (e *p2pEngine) expireSend(s *p2pSend) {
 	}
 	s.state = sendDone
 	e.mu.Unlock()
-	s.req.complete(&OpError{Rank: e.rank, Op: s.what, Peer: s.peer, Err: fmt.Errorf(
-		"%w after %v (is rank %d alive, and did it post the matching receive?)", ErrTimeout, s.timeout, s.peer)})
+	s.req.complete(s.timeoutErr(e.rank))
+}
+
+// timeoutErr is the error of a send that timed out.
+func (s *p2pSend) timeoutErr(rank int) error {
+	return &OpError{Rank: rank, Op: s.what, Peer: s.peer, Err: fmt.Errorf(
+		"%w after %v (is rank %d alive, and did it post the matching receive?)", ErrTimeout, s.timeout, s.peer)}
+}
+
+// expireUnwritten ends s, whose frame of kind the writer took out of the queue with
+// its deadline passed and nothing of it written, as expireSend ends a queued one: a
+// data frame's receiver, told to expect it, is told it will not come. mu held.
+func (e *p2pEngine) expireUnwritten(pp *p2pPeer, s *p2pSend, kind transport.MsgKind) {
+	switch kind {
+	case transport.MsgData:
+		e.control(pp, transport.MsgCancel, s.seq, 0)
+	case transport.MsgRTS:
+		delete(pp.waitCTS, s.seq)
+	}
+	s.state = sendDone
 }
 
 // failPeer shuts pp's channel down after err and fails everything pending on it;

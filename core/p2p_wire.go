@@ -29,6 +29,14 @@ func (e *p2pEngine) writer(pp *p2pPeer) {
 		}
 		f.queued = false
 		s := f.send
+		if s != nil && !f.deadline.IsZero() && !time.Now().Before(f.deadline) {
+			// The send's deadline passed before a byte of it went out (or it was
+			// issued with none left): it times out, the connection stays up.
+			e.expireUnwritten(pp, s, f.h.Kind)
+			e.mu.Unlock()
+			completions{{s.req, s.timer, s.timeoutErr(e.rank)}}.run()
+			continue
+		}
 		if s != nil {
 			if f.h.Kind == transport.MsgRTS {
 				s.state = sendWaitCTS

@@ -11,7 +11,6 @@ import (
 // joins fails after the new, short timeout, not the communicator's 20 s.
 func TestSetTimeoutShortensLaterCollectives(t *testing.T) {
 	comms := memComms(t, 2, nil)
-	require.Error(t, comms[0].SetTimeout(0))
 	require.NoError(t, comms[0].SetTimeout(150*time.Millisecond))
 	require.Equal(t, 150*time.Millisecond, comms[0].Timeout())
 	buf := make([]byte, 4)

@@ -192,9 +192,10 @@ uint64_t GoncclBackend::getSequenceNumberForGroup() {
 }
 
 void GoncclBackend::setTimeout(std::chrono::milliseconds timeout) {
+  // 0, as with Gloo, makes later ops time out at once (goncclCommSetTimeout).
   TORCH_CHECK_VALUE(
-      timeout.count() > 0,
-      "gonccl: set_timeout: the timeout must be positive, got ",
+      timeout.count() >= 0,
+      "gonccl: set_timeout: the timeout must not be negative, got ",
       timeout.count(),
       " ms");
   std::lock_guard<std::mutex> guard(issueMutex_);

@@ -177,7 +177,9 @@ std::chrono::milliseconds GoncclBackend::opTimeout(
       x.firstWork = work;
     }
   }
-  return timeout;
+  // 0 or less has run out before the op starts: it times out at once (see
+  // goncclCommSetTimeout); never negative, which Work.timeout would show.
+  return std::max(timeout, std::chrono::milliseconds(0));
 }
 
 void GoncclBackend::setCommTimeout(

@@ -10,6 +10,7 @@
 
 #include "backend.hpp"
 #include "checks.hpp"
+#include "deadline.hpp"
 #include "library.hpp"
 
 namespace gonccl {
@@ -41,13 +42,13 @@ std::string message(const std::exception& e) {
   return e.what();
 }
 
-// One monitoredBarrier call: its time limit, tags and start.
+// One monitoredBarrier call: its time limit, tags and deadline.
 struct MonitoredBarrier {
-  std::chrono::milliseconds timeout{0};
+  std::chrono::milliseconds timeout{0};  // 0: already passed at the call
   bool waitAllRanks = false;
-  int tagIn = 0;   // reports to rank 0
-  int tagOut = 0;  // rank 0's verdicts
-  std::chrono::steady_clock::time_point start;
+  int tagIn = 0;               // reports to rank 0
+  int tagOut = 0;              // rank 0's verdicts
+  Clock::time_point deadline;  // the call's start + timeout
 };
 
 at::Tensor token(int64_t v) {
@@ -62,10 +63,12 @@ void reportToRankZero(GoncclBackend& b, const MonitoredBarrier& mb) {
       mb.timeout * (mb.waitAllRanks ? b.getSize() : 2));
   std::vector<at::Tensor> out{token(b.getRank())};
   std::vector<at::Tensor> in{token(0)};
-  auto sent = b.send(out, 0, mb.tagIn);
-  auto released = b.recv(in, 0, mb.tagOut);
   std::string failure;
   try {
+    // Issuing may fail too (a first send to rank 0 connects, within the
+    // timeout): that is reported like a failed wait.
+    auto sent = b.send(out, 0, mb.tagIn);
+    auto released = b.recv(in, 0, mb.tagOut);
     sent->wait();
     released->wait();
     // rank 0 sends -1 - (the first missing rank) when the barrier failed.
@@ -100,7 +103,6 @@ struct Arrivals {
   std::vector<int> processed;                         // arrived, in order
   std::vector<int> failed;                            // did not
   std::string firstError;
-  std::string ranOut;  // the message if the shared timeout ran out
 };
 
 // Rank 0: a receive per rank, posted at once, each bounded by the timeout
@@ -116,28 +118,33 @@ Arrivals awaitArrivals(GoncclBackend& b, const MonitoredBarrier& mb) {
     a.works[r] = b.recv(buffer, r, mb.tagIn);
   }
   for (int r = 1; r < size; ++r) {
-    auto wait = mb.timeout;
-    if (!mb.waitAllRanks) {
-      wait = mb.timeout - std::chrono::duration_cast<std::chrono::milliseconds>(
-                              std::chrono::steady_clock::now() - mb.start);
-      if (wait.count() <= 0) {
-        std::vector<int> left;
-        for (int q = r; q < size; ++q) {
-          left.push_back(q);
-        }
-        a.ranOut = c10::str(
-            "Rank 0 timed out in monitoredBarrier after ",
-            mb.timeout.count(),
-            " ms. Successfully processed ranks: ",
-            a.processed.empty() ? "none" : joinRanks(a.processed),
-            "; not processed: ",
-            joinRanks(left));
-        a.failed.push_back(r);
-        break;
+    // The time left, rounded up: a remainder below 1 ms is still waited for.
+    const auto wait = mb.waitAllRanks ? mb.timeout : timeLeft(mb.deadline);
+    if (wait.count() == 0 && !mb.waitAllRanks) {
+      // The shared timeout has run out (or was 0): rank r is the first that
+      // did not arrive in time, as Gloo says, and so are those after it.
+      std::vector<int> left;
+      for (int q = r; q < size; ++q) {
+        left.push_back(q);
       }
+      a.failed.push_back(r);
+      a.firstError = c10::str(
+          "Rank 0 timed out in monitoredBarrier after ",
+          mb.timeout.count(),
+          " ms. Successfully processed ranks: ",
+          a.processed.empty() ? "none" : joinRanks(a.processed),
+          "; not processed: ",
+          joinRanks(left));
+      break;
     }
     try {
-      a.works[r]->wait(wait);
+      if (wait.count() == 0) {
+        // waitAllRanks with a timeout of 0: the receives were issued with it
+        // and fail at once unless their report is there (wait(0) is unbounded).
+        a.works[r]->wait();
+      } else {
+        a.works[r]->wait(wait);
+      }
       a.processed.push_back(r);
     } catch (const std::exception& e) {
       a.failed.push_back(r);
@@ -186,9 +193,6 @@ std::vector<int> releaseArrived(
 void superviseBarrier(GoncclBackend& b, const MonitoredBarrier& mb) {
   const Arrivals a = awaitArrivals(b, mb);
   const std::vector<int> unreleased = releaseArrived(b, mb, a);
-  if (!a.ranOut.empty()) {
-    C10_THROW_ERROR(DistBackendError, a.ranOut);
-  }
   if (!a.failed.empty()) {
     C10_THROW_ERROR(
         DistBackendError,
@@ -280,9 +284,11 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::recvAnysource(
 // timeout, or each rank the full timeout if waitAllRanks) and names the rank
 // that did not arrive (the first, or all of them if waitAllRanks), or, if the
 // timeout ran out while it was still waiting, the ranks it processed and the
-// ones it did not. Unlike Gloo, rank 0 also tells the ranks that did arrive
-// that the barrier failed, so they fail at once, naming the missing ranks,
-// instead of at their own timeout.
+// ones it did not. A timeout of 0 has run out at the call: rank 0 reports
+// every other rank as not processed, like Gloo, and the others time out at
+// once waiting for rank 0. Unlike Gloo, rank 0 also tells the ranks that did
+// arrive that the barrier failed, so they fail at once, naming the missing
+// ranks, instead of at their own timeout.
 void GoncclBackend::monitoredBarrier(
     const c10d::BarrierOptions& opts, bool waitAllRanks) {
   MonitoredBarrier barrier;
@@ -290,8 +296,9 @@ void GoncclBackend::monitoredBarrier(
   uint32_t call = 0;
   {
     std::lock_guard<std::mutex> guard(issueMutex_);
-    barrier.timeout =
-        opts.timeout == c10d::kUnsetTimeout ? timeout_ : opts.timeout;
+    barrier.timeout = std::max(
+        opts.timeout == c10d::kUnsetTimeout ? timeout_ : opts.timeout,
+        std::chrono::milliseconds(0));
     call = monitoredBarriers_++;
   }
   if (size_ == 1) {
@@ -302,7 +309,7 @@ void GoncclBackend::monitoredBarrier(
   barrier.tagIn =
       kMonitoredBarrierTag - 2 - static_cast<int>(call % (1 << 20)) * 2;
   barrier.tagOut = barrier.tagIn - 1;
-  barrier.start = std::chrono::steady_clock::now();
+  barrier.deadline = deadlineAfter(Clock::now(), barrier.timeout);
   if (rank_ != 0) {
     reportToRankZero(*this, barrier);
   } else {

@@ -3,6 +3,7 @@
 #include <Python.h>
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
 #include <exception>
 #include <utility>
 
@@ -12,6 +13,7 @@
 #include <ATen/core/grad_mode.h>
 
 #include "cuda.hpp"
+#include "deadline.hpp"
 #include "hops.hpp"
 #include "library.hpp"
 
@@ -333,12 +335,22 @@ bool GoncclWork::wait(std::chrono::milliseconds timeout) {
     std::lock_guard<std::mutex> guard(partsMutex_);
     completeHere = inline_;
   }
-  // The latency path: wait for the op in Go and complete it on this thread.
-  const bool completedHere = completeHere && completeHere(timeout);
+  // c10d's kNoTimeout (0) is no limit of the wait's own; any other timeout is
+  // one deadline that the latency path below spends part of, and a timeout
+  // below 0 has passed at once.
+  const bool bounded = timeout != kNoTimeout;
+  const Clock::time_point deadline = deadlineAfter(Clock::now(), timeout);
+  // The latency path: wait for the op in Go and complete it on this thread,
+  // for at most the timeout (at least 1 ms: 0 would be no limit to it).
+  const bool completedHere =
+      completeHere &&
+      completeHere(
+          bounded ? std::max(timeout, std::chrono::milliseconds(1))
+                  : kNoTimeout);
   completeHere = nullptr;
   std::unique_lock<std::mutex> lock(mutex_);
   const bool waited = !completed_;
-  if (timeout == kNoTimeout) {
+  if (!bounded) {
     // The op has its own deadline (the process group's timeout) in Go, so this
     // always ends; waiting in slices lets Ctrl-C interrupt it before that.
     while (!cv_.wait_for(lock, kSignalSlice, [this] { return completed_; })) {
@@ -346,7 +358,7 @@ bool GoncclWork::wait(std::chrono::milliseconds timeout) {
       checkPythonSignals();
       lock.lock();
     }
-  } else if (!cv_.wait_for(lock, timeout, [this] { return completed_; })) {
+  } else if (!cv_.wait_until(lock, deadline, [this] { return completed_; })) {
     C10_THROW_ERROR(
         DistBackendError,
         c10::str(
