@@ -22,12 +22,11 @@ func BenchmarkDevicePathEnqueue8B(b *testing.B) {
 	}
 	const nranks = 2
 	type rank struct {
-		sh     *cuda.Shared
-		k      cuda.Reducer
-		s      uintptr
-		buf    uintptr
-		comm   *core.Comm
-		closed func() error
+		sh   *cuda.Shared
+		k    cuda.Reducer
+		s    uintptr
+		buf  uintptr
+		comm *core.Comm
 	}
 	ranks := make([]rank, nranks)
 	var wg sync.WaitGroup
