@@ -20,6 +20,7 @@ import torch.distributed as dist
 from torch.distributed import ReduceOp
 
 import _device
+import _torch_since as since
 from _common import Checker
 from _reference import COMPLEX, FLOAT8, FLOATS, INTS, OPS, make_input, mismatch, reduce_reference, valid_ops
 
@@ -337,6 +338,17 @@ def sec_p2p():
 
 
 def sec_monitored_barrier():
+    if not since.MONITORED_BARRIER_ANY_BACKEND:
+        # torch < 2.14 raises for every backend but Gloo, before any rank waits.
+        for wait_all in (False, True):
+            try:
+                dist.monitored_barrier(timeout=timedelta(seconds=60), wait_all_ranks=wait_all)
+                err = None
+            except Exception as e:  # noqa: BLE001 - the refusal is what is checked
+                err = f"{type(e).__name__}: {e}"
+            CK.check(since.refused(err, since.MONITORED_BARRIER_REFUSAL),
+                     f"monitored_barrier(wait_all_ranks={wait_all}) in torch {torch.__version__}: {err}")
+        return
     for wait_all in (False, True):
         attempt(f"monitored_barrier(wait_all_ranks={wait_all})",
                 lambda: dist.monitored_barrier(timeout=timedelta(seconds=60), wait_all_ranks=wait_all))
