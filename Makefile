@@ -10,6 +10,8 @@
 #   make wheel   a wheel (dist/) holding libgonccl.so, the extension and gonccl.h
 #   make test-wheel  install that wheel into a fresh venv without Go, run the demo from it
 #   make csrc-compat compile csrc against the headers of every supported torch (2.11-2.15)
+#   make test-torch TORCH=2.11.0 [FILES=...] [PYTEST_ARGS=...]  Python tests on another torch (own venv)
+#   make test-torch-ci  what CI runs on torch 2.11 after make test (TORCH_CI_FILES)
 #   make gpu-check-dry  scripts/gpu-check.sh --dry-run (what needs no GPU; part of make test)
 #   make fuzz-short  run each wire fuzz target briefly (part of make test)
 #   make kernels rebuild the CUDA reduction kernels (cuda/kernels/) with a pinned nvcc
@@ -21,7 +23,7 @@ PY = $(shell scripts/python-env.sh)
 GO ?= go
 NPROC ?= 2
 
-.PHONY: kernels setup build lib wheel test-wheel csrc-compat gpu-check-dry demo test test-go test-race test-exhaustive test-py soak fuzz-short lint clean torch-suite
+.PHONY: kernels setup build lib wheel test-wheel csrc-compat test-torch test-torch-ci gpu-check-dry demo test test-go test-race test-exhaustive test-py soak fuzz-short lint clean torch-suite
 
 setup:
 	@scripts/python-env.sh >/dev/null
@@ -57,6 +59,30 @@ test-wheel: wheel
 # tests/test_torch_versions.py does the same for the oldest one in make test.
 csrc-compat:
 	$(PY) scripts/csrc_compat.py
+
+# make test-torch TORCH=2.11.0: the Python suite (or FILES="tests/test_x.py ...", with
+# PYTEST_ARGS="-k ...") against another torch release, in its own cached venv
+# (~/.cache/gonccl/venv-torch-TORCH, made once by scripts/python-env.sh), with gonccl
+# built against that torch around build/lib/libgonccl.so: scripts/test-torch.sh.
+TORCH ?=
+FILES ?= tests
+PYTEST_ARGS ?=
+
+test-torch: lib
+	@test -n "$(TORCH)" || (echo "make test-torch: say which torch, e.g. TORCH=2.11.0"; exit 2)
+	scripts/test-torch.sh $(TORCH) -v $(PYTEST_ARGS) $(FILES)
+
+# make test-torch-ci: what .ci/run runs after make test: the contract, groups, collectives
+# and ops-reference files on the oldest supported torch (the GPU image's). Of the
+# parametrized files only the CPU cases at 2 and 3 ranks run there (TORCH_CI_SELECT: no
+# 1- or 4-rank, ring-only or CUDA cases; the contract tests all run), so that CI stays
+# under 30 minutes; TORCH_CI_SELECT= runs every case.
+TORCH_CI = 2.11.0
+TORCH_CI_FILES = tests/test_contract.py tests/test_groups_hooks.py tests/test_collectives.py tests/test_ops_reference.py
+TORCH_CI_SELECT ?= -k 'not cuda and not ws1 and not ws4 and not ring'
+
+test-torch-ci:
+	$(MAKE) test-torch TORCH=$(TORCH_CI) FILES="$(TORCH_CI_FILES)" PYTEST_ARGS="$(TORCH_CI_SELECT)"
 
 # make gpu-check-dry: the GPU check's dry run against the library make lib built: prints the
 # plan (each step's limit and expected time on one H100, within the 480 s budget), builds the

@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
+#include <map>
+#include <mutex>
 #include <utility>
 
 #include <ATen/ATen.h>
@@ -49,6 +52,25 @@ std::string groupNote(const GoncclOptions& options, int size) {
       " are global ranks ",
       c10::Join(", ", global),
       ")");
+}
+
+// torch 2.11-2.13's ProcessGroup::splitGroup asks the parent's backend to
+// split once per device type the group serves (cpu and cuda: one gonccl
+// backend), with the same store both times. The second call must return the
+// child the first made: another communicator on the same store keys would
+// never form. Keyed by (parent, store); the store lives as long as the child.
+struct SplitChildren {
+  std::mutex mutex;
+  std::map<
+      std::pair<const void*, const void*>,
+      c10::weak_intrusive_ptr<c10d::Backend>>
+      byParentAndStore;
+};
+
+// Never destroyed: backends may outlive static destruction at exit.
+SplitChildren& splitChildren() {
+  static auto* children = new SplitChildren();
+  return *children;
 }
 
 }  // namespace
@@ -172,6 +194,15 @@ int GoncclBackend::globalRank(int r) const {
 }
 
 GoncclBackend::~GoncclBackend() {
+  {
+    SplitChildren& children = splitChildren();
+    std::lock_guard<std::mutex> guard(children.mutex);
+    for (auto it = children.byParentAndStore.begin();
+         it != children.byParentAndStore.end();) {
+      it = it->first.first == this ? children.byParentAndStore.erase(it)
+                                   : std::next(it);
+    }
+  }
   try {
     close(/*abort=*/false);
   } catch (const std::exception& e) {
@@ -344,6 +375,18 @@ c10::intrusive_ptr<c10d::Backend> GoncclBackend::split(
   if (it == ranks.end()) {
     return nullptr;
   }
+  const std::pair<const void*, const void*> key{this, store.get()};
+  SplitChildren& children = splitChildren();
+  {
+    std::lock_guard<std::mutex> guard(children.mutex);
+    auto found = children.byParentAndStore.find(key);
+    if (found != children.byParentAndStore.end()) {
+      if (auto child = found->second.lock()) {
+        return child;
+      }
+      children.byParentAndStore.erase(found);
+    }
+  }
   // The child's options: the knobs of GoncclOptions given to split_group, or
   // else this group's; torch's timeout and name. Its global ranks follow from
   // this group's (torch hands split the parent's list unchanged).
@@ -365,13 +408,20 @@ c10::intrusive_ptr<c10d::Backend> GoncclBackend::split(
       child->global_ranks_in_group.push_back(globalRank(r));
     }
   }
-  GilRelease noGil;
-  return c10::make_intrusive<GoncclBackend>(
-      store,
-      static_cast<int>(it - ranks.begin()),
-      static_cast<int>(ranks.size()),
-      child,
-      libraryPath_);
+  c10::intrusive_ptr<c10d::Backend> made;
+  {
+    GilRelease noGil;
+    made = c10::make_intrusive<GoncclBackend>(
+        store,
+        static_cast<int>(it - ranks.begin()),
+        static_cast<int>(ranks.size()),
+        child,
+        libraryPath_);
+  }
+  std::lock_guard<std::mutex> guard(children.mutex);
+  children.byParentAndStore.insert_or_assign(
+      key, c10::weak_intrusive_ptr<c10d::Backend>(made));
+  return made;
 }
 
 void GoncclBackend::shutdown() {

@@ -150,6 +150,19 @@ PYBIND11_MODULE(_C, m) {
           },
           "Bytes per pipelined chunk of ring and chain algorithms; 0 keeps "
           "GONCCL_CHUNKSIZE.")
+      // torch 2.11-2.14's split_group deep-copies the parent's options when
+      // none are given.
+      .def(
+          "__copy__",
+          [](const gonccl::GoncclOptions& o) {
+            return c10::make_intrusive<gonccl::GoncclOptions>(o);
+          })
+      .def(
+          "__deepcopy__",
+          [](const gonccl::GoncclOptions& o, const py::dict& /*memo*/) {
+            return c10::make_intrusive<gonccl::GoncclOptions>(o);
+          },
+          py::arg("memo"))
       .def("__repr__", [](const gonccl::GoncclOptions& o) {
         return c10::str(
             "GoncclOptions(timeout=",
@@ -202,7 +215,35 @@ PYBIND11_MODULE(_C, m) {
           py::arg("device"),
           "Called by new_group on the ranks left out of a group split from "
           "this one (when the default group has a bound device). A no-op: "
-          "gonccl builds a subgroup's communicator among its members only.");
+          "gonccl builds a subgroup's communicator among its members only.")
+      // torch binds these three on c10d::Backend only in newer releases: on
+      // 2.11 its Backend has none of them (ProcessGroupGloo has `options`),
+      // yet 2.11's split_group reads parent_backend.options. Bound here they
+      // are the same virtual calls on every supported torch.
+      .def_property_readonly(
+          "options",
+          [](gonccl::GoncclBackend& self) {
+            return c10::static_intrusive_pointer_cast<gonccl::GoncclOptions>(
+                self.getBackendOptions());
+          },
+          "A copy of the group's GoncclOptions, with its current timeout.")
+      .def(
+          "get_error",
+          &gonccl::GoncclBackend::getError,
+          py::call_guard<py::gil_scoped_release>(),
+          "The kind of the first failure that broke the communicator "
+          "(ErrorType.SUCCESS while none has).")
+      .def(
+          "_enable_collectives_timing",
+          &gonccl::GoncclBackend::enableCollectivesTiming,
+          py::call_guard<py::gil_scoped_release>(),
+          "Ops issued from now on measure their duration (Work._get_duration).")
+      .def(
+          "_set_sequence_number_for_group",
+          [](gonccl::GoncclBackend& /*self*/) {},
+          "Called by torch 2.11-2.13's split_group on the new group (c10d's "
+          "Backend raises there). A no-op: every rank numbers a gonccl "
+          "group's ops from 0 when the group is made.");
 
   m.def(
       "library_version",

@@ -67,9 +67,10 @@ def register() -> None:
     """Registers "gonccl" with torch.distributed (a no-op if it already is)."""
     if not dist.is_available():
         raise RuntimeError("gonccl: this torch was built without torch.distributed")
-    from gonccl import _shrink
+    from gonccl import _compat, _shrink
 
     _shrink.install()
+    _compat.install()
     if BACKEND_NAME.upper() in dist.Backend._plugins:
         return
     dist.Backend.register_backend(

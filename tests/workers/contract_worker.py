@@ -21,6 +21,7 @@ destroyed after; the missing rank is always the last one.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import pickle
@@ -34,6 +35,7 @@ import torch.nn as nn
 from torch._C._distributed_c10d import ErrorType
 
 import gonccl  # noqa: F401 - registers the backend
+import _torch_since as since
 from _common import Checker
 
 RANK = int(os.environ["RANK"])
@@ -79,20 +81,22 @@ def membership(g):
 # ---- split -------------------------------------------------------------------------
 
 
-def split_outcomes(splits_seq):
+def split_outcomes(splits_seq, backends=BACKENDS, bind=False):
     """For each backend: the membership after each split of splits_seq; a split's
     parent is the previous split's group (the backend's fresh group at first). Only
-    the last split may leave a rank out (see sec_split4)."""
+    the last split may leave a rank out (see sec_split4). bind: each split_group call
+    with the default group bound to a device (since.bound_device)."""
     seen = {}
-    for backend in BACKENDS:
+    for backend in backends:
         parent = fresh(backend)
         out = []
         for splits in splits_seq:
-            if parent == dist.GroupMember.NON_GROUP_MEMBER:
+            if parent is None or parent == dist.GroupMember.NON_GROUP_MEMBER:
                 out.append("skipped (not a member of the parent)")
                 continue
             try:
-                child = dist.split_group(parent_pg=parent, split_ranks=splits, timeout=timedelta(seconds=60))
+                with since.bound_device() if bind else contextlib.nullcontext():
+                    child = dist.split_group(parent_pg=parent, split_ranks=splits, timeout=timedelta(seconds=60))
             except Exception as e:  # noqa: BLE001
                 out.append(f"{type(e).__name__}: {e}")
                 break
@@ -102,10 +106,49 @@ def split_outcomes(splits_seq):
     return seen
 
 
+def expected_split(splits_seq, rank=RANK):
+    """What membership() gives on rank after each split of splits_seq, from split_group's
+    definition (torch before 2.14 sorts each split's ranks and gives the ranks left out None)."""
+    parent, out = list(range(WS)), []
+    for splits in splits_seq:
+        if parent is None:
+            out.append("skipped (not a member of the parent)")
+            continue
+        me = parent.index(rank)
+        mine = [s if since.SPLIT_KEEPS_ORDER else sorted(s) for s in splits if me in s]
+        if not mine:
+            out.append("NON_GROUP_MEMBER" if since.SPLIT_KEEPS_ORDER else "None")
+            parent = None
+            continue
+        parent = [parent[r] for r in mine[0]]
+        out.append([parent, parent.index(rank), float(sum(r + 1 for r in parent))])
+    return out
+
+
 def check_split(splits_seq, what):
-    seen = split_outcomes(splits_seq)
-    CK.data(what, seen)
-    CK.check(seen["gonccl"] == seen["gloo"], f"{what}: gonccl {seen['gonccl']} != gloo {seen['gloo']}")
+    if since.SPLIT_WITHOUT_DEVICE:
+        seen = split_outcomes(splits_seq)
+        CK.data(what, seen)
+        CK.check(seen["gonccl"] == seen["gloo"], f"{what}: gonccl {seen['gonccl']} != gloo {seen['gloo']}")
+    else:
+        # torch < 2.15 refuses to split unless the default group is bound to a device...
+        seen = split_outcomes(splits_seq)
+        for backend in BACKENDS:
+            CK.check(since.refused(seen[backend][0], since.SPLIT_REFUSAL),
+                     f"{what} [{backend}] without a bound device: {seen[backend]}, want torch's refusal")
+        # ... and with one, gonccl splits (Gloo there cannot: its options do not deep-copy).
+        # Before 2.14 a rank left out of a split registers no group, and torch names later
+        # splits by how many groups a rank has (_hash_ranks_to_str): ranks with different
+        # histories then never meet, whatever the backend. So only splits that leave
+        # nobody out run there.
+        if not since.SPLIT_KEEPS_ORDER and any("None" in expected_split(splits_seq, r) for r in range(WS)):
+            CK.data(what, f"{seen}; with a bound device not run: it leaves a rank out (torch < 2.14)")
+            dist.barrier()
+            return
+        seen["gonccl bound"] = split_outcomes(splits_seq, ["gonccl"], bind=True)["gonccl"]
+        CK.data(what, seen)
+        want = expected_split(splits_seq)
+        CK.check(seen["gonccl bound"] == want, f"{what} with a bound device: {seen['gonccl bound']}, want {want}")
     dist.barrier()
 
 
@@ -168,6 +211,8 @@ def sec_timeouts():
         dist.distributed_c10d._set_pg_timeout(timedelta(seconds=2), group=g)
         check_timeout_error("_set_pg_timeout(2 s) then all_reduce", missing_rank_op(g, ar), backend)
         settle(g)
+        if not since.BARRIER_TIMEOUT:
+            continue  # torch 2.11's barrier() has no timeout argument
         # barrier(timeout=...) on a group with a 60 s timeout.
         g = fresh(backend)
         dist.barrier(group=g)
@@ -184,9 +229,14 @@ def sec_timeouts():
 
     check_timeout_error("allreduce(AllreduceOptions.timeout = 2 s)", missing_rank_op(g, ar_opts), "gonccl")
     settle(g)
+    if not since.HOOKS:
+        # Before 2.15 torch has neither Work.timeout nor ephemeral extensions for
+        # backends other than NCCL (README: from torch 2.15).
+        CK.data("Work.timeout, _add_ephemeral_timeout", f"not in torch {torch.__version__}")
+        return
     # Work.timeout and the ephemeral extension (Gloo ignores ephemeral extensions).
     g = fresh("gonccl")
-    dist.set_timeout(timedelta(seconds=2), group=g)
+    since.set_timeout(timedelta(seconds=2), group=g)
     w = dist.all_reduce(torch.ones(1), group=g, async_op=True)
     w.wait()
     CK.check(w.timeout == timedelta(seconds=2), f"Work.timeout is {w.timeout}, want 2 s")
@@ -215,6 +265,17 @@ def first_line(err):
 
 
 def sec_monitored_barrier():
+    if not since.MONITORED_BARRIER_ANY_BACKEND:
+        # torch < 2.14 raises for every backend but Gloo before any rank waits.
+        for wait_all in (False, True):
+            g = fresh("gonccl")
+            _, err = outcome(lambda: dist.monitored_barrier(group=g, timeout=timedelta(seconds=10),
+                                                            wait_all_ranks=wait_all))
+            CK.data(f"monitored_barrier(wait_all_ranks={wait_all}) [gonccl]", err)
+            CK.check(since.refused(err, since.MONITORED_BARRIER_REFUSAL),
+                     f"monitored_barrier on gonccl in torch {torch.__version__}: {err}, want torch's refusal")
+            settle(g)
+        return
     for wait_all in (False, True):
         seen = {}
         for backend in BACKENDS:
@@ -264,11 +325,14 @@ def sec_work():
     CK.check(fut.wait() == 0, f"get_future_result() of a finished op gave {fut.value()} (SUCCESS is 0)")
     # The hook runs on the backend's completion thread, after the Work completes
     # (asynchronous, as torch's own backends run it).
+    # (Work._get_sequence_number came in torch 2.15; before, the hook's last two ops
+    # must be in issue order.)
+    seq = w._get_sequence_number() if hasattr(w, "_get_sequence_number") else None
     deadline = time.monotonic() + 20
-    while not (infos and infos[-1][1] == w._get_sequence_number()) and time.monotonic() < deadline:
+    while not (len(infos) >= 2 and (seq is None or infos[-1][1] == seq)) and time.monotonic() < deadline:
         time.sleep(0.01)
-    CK.check(len(infos) >= 2 and infos[-1][1] == w._get_sequence_number(),
-             f"on-completion hook saw {infos} (last op seq {w._get_sequence_number()})")
+    CK.check(len(infos) >= 2 and (infos[-1][1] == seq if seq is not None else infos[-1][1] > infos[-2][1]),
+             f"on-completion hook saw {infos} (last op seq {seq})")
     # Work.wait(timeout) on a receive nobody answers.
     if RANK == 0:
         t = torch.zeros(1)
@@ -277,7 +341,7 @@ def sec_work():
         CK.check(err is not None and "Timed out" in err and el < 20, f"Work.wait(1 s): {el:.1f} s, {err}")
     dist.barrier()
     # A timed-out op: its result future says TIMEOUT (1), the backend's error TIMEOUT.
-    dist.set_timeout(timedelta(seconds=2), group=g)
+    since.set_timeout(timedelta(seconds=2), group=g)
     if RANK != LAST:
         w = dist.all_reduce(torch.ones(1), group=g, async_op=True)
         # Work.wait(timeout) shorter than the op's own: its own error, the op pending.
@@ -296,8 +360,10 @@ def sec_work():
                  and f"rank {LAST}" in err, f"Work.wait() of a timed-out all_reduce: {err}")
         _, ferr = outcome(lambda: w.get_future().wait())
         CK.check(ferr is not None and "Timed out" in ferr, f"get_future().wait() of a timed-out all_reduce: {ferr}")
-        exc = w.exception()
-        CK.check(exc is not None and "Timed out" in str(exc), f"Work.exception() of a timed-out all_reduce: {exc!r}")
+        if since.WORK_EXCEPTION:
+            exc = w.exception()
+            CK.check(exc is not None and "Timed out" in str(exc),
+                     f"Work.exception() of a timed-out all_reduce: {exc!r}")
     settle(g)
 
 
@@ -327,15 +393,22 @@ def sec_options():
     CK.data("1 MiB all_reduce restricted to rd", err)
     CK.check(err is not None and "rd" in err, f"a 1 MiB all_reduce restricted to rd: {err}")
     dist.destroy_process_group(g)
-    # split_group(pg_options=...) gives the child its own knobs.
-    parent = fresh("gonccl")
-    child = dist.split_group(parent_pg=parent, split_ranks=[list(range(WS))],
-                             pg_options=GoncclOptions(chunk_size=16384))
+    # split_group(pg_options=...) gives the child its own knobs; without pg_options it
+    # keeps the parent's. (torch < 2.15 splits only with a device bound: since.bound_device.)
+    parent = dist.new_group(list(range(WS)), backend="gonccl", timeout=timedelta(seconds=60),
+                            pg_options=GoncclOptions(algorithm="allreduce:rd", chunk_size=8192))
+    with since.bound_device():
+        child = dist.split_group(parent_pg=parent, split_ranks=[list(range(WS))],
+                                 pg_options=GoncclOptions(chunk_size=16384))
+        inherit = dist.split_group(parent_pg=parent, split_ranks=[list(range(WS))])
     got = child._get_backend(torch.device("cpu")).options
     CK.check(got.chunk_size == 16384, f"split_group(pg_options=chunk_size 16384) gave {got!r}")
     CK.check(membership(child)[2] == sum(range(1, WS + 1)), "all_reduce on the split group")
-    dist.destroy_process_group(child)
-    dist.destroy_process_group(parent)
+    got = inherit._get_backend(torch.device("cpu")).options
+    CK.check(got.algorithm == "allreduce:rd" and got.chunk_size == 8192,
+             f"split_group without pg_options of a group with GoncclOptions gave {got!r}")
+    for grp in (inherit, child, parent):
+        dist.destroy_process_group(grp)
     # Errors name global ranks: group [1, LAST] (ranks 1..LAST-1 of it run, LAST stays away).
     members = list(range(1, WS))
     sub = dist.new_group(members, backend="gonccl", timeout=timedelta(seconds=2))
@@ -439,6 +512,7 @@ def sec_sparse():
 
 
 def sec_flight_recorder(report_dir):
+    # (test_contract.py runs this on torch >= 2.15 only: the hooks it needs.)
     # The dump prefix is read when the trace is written.
     prefix = os.path.join(report_dir, "fr_trace_")
     os.environ["TORCH_FR_DUMP_TEMP_FILE"] = prefix
@@ -448,7 +522,7 @@ def sec_flight_recorder(report_dir):
         t = torch.ones(4)
         dist.all_reduce(t, group=g)
         CK.check(bool((t == WS).all()), f"all_reduce {i} before the flight recorder's dump gave {t}")
-    dist.set_timeout(timedelta(seconds=2), group=g)
+    since.set_timeout(timedelta(seconds=2), group=g)
     res = missing_rank_op(g, lambda g: dist.all_reduce(torch.ones(5), group=g))
     if res is None:
         dist.barrier()  # stay until the others have read their dumps
@@ -484,9 +558,11 @@ def sec_device():
         m = membership(g)
         want = "NON_GROUP_MEMBER" if RANK not in members else float(sum(r + 1 for r in members))
         CK.check(m == want or (isinstance(m, list) and m[2] == want), f"new_group({members}) gave {m}")
-    sub = dist.split_group(split_ranks=[[0, 2]])
+    with since.bound_device():
+        sub = dist.split_group(split_ranks=[[0, 2]])
     m = membership(sub)
-    CK.check((m == "NON_GROUP_MEMBER") == (RANK == 1), f"split_group([[0,2]]) gave {m}")
+    left_out = "NON_GROUP_MEMBER" if since.SPLIT_KEEPS_ORDER else "None"
+    CK.check((m == left_out) == (RANK == 1) and (RANK == 1 or m[2] == 4.0), f"split_group([[0,2]]) gave {m}")
 
 
 def sec_mixed():
@@ -530,8 +606,18 @@ def main():
     global CK
     report_dir, mode = sys.argv[1], sys.argv[2]
     CK = Checker(report_dir, RANK)
-    if mode == "device":
+    if mode == "device" and since.DEVICE_ID_CPU:
         dist.init_process_group("gonccl", device_id=torch.device("cpu", 0), timeout=timedelta(seconds=60))
+    elif mode == "device":
+        # torch < 2.15 refuses device_id=cpu itself, in the helper that init_process_group
+        # and new_group share; asked through new_group (a refused init_process_group leaves
+        # its rendezvous behind). sec_device's split then binds cpu:0 as
+        # init_process_group(device_id=cuda:N) binds a GPU there.
+        dist.init_process_group("gonccl", timeout=timedelta(seconds=60))
+        with CK.section("device_id=cpu"):
+            _, err = outcome(lambda: dist.new_group(list(range(WS)), device_id=torch.device("cpu", 0)))
+            CK.data("new_group(device_id=cpu)", err)
+            CK.check(since.refused(err, since.DEVICE_ID_REFUSAL), f"device_id=cpu: {err}, want torch's refusal")
     elif mode in ("mixed", "mixed-cuda"):
         dist.init_process_group("cpu:gloo,cuda:gonccl", timeout=timedelta(seconds=60))
     elif mode == "device-cuda":

@@ -20,6 +20,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 import _device
+import _torch_since as since
 from _common import Checker
 
 RANK = int(os.environ["RANK"])
@@ -85,7 +86,16 @@ def sec_split_group():
         return
     halves = [list(range(0, (WS + 1) // 2)), list(range((WS + 1) // 2, WS))]
     halves = [h for h in halves if h]
-    sub = dist.split_group(split_ranks=halves, timeout=timedelta(seconds=60))
+    if not since.SPLIT_WITHOUT_DEVICE:
+        # torch < 2.15 splits only a default group bound to a device (it refuses first).
+        try:
+            dist.split_group(split_ranks=halves, timeout=timedelta(seconds=60))
+            err = None
+        except Exception as e:  # noqa: BLE001 - the refusal is what is checked
+            err = f"{type(e).__name__}: {e}"
+        CK.check(since.refused(err, since.SPLIT_REFUSAL), f"split_group without a bound device: {err}")
+    with since.bound_device():
+        sub = dist.split_group(split_ranks=halves, timeout=timedelta(seconds=60))
     mine = [h for h in halves if RANK in h][0]
     CK.check(sub is not None, "split_group returned None for a member")
     if sub is not None:

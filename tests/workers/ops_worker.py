@@ -22,6 +22,7 @@ from torch.distributed import ReduceOp
 
 import _device
 import _oracle
+import _torch_since as since
 from _common import Checker
 from _reference import COMPLEX, FLOAT8, FLOATS, INTS, OPS, make_input, mismatch, reduce_reference, valid_ops
 
@@ -344,6 +345,17 @@ def sec_monitored_barrier():
     each rank marks its arrival in the store before entering, the last one a little
     late, and a rank that has left finds every mark there. (Its timeout naming the
     missing rank is checked in contract_worker's monitored_barrier section.)"""
+    if not since.MONITORED_BARRIER_ANY_BACKEND:
+        # torch < 2.14 raises for every backend but Gloo, before any rank waits.
+        for wait_all in (False, True):
+            try:
+                dist.monitored_barrier(timeout=timedelta(seconds=60), wait_all_ranks=wait_all)
+                err = None
+            except Exception as e:  # noqa: BLE001 - the refusal is what is checked
+                err = f"{type(e).__name__}: {e}"
+            CK.check(since.refused(err, since.MONITORED_BARRIER_REFUSAL),
+                     f"monitored_barrier(wait_all_ranks={wait_all}) in torch {torch.__version__}: {err}")
+        return
     store = dist.distributed_c10d._get_default_store()
     for wait_all in (False, True):
         if RANK == WS - 1:
