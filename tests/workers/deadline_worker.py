@@ -165,6 +165,9 @@ def sec_before():
 def sec_between():
     timeout = 0.6
     absent = list(range(2, WS))
+    if RANK in absent:
+        # It stays away from every barrier of the section; rank 0 checks what is said of it.
+        CK.skip(f"rank {RANK} never calls the barrier here: rank 0 checks that it is named")
     for offset in (-0.03, -0.005, 0.0, 0.005):
         for b in BACKENDS:
             g = fresh(b)
