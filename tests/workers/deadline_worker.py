@@ -47,11 +47,30 @@ def fresh(backend, timeout=60):
     return dist.new_group(list(range(WS)), backend=backend, timeout=timedelta(seconds=timeout))
 
 
+_SETTLED = [0]
+
+
+def store_barrier(limit=120.0):
+    """Every rank reaches this point: through the store, not the default (Gloo) group. A
+    Gloo operation that timed out in a test group can close the pairs of the default
+    group too ("Application timeout caused pair closure"), and a Gloo barrier there then
+    fails or waits its 60 s (seen in CI at 3 ranks, between and during)."""
+    _SETTLED[0] += 1
+    store = dist.distributed_c10d._get_default_store()
+    key = f"deadline_settle_{_SETTLED[0]}"
+    store.add(key, 1)
+    end = time.monotonic() + limit
+    while store.add(key, 0) < WS:
+        if time.monotonic() > end:
+            raise TimeoutError(f"rank {RANK}: not every rank reached {key} in {limit} s")
+        time.sleep(0.01)
+
+
 def settle(g):
-    """Destroys g once every rank is done with it (the default group is Gloo's)."""
-    dist.barrier()
+    """Destroys g once every rank is done with it."""
+    store_barrier()
     dist.destroy_process_group(g)
-    dist.barrier()
+    store_barrier()
 
 
 def outcome(fn):
