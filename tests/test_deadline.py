@@ -7,7 +7,7 @@ same processes (the others on gonccl) at 2, 3 and 4 ranks, CPU:
            extension that leaves no time. Rank 0 says what Gloo says ("[Rank 0]: Rank 1
            failed to pass monitoredBarrier in 0 ms", with "Rank 0 timed out in
            monitoredBarrier" under it) and names every rank not processed
-  between  rank 1 arrives about when the timeout runs out, the ranks after it never:
+  between  (gonccl) rank 1 arrives about when the timeout runs out, the ranks after it never:
            rank 0 names a rank that did not pass, whichever step the deadline falls in
   during   the last rank sleeps through the timeout: rank 0 names it, as Gloo does
 and csrc/deadline.hpp, where csrc turns a deadline into milliseconds, on its own
