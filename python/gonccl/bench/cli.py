@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="time across ranks: 0 rank 0, 1 average, 2 min, 3 max (nccl-tests' default is 1)")
     p.add_argument("--backends", default="gonccl,gloo", help="comma-separated backends to measure in this run")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
-                   help="where the tensors live (cuda: rank r uses GPU r %% count; not for ddp)")
+                   help="where the tensors live (cuda: rank r uses GPU r %% count)")
     p.add_argument("-np", "--nprocs", type=int, default=2, help="ranks to launch (ignored under torchrun)")
     p.add_argument("--timeout", type=float, default=1800.0,
                    help="seconds before the launched ranks are killed")

@@ -33,15 +33,22 @@ class ToyModel(nn.Module):
         return self.net3(self.relu(self.net2(self.relu(self.net1(x)))))
 
 
-def _time_steps(group, size: int, batch: int, warmup: int, iters: int, seed: int) -> float:
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _time_steps(group, size: int, batch: int, warmup: int, iters: int, seed: int,
+                device: torch.device = torch.device("cpu")) -> float:
     torch.manual_seed(seed)
-    model = ToyModel(size)
-    ddp = DDP(model, process_group=group, bucket_cap_mb=25)
+    model = ToyModel(size).to(device)
+    ids = [device.index] if device.type == "cuda" else None
+    ddp = DDP(model, device_ids=ids, process_group=group, bucket_cap_mb=25)
     loss_fn = nn.MSELoss()
     opt = optim.SGD(ddp.parameters(), lr=0.001)
     gen = torch.Generator().manual_seed(seed + dist.get_rank())
-    x = torch.randn(batch, size, generator=gen)
-    y = torch.randn(batch, size, generator=gen)
+    x = torch.randn(batch, size, generator=gen).to(device)
+    y = torch.randn(batch, size, generator=gen).to(device)
 
     def step():
         opt.zero_grad()
@@ -50,10 +57,12 @@ def _time_steps(group, size: int, batch: int, warmup: int, iters: int, seed: int
 
     for _ in range(warmup):
         step()
+    _sync(device)
     dist.barrier()
     t0 = time.perf_counter()
     for _ in range(iters):
         step()
+    _sync(device)
     local = (time.perf_counter() - t0) / iters
     t = torch.tensor([local], dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
@@ -68,19 +77,25 @@ def run(args) -> int:
     try:
         groups = {b: dist.new_group(backend=b, timeout=timeout) for b in args.backends}
         say = rank == 0
+        device = torch.device("cpu")
+        if args.device == "cuda":
+            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
+            torch.cuda.set_device(device)
         nparams = 3 * (args.size * args.size + args.size)
         if say:
             print(
                 f"# gonccl.bench ddp: ToyModel 3 x Linear({args.size},{args.size}) ({nparams * 4 / 1e6:.1f} MB of "
                 f"fp32 gradients), batch {args.batch}, {nranks} ranks, DDP bucket_cap_mb=25, "
                 f"{args.warmup_iters} warm-up + {args.iters} timed steps, {args.rounds} round(s), "
-                f"intra-op threads per rank {torch.get_num_threads()}; time = max over ranks",
+                f"intra-op threads per rank {torch.get_num_threads()}, tensors on {args.device}; "
+                f"time = max over ranks",
                 flush=True,
             )
         times: dict[str, list[float]] = {b: [] for b in groups}
         for rnd in range(args.rounds):
             for b, g in groups.items():
-                sec = _time_steps(g, args.size, args.batch, args.warmup_iters, args.iters, seed=1234)
+                sec = _time_steps(g, args.size, args.batch, args.warmup_iters, args.iters, seed=1234,
+                                  device=device)
                 times[b].append(sec)
                 if say:
                     print(f"#   round {rnd}: {b:>7}  {sec * 1e3:10.1f} ms/step", flush=True)
@@ -98,7 +113,7 @@ def run(args) -> int:
 
                 report.write_json(args.json, {
                     "tool": "gonccl.bench", "mode": "ddp", "nranks": nranks, "size": args.size,
-                    "batch": args.batch, "iters": args.iters, "warmup_iters": args.warmup_iters,
+                    "batch": args.batch, "device": args.device, "iters": args.iters, "warmup_iters": args.warmup_iters,
                     "rounds": args.rounds, "sec_per_step": times,
                     "best_ms_per_step": {b: s * 1e3 for b, s in best.items()},
                 })
