@@ -74,14 +74,14 @@ test-torch: lib
 
 # make test-torch-ci: what .ci/run runs after make test: the contract, groups, collectives
 # and ops-reference files on the oldest supported torch (the GPU image's). Of the
-# parametrized files only the CPU cases at 2 and 3 ranks run there (TORCH_CI_SELECT: no
-# 1- or 4-rank, ring-only or CUDA cases; the contract tests all run), so that CI stays
-# under 30 minutes; TORCH_CI_SELECT= runs every case. test_contract's timeouts case is left out
+# parametrized files only the CPU cases at 2 ranks run there (TORCH_CI_SELECT: no 1-, 3-
+# or 4-rank, ring-only or CUDA cases; the contract tests all run, at their own 3 or 4
+# ranks), so that CI stays near 30 minutes; TORCH_CI_SELECT= runs every case. test_contract's timeouts case is left out
 # on 2.11: after the merge of the spent-deadline work it failed there (a rank timed out
 # waiting for rank 2; see the closing note of 2026-11-26), to be fixed next.
 TORCH_CI = 2.11.0
 TORCH_CI_FILES = tests/test_contract.py tests/test_groups_hooks.py tests/test_collectives.py tests/test_ops_reference.py
-TORCH_CI_SELECT ?= -k 'not cuda and not ws1 and not ws4 and not ring and not timeouts'
+TORCH_CI_SELECT ?= -k 'not cuda and not ws1 and not ws3 and not ws4 and not ring and not timeouts'
 
 test-torch-ci:
 	$(MAKE) test-torch TORCH=$(TORCH_CI) FILES="$(TORCH_CI_FILES)" PYTEST_ARGS="$(TORCH_CI_SELECT)"
@@ -111,9 +111,12 @@ test-go:
 # stress test then runs 1,500 operations per rank instead of 50,000, and the collective
 # sweeps go up to 4 ranks instead of 8), so that it stays a few minutes on 2 cores. The
 # reduction-kernel comparisons are skipped: they run on one goroutine, the detector has
-# nothing to find there, and they are its slowest tests (test-go runs them).
+# nothing to find there, and they are its slowest tests (test-go runs them). So are the
+# device path's sweeps in child processes (DevicePathAcrossProcesses, DevicePathWrongStep:
+# a minute under the detector; test-go runs them); its ranks as goroutines of one process
+# (DevicePathRanksOfOneProcess) stay.
 RACE_PKGS = ./core ./internal/... ./transport/... ./cuda/...
-RACE_SKIP = VectorMatchesFallback|VectorHalfExhaustive|Float16Random|FromFloat32Random|MatchesReference$$
+RACE_SKIP = VectorMatchesFallback|VectorHalfExhaustive|Float16Random|FromFloat32Random|MatchesReference$$|DevicePathAcrossProcesses|DevicePathWrongStepFails
 
 test-race:
 	$(GO) test -race -short -count=1 -timeout 15m -skip '$(RACE_SKIP)' $(RACE_PKGS)

@@ -26,6 +26,13 @@ The library is checked against these sources first: its goncclGetVersion must
 equal gonccl.h's GONCCL_VERSION_CODE (whence the package's version too), and it must
 export every function gonccl.h declares; otherwise the build stops saying which.
 
+The extension links the libstdc++ that torch runs with (libstdc++_for_torch), never
+a copy of its own: a compiler that has only a static libstdc++ (as a toolchain
+under /opt/gcc on a GPU image had) would otherwise put one inside _C.so, and two
+libstdc++ of different versions in one process mix their locale tables and crash
+at the first number formatted into a message (SIGSEGV at address 0). After the
+link, check_shared_libstdcxx refuses an extension that carries one anyway.
+
 GONCCL_SKIP_GO_BUILD=1 builds only the C++ extension (for work on csrc/ while
 the Go side does not build); the package is then unusable until libgonccl.so
 is built.
@@ -63,6 +70,10 @@ class BuildGoncclExt(BuildExtension):
             os.path.join(include_dir, "gonccl.h"),
         )
         super().run()
+        for ext in self.extensions:
+            problem = check_shared_libstdcxx(self.get_ext_fullpath(ext.name))
+            if problem:
+                raise SystemExit(f"gonccl: {problem}")
 
     def _package_dir(self):
         """Where the package's files go: the source tree in-place/editable, else build_lib."""
@@ -152,6 +163,47 @@ def _use_prebuilt(path, package_dir):
         os.chmod(output, 0o755)
 
 
+def libstdcxx_for_torch():
+    """Path of the libstdc++.so.6 a Python process with torch imported runs with, or None.
+
+    Read from this process's memory map after importing torch (libtorch needs it)."""
+    import torch  # noqa: F401
+
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) >= 6 and os.path.basename(fields[5]).startswith("libstdc++.so."):
+                    return fields[5]
+    except OSError:
+        return None
+    return None
+
+
+def check_shared_libstdcxx(path):
+    """None if the shared object at path uses libstdc++ as a shared library, else why not.
+
+    A static copy shows as libstdc++'s own definitions (std::locale's) in its dynamic
+    symbol table and no NEEDED libstdc++.so.6. Needs binutils' readelf and nm (there
+    wherever a compiler is); without them it says nothing."""
+    readelf, nm = shutil.which("readelf"), shutil.which("nm")
+    if readelf is None or nm is None:
+        print("gonccl: no readelf/nm: not checking how the extension links libstdc++")
+        return None
+    dynamic = subprocess.run([readelf, "-d", path], capture_output=True, text=True, check=True).stdout
+    needed = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", dynamic)
+    symbols = subprocess.run([nm, "-D", "--defined-only", path], capture_output=True, text=True, check=True).stdout
+    copied = [line.split()[-1] for line in symbols.splitlines() if " _ZNSt6locale" in line]
+    if copied or not any(n.startswith("libstdc++.so") for n in needed):
+        return (
+            f"{os.path.basename(path)} carries its own libstdc++ (it defines {len(copied)} std::locale "
+            f"symbols, e.g. {copied[:1]}; NEEDED: {', '.join(needed)}): the compiler linked libstdc++ "
+            "statically, and in a process with torch two libstdc++ copies crash (SIGSEGV). Build with "
+            "a compiler that has a shared libstdc++ (CXX=/usr/bin/g++) or without -static-libstdc++"
+        )
+    return None
+
+
 def cuda_config():
     """(extension keyword arguments, None) for a CUDA build, or (None, reason).
 
@@ -187,6 +239,12 @@ def extension():
         "libraries": ["dl"],
         "define_macros": [],
     }
+    stdcxx = libstdcxx_for_torch()
+    if stdcxx:
+        # An input file before the compiler's own -lstdc++: every C++ runtime symbol
+        # resolves to torch's libstdc++, so a static libstdc++.a adds nothing.
+        kwargs["extra_link_args"] = [stdcxx]
+        print(f"gonccl: linking the extension against torch's libstdc++: {stdcxx}")
     cuda, reason = cuda_config()
     if cuda is None:
         print(f"gonccl: building the extension without CUDA support: {reason}")
