@@ -31,9 +31,9 @@
 #                ops blocking and queued, both paths and gloo (bench-small); the lecture's
 #                DDP step (bench-ddp); vs nccl with one rank per GPU (2+ GPUs)
 #   pytest-cuda  the suite's CUDA cases on torch (pytest -k cuda), in parallel with
-#                pytest-xdist when installed, and at the same time the collective, ops and
-#                differential files again with GONCCL_DEVICE_PATH=1; the first lines of
-#                each failure go into the report
+#                pytest-xdist when installed; pytest-cuda-device: the collective and
+#                differential files' 2- and 3-rank CUDA cases with GONCCL_DEVICE_PATH=1;
+#                the first lines of each failure go into the report
 # --only STEP,... runs those steps (a name, or a prefix: capi, stream, ddp, bench); the
 # build runs only if named, if --wheel is given, or if gonccl is not importable.
 # --budget (default 480 s on a GPU; none in a dry run) bounds the whole run: each step's
@@ -43,7 +43,8 @@
 # fake driver built as a libcuda.so.1 stand-in, and the stream checker and ddp_simple on
 # CPU ranks. Nothing here needs the network. The report (default
 # build/gpu-check/report.md; with --report DIR, DIR/report.md) holds the machine, each
-# step's verdict and the tail of its output; every step's whole log is beside it.
+# step's verdict and the tail of its output; every step's whole log is beside it, and all
+# of them in one file, report.logs.tgz (what to bring back from a lent machine).
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -57,7 +58,7 @@ ONLY=""
 BUDGET=""
 JOBS=""
 
-usage() { sed -n '2,46p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,47p' "$0" | sed 's/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --dry-run) DRY=1 ;;
@@ -101,27 +102,27 @@ mkdir -p "$LOGS" "$WORK"
 # ---- the steps: name, time limit (s), expected seconds on one H100 (the plan) ----
 STEPS=(build install-wheel import capi-link capi-cuda-2ranks capi-cuda-3ranks capi-cuda-device-2ranks
   capi-cuda-device-3ranks capi-memcheck stream-cuda stream-cuda-expandable ddp-simple-shared-gpu0
-  ddp-example-shared-gpu0 ddp-simple-per-gpu ddp-example-per-gpu bench-gloo bench-device bench-small
-  bench-ddp bench-nccl pytest-cuda)
+  ddp-example-shared-gpu0 ddp-simple-per-gpu ddp-example-per-gpu pytest-cuda pytest-cuda-device
+  bench-gloo bench-device bench-small bench-ddp bench-nccl)
 declare -A LIMIT=([build]=300 [install-wheel]=120 [import]=60 [capi-link]=60 [capi-cuda-2ranks]=60
   [capi-cuda-3ranks]=60 [capi-cuda-device-2ranks]=60 [capi-cuda-device-3ranks]=60 [capi-memcheck]=150
   [stream-cuda]=90 [stream-cuda-expandable]=90
   [ddp-simple-shared-gpu0]=60 [ddp-example-shared-gpu0]=60 [ddp-simple-per-gpu]=60
   [ddp-example-per-gpu]=60 [bench-gloo]=90 [bench-device]=60 [bench-small]=90 [bench-ddp]=90
-  [bench-nccl]=90 [pytest-cuda]=300)
+  [bench-nccl]=90 [pytest-cuda]=300 [pytest-cuda-device]=150)
 declare -A EXPECT=([build]=70 [install-wheel]=10 [import]=4 [capi-link]=3 [capi-cuda-2ranks]=10
   [capi-cuda-3ranks]=12 [capi-cuda-device-2ranks]=10 [capi-cuda-device-3ranks]=12 [capi-memcheck]=45
   [stream-cuda]=16 [stream-cuda-expandable]=16
   [ddp-simple-shared-gpu0]=15 [ddp-example-shared-gpu0]=18 [ddp-simple-per-gpu]=15
-  [ddp-example-per-gpu]=17 [bench-gloo]=30 [bench-device]=15 [bench-small]=40 [bench-ddp]=40
-  [bench-nccl]=25 [pytest-cuda]=200)
+  [ddp-example-per-gpu]=17 [bench-gloo]=36 [bench-device]=24 [bench-small]=24 [bench-ddp]=35
+  [bench-nccl]=25 [pytest-cuda]=220 [pytest-cuda-device]=60)
 # What runs where: g = on a GPU machine, 2 = only with 2+ GPUs, d = in a dry run too.
 declare -A WHERE=([build]=gd [install-wheel]=gd [import]=gd [capi-link]=gd [capi-cuda-2ranks]=gd
   [capi-cuda-3ranks]=g [capi-cuda-device-2ranks]=g [capi-cuda-device-3ranks]=g [capi-memcheck]=g
   [stream-cuda]=g [stream-cuda-expandable]=g
   [ddp-simple-shared-gpu0]=g [ddp-example-shared-gpu0]=g [ddp-simple-per-gpu]=2
   [ddp-example-per-gpu]=2 [bench-gloo]=g [bench-device]=g [bench-small]=g [bench-ddp]=g [bench-nccl]=2
-  [pytest-cuda]=g)
+  [pytest-cuda]=g [pytest-cuda-device]=g)
 
 selected() {  # STEP or GROUP: whether --only (if any) names it, a prefix of it, or a step of it
   [[ -z "$ONLY" ]] && return 0
@@ -251,13 +252,7 @@ check_ddp_example() {
   [[ $n -ge 1 ]] && { echo "$n ranks ran"; return 0; }
   echo "no rank started"; return 1
 }
-check_pytest() {  # both runs' summaries
-  local staged device
-  staged=$(grep -E '^=+ .*(passed|failed|skipped|error).* in ' "$1" | tail -1)
-  device=$(grep -o 'GONCCL_DEVICE_PATH=1 run of .*' "$1" | sed 's/.*: //')
-  echo "staged: ${staged:-no pytest summary}; device path: ${device:-no summary}"
-  [[ -n "$staged" && -n "$device" && "$device" == *passed* ]]
-}
+check_pytest() { tail -1 "$1" | grep -E 'passed|skipped' || { echo "no pytest summary"; return 1; }; }
 check_ddp_bench() { grep -q 'ms/step' "$1" && { grep -E '^ +(gonccl|gloo) ' "$1" | tr -s ' ' | paste -sd';' -; return 0; }; echo "no ms/step"; return 1; }
 check_bench() { grep -qE '^#? *[0-9]+ ' "$1" && { echo "table written"; return 0; }; echo "no table"; return 1; }
 
@@ -370,27 +365,13 @@ ddp() { OMP_NUM_THREADS=1 torchrun "$1" "$ROOT/examples/$2"; }  # NPROC SCRIPT
 # The test files whose CUDA cases run on torch over a real GPU (the C ABI and fake-driver
 # tests, which build with Go and gcc, run in CI); GONCCL_CHECK_PYTEST_FILES overrides.
 PYTEST_FILES="${GONCCL_CHECK_PYTEST_FILES:-tests/test_collectives.py tests/test_ops_reference.py tests/test_groups_hooks.py tests/test_differential.py tests/test_contract.py tests/test_cuda_build.py}"
-# The files run again with GONCCL_DEVICE_PATH=1, at the same time (half the jobs each).
-PYTEST_DEVICE_FILES="${GONCCL_CHECK_PYTEST_DEVICE_FILES:-tests/test_collectives.py tests/test_ops_reference.py tests/test_differential.py}"
-pytest_cuda() {  # the staged path's run here; the device path's in pytest-cuda-device.log
-  local xdist=() xdev=() half=$(((JOBS + 1) / 2)) rc=0 pid
-  if pyq 'import xdist' >/dev/null; then
-    xdist=(-n "$half" --dist loadgroup); xdev=(-n "$((JOBS - half > 0 ? JOBS - half : 1))" --dist loadgroup)
-  else
-    echo "gpu-check: no pytest-xdist: the cases run one at a time"
-  fi
-  cd "$ROOT" || return 1
-  # shellcheck disable=SC2086
-  GONCCL_DEVICE_PATH=1 "$PY" -m pytest -v -k cuda -p no:cacheprovider --timeout 180 -rfE "${xdev[@]}" \
-    --junitxml="$LOGS/pytest-cuda-device.xml" $PYTEST_DEVICE_FILES >"$LOGS/pytest-cuda-device.log" 2>&1 &
-  pid=$!
-  # shellcheck disable=SC2086
-  "$PY" -m pytest -v -k cuda -p no:cacheprovider --timeout 180 -rfE "${xdist[@]}" \
-    --junitxml="$LOGS/pytest-cuda.xml" $PYTEST_FILES || rc=1
-  wait "$pid" || rc=1
-  echo "gpu-check: GONCCL_DEVICE_PATH=1 run of $PYTEST_DEVICE_FILES: $(tail -1 "$LOGS/pytest-cuda-device.log")"
-  echo "gpu-check: staged-path run: see above"
-  return $rc
+# The device path's run (GONCCL_DEVICE_PATH=1): its CUDA cases at 2 and 3 ranks.
+PYTEST_DEVICE_FILES="${GONCCL_CHECK_PYTEST_DEVICE_FILES:-tests/test_collectives.py tests/test_differential.py}"
+pytest_cuda() {  # FILES... : pytest's CUDA cases of FILES, in parallel when xdist is there
+  local xdist=() name="$1"; shift
+  if pyq 'import xdist' >/dev/null; then xdist=(-n "$JOBS" --dist loadgroup); else echo "gpu-check: no pytest-xdist: the cases run one at a time"; fi
+  cd "$ROOT" && "$PY" -m pytest -v -p no:cacheprovider --timeout 180 -rfE "${xdist[@]}" \
+    --junitxml="$LOGS/$name.xml" "$@"
 }
 
 CAPI="$WORK/capi"
@@ -516,33 +497,9 @@ else
   fi
 fi
 
-# ---- the benchmark on CUDA tensors (trimmed: up to 64 MiB, 5 iterations) ----
-BENCH=(-m gonccl.bench all_reduce --device cuda -b 16 -e 256M -f 16 -n 5 -w 2 -c 1)
-SMALL=(-m gonccl.bench all_reduce --device cuda -b 8 -e 4K -f 8 -n 200 -w 20 -c 1)
-DDPB=(-m gonccl.bench ddp --device cuda -n 10 -w 3 --rounds 2)
-if [[ $DRY -eq 1 ]]; then
-  selected bench && skip bench "dry run: would run $PY ${BENCH[*]} -np 2 --backends gonccl,gloo, again with GONCCL_DEVICE_PATH=1 --backends gonccl, small ops blocking and queued (${SMALL[*]}), the DDP step (${DDPB[*]}), and with --backends gonccl,gloo,nccl -np N on N>=2 GPUs (one rank per GPU)"
-elif [[ -z "$PKG" ]]; then
-  selected bench && skip bench "$why"
-elif [[ $gpus -eq 0 ]]; then
-  selected bench && skip bench "torch sees no GPU"
-else
-  run bench-gloo check_bench bash -c 'cd "$WORK" && "$PY" "$@"' bash "${BENCH[@]}" -np 2 --backends gonccl,gloo --json "$LOGS/bench-gloo.json"
-  run bench-device check_bench bash -c 'cd "$WORK" && GONCCL_DEVICE_PATH=1 GONCCL_DEBUG=INFO GONCCL_DEBUG_SUBSYS=INIT "$PY" "$@"' bash "${BENCH[@]}" -np 2 --backends gonccl --json "$LOGS/bench-device.json"
-  # small ops, blocking (-z 1) and queued (-z 0): staged path and Gloo, then the device path
-  run bench-small check_bench bash -c 'cd "$WORK" && for z in 1 0; do "$PY" "$@" -z $z --backends gonccl,gloo && GONCCL_DEVICE_PATH=1 "$PY" "$@" -z $z --backends gonccl || exit 1; done' bash "${SMALL[@]}" -np 2
-  # the lecture's DDP step on GPU 0 shared by 2 ranks: staged and Gloo, then the device path
-  run bench-ddp check_ddp_bench bash -c 'cd "$WORK" && "$PY" "$@" --backends gonccl,gloo && GONCCL_DEVICE_PATH=1 "$PY" "$@" --backends gonccl' bash "${DDPB[@]}" -np 2
-  if [[ $gpus -ge 2 ]]; then
-    run bench-nccl check_bench bash -c 'cd "$WORK" && "$PY" "$@"' bash "${BENCH[@]}" -np "$gpus" --backends gonccl,gloo,nccl --json "$LOGS/bench-nccl.json"
-  else
-    selected bench && skip bench-nccl "one GPU: NCCL needs one rank per GPU"
-  fi
-fi
-
 # ---- the test suite's CUDA cases ----
 if [[ $DRY -eq 1 ]]; then
-  selected pytest && skip pytest-cuda "dry run: would run $PY -m pytest -v -k cuda --dist loadgroup --timeout 180 $PYTEST_FILES (the collective, p2p, groups/hooks, contract and differential tests on CUDA tensors against Gloo), and at the same time, with GONCCL_DEVICE_PATH=1, $PYTEST_DEVICE_FILES, $JOBS xdist workers in all"
+  selected pytest && skip pytest-cuda "dry run: would run $PY -m pytest -v -k cuda -n $JOBS --dist loadgroup --timeout 180 $PYTEST_FILES (the collective, p2p, groups/hooks, contract and differential tests on CUDA tensors against Gloo), then with GONCCL_DEVICE_PATH=1 the 2- and 3-rank CUDA cases of $PYTEST_DEVICE_FILES"
 elif [[ -z "$PKG" ]]; then
   selected pytest && skip pytest-cuda "$why"
 elif [[ $gpus -eq 0 ]]; then
@@ -550,12 +507,39 @@ elif [[ $gpus -eq 0 ]]; then
 elif ! pyq 'import pytest, pytest_timeout' >/dev/null; then
   selected pytest && skip pytest-cuda "pytest and pytest-timeout are not installed for $PY (no network here: install them beforehand)"
 else
-  run pytest-cuda check_pytest pytest_cuda
-  if [[ -f "$LOGS/pytest-cuda.xml" ]]; then
-    "$PY" "$ROOT/scripts/pytest_failures.py" "$LOGS/pytest-cuda.xml" >"$LOGS/pytest-cuda-failures.md" 2>&1
-  fi
-  if [[ -f "$LOGS/pytest-cuda-device.xml" ]]; then
-    "$PY" "$ROOT/scripts/pytest_failures.py" "$LOGS/pytest-cuda-device.xml" >"$LOGS/pytest-cuda-device-failures.md" 2>&1
+  # shellcheck disable=SC2086
+  run pytest-cuda check_pytest pytest_cuda pytest-cuda -k cuda $PYTEST_FILES
+  # shellcheck disable=SC2086
+  run pytest-cuda-device check_pytest env GONCCL_DEVICE_PATH=1 bash -c 'pytest_cuda "$@"' bash pytest-cuda-device \
+    -k 'cuda and (ws2 or ws3)' $PYTEST_DEVICE_FILES
+  for f in pytest-cuda pytest-cuda-device; do
+    if [[ -f "$LOGS/$f.xml" ]]; then
+      "$PY" "$ROOT/scripts/pytest_failures.py" "$LOGS/$f.xml" >"$LOGS/$f-failures.md" 2>&1
+    fi
+  done
+fi
+
+# ---- the benchmark on CUDA tensors (trimmed: up to 64 MiB, 5 iterations) ----
+BENCH=(-m gonccl.bench all_reduce --device cuda -b 16 -e 256M -f 16 -n 5 -w 2 -c 1)
+SMALL=(-m gonccl.bench all_reduce --device cuda -b 8 -e 4K -f 8 -n 200 -w 20 -c 1 -z 1)
+DDPB=(-m gonccl.bench ddp --device cuda -n 10 -w 3)
+if [[ $DRY -eq 1 ]]; then
+  selected bench && skip bench "dry run: would run $PY ${BENCH[*]} -np 2 --backends gonccl,gloo, again with GONCCL_DEVICE_PATH=1 --backends gonccl, small ops blocking (${SMALL[*]}), the DDP step (${DDPB[*]}), and with --backends gonccl,gloo,nccl -np N on N>=2 GPUs (one rank per GPU)"
+elif [[ -z "$PKG" ]]; then
+  selected bench && skip bench "$why"
+elif [[ $gpus -eq 0 ]]; then
+  selected bench && skip bench "torch sees no GPU"
+else
+  run bench-gloo check_bench bash -c 'cd "$WORK" && "$PY" "$@"' bash "${BENCH[@]}" -np 2 --backends gonccl,gloo --json "$LOGS/bench-gloo.json"
+  run bench-device check_bench bash -c 'cd "$WORK" && GONCCL_DEVICE_PATH=1 GONCCL_DEBUG=INFO GONCCL_DEBUG_SUBSYS=INIT "$PY" "$@"' bash "${BENCH[@]}" -np 2 --backends gonccl --json "$LOGS/bench-device.json"
+  # small ops, blocking (-z 1; the rows above are queued): staged path and Gloo, then the device path
+  run bench-small check_bench bash -c 'cd "$WORK" && "$PY" "$@" --backends gonccl,gloo && GONCCL_DEVICE_PATH=1 "$PY" "$@" --backends gonccl' bash "${SMALL[@]}" -np 2
+  # the lecture's DDP step on GPU 0 shared by 2 ranks: staged and Gloo, then the device path
+  run bench-ddp check_ddp_bench bash -c 'cd "$WORK" && "$PY" "$@" --backends gonccl,gloo && GONCCL_DEVICE_PATH=1 "$PY" "$@" --backends gonccl' bash "${DDPB[@]}" -np 2
+  if [[ $gpus -ge 2 ]]; then
+    run bench-nccl check_bench bash -c 'cd "$WORK" && "$PY" "$@"' bash "${BENCH[@]}" -np "$gpus" --backends gonccl,gloo,nccl --json "$LOGS/bench-nccl.json"
+  else
+    selected bench && skip bench-nccl "one GPU: NCCL needs one rank per GPU"
   fi
 fi
 
@@ -608,5 +592,7 @@ fi
     echo '```'
   done
 } >"$REPORT"
+# One file with every step's log (the device tool brings back only a few files per call).
+tar czf "${REPORT%.md}.logs.tgz" --exclude=work -C "$(dirname "$LOGS")" "$(basename "$LOGS")" 2>/dev/null
 echo "gpu-check: $PASS passed, $FAIL failed, $SKIP skipped in $((SECONDS - T0))s; report: $REPORT"
 [[ $FAIL -eq 0 ]]
