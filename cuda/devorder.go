@@ -81,7 +81,8 @@ func (p *Pool) DeviceReady(st *Staging) bool {
 // queued their copies and for a held one's Release.
 func (st *Staging) BeginDevice(deadline time.Time) error {
 	p := st.pool
-	for pause := time.Microsecond; ; pause = min(2*pause, time.Millisecond) {
+	var w waiter
+	for {
 		p.mu.Lock()
 		pending := p.pendingLocked(st)
 		p.mu.Unlock()
@@ -91,7 +92,7 @@ func (st *Staging) BeginDevice(deadline time.Time) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("cuda: %d staged operation(s) issued before this one on stream %#x did not finish in time", pending, uintptr(st.stream))
 		}
-		time.Sleep(pause)
+		w.wait()
 	}
 	return st.Before(deadline) // waits for a held predecessor; copies nothing
 }

@@ -294,7 +294,8 @@ func (s *Shared) syncLegacy(f func() error, deadline time.Time) error {
 		return err
 	}
 	defer s.d.do(s.ctx, func() error { return s.d.eventDestroy(ev) })
-	for spin := 0; ; spin++ {
+	var w waiter
+	for {
 		var ok bool
 		if err := s.d.do(s.ctx, func() (err error) { ok, err = s.d.eventDone(ev); return err }); err != nil || ok {
 			return err
@@ -302,9 +303,7 @@ func (s *Shared) syncLegacy(f func() error, deadline time.Time) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("the other ranks' device work did not reach this point in time")
 		}
-		if spin > 100 {
-			time.Sleep(100 * time.Microsecond)
-		}
+		w.wait()
 	}
 }
 

@@ -501,7 +501,7 @@ func (s *Staging) recordLocked() error {
 
 // waitDone polls ev until the copies it captured have completed or deadline passes.
 func (s *Staging) waitDone(deadline time.Time) error {
-	pause := 10 * time.Microsecond
+	var w waiter
 	for {
 		s.mu.Lock()
 		if s.done || !s.inFlight {
@@ -524,8 +524,7 @@ func (s *Staging) waitDone(deadline time.Time) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("cuda: staging copies on stream %#x did not finish in time (is the stream's earlier work stuck?)", uintptr(s.stream))
 		}
-		time.Sleep(pause)
-		pause = min(2*pause, time.Millisecond)
+		w.wait()
 	}
 }
 
