@@ -209,6 +209,12 @@ def sec_timeouts():
         g = fresh(backend)
         dist.all_reduce(torch.ones(1), group=g)
         dist.distributed_c10d._set_pg_timeout(timedelta(seconds=2), group=g)
+        # It reached the group's backend on every rank, the one that then stays away
+        # included (before torch 2.14, gonccl's only through python/gonccl/_compat.py).
+        # On torch < 2.15 this is the last rank's only check here: the ones below
+        # that it takes part in need 2.12 (barrier) or 2.15 (Work.timeout).
+        got = g._get_backend(torch.device("cpu")).options._timeout
+        CK.check(got == timedelta(seconds=2), f"_set_pg_timeout(2 s) [{backend}]: the backend's timeout is {got}")
         check_timeout_error("_set_pg_timeout(2 s) then all_reduce", missing_rank_op(g, ar), backend)
         settle(g)
         if not since.BARRIER_TIMEOUT:
