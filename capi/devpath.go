@@ -3,6 +3,8 @@ package main
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,9 +25,45 @@ import (
 // a communicator exchanges the scratch handles with a host all-gather, which every
 // rank must join.
 
-// devScratchBytes is each rank's device scratch: larger operations take several
-// rounds of it.
+// devScratchBytes is each rank's device scratch unless GONCCL_DEVICE_SCRATCH says
+// otherwise: larger operations take several rounds of it.
 const devScratchBytes = 8 << 20
+
+// Bounds of GONCCL_DEVICE_SCRATCH.
+const (
+	minDevScratch = 1 << 20
+	maxDevScratch = 16 << 30
+)
+
+// devScratch is the scratch size the settings ask for: GONCCL_DEVICE_SCRATCH in bytes
+// (a K, M or G suffix multiplies by 2^10, 2^20, 2^30), else devScratchBytes.
+func devScratch() (int, error) {
+	v, ok := cenv.Lookup("GONCCL_DEVICE_SCRATCH")
+	if !ok || strings.TrimSpace(v) == "" {
+		return devScratchBytes, nil
+	}
+	return parseScratch(v)
+}
+
+func parseScratch(v string) (int, error) {
+	t := strings.ToUpper(strings.TrimSpace(v))
+	mult := int64(1)
+	if n := len(t); n > 0 {
+		switch t[n-1] {
+		case 'K':
+			mult, t = 1<<10, t[:n-1]
+		case 'M':
+			mult, t = 1<<20, t[:n-1]
+		case 'G':
+			mult, t = 1<<30, t[:n-1]
+		}
+	}
+	n, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || n <= 0 || n > maxDevScratch/mult || n*mult < minDevScratch {
+		return 0, fmt.Errorf("%w: GONCCL_DEVICE_SCRATCH=%q: want bytes from 1M to 16G (e.g. 8388608, 64M, 1G)", errUsage, v)
+	}
+	return int(n * mult), nil
+}
 
 // deviceWanted reports whether the settings ask for the device path.
 func deviceWanted() bool {
@@ -60,8 +98,13 @@ func (v *views) devicePath(c *core.Comm) (*cuda.Shared, *cuda.Kernels, error) {
 			logDevice(c, "staged path: the ranks are on more than one host")
 			return nil, nil, nil
 		}
+		scratch, err := devScratch()
+		if err != nil {
+			e.devDecided = false // refused before any exchange: every rank refuses the same way
+			return nil, nil, err
+		}
 		k, kerr := v.drv.LoadKernels(v.ctx)
-		sh, err := cuda.NewShared(v.drv, v.ctx, c.Rank(), c.Size(), devScratchBytes, func(rec []byte) ([]byte, error) {
+		sh, err := cuda.NewShared(v.drv, v.ctx, c.Rank(), c.Size(), scratch, func(rec []byte) ([]byte, error) {
 			if kerr != nil { // tell the others this rank cannot take the device path
 				rec = make([]byte, len(rec))
 			}

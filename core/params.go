@@ -49,6 +49,8 @@ var Params = []settings.Param[config]{
 		Help: "CUDA driver library to `dlopen` for device buffers through the C ABI (tests point it at the fake driver); read once per process. Absent or failing: CUDA unavailable, logged at `INFO`"},
 	{Name: "GONCCL_DEVICE_PATH", Default: "0",
 		Help: "`1`: collectives on CUDA device buffers through the C ABI (all_reduce, all_gather, broadcast, reduce, reduce_scatter, alltoall, gather, scatter) stay on the GPU when every rank of the communicator is on this host and their devices can share memory: the ranks map each other's device scratch with CUDA IPC and the work is enqueued on the caller's stream (copies, reduction kernels, flags ordering the ranks), returning at once. Opt-in until it has run on a GPU; the same on every rank. The INIT log says which path each communicator takes. Read by the C ABI"},
+	{Name: "GONCCL_DEVICE_SCRATCH", Default: "8388608",
+		Help: "bytes of device scratch each rank of a device-path communicator allocates and shares (a `K`, `M` or `G` suffix: 2^10, 2^20, 2^30; 1M to 16G); an operation larger than it takes several rounds, and each round costs a wait on the peers (about 0.5 ms when ranks share a GPU). The same on every rank. Read by the C ABI"},
 	{Name: "GONCCL_P2P_DISABLE", Default: "0",
 		Help: "`1`: never take the device path of `GONCCL_DEVICE_PATH`; device buffers are staged through pinned host memory (as NCCL's `NCCL_P2P_DISABLE` turns its GPU-to-GPU transport off). Read by the C ABI"},
 	{Name: "GONCCL_SHM_DISABLE", Default: "0",

@@ -54,11 +54,12 @@ type peerRecord struct {
 	pid    int
 	dev    int
 	base   uintptr
+	cap    int // data bytes of its scratch: every rank must have the same
 	handle [ipcHandleSize]byte
 	reason string
 }
 
-const recordBytes = 1 + 8 + 8 + 8 + ipcHandleSize + 128
+const recordBytes = 1 + 8 + 8 + 8 + 8 + ipcHandleSize + 128
 
 func (r peerRecord) encode() []byte {
 	b := make([]byte, recordBytes)
@@ -68,8 +69,9 @@ func (r peerRecord) encode() []byte {
 	binary.LittleEndian.PutUint64(b[1:], uint64(r.pid))
 	binary.LittleEndian.PutUint64(b[9:], uint64(r.dev))
 	binary.LittleEndian.PutUint64(b[17:], uint64(r.base))
-	copy(b[25:], r.handle[:])
-	copy(b[25+ipcHandleSize:], r.reason)
+	binary.LittleEndian.PutUint64(b[25:], uint64(r.cap))
+	copy(b[33:], r.handle[:])
+	copy(b[33+ipcHandleSize:], r.reason)
 	return b
 }
 
@@ -78,9 +80,10 @@ func decodeRecord(b []byte) (peerRecord, error) {
 		return peerRecord{}, fmt.Errorf("cuda: a peer's device scratch record is %d bytes, want %d", len(b), recordBytes)
 	}
 	r := peerRecord{ok: b[0] == 1, pid: int(binary.LittleEndian.Uint64(b[1:])),
-		dev: int(binary.LittleEndian.Uint64(b[9:])), base: uintptr(binary.LittleEndian.Uint64(b[17:]))}
-	copy(r.handle[:], b[25:])
-	reason := b[25+ipcHandleSize:]
+		dev: int(binary.LittleEndian.Uint64(b[9:])), base: uintptr(binary.LittleEndian.Uint64(b[17:])),
+		cap: int(binary.LittleEndian.Uint64(b[25:]))}
+	copy(r.handle[:], b[33:])
+	reason := b[33+ipcHandleSize:]
 	for i, c := range reason {
 		if c == 0 {
 			reason = reason[:i]
@@ -125,7 +128,7 @@ func NewShared(d *Driver, ctx Context, rank, nranks, dataBytes int, exchange fun
 		// The zeroed flags must be in place before any peer's stream reads them.
 		err = s.syncLegacy(nil, time.Now().Add(time.Minute))
 	}
-	me.dev, me.base = s.dev, s.own
+	me.dev, me.base, me.cap = s.dev, s.own, s.cap
 	me.ok = err == nil
 	if err != nil {
 		me.reason = err.Error()
@@ -150,6 +153,10 @@ func NewShared(d *Driver, ctx Context, rank, nranks, dataBytes int, exchange fun
 		if !rec.ok {
 			s.release()
 			return nil, fmt.Errorf("%w: rank %d could not export its scratch: %s", ErrNotShared, r, rec.reason)
+		}
+		if rec.cap != recs[0].cap {
+			s.release()
+			return nil, fmt.Errorf("cuda: rank %d has %d bytes of device scratch and rank 0 has %d: the scratch size (GONCCL_DEVICE_SCRATCH) must be the same on every rank", r, rec.cap, recs[0].cap)
 		}
 		for q := range recs[:r] {
 			if recs[q].dev == rec.dev {

@@ -27,7 +27,8 @@
 #   ddp-*        examples/ddp_simple.py and ddp_example.py under torchrun: 2 ranks sharing
 #                GPU 0, and one rank per GPU on 2+ GPUs
 #   bench-*      python -m gonccl.bench on CUDA tensors: all_reduce 16 B to 256 MiB, gonccl vs
-#                gloo (bench-gloo), gonccl with GONCCL_DEVICE_PATH=1 (bench-device); small
+#                gloo (bench-gloo), gonccl with GONCCL_DEVICE_PATH=1 (bench-device, with 8 MiB
+#                and 256 MiB of scratch: GONCCL_DEVICE_SCRATCH); small
 #                ops blocking and queued, both paths and gloo (bench-small); the lecture's
 #                DDP step (bench-ddp); vs nccl with one rank per GPU (2+ GPUs)
 #   pytest-cuda  the suite's CUDA cases on torch (pytest -k cuda), in parallel with
@@ -58,7 +59,7 @@ ONLY=""
 BUDGET=""
 JOBS=""
 
-usage() { sed -n '2,47p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,48p' "$0" | sed 's/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --dry-run) DRY=1 ;;
@@ -114,7 +115,7 @@ declare -A EXPECT=([build]=70 [install-wheel]=10 [import]=4 [capi-link]=3 [capi-
   [capi-cuda-3ranks]=12 [capi-cuda-device-2ranks]=10 [capi-cuda-device-3ranks]=12 [capi-memcheck]=45
   [stream-cuda]=16 [stream-cuda-expandable]=16
   [ddp-simple-shared-gpu0]=15 [ddp-example-shared-gpu0]=18 [ddp-simple-per-gpu]=15
-  [ddp-example-per-gpu]=17 [bench-gloo]=36 [bench-device]=24 [bench-small]=24 [bench-ddp]=35
+  [ddp-example-per-gpu]=17 [bench-gloo]=36 [bench-device]=40 [bench-small]=24 [bench-ddp]=35
   [bench-nccl]=25 [pytest-cuda]=220 [pytest-cuda-device]=60)
 # What runs where: g = on a GPU machine, 2 = only with 2+ GPUs, d = in a dry run too.
 declare -A WHERE=([build]=gd [install-wheel]=gd [import]=gd [capi-link]=gd [capi-cuda-2ranks]=gd
@@ -531,7 +532,8 @@ elif [[ $gpus -eq 0 ]]; then
   selected bench && skip bench "torch sees no GPU"
 else
   run bench-gloo check_bench bash -c 'cd "$WORK" && "$PY" "$@"' bash "${BENCH[@]}" -np 2 --backends gonccl,gloo --json "$LOGS/bench-gloo.json"
-  run bench-device check_bench bash -c 'cd "$WORK" && GONCCL_DEVICE_PATH=1 GONCCL_DEBUG=INFO GONCCL_DEBUG_SUBSYS=INIT "$PY" "$@"' bash "${BENCH[@]}" -np 2 --backends gonccl --json "$LOGS/bench-device.json"
+  # the device path with its default 8 MiB scratch, then with 256 MiB (one round up to 256 MiB)
+  run bench-device check_bench bash -c 'cd "$WORK" && GONCCL_DEVICE_PATH=1 GONCCL_DEBUG=INFO GONCCL_DEBUG_SUBSYS=INIT "$PY" "$@" --json "$LOGS/bench-device.json" && GONCCL_DEVICE_PATH=1 GONCCL_DEVICE_SCRATCH=256M "$PY" "$@" -b 1M --json "$LOGS/bench-device-256m.json"' bash "${BENCH[@]}" -np 2 --backends gonccl
   # small ops, blocking (-z 1; the rows above are queued): staged path and Gloo, then the device path
   run bench-small check_bench bash -c 'cd "$WORK" && "$PY" "$@" --backends gonccl,gloo && GONCCL_DEVICE_PATH=1 "$PY" "$@" --backends gonccl' bash "${SMALL[@]}" -np 2
   # the lecture's DDP step on GPU 0 shared by 2 ranks: staged and Gloo, then the device path
