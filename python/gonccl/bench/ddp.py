@@ -39,7 +39,7 @@ def _sync(device: torch.device) -> None:
 
 
 def _time_steps(group, size: int, batch: int, warmup: int, iters: int, seed: int,
-                device: torch.device = torch.device("cpu")) -> float:
+                device: torch.device) -> float:
     torch.manual_seed(seed)
     model = ToyModel(size).to(device)
     ids = [device.index] if device.type == "cuda" else None
