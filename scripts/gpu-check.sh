@@ -204,7 +204,8 @@ check_build() {
   local how; how=$(grep -m1 -o 'gonccl: building the extension with.*' "$1")
   local lib; lib=$(grep -m1 -o 'gonccl: GONCCL_LIBRARY: using [^ ]*' "$1")
   local whl; whl=$(ls "$WHEELDIR"/gonccl-*.whl 2>/dev/null | head -1)
-  echo "${lib:+$lib; }${how:-no 'building the extension' line in the log}${whl:+; wheel kept: $whl}"
+  local cxx; cxx=$(grep -m1 -o "linking the extension against torch's libstdc++: [^ ]*" "$1")
+  echo "${lib:+$lib; }${how:-no 'building the extension' line in the log}${cxx:+; $cxx}${whl:+; wheel kept: $whl}"
   if [[ -n "$LIB" && -z "$lib" ]]; then
     echo "; the build did not use --library $LIB"
     return 1
