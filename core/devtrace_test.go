@@ -12,7 +12,8 @@ import (
 // recorder and the communicator's sequence, with a stand-in for the GPU's event.
 
 func TestDeviceOpsTakeTheNextSeq(t *testing.T) {
-	comms := memComms(t, 2, func(c *config) { c.traceSize = 16 })
+	comms := memComms(t, 2, func(c *config) { c.traceSize, c.debugHops = 16, true })
+	HopStats(true)
 	var gpuDone atomic.Bool
 	ops := make([]*DeviceOp, len(comms))
 	for i, c := range comms {
@@ -23,6 +24,7 @@ func TestDeviceOpsTakeTheNextSeq(t *testing.T) {
 		d.OnGPU(func() (bool, error) { return gpuDone.Load(), nil })
 		ops[i] = d
 	}
+	require.Equal(t, int64(2), HopStats(true)[HopDevice].Count, "the hop issue -> on the stream, once per op")
 	for _, err := range onAll(t, comms, func(c *Comm) (*Request, error) {
 		return c.AllReduce(make([]byte, 8), make([]byte, 8), 2, Float32, Sum)
 	}) {
