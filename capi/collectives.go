@@ -113,7 +113,7 @@ func allReduce(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t,
 		if err != nil {
 			return nil, err
 		}
-		if req, ok, err := v.tryDevice(c, d, &rop, noRoot, func(sh *cuda.Shared, k *cuda.Kernels, p []uintptr) error {
+		if req, ok, err := v.tryDevice(c, core.KindAllReduce, d, &rop, noRoot, int(count), func(sh *cuda.Shared, k *cuda.Kernels, p []uintptr) error {
 			return sh.AllReduce(v.stream, k, p[0], p[1], int(count), d, rop)
 		}, sb, rb); ok || err != nil {
 			return req, err
@@ -138,7 +138,7 @@ func broadcast(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t,
 			sb = buf{"sendbuff", send, uint64(count), true, false}
 		}
 		rb := buf{"recvbuff", recv, uint64(count), false, true}
-		if req, ok, err := v.tryDevice(c, d, nil, int(root), func(sh *cuda.Shared, _ *cuda.Kernels, p []uintptr) error {
+		if req, ok, err := v.tryDevice(c, core.KindBroadcast, d, nil, int(root), int(count), func(sh *cuda.Shared, _ *cuda.Kernels, p []uintptr) error {
 			return sh.Broadcast(v.stream, p[0], p[1], int(count)*d.Size(), int(root))
 		}, sb, rb); ok || err != nil {
 			return req, err
@@ -163,7 +163,7 @@ func allGather(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t,
 			return nil, err
 		}
 		sb, rb := buf{"sendbuff", send, uint64(count), true, false}, buf{"recvbuff", recv, total, false, true}
-		if req, ok, err := v.tryDevice(c, d, nil, noRoot, func(sh *cuda.Shared, _ *cuda.Kernels, p []uintptr) error {
+		if req, ok, err := v.tryDevice(c, core.KindAllGather, d, nil, noRoot, int(count), func(sh *cuda.Shared, _ *cuda.Kernels, p []uintptr) error {
 			return sh.AllGather(v.stream, p[0], p[1], int(count)*d.Size())
 		}, sb, rb); ok || err != nil {
 			return req, err
@@ -264,7 +264,7 @@ func reduce(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, op
 		if err != nil {
 			return nil, err
 		}
-		if req, ok, err := v.tryDevice(c, d, &rop, int(root), func(sh *cuda.Shared, k *cuda.Kernels, p []uintptr) error {
+		if req, ok, err := v.tryDevice(c, core.KindReduce, d, &rop, int(root), int(count), func(sh *cuda.Shared, k *cuda.Kernels, p []uintptr) error {
 			return sh.Reduce(v.stream, k, p[0], p[1], int(count), d, rop, int(root))
 		}, sb, rb); ok || err != nil {
 			return req, err
@@ -293,7 +293,7 @@ func reduceScatter(send, recv unsafe.Pointer, recvCount C.size_t, dt C.goncclDat
 		if err != nil {
 			return nil, err
 		}
-		if req, ok, err := v.tryDevice(c, d, &rop, noRoot, func(sh *cuda.Shared, k *cuda.Kernels, p []uintptr) error {
+		if req, ok, err := v.tryDevice(c, core.KindReduceScatter, d, &rop, noRoot, int(recvCount), func(sh *cuda.Shared, k *cuda.Kernels, p []uintptr) error {
 			return sh.ReduceScatter(v.stream, k, p[0], p[1], int(recvCount), d, rop)
 		}, sb, rb); ok || err != nil {
 			return req, err
@@ -322,7 +322,7 @@ func gather(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, ro
 			rb = buf{"recvbuff", recv, total, false, true}
 		}
 		sb := buf{"sendbuff", send, uint64(count), true, false}
-		if req, ok, err := v.tryDevice(c, d, nil, int(root), func(sh *cuda.Shared, _ *cuda.Kernels, p []uintptr) error {
+		if req, ok, err := v.tryDevice(c, core.KindGather, d, nil, int(root), int(count), func(sh *cuda.Shared, _ *cuda.Kernels, p []uintptr) error {
 			return sh.Gather(v.stream, p[0], p[1], int(count)*d.Size(), int(root))
 		}, sb, rb); ok || err != nil {
 			return req, err
@@ -351,7 +351,7 @@ func scatter(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, r
 			sb = buf{"sendbuff", send, total, true, false}
 		}
 		rb := buf{"recvbuff", recv, uint64(count), false, true}
-		if req, ok, err := v.tryDevice(c, d, nil, int(root), func(sh *cuda.Shared, _ *cuda.Kernels, p []uintptr) error {
+		if req, ok, err := v.tryDevice(c, core.KindScatter, d, nil, int(root), int(count), func(sh *cuda.Shared, _ *cuda.Kernels, p []uintptr) error {
 			return sh.Scatter(v.stream, p[0], p[1], int(count)*d.Size(), int(root))
 		}, sb, rb); ok || err != nil {
 			return req, err
@@ -376,7 +376,7 @@ func alltoAll(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t,
 			return nil, err
 		}
 		sb, rb := buf{"sendbuff", send, total, true, false}, buf{"recvbuff", recv, total, false, true}
-		if req, ok, err := v.tryDevice(c, d, nil, noRoot, func(sh *cuda.Shared, _ *cuda.Kernels, p []uintptr) error {
+		if req, ok, err := v.tryDevice(c, core.KindAlltoAll, d, nil, noRoot, int(count), func(sh *cuda.Shared, _ *cuda.Kernels, p []uintptr) error {
 			return sh.AlltoAll(v.stream, p[0], p[1], int(count)*d.Size())
 		}, sb, rb); ok || err != nil {
 			return req, err

@@ -170,8 +170,9 @@ const noRoot = -1 << 40
 
 // tryDevice runs a collective on the device path if it applies to this call (ok),
 // after the checks core would make: the reduction (op, if not nil), the root (unless
-// noRoot), the communicator's state.
-func (v *views) tryDevice(c *core.Comm, dt core.DataType, op *core.RedOp, root int,
+// noRoot), the communicator's state. kind and count (as core counts it) are for the
+// flight recorder.
+func (v *views) tryDevice(c *core.Comm, kind core.Kind, dt core.DataType, op *core.RedOp, root, count int,
 	enqueue func(sh *cuda.Shared, k *cuda.Kernels, ptrs []uintptr) error, bufs ...buf) (req *core.Request, ok bool, err error) {
 	if v.stream == 0 {
 		return nil, false, nil
@@ -195,14 +196,31 @@ func (v *views) tryDevice(c *core.Comm, dt core.DataType, op *core.RedOp, root i
 	if err != nil || sh == nil {
 		return nil, false, err
 	}
-	req, err = v.runDevice(dt, func(ptrs []uintptr) error { return enqueue(sh, k, ptrs) }, bufs...)
+	rec := devRecord{kind: kind, root: -1, count: count}
+	if op != nil {
+		rec.redop = *op
+	}
+	if root != noRoot {
+		rec.root = root
+	}
+	req, err = v.runDevice(c, rec, dt, func(ptrs []uintptr) error { return enqueue(sh, k, ptrs) }, bufs...)
 	return req, true, err
 }
 
+// devRecord is what the flight recorder says of a device-path operation.
+type devRecord struct {
+	kind        core.Kind
+	redop       core.RedOp
+	root, count int
+}
+
 // runDevice checks the device buffers bufs (as get does) and enqueues enqueue's
-// work on the stream, in issue order with the communicator's staged operations. The
-// returned request has completed: the work is on the stream.
-func (v *views) runDevice(dt core.DataType, enqueue func(ptrs []uintptr) error, bufs ...buf) (*core.Request, error) {
+// work on the stream, in issue order with the communicator's staged operations,
+// recording it in c's flight recorder: issued here (its sequence number, in issue
+// order), on the GPU once enqueued, finished when the event recorded after its work
+// completes (the recorder asks when the trace is read). The returned request has
+// completed: the work is on the stream.
+func (v *views) runDevice(c *core.Comm, rec devRecord, dt core.DataType, enqueue func(ptrs []uintptr) error, bufs ...buf) (*core.Request, error) {
 	ptrs := make([]uintptr, len(bufs))
 	for i, b := range bufs {
 		if b.name == "" {
@@ -227,6 +245,11 @@ func (v *views) runDevice(dt core.DataType, enqueue func(ptrs []uintptr) error, 
 	if err != nil {
 		return nil, err
 	}
+	dop, err := c.IssueDeviceOp(rec.kind, dt, rec.redop, rec.root, rec.count)
+	if err != nil {
+		st.Cancel()
+		return nil, err
+	}
 	v.staging = st
 	e := v.e
 	e.devMu.Lock()
@@ -239,11 +262,17 @@ func (v *views) runDevice(dt core.DataType, enqueue func(ptrs []uintptr) error, 
 		defer close(mine)
 		if err := st.BeginDevice(deadline); err != nil {
 			st.Cancel()
+			dop.Failed(err)
 			return err
 		}
 		err := enqueue(ptrs)
 		if eerr := st.EndDevice(); err == nil {
 			err = eerr
+		}
+		if err != nil {
+			dop.Failed(err)
+		} else {
+			dop.OnGPU(st.Done)
 		}
 		return err
 	}

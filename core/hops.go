@@ -22,6 +22,8 @@ import (
 //	callback  request completed -> its completion callback returned (the C++ backend's
 //	          hand-over to its completion thread)
 //	wake      request completed -> a waiter in Request.Wait sees it (spin or sleep)
+//	device    a device-path operation issued (IssueDeviceOp) -> its work enqueued on
+//	          the stream (after waiting for earlier operations on it; see devtrace.go)
 
 // Hop is one measured interval of an operation's path.
 type Hop int
@@ -34,11 +36,12 @@ const (
 	HopFinish
 	HopCallback
 	HopWake
+	HopDevice
 	numHops
 )
 
 var hopNames = [numHops]string{"go: enqueue", "go: queue -> start", "go: run (algorithm, peers)",
-	"go: finish (trace, hooks)", "go: completion callback", "go: waiter wake-up"}
+	"go: finish (trace, hooks)", "go: completion callback", "go: waiter wake-up", "go: device path: issue -> on the stream"}
 
 func (h Hop) String() string { return hopNames[h] }
 

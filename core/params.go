@@ -22,7 +22,7 @@ var Params = []settings.Param[config]{
 		Help:  "subsystems to log: `INIT`, `COLL`, `NET`, `SHM`, `ENV`, `TUNING`, comma-separated; `^` excludes",
 		Parse: text(func(c *config, v string) { c.debugSubsys = strings.ToUpper(v) })},
 	{Name: "GONCCL_DEBUG_HOPS", Default: "0",
-		Help:  "`1`: time each operation's hops (C++ issue, Go enqueue, queue, run, completion callback, waiter wake-up, completion) in this process; `python -m gonccl.bench --hops` sets it and prints the per-op means (C: `goncclDebugHops`)",
+		Help:  "`1`: time each operation's hops (C++ issue, Go enqueue, queue, run, completion callback, waiter wake-up, completion; on the device path, issue -> on the stream) in this process; `python -m gonccl.bench --hops` sets it and prints the per-op means (C: `goncclDebugHops`)",
 		Parse: zeroOne(func(c *config, on bool) { c.debugHops = on })},
 	{Name: "GONCCL_FAST_PATH", Default: "1",
 		Help:  "`0`: turn the small-op latency paths off: a waiter never runs its own op or completes its Work itself, and waits sleep at once instead of polling briefly (the path before issue 14; for comparisons, or hosts so oversubscribed that a bounded poll hurts). With `1`, a wait without a timeout of its own (a blocking C ABI call, `goncclRequestWait(-1)`, `Work.wait()` off Python's main thread) may run its op on the calling thread until the op ends; Python's main thread still waits in slices, so Ctrl-C gets through",

@@ -48,10 +48,20 @@ func (s TraceState) String() string {
 	return fmt.Sprintf("state(%d)", uint8(s))
 }
 
-// TraceEntry is one recorded operation.
+// Where a recorded operation ran (TraceEntry.Path).
+const (
+	PathHost   = "host"   // the executor ran it (with GPU buffers: staged through host memory)
+	PathDevice = "device" // capi's device path enqueued it on a CUDA stream (see devtrace.go)
+)
+
+// TraceEntry is one recorded operation. For an operation of the device path (Path
+// "device"), queued means issued but its work not yet on the stream, started means
+// enqueued on the GPU and not finished, and completed means the GPU finished it
+// (Finished is when the recorder saw that: an upper bound).
 type TraceEntry struct {
 	Seq      uint64
 	Kind     Kind
+	Path     string // PathHost or PathDevice
 	DType    DataType
 	RedOp    RedOp
 	Algo     Algo
@@ -76,6 +86,8 @@ type traceSlot struct {
 	count                       uint64
 	enqueued, started, finished int64 // unix nanoseconds, 0: not yet
 	err                         string
+	device                      bool                 // the device path's (see devtrace.go)
+	poll                        func() (bool, error) // device path, started: has the GPU finished it?
 }
 
 // flightRecorder is a communicator's ring of recent operations. A nil recorder
@@ -179,6 +191,7 @@ func (f *flightRecorder) entries() []TraceEntry {
 	if f == nil {
 		return nil
 	}
+	f.pollDevice()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var out []TraceEntry
@@ -195,7 +208,11 @@ func (f *flightRecorder) entries() []TraceEntry {
 		if s == nil {
 			continue
 		}
-		out = append(out, TraceEntry{Seq: s.seq, Kind: s.kind, DType: s.dtype, RedOp: s.redop, Algo: s.algo,
+		path := PathHost
+		if s.device {
+			path = PathDevice
+		}
+		out = append(out, TraceEntry{Seq: s.seq, Kind: s.kind, Path: path, DType: s.dtype, RedOp: s.redop, Algo: s.algo,
 			State: s.state, Root: int(s.root), Count: s.count, Bytes: s.count * uint64(s.dtype.Size()),
 			Enqueued: unixTime(s.enqueued), Started: unixTime(s.started), Finished: unixTime(s.finished), Err: s.err})
 	}
@@ -231,6 +248,7 @@ type traceJSON struct {
 	Root     int      `json:"root"`
 	RedOp    string   `json:"redop,omitempty"`
 	Algo     string   `json:"algo"`
+	Path     string   `json:"path"` // "host" or "device"
 	State    string   `json:"state"`
 	Enqueued float64  `json:"enqueued"`
 	Started  *float64 `json:"started"`
@@ -269,7 +287,7 @@ func (f *flightRecorder) dump(path, reason string) error {
 	f.mu.Unlock()
 	for _, e := range f.entries() {
 		j := traceJSON{Seq: e.Seq, Op: e.Kind.String(), DType: e.DType.String(), Count: e.Count, Bytes: e.Bytes,
-			Root: e.Root, Algo: e.Algo.String(), State: e.State.String(), Enqueued: *seconds(e.Enqueued),
+			Root: e.Root, Algo: e.Algo.String(), Path: e.Path, State: e.State.String(), Enqueued: *seconds(e.Enqueued),
 			Started: seconds(e.Started), Finished: seconds(e.Finished), Error: e.Err}
 		if e.Kind.reduces() {
 			j.RedOp = e.RedOp.String()

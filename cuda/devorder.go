@@ -105,3 +105,28 @@ func (st *Staging) EndDevice() error {
 	st.mu.Unlock()
 	return st.After(nil)
 }
+
+// Done reports whether the GPU has run all the work the staging captured: false until
+// EndDevice (or After) has recorded the completion event, then the event's state. Safe
+// on any goroutine, and cheap (a cuEventQuery): the flight recorder asks it when the
+// trace is read.
+func (st *Staging) Done() (bool, error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	switch {
+	case st.done: // reclaimed: its event had completed
+		return true, nil
+	case !st.finished:
+		return false, nil
+	case !st.inFlight: // nothing was enqueued
+		return true, nil
+	case !st.recorded:
+		return false, fmt.Errorf("cuda: the work on stream %#x could not be tracked by an event", uintptr(st.stream))
+	}
+	var ok bool
+	err := st.d.do(st.ctx, func() (err error) {
+		ok, err = st.d.eventDone(st.ev)
+		return err
+	})
+	return ok, err
+}

@@ -39,6 +39,8 @@ import pytest
 
 import _harness
 
+from gonccl import trace
+
 FAKE_DIR = os.path.join(_harness.TESTS_DIR, "fakecuda")
 TEST_SOURCE = os.path.join(_harness.TESTS_DIR, "capi", "cuda_capi_test.c")
 RUN_TIMEOUT = 180
@@ -155,7 +157,8 @@ def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
     collective, which the device path cannot detect. With devices that cannot access each
     other (FAKECUDA_NO_PEER), every rank falls back to staging together."""
     id_file = str(tmp_path / "unique_id")
-    extra = {"GONCCL_DEBUG": "INFO", "GONCCL_DEBUG_SUBSYS": "INIT"}
+    dump = tmp_path / "trace"
+    extra = {"GONCCL_DEBUG": "INFO", "GONCCL_DEBUG_SUBSYS": "INIT", "GONCCL_TRACE_DUMP_DIR": str(dump)}
     if path.startswith("device"):
         extra["GONCCL_DEVICE_PATH"] = "1"
     if path == "device-no-peer":
@@ -172,6 +175,30 @@ def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
         # The bad-input cases only the fake can check (cuda_capi_test.c, test_bad) ran.
         assert f"rank {r}: fake-only bad-input checks ran" in proc.stdout, proc.describe()
         assert f"CUDA driver loaded from {fakecuda}" in proc.stderr, proc.describe()
+    _check_flight_recorder(str(dump), nranks, path == "device")
+
+
+def _check_flight_recorder(dump: str, nranks: int, device: bool):
+    """Every rank's flight recorder (written at destroy) lists the device-path operations
+    beside the staged ones, with the same sequence numbers on every rank, and finished:
+    the GPU was past them when the communicator was destroyed."""
+    comms = trace.load(dump)
+    assert comms, f"no flight recorder in {dump}"
+    ranks = comms[max(comms, key=lambda c: len(comms[c]))]
+    assert sorted(ranks) == list(range(nranks)), ranks
+    seen = []
+    for r, t in sorted(ranks.items()):
+        dev = [(o["seq"], o["op"], o["dtype"], o["count"]) for o in t.ops if o.get("path") == "device"]
+        assert all(o.get("path") in ("host", "device") for o in t.ops), t.ops
+        assert bool(dev) == device, f"rank {r}: device-path ops {dev} (device path: {device})"
+        for o in t.ops:
+            if o.get("path") == "device":
+                assert o["state"] == "completed" and o["finished"] is not None, f"rank {r}: {o}"
+                assert o["algo"] == "direct", o
+        seqs = [o["seq"] for o in t.ops]
+        assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), f"rank {r}: seqs {seqs}"
+        seen.append(dev)
+    assert all(d == seen[0] for d in seen), seen  # the ranks' dumps line up
 
 
 # mode -> the signal it dies of and what its FAULT line says (None: the host's own

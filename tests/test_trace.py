@@ -61,9 +61,13 @@ def test_trace_names_the_lagging_rank(tmp_path):
     assert "timed out" in out.stdout or "lost rank" in out.stdout, out.stdout
 
 
-def _op(seq, op="all_reduce", dtype="float32", count=1024, state="completed", error=""):
-    return {"seq": seq, "op": op, "dtype": dtype, "count": count, "bytes": 4 * count, "root": -1,
-            "algo": "ring", "state": state, "enqueued": 1.0, "started": 1.0, "finished": 2.0, "error": error}
+def _op(seq, op="all_reduce", dtype="float32", count=1024, state="completed", error="", path=None):
+    o = {"seq": seq, "op": op, "dtype": dtype, "count": count, "bytes": 4 * count, "root": -1,
+         "algo": "direct" if path == "device" else "ring", "state": state, "enqueued": 1.0, "started": 1.0,
+         "finished": 2.0, "error": error}
+    if path is not None:  # files of before the device path was recorded have no "path"
+        o["path"] = path
+    return o
 
 
 def _write(d, comm, rank, nranks, ops):
@@ -90,3 +94,24 @@ def test_trace_analysis_on_handmade_files(tmp_path):
     assert "ranks 0,1,2 are stuck in seq 7 all_reduce(float32, 1024) (started) and no rank is behind" in text
     assert "every rank completed every recorded operation (up to seq 2)" in text
     assert trace.main([str(tmp_path / "nothing-here")]) == 1
+
+
+def test_trace_shows_the_device_path(tmp_path):
+    """Device-path ops (their work enqueued on a CUDA stream) are marked in the table and
+    the diagnosis: a "started" one is on the GPU and not finished by it."""
+    d = str(tmp_path)
+    # Rank 1's GPU never finished seq 5 (an all_reduce of the device path); rank 0's did,
+    # and rank 0 went on to seq 6.
+    _write(d, "g", 0, 2, [_op(4, path="host"), _op(5, path="device"), _op(6, path="device", state="started")])
+    _write(d, "g", 1, 2, [_op(4, path="host"), _op(5, path="device", state="started")])
+    text, found = trace.report(d)
+    assert found
+    assert "5 all_reduce(float32, 1024) [direct, device path]  started (on the GPU, not finished)" in text, text
+    assert "6 all_reduce(float32, 1024) [direct, device path]  started (on the GPU, not finished)" in text, text
+    assert "rank 0 is behind" not in text, text
+    # Both ranks stuck on the GPU at one seq, the same op: no one is behind.
+    _write(d, "h", 0, 2, [_op(1, path="device", state="started")])
+    _write(d, "h", 1, 2, [_op(1, path="device", state="started")])
+    text, _ = trace.report(d)
+    assert ("ranks 0,1 are stuck in seq 1 all_reduce(float32, 1024) (started (on the GPU, not finished)) "
+            "and no rank is behind") in text, text

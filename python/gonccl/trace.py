@@ -8,7 +8,9 @@ the communicator closes (see the README, "Debugging hangs"). This reads all of t
 prints a table per communicator (each rank's last completed operation and the one it
 is in) and a diagnosis: the ranks that never reached the operation the others are
 stuck in, ranks that called different operations at one sequence number, and ranks
-that left no file.
+that left no file. Operations of the device path (GONCCL_DEVICE_PATH=1, "path": "device"
+in the files) are marked as such: one "started" there is enqueued on the GPU and not
+finished by it.
 """
 
 from __future__ import annotations
@@ -85,6 +87,21 @@ def describe(o: dict | None) -> str:
     return f"{o['op']}({', '.join(args)})"
 
 
+def state_text(o: dict) -> str:
+    """The op's state; for one of the device path (its work enqueued on a CUDA stream,
+    finished when the GPU says so), where it is: "started (on the GPU, not finished)"."""
+    state = o["state"]
+    if o.get("path") != "device":
+        return state
+    return {"queued": "queued (not yet on the GPU)", "started": "started (on the GPU, not finished)",
+            "completed": "completed (on the GPU)"}.get(state, state)
+
+
+def algo_text(o: dict) -> str:
+    """ring, or direct, device path."""
+    return o["algo"] + (", device path" if o.get("path") == "device" else "")
+
+
 def ranks_text(ranks: list[int]) -> str:
     return ("rank " if len(ranks) == 1 else "ranks ") + ",".join(str(r) for r in sorted(ranks))
 
@@ -107,7 +124,7 @@ def diagnose(ranks: dict[int, RankTrace]) -> list[str]:
         for r in behind:
             last = ranks[r].last
             what = "it recorded no operation" if last is None else \
-                f"its last op is seq {last['seq']} {last['op']} ({last['state']})"
+                f"its last op is seq {last['seq']} {last['op']} ({state_text(last)})"
             out.append(f"rank {r} is behind: {what}; {ranks_text(list(at_seq))} "
                        f"{verb(list(at_seq), 'is', 'are')} stuck in seq {seq} {describe(next(iter(at_seq.values())))}")
         # Ranks that called something else at seq.
@@ -120,7 +137,7 @@ def diagnose(ranks: dict[int, RankTrace]) -> list[str]:
             parts = [f"{ranks_text(rs)} called {d}" for d, rs in sorted(calls.items(), key=lambda kv: min(kv[1]))]
             out.append(f"ranks disagree at seq {seq}: " + "; ".join(parts))
         if not behind and len(calls) <= 1:
-            states = sorted({o["state"] for o in at_seq.values()})
+            states = sorted({state_text(o) for o in at_seq.values()})
             out.append(f"{ranks_text(list(at_seq))} {verb(list(at_seq), 'is', 'are')} stuck in seq {seq} "
                        f"{describe(next(iter(at_seq.values())))} ({'/'.join(states)}) and no rank is behind")
         errors = {r: o.get("error", "") for r, o in at_seq.items() if o.get("error")}
@@ -147,8 +164,8 @@ def table(ranks: dict[int, RankTrace]) -> list[str]:
         lc, cur = t.last_completed, t.current
         rows.append((str(r), str(t.pid), t.host,
                      f"{lc['seq']} {describe(lc)}" if lc else "-",
-                     f"{cur['seq']} {describe(cur)} [{cur['algo']}]" if cur else "-",
-                     cur["state"] if cur else "idle",
+                     f"{cur['seq']} {describe(cur)} [{algo_text(cur)}]" if cur else "-",
+                     state_text(cur) if cur else "idle",
                      t.reason.splitlines()[0][:60] if t.reason else ""))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
