@@ -315,6 +315,9 @@ plan() {
   done
   echo
   echo "planned: ${total}s expected of a ${BUDGET_GPU}s budget on $n GPU(s)"
+  if [[ $total -gt $BUDGET_GPU ]]; then
+    echo "over the budget: the last steps (the benchmarks) are skipped when the time runs out; run them in a second call with --wheel ... --only bench"
+  fi
 }
 BUDGET_GPU=$([[ $BUDGET -gt 0 ]] && echo "$BUDGET" || echo 480)
 
