@@ -144,9 +144,10 @@ test-exhaustive:
 	  if grep -- '--- SKIP' build/exhaustive.log; then echo "test-exhaustive: a test skipped"; exit 1; fi
 
 # -rs lists every skipped test with its reason; GONCCL_REQUIRE (tests/conftest.py) turns
-# skips for what it names into failures (.ci/run sets it).
+# skips for what it names into failures (.ci/run sets it); --durations=25 lists the
+# slowest tests, where CI's time goes.
 test-py:
-	$(PY) -m pytest -v -rs tests
+	$(PY) -m pytest -v -rs --durations=25 tests
 
 # make torch-suite: tests of torch's own distributed suite (DistributedTest._DistTestBase) on
 # gonccl, 3 ranks; TESTS="test_a test_b" picks others than tests/torch_suite.py's DEFAULT.
