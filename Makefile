@@ -29,8 +29,16 @@ setup:
 	@scripts/python-env.sh >/dev/null
 	$(GO) mod download
 
+# The C++ extension's compiles (make build, wheel, test-torch) go through ccache when it is
+# installed (apt-get install ccache): its compiler wrappers come first on PATH, the cache
+# lives in ~/.cache/gonccl/ccache and paths are taken relative to the checkout, so a fresh
+# clone of an already built commit compiles nothing again. WITH_CCACHE= turns it off.
+CCACHE_WRAPPERS ?= /usr/lib/ccache
+WITH_CCACHE ?= $(if $(wildcard $(CCACHE_WRAPPERS)/g++),env PATH="$(CCACHE_WRAPPERS):$$PATH" \
+  CCACHE_DIR="$${CCACHE_DIR:-$$HOME/.cache/gonccl/ccache}" CCACHE_BASEDIR="$(CURDIR)" CCACHE_NOHASHDIR=1,)
+
 build: setup
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-build-isolation .
+	$(WITH_CCACHE) $(PY) -m pip install --quiet --disable-pip-version-check --no-build-isolation .
 
 lib:
 	mkdir -p build/lib
@@ -45,7 +53,7 @@ WHEEL_LIB = $(or $(GONCCL_LIBRARY),$(CURDIR)/build/lib/libgonccl.so)
 
 wheel: $(if $(GONCCL_LIBRARY),,lib)
 	rm -f dist/gonccl-*.whl
-	GONCCL_LIBRARY=$(abspath $(WHEEL_LIB)) $(PY) -m pip wheel --quiet --disable-pip-version-check \
+	GONCCL_LIBRARY=$(abspath $(WHEEL_LIB)) $(WITH_CCACHE) $(PY) -m pip wheel --quiet --disable-pip-version-check \
 	  --no-build-isolation --no-deps -w dist .
 	@ls -l dist/gonccl-*.whl
 
@@ -70,7 +78,7 @@ PYTEST_ARGS ?=
 
 test-torch: lib
 	@test -n "$(TORCH)" || (echo "make test-torch: say which torch, e.g. TORCH=2.11.0"; exit 2)
-	scripts/test-torch.sh $(TORCH) -v $(PYTEST_ARGS) $(FILES)
+	$(WITH_CCACHE) scripts/test-torch.sh $(TORCH) -v $(PYTEST_ARGS) $(FILES)
 
 # make test-torch-ci: what .ci/run runs after make test: the contract, groups, collectives
 # and ops-reference files on the oldest supported torch (the GPU image's). Of the
@@ -82,7 +90,7 @@ TORCH_CI_FILES = tests/test_contract.py tests/test_groups_hooks.py tests/test_co
 TORCH_CI_SELECT ?= -k 'not cuda and not ws1 and not ws4 and not ring'
 
 test-torch-ci:
-	$(MAKE) test-torch TORCH=$(TORCH_CI) FILES="$(TORCH_CI_FILES)" PYTEST_ARGS="$(TORCH_CI_SELECT)"
+	$(MAKE) test-torch TORCH=$(TORCH_CI) FILES="$(TORCH_CI_FILES)" PYTEST_ARGS="$(PYTEST_PAR) $(TORCH_CI_SELECT)"
 
 # make gpu-check-dry: the GPU check's dry run against the library make lib built: prints the
 # plan (each step's limit and expected time on one H100, within the 480 s budget), builds the
@@ -145,9 +153,15 @@ test-exhaustive:
 
 # -rs lists every skipped test with its reason; GONCCL_REQUIRE (tests/conftest.py) turns
 # skips for what it names into failures (.ci/run sets it); --durations=25 lists the
-# slowest tests, where CI's time goes.
+# slowest tests, where CI's time goes. PYTEST_JOBS files run at once (pytest-xdist,
+# --dist loadfile: a file's tests, and its module fixtures, stay in one worker): many
+# tests spend their time waiting on timeouts and peers, so 2 workers on 2 cores finish
+# sooner than one. PYTEST_JOBS=0 runs them one after another.
+PYTEST_JOBS ?= 2
+PYTEST_PAR = $(if $(filter 0,$(PYTEST_JOBS)),,-n $(PYTEST_JOBS) --dist loadfile)
+
 test-py:
-	$(PY) -m pytest -v -rs --durations=25 tests
+	$(PY) -m pytest -v -rs --durations=25 $(PYTEST_PAR) tests
 
 # make torch-suite: tests of torch's own distributed suite (DistributedTest._DistTestBase) on
 # gonccl, 3 ranks; TESTS="test_a test_b" picks others than tests/torch_suite.py's DEFAULT.

@@ -38,9 +38,9 @@ PY
 # Dev tools, pinned so that `make lint` gives the same verdict everywhere.
 DEV_TOOLS=(ruff==0.17.6 clang-format==19.1.7)
 
-if ! have "torch==$TORCH_VERSION" numpy pytest pytest-timeout expecttest setuptools wheel matplotlib "${DEV_TOOLS[@]}"; then
+if ! have "torch==$TORCH_VERSION" numpy pytest pytest-timeout pytest-xdist expecttest setuptools wheel matplotlib "${DEV_TOOLS[@]}"; then
   echo "gonccl: installing torch==$TORCH_VERSION, numpy, pytest, matplotlib into $venv (first run: several GB)" >&2
   "$py" -m pip install --quiet --disable-pip-version-check \
-    "torch==$TORCH_VERSION" numpy pytest pytest-timeout expecttest setuptools wheel matplotlib "${DEV_TOOLS[@]}" >&2
+    "torch==$TORCH_VERSION" numpy pytest pytest-timeout pytest-xdist expecttest setuptools wheel matplotlib "${DEV_TOOLS[@]}" >&2
 fi
 echo "$py"
