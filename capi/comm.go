@@ -138,7 +138,9 @@ func register(c *core.Comm) C.goncclComm_t {
 	comms.Lock()
 	comms.next++
 	idn := comms.next
-	comms.m[idn] = &commEntry{comm: c}
+	e := &commEntry{comm: c}
+	e.devMode, e.devOffWhy, e.devModeErr = readDevMode()
+	comms.m[idn] = e
 	comms.Unlock()
 	h := (*C.struct_goncclComm)(C.malloc(C.size_t(unsafe.Sizeof(C.struct_goncclComm{}))))
 	h.id = C.ulonglong(idn)

@@ -20,10 +20,14 @@ import (
 // returns without waiting. Everything else (alltoallv, barrier, point-to-point, ranks
 // on several hosts, GONCCL_P2P_DISABLE=1) stages through pinned host memory.
 //
-// No GPU has run this path yet, so it is opt-in: GONCCL_DEVICE_PATH=1. Both settings
-// must be the same on every rank, as NCCL's are: the first device-path operation of
-// a communicator exchanges the scratch handles with a host all-gather, which every
-// rank must join.
+// Which path a communicator takes is decided once, at its first operation on device
+// buffers, from the settings read when it was created (devMode): by default the device
+// path, unless two of its ranks run on one GPU (then staged: see
+// cuda.StageWhenDeviceShared for the measurement); GONCCL_DEVICE_PATH=1 takes the device
+// path wherever it can be set up, GONCCL_DEVICE_PATH=0 or GONCCL_P2P_DISABLE=1 never.
+// The settings must be the same on every rank, as NCCL's are: the first device
+// operation of a communicator exchanges the scratch handles with a host all-gather,
+// which every rank must join.
 
 // devScratchBytes is each rank's device scratch unless GONCCL_DEVICE_SCRATCH says
 // otherwise: larger operations take several rounds of it.
@@ -65,15 +69,43 @@ func parseScratch(v string) (int, error) {
 	return int(n * mult), nil
 }
 
-// deviceWanted reports whether the settings ask for the device path.
-func deviceWanted() bool {
+// devMode is how a communicator chooses the path of its operations on device buffers.
+type devMode int
+
+const (
+	devAuto devMode = iota // the device path unless two ranks share a GPU (the default)
+	devOn                  // the device path wherever it can be set up: GONCCL_DEVICE_PATH=1
+	devOff                 // staged: GONCCL_DEVICE_PATH=0 or GONCCL_P2P_DISABLE=1
+)
+
+// readDevMode reads the settings (when a communicator is created): the mode, why it
+// is devOff, or an error naming a value it does not know.
+func readDevMode() (devMode, string, error) {
 	on, _ := cenv.Lookup("GONCCL_DEVICE_PATH")
 	off, _ := cenv.Lookup("GONCCL_P2P_DISABLE")
-	return on == "1" && off != "1"
+	switch strings.TrimSpace(off) {
+	case "", "0":
+	case "1":
+		return devOff, "GONCCL_P2P_DISABLE=1", nil
+	default:
+		return devOff, "", fmt.Errorf("%w: GONCCL_P2P_DISABLE=%q: want 0 or 1", errUsage, off)
+	}
+	switch strings.ToLower(strings.TrimSpace(on)) {
+	case "", "auto":
+		return devAuto, "", nil
+	case "1":
+		return devOn, "", nil
+	case "0":
+		return devOff, "GONCCL_DEVICE_PATH=0", nil
+	}
+	return devOff, "", fmt.Errorf("%w: GONCCL_DEVICE_PATH=%q: want auto (the default), 1 or 0", errUsage, on)
 }
 
 // devState is the part of commEntry that belongs to the device path.
 type devState struct {
+	devMode    devMode // read when the communicator was created
+	devOffWhy  string  // the setting that made it devOff
+	devModeErr error   // a setting it could not read: the first device operation fails with it
 	devMu      sync.Mutex
 	devDecided bool         // the first device-capable operation has chosen
 	devShared  *cuda.Shared // nil: this communicator stages
@@ -86,10 +118,10 @@ type devState struct {
 // with stream v.stream take the device path, deciding (collectively, once) on first
 // use; nil if they stage.
 func (v *views) devicePath(c *core.Comm) (*cuda.Shared, *cuda.Kernels, error) {
-	if v.stream == 0 || !deviceWanted() {
+	e := v.e
+	if v.stream == 0 || e.devMode == devOff {
 		return nil, nil, nil
 	}
-	e := v.e
 	e.devMu.Lock()
 	defer e.devMu.Unlock()
 	if !e.devDecided {
@@ -103,19 +135,27 @@ func (v *views) devicePath(c *core.Comm) (*cuda.Shared, *cuda.Kernels, error) {
 			e.devDecided = false // refused before any exchange: every rank refuses the same way
 			return nil, nil, err
 		}
+		var opts []cuda.SharedOption
+		if e.devMode == devAuto {
+			opts = append(opts, cuda.StageWhenDeviceShared())
+		}
 		k, kerr := v.drv.LoadKernels(v.ctx)
 		sh, err := cuda.NewShared(v.drv, v.ctx, c.Rank(), c.Size(), scratch, func(rec []byte) ([]byte, error) {
 			if kerr != nil { // tell the others this rank cannot take the device path
 				rec = make([]byte, len(rec))
 			}
 			return hostAllGather(c, rec)
-		})
+		}, opts...)
 		if err == nil && kerr != nil {
 			err = kerr
 		}
 		if err != nil {
 			if sh != nil {
 				sh.Abandon()
+			}
+			if errors.Is(err, cuda.ErrDeviceShared) {
+				logDevice(c, fmt.Sprintf("staged path: %v; waiting on the GPU would hold it from the other rank's compute (GONCCL_DEVICE_PATH=1 takes the device path anyway)", err))
+				return nil, nil, nil
 			}
 			if errors.Is(err, cuda.ErrNotShared) || kerr != nil {
 				logDevice(c, fmt.Sprintf("staged path: %v", err))
@@ -144,11 +184,7 @@ func (e *commEntry) logStagedOnce(c *core.Comm) {
 		return
 	}
 	e.devDecided = true
-	why := "GONCCL_DEVICE_PATH is not 1"
-	if off, _ := cenv.Lookup("GONCCL_P2P_DISABLE"); off == "1" {
-		why = "GONCCL_P2P_DISABLE=1"
-	}
-	logDevice(c, "staged path: "+why+" (device buffers go through pinned host memory)")
+	logDevice(c, "staged path: "+e.devOffWhy+" (device buffers go through pinned host memory)")
 }
 
 func logDevice(c *core.Comm, msg string) {
@@ -177,7 +213,10 @@ func (v *views) tryDevice(c *core.Comm, kind core.Kind, dt core.DataType, op *co
 	if v.stream == 0 {
 		return nil, false, nil
 	}
-	if !deviceWanted() {
+	if v.e.devModeErr != nil {
+		return nil, false, v.e.devModeErr
+	}
+	if v.e.devMode == devOff {
 		v.e.logStagedOnce(c)
 		return nil, false, nil
 	}

@@ -53,6 +53,7 @@ typedef struct {
   CUresult (*StreamWaitValue32)(CUstream, CUdeviceptr, unsigned int, unsigned int);
   CUresult (*StreamWriteValue32)(CUstream, CUdeviceptr, unsigned int, unsigned int);
   CUresult (*DeviceCanAccessPeer)(int*, int, int);
+  CUresult (*DeviceGetPCIBusId)(char*, int, int);
 } gcFns;
 
 static const char* gcSymbols[] = {
@@ -67,6 +68,7 @@ static const char* gcSymbols[] = {
   "cuMemAlloc_v2", "cuMemFree_v2", "cuMemsetD32_v2", "cuIpcGetMemHandle",
   "cuIpcOpenMemHandle_v2", "cuIpcCloseMemHandle", "cuMemcpyDtoDAsync_v2", "cuStreamWaitValue32_v2",
   "cuStreamWriteValue32_v2", "cuDeviceCanAccessPeer",
+  "cuDeviceGetPCIBusId",
 };
 
 _Static_assert(sizeof(gcFns) == sizeof(gcSymbols) / sizeof(gcSymbols[0]) * sizeof(void*),
@@ -182,6 +184,7 @@ static CUresult gcStreamWriteValue32(gcFns* f, uintptr_t s, uintptr_t p, unsigne
   return f->StreamWriteValue32(H(s), (CUdeviceptr)p, v, 0); // with the memory barrier
 }
 static CUresult gcDeviceCanAccessPeer(gcFns* f, int* can, int dev, int peer) { return f->DeviceCanAccessPeer(can, dev, peer); }
+static CUresult gcDeviceGetPCIBusId(gcFns* f, char* id, int n, int dev) { return f->DeviceGetPCIBusId(id, n, dev); }
 */
 import "C"
 
@@ -516,6 +519,16 @@ func (d *Driver) streamWaitValue32(s Stream, addr uintptr, v uint32) error {
 
 func (d *Driver) streamWriteValue32(s Stream, addr uintptr, v uint32) error {
 	return d.check("cuStreamWriteValue32", C.gcStreamWriteValue32(d.fns, C.uintptr_t(s), C.uintptr_t(addr), C.uint(v)))
+}
+
+// BusID returns device dev's PCI bus id, normalised ("0000:07:00.0"): the same GPU has
+// the same one in every process, whatever CUDA_VISIBLE_DEVICES numbers it there.
+func (d *Driver) BusID(dev int) (string, error) {
+	var buf [32]C.char
+	if err := d.check("cuDeviceGetPCIBusId", C.gcDeviceGetPCIBusId(d.fns, &buf[0], C.int(len(buf)), C.int(dev))); err != nil {
+		return "", err
+	}
+	return NormalizeBusID(C.GoString(&buf[0])), nil
 }
 
 // CanAccessPeer reports whether device dev can map and access device peer's memory.

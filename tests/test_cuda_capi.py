@@ -147,35 +147,45 @@ def test_libgonccl_does_not_link_cuda(package_dir):
 
 
 @pytest.mark.timeout(RUN_TIMEOUT + 60)
-@pytest.mark.parametrize("path", ["staged", "device", "device-no-peer"])
+@pytest.mark.parametrize("path", ["staged", "auto", "device", "device-no-peer"])
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
-    """The same checks on the staged path and on the device path (GONCCL_DEVICE_PATH=1:
-    all_reduce, broadcast, all_gather, reduce, reduce_scatter, alltoall, gather, scatter stay on the "GPU", the
-    ranks on devices 0 and 1 mapping each other's scratch; the other operations stage
-    and interleave with them on the same stream). The device run skips the mismatched
-    collective, which the device path cannot detect. With devices that cannot access each
-    other (FAKECUDA_NO_PEER), every rank falls back to staging together."""
+    """The same checks on the staged path (GONCCL_DEVICE_PATH=0) and on the device path
+    (GONCCL_DEVICE_PATH=1: all_reduce, broadcast, all_gather, reduce, reduce_scatter,
+    alltoall, gather, scatter stay on the "GPU", the ranks on devices 0 and 1 mapping each
+    other's scratch; the other operations stage and interleave with them on the same
+    stream). Rank r runs on device r % 2. By default (auto) the communicator takes the
+    device path when no two ranks share a GPU (2 ranks), and stages when some do (3 ranks:
+    ranks 0 and 2 are on device 0), every rank together. Only the forced staged run has
+    the mismatched collective, which the device path cannot detect. With devices that
+    cannot access each other (FAKECUDA_NO_PEER), every rank falls back to staging."""
     id_file = str(tmp_path / "unique_id")
     dump = tmp_path / "trace"
     extra = {"GONCCL_DEBUG": "INFO", "GONCCL_DEBUG_SUBSYS": "INIT", "GONCCL_TRACE_DUMP_DIR": str(dump)}
     if path.startswith("device"):
         extra["GONCCL_DEVICE_PATH"] = "1"
+    if path == "staged":
+        extra["GONCCL_DEVICE_PATH"] = "0"
     if path == "device-no-peer":
         extra["FAKECUDA_NO_PEER"] = "1"
     run = _run_ranks(cuda_capi_binary, fakecuda, nranks, id_file, str(tmp_path), extra)
     run.assert_ok(f"cuda_capi_test with {nranks} ranks")
+    on_device = path == "device" or (path == "auto" and nranks == 2)
     for r, proc in enumerate(run.procs):
         assert f"rank {r}:" in proc.stdout and "checks passed" in proc.stdout, proc.describe()
         log = proc.stderr + proc.stdout
         chose = "device path: same-host ranks share device memory" in log
-        assert chose == (path == "device"), proc.describe()
+        assert chose == on_device, proc.describe()
         if path == "device-no-peer":
             assert "staged path:" in log and "cannot access each other's memory" in log, proc.describe()
+        if path == "staged":
+            assert "staged path: GONCCL_DEVICE_PATH=0" in log, proc.describe()
+        if path == "auto" and nranks == 3:
+            assert "staged path:" in log and "ranks 0 and 2 are both on GPU 0000:10:00.0" in log, proc.describe()
         # The bad-input cases only the fake can check (cuda_capi_test.c, test_bad) ran.
         assert f"rank {r}: fake-only bad-input checks ran" in proc.stdout, proc.describe()
         assert f"CUDA driver loaded from {fakecuda}" in proc.stderr, proc.describe()
-    _check_flight_recorder(str(dump), nranks, path == "device")
+    _check_flight_recorder(str(dump), nranks, on_device)
 
 
 def _check_flight_recorder(dump: str, nranks: int, device: bool):
@@ -251,7 +261,7 @@ def test_cuda_multicomm(multicomm_binary, fakecuda, nranks, path, tmp_path):
     whichever communicator (on 02dd7a2 the second communicator read the first one's
     input: 'the next communicator's all_reduce of that result (round 0): [0] = 2.000000,
     want 8.000000')."""
-    extra = {"GONCCL_DEVICE_PATH": "1"} if path == "device" else {}
+    extra = {"GONCCL_DEVICE_PATH": "1" if path == "device" else "0"}
     run = _run_ranks(multicomm_binary, fakecuda, nranks, str(tmp_path), str(tmp_path), extra)
     run.assert_ok(f"cuda_multicomm_test with {nranks} ranks ({path})")
     for r, proc in enumerate(run.procs):

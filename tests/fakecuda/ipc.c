@@ -227,6 +227,16 @@ CUresult cuDeviceCanAccessPeer(int* can, int dev, int peer) {
   return CUDA_SUCCESS;
 }
 
+/* The fake devices' bus ids: 0000:1N:00.0 for device N, the same in every process (the
+ * fake has no CUDA_VISIBLE_DEVICES: an ordinal names the same device everywhere). */
+CUresult cuDeviceGetPCIBusId(char* id, int len, int dev) {
+  if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED;
+  if (dev < 0 || dev >= NDEV) return CUDA_ERROR_INVALID_DEVICE;
+  if (id == NULL || len < 13) return CUDA_ERROR_INVALID_VALUE;
+  snprintf(id, (size_t)len, "0000:%02X:00.0", 0x10 + dev);
+  return CUDA_SUCCESS;
+}
+
 /* ---- stream operations ---- */
 
 static void pause_poll(void) {

@@ -1,0 +1,58 @@
+package cuda_test
+
+import (
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gonccl/gonccl/cuda"
+)
+
+// TestStageWhenDeviceSharedRefusesTogether: with StageWhenDeviceShared (the C ABI's
+// default), ranks on devices 0, 1, 0 all get ErrDeviceShared naming ranks 0 and 2 and
+// the GPU's bus id, from the one exchange, before any rank maps a peer's scratch;
+// without it the same layout would be set up (TestRanksShareADevice).
+func TestStageWhenDeviceSharedRefusesTogether(t *testing.T) {
+	d, f := open(t)
+	devs := []int{0, 1, 0}
+	ex := &memExchange{recs: make([][]byte, len(devs)), done: make(chan struct{})}
+	errs := make([]error, len(devs))
+	var wg sync.WaitGroup
+	for r, dev := range devs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, err := d.StreamContext(cuda.Stream(f.Stream(dev)))
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			sh, err := cuda.NewShared(d, ctx, r, len(devs), 1<<20, ex.rank(r), cuda.StageWhenDeviceShared())
+			if sh != nil {
+				sh.Abandon()
+			}
+			errs[r] = err
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		require.Error(t, err, "rank %d", r)
+		require.True(t, errors.Is(err, cuda.ErrDeviceShared) && errors.Is(err, cuda.ErrNotShared), "rank %d: %v", r, err)
+		require.ErrorContains(t, err, "ranks 0 and 2 are both on GPU 0000:10:00.0", "rank %d", r)
+	}
+}
+
+// TestBusIDNamesTheDevice: the fake's devices have distinct, normalised bus ids.
+func TestBusIDNamesTheDevice(t *testing.T) {
+	d, _ := open(t)
+	a, err := d.BusID(0)
+	require.NoError(t, err)
+	b, err := d.BusID(1)
+	require.NoError(t, err)
+	require.Equal(t, "0000:10:00.0", a)
+	require.Equal(t, "0000:11:00.0", b)
+	_, err = d.BusID(99)
+	require.ErrorContains(t, err, "cuDeviceGetPCIBusId")
+}
