@@ -96,6 +96,41 @@ def test_bench_table(tmp_path, coll, factor):
         assert all(r["floor_ratio"] > 0 for r in doc["rows"] if r["backend"] == "gonccl"), doc
 
 
+@pytest.mark.timeout(TIMEOUT + 30)
+def test_bench_paths_side_by_side(tmp_path):
+    """--backends gonccl-device,gonccl-staged,gloo: one run prints gonccl with
+    GONCCL_DEVICE_PATH=1 and =0 (each group created with it) beside Gloo, each gonccl row
+    with its ratio to Gloo's. On CPU tensors both rows take the host path: this checks
+    the tool; on CUDA tensors (scripts/gpu-check.sh) they are the two data paths."""
+    out_json = tmp_path / "out.json"
+    names = ("gonccl-device", "gonccl-staged", "gloo")
+    run = bench(tmp_path, "all_reduce", "-b", "8", "-e", "256", "-f", "32", "-n", "2", "-w", "1", "-c", "1",
+                "--backends", ",".join(names), "-np", "2", "--no-floor", "--json", str(out_json))
+    run.assert_ok("gonccl.bench with the path variants")
+    out = run.procs[0].stdout
+    assert "# gonccl-device / gonccl-staged: gonccl with GONCCL_DEVICE_PATH=1 / 0" in out, out
+    rows = table_rows(out)
+    assert [(r[0], r[5]) for r in rows] == [(s, b) for s in ("8", "256") for b in names], out
+    for r in rows:
+        assert r[13] == "0", f"wrong elements:\n{out}"
+        assert r[-1].endswith("x") == (r[5] != "gloo"), f"ratio column:\n{out}"
+    for b in names:
+        assert re.search(rf"# +{b}: Avg bus bandwidth +: [0-9.]+ GB/s", out), out
+    doc = json.loads(out_json.read_text())
+    assert doc["backends"] == list(names)
+
+
+def test_bench_default_backends():
+    """Without --backends: gonccl and Gloo on CPU tensors; on CUDA ones, both of gonccl's
+    paths and Gloo, plus NCCL only where every rank has a GPU of its own."""
+    from gonccl.bench import variants
+
+    assert variants.default_backends("cpu", 2) == ["gonccl", "gloo"]
+    want = ["gonccl-device", "gonccl-staged", "gloo"]
+    got = variants.default_backends("cuda", 2)
+    assert got[:3] == want and got[3:] in ([], ["nccl"]), got
+
+
 def procs_in(cwd) -> list[int]:
     """pids of live processes whose working directory is cwd."""
     found = []

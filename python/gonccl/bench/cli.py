@@ -56,7 +56,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="0: issue all iterations async then wait (nccl-tests' default); 1: wait each")
     p.add_argument("-a", "--average", type=int, choices=(0, 1, 2, 3), default=3,
                    help="time across ranks: 0 rank 0, 1 average, 2 min, 3 max (nccl-tests' default is 1)")
-    p.add_argument("--backends", default="gonccl,gloo", help="comma-separated backends to measure in this run")
+    p.add_argument("--backends", default=None,
+                   help="comma-separated backends to measure in this run: torch backends (gonccl, gloo, nccl) "
+                        "and gonccl-device / gonccl-staged (gonccl with GONCCL_DEVICE_PATH=1 / =0). "
+                        "Default: gonccl,gloo on cpu; gonccl-device,gonccl-staged,gloo on cuda, "
+                        "and nccl where every rank has a GPU of its own")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                    help="where the tensors live (cuda: rank r uses GPU r %% count)")
     p.add_argument("-np", "--nprocs", type=int, default=2, help="ranks to launch (ignored under torchrun)")
@@ -86,11 +90,12 @@ def parse_args(argv=None):
     if args.coll_pos and args.coll and args.coll_pos != args.coll:
         p.error(f"two collectives given: {args.coll_pos} and --coll {args.coll}")
     args.coll = args.coll or args.coll_pos or "all_reduce"
-    args.backends = [b.strip() for b in args.backends.split(",") if b.strip()]
-    if not args.backends:
-        p.error("--backends is empty")
-    if len(set(args.backends)) != len(args.backends):
-        p.error("--backends names a backend twice")
+    if args.backends is not None:  # None: variants.default_backends, in the ranks
+        args.backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+        if not args.backends:
+            p.error("--backends is empty")
+        if len(set(args.backends)) != len(args.backends):
+            p.error("--backends names a backend twice")
     if args.minbytes > args.maxbytes:
         p.error("-b is larger than -e")
     if args.stepfactor < 1 or args.iters < 1 or args.warmup_iters < 0 or args.check < 0:

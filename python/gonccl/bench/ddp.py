@@ -20,6 +20,8 @@ import torch.nn as nn
 import torch.optim as optim
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from gonccl.bench import variants
+
 
 class ToyModel(nn.Module):
     def __init__(self, size: int):
@@ -75,7 +77,9 @@ def run(args) -> int:
     timeout = timedelta(seconds=args.pg_timeout)
     dist.init_process_group("gloo", rank=rank, world_size=nranks, timeout=timeout)
     try:
-        groups = {b: dist.new_group(backend=b, timeout=timeout) for b in args.backends}
+        if args.backends is None:
+            args.backends = variants.default_backends(args.device, nranks)
+        groups = {b: variants.new_group(b, timeout) for b in args.backends}
         say = rank == 0
         device = torch.device("cpu")
         if args.device == "cuda":
@@ -98,15 +102,15 @@ def run(args) -> int:
                                   device=device)
                 times[b].append(sec)
                 if say:
-                    print(f"#   round {rnd}: {b:>7}  {sec * 1e3:10.1f} ms/step", flush=True)
+                    print(f"#   round {rnd}: {b:>13}  {sec * 1e3:10.1f} ms/step", flush=True)
         if say:
             best = {b: min(v) for b, v in times.items()}
-            print(f"# {'backend':>7}  {'ms/step':>10}  (best round)", flush=True)
+            print(f"# {'backend':>13}  {'ms/step':>10}  (best round)", flush=True)
             for b, sec in best.items():
-                print(f"  {b:>7}  {sec * 1e3:10.1f}", flush=True)
-            if "gonccl" in best and "gloo" in best:
-                r = best["gonccl"] / best["gloo"]
-                print(f"# ratio gonccl/gloo time per step: {r:.3f} ({'faster' if r < 1 else 'slower'} "
+                print(f"  {b:>13}  {sec * 1e3:10.1f}", flush=True)
+            for name in variants.ratio_pairs(list(best)):
+                r = best[name] / best["gloo"]
+                print(f"# ratio {name}/gloo time per step: {r:.3f} ({'faster' if r < 1 else 'slower'} "
                       f"than gloo by {abs(1 - r) * 100:.1f}%)", flush=True)
             if args.json:
                 from gonccl.bench import report

@@ -40,11 +40,11 @@ def _half(res: dict | None, err: str | None = None) -> str:
 def header_lines(with_ratio: bool) -> list[str]:
     ratio_h = ("   ratio", " (busbw)") if with_ratio else ("", "")
     return [
-        ("#" + " " * 58 + f"{'out-of-place':^32}" + " " + f"{'in-place':^32}").rstrip(),
-        f"#{'size':>11} {'count':>13} {'type':>9} {'redop':>6} {'root':>5} {'backend':>8}"
+        ("#" + " " * 63 + f"{'out-of-place':^32}" + " " + f"{'in-place':^32}").rstrip(),
+        f"#{'size':>11} {'count':>13} {'type':>9} {'redop':>6} {'root':>5} {'backend':>13}"
         f" {'time':>8} {'algbw':>7} {'busbw':>7} {'#wrong':>6}"
         f"  {'time':>8} {'algbw':>7} {'busbw':>7} {'#wrong':>6}{ratio_h[0]}",
-        f"#{'(B)':>11} {'(elements)':>13} {'':>9} {'':>6} {'':>5} {'':>8}"
+        f"#{'(B)':>11} {'(elements)':>13} {'':>9} {'':>6} {'':>5} {'':>13}"
         f" {'(us)':>8} {'(GB/s)':>7} {'(GB/s)':>7} {'':>6}"
         f"  {'(us)':>8} {'(GB/s)':>7} {'(GB/s)':>7} {'':>6}{ratio_h[1]}",
     ]
@@ -54,7 +54,7 @@ def row_line(row: dict, with_ratio: bool) -> str:
     root = row["root"] if row["root"] is not None else -1
     line = (
         f" {row['size']:>11} {row['count']:>13} {row['type']:>9} {row['redop']:>6} {root:>5}"
-        f" {row['backend']:>8} {_half(row['oop'])}  {_half(row['ip'])}"
+        f" {row['backend']:>13} {_half(row['oop'])}  {_half(row['ip'])}"
     )
     if with_ratio:
         r = row.get("ratio")

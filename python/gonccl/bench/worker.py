@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from gonccl.bench import collectives as C
-from gonccl.bench import floor, report
+from gonccl.bench import floor, report, variants
 
 AVERAGE_NAMES = {0: "rank 0", 1: "average over ranks", 2: "min over ranks", 3: "max over ranks"}
 
@@ -168,8 +168,11 @@ def _run(args, rank: int, nranks: int, timeout) -> int:
             raise SystemExit("gonccl.bench: --device cuda, but torch sees no GPU")
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
         torch.cuda.set_device(device)
-    groups = {b: dist.new_group(backend=b, timeout=timeout) for b in args.backends}
-    with_ratio = "gonccl" in groups and "gloo" in groups
+    if args.backends is None:
+        args.backends = variants.default_backends(args.device, nranks)
+    groups = {b: variants.new_group(b, timeout) for b in args.backends}
+    ratioed = variants.ratio_pairs(args.backends)
+    with_ratio = bool(ratioed)
     say = rank == 0
     capi = None
     if (args.floor and coll == "all_reduce" and "gonccl" in groups and device.type == "cpu"
@@ -208,6 +211,10 @@ def _run(args, rank: int, nranks: int, timeout) -> int:
             "# forms torch lacks print N/A"
             + ("; ratio = gonccl busbw / gloo busbw (in-place if the collective has it, else out-of-place)"
                if with_ratio else ""),
+            *([f"# gonccl-device / gonccl-staged: gonccl with GONCCL_DEVICE_PATH=1 / 0 (device path / "
+               f"staged through pinned host memory); GONCCL_DEVICE_SCRATCH="
+               f"{os.environ.get('GONCCL_DEVICE_SCRATCH', '8M (default)')}"]
+              if any(b in variants.VARIANTS for b in args.backends) else []),
             "#",
             (f"# memcpy reference: torch copy_ of {args.maxbytes} B, 1 thread, rank 0 alone: {mem:.2f} GB/s"
              if mem is not None else "# memcpy reference: skipped (--no-memcpy)"),
@@ -233,9 +240,9 @@ def _run(args, rank: int, nranks: int, timeout) -> int:
                 if not present:
                     continue
                 inst = C.Instance(coll, group, shape, dtype, args.op, args.root, form == "ip", rank, nranks, device)
-                row[form] = measure(inst, args, nranks, reset_hops=args.hops and backend == "gonccl")
+                row[form] = measure(inst, args, nranks, reset_hops=args.hops and variants.is_gonccl(backend))
                 del inst
-            if args.hops and backend == "gonccl":
+            if args.hops and variants.is_gonccl(backend):
                 res = row["ip"] or row["oop"]
                 # The Python share is only meaningful when each op is waited at once.
                 row["hops"] = floor.hop_table(res.get("time_us") if args.blocking else None)
@@ -258,9 +265,10 @@ def _run(args, rank: int, nranks: int, timeout) -> int:
         if with_ratio:
             by = {r["backend"]: r for r in size_rows}
             form = "ip" if ip_form else "oop"
-            g, o = by["gonccl"][form], by["gloo"][form]
-            if g and o and not g.get("error") and not o.get("error") and o["busbw"] > 0:
-                by["gonccl"]["ratio"] = g["busbw"] / o["busbw"]
+            for name in ratioed:
+                g, o = by[name][form], by["gloo"][form]
+                if g and o and not g.get("error") and not o.get("error") and o["busbw"] > 0:
+                    by[name]["ratio"] = g["busbw"] / o["busbw"]
         if say:
             out = []
             for r in size_rows:
@@ -302,7 +310,7 @@ def _run(args, rank: int, nranks: int, timeout) -> int:
                 if r[form] and not r[form].get("error") and r[form]["wrong"]:
                     total_wrong += r[form]["wrong"]
         avg = sum(vals) / len(vals) if vals else float("nan")
-        lines.append(f"# {backend:>7}: Avg bus bandwidth    : {avg:.4f} GB/s ({'in' if ip_form else 'out-of'}-place)")
+        lines.append(f"# {backend:>13}: Avg bus bandwidth    : {avg:.4f} GB/s ({'in' if ip_form else 'out-of'}-place)")
     lines.append(f"# Out of bounds values : {total_wrong} {'OK' if total_wrong == 0 else 'FAILED'}")
     report.print_lines(lines + ["#"])
 

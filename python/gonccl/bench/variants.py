@@ -1,0 +1,58 @@
+"""What a bench run measures: torch backends by name, and gonccl's two data paths.
+
+``gonccl-device`` and ``gonccl-staged`` are gonccl with ``GONCCL_DEVICE_PATH=1`` and
+``=0`` set while their process group is created (gonccl reads it then), so one run
+prints the device path, the forced staged path and Gloo side by side, over the same
+processes and tensors. ``gonccl`` is gonccl as the environment configures it.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.distributed as dist
+
+# name -> (torch backend, environment while its group is created)
+VARIANTS = {
+    "gonccl-device": ("gonccl", {"GONCCL_DEVICE_PATH": "1"}),
+    "gonccl-staged": ("gonccl", {"GONCCL_DEVICE_PATH": "0"}),
+}
+
+# The bench's default on CPU tensors; on CUDA ones, default_backends adds the paths.
+CPU_DEFAULT = ["gonccl", "gloo"]
+
+
+def default_backends(device: str, nranks: int) -> list[str]:
+    """cpu: gonccl and Gloo. cuda: gonccl's device path, its staged path and Gloo, and
+    NCCL where each rank has a GPU of its own (NCCL refuses two ranks on one GPU)."""
+    if device != "cuda":
+        return list(CPU_DEFAULT)
+    out = ["gonccl-device", "gonccl-staged", "gloo"]
+    if dist.is_nccl_available() and torch.cuda.is_available() and nranks <= torch.cuda.device_count():
+        out.append("nccl")
+    return out
+
+
+def is_gonccl(name: str) -> bool:
+    return name == "gonccl" or name in VARIANTS
+
+
+def new_group(name: str, timeout):
+    """A process group over every rank for backend `name` (a torch backend or a VARIANTS key)."""
+    backend, env = VARIANTS.get(name, (name, {}))
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        return dist.new_group(backend=backend, timeout=timeout)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def ratio_pairs(names: list[str]) -> list[str]:
+    """The gonccl rows that get a ratio against Gloo's in the same run."""
+    return [n for n in names if is_gonccl(n)] if "gloo" in names else []
