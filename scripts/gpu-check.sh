@@ -26,17 +26,20 @@
 #                list, chained async ops; also with expandable_segments:True
 #   ddp-*        examples/ddp_simple.py and ddp_example.py under torchrun: 2 ranks sharing
 #                GPU 0, and one rank per GPU on 2+ GPUs
-#   bench-*      python -m gonccl.bench on CUDA tensors: all_reduce 16 B to 256 MiB, gonccl vs
-#                gloo (bench-gloo), gonccl with GONCCL_DEVICE_PATH=1 (bench-device, with 8 MiB
-#                and 256 MiB of scratch: GONCCL_DEVICE_SCRATCH); small
-#                ops blocking and queued, both paths and gloo (bench-small); the lecture's
-#                DDP step (bench-ddp); vs nccl with one rank per GPU (2+ GPUs)
+#   bench-*      python -m gonccl.bench on CUDA tensors, gonccl's device path
+#                (gonccl-device), its staged path (gonccl-staged) and gloo side by side in
+#                one run, and nccl with one rank per GPU (2+ GPUs): all_reduce 16 B to
+#                256 MiB, then 256 MiB with 256 MiB of scratch (one round; bench-paths); the
+#                lecture's DDP step (bench-ddp); small ops blocking (bench-small)
 #   pytest-cuda  the suite's CUDA cases on torch (pytest -k cuda), in parallel with
 #                pytest-xdist when installed; pytest-cuda-device: the collective and
 #                differential files' 2- and 3-rank CUDA cases with GONCCL_DEVICE_PATH=1;
 #                the first lines of each failure go into the report
 # --only STEP,... runs those steps (a name, or a prefix: capi, stream, ddp, bench); the
 # build runs only if named, if --wheel is given, or if gonccl is not importable.
+# --extended adds the steps a whole run leaves out to fit 8 minutes on one GPU
+# (capi-cuda-2ranks and capi-cuda-device-2ranks, which the 3-rank runs cover,
+# stream-cuda-expandable, bench-small); --only runs them when it names them.
 # --budget (default 480 s on a GPU; none in a dry run) bounds the whole run: each step's
 # limit is cut to what is left, a step that no longer fits is skipped, saying so.
 # --dry-run prints the plan (steps, limits, expected seconds on one H100) and runs what
@@ -58,11 +61,13 @@ SCALE="${GONCCL_CHECK_TIMEOUT_SCALE:-1}"
 ONLY=""
 BUDGET=""
 JOBS=""
+EXTENDED=0
 
-usage() { sed -n '2,48p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,52p' "$0" | sed 's/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --dry-run) DRY=1 ;;
+    --extended) EXTENDED=1 ;;
     --library|--wheel|--python|--report|--only|--budget|--jobs)
       [[ $# -ge 2 ]] || { echo "gpu-check: $1 needs a value" >&2; exit 2; }
       opt="$1" v="$2"; shift
@@ -104,29 +109,34 @@ mkdir -p "$LOGS" "$WORK"
 STEPS=(build install-wheel import capi-link capi-cuda-2ranks capi-cuda-3ranks capi-cuda-device-2ranks
   capi-cuda-device-3ranks capi-memcheck stream-cuda stream-cuda-expandable ddp-simple-shared-gpu0
   ddp-example-shared-gpu0 ddp-simple-per-gpu ddp-example-per-gpu pytest-cuda pytest-cuda-device
-  bench-gloo bench-device bench-small bench-ddp bench-nccl)
+  bench-paths bench-ddp bench-small)
 declare -A LIMIT=([build]=300 [install-wheel]=120 [import]=60 [capi-link]=60 [capi-cuda-2ranks]=60
   [capi-cuda-3ranks]=60 [capi-cuda-device-2ranks]=60 [capi-cuda-device-3ranks]=60 [capi-memcheck]=150
   [stream-cuda]=90 [stream-cuda-expandable]=90
   [ddp-simple-shared-gpu0]=60 [ddp-example-shared-gpu0]=60 [ddp-simple-per-gpu]=60
-  [ddp-example-per-gpu]=60 [bench-gloo]=90 [bench-device]=60 [bench-small]=90 [bench-ddp]=90
-  [bench-nccl]=90 [pytest-cuda]=300 [pytest-cuda-device]=150)
+  [ddp-example-per-gpu]=60 [bench-paths]=120 [bench-small]=90 [bench-ddp]=90
+  [pytest-cuda]=300 [pytest-cuda-device]=150)
 declare -A EXPECT=([build]=70 [install-wheel]=10 [import]=4 [capi-link]=3 [capi-cuda-2ranks]=10
   [capi-cuda-3ranks]=12 [capi-cuda-device-2ranks]=10 [capi-cuda-device-3ranks]=12 [capi-memcheck]=45
   [stream-cuda]=16 [stream-cuda-expandable]=16
   [ddp-simple-shared-gpu0]=15 [ddp-example-shared-gpu0]=18 [ddp-simple-per-gpu]=15
-  [ddp-example-per-gpu]=17 [bench-gloo]=36 [bench-device]=40 [bench-small]=24 [bench-ddp]=35
-  [bench-nccl]=25 [pytest-cuda]=220 [pytest-cuda-device]=60)
+  [ddp-example-per-gpu]=17 [bench-paths]=45 [bench-small]=24 [bench-ddp]=30
+  [pytest-cuda]=160 [pytest-cuda-device]=45)
 # What runs where: g = on a GPU machine, 2 = only with 2+ GPUs, d = in a dry run too.
 declare -A WHERE=([build]=gd [install-wheel]=gd [import]=gd [capi-link]=gd [capi-cuda-2ranks]=gd
   [capi-cuda-3ranks]=g [capi-cuda-device-2ranks]=g [capi-cuda-device-3ranks]=g [capi-memcheck]=g
   [stream-cuda]=g [stream-cuda-expandable]=g
   [ddp-simple-shared-gpu0]=g [ddp-example-shared-gpu0]=g [ddp-simple-per-gpu]=2
-  [ddp-example-per-gpu]=2 [bench-gloo]=g [bench-device]=g [bench-small]=g [bench-ddp]=g [bench-nccl]=2
+  [ddp-example-per-gpu]=2 [bench-paths]=g [bench-small]=g [bench-ddp]=g
   [pytest-cuda]=g [pytest-cuda-device]=g)
+# Left out of a whole run on a GPU unless --extended, or --only names them.
+declare -A EXTRA=([capi-cuda-2ranks]=1 [capi-cuda-device-2ranks]=1 [stream-cuda-expandable]=1 [bench-small]=1)
 
 selected() {  # STEP or GROUP: whether --only (if any) names it, a prefix of it, or a step of it
-  [[ -z "$ONLY" ]] && return 0
+  if [[ -z "$ONLY" ]]; then
+    [[ $DRY -eq 1 || $EXTENDED -eq 1 || -z "${EXTRA[$1]:-}" ]]
+    return
+  fi
   local s
   for s in ${ONLY//,/ }; do
     [[ "$1" == "$s" || "$1" == "$s"-* || "$s" == "$1"-* ]] && return 0
@@ -255,7 +265,7 @@ check_ddp_example() {
   echo "no rank started"; return 1
 }
 check_pytest() { tail -1 "$1" | grep -E 'passed|skipped' || { echo "no pytest summary"; return 1; }; }
-check_ddp_bench() { grep -q 'ms/step' "$1" && { grep -E '^ +(gonccl|gloo) ' "$1" | tr -s ' ' | paste -sd';' -; return 0; }; echo "no ms/step"; return 1; }
+check_ddp_bench() { grep -q 'ms/step' "$1" && { grep -E '^ +(gonccl[a-z-]*|gloo|nccl) ' "$1" | tr -s ' ' | paste -sd';' -; return 0; }; echo "no ms/step"; return 1; }
 check_bench() { grep -qE '^#? *[0-9]+ ' "$1" && { echo "table written"; return 0; }; echo "no table"; return 1; }
 
 # ---- the machine ----
@@ -291,15 +301,17 @@ machine() {
   echo "- budget: ${BUDGET}s$([[ $BUDGET -eq 0 ]] && echo ' (none)'); used: $((SECONDS - T0))s; --only: ${ONLY:-all}"
 }
 
-# plan: the steps a GPU machine with NGPUS GPUs runs, their limits and expected seconds.
+# plan: the steps a whole run (whatever --only says) runs on a GPU machine with NGPUS GPUs,
+# their limits and expected seconds.
 plan() {
-  local n="$1" total=0 s
+  local n="$1" total=0 s ONLY=""
   echo "| step | runs on $n GPU(s) | in a dry run | limit (s) | expected on one H100 (s) |"
   echo "|---|---|---|---|---|"
   for s in "${STEPS[@]}"; do
-    selected "$s" || continue
     local runs="yes"
-    if [[ "$s" == build && -n "$WHEEL" ]] || [[ "$s" == install-wheel && -z "$WHEEL" ]]; then
+    if [[ $EXTENDED -eq 0 && -n "${EXTRA[$s]:-}" ]]; then
+      runs="no (--extended)"
+    elif [[ "$s" == build && -n "$WHEEL" ]] || [[ "$s" == install-wheel && -z "$WHEEL" ]]; then
       runs="no (--wheel decides)"
     elif [[ "${WHERE[$s]}" == 2 && $n -lt 2 ]]; then
       runs="no (2+ GPUs)"
@@ -317,6 +329,9 @@ plan() {
   echo "planned: ${total}s expected of a ${BUDGET_GPU}s budget on $n GPU(s)"
   if [[ $total -gt $BUDGET_GPU ]]; then
     echo "over the budget: the last steps (the benchmarks) are skipped when the time runs out; run them in a second call with --wheel ... --only bench"
+  fi
+  if [[ $EXTENDED -eq 0 ]]; then
+    echo "left out to fit the budget: ${!EXTRA[*]} (--extended, or --only, runs them)"
   fi
 }
 BUDGET_GPU=$([[ $BUDGET -gt 0 ]] && echo "$BUDGET" || echo 480)
@@ -438,12 +453,12 @@ else
   [[ -x "$CAPI/cuda_capi_test" ]] && capi_ok=1
 fi
 if [[ $capi_ok -eq 1 ]]; then
-  run capi-cuda-2ranks check_capi capi_ranks 2
+  run capi-cuda-2ranks check_capi capi_ranks 2 env GONCCL_DEVICE_PATH=0
   if [[ $DRY -eq 1 ]]; then
     selected capi && skip capi-cuda-3ranks "dry run: 2 ranks over the fake stand-in show the link and the hooks work"
     selected capi && skip capi-memcheck "dry run: would run the 2 ranks under compute-sanitizer --tool memcheck"
   else
-    run capi-cuda-3ranks check_capi capi_ranks 3
+    run capi-cuda-3ranks check_capi capi_ranks 3 env GONCCL_DEVICE_PATH=0
     # The device path (GONCCL_DEVICE_PATH=1): scratch shared by CUDA IPC, copies, kernels
     # and stream memory operations; its INIT line says "device path" or why it staged.
     run capi-cuda-device-2ranks check_capi capi_ranks 2 env GONCCL_DEVICE_PATH=1
@@ -524,29 +539,27 @@ else
   done
 fi
 
-# ---- the benchmark on CUDA tensors (trimmed: up to 64 MiB, 5 iterations) ----
+# ---- the benchmark on CUDA tensors (trimmed: x16 steps, 5 iterations) ----
+# Without --backends the bench on CUDA tensors measures gonccl-device (GONCCL_DEVICE_PATH=1),
+# gonccl-staged (=0) and gloo in one run, and nccl where each rank has a GPU of its own.
+NP=$((gpus >= 2 ? gpus : 2))
 BENCH=(-m gonccl.bench all_reduce --device cuda -b 16 -e 256M -f 16 -n 5 -w 2 -c 1)
 SMALL=(-m gonccl.bench all_reduce --device cuda -b 8 -e 4K -f 8 -n 200 -w 20 -c 1 -z 1)
-DDPB=(-m gonccl.bench ddp --device cuda -n 10 -w 3)
+DDPB=(-m gonccl.bench ddp --device cuda -n 5 -w 2)
 if [[ $DRY -eq 1 ]]; then
-  selected bench && skip bench "dry run: would run $PY ${BENCH[*]} -np 2 --backends gonccl,gloo, again with GONCCL_DEVICE_PATH=1 --backends gonccl, small ops blocking (${SMALL[*]}), the DDP step (${DDPB[*]}), and with --backends gonccl,gloo,nccl -np N on N>=2 GPUs (one rank per GPU)"
+  selected bench && skip bench "dry run: would run $PY ${BENCH[*]} -np 2 (gonccl-device, gonccl-staged and gloo; -np N with nccl on N>=2 GPUs), 256 MiB with GONCCL_DEVICE_SCRATCH=256M, the DDP step (${DDPB[*]}), small ops blocking (${SMALL[*]})"
 elif [[ -z "$PKG" ]]; then
   selected bench && skip bench "$why"
 elif [[ $gpus -eq 0 ]]; then
   selected bench && skip bench "torch sees no GPU"
 else
-  run bench-gloo check_bench bash -c 'cd "$WORK" && "$PY" "$@"' bash "${BENCH[@]}" -np 2 --backends gonccl,gloo --json "$LOGS/bench-gloo.json"
-  # the device path with its default 8 MiB scratch, then with 256 MiB (one round up to 256 MiB)
-  run bench-device check_bench bash -c 'cd "$WORK" && GONCCL_DEVICE_PATH=1 GONCCL_DEBUG=INFO GONCCL_DEBUG_SUBSYS=INIT "$PY" "$@" --json "$LOGS/bench-device.json" && GONCCL_DEVICE_PATH=1 GONCCL_DEVICE_SCRATCH=256M "$PY" "$@" -b 1M --json "$LOGS/bench-device-256m.json"' bash "${BENCH[@]}" -np 2 --backends gonccl
-  # small ops, blocking (-z 1; the rows above are queued): staged path and Gloo, then the device path
-  run bench-small check_bench bash -c 'cd "$WORK" && "$PY" "$@" --backends gonccl,gloo && GONCCL_DEVICE_PATH=1 "$PY" "$@" --backends gonccl' bash "${SMALL[@]}" -np 2
-  # the lecture's DDP step on GPU 0 shared by 2 ranks: staged and Gloo, then the device path
-  run bench-ddp check_ddp_bench bash -c 'cd "$WORK" && "$PY" "$@" --backends gonccl,gloo && GONCCL_DEVICE_PATH=1 "$PY" "$@" --backends gonccl' bash "${DDPB[@]}" -np 2
-  if [[ $gpus -ge 2 ]]; then
-    run bench-nccl check_bench bash -c 'cd "$WORK" && "$PY" "$@"' bash "${BENCH[@]}" -np "$gpus" --backends gonccl,gloo,nccl --json "$LOGS/bench-nccl.json"
-  else
-    selected bench && skip bench-nccl "one GPU: NCCL needs one rank per GPU"
-  fi
+  # the paths side by side with the default 8 MiB of scratch (a round per 8 MiB), then the
+  # device path on 256 MiB with 256 MiB of scratch (one round)
+  run bench-paths check_bench bash -c 'cd "$WORK" && GONCCL_DEBUG=INFO GONCCL_DEBUG_SUBSYS=INIT "$PY" "$@" --json "$LOGS/bench-paths.json" && GONCCL_DEVICE_SCRATCH=256M "$PY" "$@" -b 256M --backends gonccl-device --json "$LOGS/bench-device-256m.json"' bash "${BENCH[@]}" -np "$NP"
+  # the lecture's DDP step (2 ranks sharing GPU 0, or one rank per GPU): both paths and gloo
+  run bench-ddp check_ddp_bench bash -c 'cd "$WORK" && "$PY" "$@"' bash "${DDPB[@]}" -np "$NP"
+  # small ops, blocking (-z 1; the rows of bench-paths are queued)
+  run bench-small check_bench bash -c 'cd "$WORK" && "$PY" "$@"' bash "${SMALL[@]}" -np "$NP"
 fi
 
 # ---- the report ----

@@ -3,6 +3,7 @@ summary it puts in its report (scripts/pytest_failures.py). `make gpu-check-dry`
 whole dry run; these run the parts that need no build (gonccl installed is enough)."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -84,6 +85,12 @@ def test_dry_run_only_capi_links_and_runs_over_the_fake(tmp_path, package_dir):
     assert "| capi-memcheck | yes | no | 150 |" in plan, plan
     assert "| capi-link | yes | yes (fake libcuda.so.1) |" in plan, plan
     assert "planned: " in plan and "s expected of a 480s budget on 1 GPU(s)" in plan, plan
+    # A whole run fits the 8 minutes of the budget on one GPU (issue 20); what does not
+    # is left to --extended, and the plan says so.
+    planned = int(re.search(r"planned: (\d+)s expected", plan).group(1))
+    assert planned <= 480, plan
+    assert "| bench-small | no (--extended) |" in plan and "| capi-cuda-device-2ranks | no (--extended) |" in plan, plan
+    assert "over the budget" not in plan, plan
     assert "checks passed" in report, report
 
 
