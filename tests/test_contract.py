@@ -61,7 +61,7 @@ def _no_gpu_reason():
     import torch
 
     if not torch.cuda.is_available():
-        return "no GPU here (torch.cuda.is_available() is False): not yet run on real GPU hardware"
+        return "no GPU here (torch.cuda.is_available() is False): scripts/gpu-check.sh runs it on a GPU machine"
     from gonccl import _C
 
     if not _C.cuda_support():

@@ -120,7 +120,7 @@ def test_cpu_path_in_a_cuda_build(cuda_build_run):
 @pytest.mark.requires("gpu")
 def test_cuda_one_device_shared_by_two_ranks(cuda_build_run):
     if not torch.cuda.is_available():
-        pytest.skip("no GPU here (torch.cuda.is_available() is False): not yet run on real GPU hardware")
+        pytest.skip("no GPU here (torch.cuda.is_available() is False): scripts/gpu-check.sh runs it on a GPU machine")
     cuda_build_run.section("cuda_one_device")
 
 
@@ -130,5 +130,5 @@ def test_cuda_stream_ordering_on_a_real_gpu(cuda_build_run):
     """Issue 13's stream-ordering bugs, read back on the GPU right away (see
     cuda_build_worker.py); the fake-driver versions run in test_cuda_capi.py."""
     if not torch.cuda.is_available():
-        pytest.skip("no GPU here (torch.cuda.is_available() is False): not yet run on real GPU hardware")
+        pytest.skip("no GPU here (torch.cuda.is_available() is False): scripts/gpu-check.sh runs it on a GPU machine")
     cuda_build_run.section("cuda_ordering")
