@@ -79,7 +79,8 @@ type devState struct {
 	devShared  *cuda.Shared // nil: this communicator stages
 	devKernels *cuda.Kernels
 	devCtx     cuda.Context
-	devLast    chan struct{} // closed once the last device-path operation has enqueued its work
+	devLast    chan struct{}           // closed once the last device-path operation has enqueued its work
+	devSide    map[sideKey]cuda.Stream // async point-to-point's streams (devp2p.go)
 }
 
 // devicePath returns the communicator's shared scratch and kernels if operations
@@ -245,10 +246,12 @@ func (v *views) runDevice(c *core.Comm, rec devRecord, dt core.DataType, enqueue
 	if err != nil {
 		return nil, err
 	}
-	dop, err := c.IssueDeviceOp(rec.kind, dt, rec.redop, rec.root, rec.count)
-	if err != nil {
-		st.Cancel()
-		return nil, err
+	var dop *core.DeviceOp // point-to-point (kind 0) is not in the recorder
+	if rec.kind != 0 {
+		if dop, err = c.IssueDeviceOp(rec.kind, dt, rec.redop, rec.root, rec.count); err != nil {
+			st.Cancel()
+			return nil, err
+		}
 	}
 	v.staging = st
 	e := v.e
@@ -262,16 +265,20 @@ func (v *views) runDevice(c *core.Comm, rec devRecord, dt core.DataType, enqueue
 		defer close(mine)
 		if err := st.BeginDevice(deadline); err != nil {
 			st.Cancel()
-			dop.Failed(err)
+			if dop != nil {
+				dop.Failed(err)
+			}
 			return err
 		}
 		err := enqueue(ptrs)
 		if eerr := st.EndDevice(); err == nil {
 			err = eerr
 		}
-		if err != nil {
+		switch {
+		case dop == nil:
+		case err != nil:
 			dop.Failed(err)
-		} else {
+		default:
 			dop.OnGPU(st.Done)
 		}
 		return err
@@ -343,6 +350,9 @@ func (e *commEntry) closeDevice(abort bool) error {
 	sh := e.devShared
 	e.devShared = nil
 	e.devDecided = true
+	if len(e.devSide) > 0 {
+		e.returnSideStreams()
+	}
 	e.devMu.Unlock()
 	if sh == nil {
 		return nil

@@ -33,6 +33,7 @@ type groupMember struct {
 type group struct {
 	depth   int
 	members []groupMember
+	held    []*deviceP2P // device-path sends and receives, enqueued at the end (devp2p.go)
 }
 
 var groups = struct {
@@ -87,6 +88,7 @@ func goncclGroupEnd() (res C.goncclResult_t) {
 	}
 	delete(groups.m, id)
 	groups.Unlock()
+	flushHeld(g.held)
 	res = C.goncclSuccess
 	for _, m := range g.members {
 		if _, err := m.req.Wait(-1); err != nil && res == C.goncclSuccess {

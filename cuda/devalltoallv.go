@@ -18,6 +18,10 @@ func (s *Shared) AlltoAllv(st Stream, send uintptr, sendBytes, sendOff []int, re
 	if sendBytes[s.rank] != recvBytes[s.rank] {
 		return fmt.Errorf("cuda: alltoallv: this rank sends itself %d bytes but expects %d", sendBytes[s.rank], recvBytes[s.rank])
 	}
+	sendEnd, recvEnd := span(sendBytes, sendOff), span(recvBytes, recvOff)
+	if sendEnd > 0 && recvEnd > 0 && send < recv+uintptr(recvEnd) && recv < send+uintptr(sendEnd) {
+		return fmt.Errorf("cuda: alltoallv's send and receive buffers overlap, which the device path does not take: the blocks go out and come in chunk by chunk")
+	}
 	ops := make([]P2POp, 0, 2*s.nranks)
 	for p := range s.nranks {
 		if p != s.rank {
@@ -39,6 +43,17 @@ func (s *Shared) AlltoAllv(st Stream, send uintptr, sendBytes, sendOff []int, re
 	return s.d.do(s.ctx, func() error {
 		return s.d.memcpyDtoD(recv+uintptr(recvOff[s.rank]), send+uintptr(sendOff[s.rank]), n, st)
 	})
+}
+
+// span is how many bytes the blocks of counts at offs reach.
+func span(counts, offs []int) int {
+	end := 0
+	for i, n := range counts {
+		if n > 0 {
+			end = max(end, offs[i]+n)
+		}
+	}
+	return end
 }
 
 // Barrier enqueues on st a barrier among the ranks' streams: work enqueued on st

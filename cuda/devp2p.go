@@ -1,6 +1,9 @@
 package cuda
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
 // Point-to-point on the device path: sends and receives between the ranks of a
 // Shared, enqueued on the caller's streams, ordered between the two ranks of each
@@ -53,6 +56,7 @@ func p2pBytes(dataBytes, nranks int) int {
 type p2pState struct {
 	sendSeq []uint32 // chunks sent to each rank
 	recvSeq []uint32 // chunks received from each rank
+	forks   []event  // Follow's events, destroyed once they have run
 }
 
 func (s *Shared) p2pBase(r int) uintptr { return s.bases[r] + flagsBytes + uintptr(s.cap) }
@@ -199,6 +203,46 @@ func (s *Shared) recvChunk(peer int, c p2pChunk) error {
 	}
 	s.p2p.recvSeq[peer] = q
 	return nil
+}
+
+// Follow makes stream side wait for the work enqueued on stream main so far (an
+// event recorded on main), both streams of the scratch's context.
+func (s *Shared) Follow(side, main Stream) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.d.do(s.ctx, func() error {
+		// The fake driver, like a careful reading of CUDA's, wants an event alive until
+		// its record has run: destroy the ones that have completed, keep the rest.
+		keep := s.p2p.forks[:0]
+		for _, ev := range s.p2p.forks {
+			if done, err := s.d.eventDone(ev); err == nil && done {
+				_ = s.d.eventDestroy(ev)
+			} else {
+				keep = append(keep, ev)
+			}
+		}
+		s.p2p.forks = keep
+		ev, err := s.d.eventCreate()
+		if err != nil {
+			return err
+		}
+		s.p2p.forks = append(s.p2p.forks, ev)
+		if err := s.d.eventRecord(ev, main); err != nil {
+			return err
+		}
+		return s.d.streamWaitEvent(side, ev)
+	})
+}
+
+// p2pRelease destroys Follow's events (release, with the context current): once
+// Close has seen every rank's point-to-point work done, they have run.
+func (s *Shared) p2pRelease() error {
+	var errs []error
+	for _, ev := range s.p2p.forks {
+		errs = append(errs, s.d.eventDestroy(ev))
+	}
+	s.p2p.forks = nil
+	return errors.Join(errs...)
 }
 
 // p2pQuiesce enqueues, on the legacy default stream, waits until every chunk this

@@ -160,7 +160,8 @@ def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
     dump = tmp_path / "trace"
     extra = {"GONCCL_DEBUG": "INFO", "GONCCL_DEBUG_SUBSYS": "INIT", "GONCCL_TRACE_DUMP_DIR": str(dump)}
     if path.startswith("device"):
-        extra["GONCCL_DEVICE_PATH"] = "1"
+        # A small scratch: large operations and messages take many rounds of it.
+        extra.update(GONCCL_DEVICE_PATH="1", GONCCL_DEVICE_SCRATCH="1M")
     if path == "device-no-peer":
         extra["FAKECUDA_NO_PEER"] = "1"
     run = _run_ranks(cuda_capi_binary, fakecuda, nranks, id_file, str(tmp_path), extra)
