@@ -20,7 +20,9 @@ import (
 // thread's group, and the outermost goncclGroupEnd waits for them all (a ring of
 // blocking sends of large messages would otherwise wait for receives not yet called).
 // Blocking collectives still wait where they are called; every rank reaches them in
-// the same order, and they do not depend on point-to-point progress.
+// the same order, and they do not depend on point-to-point progress. The exception to
+// "starts at once": the device path's blocking sends and receives, which a group holds
+// until its end and then enqueues together (devp2p.go), as NCCL does.
 //
 // Nesting is per thread, as in NCCL. An exported function runs on the C caller's
 // thread, so pthread_self identifies the thread a group belongs to.
