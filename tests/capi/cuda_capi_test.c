@@ -514,6 +514,33 @@ static void test_p2p_large(goncclComm_t comm) {
     fakecudaFree(sb);
     fakecudaFree(rb);
   }
+  /* One group mixing host buffers (NULL stream: staged, started at once) with device
+   * buffers (held until the group's end on the device path): a ring of each, the
+   * messages of each kind in the same order on both sides, as the staged path matches
+   * them by tag and order. */
+  {
+    int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
+    size_t m = 70000;
+    float *hs = malloc(m * sizeof(float)), *hr = malloc(m * sizeof(float));
+    float *ds = dmalloc(m), *dr = dmalloc(m);
+    CHECK(hs != NULL && hr != NULL, "malloc");
+    for (size_t i = 0; i < m; i++) hs[i] = (float)(rank * 3 + 1), hr[i] = -1;
+    CHECK(fakecudaFillF32(stream, ds, m, (float)(rank * 5 + 2), SLOW_US) == 0, "fill");
+    CHECK(fakecudaFillF32(stream, dr, m, -1, 0) == 0, "fill");
+    OK(goncclGroupStart(), comm);
+    OK(goncclRecv(dr, m, goncclFloat32, next, comm, stream), comm);
+    OK(goncclSend(ds, m, goncclFloat32, prev, comm, stream), comm);
+    OK(goncclSend(hs, m, goncclFloat32, prev, comm, NULL), comm);
+    OK(goncclRecv(hr, m, goncclFloat32, next, comm, NULL), comm);
+    OK(goncclGroupEnd(), comm);
+    fakecudaStreamDrain(stream);
+    CHECK(hr[0] == (float)(next * 3 + 1) && hr[m - 1] == (float)(next * 3 + 1), "mixed group, host: %f", hr[m - 1]);
+    CHECK(dr[0] == (float)(next * 5 + 2) && dr[m - 1] == (float)(next * 5 + 2), "mixed group, device: %f", dr[m - 1]);
+    free(hs);
+    free(hr);
+    fakecudaFree(ds);
+    fakecudaFree(dr);
+  }
   /* alltoallv: rank r sends 1000*(j+1)+r elements of value 100*r+j to rank j. */
   size_t sc[64], sd[64], rc[64], rd[64], st = 0, rt = 0;
   for (int j = 0; j < nranks; j++) {
