@@ -29,6 +29,11 @@ import (
 // every rank alike, so no group of matching sends and receives (an exchange between
 // two ranks, a ring shift, an all-to-all) can leave the streams waiting on each
 // other, however large the messages.
+//
+// SetTestFault's faults for this file: "p2p-skip-sent-wait" (a receive copies out
+// without waiting for the sender's flag), "p2p-offset" (it reads the slot one byte
+// early), "p2p-skip-free-wait" (a send overwrites a slot its receiver may not have
+// drained).
 
 // p2pSlots is the number of chunks of a pair in flight at once.
 const p2pSlots = 2
