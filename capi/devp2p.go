@@ -135,18 +135,32 @@ func (v *views) sideStream(peer int, recv bool) (cuda.Stream, error) {
 	return s, nil
 }
 
-// returnSideStreams gives the side streams back (communicator destroy or abort; work
-// still queued on them runs: they are never destroyed). e.devMu held.
-func (e *commEntry) returnSideStreams() {
+// takeSideStreams empties the communicator's side streams and returns them (destroy
+// or abort). e.devMu held.
+func (e *commEntry) takeSideStreams() []cuda.Stream {
+	var out []cuda.Stream
+	for k, s := range e.devSide {
+		if s != 0 {
+			out = append(out, s)
+		}
+		delete(e.devSide, k)
+	}
+	return out
+}
+
+// returnStreams gives side streams back for later communicators, once the scratch's
+// Close has seen every rank's work done (what was queued on them has run; they are
+// never destroyed).
+func returnStreams(streams []cuda.Stream) {
+	if len(streams) == 0 {
+		return
+	}
 	drv, err := cuda.Default() // loaded: the streams came from it
 	if err != nil {
 		return
 	}
-	for k, s := range e.devSide {
-		if s != 0 {
-			_ = drv.ReturnStream(s)
-		}
-		delete(e.devSide, k)
+	for _, s := range streams {
+		_ = drv.ReturnStream(s)
 	}
 }
 

@@ -350,17 +350,20 @@ func (e *commEntry) closeDevice(abort bool) error {
 	sh := e.devShared
 	e.devShared = nil
 	e.devDecided = true
-	if len(e.devSide) > 0 {
-		e.returnSideStreams()
-	}
+	side := e.takeSideStreams()
 	e.devMu.Unlock()
 	if sh == nil {
 		return nil
 	}
 	if abort || e.comm.Err() != nil {
-		// No collective close on a broken communicator: leave the scratch mapped.
+		// No collective close on a broken communicator: leave the scratch mapped (and
+		// the side streams unused: they may wait forever on a dead peer's flags).
 		sh.Abandon()
 		return nil
 	}
-	return sh.Close(e.comm.Timeout())
+	err := sh.Close(e.comm.Timeout())
+	if err == nil {
+		returnStreams(side)
+	}
+	return err
 }
