@@ -178,6 +178,11 @@ func allGather(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t,
 
 func barrier(h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
 	return issue(h, stream, out, async, func(c *core.Comm, v *views) (*core.Request, error) {
+		if req, ok, err := v.tryDevice(c, core.KindBarrier, core.Int8, nil, noRoot, 0, func(sh *cuda.Shared, _ *cuda.Kernels, _ []uintptr) error {
+			return sh.Barrier(v.stream)
+		}); ok || err != nil {
+			return req, err
+		}
 		if _, err := v.get(core.Int8); err != nil {
 			return nil, err
 		}
@@ -446,6 +451,9 @@ func alltoAllv(send unsafe.Pointer, sendCounts, sendDispls *C.size_t, recv unsaf
 		recvLen, err := extent("recvbuff", rc, rd)
 		if err != nil {
 			return nil, err
+		}
+		if req, ok, err := v.deviceAlltoAllv(c, d, send, sendLen, recv, recvLen, sc, sd, rc, rd); ok || err != nil {
+			return req, err
 		}
 		// recvbuff is read too: the gaps between the blocks written must keep what the
 		// device holds when it is staged back.

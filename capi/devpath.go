@@ -111,7 +111,8 @@ type devState struct {
 	devShared  *cuda.Shared // nil: this communicator stages
 	devKernels *cuda.Kernels
 	devCtx     cuda.Context
-	devLast    chan struct{} // closed once the last device-path operation has enqueued its work
+	devLast    chan struct{}           // closed once the last device-path operation has enqueued its work
+	devSide    map[sideKey]cuda.Stream // async point-to-point's streams (devp2p.go)
 }
 
 // devicePath returns the communicator's shared scratch and kernels if operations
@@ -284,10 +285,12 @@ func (v *views) runDevice(c *core.Comm, rec devRecord, dt core.DataType, enqueue
 	if err != nil {
 		return nil, err
 	}
-	dop, err := c.IssueDeviceOp(rec.kind, dt, rec.redop, rec.root, rec.count)
-	if err != nil {
-		st.Cancel()
-		return nil, err
+	var dop *core.DeviceOp // point-to-point (kind 0) is not in the recorder
+	if rec.kind != 0 {
+		if dop, err = c.IssueDeviceOp(rec.kind, dt, rec.redop, rec.root, rec.count); err != nil {
+			st.Cancel()
+			return nil, err
+		}
 	}
 	v.staging = st
 	e := v.e
@@ -301,16 +304,20 @@ func (v *views) runDevice(c *core.Comm, rec devRecord, dt core.DataType, enqueue
 		defer close(mine)
 		if err := st.BeginDevice(deadline); err != nil {
 			st.Cancel()
-			dop.Failed(err)
+			if dop != nil {
+				dop.Failed(err)
+			}
 			return err
 		}
 		err := enqueue(ptrs)
 		if eerr := st.EndDevice(); err == nil {
 			err = eerr
 		}
-		if err != nil {
+		switch {
+		case dop == nil:
+		case err != nil:
 			dop.Failed(err)
-		} else {
+		default:
 			dop.OnGPU(st.Done)
 		}
 		return err
@@ -382,14 +389,20 @@ func (e *commEntry) closeDevice(abort bool) error {
 	sh := e.devShared
 	e.devShared = nil
 	e.devDecided = true
+	side := e.takeSideStreams()
 	e.devMu.Unlock()
 	if sh == nil {
 		return nil
 	}
 	if abort || e.comm.Err() != nil {
-		// No collective close on a broken communicator: leave the scratch mapped.
+		// No collective close on a broken communicator: leave the scratch mapped (and
+		// the side streams unused: they may wait forever on a dead peer's flags).
 		sh.Abandon()
 		return nil
 	}
-	return sh.Close(e.comm.Timeout())
+	err := sh.Close(e.comm.Timeout())
+	if err == nil {
+		returnStreams(side)
+	}
+	return err
 }

@@ -277,7 +277,9 @@ goncclResult_t goncclAlltoAllv(const void* sendbuff, const size_t sendcounts[],
 /* Point to point. Unlike collectives, these do not wait for earlier operations on the
  * communicator: sends and receives progress independently, in any order, and never
  * deadlock where NCCL or Gloo do not. Messages between two ranks with the same tag
- * arrive in the order they were sent. The blocking forms use tag 0. */
+ * arrive in the order they were sent. The blocking forms use tag 0. On the device path
+ * (GONCCL_DEVICE_PATH=1, device buffers) they are enqueued on streams as NCCL's are and
+ * match per pair of ranks in the order enqueued, without tags or GONCCL_ANY_SOURCE. */
 goncclResult_t goncclSend(const void* sendbuff, size_t count, goncclDataType_t datatype,
                           int peer, goncclComm_t comm, goncclStream_t stream);
 goncclResult_t goncclRecv(void* recvbuff, size_t count, goncclDataType_t datatype, int peer,
@@ -286,7 +288,9 @@ goncclResult_t goncclRecv(void* recvbuff, size_t count, goncclDataType_t datatyp
 /* Group calls. Between goncclGroupStart and goncclGroupEnd (which nest, per thread),
  * operations may be issued in any order, as with NCCL; gonccl starts each at once
  * (point-to-point progresses independently, collectives queue in issue order), so a
- * group never deadlocks on the order of its calls. */
+ * group never deadlocks on the order of its calls. On the device path
+ * (GONCCL_DEVICE_PATH=1) the blocking goncclSend/goncclRecv on device buffers are held
+ * until the outermost goncclGroupEnd, which enqueues them together on their streams. */
 goncclResult_t goncclGroupStart(void);
 goncclResult_t goncclGroupEnd(void);
 

@@ -20,7 +20,9 @@ import (
 // thread's group, and the outermost goncclGroupEnd waits for them all (a ring of
 // blocking sends of large messages would otherwise wait for receives not yet called).
 // Blocking collectives still wait where they are called; every rank reaches them in
-// the same order, and they do not depend on point-to-point progress.
+// the same order, and they do not depend on point-to-point progress. The exception to
+// "starts at once": the device path's blocking sends and receives, which a group holds
+// until its end and then enqueues together (devp2p.go), as NCCL does.
 //
 // Nesting is per thread, as in NCCL. An exported function runs on the C caller's
 // thread, so pthread_self identifies the thread a group belongs to.
@@ -33,6 +35,7 @@ type groupMember struct {
 type group struct {
 	depth   int
 	members []groupMember
+	held    []*deviceP2P // device-path sends and receives, enqueued at the end (devp2p.go)
 }
 
 var groups = struct {
@@ -87,6 +90,7 @@ func goncclGroupEnd() (res C.goncclResult_t) {
 	}
 	delete(groups.m, id)
 	groups.Unlock()
+	flushHeld(g.held)
 	res = C.goncclSuccess
 	for _, m := range g.members {
 		if _, err := m.req.Wait(-1); err != nil && res == C.goncclSuccess {

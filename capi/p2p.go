@@ -16,7 +16,11 @@ func send(p unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, peer, tag C.i
 		if err != nil {
 			return nil, err
 		}
-		b, err := v.get(d, buf{"sendbuff", p, uint64(count), true, false})
+		sb := buf{"sendbuff", p, uint64(count), true, false}
+		if req, ok, err := v.tryDeviceP2P(c, false, d, sb, int(peer), async); ok || err != nil {
+			return req, err
+		}
+		b, err := v.get(d, sb)
 		if err != nil {
 			return nil, err
 		}
@@ -40,7 +44,11 @@ func recv(p unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, peer, tag C.i
 		if err != nil {
 			return nil, err
 		}
-		b, err := v.get(d, buf{"recvbuff", p, uint64(count), false, true})
+		rb := buf{"recvbuff", p, uint64(count), false, true}
+		if req, ok, err := v.tryDeviceP2P(c, true, d, rb, int(peer), async); ok || err != nil {
+			return req, err
+		}
+		b, err := v.get(d, rb)
 		if err != nil {
 			return nil, err
 		}

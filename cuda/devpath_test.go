@@ -139,7 +139,11 @@ func devChild() int {
 		fmt.Println(err)
 		return 2
 	}
-	if err := devRank(d, f, id, rank, devs, os.Stdout); err != nil {
+	run := devRank
+	if os.Getenv("GONCCL_DEVTEST_SCRIPT") == "p2p" {
+		run = devP2PRank // devp2p_test.go
+	}
+	if err := run(d, f, id, rank, devs, os.Stdout); err != nil {
 		fmt.Println(err)
 		return 3
 	}

@@ -38,6 +38,7 @@ type Shared struct {
 	step       uint32     // the last step number used
 	lastStream Stream     // the stream of the last round
 	closed     bool
+	p2p        p2pState // point-to-point's chunk counts (devp2p.go)
 }
 
 // Offsets of the flags in each rank's allocation; the data area follows the page.
@@ -163,10 +164,13 @@ func NewShared(d *Driver, ctx Context, rank, nranks, dataBytes int, exchange fun
 		if me.bus, err = d.BusID(s.dev); err != nil {
 			return err
 		}
-		if s.own, err = d.memAlloc(flagsBytes + s.cap); err != nil {
+		if s.own, err = d.memAlloc(flagsBytes + s.cap + p2pBytes(s.cap, nranks)); err != nil {
 			return err
 		}
 		if err = d.memsetD32(s.own, 0, flagsBytes/4); err != nil {
+			return err
+		}
+		if err = s.p2pZero(); err != nil {
 			return err
 		}
 		me.handle, err = d.ipcGetMemHandle(s.own)
@@ -289,6 +293,7 @@ func (s *Shared) release() error {
 			errs = append(errs, s.d.memFree(s.own))
 			s.own = 0
 		}
+		errs = append(errs, s.p2pRelease())
 		return nil
 	})
 	return errors.Join(append(errs, err)...)
@@ -315,7 +320,7 @@ func (s *Shared) Close(timeout time.Duration) error {
 				return err
 			}
 		}
-		return nil
+		return s.p2pQuiesce()
 	}, time.Now().Add(timeout))
 	if err == nil {
 		_, err = s.exchange(peerRecord{ok: true}.encode())

@@ -16,7 +16,9 @@ copy-out queued after an op completed, under goncclRequestHoldStream, is seen by
 op; cudaStreamPerThread and streams under graph capture are refused before anything is
 queued; memory of another device than the stream's is refused; the pinned pool holds one
 primary context reference until destroy; send/recv (group ring, async with tags, any
-source) on device buffers.
+source; an exchange of messages of many chunks in a group, and one mixing host and
+device buffers) and uneven alltoallv on device buffers; on the device path, a barrier
+that holds the streams rather than the host.
 
 The fake is strict where the real driver is unforgiving (issue 20's crashes):
 fakecuda_fault_test shows that a destroyed event, freed pinned memory and a reset
@@ -151,19 +153,21 @@ def test_libgonccl_does_not_link_cuda(package_dir):
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
     """The same checks on the staged path (GONCCL_DEVICE_PATH=0) and on the device path
-    (GONCCL_DEVICE_PATH=1: all_reduce, broadcast, all_gather, reduce, reduce_scatter,
-    alltoall, gather, scatter stay on the "GPU", the ranks on devices 0 and 1 mapping each
-    other's scratch; the other operations stage and interleave with them on the same
-    stream). Rank r runs on device r % 2. By default (auto) the communicator takes the
+    (GONCCL_DEVICE_PATH=1, a 1 MiB scratch so that large operations take many rounds:
+    every collective, alltoallv, barrier and send/recv stay on the "GPU", the ranks on
+    devices 0 and 1 mapping each other's scratch, and the test checks that no copy went
+    through host memory; a group mixes staged host-buffer and device-buffer sends and
+    receives). Rank r runs on device r % 2. By default (auto) the communicator takes the
     device path when no two ranks share a GPU (2 ranks), and stages when some do (3 ranks:
-    ranks 0 and 2 are on device 0), every rank together. Only the forced staged run has
-    the mismatched collective, which the device path cannot detect. With devices that
-    cannot access each other (FAKECUDA_NO_PEER), every rank falls back to staging."""
+    ranks 0 and 2 are on device 0), every rank together. Only the staged runs have the
+    mismatched collective, which the device path cannot detect. With devices that cannot
+    access each other (FAKECUDA_NO_PEER), every rank falls back to staging."""
     id_file = str(tmp_path / "unique_id")
     dump = tmp_path / "trace"
     extra = {"GONCCL_DEBUG": "INFO", "GONCCL_DEBUG_SUBSYS": "INIT", "GONCCL_TRACE_DUMP_DIR": str(dump)}
     if path.startswith("device"):
-        extra["GONCCL_DEVICE_PATH"] = "1"
+        # A small scratch: large operations and messages take many rounds of it.
+        extra.update(GONCCL_DEVICE_PATH="1", GONCCL_DEVICE_SCRATCH="1M")
     if path == "staged":
         extra["GONCCL_DEVICE_PATH"] = "0"
     if path == "device-no-peer":

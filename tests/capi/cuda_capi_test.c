@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fakecuda.h"
@@ -61,6 +62,15 @@ static float* dmalloc(size_t n) {
   float* p = fakecudaMalloc(dev, (n ? n : 1) * sizeof(float));
   CHECK(p != NULL, "fakecudaMalloc");
   return p;
+}
+
+/* The communicator takes the device path (GONCCL_DEVICE_PATH=1, see main). */
+static int device_path;
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
 static float tri(void) { return (float)(nranks * (nranks + 1) / 2); }
@@ -425,14 +435,17 @@ static void test_p2p(goncclComm_t comm) {
     fakecudaStreamDrain(stream);
     CHECK(rb[0] == (float)(prev + 1) + 0.5f && rb[n - 1] == (float)(prev + 1) + 0.5f, "ring n=%zu: got %f, want %f",
           n, rb[n - 1], (float)(prev + 1) + 0.5f);
-    /* Async with a tag; the receive waited for by another stream. */
+    /* Async with a tag; the receive waited for by another stream. Every rank receives
+     * first: on the device path each async operation runs on a stream of its own per
+     * peer, after the work queued on `stream`, so the ring still progresses. */
     goncclRequest_t sr, rr;
     CHECK(fakecudaFillF32(stream, sb, n, (float)(100 + rank), SLOW_US) == 0, "fill");
     OK(goncclRecvAsync(rb, n, goncclFloat32, prev, 5, comm, stream, &rr), comm);
     OK(goncclSendAsync(sb, n, goncclFloat32, next, 5, comm, stream, &sr), comm);
     OK(goncclRequestWaitStream(rr, other), comm);
     CHECK(fakecudaCheckF32(other, rb, n, (float)(100 + prev), 0) == 0, "check");
-    OK(goncclRequestWait(sr, -1), comm);
+    /* The send's buffer is free for reuse once a stream waits for the request. */
+    OK(goncclRequestWaitStream(sr, other), comm);
     OK(goncclRequestFree(sr), comm);
     OK(goncclRequestFree(rr), comm);
     fakecudaStreamDrain(other);
@@ -440,9 +453,20 @@ static void test_p2p(goncclComm_t comm) {
     fakecudaFree(sb);
     fakecudaFree(rb);
   }
-  /* Rank 0 receives one message from every other rank, from any source. */
+  /* Rank 0 receives one message from every other rank, from any source (on the
+   * device path, which refuses GONCCL_ANY_SOURCE, from each rank in turn). */
   float* b = dmalloc(3);
-  if (rank == 0) {
+  if (rank == 0 && device_path) {
+    goncclRequest_t r = NULL;
+    CHECK(goncclRecvAsync(b, 3, goncclFloat32, GONCCL_ANY_SOURCE, 9, comm, stream, &r) == goncclInvalidUsage,
+          "GONCCL_ANY_SOURCE on the device path was not refused");
+    CHECK(strstr(goncclGetLastError(comm), "GONCCL_ANY_SOURCE") != NULL, "error: %s", goncclGetLastError(comm));
+    for (int i = 1; i < nranks; i++) {
+      OK(goncclRecv(b, 3, goncclFloat32, i, comm, stream), comm);
+      fakecudaStreamDrain(stream);
+      CHECK(b[2] == (float)(i * 7), "from %d got %f", i, b[2]);
+    }
+  } else if (rank == 0) {
     int seen = 0;
     for (int i = 1; i < nranks; i++) {
       goncclRequest_t r;
@@ -460,10 +484,103 @@ static void test_p2p(goncclComm_t comm) {
     CHECK(fakecudaFillF32(stream, b, 3, (float)(rank * 7), SLOW_US) == 0, "fill");
     goncclRequest_t r;
     OK(goncclSendAsync(b, 3, goncclFloat32, 0, 9, comm, stream, &r), comm);
-    OK(goncclRequestWait(r, -1), comm);
+    OK(goncclRequestWaitStream(r, stream), comm);
     OK(goncclRequestFree(r), comm);
+    fakecudaStreamDrain(stream);
   }
   fakecudaFree(b);
+}
+
+/* Point-to-point, alltoallv and barrier with messages of many chunks of the device
+ * path's slots (the device run sets GONCCL_DEVICE_SCRATCH=1M): an exchange between
+ * rank pairs in one group, one side receiving first; uneven alltoallv; on the device
+ * path, a barrier that holds the streams, not the host. Also run on the staged path. */
+static void test_p2p_large(goncclComm_t comm) {
+  size_t n = 300000;
+  int partner = rank ^ 1;
+  if (partner < nranks) {
+    float *sb = dmalloc(n), *rb = dmalloc(n + 16);
+    CHECK(fakecudaFillF32(stream, sb, n, (float)(rank + 1), SLOW_US) == 0, "fill");
+    CHECK(fakecudaFillF32(stream, rb, n + 16, -1, 0) == 0, "fill");
+    OK(goncclGroupStart(), comm);
+    if (rank % 2) OK(goncclRecv(rb, n, goncclFloat32, partner, comm, stream), comm);
+    OK(goncclSend(sb, n, goncclFloat32, partner, comm, stream), comm);
+    if (rank % 2 == 0) OK(goncclRecv(rb, n, goncclFloat32, partner, comm, stream), comm);
+    OK(goncclGroupEnd(), comm);
+    fakecudaStreamDrain(stream);
+    for (size_t i = 0; i < n; i += 997)
+      CHECK(rb[i] == (float)(partner + 1), "exchange [%zu] = %f, want %f", i, rb[i], (float)(partner + 1));
+    CHECK(rb[n - 1] == (float)(partner + 1) && rb[n] == -1 && rb[n + 15] == -1, "exchange end/guard");
+    fakecudaFree(sb);
+    fakecudaFree(rb);
+  }
+  /* One group mixing host buffers (NULL stream: staged, started at once) with device
+   * buffers (held until the group's end on the device path): a ring of each, the
+   * messages of each kind in the same order on both sides, as the staged path matches
+   * them by tag and order. */
+  {
+    int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
+    size_t m = 70000;
+    float *hs = malloc(m * sizeof(float)), *hr = malloc(m * sizeof(float));
+    float *ds = dmalloc(m), *dr = dmalloc(m);
+    CHECK(hs != NULL && hr != NULL, "malloc");
+    for (size_t i = 0; i < m; i++) hs[i] = (float)(rank * 3 + 1), hr[i] = -1;
+    CHECK(fakecudaFillF32(stream, ds, m, (float)(rank * 5 + 2), SLOW_US) == 0, "fill");
+    CHECK(fakecudaFillF32(stream, dr, m, -1, 0) == 0, "fill");
+    OK(goncclGroupStart(), comm);
+    OK(goncclRecv(dr, m, goncclFloat32, next, comm, stream), comm);
+    OK(goncclSend(ds, m, goncclFloat32, prev, comm, stream), comm);
+    OK(goncclSend(hs, m, goncclFloat32, prev, comm, NULL), comm);
+    OK(goncclRecv(hr, m, goncclFloat32, next, comm, NULL), comm);
+    OK(goncclGroupEnd(), comm);
+    fakecudaStreamDrain(stream);
+    CHECK(hr[0] == (float)(next * 3 + 1) && hr[m - 1] == (float)(next * 3 + 1), "mixed group, host: %f", hr[m - 1]);
+    CHECK(dr[0] == (float)(next * 5 + 2) && dr[m - 1] == (float)(next * 5 + 2), "mixed group, device: %f", dr[m - 1]);
+    free(hs);
+    free(hr);
+    fakecudaFree(ds);
+    fakecudaFree(dr);
+  }
+  /* alltoallv: rank r sends 1000*(j+1)+r elements of value 100*r+j to rank j. */
+  size_t sc[64], sd[64], rc[64], rd[64], st = 0, rt = 0;
+  for (int j = 0; j < nranks; j++) {
+    sc[j] = 1000 * (size_t)(j + 1) + (size_t)rank;
+    sd[j] = st;
+    st += sc[j] + 5;
+    rc[j] = 1000 * (size_t)(rank + 1) + (size_t)j;
+    rd[j] = rt;
+    rt += rc[j] + 5;
+  }
+  float *send = dmalloc(st), *recv = dmalloc(rt);
+  CHECK(fakecudaFillF32(stream, recv, rt, -9, 0) == 0, "fill");
+  for (int j = 0; j < nranks; j++)
+    CHECK(fakecudaFillF32(stream, send + sd[j], sc[j], (float)(100 * rank + j), j == 0 ? SLOW_US : 0) == 0, "fill");
+  OK(goncclAlltoAllv(send, sc, sd, recv, rc, rd, goncclFloat32, comm, stream), comm);
+  fakecudaStreamDrain(stream);
+  for (int j = 0; j < nranks; j++) {
+    CHECK(recv[rd[j]] == (float)(100 * j + rank) && recv[rd[j] + rc[j] - 1] == (float)(100 * j + rank),
+          "alltoallv from %d = %f", j, recv[rd[j] + rc[j] - 1]);
+    CHECK(recv[rd[j] + rc[j]] == -9, "alltoallv gap after %d = %f", j, recv[rd[j] + rc[j]]);
+  }
+  fakecudaFree(send);
+  fakecudaFree(recv);
+  /* A barrier on the device path is flags on the streams: the call returns at once,
+   * and a stream passes it once every rank's stream has reached it. The other ranks
+   * hold their stream with a slow kernel before it, so rank 0's waits for them. */
+  float* x = dmalloc(8);
+  if (rank != 0) CHECK(fakecudaFillF32(stream, x, 8, 1, 10 * SLOW_US) == 0, "fill");
+  double t0 = now_ms();
+  OK(goncclBarrier(comm, stream), comm);
+  double call = now_ms() - t0;
+  fakecudaStreamDrain(stream);
+  double passed = now_ms() - t0;
+  if (device_path) {
+    CHECK(call < 5 * SLOW_US / 1000.0, "device-path barrier waited %.1f ms on the host", call);
+    if (rank == 0 && nranks > 1)
+      CHECK(passed > 5 * SLOW_US / 1000.0, "rank 0's stream passed the barrier after %.1f ms, before the others' did",
+            passed);
+  }
+  fakecudaFree(x);
 }
 
 /* A failed collective (ranks disagree on the count) fails on every rank, copies nothing
@@ -495,6 +612,16 @@ int main(int argc, char** argv) {
   nranks = atoi(argv[2]);
   CHECK(getenv("GONCCL_CUDA_LIBRARY") != NULL, "GONCCL_CUDA_LIBRARY must name the fake driver");
   dev = rank % 2;
+  /* The device path is taken when asked for (GONCCL_DEVICE_PATH=1), and by default (unset
+   * or auto) when no two ranks share a device (rank r is on device r % 2: 2 ranks at
+   * most); never with GONCCL_DEVICE_PATH=0 or GONCCL_P2P_DISABLE=1, or when the fake's
+   * devices cannot map each other's memory (FAKECUDA_NO_PEER): then every rank stages. */
+  const char* want_device = getenv("GONCCL_DEVICE_PATH");
+  const char* p2p_off = getenv("GONCCL_P2P_DISABLE");
+  int forced = want_device != NULL && strcmp(want_device, "1") == 0;
+  int automatic = want_device == NULL || want_device[0] == 0 || strcmp(want_device, "auto") == 0;
+  device_path = (forced || (automatic && nranks <= 2)) && !(p2p_off != NULL && strcmp(p2p_off, "1") == 0) &&
+                getenv("FAKECUDA_NO_PEER") == NULL;
   /* The default streams resolve against the calling thread's current context. */
   CHECK(cuCtxSetCurrent(fakecudaContext(dev)) == 0, "cuCtxSetCurrent");
   fakecudaSetDelay(0, 300);
@@ -514,21 +641,19 @@ int main(int argc, char** argv) {
   test_default_stream_waiters(comm);
   test_hold_orders_copy_outs(comm);
   test_p2p(comm);
+  test_p2p_large(comm);
   test_bad(comm);
 
   fakecudaCounters c;
   fakecudaGetCounters(&c);
   CHECK(c.primary_retained == 1, "the pinned pool holds %ld references on primary contexts, want 1",
         c.primary_retained);
-  CHECK(c.host_live > 0, "the pinned pool should hold memory before destroy");
+  /* On the device path every operation of this test stays on the GPU. */
+  CHECK(device_path || c.host_live > 0, "the pinned pool should hold memory before destroy");
   CHECK(c.host_allocs < 40, "the pinned pool allocated %ld blocks: not reused", c.host_allocs);
   /* The device path cannot see that ranks disagree on a count: their streams would wait
-   * for flags that never come, as NCCL's would. It is the default where the ranks' GPUs
-   * can share memory, so the mismatch runs only where the staged path is forced. */
-  const char* device_path = getenv("GONCCL_DEVICE_PATH");
-  const char* p2p_off = getenv("GONCCL_P2P_DISABLE");
-  if ((device_path != NULL && strcmp(device_path, "0") == 0) || (p2p_off != NULL && strcmp(p2p_off, "1") == 0))
-    test_failure(comm);
+   * for flags that never come, as NCCL's would. */
+  if (!device_path) test_failure(comm);
   OK(goncclCommDestroy(comm), NULL);
   fakecudaStreamDrain(stream);
   fakecudaStreamDrain(other);
@@ -537,9 +662,15 @@ int main(int argc, char** argv) {
   CHECK(c.host_races == 0, "%ld copies raced on pinned memory", c.host_races);
   CHECK(c.context_errors == 0, "%ld CUDA calls ran without the right context", c.context_errors);
   CHECK(c.host_live == 0 && c.host_frees == c.host_allocs, "pinned pool not freed: %ld live", c.host_live);
-  CHECK(c.primary_retained == 0, "%ld primary context references left after destroy", c.primary_retained);
+  /* The device path's async sends and receives ran on gonccl's own streams, which keep
+   * their device's primary context for the life of the process (goncclStreamAcquire's). */
+  CHECK(c.primary_retained == device_path, "%ld primary context references left after destroy", c.primary_retained);
   CHECK(c.stale_reads == 0, "%ld consumers read a result before it was there", c.stale_reads);
-  CHECK(c.dtoh > 0 && c.htod > 0, "no copies ran");
+  /* On the device path nothing of this test goes through host memory. */
+  if (device_path)
+    CHECK(c.dtoh == 0 && c.htod == 0, "device path: %ld D2H and %ld H2D copies ran", c.dtoh, c.htod);
+  else
+    CHECK(c.dtoh > 0 && c.htod > 0, "no copies ran");
   printf("rank %d: %d checks passed (%ld D2H, %ld H2D, %ld pinned blocks)\n", rank, checks, c.dtoh, c.htod,
          c.host_allocs);
   return 0;

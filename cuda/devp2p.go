@@ -1,0 +1,274 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Point-to-point on the device path: sends and receives between the ranks of a
+// Shared, enqueued on the caller's streams, ordered between the two ranks of each
+// pair by flags in the scratch and never by the host.
+//
+// Each rank's allocation holds, after the collectives' data area, a point-to-point
+// area: a page of flags, then p2pSlots slots of slotBytes for every destination (its
+// own rank included). A message from a to b goes in chunks of at most slotBytes, each
+// with a number q, counted per ordered pair (a, b) on both sides (sendSeq on a,
+// recvSeq on b): the pair's messages match in the order they were issued, as NCCL's
+// do (tags play no part). Chunk q uses slot q % p2pSlots of a's area for b:
+//
+//	sender a:   wait b's recvd[a] >= q-p2pSlots   (b has copied out the slot's last chunk)
+//	            copy the chunk into the slot; write a's sent[b] = q
+//	receiver b: wait a's sent[b] >= q
+//	            copy the chunk out of a's slot; write b's recvd[a] = q
+//
+// A send waits only for its receiver to have drained chunks issued p2pSlots before
+// it, so a send whose message fits in p2pSlots chunks never waits on the receiver's
+// stream. A group of operations (P2P) is enqueued round by round: the i-th chunk of
+// every send, then the i-th chunk of every receive, then the next. A chunk's waits
+// are then on chunks strictly earlier in the (round, send-before-receive) order, on
+// every rank alike, so no group of matching sends and receives (an exchange between
+// two ranks, a ring shift, an all-to-all) can leave the streams waiting on each
+// other, however large the messages.
+//
+// SetTestFault's faults for this file: "p2p-skip-sent-wait" (a receive copies out
+// without waiting for the sender's flag), "p2p-offset" (it reads the slot one byte
+// early), "p2p-skip-free-wait" (a send overwrites a slot its receiver may not have
+// drained).
+
+// p2pSlots is the number of chunks of a pair in flight at once.
+const p2pSlots = 2
+
+// p2pFlagStride separates two flags of the point-to-point page.
+const p2pFlagStride = 16
+
+// p2pFlagsBytes is the size of the point-to-point flags page for nranks: sent[dst],
+// then recvd[src], one per rank.
+func p2pFlagsBytes(nranks int) int { return (2*nranks*p2pFlagStride + 255) &^ 255 }
+
+// p2pSlotBytes is the size of one slot: the slots of every pair together take half
+// the collectives' data area.
+func p2pSlotBytes(dataBytes, nranks int) int {
+	return max(256, (dataBytes/(2*nranks*p2pSlots))&^255)
+}
+
+// p2pBytes is the size of the point-to-point area, which NewShared allocates after
+// the data area.
+func p2pBytes(dataBytes, nranks int) int {
+	return p2pFlagsBytes(nranks) + nranks*p2pSlots*p2pSlotBytes(dataBytes, nranks)
+}
+
+// p2pState is the host's count of chunks per pair; s.mu guards it.
+type p2pState struct {
+	sendSeq []uint32 // chunks sent to each rank
+	recvSeq []uint32 // chunks received from each rank
+	forks   []event  // Follow's events, destroyed once they have run
+}
+
+func (s *Shared) p2pBase(r int) uintptr { return s.bases[r] + flagsBytes + uintptr(s.cap) }
+
+// p2pSentFlag is rank r's count of chunks it has put in its slots for dst.
+func (s *Shared) p2pSentFlag(r, dst int) uintptr {
+	return s.p2pBase(r) + uintptr(dst*p2pFlagStride)
+}
+
+// p2pRecvdFlag is rank r's count of chunks it has copied out of src's slots for r.
+func (s *Shared) p2pRecvdFlag(r, src int) uintptr {
+	return s.p2pBase(r) + uintptr((s.nranks+src)*p2pFlagStride)
+}
+
+// p2pSlot is slot q % p2pSlots of rank src's area for dst.
+func (s *Shared) p2pSlot(src, dst int, q uint32) uintptr {
+	sb := p2pSlotBytes(s.cap, s.nranks)
+	i := dst*p2pSlots + int(q%p2pSlots)
+	return s.p2pBase(src) + uintptr(p2pFlagsBytes(s.nranks)+i*sb)
+}
+
+// p2pZero zeroes this rank's point-to-point flags (NewShared, context current).
+func (s *Shared) p2pZero() error {
+	return s.d.memsetD32(s.own+flagsBytes+uintptr(s.cap), 0, p2pFlagsBytes(s.nranks)/4)
+}
+
+// P2POp is one send or receive of a group enqueued by P2P.
+type P2POp struct {
+	Recv   bool    // a receive from Peer, else a send to Peer
+	Peer   int     // the other rank (this rank itself is allowed)
+	Buf    uintptr // device memory of Bytes bytes
+	Bytes  int
+	Stream Stream // where the op's work is enqueued
+}
+
+// p2pChunk is one chunk of a group's op.
+type p2pChunk struct {
+	op     *P2POp
+	off, n int
+}
+
+// P2P enqueues a group of sends and receives, each on its own stream, and returns
+// without waiting. Every send must be matched, on its peer, by a receive of the same
+// size, in the same order for the pair; to make progress the matching operations
+// must be enqueued in one group on both ranks, or in groups each rank issues in the
+// same order (two single operations enqueued one after the other on one stream may
+// otherwise wait for each other, as with NCCL's ungrouped send and receive).
+func (s *Shared) P2P(ops []P2POp) error {
+	for _, op := range ops {
+		if op.Peer < 0 || op.Peer >= s.nranks {
+			return fmt.Errorf("cuda: peer %d is not a rank of a communicator of %d", op.Peer, s.nranks)
+		}
+		if op.Bytes < 0 {
+			return fmt.Errorf("cuda: a point-to-point message of %d bytes", op.Bytes)
+		}
+	}
+	sb := p2pSlotBytes(s.cap, s.nranks)
+	// The chunks of each (direction, peer), in issue order.
+	var queues [2][][]p2pChunk
+	for dir := range queues {
+		queues[dir] = make([][]p2pChunk, s.nranks)
+	}
+	rounds := 0
+	for i := range ops {
+		op := &ops[i]
+		dir := 0
+		if op.Recv {
+			dir = 1
+		}
+		q := queues[dir][op.Peer]
+		for off := 0; off < op.Bytes; off += sb {
+			q = append(q, p2pChunk{op: op, off: off, n: min(sb, op.Bytes-off)})
+		}
+		queues[dir][op.Peer] = q
+		rounds = max(rounds, len(q))
+	}
+	return s.run(func() error {
+		if s.closed {
+			return fmt.Errorf("cuda: the communicator's device scratch is closed")
+		}
+		if s.p2p.sendSeq == nil {
+			s.p2p.sendSeq = make([]uint32, s.nranks)
+			s.p2p.recvSeq = make([]uint32, s.nranks)
+		}
+		for i := range rounds {
+			for dir, byPeer := range queues {
+				for peer, q := range byPeer {
+					if i >= len(q) {
+						continue
+					}
+					var err error
+					if dir == 0 {
+						err = s.sendChunk(peer, q[i])
+					} else {
+						err = s.recvChunk(peer, q[i])
+					}
+					if err != nil {
+						return err
+					}
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// sendChunk enqueues chunk c of a send to peer. s.mu held, context current.
+func (s *Shared) sendChunk(peer int, c p2pChunk) error {
+	q := s.p2p.sendSeq[peer] + 1
+	st := c.op.Stream
+	if q > p2pSlots && !fault("p2p-skip-free-wait") {
+		if err := s.d.streamWaitValue32(st, s.p2pRecvdFlag(peer, s.rank), q-p2pSlots); err != nil {
+			return err
+		}
+	}
+	if err := s.d.memcpyDtoD(s.p2pSlot(s.rank, peer, q), c.op.Buf+uintptr(c.off), c.n, st); err != nil {
+		return err
+	}
+	if err := s.d.streamWriteValue32(st, s.p2pSentFlag(s.rank, peer), q); err != nil {
+		return err
+	}
+	s.p2p.sendSeq[peer] = q
+	return nil
+}
+
+// recvChunk enqueues chunk c of a receive from peer. s.mu held, context current.
+func (s *Shared) recvChunk(peer int, c p2pChunk) error {
+	q := s.p2p.recvSeq[peer] + 1
+	st := c.op.Stream
+	if !fault("p2p-skip-sent-wait") {
+		if err := s.d.streamWaitValue32(st, s.p2pSentFlag(peer, s.rank), q); err != nil {
+			return err
+		}
+	}
+	src := s.p2pSlot(peer, s.rank, q)
+	if peer != s.rank && fault("p2p-offset") {
+		src-- // still inside the allocation: the flags page or the previous slot
+	}
+	if err := s.d.memcpyDtoD(c.op.Buf+uintptr(c.off), src, c.n, st); err != nil {
+		return err
+	}
+	if err := s.d.streamWriteValue32(st, s.p2pRecvdFlag(s.rank, peer), q); err != nil {
+		return err
+	}
+	s.p2p.recvSeq[peer] = q
+	return nil
+}
+
+// Follow makes stream side wait for the work enqueued on stream main so far (an
+// event recorded on main), both streams of the scratch's context.
+func (s *Shared) Follow(side, main Stream) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.d.do(s.ctx, func() error {
+		// The fake driver, like a careful reading of CUDA's, wants an event alive until
+		// its record has run: destroy the ones that have completed, keep the rest.
+		keep := s.p2p.forks[:0]
+		for _, ev := range s.p2p.forks {
+			if done, err := s.d.eventDone(ev); err == nil && done {
+				_ = s.d.eventDestroy(ev)
+			} else {
+				keep = append(keep, ev)
+			}
+		}
+		s.p2p.forks = keep
+		ev, err := s.d.eventCreate()
+		if err != nil {
+			return err
+		}
+		s.p2p.forks = append(s.p2p.forks, ev)
+		if err := s.d.eventRecord(ev, main); err != nil {
+			return err
+		}
+		return s.d.streamWaitEvent(side, ev)
+	})
+}
+
+// p2pRelease destroys Follow's events (release, with the context current): once
+// Close has seen every rank's point-to-point work done, they have run.
+func (s *Shared) p2pRelease() error {
+	var errs []error
+	for _, ev := range s.p2p.forks {
+		errs = append(errs, s.d.eventDestroy(ev))
+	}
+	s.p2p.forks = nil
+	return errors.Join(errs...)
+}
+
+// p2pQuiesce enqueues, on the legacy default stream, waits until every chunk this
+// rank sent has been copied out by its receiver and every chunk it received has
+// been copied out of the sender's slot (Close, before the scratch is freed and the
+// peers' unmapped). s.mu held, context current.
+func (s *Shared) p2pQuiesce() error {
+	if s.p2p.sendSeq == nil {
+		return nil
+	}
+	for p := range s.nranks {
+		if q := s.p2p.sendSeq[p]; q > 0 {
+			if err := s.d.streamWaitValue32(StreamLegacy, s.p2pRecvdFlag(p, s.rank), q); err != nil {
+				return err
+			}
+		}
+		if q := s.p2p.recvSeq[p]; q > 0 {
+			if err := s.d.streamWaitValue32(StreamLegacy, s.p2pRecvdFlag(s.rank, p), q); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
