@@ -323,6 +323,8 @@ type Staging struct {
 	inFlight bool  // copies were enqueued that ev may not capture: never reuse the blocks
 	finished bool  // After or Cancel ran: no more copies will be enqueued
 	done     bool  // blocks returned to the pool, ev destroyed
+
+	ch *chunking // pipelined by chunk (StageChunked); nil: the whole operation at once
 }
 
 // Hold says that the owner of the operation will queue follow-up work on its stream
@@ -383,6 +385,16 @@ func (s *Staging) markQueued() { s.queOnce.Do(func() { close(s.queued) }) }
 // the staging issued just before it on the stream was another pool's, it first waits
 // until that one has queued its copies and, if held, been released.
 func (s *Staging) Before(deadline time.Time) error {
+	if err := s.takeTurn(deadline); err != nil {
+		return err
+	}
+	return s.CopyIn(deadline)
+}
+
+// takeTurn is Before's wait for the operations issued before it on its stream: another
+// pool's predecessor until it has queued its copies (and been released, if held), and
+// the pool's own predecessor until released, if held.
+func (s *Staging) takeTurn(deadline time.Time) error {
 	s.mu.Lock()
 	other := s.prev
 	s.prev = nil
@@ -397,11 +409,9 @@ func (s *Staging) Before(deadline time.Time) error {
 	s.pool.last = s
 	s.pool.mu.Unlock()
 	if prev != nil {
-		if err := prev.waitReleased(deadline); err != nil {
-			return err
-		}
+		return prev.waitReleased(deadline)
 	}
-	return s.CopyIn(deadline)
+	return nil
 }
 
 // CopyIn is Before without the wait for a held operation: for operations that are
@@ -554,6 +564,9 @@ func (s *Staging) reclaim() ([]*block, bool) {
 	}
 	if s.ev != 0 {
 		_ = s.d.do(s.ctx, func() error { return s.d.eventDestroy(s.ev) })
+	}
+	if s.ch != nil {
+		s.ch.destroyEvents(s)
 	}
 	s.done = true
 	forgetTurn(s)
