@@ -37,3 +37,86 @@ func BenchmarkStaged8B(b *testing.B) {
 		}
 	}
 }
+
+// stagedBenchBytes is the operation the staged benchmarks run: 64 MiB of float32.
+const stagedBenchBytes = 64 << 20
+
+// hostWork stands in for a chunk's host part (the network and the host algorithm): one
+// pass over the chunk that reads and writes every element.
+func hostWork(b []byte) {
+	f := floats(b)
+	for i := range f {
+		f[i] += 1
+	}
+}
+
+// BenchmarkStagedWhole is the staged path before pipelining: the whole buffer copied to
+// the host and waited for, the host part, the whole buffer copied back and waited for.
+func BenchmarkStagedWhole(b *testing.B) {
+	d, f := open(b)
+	f.SetDelay(0, 0)
+	defer f.SetDelay(0, 200)
+	s := f.Stream(6)
+	ctx, err := d.StreamContext(cuda.Stream(s))
+	if err != nil {
+		b.Fatal(err)
+	}
+	buf := f.Malloc(6, stagedBenchBytes)
+	pool := cuda.NewPool(d)
+	defer pool.Close(10 * time.Second)
+	b.SetBytes(stagedBenchBytes)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		st, err := pool.Stage(ctx, cuda.Stream(s), []cuda.Region{{Name: "x", Ptr: buf, Bytes: stagedBenchBytes, In: true, Out: true}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := st.Before(time.Now().Add(10 * time.Second)); err != nil {
+			b.Fatal(err)
+		}
+		hostWork(st.Host[0])
+		if err := st.After(nil); err != nil {
+			b.Fatal(err)
+		}
+		f.Drain(s)
+	}
+}
+
+// BenchmarkStagedPipelined is the same operation pipelined in 4 MiB chunks
+// (StageChunked): the copies of other chunks run while the host works on one.
+func BenchmarkStagedPipelined(b *testing.B) {
+	d, f := open(b)
+	f.SetDelay(0, 0)
+	defer f.SetDelay(0, 200)
+	s := f.Stream(6)
+	ctx, err := d.StreamContext(cuda.Stream(s))
+	if err != nil {
+		b.Fatal(err)
+	}
+	buf := f.Malloc(6, stagedBenchBytes)
+	pool := cuda.NewPool(d)
+	defer pool.Close(10 * time.Second)
+	const count, per = stagedBenchBytes / 4, (4 << 20) / 4
+	b.SetBytes(stagedBenchBytes)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		st, err := pool.StageChunked(ctx, cuda.Stream(s), []cuda.Piece{{Name: "x", Ptr: buf, Blocks: 1, In: true, Out: true}}, count, 4, per)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := st.SetIssued(st.Chunks()); err != nil {
+			b.Fatal(err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for k := 0; k < st.Chunks(); k++ {
+			if err := st.BeforeChunk(k, deadline); err != nil {
+				b.Fatal(err)
+			}
+			hostWork(st.ChunkHost(k)[0])
+			if err := st.AfterChunk(k, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+		f.Drain(s)
+	}
+}

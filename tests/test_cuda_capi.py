@@ -147,7 +147,7 @@ def test_libgonccl_does_not_link_cuda(package_dir):
 
 
 @pytest.mark.timeout(RUN_TIMEOUT + 60)
-@pytest.mark.parametrize("path", ["staged", "device", "device-no-peer"])
+@pytest.mark.parametrize("path", ["staged", "staged-pipelined", "device", "device-no-peer"])
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
     """The same checks on the staged path and on the device path (GONCCL_DEVICE_PATH=1:
@@ -155,7 +155,10 @@ def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
     ranks on devices 0 and 1 mapping each other's scratch; the other operations stage
     and interleave with them on the same stream). The device run skips the mismatched
     collective, which the device path cannot detect. With devices that cannot access each
-    other (FAKECUDA_NO_PEER), every rank falls back to staging together."""
+    other (FAKECUDA_NO_PEER), every rank falls back to staging together. staged-pipelined
+    stages in chunks of 4 KiB (GONCCL_STAGED_CHUNK), so that every collective but the
+    smallest runs pipelined by chunk (sizes that are not a multiple of the chunk, in place,
+    async, mismatched counts)."""
     id_file = str(tmp_path / "unique_id")
     dump = tmp_path / "trace"
     extra = {"GONCCL_DEBUG": "INFO", "GONCCL_DEBUG_SUBSYS": "INIT", "GONCCL_TRACE_DUMP_DIR": str(dump)}
@@ -163,6 +166,8 @@ def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
         extra["GONCCL_DEVICE_PATH"] = "1"
     if path == "device-no-peer":
         extra["FAKECUDA_NO_PEER"] = "1"
+    if path == "staged-pipelined":
+        extra["GONCCL_STAGED_CHUNK"] = "4K"
     run = _run_ranks(cuda_capi_binary, fakecuda, nranks, id_file, str(tmp_path), extra)
     run.assert_ok(f"cuda_capi_test with {nranks} ranks")
     for r, proc in enumerate(run.procs):

@@ -1,0 +1,171 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gonccl/gonccl/core"
+	"github.com/gonccl/gonccl/cuda"
+	"github.com/gonccl/gonccl/internal/cenv"
+)
+
+// The staged path pipelined by chunk: a collective on device buffers larger than one
+// chunk runs as one host operation per chunk (each rank splits it the same way, so
+// peers see the same sequence), staged by cuda.Pool.StageChunked: the copies to the
+// host of later chunks and the copies back of earlier ones run while the host (and the
+// network) works on a chunk.
+
+// stagedChunkBytes is the default chunk of the pipelined staged path
+// (GONCCL_STAGED_CHUNK).
+const stagedChunkBytes = 4 << 20
+
+// maxStagedChunks bounds the chunks of one operation: a larger one takes larger chunks
+// (each chunk is one operation in the communicator's queue and flight recorder).
+const maxStagedChunks = 64
+
+// stagedChunk is the chunk size the settings ask for: GONCCL_STAGED_CHUNK in bytes (a
+// K, M or G suffix multiplies by 2^10, 2^20, 2^30), 0 for no pipelining.
+func stagedChunk() (int, error) {
+	v, ok := cenv.Lookup("GONCCL_STAGED_CHUNK")
+	if !ok || strings.TrimSpace(v) == "" {
+		return stagedChunkBytes, nil
+	}
+	t := strings.ToUpper(strings.TrimSpace(v))
+	mult := int64(1)
+	if n := len(t); n > 0 {
+		switch t[n-1] {
+		case 'K':
+			mult, t = 1<<10, t[:n-1]
+		case 'M':
+			mult, t = 1<<20, t[:n-1]
+		case 'G':
+			mult, t = 1<<30, t[:n-1]
+		}
+	}
+	n, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || n < 0 || n > (16<<30)/mult {
+		return 0, fmt.Errorf("%w: GONCCL_STAGED_CHUNK=%q: want bytes from 0 (no pipelining) to 16G (e.g. 4194304, 4M)", errUsage, v)
+	}
+	return int(n * mult), nil
+}
+
+// stagedPlan returns the elements per block in one chunk of an operation of count
+// elements per block of dt whose largest buffer holds maxBlocks blocks, and how many
+// chunks that makes; 1 chunk: not pipelined. It depends only on what every rank of
+// the operation agrees on (and the setting, which must be the same on every rank).
+func stagedPlan(count int, dt core.DataType, maxBlocks, chunk int) (per, n int) {
+	if chunk <= 0 || count <= 0 {
+		return count, 1
+	}
+	per = max(1, chunk/(dt.Size()*max(1, maxBlocks)))
+	if cuda.ChunkCount(count, per) > maxStagedChunks {
+		per = (count + maxStagedChunks - 1) / maxStagedChunks
+	}
+	return per, cuda.ChunkCount(count, per)
+}
+
+// chunkOp issues the host operation of one chunk: bufs' host memory (in the order
+// given to collective), its element count per block, and the options to pass to core.
+type chunkOp func(b [][]byte, count int, opts []core.OpOption) (*core.Request, error)
+
+// collective issues a collective of count elements per block whose buffers bufs hold
+// blocks[i] blocks each (1, or the number of ranks): on host memory directly; on device
+// memory staged through pinned host memory, pipelined by chunk when it is larger than
+// one.
+func (v *views) collective(c *core.Comm, dt core.DataType, count int, blocks []int, issue chunkOp, bufs ...buf) (*core.Request, error) {
+	per, n := 0, 1
+	if v.stream != 0 && !v.p2p {
+		chunk, err := stagedChunk()
+		if err != nil {
+			return nil, err
+		}
+		per, n = stagedPlan(count, dt, slicesMax(blocks), chunk)
+	}
+	if n < 2 {
+		b, err := v.get(dt, bufs...)
+		if err != nil {
+			return nil, err
+		}
+		return issue(b, count, v.opts)
+	}
+	pieces := make([]cuda.Piece, len(bufs))
+	for i, b := range bufs {
+		if b.name == "" {
+			continue
+		}
+		size, err := bufBytes(b.name, b.p, b.n, dt)
+		if err != nil {
+			return nil, err
+		}
+		if err := v.checkDevice(b, size); err != nil {
+			return nil, err
+		}
+		pieces[i] = cuda.Piece{Name: b.name, Ptr: uintptr(b.p), Blocks: blocks[i], In: b.in, Out: b.out}
+	}
+	pool, err := v.e.stagingPool(v.drv)
+	if err != nil {
+		return nil, err
+	}
+	st, err := pool.StageChunked(v.ctx, v.stream, pieces, count, dt.Size(), per)
+	if err != nil {
+		return nil, err
+	}
+	v.staging = st
+	dev := v.e.afterDevice()
+	reqs := make([]*core.Request, 0, n)
+	for k := 0; k < n; k++ {
+		before := func(deadline time.Time) error { return st.BeforeChunk(k, deadline) }
+		if k == 0 && dev != nil {
+			// A device-path operation issued before this one is still waiting to enqueue.
+			before = func(deadline time.Time) error {
+				if err := waitChan(dev, deadline); err != nil {
+					return err
+				}
+				return st.BeforeChunk(0, deadline)
+			}
+		}
+		opts := []core.OpOption{
+			core.WithHooks(core.Hooks{Before: before, After: func(err error) error { return st.AfterChunk(k, err) }}),
+			core.WithWireCount(count),
+		}
+		lo := k * per
+		req, err := issue(st.ChunkHost(k), min(count, lo+per)-lo, opts)
+		if err != nil {
+			if k > 0 {
+				// The chunks issued run (the peers expect them); the staging finishes
+				// after them and is no longer this call's to cancel.
+				_ = st.SetIssued(k)
+				v.staging = nil
+			}
+			return nil, err
+		}
+		reqs = append(reqs, req)
+	}
+	if err := st.SetIssued(n); err != nil {
+		v.staging = nil // every chunk ran already; only recording the event failed
+		return nil, err
+	}
+	// One request for the whole operation: it completes with the last chunk (they run
+	// in issue order), with the first chunk's error.
+	whole, complete := core.PendingRequest()
+	reqs[n-1].OnComplete(func(err error) {
+		for _, r := range reqs[:n-1] {
+			if _, e := r.Test(); e != nil {
+				err = e
+				break
+			}
+		}
+		complete(err)
+	})
+	return whole, nil
+}
+
+func slicesMax(a []int) int {
+	m := 0
+	for _, x := range a {
+		m = max(m, x)
+	}
+	return m
+}
