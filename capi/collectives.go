@@ -118,9 +118,7 @@ func allReduce(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t,
 		}, sb, rb); ok || err != nil {
 			return req, err
 		}
-		return v.collective(c, d, int(count), []int{1, 1}, func(b [][]byte, n int, o []core.OpOption) (*core.Request, error) {
-			return c.AllReduce(b[0], b[1], n, d, rop, o...)
-		}, sb, rb)
+		return v.allReduceStaged(c, d, rop, int(count), sb, rb)
 	})
 }
 

@@ -90,19 +90,9 @@ func (v *views) collective(c *core.Comm, dt core.DataType, count int, blocks []i
 		}
 		return issue(b, count, v.opts)
 	}
-	pieces := make([]cuda.Piece, len(bufs))
-	for i, b := range bufs {
-		if b.name == "" {
-			continue
-		}
-		size, err := bufBytes(b.name, b.p, b.n, dt)
-		if err != nil {
-			return nil, err
-		}
-		if err := v.checkDevice(b, size); err != nil {
-			return nil, err
-		}
-		pieces[i] = cuda.Piece{Name: b.name, Ptr: uintptr(b.p), Blocks: blocks[i], In: b.in, Out: b.out}
+	pieces, err := v.pieces(dt, blocks, bufs)
+	if err != nil {
+		return nil, err
 	}
 	pool, err := v.e.stagingPool(v.drv)
 	if err != nil {
@@ -112,9 +102,51 @@ func (v *views) collective(c *core.Comm, dt core.DataType, count int, blocks []i
 	if err != nil {
 		return nil, err
 	}
+	return v.issueChunks(st, n, func(k int, before func(time.Time) error) ([]*core.Request, error) {
+		opts := []core.OpOption{
+			core.WithHooks(core.Hooks{Before: before, After: func(err error) error { return st.AfterChunk(k, err) }}),
+			core.WithWireCount(count),
+		}
+		lo := k * per
+		req, err := issue(st.ChunkHost(k), min(count, lo+per)-lo, opts)
+		if err != nil {
+			return nil, err
+		}
+		return []*core.Request{req}, nil
+	})
+}
+
+// pieces checks the device buffers of a pipelined operation and describes them.
+func (v *views) pieces(dt core.DataType, blocks []int, bufs []buf) ([]cuda.Piece, error) {
+	pieces := make([]cuda.Piece, len(bufs))
+	for i, b := range bufs {
+		if b.name == "" {
+			continue
+		}
+		size, err := bufBytes(b.name, b.p, b.n, dt)
+		if err != nil {
+			return nil, err
+		}
+		if size == 0 {
+			continue
+		}
+		if err := v.checkDevice(b, size); err != nil {
+			return nil, err
+		}
+		pieces[i] = cuda.Piece{Name: b.name, Ptr: uintptr(b.p), Blocks: blocks[i], In: b.in, Out: b.out}
+	}
+	return pieces, nil
+}
+
+// issueChunks issues the host operations of st's n chunks, in order: issue(k, before)
+// issues chunk k's, the first of which must run before (it waits for chunk k's copies to
+// the host, and for chunk 0 first for the operations issued before it on the stream).
+// It returns one request for the whole operation: it completes with the last host
+// operation (they run in issue order), with the first one's error.
+func (v *views) issueChunks(st *cuda.Staging, n int, issue func(k int, before func(time.Time) error) ([]*core.Request, error)) (*core.Request, error) {
 	v.staging = st
 	dev := v.e.afterDevice()
-	reqs := make([]*core.Request, 0, n)
+	var reqs []*core.Request
 	for k := 0; k < n; k++ {
 		before := func(deadline time.Time) error { return st.BeforeChunk(k, deadline) }
 		if k == 0 && dev != nil {
@@ -126,32 +158,25 @@ func (v *views) collective(c *core.Comm, dt core.DataType, count int, blocks []i
 				return st.BeforeChunk(0, deadline)
 			}
 		}
-		opts := []core.OpOption{
-			core.WithHooks(core.Hooks{Before: before, After: func(err error) error { return st.AfterChunk(k, err) }}),
-			core.WithWireCount(count),
-		}
-		lo := k * per
-		req, err := issue(st.ChunkHost(k), min(count, lo+per)-lo, opts)
+		rs, err := issue(k, before)
+		reqs = append(reqs, rs...)
 		if err != nil {
-			if k > 0 {
-				// The chunks issued run (the peers expect them); the staging finishes
-				// after them and is no longer this call's to cancel.
-				_ = st.SetIssued(k)
+			if len(reqs) > 0 {
+				// The operations issued run (the peers expect them); the staging
+				// finishes after them and is no longer this call's to cancel.
+				_ = st.SetIssued(len(reqs))
 				v.staging = nil
 			}
 			return nil, err
 		}
-		reqs = append(reqs, req)
 	}
-	if err := st.SetIssued(n); err != nil {
-		v.staging = nil // every chunk ran already; only recording the event failed
+	if err := st.SetIssued(len(reqs)); err != nil {
+		v.staging = nil // every operation ran already; only recording the event failed
 		return nil, err
 	}
-	// One request for the whole operation: it completes with the last chunk (they run
-	// in issue order), with the first chunk's error.
 	whole, complete := core.PendingRequest()
-	reqs[n-1].OnComplete(func(err error) {
-		for _, r := range reqs[:n-1] {
+	reqs[len(reqs)-1].OnComplete(func(err error) {
+		for _, r := range reqs[:len(reqs)-1] {
 			if _, e := r.Test(); e != nil {
 				err = e
 				break
@@ -168,4 +193,81 @@ func slicesMax(a []int) int {
 		m = max(m, x)
 	}
 	return m
+}
+
+// stagedReduceOnGPU reports whether the settings ask for the staged path's reductions
+// on the GPU (GONCCL_STAGED_REDUCE: gpu, the default, or cpu).
+func stagedReduceOnGPU() (bool, error) {
+	v, _ := cenv.Lookup("GONCCL_STAGED_REDUCE")
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "", "gpu":
+		return true, nil
+	case "cpu":
+		return false, nil
+	}
+	return false, fmt.Errorf("%w: GONCCL_STAGED_REDUCE=%q: want gpu or cpu", errUsage, v)
+}
+
+// allReduceStaged runs an all_reduce: on host memory, or staged and pipelined by chunk
+// with the reduction on the CPU (collective), or, for device buffers of a pipelined
+// size on several ranks, with the reduction on the GPU (cuda.Pool.StageAllReduceGPU).
+func (v *views) allReduceStaged(c *core.Comm, d core.DataType, rop core.RedOp, count int, sb, rb buf) (*core.Request, error) {
+	onHost := func() (*core.Request, error) {
+		return v.collective(c, d, count, []int{1, 1}, func(b [][]byte, n int, o []core.OpOption) (*core.Request, error) {
+			return c.AllReduce(b[0], b[1], n, d, rop, o...)
+		}, sb, rb)
+	}
+	if v.stream == 0 || c.Size() < 2 {
+		return onHost()
+	}
+	gpu, err := stagedReduceOnGPU()
+	if err != nil {
+		return nil, err
+	}
+	chunk, err := stagedChunk()
+	if err != nil {
+		return nil, err
+	}
+	per, n := stagedPlan(count, d, 1, chunk)
+	if !gpu || n < 2 {
+		return onHost()
+	}
+	if err := core.CheckReduction(d, rop); err != nil {
+		return nil, err
+	}
+	if err := c.Err(); err != nil {
+		return nil, err
+	}
+	k, err := v.drv.LoadKernels(v.ctx)
+	if err != nil {
+		return nil, fmt.Errorf("the staged path reduces on the GPU (GONCCL_STAGED_REDUCE=cpu reduces on the host): %w", err)
+	}
+	pieces, err := v.pieces(d, []int{1, 1}, []buf{sb, rb})
+	if err != nil {
+		return nil, err
+	}
+	pool, err := v.e.stagingPool(v.drv)
+	if err != nil {
+		return nil, err
+	}
+	st, err := pool.StageAllReduceGPU(v.ctx, v.stream, k, pieces[0].Ptr, pieces[1].Ptr, count, d, rop, per, c.Rank(), c.Size())
+	if err != nil {
+		return nil, err
+	}
+	return v.issueChunks(st, n, func(i int, before func(time.Time) error) ([]*core.Request, error) {
+		var reqs []*core.Request
+		for j, step := range []cuda.Step{st.ReduceStep(i), st.GatherStep(i)} {
+			h := core.Hooks{Before: before, After: func(err error) error { return st.AfterReduce(i, err) }}
+			if j == 1 {
+				h = core.Hooks{Before: func(deadline time.Time) error { return st.BeforeGather(i, deadline) },
+					After: func(err error) error { return st.AfterGather(i, err) }}
+			}
+			req, err := c.AlltoAllv(step.Send, step.SendCounts, step.SendDispls, step.Recv, step.RecvCounts, step.RecvDispls, d, core.WithHooks(h))
+			if err != nil {
+				return reqs, err
+			}
+			reqs = append(reqs, req)
+		}
+		return reqs, nil
+	})
 }

@@ -42,6 +42,7 @@ type chunking struct {
 	issued   int      // host operations the caller issued (SetIssued); -1 until known
 	afters   int      // AfterChunk calls so far
 	err      error    // the first failure: no chunk is copied back after it
+	red      *gpuReduce // the reduction runs on the GPU (StageAllReduceGPU); nil: on the host
 }
 
 // ChunkCount returns how many chunks of at most per elements count elements make.
@@ -58,6 +59,13 @@ func ChunkCount(count, per int) int {
 // Chunks), and for each chunk k, around its host operation, BeforeChunk(k) and
 // AfterChunk(k); Cancel if none is issued.
 func (p *Pool) StageChunked(ctx Context, s Stream, pieces []Piece, count, elemSize, per int) (*Staging, error) {
+	return p.stageChunked(ctx, s, pieces, count, elemSize, per, 0, nil)
+}
+
+// stageChunked is StageChunked with extra bytes of pinned memory beside the pieces' and
+// setup, run under the pool's lock once the staging's memory and events exist, which
+// adds to it (its error undoes everything).
+func (p *Pool) stageChunked(ctx Context, s Stream, pieces []Piece, count, elemSize, per, extra int, setup func(st *Staging, extra []byte) error) (*Staging, error) {
 	if count <= 0 || elemSize <= 0 || per <= 0 {
 		return nil, fmt.Errorf("cuda: StageChunked: count %d, element size %d, chunk %d elements", count, elemSize, per)
 	}
@@ -65,7 +73,7 @@ func (p *Pool) StageChunked(ctx Context, s Stream, pieces []Piece, count, elemSi
 		host: make([][]byte, len(pieces)), issued: -1}
 	ch.evs, ch.recorded = make([]event, ch.n), make([]bool, ch.n)
 	st := &Staging{d: p.d, pool: p, ctx: ctx, stream: s, released: make(chan struct{}), queued: make(chan struct{}), ch: ch}
-	total := 0
+	total := extra
 	for _, pc := range pieces {
 		total += pc.Blocks * count * elemSize
 	}
@@ -104,6 +112,21 @@ func (p *Pool) StageChunked(ctx Context, s Stream, pieces []Piece, count, elemSi
 			return nil, err
 		}
 	}
+	if setup != nil {
+		var ex []byte
+		if total > 0 {
+			mem := st.blocks[0].bytes()
+			ex = mem[total-extra : total : total]
+		}
+		if err := setup(st, ex); err != nil {
+			if st.ev != 0 {
+				_ = p.d.do(ctx, func() error { return p.d.eventDestroy(st.ev) })
+			}
+			ch.destroyEvents(st)
+			p.free = append(p.free, st.blocks...)
+			return nil, err
+		}
+	}
 	p.busy = append(p.busy, st)
 	if prev := claimTurn(st); prev != nil && prev.pool != p {
 		st.prev = prev
@@ -111,12 +134,22 @@ func (p *Pool) StageChunked(ctx Context, s Stream, pieces []Piece, count, elemSi
 	return st, nil
 }
 
-// destroyEvents destroys the chunks' events.
+// destroyEvents destroys the chunks' events (and what the GPU reduction holds).
 func (ch *chunking) destroyEvents(s *Staging) {
-	for k, e := range ch.evs {
-		if e != 0 {
-			_ = s.d.do(s.ctx, func() error { return s.d.eventDestroy(e) })
-			ch.evs[k] = 0
+	destroy := func(evs []event) {
+		for k, e := range evs {
+			if e != 0 {
+				_ = s.d.do(s.ctx, func() error { return s.d.eventDestroy(e) })
+				evs[k] = 0
+			}
+		}
+	}
+	destroy(ch.evs)
+	if ch.red != nil {
+		destroy(ch.red.evs)
+		if ch.red.scratch != 0 {
+			_ = s.d.do(s.ctx, func() error { return s.d.memFree(ch.red.scratch) })
+			ch.red.scratch = 0
 		}
 	}
 }
@@ -224,16 +257,22 @@ func (s *Staging) copyInChunks() error {
 // waitChunk polls chunk k's event until its copies to the host have completed or
 // deadline passes. A chunk with nothing to copy in is ready at once.
 func (s *Staging) waitChunk(k int, deadline time.Time) error {
+	return s.waitEvent(s.ch.evs, s.ch.recorded, k, deadline, "the copy to the host")
+}
+
+// waitEvent polls evs[k], if recorded[k], until it has completed or deadline passes;
+// what names the work it tracks.
+func (s *Staging) waitEvent(evs []event, recorded []bool, k int, deadline time.Time, what string) error {
 	var w waiter
 	for {
 		s.mu.Lock()
-		if !s.ch.recorded[k] {
+		if !recorded[k] {
 			s.mu.Unlock()
 			return nil
 		}
 		var ok bool
 		err := s.d.do(s.ctx, func() (err error) {
-			ok, err = s.d.eventDone(s.ch.evs[k])
+			ok, err = s.d.eventDone(evs[k])
 			return err
 		})
 		s.mu.Unlock()
@@ -241,7 +280,7 @@ func (s *Staging) waitChunk(k int, deadline time.Time) error {
 			return err
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("cuda: the copy to the host of chunk %d of %d on stream %#x did not finish in time (is the stream's earlier work stuck?)", k, s.ch.n, uintptr(s.stream))
+			return fmt.Errorf("cuda: %s of chunk %d of %d on stream %#x did not finish in time (is the stream's earlier work stuck?)", what, k, s.ch.n, uintptr(s.stream))
 		}
 		w.wait()
 	}
@@ -252,8 +291,20 @@ func (s *Staging) waitChunk(k int, deadline time.Time) error {
 // finished (SetIssued), it records the completion event, as After does. It returns
 // the error of its own CUDA calls.
 func (s *Staging) AfterChunk(k int, opErr error) error {
-	ch := s.ch
 	out := func(pc Piece) bool { return pc.Out }
+	return s.afterStep(opErr, func() error {
+		return s.ch.copies(k, out, func(_ Piece, dev uintptr, h []byte) error {
+			s.inFlight = true
+			return s.d.memcpyHtoD(dev, h, s.stream)
+		})
+	})
+}
+
+// afterStep ends one host operation of the staging: unless it or one before it failed,
+// it runs enqueue (under the staging's lock, the context current), and once every
+// issued operation has ended it finishes the staging.
+func (s *Staging) afterStep(opErr error, enqueue func() error) error {
+	ch := s.ch
 	s.mu.Lock()
 	ch.afters++
 	if opErr != nil && ch.err == nil {
@@ -261,13 +312,7 @@ func (s *Staging) AfterChunk(k int, opErr error) error {
 	}
 	var err error
 	if ch.err == nil {
-		err = s.d.do(s.ctx, func() error {
-			return ch.copies(k, out, func(_ Piece, dev uintptr, h []byte) error {
-				s.inFlight = true
-				return s.d.memcpyHtoD(dev, h, s.stream)
-			})
-		})
-		if err != nil {
+		if err = s.d.do(s.ctx, enqueue); err != nil {
 			ch.err = err
 		}
 	}
