@@ -32,16 +32,16 @@ type Piece struct {
 // chunking is the pipelined part of a Staging.
 type chunking struct {
 	pieces   []Piece
-	count    int      // elements per block
-	es       int      // bytes per element
-	per      int      // elements per block in one chunk (the last may have fewer)
-	n        int      // chunks
-	host     [][]byte // per piece: its pinned memory, chunk-major (chunk k's blocks together)
-	evs      []event  // per chunk: recorded after its device->host copies
-	recorded []bool   // per chunk: evs[k] captures its copies
-	issued   int      // host operations the caller issued (SetIssued); -1 until known
-	afters   int      // AfterChunk calls so far
-	err      error    // the first failure: no chunk is copied back after it
+	count    int        // elements per block
+	es       int        // bytes per element
+	per      int        // elements per block in one chunk (the last may have fewer)
+	n        int        // chunks
+	host     [][]byte   // per piece: its pinned memory, chunk-major (chunk k's blocks together)
+	evs      []event    // per chunk: recorded after its device->host copies
+	recorded []bool     // per chunk: evs[k] captures its copies
+	issued   int        // host operations the caller issued (SetIssued); -1 until known
+	afters   int        // AfterChunk calls so far
+	err      error      // the first failure: no chunk is copied back after it
 	red      *gpuReduce // the reduction runs on the GPU (StageAllReduceGPU); nil: on the host
 }
 

@@ -98,7 +98,7 @@ func (ch *chunking) chunkLen(k int) int {
 // (host memory) with per-peer element counts and displacements, as core.AlltoAllv
 // takes them.
 type Step struct {
-	Send, Recv                                   []byte
+	Send, Recv                                     []byte
 	SendCounts, SendDispls, RecvCounts, RecvDispls []int
 }
 
