@@ -53,6 +53,8 @@ var Params = []settings.Param[config]{
 		Help: "bytes of device scratch each rank of a device-path communicator allocates and shares (a `K`, `M` or `G` suffix: 2^10, 2^20, 2^30; 1M to 16G); an operation larger than it takes several rounds, and each round costs a wait on the peers (about 0.5 ms when ranks share a GPU). The same on every rank. Read by the C ABI"},
 	{Name: "GONCCL_STAGED_CHUNK", Default: "4194304",
 		Help: "bytes per chunk of the staged path (device buffers copied through pinned host memory; a `K`, `M` or `G` suffix: 2^10, 2^20, 2^30; up to 16G): a collective larger than one chunk runs pipelined, the copies of other chunks to and from the GPU overlapping the host's work on one (at most 64 chunks: larger operations take larger chunks). Each chunk is one operation in the flight recorder. `0`: no pipelining. The same on every rank. Read by the C ABI"},
+	{Name: "GONCCL_STAGED_REDUCE", Default: "gpu",
+		Help: "where the staged path's pipelined `all_reduce` (several chunks of `GONCCL_STAGED_CHUNK`, several ranks) reduces: `gpu` (an all-to-all of shards on the host, gonccl's reduction kernels on the caller's stream, an all-to-all gathering the reduced shards) or `cpu` (core's host algorithm on each chunk). The same on every rank. Read by the C ABI"},
 	{Name: "GONCCL_P2P_DISABLE", Default: "0",
 		Help: "`1`: never take the device path of `GONCCL_DEVICE_PATH`; device buffers are staged through pinned host memory (as NCCL's `NCCL_P2P_DISABLE` turns its GPU-to-GPU transport off). Read by the C ABI"},
 	{Name: "GONCCL_SHM_DISABLE", Default: "0",
