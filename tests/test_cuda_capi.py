@@ -181,6 +181,23 @@ def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
         assert f"rank {r}: fake-only bad-input checks ran" in proc.stdout, proc.describe()
         assert f"CUDA driver loaded from {fakecuda}" in proc.stderr, proc.describe()
     _check_flight_recorder(str(dump), nranks, path == "device")
+    if path.startswith("staged"):
+        _check_pipelined(str(dump), path == "staged-pipelined")
+
+
+def _check_pipelined(dump: str, pipelined: bool):
+    """The all_reduce of 300001 floats is one operation in the flight recorder when staged
+    whole; pipelined in 4 KiB chunks it is 64 chunks of two all-to-alls each (the
+    reduction runs on the GPU between them), and the ranks' records line up."""
+    comms = trace.load(dump)
+    ranks = comms[max(comms, key=lambda c: len(comms[c]))]
+    for r, t in sorted(ranks.items()):
+        whole = [o for o in t.ops if o["op"] == "all_reduce" and o["count"] == 300001]
+        alltoallv = [o for o in t.ops if o["op"] == "alltoallv"]
+        if pipelined:
+            assert not whole and len(alltoallv) >= 2 * 64, f"rank {r}: {len(whole)} whole, {len(alltoallv)} alltoallv"
+        else:
+            assert len(whole) == 2, f"rank {r}: {whole}"
 
 
 def _check_flight_recorder(dump: str, nranks: int, device: bool):
