@@ -265,7 +265,7 @@ def multicomm_binary(package_dir, fakecuda, tmp_path_factory):
 
 
 @pytest.mark.timeout(RUN_TIMEOUT + 60)
-@pytest.mark.parametrize("path", ["staged", "device"])
+@pytest.mark.parametrize("path", ["staged", "staged-pipelined", "device"])
 @pytest.mark.parametrize("nranks", [2, 3, 4])
 def test_cuda_multicomm(multicomm_binary, fakecuda, nranks, path, tmp_path):
     """Several communicators of one process on one device, sharing one pool stream:
@@ -274,6 +274,8 @@ def test_cuda_multicomm(multicomm_binary, fakecuda, nranks, path, tmp_path):
     input: 'the next communicator's all_reduce of that result (round 0): [0] = 2.000000,
     want 8.000000')."""
     extra = {"GONCCL_DEVICE_PATH": "1"} if path == "device" else {}
+    if path == "staged-pipelined":
+        extra["GONCCL_STAGED_CHUNK"] = "4K"  # the operations take 4 chunks and more
     run = _run_ranks(multicomm_binary, fakecuda, nranks, str(tmp_path), str(tmp_path), extra)
     run.assert_ok(f"cuda_multicomm_test with {nranks} ranks ({path})")
     for r, proc in enumerate(run.procs):
