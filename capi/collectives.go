@@ -118,7 +118,12 @@ func allReduce(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t,
 		}, sb, rb); ok || err != nil {
 			return req, err
 		}
-		return v.allReduceStaged(c, d, rop, int(count), sb, rb)
+		blocks := []int{1, 1}
+		return v.reductionStaged(c, cuda.GPUAllReduce, d, rop, noRoot, int(count), blocks, func() (*core.Request, error) {
+			return v.collective(c, d, int(count), blocks, func(b [][]byte, n int, o []core.OpOption) (*core.Request, error) {
+				return c.AllReduce(b[0], b[1], n, d, rop, o...)
+			}, sb, rb)
+		}, sb, rb)
 	})
 }
 
@@ -261,8 +266,11 @@ func reduce(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, op
 		}, sb, rb); ok || err != nil {
 			return req, err
 		}
-		return v.collective(c, d, int(count), []int{1, 1}, func(b [][]byte, n int, o []core.OpOption) (*core.Request, error) {
-			return c.Reduce(b[0], b[1], n, d, rop, int(root), o...)
+		blocks := []int{1, 1}
+		return v.reductionStaged(c, cuda.GPUReduce, d, rop, int(root), int(count), blocks, func() (*core.Request, error) {
+			return v.collective(c, d, int(count), blocks, func(b [][]byte, n int, o []core.OpOption) (*core.Request, error) {
+				return c.Reduce(b[0], b[1], n, d, rop, int(root), o...)
+			}, sb, rb)
 		}, sb, rb)
 	})
 }
@@ -288,8 +296,11 @@ func reduceScatter(send, recv unsafe.Pointer, recvCount C.size_t, dt C.goncclDat
 		}, sb, rb); ok || err != nil {
 			return req, err
 		}
-		return v.collective(c, d, int(recvCount), []int{c.Size(), 1}, func(b [][]byte, n int, o []core.OpOption) (*core.Request, error) {
-			return c.ReduceScatter(b[0], b[1], n, d, rop, o...)
+		blocks := []int{c.Size(), 1}
+		return v.reductionStaged(c, cuda.GPUReduceScatter, d, rop, noRoot, int(recvCount), blocks, func() (*core.Request, error) {
+			return v.collective(c, d, int(recvCount), blocks, func(b [][]byte, n int, o []core.OpOption) (*core.Request, error) {
+				return c.ReduceScatter(b[0], b[1], n, d, rop, o...)
+			}, sb, rb)
 		}, sb, rb)
 	})
 }

@@ -208,15 +208,13 @@ func stagedReduceOnGPU() (bool, error) {
 	return false, fmt.Errorf("%w: GONCCL_STAGED_REDUCE=%q: want gpu or cpu", errUsage, v)
 }
 
-// allReduceStaged runs an all_reduce: on host memory, or staged and pipelined by chunk
-// with the reduction on the CPU (collective), or, for device buffers of a pipelined
-// size on several ranks, with the reduction on the GPU (cuda.Pool.StageAllReduceGPU).
-func (v *views) allReduceStaged(c *core.Comm, d core.DataType, rop core.RedOp, count int, sb, rb buf) (*core.Request, error) {
-	onHost := func() (*core.Request, error) {
-		return v.collective(c, d, count, []int{1, 1}, func(b [][]byte, n int, o []core.OpOption) (*core.Request, error) {
-			return c.AllReduce(b[0], b[1], n, d, rop, o...)
-		}, sb, rb)
-	}
+// reductionStaged runs a reduction (all_reduce, reduce_scatter, reduce: kind) of count
+// elements per block, whose buffers hold blocks[i] blocks: on host memory, or staged and
+// pipelined by chunk with the reduction on the CPU (onHost: collective), or, for device
+// buffers of a pipelined size on several ranks, with the reduction on the GPU
+// (cuda.Pool.StageReduceGPU).
+func (v *views) reductionStaged(c *core.Comm, kind cuda.GPUReduceKind, d core.DataType, rop core.RedOp, root, count int, blocks []int,
+	onHost func() (*core.Request, error), sb, rb buf) (*core.Request, error) {
 	if v.stream == 0 || c.Size() < 2 {
 		return onHost()
 	}
@@ -228,12 +226,15 @@ func (v *views) allReduceStaged(c *core.Comm, d core.DataType, rop core.RedOp, c
 	if err != nil {
 		return nil, err
 	}
-	per, n := stagedPlan(count, d, 1, chunk)
+	per, n := stagedPlan(count, d, slicesMax(blocks), chunk)
 	if !gpu || n < 2 {
 		return onHost()
 	}
 	if err := core.CheckReduction(d, rop); err != nil {
 		return nil, err
+	}
+	if kind == cuda.GPUReduce && (root < 0 || root >= c.Size()) {
+		return nil, fmt.Errorf("%w: root %d is not a rank of a communicator of %d", core.ErrInvalidArgument, root, c.Size())
 	}
 	if err := c.Err(); err != nil {
 		return nil, err
@@ -242,7 +243,7 @@ func (v *views) allReduceStaged(c *core.Comm, d core.DataType, rop core.RedOp, c
 	if err != nil {
 		return nil, fmt.Errorf("the staged path reduces on the GPU (GONCCL_STAGED_REDUCE=cpu reduces on the host): %w", err)
 	}
-	pieces, err := v.pieces(d, []int{1, 1}, []buf{sb, rb})
+	pieces, err := v.pieces(d, blocks, []buf{sb, rb})
 	if err != nil {
 		return nil, err
 	}
@@ -250,13 +251,28 @@ func (v *views) allReduceStaged(c *core.Comm, d core.DataType, rop core.RedOp, c
 	if err != nil {
 		return nil, err
 	}
-	st, err := pool.StageAllReduceGPU(v.ctx, v.stream, k, pieces[0].Ptr, pieces[1].Ptr, count, d, rop, per, c.Rank(), c.Size())
+	st, err := pool.StageReduceGPU(v.ctx, v.stream, k, kind, pieces[0].Ptr, pieces[1].Ptr, count, d, rop, per, c.Rank(), c.Size(), root)
 	if err != nil {
 		return nil, err
 	}
 	return v.issueChunks(st, n, func(i int, before func(time.Time) error) ([]*core.Request, error) {
 		var reqs []*core.Request
-		for j, step := range []cuda.Step{st.ReduceStep(i), st.GatherStep(i)} {
+		if i == 0 {
+			// The all-to-alls' frames carry their own pairs' counts, not the operation's:
+			// a one-element operation of the caller's kind whose frames carry its count
+			// goes first, so that ranks that disagree on the operation fail there, as on
+			// the host path, before anything is copied back.
+			req, err := guardOp(c, kind, d, rop, root, count, core.WithHooks(core.Hooks{After: st.AfterOther}))
+			if err != nil {
+				return nil, err
+			}
+			reqs = append(reqs, req)
+		}
+		steps := []cuda.Step{st.ReduceStep(i)}
+		if kind == cuda.GPUAllReduce {
+			steps = append(steps, st.GatherStep(i))
+		}
+		for j, step := range steps {
 			h := core.Hooks{Before: before, After: func(err error) error { return st.AfterReduce(i, err) }}
 			if j == 1 {
 				h = core.Hooks{Before: func(deadline time.Time) error { return st.BeforeGather(i, deadline) },
@@ -270,4 +286,20 @@ func (v *views) allReduceStaged(c *core.Comm, d core.DataType, rop core.RedOp, c
 		}
 		return reqs, nil
 	})
+}
+
+// guardOp issues a one-element reduction of kind whose frames carry count (see
+// core.WithWireCount): peers that called something else fail it with a mismatch that
+// names both calls.
+func guardOp(c *core.Comm, kind cuda.GPUReduceKind, d core.DataType, rop core.RedOp, root, count int, hooks core.OpOption) (*core.Request, error) {
+	es := d.Size()
+	send, recv := make([]byte, c.Size()*es), make([]byte, es)
+	wire := core.WithWireCount(count)
+	switch kind {
+	case cuda.GPUReduceScatter:
+		return c.ReduceScatter(send, recv, 1, d, rop, wire, hooks)
+	case cuda.GPUReduce:
+		return c.Reduce(send[:es], recv, 1, d, rop, root, wire, hooks)
+	}
+	return c.AllReduce(send[:es], recv, 1, d, rop, wire, hooks)
 }

@@ -42,7 +42,7 @@ type chunking struct {
 	issued   int        // host operations the caller issued (SetIssued); -1 until known
 	afters   int        // AfterChunk calls so far
 	err      error      // the first failure: no chunk is copied back after it
-	red      *gpuReduce // the reduction runs on the GPU (StageAllReduceGPU); nil: on the host
+	red      *gpuReduce // the reduction runs on the GPU (StageReduceGPU); nil: on the host
 }
 
 // ChunkCount returns how many chunks of at most per elements count elements make.
@@ -311,7 +311,7 @@ func (s *Staging) afterStep(opErr error, enqueue func() error) error {
 		ch.err = opErr
 	}
 	var err error
-	if ch.err == nil {
+	if ch.err == nil && enqueue != nil {
 		if err = s.d.do(s.ctx, enqueue); err != nil {
 			ch.err = err
 		}
@@ -329,8 +329,13 @@ func (s *Staging) afterStep(opErr error, enqueue func() error) error {
 	return err
 }
 
-// SetIssued says how many of the chunks' host operations were issued (the rest never
-// will be): the staging finishes once that many AfterChunk calls have run.
+// AfterOther ends a host operation of the staging that queues nothing itself (a check
+// that the ranks agree on the operation): its failure stops every later copy back.
+func (s *Staging) AfterOther(opErr error) error { return s.afterStep(opErr, nil) }
+
+// SetIssued says how many of the staging's host operations were issued (the rest never
+// will be): the staging finishes once that many of their After hooks (AfterChunk,
+// AfterReduce, AfterGather, AfterOther) have run.
 func (s *Staging) SetIssued(n int) error {
 	s.mu.Lock()
 	s.ch.issued = n

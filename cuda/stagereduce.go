@@ -7,68 +7,111 @@ import (
 	"github.com/gonccl/gonccl/internal/reduce"
 )
 
-// An all_reduce staged by chunk with the reduction on the GPU (Pool.StageAllReduceGPU).
-// Each chunk of m elements is split into one shard per rank and takes two host
-// operations, both all-to-alls of the host memory (core's AlltoAllv, Go's algorithm):
+// A reduction staged by chunk with the reduction on the GPU (Pool.StageReduceGPU):
+// all_reduce, reduce_scatter and reduce. Each chunk takes a reduce step, and an
+// all_reduce's a gather step too, each one host operation: an all-to-all of host memory
+// (core's AlltoAllv, Go's algorithm).
 //
-//	reduce step: every rank sends shard j of its chunk (copied to the host as for any
-//	             chunk) to rank j, and receives the peers' pieces of its own shard. Its
-//	             end (AfterReduce) queues on the stream: the pieces copied to device
-//	             scratch, the own shard of sendbuff into recvbuff, gonccl's reduction
-//	             kernels folding the peers' pieces into it (rank order; avg divides
-//	             once), and the reduced shard copied to the host, then an event.
-//	gather step: once that event has completed (BeforeGather), every rank sends its
-//	             reduced shard to every peer and receives theirs; its end (AfterGather)
-//	             queues the copies of the peers' shards into recvbuff.
+//	reduce step: every rank sends each reducer its part of the chunk (copied to the host
+//	             as for any chunk): all_reduce splits the chunk into one shard per rank,
+//	             reduce_scatter's parts are the chunk of each rank's block, reduce's
+//	             reducer is the root. A reducer receives the peers' pieces of its part.
+//	             Its end (AfterReduce) queues on the stream: the pieces copied to device
+//	             scratch, the rank's own part copied from sendbuff into its place in
+//	             recvbuff, gonccl's reduction kernels folding the peers' pieces into it
+//	             (rank order; avg divides once) and, for all_reduce, the reduced shard
+//	             copied to the host, then an event.
+//	gather step: (all_reduce) once that event has completed (BeforeGather), every rank
+//	             sends its reduced shard to every peer and receives theirs; its end
+//	             (AfterGather) queues the copies of the peers' shards into recvbuff.
 //
 // The CPU only moves bytes. Every copy to the host of sendbuff is queued first (at
 // chunk 0), so the inputs are read before recvbuff is written (in place works), and the
 // copies of one chunk overlap the network steps of the others as in StageChunked.
 
+// GPUReduceKind is the collective a StageReduceGPU staging runs.
+type GPUReduceKind int
+
+// The collectives StageReduceGPU runs.
+const (
+	GPUAllReduce GPUReduceKind = iota
+	GPUReduceScatter
+	GPUReduce
+)
+
 // gpuReduce is the GPU-reduction part of a chunked staging.
 type gpuReduce struct {
-	k        Reducer
-	dt       reduce.DataType
-	op       reduce.RedOp
-	rank, n  int
-	scratch  uintptr  // device: the peers' pieces of the own shard ((n-1) of the largest)
-	gather   [][]byte // per chunk: host memory the peers' pieces arrive in
-	evs      []event  // per chunk: recorded after the reduced shard's copy to the host
-	recorded []bool
+	kind       GPUReduceKind
+	k          Reducer
+	dt         reduce.DataType
+	op         reduce.RedOp
+	rank, n    int
+	root       int      // GPUReduce
+	send, recv uintptr  // device buffers
+	scratch    uintptr  // device: the peers' pieces of the own part ((n-1) of the largest)
+	gather     [][]byte // per chunk: host memory the peers' pieces arrive in
+	evs        []event  // per chunk (all_reduce): recorded after the reduced shard's copy to the host
+	recorded   []bool
 }
 
 // shard returns the elements [lo, hi) of a chunk of m elements that are rank r's of n.
 func shard(m, r, n int) (int, int) { return m * r / n, m * (r + 1) / n }
 
-// StageAllReduceGPU prepares an all_reduce of count elements of dt with op on stream s
-// from send to recv (device pointers; equal: in place) as rank rank of nranks,
-// pipelined in chunks of per elements, reducing on the GPU with k (gonccl's kernels,
-// loaded in ctx). Each chunk takes two host operations (ReduceStep, GatherStep) in that
-// order; call SetIssued with the number of host operations issued (at most 2*Chunks).
-func (p *Pool) StageAllReduceGPU(ctx Context, s Stream, k Reducer, send, recv uintptr, count int, dt reduce.DataType,
-	op reduce.RedOp, per, rank, nranks int) (*Staging, error) {
-	if nranks < 2 || rank < 0 || rank >= nranks || k == nil {
-		return nil, fmt.Errorf("cuda: StageAllReduceGPU: rank %d of %d", rank, nranks)
+// part returns where rank j's part of a chunk of m elements starts in the chunk's host
+// memory of sendbuff, and its length: what rank j reduces.
+func (red *gpuReduce) part(m, j int) (off, size int) {
+	switch red.kind {
+	case GPUReduceScatter:
+		return j * m, m // sendbuff's host memory holds the chunk of block 0, then block 1...
+	case GPUReduce:
+		if j == red.root {
+			return 0, m
+		}
+		return 0, 0
 	}
+	lo, hi := shard(m, j, red.n)
+	return lo, hi - lo
+}
+
+// StageReduceGPU prepares a reduction (kind) of count elements of dt with op on stream s
+// from send to recv (device pointers; reduce_scatter: count is the elements per rank,
+// send holds nranks blocks of it; reduce: recv is used on root only; in place works) as
+// rank rank of nranks, pipelined in chunks of per elements, reducing on the GPU with k
+// (gonccl's kernels, loaded in ctx). Each chunk takes its ReduceStep and, for all_reduce,
+// its GatherStep, in that order; call SetIssued with the number of host operations
+// issued.
+func (p *Pool) StageReduceGPU(ctx Context, s Stream, k Reducer, kind GPUReduceKind, send, recv uintptr, count int, dt reduce.DataType,
+	op reduce.RedOp, per, rank, nranks, root int) (*Staging, error) {
+	if nranks < 2 || rank < 0 || rank >= nranks || k == nil || (kind == GPUReduce && (root < 0 || root >= nranks)) {
+		return nil, fmt.Errorf("cuda: StageReduceGPU: rank %d of %d, root %d", rank, nranks, root)
+	}
+	red := &gpuReduce{kind: kind, k: k, dt: dt, op: op, rank: rank, n: nranks, root: root, send: send, recv: recv}
 	es := dt.Size()
 	n := ChunkCount(count, per)
 	extra, maxPiece := 0, 0
 	for c := 0; c < n; c++ {
 		m := min(count, (c+1)*per) - c*per
-		lo, hi := shard(m, rank, nranks)
-		extra += (nranks - 1) * (hi - lo) * es
-		maxPiece = max(maxPiece, hi-lo)
+		_, size := red.part(m, rank)
+		extra += (nranks - 1) * size * es
+		maxPiece = max(maxPiece, size)
 	}
-	pieces := []Piece{{Name: "sendbuff", Ptr: send, Blocks: 1, In: true}, {Name: "recvbuff", Ptr: recv, Blocks: 1, Out: true}}
+	var pieces []Piece
+	switch kind {
+	case GPUAllReduce:
+		pieces = []Piece{{Name: "sendbuff", Ptr: send, Blocks: 1, In: true}, {Name: "recvbuff", Ptr: recv, Blocks: 1, Out: true}}
+	case GPUReduceScatter:
+		pieces = []Piece{{Name: "sendbuff", Ptr: send, Blocks: nranks, In: true}}
+	default:
+		pieces = []Piece{{Name: "sendbuff", Ptr: send, Blocks: 1, In: true}}
+	}
 	return p.stageChunked(ctx, s, pieces, count, es, per, extra, func(st *Staging, mem []byte) error {
-		red := &gpuReduce{k: k, dt: dt, op: op, rank: rank, n: nranks,
-			gather: make([][]byte, n), evs: make([]event, n), recorded: make([]bool, n)}
+		red.gather, red.evs, red.recorded = make([][]byte, n), make([]event, n), make([]bool, n)
 		st.ch.red = red
 		off := 0
 		for c := 0; c < n; c++ {
 			m := min(count, (c+1)*per) - c*per
-			lo, hi := shard(m, rank, nranks)
-			size := (nranks - 1) * (hi - lo) * es
+			_, size := red.part(m, rank)
+			size *= (nranks - 1) * es
 			red.gather[c] = mem[off : off+size : off+size]
 			off += size
 		}
@@ -77,6 +120,9 @@ func (p *Pool) StageAllReduceGPU(ctx Context, s Stream, k Reducer, send, recv ui
 				if red.scratch, err = p.d.memAlloc((nranks - 1) * maxPiece * es); err != nil {
 					return fmt.Errorf("allocating device scratch for the staged reduction: %w", err)
 				}
+			}
+			if kind != GPUAllReduce {
+				return nil
 			}
 			for c := range red.evs {
 				if red.evs[c], err = p.d.eventCreate(); err != nil {
@@ -102,23 +148,22 @@ type Step struct {
 	SendCounts, SendDispls, RecvCounts, RecvDispls []int
 }
 
-// ReduceStep returns chunk k's reduce step: shard j of the chunk to rank j, the peers'
-// pieces of the own shard into the gather memory (rank order, the own left out).
+// ReduceStep returns chunk k's reduce step: each reducer's part of the chunk to it, the
+// peers' pieces of the own part into the gather memory (rank order, the own left out).
 func (s *Staging) ReduceStep(k int) Step {
 	ch, red := s.ch, s.ch.red
 	m := ch.chunkLen(k)
 	st := Step{Send: s.ChunkHost(k)[0], Recv: red.gather[k]}
 	st.SendCounts, st.SendDispls = make([]int, red.n), make([]int, red.n)
 	st.RecvCounts, st.RecvDispls = make([]int, red.n), make([]int, red.n)
-	mlo, mhi := shard(m, red.rank, red.n)
+	_, mine := red.part(m, red.rank)
 	slot := 0
 	for j := 0; j < red.n; j++ {
 		if j == red.rank {
-			continue // the own shard stays on the device
+			continue // the own part stays on the device
 		}
-		lo, hi := shard(m, j, red.n)
-		st.SendCounts[j], st.SendDispls[j] = hi-lo, lo
-		st.RecvCounts[j], st.RecvDispls[j] = mhi-mlo, slot*(mhi-mlo)
+		st.SendDispls[j], st.SendCounts[j] = red.part(m, j)
+		st.RecvCounts[j], st.RecvDispls[j] = mine, slot*mine
 		slot++
 	}
 	return st
@@ -147,41 +192,49 @@ func (s *Staging) GatherStep(k int) Step {
 }
 
 // AfterReduce ends chunk k's reduce step: unless a step failed, it queues the
-// reduction of the own shard on the GPU and its copy to the host (see above).
+// reduction of the own part on the GPU and, for all_reduce, its copy to the host.
 func (s *Staging) AfterReduce(k int, opErr error) error {
 	return s.afterStep(opErr, func() error {
 		ch, red := s.ch, s.ch.red
 		es := red.dt.Size()
 		lo, _ := ch.bounds(k)
 		m := ch.chunkLen(k)
-		mlo, mhi := shard(m, red.rank, red.n)
-		size := mhi - mlo
+		at, size := red.part(m, red.rank)
 		if size == 0 {
-			return nil // nothing of this chunk is the own shard: BeforeGather has nothing to wait for
+			return nil // nothing of this chunk is the own part: BeforeGather has nothing to wait for
+		}
+		// Where the own part lies in sendbuff and goes in recvbuff.
+		var src, dst uintptr
+		switch red.kind {
+		case GPUReduceScatter:
+			src, dst = red.send+uintptr((red.rank*ch.count+lo)*es), red.recv+uintptr(lo*es)
+		default:
+			src, dst = red.send+uintptr((lo+at)*es), red.recv+uintptr((lo+at)*es)
 		}
 		s.inFlight = true
 		if err := s.d.memcpyHtoD(red.scratch, red.gather[k], s.stream); err != nil {
 			return withWhat(err, fmt.Sprintf("the peers' pieces of chunk %d of %d, %d bytes", k, ch.n, len(red.gather[k])))
 		}
-		send, recv := ch.pieces[0].Ptr, ch.pieces[1].Ptr
-		off := uintptr((lo + mlo) * es)
-		if send != recv {
-			if err := s.d.memcpyDtoD(recv+off, send+off, size*es, s.stream); err != nil {
-				return withWhat(err, fmt.Sprintf("the own shard of chunk %d of %d, %d bytes", k, ch.n, size*es))
+		if src != dst {
+			if err := s.d.memcpyDtoD(dst, src, size*es, s.stream); err != nil {
+				return withWhat(err, fmt.Sprintf("the own part of chunk %d of %d, %d bytes", k, ch.n, size*es))
 			}
 		}
 		for i := 0; i < red.n-1; i++ {
-			if err := red.k.ReduceInto(s.stream, recv+off, red.scratch+uintptr(i*size*es), size, red.dt, red.op); err != nil {
+			if err := red.k.ReduceInto(s.stream, dst, red.scratch+uintptr(i*size*es), size, red.dt, red.op); err != nil {
 				return err
 			}
 		}
 		if red.op == reduce.Avg {
-			if err := red.k.DivideBy(s.stream, recv+off, size, red.dt, red.n); err != nil {
+			if err := red.k.DivideBy(s.stream, dst, size, red.dt, red.n); err != nil {
 				return err
 			}
 		}
+		if red.kind != GPUAllReduce {
+			return nil
+		}
 		host := s.ChunkHost(k)[1]
-		if err := s.d.memcpyDtoH(host[mlo*es:mhi*es], recv+off, s.stream); err != nil {
+		if err := s.d.memcpyDtoH(host[at*es:(at+size)*es], dst, s.stream); err != nil {
 			return withWhat(err, fmt.Sprintf("the reduced shard of chunk %d of %d, %d bytes", k, ch.n, size*es))
 		}
 		if err := s.d.eventRecord(red.evs[k], s.stream); err != nil {
@@ -208,7 +261,7 @@ func (s *Staging) AfterGather(k int, opErr error) error {
 		m := ch.chunkLen(k)
 		mlo, mhi := shard(m, red.rank, red.n)
 		host := s.ChunkHost(k)[1]
-		recv := ch.pieces[1].Ptr + uintptr(lo*es)
+		recv := red.recv + uintptr(lo*es)
 		for _, r := range [][2]int{{0, mlo}, {mhi, m}} {
 			if r[1] == r[0] {
 				continue

@@ -156,7 +156,7 @@ def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
     and interleave with them on the same stream). The device run skips the mismatched
     collective, which the device path cannot detect. With devices that cannot access each
     other (FAKECUDA_NO_PEER), every rank falls back to staging together. staged-pipelined
-    stages in chunks of 4 KiB (GONCCL_STAGED_CHUNK), so that every collective but the
+    stages in chunks of 1 KiB (GONCCL_STAGED_CHUNK), so that every collective but the
     smallest runs pipelined by chunk (sizes that are not a multiple of the chunk, in place,
     async, mismatched counts)."""
     id_file = str(tmp_path / "unique_id")
@@ -167,7 +167,7 @@ def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
     if path == "device-no-peer":
         extra["FAKECUDA_NO_PEER"] = "1"
     if path == "staged-pipelined":
-        extra["GONCCL_STAGED_CHUNK"] = "4K"
+        extra["GONCCL_STAGED_CHUNK"] = "1K"
     run = _run_ranks(cuda_capi_binary, fakecuda, nranks, id_file, str(tmp_path), extra)
     run.assert_ok(f"cuda_capi_test with {nranks} ranks")
     for r, proc in enumerate(run.procs):
@@ -187,7 +187,7 @@ def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
 
 def _check_pipelined(dump: str, pipelined: bool):
     """The all_reduce of 300001 floats is one operation in the flight recorder when staged
-    whole; pipelined in 4 KiB chunks it is 64 chunks of two all-to-alls each (the
+    whole; pipelined in 1 KiB chunks it is 64 chunks of two all-to-alls each (the
     reduction runs on the GPU between them), and the ranks' records line up."""
     comms = trace.load(dump)
     ranks = comms[max(comms, key=lambda c: len(comms[c]))]
