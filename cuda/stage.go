@@ -44,6 +44,8 @@ type Pool struct {
 	last    *Staging   // the last staging whose Before ran: the next waits for its release
 	all     int        // bytes allocated
 	stats   PoolStats
+	back    Stream // gonccl's own stream in ctx for the copies back of pipelined stagings; 0: none yet
+	noBack  bool   // ctx is not a primary context: pipelined stagings copy back on their own stream
 }
 
 // PoolStats counts a pool's allocations, for tests and logs.
@@ -288,6 +290,12 @@ func (p *Pool) Close(timeout time.Duration) error {
 		p.all -= b.size
 	}
 	p.free = nil
+	if p.back != 0 {
+		if err := p.d.ReturnStream(p.back); err != nil {
+			errs = append(errs, err)
+		}
+		p.back = 0
+	}
 	if p.primary >= 0 && p.all == 0 {
 		// Released only once nothing is left to free in it; leaked blocks keep it.
 		if err := p.d.ReleasePrimary(p.primary); err != nil {

@@ -43,6 +43,43 @@ type chunking struct {
 	afters   int        // AfterChunk calls so far
 	err      error      // the first failure: no chunk is copied back after it
 	red      *gpuReduce // the reduction runs on the GPU (StageReduceGPU); nil: on the host
+	back     Stream     // the stream of the copies back (and the GPU reduction): see backStreamLocked
+	backEv   event      // recorded on back at the end, waited for by the staging's stream
+	backUsed bool       // work was queued on back
+}
+
+// backStreamLocked returns the stream pipelined stagings in ctx queue their copies back
+// (and GPU reductions) on: gonccl's own stream of the device, so that the copies back
+// of early chunks run beside the copies to the host of later ones (a GPU has a copy
+// engine for each direction), and the staging's stream waits for it at the end. 0 where
+// ctx is not the pool's primary context (a caller's own context): there everything goes
+// on the staging's stream. Only chunks the host has seen copied in are copied back, so
+// what the stream ran before the operation has run; pipelined buffers are disjoint per
+// chunk (in place included), so a copy back never overwrites what is still to be read.
+func (p *Pool) backStreamLocked(ctx Context) Stream {
+	if p.back != 0 || p.noBack {
+		return p.back
+	}
+	if p.primary < 0 || ctx != p.ctx {
+		return 0 // not decided for good: ctx may differ from the pool's
+	}
+	s, err := p.d.OwnStream(p.primary)
+	if err != nil {
+		p.noBack = true
+		logInfo(fmt.Sprintf("staged path: no stream of its own on device %d (%v): copies back share the caller's stream", p.primary, err))
+		return 0
+	}
+	p.back = s
+	return s
+}
+
+// out returns the stream chunk copies back go on, noting that it was used.
+func (s *Staging) out() Stream {
+	if s.ch.back != 0 {
+		s.ch.backUsed = true
+		return s.ch.back
+	}
+	return s.stream
 }
 
 // ChunkCount returns how many chunks of at most per elements count elements make.
@@ -92,9 +129,15 @@ func (p *Pool) stageChunked(ctx Context, s Stream, pieces []Piece, count, elemSi
 			ch.host[i] = mem[off : off+n : off+n]
 			off += n
 		}
+		ch.back = p.backStreamLocked(ctx)
 		err = p.d.do(ctx, func() (err error) {
 			if st.ev, err = p.d.eventCreate(); err != nil {
 				return err
+			}
+			if ch.back != 0 {
+				if ch.backEv, err = p.d.eventCreate(); err != nil {
+					return err
+				}
 			}
 			for k := range ch.evs {
 				if ch.evs[k], err = p.d.eventCreate(); err != nil {
@@ -145,6 +188,8 @@ func (ch *chunking) destroyEvents(s *Staging) {
 		}
 	}
 	destroy(ch.evs)
+	destroy([]event{ch.backEv})
+	ch.backEv = 0
 	if ch.red != nil {
 		destroy(ch.red.evs)
 		if ch.red.scratch != 0 {
@@ -295,7 +340,7 @@ func (s *Staging) AfterChunk(k int, opErr error) error {
 	return s.afterStep(opErr, func() error {
 		return s.ch.copies(k, out, func(_ Piece, dev uintptr, h []byte) error {
 			s.inFlight = true
-			return s.d.memcpyHtoD(dev, h, s.stream)
+			return s.d.memcpyHtoD(dev, h, s.out())
 		})
 	})
 }
@@ -355,7 +400,22 @@ func (s *Staging) SetIssued(n int) error {
 // the blocks back to the pool (reused once the event has completed).
 func (s *Staging) finishChunksLocked() error {
 	s.finished = true
-	return s.d.do(s.ctx, s.recordLocked)
+	return s.d.do(s.ctx, func() error {
+		if s.ch.backUsed {
+			// The stream waits for the copies back: later work on it sees them, and ev
+			// (recorded after the wait) captures them.
+			err := s.d.eventRecord(s.ch.backEv, s.ch.back)
+			if err == nil {
+				err = s.d.streamWaitEvent(s.stream, s.ch.backEv)
+			}
+			if err != nil {
+				// ev could not cover the copies back: leak the blocks rather than reuse them.
+				s.recorded = false
+				return err
+			}
+		}
+		return s.recordLocked()
+	})
 }
 
 // ChunkErr returns the first failure of a chunk (nil while none has failed).

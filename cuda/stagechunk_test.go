@@ -48,7 +48,9 @@ func chunkedGather(t *testing.T, count, per int, inPlace bool) int {
 	deadline := time.Now().Add(10 * time.Second)
 	for k := 0; k < n; k++ {
 		require.NoError(t, st.BeforeChunk(k, deadline))
+		require.NotEqual(t, s, uintptr(st.BackStream()), "the copies back go on a stream of their own")
 		f.Drain(s) // whatever was queued before chunk k's host operation has run
+		f.Drain(uintptr(st.BackStream()))
 		c := f.Counters()
 		require.Equal(t, n, c.DtoH-start.DtoH, "chunk %d: every chunk's copy to the host is queued before chunk %d's host operation", k, k)
 		require.Equal(t, blocks*k, c.HtoD-start.HtoD, "chunk %d: the chunks before it are copied back before its host operation", k)
@@ -63,7 +65,7 @@ func chunkedGather(t *testing.T, count, per int, inPlace bool) int {
 		}
 		require.NoError(t, st.AfterChunk(k, nil))
 	}
-	f.Drain(s)
+	f.Drain(s) // it waits for the copies back
 	got := f.Floats(recv, blocks*count)
 	wrong := 0
 	for r := 0; r < blocks; r++ {
@@ -138,4 +140,45 @@ func TestChunkedStagingStopsAfterAFailure(t *testing.T) {
 	require.Equal(t, float32(0), got[30])
 	require.NoError(t, pool.Close(10*time.Second))
 	require.Equal(t, 1, pool.Stats().Allocs)
+}
+
+// TestChunkedStagingCopiesBackBesideCopiesIn: a chunk's copy back runs while the copies
+// to the host of later chunks have not: with the staging's stream held once chunk 0's
+// copy to the host has run (capture: nothing queued on it starts), chunk 0's copy back
+// still completes. On one stream it would wait behind them (Drain would never return).
+func TestChunkedStagingCopiesBackBesideCopiesIn(t *testing.T) {
+	d, f := open(t)
+	f.SetDelay(2000, 2000) // each copy to the host takes 2 ms: the hold comes before most
+	defer f.SetDelay(0, 200)
+	s := f.Stream(2)
+	ctx, err := d.StreamContext(cuda.Stream(s))
+	require.NoError(t, err)
+	const count, per = 100, 4
+	buf := f.Malloc(2, 4*count)
+	f.SetFloats(buf, make([]float32, count))
+	pool := cuda.NewPool(d)
+	st, err := pool.StageChunked(ctx, cuda.Stream(s), []cuda.Piece{{Name: "buf", Ptr: buf, Blocks: 1, In: true, Out: true}}, count, 4, per)
+	require.NoError(t, err)
+	require.Equal(t, 25, st.Chunks())
+	require.NoError(t, st.SetIssued(st.Chunks()))
+	deadline := time.Now().Add(10 * time.Second)
+	start := f.Counters()
+	require.NoError(t, st.BeforeChunk(0, deadline))
+	require.NoError(t, f.Capture(s, true))
+	for i, h := 0, floats(st.ChunkHost(0)[0]); i < len(h); i++ {
+		h[i] = 5
+	}
+	require.NoError(t, st.AfterChunk(0, nil))
+	f.Drain(uintptr(st.BackStream()))
+	c := f.Counters()
+	require.Equal(t, 1, c.HtoD-start.HtoD, "chunk 0 is back on the device")
+	require.Less(t, c.DtoH-start.DtoH, st.Chunks(), "while later chunks' copies to the host wait on the held stream")
+	require.Equal(t, float32(5), f.Floats(buf, count)[0])
+	require.NoError(t, f.Capture(s, false))
+	for k := 1; k < st.Chunks(); k++ {
+		require.NoError(t, st.BeforeChunk(k, deadline))
+		require.NoError(t, st.AfterChunk(k, nil))
+	}
+	f.Drain(s)
+	require.NoError(t, pool.Close(10*time.Second))
 }

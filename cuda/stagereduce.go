@@ -212,21 +212,22 @@ func (s *Staging) AfterReduce(k int, opErr error) error {
 			src, dst = red.send+uintptr((lo+at)*es), red.recv+uintptr((lo+at)*es)
 		}
 		s.inFlight = true
-		if err := s.d.memcpyHtoD(red.scratch, red.gather[k], s.stream); err != nil {
+		out := s.out()
+		if err := s.d.memcpyHtoD(red.scratch, red.gather[k], out); err != nil {
 			return withWhat(err, fmt.Sprintf("the peers' pieces of chunk %d of %d, %d bytes", k, ch.n, len(red.gather[k])))
 		}
 		if src != dst {
-			if err := s.d.memcpyDtoD(dst, src, size*es, s.stream); err != nil {
+			if err := s.d.memcpyDtoD(dst, src, size*es, out); err != nil {
 				return withWhat(err, fmt.Sprintf("the own part of chunk %d of %d, %d bytes", k, ch.n, size*es))
 			}
 		}
 		for i := 0; i < red.n-1; i++ {
-			if err := red.k.ReduceInto(s.stream, dst, red.scratch+uintptr(i*size*es), size, red.dt, red.op); err != nil {
+			if err := red.k.ReduceInto(out, dst, red.scratch+uintptr(i*size*es), size, red.dt, red.op); err != nil {
 				return err
 			}
 		}
 		if red.op == reduce.Avg {
-			if err := red.k.DivideBy(s.stream, dst, size, red.dt, red.n); err != nil {
+			if err := red.k.DivideBy(out, dst, size, red.dt, red.n); err != nil {
 				return err
 			}
 		}
@@ -234,10 +235,10 @@ func (s *Staging) AfterReduce(k int, opErr error) error {
 			return nil
 		}
 		host := s.ChunkHost(k)[1]
-		if err := s.d.memcpyDtoH(host[at*es:(at+size)*es], dst, s.stream); err != nil {
+		if err := s.d.memcpyDtoH(host[at*es:(at+size)*es], dst, out); err != nil {
 			return withWhat(err, fmt.Sprintf("the reduced shard of chunk %d of %d, %d bytes", k, ch.n, size*es))
 		}
-		if err := s.d.eventRecord(red.evs[k], s.stream); err != nil {
+		if err := s.d.eventRecord(red.evs[k], out); err != nil {
 			return err
 		}
 		red.recorded[k] = true
@@ -267,7 +268,7 @@ func (s *Staging) AfterGather(k int, opErr error) error {
 				continue
 			}
 			s.inFlight = true
-			if err := s.d.memcpyHtoD(recv+uintptr(r[0]*es), host[r[0]*es:r[1]*es], s.stream); err != nil {
+			if err := s.d.memcpyHtoD(recv+uintptr(r[0]*es), host[r[0]*es:r[1]*es], s.out()); err != nil {
 				return withWhat(err, fmt.Sprintf("recvbuff, chunk %d of %d, %d bytes", k, ch.n, (r[1]-r[0])*es))
 			}
 		}

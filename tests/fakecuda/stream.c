@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 static unsigned g_delay_min = 0, g_delay_max = 200;
+static unsigned g_copy_mibps; /* fakecudaSetCopyRate: 0, copies take no time of their own */
 static fakeStream* g_legacy[NDEV];
 static __thread fakeStream* t_per_thread[NDEV];
 #define POOL_STREAMS 32
@@ -112,6 +113,7 @@ static int deps_done(op* o) {
 static void run(op* o) {
   unsigned d = g_delay_min + (g_delay_max > g_delay_min ? rnd() % (g_delay_max - g_delay_min + 1) : 0);
   d += o->delay_us + o->stream->delay_us;
+  if (o->kind == OP_COPY && g_copy_mibps > 0) d += (unsigned)((double)o->n / (g_copy_mibps * 1.048576));
   pthread_mutex_unlock(&mu);
   pause_us(d);
   pthread_mutex_lock(&mu);
@@ -308,6 +310,12 @@ int fakecudaStreamSetDelay(void* stream, unsigned us) {
 
 int fakecudaBeginCapture(void* stream) { return set_capture(stream, 1); }
 int fakecudaEndCapture(void* stream) { return set_capture(stream, 0); }
+
+void fakecudaSetCopyRate(unsigned mib_per_s) {
+  pthread_mutex_lock(&mu);
+  g_copy_mibps = mib_per_s;
+  pthread_mutex_unlock(&mu);
+}
 
 void fakecudaSetDelay(unsigned min_us, unsigned max_us) {
   pthread_mutex_lock(&mu);
