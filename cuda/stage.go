@@ -44,8 +44,8 @@ type Pool struct {
 	last    *Staging   // the last staging whose Before ran: the next waits for its release
 	all     int        // bytes allocated
 	stats   PoolStats
-	back    Stream // gonccl's own stream in ctx for the copies back of pipelined stagings; 0: none yet
-	noBack  bool   // ctx is not a primary context: pipelined stagings copy back on their own stream
+	back    Stream // the pool's own stream in ctx for the copies back of pipelined stagings; 0: none yet
+	noBack  bool   // it could not be made: pipelined stagings copy back on their own stream
 }
 
 // PoolStats counts a pool's allocations, for tests and logs.
@@ -291,7 +291,8 @@ func (p *Pool) Close(timeout time.Duration) error {
 	}
 	p.free = nil
 	if p.back != 0 {
-		if err := p.d.ReturnStream(p.back); err != nil {
+		// Work a staging that did not finish in time left on it still runs.
+		if err := p.d.do(p.ctx, func() error { return p.d.streamDestroy(p.back) }); err != nil {
 			errs = append(errs, err)
 		}
 		p.back = 0

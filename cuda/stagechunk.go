@@ -45,32 +45,35 @@ type chunking struct {
 	red      *gpuReduce // the reduction runs on the GPU (StageReduceGPU); nil: on the host
 	back     Stream     // the stream of the copies back (and the GPU reduction): see backStreamLocked
 	backEv   event      // recorded on back at the end, waited for by the staging's stream
+	startEv  event      // recorded on the staging's stream at chunk 0, waited for by back
 	backUsed bool       // work was queued on back
 }
 
 // backStreamLocked returns the stream pipelined stagings in ctx queue their copies back
-// (and GPU reductions) on: gonccl's own stream of the device, so that the copies back
-// of early chunks run beside the copies to the host of later ones (a GPU has a copy
-// engine for each direction), and the staging's stream waits for it at the end. 0 where
-// ctx is not the pool's primary context (a caller's own context): there everything goes
-// on the staging's stream. Only chunks the host has seen copied in are copied back, so
-// what the stream ran before the operation has run; pipelined buffers are disjoint per
-// chunk (in place included), so a copy back never overwrites what is still to be read.
+// (and GPU reductions) on: a stream of the pool's own (cuStreamCreate in the pool's
+// context, destroyed by Close), so that the copies back of early chunks run beside the
+// copies to the host of later ones (a GPU has a copy engine for each direction); the
+// staging's stream waits for it at the end. 0 where ctx is not the pool's context, or
+// the stream could not be made: then everything goes on the staging's stream. Only
+// chunks the host has seen copied in are copied back, so what the staging's stream ran
+// before the operation has run; pipelined buffers are disjoint per chunk (in place
+// included), so a copy back never overwrites what is still to be read.
 func (p *Pool) backStreamLocked(ctx Context) Stream {
-	if p.back != 0 || p.noBack {
+	if p.back != 0 || p.noBack || ctx != p.ctx {
+		if ctx != p.ctx {
+			return 0
+		}
 		return p.back
 	}
-	if p.primary < 0 || ctx != p.ctx {
-		return 0 // not decided for good: ctx may differ from the pool's
-	}
-	s, err := p.d.OwnStream(p.primary)
+	err := p.d.do(ctx, func() (err error) {
+		p.back, err = p.d.streamCreate()
+		return err
+	})
 	if err != nil {
-		p.noBack = true
-		logInfo(fmt.Sprintf("staged path: no stream of its own on device %d (%v): copies back share the caller's stream", p.primary, err))
-		return 0
+		p.noBack, p.back = true, 0
+		logInfo(fmt.Sprintf("staged path: no stream of its own (%v): copies back share the caller's stream", err))
 	}
-	p.back = s
-	return s
+	return p.back
 }
 
 // out returns the stream chunk copies back go on, noting that it was used.
@@ -138,6 +141,9 @@ func (p *Pool) stageChunked(ctx Context, s Stream, pieces []Piece, count, elemSi
 				if ch.backEv, err = p.d.eventCreate(); err != nil {
 					return err
 				}
+				if ch.startEv, err = p.d.eventCreate(); err != nil {
+					return err
+				}
 			}
 			for k := range ch.evs {
 				if ch.evs[k], err = p.d.eventCreate(); err != nil {
@@ -188,8 +194,8 @@ func (ch *chunking) destroyEvents(s *Staging) {
 		}
 	}
 	destroy(ch.evs)
-	destroy([]event{ch.backEv})
-	ch.backEv = 0
+	destroy([]event{ch.backEv, ch.startEv})
+	ch.backEv, ch.startEv = 0, 0
 	if ch.red != nil {
 		destroy(ch.red.evs)
 		if ch.red.scratch != 0 {
@@ -277,6 +283,19 @@ func (s *Staging) copyInChunks() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.d.do(s.ctx, func() error {
+		if ch.back != 0 {
+			// What the copies back (and reductions) on back write, the work queued on the
+			// stream before the operation may still be using (a rank with nothing to copy
+			// in never waits for that work on the host): back waits for it, not for the
+			// copies to the host queued next.
+			s.inFlight = true
+			if err := s.d.eventRecord(ch.startEv, s.stream); err != nil {
+				return err
+			}
+			if err := s.d.streamWaitEvent(ch.back, ch.startEv); err != nil {
+				return err
+			}
+		}
 		for k := 0; k < ch.n; k++ {
 			queued := false
 			err := ch.copies(k, in, func(_ Piece, dev uintptr, h []byte) error {

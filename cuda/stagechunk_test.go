@@ -182,3 +182,34 @@ func TestChunkedStagingCopiesBackBesideCopiesIn(t *testing.T) {
 	f.Drain(s)
 	require.NoError(t, pool.Close(10*time.Second))
 }
+
+// TestChunkedStagingCopiesBackAfterEarlierWork: a rank with nothing to copy in (a
+// broadcast's receiver) never waits on the host for the work queued before the
+// operation; its copies back, on another stream, must still land after that work (a slow
+// kernel writing the same buffer), not be overwritten by it.
+func TestChunkedStagingCopiesBackAfterEarlierWork(t *testing.T) {
+	d, f := open(t)
+	s := f.Stream(2)
+	ctx, err := d.StreamContext(cuda.Stream(s))
+	require.NoError(t, err)
+	const count = 1000
+	buf := f.Malloc(2, 4*count)
+	require.NoError(t, f.Fill(s, buf, count, -1, 30000)) // 30 ms, queued before the operation
+	pool := cuda.NewPool(d)
+	st, err := pool.StageChunked(ctx, cuda.Stream(s), []cuda.Piece{{Name: "recvbuff", Ptr: buf, Blocks: 1, Out: true}}, count, 4, 128)
+	require.NoError(t, err)
+	require.NoError(t, st.SetIssued(st.Chunks()))
+	deadline := time.Now().Add(10 * time.Second)
+	for k := 0; k < st.Chunks(); k++ {
+		require.NoError(t, st.BeforeChunk(k, deadline))
+		for i, h := 0, floats(st.ChunkHost(k)[0]); i < len(h); i++ {
+			h[i] = 7
+		}
+		require.NoError(t, st.AfterChunk(k, nil))
+	}
+	f.Drain(s)
+	for i, v := range f.Floats(buf, count) {
+		require.Equal(t, float32(7), v, "element %d: the kernel queued before the operation overwrote its result", i)
+	}
+	require.NoError(t, pool.Close(10*time.Second))
+}

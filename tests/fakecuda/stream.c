@@ -84,6 +84,7 @@ CUresult resolve(void* h, fakeStream** out) {
   }
   if (!is_stream(h)) return CUDA_ERROR_INVALID_HANDLE;
   fakeStream* s = h;
+  if (s->destroyed) fault("stream %p used after cuStreamDestroy", h);
   if (!ctx_alive(s->ctx, s->gen))
     fault("stream %p used after its context (device %d) was reset: the real stream is gone", h, s->ctx->dev);
   *out = s;
@@ -241,6 +242,20 @@ CUresult cuStreamCreate(void** out, unsigned int flags) {
   *out = new_stream(t_current, !(flags & STREAM_NON_BLOCKING), 0);
   pthread_mutex_unlock(&mu);
   return CUDA_SUCCESS;
+}
+
+/* cuStreamDestroy_v2: the stream's queued work still runs (its worker drains it), as in
+ * the real driver; the handle must not be used again (resolve faults). The struct is
+ * kept, since other streams' ops may depend on its progress. */
+CUresult cuStreamDestroy_v2(void* stream) {
+  if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED;
+  if (stream == NULL || stream == STREAM_LEGACY || stream == STREAM_PER_THREAD) return CUDA_ERROR_INVALID_HANDLE;
+  pthread_mutex_lock(&mu);
+  fakeStream* s = NULL;
+  CUresult r = resolve(stream, &s);
+  if (r == CUDA_SUCCESS) s->destroyed = 1;
+  pthread_mutex_unlock(&mu);
+  return r;
 }
 
 CUresult cuStreamSynchronize(void* stream) {
