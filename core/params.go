@@ -54,7 +54,7 @@ var Params = []settings.Param[config]{
 	{Name: "GONCCL_STAGED_CHUNK", Default: "4194304",
 		Help: "bytes per chunk of the staged path (device buffers copied through pinned host memory; a `K`, `M` or `G` suffix: 2^10, 2^20, 2^30; up to 16G): a collective larger than one chunk runs pipelined, the copies of other chunks to and from the GPU overlapping the host's work on one (at most 64 chunks: larger operations take larger chunks). Each chunk is one operation in the flight recorder. `0`: no pipelining. The same on every rank. Read by the C ABI"},
 	{Name: "GONCCL_STAGED_REDUCE", Default: "gpu",
-		Help: "where the staged path's pipelined `all_reduce` (several chunks of `GONCCL_STAGED_CHUNK`, several ranks) reduces: `gpu` (an all-to-all of shards on the host, gonccl's reduction kernels on the caller's stream, an all-to-all gathering the reduced shards) or `cpu` (core's host algorithm on each chunk). The same on every rank. Read by the C ABI"},
+		Help: "where the staged path's pipelined `all_reduce`, `reduce_scatter` and `reduce` (several chunks of `GONCCL_STAGED_CHUNK`, several ranks) reduce: `gpu` (an all-to-all on the host brings each rank the peers' pieces of its part, gonccl's reduction kernels fold them on the device; `all_reduce` then gathers the reduced shards with another) or `cpu` (core's host algorithm on each chunk). The same on every rank. Read by the C ABI"},
 	{Name: "GONCCL_P2P_DISABLE", Default: "0",
 		Help: "`1`: never take the device path of `GONCCL_DEVICE_PATH`; device buffers are staged through pinned host memory (as NCCL's `NCCL_P2P_DISABLE` turns its GPU-to-GPU transport off). Read by the C ABI"},
 	{Name: "GONCCL_SHM_DISABLE", Default: "0",
