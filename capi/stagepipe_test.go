@@ -43,3 +43,15 @@ func TestStagedPlan(t *testing.T) {
 		require.Equal(t, tc.n, n, "%+v", tc)
 	}
 }
+
+func TestStagedReduceSetting(t *testing.T) {
+	for v, want := range map[string]bool{"": true, "gpu": true, " GPU ": true, "cpu": false} {
+		t.Setenv("GONCCL_STAGED_REDUCE", v)
+		got, err := stagedReduceOnGPU()
+		require.NoError(t, err, v)
+		require.Equal(t, want, got, v)
+	}
+	t.Setenv("GONCCL_STAGED_REDUCE", "host")
+	_, err := stagedReduceOnGPU()
+	require.ErrorContains(t, err, "GONCCL_STAGED_REDUCE")
+}

@@ -147,7 +147,7 @@ def test_libgonccl_does_not_link_cuda(package_dir):
 
 
 @pytest.mark.timeout(RUN_TIMEOUT + 60)
-@pytest.mark.parametrize("path", ["staged", "staged-pipelined", "device", "device-no-peer"])
+@pytest.mark.parametrize("path", ["staged", "staged-pipelined", "staged-pipelined-cpu", "device", "device-no-peer"])
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
     """The same checks on the staged path and on the device path (GONCCL_DEVICE_PATH=1:
@@ -158,7 +158,8 @@ def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
     other (FAKECUDA_NO_PEER), every rank falls back to staging together. staged-pipelined
     stages in chunks of 1 KiB (GONCCL_STAGED_CHUNK), so that every collective but the
     smallest runs pipelined by chunk (sizes that are not a multiple of the chunk, in place,
-    async, mismatched counts)."""
+    async, mismatched counts), its reductions on the GPU, or with staged-pipelined-cpu
+    on the host (GONCCL_STAGED_REDUCE=cpu)."""
     id_file = str(tmp_path / "unique_id")
     dump = tmp_path / "trace"
     extra = {"GONCCL_DEBUG": "INFO", "GONCCL_DEBUG_SUBSYS": "INIT", "GONCCL_TRACE_DUMP_DIR": str(dump)}
@@ -166,8 +167,10 @@ def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
         extra["GONCCL_DEVICE_PATH"] = "1"
     if path == "device-no-peer":
         extra["FAKECUDA_NO_PEER"] = "1"
-    if path == "staged-pipelined":
+    if path.startswith("staged-pipelined"):
         extra["GONCCL_STAGED_CHUNK"] = "1K"
+    if path == "staged-pipelined-cpu":
+        extra["GONCCL_STAGED_REDUCE"] = "cpu"
     run = _run_ranks(cuda_capi_binary, fakecuda, nranks, id_file, str(tmp_path), extra)
     run.assert_ok(f"cuda_capi_test with {nranks} ranks")
     for r, proc in enumerate(run.procs):
@@ -182,20 +185,23 @@ def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
         assert f"CUDA driver loaded from {fakecuda}" in proc.stderr, proc.describe()
     _check_flight_recorder(str(dump), nranks, path == "device")
     if path.startswith("staged"):
-        _check_pipelined(str(dump), path == "staged-pipelined")
+        _check_pipelined(str(dump), path)
 
 
-def _check_pipelined(dump: str, pipelined: bool):
+def _check_pipelined(dump: str, path: str):
     """The all_reduce of 300001 floats is one operation in the flight recorder when staged
-    whole; pipelined in 1 KiB chunks it is 64 chunks of two all-to-alls each (the
-    reduction runs on the GPU between them), and the ranks' records line up."""
+    whole; pipelined in 1 KiB chunks it is 64 chunks: all_reduces of 4688 elements when the
+    host reduces, two all-to-alls each when the GPU does."""
     comms = trace.load(dump)
     ranks = comms[max(comms, key=lambda c: len(comms[c]))]
     for r, t in sorted(ranks.items()):
         whole = [o for o in t.ops if o["op"] == "all_reduce" and o["count"] == 300001]
+        chunks = [o for o in t.ops if o["op"] == "all_reduce" and o["count"] == 4688]
         alltoallv = [o for o in t.ops if o["op"] == "alltoallv"]
-        if pipelined:
+        if path == "staged-pipelined":
             assert not whole and len(alltoallv) >= 2 * 64, f"rank {r}: {len(whole)} whole, {len(alltoallv)} alltoallv"
+        elif path == "staged-pipelined-cpu":
+            assert not whole and len(chunks) >= 2 * 63, f"rank {r}: {len(whole)} whole, {len(chunks)} chunks"
         else:
             assert len(whole) == 2, f"rank {r}: {whole}"
 
