@@ -213,3 +213,29 @@ func TestChunkedStagingCopiesBackAfterEarlierWork(t *testing.T) {
 	}
 	require.NoError(t, pool.Close(10*time.Second))
 }
+
+// TestChunkedStagingTimesOut: a chunk whose copy to the host never runs (the stream is
+// stuck) fails its host operation at the deadline, naming the chunk, and the staging
+// still finishes.
+func TestChunkedStagingTimesOut(t *testing.T) {
+	d, f := open(t)
+	s := f.Stream(2)
+	ctx, err := d.StreamContext(cuda.Stream(s))
+	require.NoError(t, err)
+	const count = 100
+	buf := f.Malloc(2, 4*count)
+	require.NoError(t, f.Fill(s, buf, count, 1, 300000)) // 300 ms of earlier work: stuck for the deadline
+	pool := cuda.NewPool(d)
+	st, err := pool.StageChunked(ctx, cuda.Stream(s), []cuda.Piece{{Name: "buf", Ptr: buf, Blocks: 1, In: true, Out: true}}, count, 4, 30)
+	require.NoError(t, err)
+	require.NoError(t, st.SetIssued(st.Chunks()))
+	err = st.BeforeChunk(0, time.Now().Add(20*time.Millisecond))
+	require.ErrorContains(t, err, "the copy to the host of chunk 0 of 4")
+	require.ErrorContains(t, err, "did not finish in time")
+	for k := 0; k < st.Chunks(); k++ {
+		require.NoError(t, st.AfterChunk(k, err))
+	}
+	f.Drain(s)
+	require.Equal(t, float32(1), f.Floats(buf, count)[0], "nothing was copied back")
+	require.NoError(t, pool.Close(10*time.Second))
+}
