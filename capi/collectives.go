@@ -118,11 +118,12 @@ func allReduce(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t,
 		}, sb, rb); ok || err != nil {
 			return req, err
 		}
-		b, err := v.get(d, sb, rb)
-		if err != nil {
-			return nil, err
-		}
-		return c.AllReduce(b[0], b[1], int(count), d, rop, v.opts...)
+		blocks := []int{1, 1}
+		return v.reductionStaged(c, cuda.GPUAllReduce, d, rop, noRoot, int(count), blocks, func() (*core.Request, error) {
+			return v.collective(c, d, int(count), blocks, func(b [][]byte, n int, o []core.OpOption) (*core.Request, error) {
+				return c.AllReduce(b[0], b[1], n, d, rop, o...)
+			}, sb, rb)
+		}, sb, rb)
 	})
 }
 
@@ -143,11 +144,9 @@ func broadcast(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t,
 		}, sb, rb); ok || err != nil {
 			return req, err
 		}
-		b, err := v.get(d, sb, rb)
-		if err != nil {
-			return nil, err
-		}
-		return c.Broadcast(b[0], b[1], int(count), d, int(root), v.opts...)
+		return v.collective(c, d, int(count), []int{1, 1}, func(b [][]byte, n int, o []core.OpOption) (*core.Request, error) {
+			return c.Broadcast(b[0], b[1], n, d, int(root), o...)
+		}, sb, rb)
 	})
 }
 
@@ -168,11 +167,9 @@ func allGather(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t,
 		}, sb, rb); ok || err != nil {
 			return req, err
 		}
-		b, err := v.get(d, sb, rb)
-		if err != nil {
-			return nil, err
-		}
-		return c.AllGather(b[0], b[1], int(count), d, v.opts...)
+		return v.collective(c, d, int(count), []int{1, c.Size()}, func(b [][]byte, n int, o []core.OpOption) (*core.Request, error) {
+			return c.AllGather(b[0], b[1], n, d, o...)
+		}, sb, rb)
 	})
 }
 
@@ -274,11 +271,12 @@ func reduce(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, op
 		}, sb, rb); ok || err != nil {
 			return req, err
 		}
-		b, err := v.get(d, sb, rb)
-		if err != nil {
-			return nil, err
-		}
-		return c.Reduce(b[0], b[1], int(count), d, rop, int(root), v.opts...)
+		blocks := []int{1, 1}
+		return v.reductionStaged(c, cuda.GPUReduce, d, rop, int(root), int(count), blocks, func() (*core.Request, error) {
+			return v.collective(c, d, int(count), blocks, func(b [][]byte, n int, o []core.OpOption) (*core.Request, error) {
+				return c.Reduce(b[0], b[1], n, d, rop, int(root), o...)
+			}, sb, rb)
+		}, sb, rb)
 	})
 }
 
@@ -303,11 +301,12 @@ func reduceScatter(send, recv unsafe.Pointer, recvCount C.size_t, dt C.goncclDat
 		}, sb, rb); ok || err != nil {
 			return req, err
 		}
-		b, err := v.get(d, sb, rb)
-		if err != nil {
-			return nil, err
-		}
-		return c.ReduceScatter(b[0], b[1], int(recvCount), d, rop, v.opts...)
+		blocks := []int{c.Size(), 1}
+		return v.reductionStaged(c, cuda.GPUReduceScatter, d, rop, noRoot, int(recvCount), blocks, func() (*core.Request, error) {
+			return v.collective(c, d, int(recvCount), blocks, func(b [][]byte, n int, o []core.OpOption) (*core.Request, error) {
+				return c.ReduceScatter(b[0], b[1], n, d, rop, o...)
+			}, sb, rb)
+		}, sb, rb)
 	})
 }
 
@@ -332,11 +331,9 @@ func gather(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, ro
 		}, sb, rb); ok || err != nil {
 			return req, err
 		}
-		b, err := v.get(d, sb, rb)
-		if err != nil {
-			return nil, err
-		}
-		return c.Gather(b[0], b[1], int(count), d, int(root), v.opts...)
+		return v.collective(c, d, int(count), []int{1, c.Size()}, func(b [][]byte, n int, o []core.OpOption) (*core.Request, error) {
+			return c.Gather(b[0], b[1], n, d, int(root), o...)
+		}, sb, rb)
 	})
 }
 
@@ -361,11 +358,9 @@ func scatter(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, r
 		}, sb, rb); ok || err != nil {
 			return req, err
 		}
-		b, err := v.get(d, sb, rb)
-		if err != nil {
-			return nil, err
-		}
-		return c.Scatter(b[0], b[1], int(count), d, int(root), v.opts...)
+		return v.collective(c, d, int(count), []int{c.Size(), 1}, func(b [][]byte, n int, o []core.OpOption) (*core.Request, error) {
+			return c.Scatter(b[0], b[1], n, d, int(root), o...)
+		}, sb, rb)
 	})
 }
 
@@ -386,11 +381,9 @@ func alltoAll(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t,
 		}, sb, rb); ok || err != nil {
 			return req, err
 		}
-		b, err := v.get(d, sb, rb)
-		if err != nil {
-			return nil, err
-		}
-		return c.AlltoAll(b[0], b[1], int(count), d, v.opts...)
+		return v.collective(c, d, int(count), []int{c.Size(), c.Size()}, func(b [][]byte, n int, o []core.OpOption) (*core.Request, error) {
+			return c.AlltoAll(b[0], b[1], n, d, o...)
+		}, sb, rb)
 	})
 }
 

@@ -418,7 +418,7 @@ func (c *Comm) execute(o *op) error {
 	e := &exec{
 		rank: c.rank, nranks: c.nranks, peers: c.peers,
 		hdr: transport.Header{Seq: o.seq, Kind: uint8(o.kind), DType: uint8(o.dtype), Root: int32(o.root),
-			Count: uint64(o.count), Epoch: c.epoch},
+			Count: o.wireCount(), Epoch: c.epoch},
 		deadline: start.Add(o.timeout), timeout: o.timeout,
 		scratch: c.scratch, chunkBytes: c.cfg.chunkBytes, breakLinks: c.failLinks, guard: c.guard,
 		sendHdrs: c.sendHdrs, recvHdrs: c.recvHdrs, sinks: c.sinks,

@@ -22,3 +22,10 @@ type OpOption func(*op)
 
 // WithHooks runs h around the operation.
 func WithHooks(h Hooks) OpOption { return func(o *op) { o.hooks = h } }
+
+// WithWireCount makes the operation's frames carry count as its element count instead
+// of its own (peers check it against theirs): for one chunk of a larger operation that
+// every rank splits the same way (capi's pipelined staging), so that each chunk's frames
+// name the whole operation's count and an operation of a chunk's size on another rank
+// is still a mismatch.
+func WithWireCount(count int) OpOption { return func(o *op) { o.wire = uint64(count) } }

@@ -76,3 +76,28 @@ func TestHookErrors(t *testing.T) {
 	require.NoError(t, errs[0])
 	require.NoError(t, errs[1])
 }
+
+// TestWireCount: an operation's frames carry WithWireCount's count instead of its own
+// (a chunk of a larger operation, capi's pipelined staging): ranks whose chunks carry the
+// same whole count agree, and a rank calling an operation of the chunk's own size on the
+// other side is a mismatch naming both counts.
+func TestWireCount(t *testing.T) {
+	comms := memComms(t, 2, nil)
+	errs := onAll(t, comms, func(c *Comm) (*Request, error) {
+		b := make([]byte, 4*8)
+		return c.AllReduce(b, b, 8, Float32, Sum, WithWireCount(1000))
+	})
+	for r, err := range errs {
+		require.NoError(t, err, "rank %d", r)
+	}
+	errs = onAll(t, comms, func(c *Comm) (*Request, error) {
+		b := make([]byte, 4*8)
+		if c.rank == 0 {
+			return c.AllReduce(b, b, 8, Float32, Sum, WithWireCount(1000))
+		}
+		return c.AllReduce(b, b, 8, Float32, Sum)
+	})
+	require.ErrorIs(t, errors.Join(errs...), ErrMismatch)
+	require.ErrorContains(t, errors.Join(errs...), "float32 x 1000, sum")
+	require.ErrorContains(t, errors.Join(errs...), "float32 x 8, sum")
+}

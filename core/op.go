@@ -19,9 +19,10 @@ type op struct {
 	redop RedOp
 	root  int
 	req   *Request
-	hooks Hooks // optional: see WithHooks
-	algo  Algo  // the algorithm it ran with, once run
-	stamp int64 // hop timing: the end of its last hop so far (see hops.go)
+	hooks Hooks  // optional: see WithHooks
+	wire  uint64 // the count its frames carry, if not count: see WithWireCount
+	algo  Algo   // the algorithm it ran with, once run
+	stamp int64  // hop timing: the end of its last hop so far (see hops.go)
 	// timeout is the communicator's when the operation was enqueued: its deadline is
 	// that long after the executor starts it.
 	timeout time.Duration
@@ -67,4 +68,12 @@ func mismatchText(me int, m *transport.MismatchError) string {
 		theirs += fmt.Sprintf(" [algorithm %s, offset %d, %d bytes]", Algo(m.Got.Algo), m.Got.Offset, m.Got.Len)
 	}
 	return fmt.Sprintf("rank %d called %s but rank %d called %s", me, mine, m.Peer, theirs)
+}
+
+// wireCount is the count the operation's frames carry.
+func (o *op) wireCount() uint64 {
+	if o.wire != 0 {
+		return o.wire
+	}
+	return uint64(o.count)
 }

@@ -15,6 +15,19 @@
 // pool and are reused only once that event has completed. WaitOn makes another
 // stream wait on the event.
 //
+// A large operation is pipelined by chunk instead (StageChunked, stagechunk.go): every
+// chunk's device->host copies are queued at once, each chunk with an event; one host
+// operation per chunk runs once its event has completed, and its host->device copies go
+// at once on the pool's own stream, which waited for the caller's stream's earlier work
+// and which the caller's stream waits for at the end:
+//
+//	stream:      ... earlier work | D2H chunk 0, ev0 | D2H chunk 1, ev1 | ... | wait(back), event | later work
+//	back stream: wait(earlier work) | H2D chunk 0 | H2D chunk 1 | ...
+//
+// StageReduceGPU (stagereduce.go) is the same for all_reduce, reduce_scatter and
+// reduce with the reduction on the GPU: the host only moves each rank's part to it, and
+// gonccl's kernels fold the peers' pieces on the back stream.
+//
 // Stream work stays in issue order: an operation whose owner queues follow-up work on
 // the stream after it completes (Hold) keeps the next staging's Before from queueing
 // anything until Release. Point-to-point stagings do not run on the executor: a send

@@ -54,6 +54,7 @@ typedef struct {
   CUresult (*StreamWriteValue32)(CUstream, CUdeviceptr, unsigned int, unsigned int);
   CUresult (*DeviceCanAccessPeer)(int*, int, int);
   CUresult (*DeviceGetPCIBusId)(char*, int, int);
+  CUresult (*StreamDestroy)(CUstream);
 } gcFns;
 
 static const char* gcSymbols[] = {
@@ -68,7 +69,7 @@ static const char* gcSymbols[] = {
   "cuMemAlloc_v2", "cuMemFree_v2", "cuMemsetD32_v2", "cuIpcGetMemHandle",
   "cuIpcOpenMemHandle_v2", "cuIpcCloseMemHandle", "cuMemcpyDtoDAsync_v2", "cuStreamWaitValue32_v2",
   "cuStreamWriteValue32_v2", "cuDeviceCanAccessPeer",
-  "cuDeviceGetPCIBusId",
+  "cuDeviceGetPCIBusId", "cuStreamDestroy_v2",
 };
 
 _Static_assert(sizeof(gcFns) == sizeof(gcSymbols) / sizeof(gcSymbols[0]) * sizeof(void*),
@@ -155,6 +156,7 @@ static CUresult gcStreamCreate(gcFns* f, uintptr_t* s) {
   *s = (uintptr_t)st;
   return r;
 }
+static CUresult gcStreamDestroy(gcFns* f, uintptr_t s) { return f->StreamDestroy(H(s)); }
 // device memory, IPC and stream memory operations
 static CUresult gcMemAlloc(gcFns* f, uintptr_t* p, size_t n) {
   CUdeviceptr d = 0;
@@ -443,6 +445,11 @@ func (d *Driver) streamCreate() (Stream, error) {
 		return 0, err
 	}
 	return Stream(s), nil
+}
+
+// streamDestroy destroys a stream streamCreate made; work queued on it still runs.
+func (d *Driver) streamDestroy(s Stream) error {
+	return d.check("cuStreamDestroy", C.gcStreamDestroy(d.fns, C.uintptr_t(s)))
 }
 
 func (d *Driver) streamWaitEvent(s Stream, e event) error {

@@ -46,3 +46,12 @@ func (d *Driver) Sync(s Stream) error {
 		time.Sleep(20 * time.Microsecond)
 	}
 }
+
+// BackStream is the stream a pipelined staging copies back on: gonccl's own, or the
+// staging's where it has none.
+func (s *Staging) BackStream() Stream {
+	if s.ch != nil && s.ch.back != 0 {
+		return s.ch.back
+	}
+	return s.stream
+}

@@ -44,6 +44,8 @@ type Pool struct {
 	last    *Staging   // the last staging whose Before ran: the next waits for its release
 	all     int        // bytes allocated
 	stats   PoolStats
+	back    Stream // the pool's own stream in ctx for the copies back of pipelined stagings; 0: none yet
+	noBack  bool   // it could not be made: pipelined stagings copy back on their own stream
 }
 
 // PoolStats counts a pool's allocations, for tests and logs.
@@ -288,6 +290,13 @@ func (p *Pool) Close(timeout time.Duration) error {
 		p.all -= b.size
 	}
 	p.free = nil
+	if p.back != 0 {
+		// Work a staging that did not finish in time left on it still runs.
+		if err := p.d.do(p.ctx, func() error { return p.d.streamDestroy(p.back) }); err != nil {
+			errs = append(errs, err)
+		}
+		p.back = 0
+	}
 	if p.primary >= 0 && p.all == 0 {
 		// Released only once nothing is left to free in it; leaked blocks keep it.
 		if err := p.d.ReleasePrimary(p.primary); err != nil {
@@ -323,6 +332,8 @@ type Staging struct {
 	inFlight bool  // copies were enqueued that ev may not capture: never reuse the blocks
 	finished bool  // After or Cancel ran: no more copies will be enqueued
 	done     bool  // blocks returned to the pool, ev destroyed
+
+	ch *chunking // pipelined by chunk (StageChunked); nil: the whole operation at once
 }
 
 // Hold says that the owner of the operation will queue follow-up work on its stream
@@ -383,6 +394,16 @@ func (s *Staging) markQueued() { s.queOnce.Do(func() { close(s.queued) }) }
 // the staging issued just before it on the stream was another pool's, it first waits
 // until that one has queued its copies and, if held, been released.
 func (s *Staging) Before(deadline time.Time) error {
+	if err := s.takeTurn(deadline); err != nil {
+		return err
+	}
+	return s.CopyIn(deadline)
+}
+
+// takeTurn is Before's wait for the operations issued before it on its stream: another
+// pool's predecessor until it has queued its copies (and been released, if held), and
+// the pool's own predecessor until released, if held.
+func (s *Staging) takeTurn(deadline time.Time) error {
 	s.mu.Lock()
 	other := s.prev
 	s.prev = nil
@@ -397,11 +418,9 @@ func (s *Staging) Before(deadline time.Time) error {
 	s.pool.last = s
 	s.pool.mu.Unlock()
 	if prev != nil {
-		if err := prev.waitReleased(deadline); err != nil {
-			return err
-		}
+		return prev.waitReleased(deadline)
 	}
-	return s.CopyIn(deadline)
+	return nil
 }
 
 // CopyIn is Before without the wait for a held operation: for operations that are
@@ -554,6 +573,9 @@ func (s *Staging) reclaim() ([]*block, bool) {
 	}
 	if s.ev != 0 {
 		_ = s.d.do(s.ctx, func() error { return s.d.eventDestroy(s.ev) })
+	}
+	if s.ch != nil {
+		s.ch.destroyEvents(s)
 	}
 	s.done = true
 	forgetTurn(s)

@@ -149,7 +149,7 @@ def test_libgonccl_does_not_link_cuda(package_dir):
 
 
 @pytest.mark.timeout(RUN_TIMEOUT + 60)
-@pytest.mark.parametrize("path", ["staged", "auto", "device", "device-no-peer"])
+@pytest.mark.parametrize("path", ["staged", "staged-pipelined", "staged-pipelined-cpu", "auto", "device", "device-no-peer"])
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
     """The same checks on the staged path (GONCCL_DEVICE_PATH=0) and on the device path
@@ -161,17 +161,25 @@ def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
     device path when no two ranks share a GPU (2 ranks), and stages when some do (3 ranks:
     ranks 0 and 2 are on device 0), every rank together. Only the staged runs have the
     mismatched collective, which the device path cannot detect. With devices that cannot
-    access each other (FAKECUDA_NO_PEER), every rank falls back to staging."""
+    access each other (FAKECUDA_NO_PEER), every rank falls back to staging.
+    staged-pipelined stages in chunks of 1 KiB (GONCCL_STAGED_CHUNK), so that every
+    collective but the smallest runs pipelined by chunk (sizes that are not a multiple of
+    the chunk, in place, async, mismatched counts), its reductions on the GPU, or with
+    staged-pipelined-cpu on the host (GONCCL_STAGED_REDUCE=cpu)."""
     id_file = str(tmp_path / "unique_id")
     dump = tmp_path / "trace"
     extra = {"GONCCL_DEBUG": "INFO", "GONCCL_DEBUG_SUBSYS": "INIT", "GONCCL_TRACE_DUMP_DIR": str(dump)}
     if path.startswith("device"):
         # A small scratch: large operations and messages take many rounds of it.
         extra.update(GONCCL_DEVICE_PATH="1", GONCCL_DEVICE_SCRATCH="1M")
-    if path == "staged":
+    if path.startswith("staged"):
         extra["GONCCL_DEVICE_PATH"] = "0"
     if path == "device-no-peer":
         extra["FAKECUDA_NO_PEER"] = "1"
+    if path.startswith("staged-pipelined"):
+        extra["GONCCL_STAGED_CHUNK"] = "1K"
+    if path == "staged-pipelined-cpu":
+        extra["GONCCL_STAGED_REDUCE"] = "cpu"
     run = _run_ranks(cuda_capi_binary, fakecuda, nranks, id_file, str(tmp_path), extra)
     run.assert_ok(f"cuda_capi_test with {nranks} ranks")
     on_device = path == "device" or (path == "auto" and nranks == 2)
@@ -190,6 +198,26 @@ def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
         assert f"rank {r}: fake-only bad-input checks ran" in proc.stdout, proc.describe()
         assert f"CUDA driver loaded from {fakecuda}" in proc.stderr, proc.describe()
     _check_flight_recorder(str(dump), nranks, on_device)
+    if path.startswith("staged"):
+        _check_pipelined(str(dump), path)
+
+
+def _check_pipelined(dump: str, path: str):
+    """The all_reduce of 300001 floats is one operation in the flight recorder when staged
+    whole; pipelined in 1 KiB chunks it is 64 chunks: all_reduces of 4688 elements when the
+    host reduces, two all-to-alls each when the GPU does."""
+    comms = trace.load(dump)
+    ranks = comms[max(comms, key=lambda c: len(comms[c]))]
+    for r, t in sorted(ranks.items()):
+        whole = [o for o in t.ops if o["op"] == "all_reduce" and o["count"] == 300001]
+        chunks = [o for o in t.ops if o["op"] == "all_reduce" and o["count"] == 4688]
+        alltoallv = [o for o in t.ops if o["op"] == "alltoallv"]
+        if path == "staged-pipelined":
+            assert not whole and len(alltoallv) >= 2 * 64, f"rank {r}: {len(whole)} whole, {len(alltoallv)} alltoallv"
+        elif path == "staged-pipelined-cpu":
+            assert not whole and len(chunks) >= 2 * 63, f"rank {r}: {len(whole)} whole, {len(chunks)} chunks"
+        else:
+            assert len(whole) == 2, f"rank {r}: {whole}"
 
 
 def _check_flight_recorder(dump: str, nranks: int, device: bool):
@@ -257,7 +285,7 @@ def multicomm_binary(package_dir, fakecuda, tmp_path_factory):
 
 
 @pytest.mark.timeout(RUN_TIMEOUT + 60)
-@pytest.mark.parametrize("path", ["staged", "device"])
+@pytest.mark.parametrize("path", ["staged", "staged-pipelined", "device"])
 @pytest.mark.parametrize("nranks", [2, 3, 4])
 def test_cuda_multicomm(multicomm_binary, fakecuda, nranks, path, tmp_path):
     """Several communicators of one process on one device, sharing one pool stream:
@@ -266,6 +294,8 @@ def test_cuda_multicomm(multicomm_binary, fakecuda, nranks, path, tmp_path):
     input: 'the next communicator's all_reduce of that result (round 0): [0] = 2.000000,
     want 8.000000')."""
     extra = {"GONCCL_DEVICE_PATH": "1" if path == "device" else "0"}
+    if path == "staged-pipelined":
+        extra["GONCCL_STAGED_CHUNK"] = "4K"  # the operations take 4 chunks and more
     run = _run_ranks(multicomm_binary, fakecuda, nranks, str(tmp_path), str(tmp_path), extra)
     run.assert_ok(f"cuda_multicomm_test with {nranks} ranks ({path})")
     for r, proc in enumerate(run.procs):

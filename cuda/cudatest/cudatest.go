@@ -32,6 +32,7 @@ typedef struct {
   int (*RuntimeInit)(int);
   int (*RuntimeRelease)(int);
   void* (*PoolStream)(int);
+  void (*SetCopyRate)(unsigned);
 } hooks;
 
 static const char* hookNames[] = {
@@ -39,6 +40,7 @@ static const char* hookNames[] = {
   "fakecudaFillF32", "fakecudaAddF32", "fakecudaStreamDrain", "fakecudaGetCounters",
   "fakecudaStreamCreateWithFlags", "fakecudaBeginCapture", "fakecudaEndCapture", "fakecudaCheckF32",
   "cuCtxSetCurrent", "fakecudaRuntimeInit", "fakecudaRuntimeRelease", "fakecudaPoolStream",
+  "fakecudaSetCopyRate",
 };
 
 static int openHooks(const char* path, hooks* h) {
@@ -57,6 +59,7 @@ static int hFree(hooks* h, uintptr_t p) { return h->Free((void*)p); }
 static uintptr_t hStream(hooks* h, int dev) { return (uintptr_t)h->StreamCreate(dev); }
 static uintptr_t hContext(hooks* h, int dev) { return (uintptr_t)h->Context(dev); }
 static void hSetDelay(hooks* h, unsigned lo, unsigned hi) { h->SetDelay(lo, hi); }
+static void hSetCopyRate(hooks* h, unsigned r) { h->SetCopyRate(r); }
 static int hFill(hooks* h, uintptr_t s, uintptr_t p, size_t n, float v, unsigned d) { return h->FillF32((void*)s, (void*)p, n, v, d); }
 static int hAdd(hooks* h, uintptr_t s, uintptr_t p, size_t n, float v, unsigned d) { return h->AddF32((void*)s, (void*)p, n, v, d); }
 static uintptr_t hStreamFlags(hooks* h, int dev, unsigned f) { return (uintptr_t)h->StreamCreateWithFlags(dev, f); }
@@ -200,6 +203,10 @@ func (f *Fake) Context(dev int) uintptr { return uintptr(C.hContext(f.h, C.int(d
 
 // SetDelay sets the random delay of every queued operation.
 func (f *Fake) SetDelay(minUs, maxUs uint) { C.hSetDelay(f.h, C.uint(minUs), C.uint(maxUs)) }
+
+// SetCopyRate makes host<->device copies also take their size at mibPerS MiB/s, sleeping
+// (0: no such time).
+func (f *Fake) SetCopyRate(mibPerS uint) { C.hSetCopyRate(f.h, C.uint(mibPerS)) }
 
 // Fill queues a kernel that sets n float32s at p to v after delayUs.
 func (f *Fake) Fill(s, p uintptr, n int, v float32, delayUs uint) error {

@@ -26,7 +26,7 @@
  * Caveat: the driver may run the host functions of all streams on one thread, so a
  * delay on one stream can also hold back a host function of another; that adds order,
  * it never removes any, so it can hide a missing wait but never invent a stale read.
- * fakecudaSetDelay is a no-op: a real GPU has its own timing.
+ * fakecudaSetDelay and fakecudaSetCopyRate are no-ops: a real GPU has its own timing.
  *
  * Counters: copies, pinned blocks and events gonccl allocates, primary context
  * references gonccl holds (this file's own are not counted), fake kernels, stale reads,
@@ -352,6 +352,9 @@ void fakecudaSetDelay(unsigned min_us, unsigned max_us) {
   (void)min_us;
   (void)max_us;
 }
+
+/* A real GPU's copies take the time its copy engines take. */
+void fakecudaSetCopyRate(unsigned mib_per_s) { (void)mib_per_s; }
 
 /* The fake kernels wait delay_us, plus the stream's own delay, before they run. */
 int fakecudaFillF32(void* stream, void* p, size_t count, float value, unsigned delay_us) {

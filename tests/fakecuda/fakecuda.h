@@ -51,6 +51,9 @@ int fakecudaEndCapture(void* stream);
 void* fakecudaContext(int dev);
 /* Delay of every queued operation: uniformly random in [min_us, max_us]. */
 void fakecudaSetDelay(unsigned min_us, unsigned max_us);
+/* Host<->device copies also take their size at mib_per_s MiB/s, sleeping (a copy engine
+ * that costs no CPU: for benchmarks of overlap); 0, the default: no such time. */
+void fakecudaSetCopyRate(unsigned mib_per_s);
 /* Fake kernels: after delay_us on the stream, set or add value to count floats at p. */
 int fakecudaFillF32(void* stream, void* p, size_t count, float value, unsigned delay_us);
 int fakecudaAddF32(void* stream, void* p, size_t count, float value, unsigned delay_us);

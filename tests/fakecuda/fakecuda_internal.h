@@ -146,6 +146,7 @@ typedef struct fakeStream {
   int legacy;    /* the context's legacy default stream */
   int blocking;  /* synchronizes with the legacy stream (flags 0, per-thread streams) */
   int capturing; /* under stream capture: work is recorded into a graph, not run */
+  int destroyed; /* cuStreamDestroy: what is queued still runs; any later use faults */
   unsigned long pushed, done; /* ops queued and ops run, counted from 1 */
   unsigned delay_us;          /* extra delay of every op of this stream */
   unsigned gen;               /* ctx->gen when created */

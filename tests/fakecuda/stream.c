@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 static unsigned g_delay_min = 0, g_delay_max = 200;
+static unsigned g_copy_mibps; /* fakecudaSetCopyRate: 0, copies take no time of their own */
 static fakeStream* g_legacy[NDEV];
 static __thread fakeStream* t_per_thread[NDEV];
 #define POOL_STREAMS 32
@@ -83,6 +84,7 @@ CUresult resolve(void* h, fakeStream** out) {
   }
   if (!is_stream(h)) return CUDA_ERROR_INVALID_HANDLE;
   fakeStream* s = h;
+  if (s->destroyed) fault("stream %p used after cuStreamDestroy", h);
   if (!ctx_alive(s->ctx, s->gen))
     fault("stream %p used after its context (device %d) was reset: the real stream is gone", h, s->ctx->dev);
   *out = s;
@@ -112,6 +114,7 @@ static int deps_done(op* o) {
 static void run(op* o) {
   unsigned d = g_delay_min + (g_delay_max > g_delay_min ? rnd() % (g_delay_max - g_delay_min + 1) : 0);
   d += o->delay_us + o->stream->delay_us;
+  if (o->kind == OP_COPY && g_copy_mibps > 0) d += (unsigned)((double)o->n / (g_copy_mibps * 1.048576));
   pthread_mutex_unlock(&mu);
   pause_us(d);
   pthread_mutex_lock(&mu);
@@ -241,6 +244,20 @@ CUresult cuStreamCreate(void** out, unsigned int flags) {
   return CUDA_SUCCESS;
 }
 
+/* cuStreamDestroy_v2: the stream's queued work still runs (its worker drains it), as in
+ * the real driver; the handle must not be used again (resolve faults). The struct is
+ * kept, since other streams' ops may depend on its progress. */
+CUresult cuStreamDestroy_v2(void* stream) {
+  if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED;
+  if (stream == NULL || stream == STREAM_LEGACY || stream == STREAM_PER_THREAD) return CUDA_ERROR_INVALID_HANDLE;
+  pthread_mutex_lock(&mu);
+  fakeStream* s = NULL;
+  CUresult r = resolve(stream, &s);
+  if (r == CUDA_SUCCESS) s->destroyed = 1;
+  pthread_mutex_unlock(&mu);
+  return r;
+}
+
 CUresult cuStreamSynchronize(void* stream) {
   pthread_mutex_lock(&mu);
   fakeStream* s = NULL;
@@ -308,6 +325,12 @@ int fakecudaStreamSetDelay(void* stream, unsigned us) {
 
 int fakecudaBeginCapture(void* stream) { return set_capture(stream, 1); }
 int fakecudaEndCapture(void* stream) { return set_capture(stream, 0); }
+
+void fakecudaSetCopyRate(unsigned mib_per_s) {
+  pthread_mutex_lock(&mu);
+  g_copy_mibps = mib_per_s;
+  pthread_mutex_unlock(&mu);
+}
 
 void fakecudaSetDelay(unsigned min_us, unsigned max_us) {
   pthread_mutex_lock(&mu);

@@ -1,0 +1,305 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gonccl/gonccl/core"
+	"github.com/gonccl/gonccl/cuda"
+	"github.com/gonccl/gonccl/internal/cenv"
+)
+
+// The staged path pipelined by chunk: a collective on device buffers larger than one
+// chunk runs as one host operation per chunk (each rank splits it the same way, so
+// peers see the same sequence), staged by cuda.Pool.StageChunked: the copies to the
+// host of later chunks and the copies back of earlier ones run while the host (and the
+// network) works on a chunk.
+
+// stagedChunkBytes is the default chunk of the pipelined staged path
+// (GONCCL_STAGED_CHUNK).
+const stagedChunkBytes = 4 << 20
+
+// maxStagedChunks bounds the chunks of one operation: a larger one takes larger chunks
+// (each chunk is one operation in the communicator's queue and flight recorder).
+const maxStagedChunks = 64
+
+// stagedChunk is the chunk size the settings ask for: GONCCL_STAGED_CHUNK in bytes (a
+// K, M or G suffix multiplies by 2^10, 2^20, 2^30), 0 for no pipelining.
+func stagedChunk() (int, error) {
+	v, ok := cenv.Lookup("GONCCL_STAGED_CHUNK")
+	if !ok || strings.TrimSpace(v) == "" {
+		return stagedChunkBytes, nil
+	}
+	t := strings.ToUpper(strings.TrimSpace(v))
+	mult := int64(1)
+	if n := len(t); n > 0 {
+		switch t[n-1] {
+		case 'K':
+			mult, t = 1<<10, t[:n-1]
+		case 'M':
+			mult, t = 1<<20, t[:n-1]
+		case 'G':
+			mult, t = 1<<30, t[:n-1]
+		}
+	}
+	n, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || n < 0 || n > (16<<30)/mult {
+		return 0, fmt.Errorf("%w: GONCCL_STAGED_CHUNK=%q: want bytes from 0 (no pipelining) to 16G (e.g. 4194304, 4M)", errUsage, v)
+	}
+	return int(n * mult), nil
+}
+
+// stagedPlan returns the elements per block in one chunk of an operation of count
+// elements per block of dt whose largest buffer holds maxBlocks blocks, and how many
+// chunks that makes; 1 chunk: not pipelined. It depends only on what every rank of
+// the operation agrees on (and the setting, which must be the same on every rank).
+func stagedPlan(count int, dt core.DataType, maxBlocks, chunk int) (per, n int) {
+	if chunk <= 0 || count <= 0 {
+		return count, 1
+	}
+	per = max(1, chunk/(dt.Size()*max(1, maxBlocks)))
+	if cuda.ChunkCount(count, per) > maxStagedChunks {
+		per = (count + maxStagedChunks - 1) / maxStagedChunks
+	}
+	return per, cuda.ChunkCount(count, per)
+}
+
+// chunkOp issues the host operation of one chunk: bufs' host memory (in the order
+// given to collective), its element count per block, and the options to pass to core.
+type chunkOp func(b [][]byte, count int, opts []core.OpOption) (*core.Request, error)
+
+// collective issues a collective of count elements per block whose buffers bufs hold
+// blocks[i] blocks each (1, or the number of ranks): on host memory directly; on device
+// memory staged through pinned host memory, pipelined by chunk when it is larger than
+// one.
+func (v *views) collective(c *core.Comm, dt core.DataType, count int, blocks []int, issue chunkOp, bufs ...buf) (*core.Request, error) {
+	per, n := 0, 1
+	if v.stream != 0 && !v.p2p {
+		chunk, err := stagedChunk()
+		if err != nil {
+			return nil, err
+		}
+		per, n = stagedPlan(count, dt, slicesMax(blocks), chunk)
+	}
+	if n < 2 {
+		b, err := v.get(dt, bufs...)
+		if err != nil {
+			return nil, err
+		}
+		return issue(b, count, v.opts)
+	}
+	pieces, err := v.pieces(dt, blocks, bufs)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := v.e.stagingPool(v.drv)
+	if err != nil {
+		return nil, err
+	}
+	st, err := pool.StageChunked(v.ctx, v.stream, pieces, count, dt.Size(), per)
+	if err != nil {
+		return nil, err
+	}
+	return v.issueChunks(st, n, func(k int, before func(time.Time) error) ([]*core.Request, error) {
+		opts := []core.OpOption{
+			core.WithHooks(core.Hooks{Before: before, After: func(err error) error { return st.AfterChunk(k, err) }}),
+			core.WithWireCount(count),
+		}
+		lo := k * per
+		req, err := issue(st.ChunkHost(k), min(count, lo+per)-lo, opts)
+		if err != nil {
+			return nil, err
+		}
+		return []*core.Request{req}, nil
+	})
+}
+
+// pieces checks the device buffers of a pipelined operation and describes them.
+func (v *views) pieces(dt core.DataType, blocks []int, bufs []buf) ([]cuda.Piece, error) {
+	pieces := make([]cuda.Piece, len(bufs))
+	for i, b := range bufs {
+		if b.name == "" {
+			continue
+		}
+		size, err := bufBytes(b.name, b.p, b.n, dt)
+		if err != nil {
+			return nil, err
+		}
+		if size == 0 {
+			continue
+		}
+		if err := v.checkDevice(b, size); err != nil {
+			return nil, err
+		}
+		pieces[i] = cuda.Piece{Name: b.name, Ptr: uintptr(b.p), Blocks: blocks[i], In: b.in, Out: b.out}
+	}
+	return pieces, nil
+}
+
+// issueChunks issues the host operations of st's n chunks, in order: issue(k, before)
+// issues chunk k's, the first of which must run before (it waits for chunk k's copies to
+// the host, and for chunk 0 first for the operations issued before it on the stream).
+// It returns one request for the whole operation: it completes with the last host
+// operation (they run in issue order), with the first one's error.
+func (v *views) issueChunks(st *cuda.Staging, n int, issue func(k int, before func(time.Time) error) ([]*core.Request, error)) (*core.Request, error) {
+	v.staging = st
+	dev := v.e.afterDevice()
+	var reqs []*core.Request
+	for k := 0; k < n; k++ {
+		before := func(deadline time.Time) error { return st.BeforeChunk(k, deadline) }
+		if k == 0 && dev != nil {
+			// A device-path operation issued before this one is still waiting to enqueue.
+			before = func(deadline time.Time) error {
+				if err := waitChan(dev, deadline); err != nil {
+					return err
+				}
+				return st.BeforeChunk(0, deadline)
+			}
+		}
+		rs, err := issue(k, before)
+		reqs = append(reqs, rs...)
+		if err != nil {
+			if len(reqs) > 0 {
+				// The operations issued run (the peers expect them); the staging
+				// finishes after them and is no longer this call's to cancel.
+				_ = st.SetIssued(len(reqs))
+				v.staging = nil
+			}
+			return nil, err
+		}
+	}
+	if err := st.SetIssued(len(reqs)); err != nil {
+		v.staging = nil // every operation ran already; only recording the event failed
+		return nil, err
+	}
+	whole, complete := core.PendingRequest()
+	reqs[len(reqs)-1].OnComplete(func(err error) {
+		for _, r := range reqs[:len(reqs)-1] {
+			if _, e := r.Test(); e != nil {
+				err = e
+				break
+			}
+		}
+		complete(err)
+	})
+	return whole, nil
+}
+
+func slicesMax(a []int) int {
+	m := 0
+	for _, x := range a {
+		m = max(m, x)
+	}
+	return m
+}
+
+// stagedReduceOnGPU reports whether the settings ask for the staged path's reductions
+// on the GPU (GONCCL_STAGED_REDUCE: gpu, the default, or cpu).
+func stagedReduceOnGPU() (bool, error) {
+	v, _ := cenv.Lookup("GONCCL_STAGED_REDUCE")
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "", "gpu":
+		return true, nil
+	case "cpu":
+		return false, nil
+	}
+	return false, fmt.Errorf("%w: GONCCL_STAGED_REDUCE=%q: want gpu or cpu", errUsage, v)
+}
+
+// reductionStaged runs a reduction (all_reduce, reduce_scatter, reduce: kind) of count
+// elements per block, whose buffers hold blocks[i] blocks: on host memory, or staged and
+// pipelined by chunk with the reduction on the CPU (onHost: collective), or, for device
+// buffers of a pipelined size on several ranks, with the reduction on the GPU
+// (cuda.Pool.StageReduceGPU).
+func (v *views) reductionStaged(c *core.Comm, kind cuda.GPUReduceKind, d core.DataType, rop core.RedOp, root, count int, blocks []int,
+	onHost func() (*core.Request, error), sb, rb buf) (*core.Request, error) {
+	if v.stream == 0 || c.Size() < 2 {
+		return onHost()
+	}
+	gpu, err := stagedReduceOnGPU()
+	if err != nil {
+		return nil, err
+	}
+	chunk, err := stagedChunk()
+	if err != nil {
+		return nil, err
+	}
+	per, n := stagedPlan(count, d, slicesMax(blocks), chunk)
+	if !gpu || n < 2 {
+		return onHost()
+	}
+	if err := core.CheckReduction(d, rop); err != nil {
+		return nil, err
+	}
+	if kind == cuda.GPUReduce && (root < 0 || root >= c.Size()) {
+		return nil, fmt.Errorf("%w: root %d is not a rank of a communicator of %d", core.ErrInvalidArgument, root, c.Size())
+	}
+	if err := c.Err(); err != nil {
+		return nil, err
+	}
+	k, err := v.drv.LoadKernels(v.ctx)
+	if err != nil {
+		return nil, fmt.Errorf("the staged path reduces on the GPU (GONCCL_STAGED_REDUCE=cpu reduces on the host): %w", err)
+	}
+	pieces, err := v.pieces(d, blocks, []buf{sb, rb})
+	if err != nil {
+		return nil, err
+	}
+	pool, err := v.e.stagingPool(v.drv)
+	if err != nil {
+		return nil, err
+	}
+	st, err := pool.StageReduceGPU(v.ctx, v.stream, k, kind, pieces[0].Ptr, pieces[1].Ptr, count, d, rop, per, c.Rank(), c.Size(), root)
+	if err != nil {
+		return nil, err
+	}
+	return v.issueChunks(st, n, func(i int, before func(time.Time) error) ([]*core.Request, error) {
+		var reqs []*core.Request
+		if i == 0 {
+			// The all-to-alls' frames carry their own pairs' counts, not the operation's:
+			// a one-element operation of the caller's kind whose frames carry its count
+			// goes first, so that ranks that disagree on the operation fail there, as on
+			// the host path, before anything is copied back.
+			req, err := guardOp(c, kind, d, rop, root, count, core.WithHooks(core.Hooks{After: st.AfterOther}))
+			if err != nil {
+				return nil, err
+			}
+			reqs = append(reqs, req)
+		}
+		steps := []cuda.Step{st.ReduceStep(i)}
+		if kind == cuda.GPUAllReduce {
+			steps = append(steps, st.GatherStep(i))
+		}
+		for j, step := range steps {
+			h := core.Hooks{Before: before, After: func(err error) error { return st.AfterReduce(i, err) }}
+			if j == 1 {
+				h = core.Hooks{Before: func(deadline time.Time) error { return st.BeforeGather(i, deadline) },
+					After: func(err error) error { return st.AfterGather(i, err) }}
+			}
+			req, err := c.AlltoAllv(step.Send, step.SendCounts, step.SendDispls, step.Recv, step.RecvCounts, step.RecvDispls, d, core.WithHooks(h))
+			if err != nil {
+				return reqs, err
+			}
+			reqs = append(reqs, req)
+		}
+		return reqs, nil
+	})
+}
+
+// guardOp issues a one-element reduction of kind whose frames carry count (see
+// core.WithWireCount): peers that called something else fail it with a mismatch that
+// names both calls.
+func guardOp(c *core.Comm, kind cuda.GPUReduceKind, d core.DataType, rop core.RedOp, root, count int, hooks core.OpOption) (*core.Request, error) {
+	es := d.Size()
+	send, recv := make([]byte, c.Size()*es), make([]byte, es)
+	wire := core.WithWireCount(count)
+	switch kind {
+	case cuda.GPUReduceScatter:
+		return c.ReduceScatter(send, recv, 1, d, rop, wire, hooks)
+	case cuda.GPUReduce:
+		return c.Reduce(send[:es], recv, 1, d, rop, root, wire, hooks)
+	}
+	return c.AllReduce(send[:es], recv, 1, d, rop, wire, hooks)
+}

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gonccl/gonccl/core"
+)
+
+func TestStagedChunkSetting(t *testing.T) {
+	for v, want := range map[string]int{"": stagedChunkBytes, "4194304": 4 << 20, "64K": 64 << 10, " 1m ": 1 << 20, "0": 0, "16G": 16 << 30} {
+		t.Setenv("GONCCL_STAGED_CHUNK", v)
+		got, err := stagedChunk()
+		require.NoError(t, err, v)
+		require.Equal(t, want, got, v)
+	}
+	for _, v := range []string{"abc", "-1", "17G", "1.5M", "4T"} {
+		t.Setenv("GONCCL_STAGED_CHUNK", v)
+		_, err := stagedChunk()
+		require.ErrorContains(t, err, "GONCCL_STAGED_CHUNK", v)
+	}
+}
+
+// TestStagedPlan: what a rank's chunking depends on is what every rank agrees on; an
+// operation of one chunk or less is not pipelined; the number of chunks is bounded.
+func TestStagedPlan(t *testing.T) {
+	for _, tc := range []struct {
+		count, blocks, chunk int
+		per, n               int
+	}{
+		{count: 1 << 20, blocks: 1, chunk: 1 << 20, per: 1 << 18, n: 4},   // 4 MiB of fp32 in 1 MiB chunks
+		{count: 1<<18 + 1, blocks: 1, chunk: 1 << 20, per: 1 << 18, n: 2}, // not a multiple of the chunk
+		{count: 1 << 18, blocks: 1, chunk: 1 << 20, per: 1 << 18, n: 1},   // one chunk: not pipelined
+		{count: 1 << 18, blocks: 4, chunk: 1 << 20, per: 1 << 16, n: 4},   // all_gather of 4 ranks: the chunk spans the blocks
+		{count: 1 << 30, blocks: 1, chunk: 1 << 20, per: 1 << 24, n: 64},  // bounded: larger chunks
+		{count: 1000, blocks: 1, chunk: 0, per: 1000, n: 1},               // off
+		{count: 0, blocks: 1, chunk: 1 << 20, per: 0, n: 1},               // empty
+		{count: 10, blocks: 3, chunk: 4, per: 1, n: 10},                   // a chunk smaller than one element per block
+	} {
+		per, n := stagedPlan(tc.count, core.Float32, tc.blocks, tc.chunk)
+		require.Equal(t, tc.per, per, "%+v", tc)
+		require.Equal(t, tc.n, n, "%+v", tc)
+	}
+}
+
+func TestStagedReduceSetting(t *testing.T) {
+	for v, want := range map[string]bool{"": true, "gpu": true, " GPU ": true, "cpu": false} {
+		t.Setenv("GONCCL_STAGED_REDUCE", v)
+		got, err := stagedReduceOnGPU()
+		require.NoError(t, err, v)
+		require.Equal(t, want, got, v)
+	}
+	t.Setenv("GONCCL_STAGED_REDUCE", "host")
+	_, err := stagedReduceOnGPU()
+	require.ErrorContains(t, err, "GONCCL_STAGED_REDUCE")
+}
