@@ -167,9 +167,15 @@ CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, void* 
 
 /* ---- test hooks ---- */
 
+/* Untracked bytes after every device allocation: an address a little past the end of
+ * one is never inside the next, so a buffer shorter than its count is caught however
+ * malloc lays out the blocks (without it, test_bad's short buffer was sometimes taken
+ * for device memory when the next block was a live allocation, and the test flaked). */
+#define ALLOC_GUARD 4096
+
 void* fakecudaMalloc(int dev, size_t bytes) {
   if (dev < 0 || dev >= NDEV) return NULL;
-  char* p = malloc(bytes ? bytes : 1);
+  char* p = malloc((bytes ? bytes : 1) + ALLOC_GUARD);
   if (p == NULL) return NULL;
   memset(p, POISON, bytes);
   pthread_mutex_lock(&mu);
