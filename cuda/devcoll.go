@@ -18,8 +18,10 @@ import (
 // at most Cap bytes per rank:
 //
 //	wait every rank's readDone >= n-1   (they have read what they needed of round n-1)
+//	[first round of an operation: write its descriptor (devdesc.go)]
 //	copy the input into the own data area; write ready = n
 //	wait every rank's ready >= n
+//	[first round: wait until every rank's descriptor equals the own]
 //	reduce the own share of the elements, reading every rank's data area;
 //	   write reduced = n; wait every rank's reduced >= n       (reducing collectives)
 //	copy each rank's share (or data, for all_gather/broadcast) to the output
@@ -30,6 +32,13 @@ import (
 // scratch (each step: wait the previous rank's flag, reduce its chunk into the own,
 // flag the next) moves 2(N-1)/N of the bytes per rank instead of N-1 chunks; it would
 // replace the body of the loop in allReduce and reduceScatter.
+//
+// "Write a flag" writes it into every rank's header (post), "wait for rank p's flag"
+// reads p's slot of the own header (wait, waitAll): so a rank releases only its own
+// streams when it gives up (devfault.go). The round helpers, for a new device
+// operation: run (or runOp with a descriptor) around the rounds; begin for each round;
+// post, wait, waitAll, waitReady (every rank's ready, and the descriptor check in the
+// first round) and check (the descriptor check alone) inside it.
 
 // Reducer is what the device path needs of the reduction kernels (*Kernels).
 type Reducer interface {
