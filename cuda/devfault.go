@@ -144,7 +144,7 @@ func (s *Shared) watchLoop(w *watch) {
 	defer close(w.done)
 	defer func() {
 		if w.buf != nil {
-			_ = s.d.hostFree(w.buf)
+			_ = s.d.do(s.ctx, func() error { return s.d.hostFree(w.buf) })
 		}
 	}()
 	var giveUpAt time.Time // after a failure: stop releasing then, if the streams never drain
@@ -202,6 +202,11 @@ func (s *Shared) watchLoop(w *watch) {
 func (s *Shared) reap() (head pendingOp, pending bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.reapLocked()
+}
+
+// reapLocked is reap with s.mu held.
+func (s *Shared) reapLocked() (head pendingOp, pending bool, err error) {
 	err = s.d.do(s.ctx, func() error {
 		for len(s.ops) > 0 {
 			op := &s.ops[0]
@@ -434,6 +439,33 @@ func (s *Shared) Abort(why error) {
 		default:
 		}
 	}
+}
+
+// destroyEvents waits, up to deadline, for the GPU to have run every operation's
+// events, then destroys them (Close: the streams are past the last round). s.mu held.
+func (s *Shared) destroyEvents(deadline time.Time) error {
+	var w waiter
+	for {
+		_, pending, err := s.reapLocked()
+		if err != nil {
+			return err
+		}
+		if !pending {
+			break
+		}
+		if time.Now().After(deadline) {
+			return errors.New("the device operations' completion events did not complete in time")
+		}
+		w.wait()
+	}
+	return s.d.do(s.ctx, func() error {
+		var errs []error
+		for _, ev := range s.spare {
+			errs = append(errs, s.d.eventDestroy(ev))
+		}
+		s.spare = nil
+		return errors.Join(errs...)
+	})
 }
 
 // Err is why this rank's device path stopped (the watcher gave up, or Abort), or nil.

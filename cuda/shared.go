@@ -307,7 +307,7 @@ func (s *Shared) Close(timeout time.Duration) error {
 	if err != nil {
 		return fmt.Errorf("cuda: device scratch left mapped: %w", err)
 	}
-	return s.release()
+	return errors.Join(s.destroyEvents(time.Now().Add(timeout)), s.release())
 }
 
 // Abandon marks the scratch unusable without touching the peers: the memory stays
