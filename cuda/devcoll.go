@@ -18,8 +18,8 @@ import (
 // at most Cap bytes per rank:
 //
 //	wait every rank's readDone >= n-1   (they have read what they needed of round n-1)
-//	[first round of an operation: write its descriptor (devdesc.go)]
-//	copy the input into the own data area; write ready = n
+//	copy the input into the own data area
+//	[first round of an operation: write its descriptor (devdesc.go)]; write ready = n
 //	wait every rank's ready >= n
 //	[first round: wait until every rank's descriptor equals the own]
 //	reduce the own share of the elements, reading every rank's data area;
@@ -71,8 +71,7 @@ type round struct {
 }
 
 // begin starts the next round on st: it waits until every rank has read what it
-// needed of the previous round, and in an operation's first round publishes its
-// descriptor (devdesc.go).
+// needed of the previous round.
 func (s *Shared) begin(st Stream) (round, error) {
 	if s.closed {
 		if s.failed != nil {
@@ -89,13 +88,7 @@ func (s *Shared) begin(st Stream) (round, error) {
 		}
 	}
 	s.lastStream = st
-	if err := r.waitAll(flagReadDone, r.n-1); err != nil {
-		return r, err
-	}
-	if r.desc != nil {
-		return r, r.publish(*r.desc)
-	}
-	return r, nil
+	return r, r.waitAll(flagReadDone, r.n-1)
 }
 
 // waitReady waits for every rank's ready flag of this round and, in an operation's
@@ -139,9 +132,17 @@ func (r round) wait(p, flag int, v uint32) error {
 	return r.s.d.streamWaitValue32(r.st, r.s.flag(p, flag), v)
 }
 
-// post writes this round's number into this rank's flag, in every rank's header.
+// post writes this round's number into this rank's flag, in every rank's header, its
+// own first (the watcher relies on it: devfault.go). An operation's first ready flag
+// is preceded by its descriptor (devdesc.go).
 func (r round) post(flag int) error {
-	for q := range r.s.nranks {
+	if flag == flagReady && r.desc != nil {
+		if err := r.publish(*r.desc); err != nil {
+			return err
+		}
+	}
+	for i := range r.s.nranks {
+		q := (r.s.rank + i) % r.s.nranks
 		if err := r.s.d.streamWriteValue32(r.st, r.s.inbox(q, r.s.rank, flag), r.n); err != nil {
 			return err
 		}

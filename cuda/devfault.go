@@ -63,6 +63,9 @@ type watch struct {
 	stop chan struct{}
 	done chan struct{}
 	buf  unsafe.Pointer // pinned: a copy of this rank's header
+
+	disagree   string // the disagreement the last look at the header saw, if any
+	disagreeAt uint32 // and the first round of the operation it was about
 }
 
 // trackStart records the start event of the operation whose first round begins now
@@ -252,7 +255,15 @@ func (s *Shared) judge(w *watch, op pendingOp) error {
 	if rerr == nil {
 		disagree, lag = s.diagnose(op, hdr)
 	}
-	if len(disagree) > 0 {
+	if done, err := s.finished(op); done || err != nil {
+		return err // it finished while the header was read: what it said is of later work
+	}
+	// A disagreement is for ever; what a peer's slot says while it moves on to its next
+	// operation is not: only one seen twice in a row, an interval apart, counts.
+	seen := strings.Join(disagree, "; ")
+	confirmed := seen != "" && seen == w.disagree && op.first == w.disagreeAt
+	w.disagree, w.disagreeAt = seen, op.first
+	if confirmed {
 		return fmt.Errorf("%w: rank %d: device-path %s (rounds %d-%d): the ranks called different operations: %s",
 			transport.ErrMismatch, s.rank, op.name(), op.first, op.last, strings.Join(disagree, "; "))
 	}
@@ -271,6 +282,15 @@ func (s *Shared) judge(w *watch, op pendingOp) error {
 		transport.ErrTimeout, s.rank, op.name(), op.first, op.last, age.Round(time.Millisecond), timeout, why)
 }
 
+// finished reports whether the GPU has run op.
+func (s *Shared) finished(op pendingOp) (done bool, err error) {
+	err = s.d.do(s.ctx, func() (err error) {
+		done, err = s.d.eventDone(op.end)
+		return err
+	})
+	return done, err
+}
+
 func (op pendingOp) name() string {
 	if op.described {
 		return op.desc.String()
@@ -282,6 +302,11 @@ func (op pendingOp) name() string {
 // peers whose descriptor differs (each field named), and those that have not reached
 // or not finished it.
 func (s *Shared) diagnose(op pendingOp, hdr []uint32) (disagree, lag []string) {
+	if own := hdr[s.rank*slotBytes/4+flagReadDone/4]; int32(own-op.last) >= 0 {
+		// This rank's stream is past the operation (it writes its own header
+		// first): a peer's slot may already hold its next operation's descriptor.
+		return nil, nil
+	}
 	for p := range s.nranks {
 		if p == s.rank {
 			continue
@@ -289,13 +314,14 @@ func (s *Shared) diagnose(op pendingOp, hdr []uint32) (disagree, lag []string) {
 		w := hdr[p*slotBytes/4:]
 		ready, readDone := w[flagReady/4], w[flagReadDone/4]
 		arrived := int32(ready-op.first) >= 0
+		past := int32(ready-op.last) > 0 // in a later operation: it agreed on this one
 		switch {
 		case !arrived:
 			lag = append(lag, fmt.Sprintf("rank %d has not reached it (its last round is %d)", p, int32(max(ready, readDone))))
-		case int32(readDone-op.last) < 0:
+		case !past && int32(readDone-op.last) < 0:
 			lag = append(lag, fmt.Sprintf("rank %d has not finished it (it reached round %d)", p, ready))
 		}
-		if !arrived || !op.described {
+		if !arrived || past || !op.described {
 			continue
 		}
 		shape, count := w[descShape/4], w[descCount/4]

@@ -154,7 +154,7 @@ def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
     all_reduce, broadcast, all_gather, reduce, reduce_scatter, alltoall, gather, scatter stay on the "GPU", the
     ranks on devices 0 and 1 mapping each other's scratch; the other operations stage
     and interleave with them on the same stream). The device run skips the mismatched
-    collective, which the device path cannot detect. With devices that cannot access each
+    collective: there it is reported after the call returns (test_cuda_devfault.py). With devices that cannot access each
     other (FAKECUDA_NO_PEER), every rank falls back to staging together."""
     id_file = str(tmp_path / "unique_id")
     dump = tmp_path / "trace"

@@ -522,8 +522,8 @@ int main(int argc, char** argv) {
         c.primary_retained);
   CHECK(c.host_live > 0, "the pinned pool should hold memory before destroy");
   CHECK(c.host_allocs < 40, "the pinned pool allocated %ld blocks: not reused", c.host_allocs);
-  /* The device path (GONCCL_DEVICE_PATH=1) cannot see that ranks disagree on a count:
-   * their streams would wait for flags that never come, as NCCL's would. */
+  /* On the device path (GONCCL_DEVICE_PATH=1) the call returns once enqueued, so the
+   * mismatch is reported later, by goncclCommGetAsyncError: cuda_devfault_test.c. */
   const char* device_path = getenv("GONCCL_DEVICE_PATH");
   if (device_path == NULL || strcmp(device_path, "1") != 0) test_failure(comm);
   OK(goncclCommDestroy(comm), NULL);
