@@ -187,6 +187,28 @@ func goncclCommAbort(h C.goncclComm_t) (res C.goncclResult_t) {
 	return C.goncclSuccess
 }
 
+// goncclCommGetAsyncError sets *asyncError to the error that broke comm (its result
+// code; goncclGetLastError(comm) then has its message), or goncclSuccess: what an
+// operation enqueued on a stream met after its call returned, e.g. a peer lost, a
+// timeout or a mismatch on the device path (GONCCL_DEVICE_PATH).
+//
+//export goncclCommGetAsyncError
+func goncclCommGetAsyncError(h C.goncclComm_t, asyncError *C.goncclResult_t) (res C.goncclResult_t) {
+	defer guard(&res)
+	e, err := lookupComm(h)
+	if err != nil {
+		return fail(nil, err)
+	}
+	if asyncError == nil {
+		return fail(e, fmt.Errorf("%w: goncclCommGetAsyncError: asyncError is NULL", core.ErrInvalidArgument))
+	}
+	*asyncError = C.goncclSuccess
+	if err := e.comm.Err(); err != nil {
+		*asyncError = fail(e, err)
+	}
+	return C.goncclSuccess
+}
+
 //export goncclCommSetTimeout
 func goncclCommSetTimeout(h C.goncclComm_t, timeoutMs C.int64_t) (res C.goncclResult_t) {
 	defer guard(&res)

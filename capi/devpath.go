@@ -28,6 +28,13 @@ import (
 // The settings must be the same on every rank, as NCCL's are: the first device
 // operation of a communicator exchanges the scratch handles with a host all-gather,
 // which every rank must join.
+//
+// Failures do not hang the GPU: see cuda/devfault.go. Each communicator's watcher
+// releases its streams when a peer is lost (core's error), when an operation has been
+// on the GPU past the communicator's timeout, or when the ranks' descriptors of an
+// operation differ, and breaks the communicator (core.Comm.FailDevice) with an error
+// naming the ranks, which the next call returns. (Device send/recv are not watched:
+// see capi/devp2p.go.)
 
 // devScratchBytes is each rank's device scratch unless GONCCL_DEVICE_SCRATCH says
 // otherwise: larger operations take several rounds of it.
@@ -165,6 +172,10 @@ func (v *views) devicePath(c *core.Comm) (*cuda.Shared, *cuda.Kernels, error) {
 			return nil, nil, fmt.Errorf("setting up the device path: %w", err)
 		}
 		e.devShared, e.devKernels, e.devCtx = sh, k, v.ctx
+		// A peer lost, an operation on the GPU past the timeout, ranks that disagree:
+		// the watcher releases this rank's streams and breaks the communicator, so
+		// the next call (and the flight recorder) names the rank (cuda/devfault.go).
+		sh.Watch(cuda.WatchConfig{Timeout: c.Timeout, Err: c.Err, Fail: c.FailDevice})
 		logDevice(c, fmt.Sprintf("device path: same-host ranks share device memory through CUDA IPC; %d bytes of scratch on device %d", sh.Cap(), sh.Device()))
 	}
 	if e.devShared == nil {
@@ -383,7 +394,9 @@ func (v *views) checkDevice(b buf, size int) error {
 }
 
 // closeDevice frees the device scratch (collectively: see cuda.Shared.Close) on
-// destroy; abort leaves it mapped, as peers' streams may still read it.
+// destroy. Abort, or a destroy of a failed communicator, releases this rank's streams
+// still waiting on the device path's flags (their operations' outputs are not valid)
+// and leaves the scratch mapped, as peers' streams may still read it.
 func (e *commEntry) closeDevice(abort bool) error {
 	e.devMu.Lock()
 	sh := e.devShared
@@ -395,9 +408,14 @@ func (e *commEntry) closeDevice(abort bool) error {
 		return nil
 	}
 	if abort || e.comm.Err() != nil {
-		// No collective close on a broken communicator: leave the scratch mapped (and
-		// the side streams unused: they may wait forever on a dead peer's flags).
-		sh.Abandon()
+		// No collective close on a broken communicator: release this rank's streams
+		// waiting on the collectives' flags, leave the scratch mapped (and the side
+		// streams unused: they may wait forever on a dead peer's send/recv flags).
+		why := error(core.ErrAborted)
+		if !abort {
+			why = e.comm.Err()
+		}
+		sh.Abort(why)
 		return nil
 	}
 	err := sh.Close(e.comm.Timeout())

@@ -205,6 +205,11 @@ goncclResult_t goncclCommAbort(goncclComm_t comm);
  * Thread-safe; the torch backend uses it for set_timeout and per-call timeouts. */
 goncclResult_t goncclCommSetTimeout(goncclComm_t comm, int64_t timeoutMs);
 goncclResult_t goncclCommCount(const goncclComm_t comm, int* count);
+/* Sets *asyncError to the result code of the error that broke comm, or goncclSuccess,
+ * as ncclCommGetAsyncError does; goncclGetLastError(comm) then has its message. This is
+ * how a failure after a stream-ordered call returned is seen (a lost peer, a timeout,
+ * ranks that disagree on the device path), besides the next call failing with it. */
+goncclResult_t goncclCommGetAsyncError(goncclComm_t comm, goncclResult_t* asyncError);
 goncclResult_t goncclCommUserRank(const goncclComm_t comm, int* rank);
 
 /* The name of a result code. The string is static: valid for the life of the process,

@@ -251,6 +251,9 @@ func floats(b []byte) []float32 {
 var tmpDir string
 
 func TestMain(m *testing.M) {
+	if what := os.Getenv("GONCCL_FAULTTEST"); what != "" {
+		os.Exit(faultChild(what)) // a rank of runFaultRanks
+	}
 	if os.Getenv("GONCCL_DEVTEST_RANK") != "" {
 		os.Exit(devChild()) // a rank of runDevRanks
 	}

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"sync/atomic"
 
@@ -17,8 +18,10 @@ import (
 // at most Cap bytes per rank:
 //
 //	wait every rank's readDone >= n-1   (they have read what they needed of round n-1)
-//	copy the input into the own data area; write ready = n
+//	copy the input into the own data area
+//	[first round of an operation: write its descriptor (devdesc.go)]; write ready = n
 //	wait every rank's ready >= n
+//	[first round: wait until every rank's descriptor equals the own]
 //	reduce the own share of the elements, reading every rank's data area;
 //	   write reduced = n; wait every rank's reduced >= n       (reducing collectives)
 //	copy each rank's share (or data, for all_gather/broadcast) to the output
@@ -29,6 +32,13 @@ import (
 // scratch (each step: wait the previous rank's flag, reduce its chunk into the own,
 // flag the next) moves 2(N-1)/N of the bytes per rank instead of N-1 chunks; it would
 // replace the body of the loop in allReduce and reduceScatter.
+//
+// "Write a flag" writes it into every rank's header (post), "wait for rank p's flag"
+// reads p's slot of the own header (wait, waitAll): so a rank releases only its own
+// streams when it gives up (devfault.go). The round helpers, for a new device
+// operation: run (or runOp with a descriptor) around the rounds; begin for each round;
+// post, wait, waitAll, waitReady (every rank's ready, and the descriptor check in the
+// first round) and check (the descriptor check alone) inside it.
 
 // Reducer is what the device path needs of the reduction kernels (*Kernels).
 type Reducer interface {
@@ -56,17 +66,47 @@ type round struct {
 	s       *Shared
 	st      Stream
 	n       uint32
-	newSide bool // the previous round ran on another stream
+	newSide bool    // the previous round ran on another stream
+	desc    *opDesc // the operation's descriptor, in its first round (runOp); else nil
 }
 
+// begin starts the next round on st: it waits until every rank has read what it
+// needed of the previous round.
 func (s *Shared) begin(st Stream) (round, error) {
 	if s.closed {
+		if s.failed != nil {
+			return round{}, fmt.Errorf("cuda: the communicator's device scratch was released after %w", s.failed)
+		}
 		return round{}, fmt.Errorf("cuda: the communicator's device scratch is closed")
 	}
 	s.step++
 	r := round{s: s, st: st, n: s.step, newSide: s.lastStream != st}
+	if s.step == s.curFirst {
+		r.desc = s.cur
+		if err := s.trackStart(st); err != nil {
+			return r, err
+		}
+	}
 	s.lastStream = st
 	return r, r.waitAll(flagReadDone, r.n-1)
+}
+
+// waitReady waits for every rank's ready flag of this round and, in an operation's
+// first round, for their descriptors to agree with this rank's.
+func (r round) waitReady() error {
+	if r.desc != nil {
+		return r.agree(*r.desc)
+	}
+	return r.waitAll(flagReady, r.n)
+}
+
+// check is waitReady in an operation's first round, for the collectives whose ranks
+// do not all wait for each other: they must still agree. Later rounds: nothing.
+func (r round) check() error {
+	if r.desc != nil {
+		return r.agree(*r.desc)
+	}
+	return nil
 }
 
 // waitAll waits for every rank's flag to reach v. This rank's own flags were written
@@ -83,6 +123,8 @@ func (r round) waitAll(flag int, v uint32) error {
 	return nil
 }
 
+// wait waits, on the round's stream, for rank p's flag to reach v (in this rank's
+// header).
 func (r round) wait(p, flag int, v uint32) error {
 	if flag == flagReady && fault("skip-ready-wait") {
 		return nil
@@ -90,8 +132,22 @@ func (r round) wait(p, flag int, v uint32) error {
 	return r.s.d.streamWaitValue32(r.st, r.s.flag(p, flag), v)
 }
 
+// post writes this round's number into this rank's flag, in every rank's header, its
+// own first (the watcher relies on it: devfault.go). An operation's first ready flag
+// is preceded by its descriptor (devdesc.go).
 func (r round) post(flag int) error {
-	return r.s.d.streamWriteValue32(r.st, r.s.flag(r.s.rank, flag), r.n)
+	if flag == flagReady && r.desc != nil {
+		if err := r.publish(*r.desc); err != nil {
+			return err
+		}
+	}
+	for i := range r.s.nranks {
+		q := (r.s.rank + i) % r.s.nranks
+		if err := r.s.d.streamWriteValue32(r.st, r.s.inbox(q, r.s.rank, flag), r.n); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (r round) copy(dst, src uintptr, n int) error { return r.s.d.memcpyDtoD(dst, src, n, r.st) }
@@ -107,11 +163,31 @@ func (r round) peerData(p, es int) uintptr {
 
 // run runs f with the scratch locked and the context current; an error in the middle
 // of a round leaves the peers waiting for flags that never come, so the scratch is
-// then closed to further device work (the communicator should be aborted).
-func (s *Shared) run(f func() error) error {
+// then closed to further device work (the communicator should be aborted). The
+// operation's rounds are tracked until the GPU has run them (devfault.go), so that the
+// watcher can release them.
+func (s *Shared) run(f func() error) error { return s.runOp(nil, f) }
+
+// runOp is run for a collective described by d, whose first round checks that the
+// ranks agree on it.
+func (s *Shared) runOp(d *opDesc, f func() error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	err := s.d.do(s.ctx, f)
+	if d != nil {
+		if err := d.check(); err != nil {
+			return err
+		}
+	}
+	first := s.step + 1
+	s.cur, s.curFirst = d, first
+	err := s.d.do(s.ctx, func() error {
+		err := f()
+		if s.step != first-1 { // rounds were begun
+			err = errors.Join(err, s.track(d, first))
+		}
+		return err
+	})
+	s.cur = nil
 	if err != nil {
 		s.closed = true
 	}
@@ -125,7 +201,8 @@ func share(count, r, nranks int) (int, int) {
 
 // AllGather enqueues on st: recv[r*bytes:(r+1)*bytes] = rank r's send, for every rank.
 func (s *Shared) AllGather(st Stream, send, recv uintptr, bytes int) error {
-	return s.run(func() error {
+	d := byteDesc(kindAllGather, bytes, -1)
+	return s.runOp(&d, func() error {
 		for off := 0; off < bytes; off += s.cap {
 			n := min(s.cap, bytes-off)
 			r, err := s.begin(st)
@@ -138,7 +215,7 @@ func (s *Shared) AllGather(st Stream, send, recv uintptr, bytes int) error {
 			if err := r.post(flagReady); err != nil {
 				return err
 			}
-			if err := r.waitAll(flagReady, r.n); err != nil {
+			if err := r.waitReady(); err != nil {
 				return err
 			}
 			for p := range s.nranks {
@@ -156,7 +233,8 @@ func (s *Shared) AllGather(st Stream, send, recv uintptr, bytes int) error {
 
 // Broadcast enqueues on st: recv = root's send, on every rank.
 func (s *Shared) Broadcast(st Stream, send, recv uintptr, bytes, root int) error {
-	return s.run(func() error {
+	d := byteDesc(kindBroadcast, bytes, root)
+	return s.runOp(&d, func() error {
 		for off := 0; off < bytes; off += s.cap {
 			n := min(s.cap, bytes-off)
 			r, err := s.begin(st)
@@ -174,6 +252,9 @@ func (s *Shared) Broadcast(st Stream, send, recv uintptr, bytes, root int) error
 				}
 			}
 			if err := r.post(flagReady); err != nil {
+				return err
+			}
+			if err := r.check(); err != nil { // the first round: every rank agrees
 				return err
 			}
 			if s.rank != root {
@@ -207,7 +288,12 @@ func (s *Shared) Reduce(st Stream, k Reducer, send, recv uintptr, count int, dt 
 func (s *Shared) allReduce(st Stream, k Reducer, send, recv uintptr, count int, dt reduce.DataType, op reduce.RedOp, root int) error {
 	es := dt.Size()
 	per := s.cap / es
-	return s.run(func() error {
+	kind := kindAllReduce
+	if root >= 0 {
+		kind = kindReduce
+	}
+	d := reduceDesc(kind, count, dt, op, root)
+	return s.runOp(&d, func() error {
 		for first := 0; first < count; first += per {
 			c := min(per, count-first)
 			off := uintptr(first * es)
@@ -221,7 +307,7 @@ func (s *Shared) allReduce(st Stream, k Reducer, send, recv uintptr, count int, 
 			if err := r.post(flagReady); err != nil {
 				return err
 			}
-			if err := r.waitAll(flagReady, r.n); err != nil {
+			if err := r.waitReady(); err != nil {
 				return err
 			}
 			// Reduce the own share into the own data area, the ranks in order.
@@ -272,7 +358,8 @@ func (s *Shared) ReduceScatter(st Stream, k Reducer, send, recv uintptr, recvCou
 	if per == 0 {
 		return fmt.Errorf("cuda: the device scratch (%d bytes) is too small for %d ranks", s.cap, s.nranks)
 	}
-	return s.run(func() error {
+	d := reduceDesc(kindReduceScatter, recvCount, dt, op, -1)
+	return s.runOp(&d, func() error {
 		for first := 0; first < recvCount; first += per {
 			c := min(per, recvCount-first)
 			r, err := s.begin(st)
@@ -288,7 +375,7 @@ func (s *Shared) ReduceScatter(st Stream, k Reducer, send, recv uintptr, recvCou
 			if err := r.post(flagReady); err != nil {
 				return err
 			}
-			if err := r.waitAll(flagReady, r.n); err != nil {
+			if err := r.waitReady(); err != nil {
 				return err
 			}
 			out := recv + uintptr(first*es)
@@ -323,7 +410,8 @@ func (s *Shared) AlltoAll(st Stream, send, recv uintptr, blockBytes int) error {
 	if per == 0 {
 		return fmt.Errorf("cuda: the device scratch (%d bytes) is too small for %d ranks", s.cap, s.nranks)
 	}
-	return s.run(func() error {
+	d := byteDesc(kindAlltoAll, blockBytes, -1)
+	return s.runOp(&d, func() error {
 		for off := 0; off < blockBytes; off += per {
 			n := min(per, blockBytes-off)
 			r, err := s.begin(st)
@@ -339,7 +427,7 @@ func (s *Shared) AlltoAll(st Stream, send, recv uintptr, blockBytes int) error {
 			if err := r.post(flagReady); err != nil {
 				return err
 			}
-			if err := r.waitAll(flagReady, r.n); err != nil {
+			if err := r.waitReady(); err != nil {
 				return err
 			}
 			for p := range s.nranks {
@@ -357,7 +445,8 @@ func (s *Shared) AlltoAll(st Stream, send, recv uintptr, blockBytes int) error {
 
 // Gather enqueues on st: block p (bytes) of root's recv = rank p's send.
 func (s *Shared) Gather(st Stream, send, recv uintptr, bytes, root int) error {
-	return s.run(func() error {
+	d := byteDesc(kindGather, bytes, root)
+	return s.runOp(&d, func() error {
 		for off := 0; off < bytes; off += s.cap {
 			n := min(s.cap, bytes-off)
 			r, err := s.begin(st)
@@ -370,8 +459,12 @@ func (s *Shared) Gather(st Stream, send, recv uintptr, bytes, root int) error {
 			if err := r.post(flagReady); err != nil {
 				return err
 			}
-			if s.rank == root {
-				if err := r.waitAll(flagReady, r.n); err != nil {
+			if s.rank != root {
+				if err := r.check(); err != nil { // the first round: every rank agrees
+					return err
+				}
+			} else {
+				if err := r.waitReady(); err != nil {
 					return err
 				}
 				for p := range s.nranks {
@@ -394,7 +487,8 @@ func (s *Shared) Scatter(st Stream, send, recv uintptr, bytes, root int) error {
 	if per == 0 {
 		return fmt.Errorf("cuda: the device scratch (%d bytes) is too small for %d ranks", s.cap, s.nranks)
 	}
-	return s.run(func() error {
+	d := byteDesc(kindScatter, bytes, root)
+	return s.runOp(&d, func() error {
 		for off := 0; off < bytes; off += per {
 			n := min(per, bytes-off)
 			r, err := s.begin(st)
@@ -409,6 +503,9 @@ func (s *Shared) Scatter(st Stream, send, recv uintptr, bytes, root int) error {
 				}
 			}
 			if err := r.post(flagReady); err != nil {
+				return err
+			}
+			if err := r.check(); err != nil { // the first round: every rank agrees
 				return err
 			}
 			if err := r.wait(root, flagReady, r.n); err != nil {

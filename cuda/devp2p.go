@@ -64,7 +64,7 @@ type p2pState struct {
 	forks   []event  // Follow's events, destroyed once they have run
 }
 
-func (s *Shared) p2pBase(r int) uintptr { return s.bases[r] + flagsBytes + uintptr(s.cap) }
+func (s *Shared) p2pBase(r int) uintptr { return s.bases[r] + uintptr(s.hdr) + uintptr(s.cap) }
 
 // p2pSentFlag is rank r's count of chunks it has put in its slots for dst.
 func (s *Shared) p2pSentFlag(r, dst int) uintptr {
@@ -85,7 +85,7 @@ func (s *Shared) p2pSlot(src, dst int, q uint32) uintptr {
 
 // p2pZero zeroes this rank's point-to-point flags (NewShared, context current).
 func (s *Shared) p2pZero() error {
-	return s.d.memsetD32(s.own+flagsBytes+uintptr(s.cap), 0, p2pFlagsBytes(s.nranks)/4)
+	return s.d.memsetD32(s.own+uintptr(s.hdr)+uintptr(s.cap), 0, p2pFlagsBytes(s.nranks)/4)
 }
 
 // P2POp is one send or receive of a group enqueued by P2P.

@@ -212,6 +212,11 @@ func devRank(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank int, devs 
 	if err != nil {
 		return err
 	}
+	// The watcher runs as in capi: on correct operations it must never give up (a
+	// false mismatch or timeout would release the streams and break the results).
+	watchErr := make(chan error, 1)
+	sh.Watch(cuda.WatchConfig{Timeout: c.Timeout, Err: c.Err, CheckAfter: time.Millisecond,
+		Fail: func(err error) { watchErr <- err }})
 	var bad []string
 	for i, dc := range devCases(nranks) {
 		got, want, err := runDevCase(c, sh, red, f, dev, cuda.Stream(streams[i%2]), rank, nranks, i, dc)
@@ -221,6 +226,11 @@ func devRank(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank int, devs 
 		if !bytes.Equal(got, want) {
 			bad = append(bad, fmt.Sprintf("MISMATCH case %d %+v (%s)", i, dc, devFirstDiff(got, want)))
 		}
+	}
+	select {
+	case err := <-watchErr:
+		return fmt.Errorf("the watcher gave up on correct operations: %w", err)
+	default:
 	}
 	if err := sh.Close(time.Minute); err != nil {
 		return err

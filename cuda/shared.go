@@ -18,8 +18,13 @@ import (
 //
 // The flags order the ranks' device work without the host: each step of a device
 // collective has a number, the same on every rank, and a rank's stream writes the
-// number into its flags (cuStreamWriteValue32) once it has done its part, while the
-// other ranks' streams wait for it (cuStreamWaitValue32, "greater or equal").
+// number (cuStreamWriteValue32) once it has done its part, while the other ranks'
+// streams wait for it (cuStreamWaitValue32, "greater or equal"). A rank's flags are
+// written into every rank's header, each rank's in a slot of its own (its inbox
+// there), and a rank's stream waits only on its own header: so a rank can release its
+// own waiting streams (Release: a peer died, the operation timed out, the ranks
+// disagree) by writing its own inbox, without releasing anyone else's, whose host
+// has not seen the failure and would take garbage for a result (see devfault.go).
 type Shared struct {
 	d      *Driver
 	ctx    Context
@@ -27,6 +32,7 @@ type Shared struct {
 	rank   int
 	nranks int
 	cap    int // bytes of the data area of each rank
+	hdr    int // bytes of the header (the inboxes) before each rank's data area
 
 	own    uintptr   // this rank's allocation
 	bases  []uintptr // every rank's allocation, as this process addresses it
@@ -38,16 +44,34 @@ type Shared struct {
 	step       uint32     // the last step number used
 	lastStream Stream     // the stream of the last round
 	closed     bool
-	p2p        p2pState // point-to-point's chunk counts (devp2p.go)
+	p2p        p2pState    // point-to-point's chunk counts (devp2p.go)
+	cur        *opDesc     // the operation being enqueued (runOp), nil for one without a descriptor
+	curFirst   uint32      // its first round
+	curStart   event       // the event recorded before its first round
+	ops        []pendingOp // the operations enqueued and not seen finished (devfault.go)
+	spare      []event     // events of finished operations, for the next ones
+	watch      *watch      // the watcher, once Watch has started it
+	side       Stream      // a non-blocking stream of gonccl's for releases and reads; 0 until needed
+	failed     error       // why the scratch was released, once it was
 }
 
-// Offsets of the flags in each rank's allocation; the data area follows the page.
+// A rank's header holds one slot per rank (its inbox for that rank's flags and
+// descriptor, written by that rank's stream); the data area follows the header. The
+// offsets of the words in a slot:
 const (
-	flagReady    = 0   // the rank's input for step n is in its data area
-	flagReduced  = 128 // the rank has reduced its share of step n
-	flagReadDone = 256 // the rank has read what it needed of every data area for step n
-	flagsBytes   = 4096
+	flagReady    = 0  // the rank's input for step n is in its data area
+	flagReduced  = 4  // the rank has reduced its share of step n
+	flagReadDone = 8  // the rank has read what it needed of every data area for step n
+	descShape    = 12 // the operation's descriptor (see opDesc): its shape word,
+	descShapeNeg = 16 //   the same negated,
+	descCount    = 20 //   its count word,
+	descCountNeg = 24 //   the same negated
+	slotBytes    = 32
 )
+
+// headerBytes is the size of the header of a scratch shared by nranks ranks: a slot
+// each, in whole pages.
+func headerBytes(nranks int) int { return (nranks*slotBytes + 4095) &^ 4095 }
 
 // peerRecord is what each rank tells the others about its scratch, in the exchange.
 type peerRecord struct {
@@ -154,7 +178,10 @@ func NewShared(d *Driver, ctx Context, rank, nranks, dataBytes int, exchange fun
 	for _, opt := range opts {
 		opt(&o)
 	}
-	s := &Shared{d: d, ctx: ctx, rank: rank, nranks: nranks, cap: dataBytes &^ 255,
+	if nranks > maxRanks {
+		return nil, fmt.Errorf("%w: %d ranks; the device path takes at most %d", ErrNotShared, nranks, maxRanks)
+	}
+	s := &Shared{d: d, ctx: ctx, rank: rank, nranks: nranks, cap: dataBytes &^ 255, hdr: headerBytes(nranks),
 		bases: make([]uintptr, nranks), opened: make([]bool, nranks), exchange: exchange}
 	me := peerRecord{pid: os.Getpid()}
 	err := d.do(ctx, func() (err error) {
@@ -164,10 +191,10 @@ func NewShared(d *Driver, ctx Context, rank, nranks, dataBytes int, exchange fun
 		if me.bus, err = d.BusID(s.dev); err != nil {
 			return err
 		}
-		if s.own, err = d.memAlloc(flagsBytes + s.cap + p2pBytes(s.cap, nranks)); err != nil {
+		if s.own, err = d.memAlloc(s.hdr + s.cap + p2pBytes(s.cap, nranks)); err != nil {
 			return err
 		}
-		if err = d.memsetD32(s.own, 0, flagsBytes/4); err != nil {
+		if err = d.memsetD32(s.own, 0, s.hdr/4); err != nil {
 			return err
 		}
 		if err = s.p2pZero(); err != nil {
@@ -301,18 +328,27 @@ func (s *Shared) release() error {
 
 // Close frees this rank's scratch and unmaps the peers'. It is collective: every
 // rank calls it (at communicator destroy), and it waits, up to timeout, until every
-// rank's stream has read what it needed of every scratch (their readDone flags,
-// waited for on the legacy default stream), then for every rank to have seen that
+// rank's stream has read what it needed of every scratch (their readDone flags in
+// this rank's header, waited for on the legacy default stream), then for every rank
+// to have seen that
 // (a host all-gather through the exchange of NewShared), so no stream reads memory
 // that is gone. If that fails (a rank died or stopped issuing), the memory is left
 // mapped rather than freed under a reader, and Close says so.
 func (s *Shared) Close(timeout time.Duration) error {
+	if s.Err() == nil {
+		s.stopWatch() // a released scratch's watcher goes on until the streams have drained
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed && s.own == 0 {
 		return nil
 	}
 	s.closed = true
+	if s.failed != nil {
+		// Released (devfault.go): the flags say nothing any more, and a peer's
+		// stream may still read this memory.
+		return fmt.Errorf("cuda: device scratch left mapped: it was released after %w", s.failed)
+	}
 	step := s.step
 	err := s.syncLegacy(func() error {
 		for p := range s.nranks {
@@ -328,11 +364,12 @@ func (s *Shared) Close(timeout time.Duration) error {
 	if err != nil {
 		return fmt.Errorf("cuda: device scratch left mapped: %w", err)
 	}
-	return s.release()
+	return errors.Join(s.destroyEvents(time.Now().Add(timeout)), s.release())
 }
 
-// Abandon marks the scratch unusable without touching the peers (communicator
-// abort): the memory stays mapped, as a peer's stream may still read it.
+// Abandon marks the scratch unusable without touching the peers: the memory stays
+// mapped, as a peer's stream may still read it. Streams of this rank still waiting
+// on a flag stay waiting: see Abort for a communicator abort.
 func (s *Shared) Abandon() {
 	s.mu.Lock()
 	s.closed = true
@@ -371,9 +408,15 @@ func (s *Shared) syncLegacy(f func() error, deadline time.Time) error {
 	}
 }
 
-func (s *Shared) data(r int) uintptr { return s.bases[r] + flagsBytes }
+func (s *Shared) data(r int) uintptr { return s.bases[r] + uintptr(s.hdr) }
 
-func (s *Shared) flag(r, off int) uintptr { return s.bases[r] + uintptr(off) }
+// flag is where this rank's stream reads word off of rank r's slot: in its own header.
+func (s *Shared) flag(r, off int) uintptr { return s.inbox(s.rank, r, off) }
+
+// inbox is the address of word off of rank r's slot in rank q's header.
+func (s *Shared) inbox(q, r, off int) uintptr {
+	return s.bases[q] + uintptr(r*slotBytes+off)
+}
 
 // LogInit writes msg as one INIT line at INFO (GONCCL_DEBUG=INFO).
 func LogInit(msg string) { logInfo(msg) }

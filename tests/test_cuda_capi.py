@@ -160,7 +160,8 @@ def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
     receives). Rank r runs on device r % 2. By default (auto) the communicator takes the
     device path when no two ranks share a GPU (2 ranks), and stages when some do (3 ranks:
     ranks 0 and 2 are on device 0), every rank together. Only the staged runs have the
-    mismatched collective, which the device path cannot detect. With devices that cannot
+    mismatched collective: on the device path it is reported after the call returns
+    (test_cuda_devfault.py). With devices that cannot
     access each other (FAKECUDA_NO_PEER), every rank falls back to staging.
     staged-pipelined stages in chunks of 1 KiB (GONCCL_STAGED_CHUNK), so that every
     collective but the smallest runs pipelined by chunk (sizes that are not a multiple of

@@ -651,8 +651,8 @@ int main(int argc, char** argv) {
   /* On the device path every operation of this test stays on the GPU. */
   CHECK(device_path || c.host_live > 0, "the pinned pool should hold memory before destroy");
   CHECK(c.host_allocs < 40, "the pinned pool allocated %ld blocks: not reused", c.host_allocs);
-  /* The device path cannot see that ranks disagree on a count: their streams would wait
-   * for flags that never come, as NCCL's would. */
+  /* On the device path the call returns once enqueued, so the mismatch is reported
+   * later, by goncclCommGetAsyncError: cuda_devfault_test.c. */
   if (!device_path) test_failure(comm);
   OK(goncclCommDestroy(comm), NULL);
   fakecudaStreamDrain(stream);

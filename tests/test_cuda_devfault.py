@@ -1,0 +1,68 @@
+"""Failures on the device path (GONCCL_DEVICE_PATH=1) through the C ABI, against the
+fake CUDA driver: tests/capi/cuda_devfault_test.c, one process per rank.
+
+A count mismatch makes every rank's goncclCommGetAsyncError turn goncclMismatch with a
+message naming the other rank and the count; a rank SIGKILLed with an all_reduce on its
+stream makes the survivors' turn goncclRemoteError naming it; goncclCommAbort releases
+a stream waiting on a peer that never came. In every case the survivors' stream drains
+(it is not left waiting on a flag) and the process exits by itself, well within the
+harness's timeout, which kills every rank (a hang fails the test). Before the device
+path's watcher (cuda/devfault.go) each case hung until that timeout.
+"""
+
+import os
+
+import pytest
+
+import _harness
+import test_cuda_capi as base
+
+SOURCE = os.path.join(_harness.TESTS_DIR, "capi", "cuda_devfault_test.c")
+RUN_TIMEOUT = 60
+
+
+@pytest.fixture(scope="module")
+def devfault_binary(package_dir, tmp_path_factory):
+    fake = base._build_fake(tmp_path_factory, "fakecuda_devfault", [])
+    return fake, base._build_test(tmp_path_factory, SOURCE, fake, package_dir, [])
+
+
+def _run(devfault_binary, nranks, case, tmp_path):
+    fake, binary = devfault_binary
+    env = base._env(fake, {"GONCCL_DEVICE_PATH": "1"})
+    id_file = str(tmp_path / "unique_id")
+    return _harness.run_processes(
+        [[binary, str(r), str(nranks), id_file, case] for r in range(nranks)],
+        timeout=RUN_TIMEOUT,
+        envs=[env] * nranks,
+        cwd=str(tmp_path),
+        names=[f"rank {r}" for r in range(nranks)],
+        grace=RUN_TIMEOUT,
+    )
+
+
+@pytest.mark.timeout(RUN_TIMEOUT + 60)
+def test_count_mismatch_names_rank_and_count(devfault_binary, tmp_path):
+    run = _run(devfault_binary, 3, "count", tmp_path)
+    run.assert_ok("a count mismatch on the device path")
+    for r, proc in enumerate(run.procs):
+        assert "ranks called mismatched collectives" in proc.stdout, proc.describe()
+        assert f"rank {r}: stream drained" in proc.stdout, proc.describe()
+
+
+@pytest.mark.timeout(RUN_TIMEOUT + 60)
+def test_killed_rank_is_named(devfault_binary, tmp_path):
+    run = _run(devfault_binary, 3, "kill", tmp_path)
+    assert not run.timed_out, run.describe()
+    victim = run.procs[2]
+    assert victim.returncode != 0 and "enqueued, dying" in victim.stdout, victim.describe()
+    for r, proc in enumerate(run.procs[:2]):
+        assert proc.returncode == 0, proc.describe()
+        assert "rank 2" in proc.stdout and f"rank {r}: stream drained" in proc.stdout, proc.describe()
+
+
+@pytest.mark.timeout(RUN_TIMEOUT + 60)
+def test_abort_releases_waiting_stream(devfault_binary, tmp_path):
+    run = _run(devfault_binary, 2, "abort", tmp_path)
+    run.assert_ok("goncclCommAbort with a device op waiting")
+    assert "rank 0: stream drained after abort" in run.procs[0].stdout, run.procs[0].describe()
