@@ -666,9 +666,12 @@ int main(int argc, char** argv) {
    * their device's primary context for the life of the process (goncclStreamAcquire's). */
   CHECK(c.primary_retained == device_path, "%ld primary context references left after destroy", c.primary_retained);
   CHECK(c.stale_reads == 0, "%ld consumers read a result before it was there", c.stale_reads);
-  /* On the device path nothing of this test goes through host memory. */
+  /* On the device path no data of this test goes through host memory: nothing is copied
+   * back to the device. (Copies to the host do run: the failure watcher reads this rank's
+   * scratch header when an operation stays on the GPU longer than 20 ms, as the fake's
+   * delays make many do.) */
   if (device_path)
-    CHECK(c.dtoh == 0 && c.htod == 0, "device path: %ld D2H and %ld H2D copies ran", c.dtoh, c.htod);
+    CHECK(c.htod == 0, "device path: %ld H2D copies ran (and %ld D2H)", c.htod, c.dtoh);
   else
     CHECK(c.dtoh > 0 && c.htod > 0, "no copies ran");
   printf("rank %d: %d checks passed (%ld D2H, %ld H2D, %ld pinned blocks)\n", rank, checks, c.dtoh, c.htod,
