@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -57,23 +56,11 @@ func devScratch() (int, error) {
 }
 
 func parseScratch(v string) (int, error) {
-	t := strings.ToUpper(strings.TrimSpace(v))
-	mult := int64(1)
-	if n := len(t); n > 0 {
-		switch t[n-1] {
-		case 'K':
-			mult, t = 1<<10, t[:n-1]
-		case 'M':
-			mult, t = 1<<20, t[:n-1]
-		case 'G':
-			mult, t = 1<<30, t[:n-1]
-		}
-	}
-	n, err := strconv.ParseInt(t, 10, 64)
-	if err != nil || n <= 0 || n > maxDevScratch/mult || n*mult < minDevScratch {
+	n, ok := parseByteSize(v, maxDevScratch)
+	if !ok || n < minDevScratch {
 		return 0, fmt.Errorf("%w: GONCCL_DEVICE_SCRATCH=%q: want bytes from 1M to 16G (e.g. 8388608, 64M, 1G)", errUsage, v)
 	}
-	return int(n * mult), nil
+	return int(n), nil
 }
 
 // devMode is how a communicator chooses the path of its operations on device buffers.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -32,23 +31,11 @@ func stagedChunk() (int, error) {
 	if !ok || strings.TrimSpace(v) == "" {
 		return stagedChunkBytes, nil
 	}
-	t := strings.ToUpper(strings.TrimSpace(v))
-	mult := int64(1)
-	if n := len(t); n > 0 {
-		switch t[n-1] {
-		case 'K':
-			mult, t = 1<<10, t[:n-1]
-		case 'M':
-			mult, t = 1<<20, t[:n-1]
-		case 'G':
-			mult, t = 1<<30, t[:n-1]
-		}
-	}
-	n, err := strconv.ParseInt(t, 10, 64)
-	if err != nil || n < 0 || n > (16<<30)/mult {
+	n, ok := parseByteSize(v, 16<<30)
+	if !ok {
 		return 0, fmt.Errorf("%w: GONCCL_STAGED_CHUNK=%q: want bytes from 0 (no pipelining) to 16G (e.g. 4194304, 4M)", errUsage, v)
 	}
-	return int(n * mult), nil
+	return int(n), nil
 }
 
 // stagedPlan returns the elements per block in one chunk of an operation of count
