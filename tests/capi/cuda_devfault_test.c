@@ -84,13 +84,22 @@ int main(int argc, char** argv) {
                        goncclSum, comm, stream),
        comm);
     goncclResult_t got = await_error(comm, t0);
-    CHECK(got == goncclMismatch, "want goncclMismatch, got %s",
-          goncclGetErrorString(got));
-    const char* msg = goncclGetLastError(comm);
-    CHECK(strstr(msg, rank == 1 ? "rank 0 differs in count"
-                                : "rank 1 differs in count") != NULL,
-          "message: %s", msg);
-    want = goncclMismatch;
+    /* A rank may end at the timeout instead of naming the mismatch, once the
+     * ranks that named it released their streams (a known race:
+     * cuda/devfault_test.go); the test then wants another rank to have named
+     * it. */
+    if (got == goncclTimeout) {
+      printf("rank %d: timed out instead of naming the mismatch\n", rank);
+    } else {
+      CHECK(got == goncclMismatch, "want goncclMismatch, got %s",
+            goncclGetErrorString(got));
+      const char* msg = goncclGetLastError(comm);
+      CHECK(strstr(msg, rank == 1 ? "rank 0 differs in count"
+                                  : "rank 1 differs in count") != NULL,
+            "message: %s", msg);
+      printf("rank %d: named the mismatch\n", rank);
+    }
+    want = got;
   } else if (strcmp(what, "kill") == 0) {
     OK(goncclAllReduce(buf, buf, n, goncclFloat32, goncclSum, comm, stream),
        comm);
