@@ -118,11 +118,13 @@ test-go:
 # sweeps go up to 4 ranks instead of 8), so that it stays a few minutes on 2 cores. The
 # reduction-kernel comparisons are skipped: they run on one goroutine, the detector has
 # nothing to find there, and they are its slowest tests (test-go runs them). So are the
-# device path's sweeps in child processes (DevicePathAcrossProcesses, DevicePathWrongStep:
-# a minute under the detector; test-go runs them); its ranks as goroutines of one process
-# (DevicePathRanksOfOneProcess) stay.
+# device path's sweeps in child processes (DevicePathAcrossProcesses, DevicePathWrongStep,
+# and the same for point-to-point, DeviceP2P...: a minute under the detector), and its
+# failure cases in child processes (a killed, stalled or disagreeing rank: timeouts of
+# seconds each; test-go runs them all); its ranks as goroutines of one process
+# (DevicePathRanksOfOneProcess, DeviceP2PRanksOfOneProcess) stay.
 RACE_PKGS = ./core ./internal/... ./transport/... ./cuda/...
-RACE_SKIP = VectorMatchesFallback|VectorHalfExhaustive|Float16Random|FromFloat32Random|MatchesReference$$|DevicePathAcrossProcesses|DevicePathWrongStepFails
+RACE_SKIP = VectorMatchesFallback|VectorHalfExhaustive|Float16Random|FromFloat32Random|MatchesReference$$|DevicePathAcrossProcesses|DevicePathWrongStepFails|DeviceP2PAcrossProcesses|DeviceP2PWrongStepFails|DevicePathPeerKilledMidOp|DevicePathStalledPeerTimesOut|DevicePathCountMismatch|DevicePathRootMismatch
 
 test-race:
 	$(GO) test -race -short -count=1 -timeout 15m -skip '$(RACE_SKIP)' $(RACE_PKGS)
