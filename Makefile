@@ -29,7 +29,7 @@ setup:
 	@scripts/python-env.sh >/dev/null
 	$(GO) mod download
 
-# The C++ extension's compiles (make build, wheel, test-torch) go through ccache when it is
+# The C++ extension's compiles (make build, wheel, test-torch, test-py, csrc-compat) go through ccache when it is
 # installed (apt-get install ccache): its compiler wrappers come first on PATH, the cache
 # lives in ~/.cache/gonccl/ccache and paths are taken relative to the checkout, so a fresh
 # clone of an already built commit compiles nothing again. WITH_CCACHE= turns it off.
@@ -66,7 +66,7 @@ test-wheel: wheel
 # supported torch release, fetched once into ~/.cache/gonccl/torch-headers (~60 MB each).
 # tests/test_torch_versions.py does the same for the oldest one in make test.
 csrc-compat:
-	$(PY) scripts/csrc_compat.py
+	$(WITH_CCACHE) $(PY) scripts/csrc_compat.py
 
 # make test-torch TORCH=2.11.0: the Python suite (or FILES="tests/test_x.py ...", with
 # PYTEST_ARGS="-k ...") against another torch release, in its own cached venv
@@ -158,12 +158,13 @@ test-exhaustive:
 # slowest tests, where CI's time goes. PYTEST_JOBS files run at once (pytest-xdist,
 # --dist loadfile: a file's tests, and its module fixtures, stay in one worker): many
 # tests spend their time waiting on timeouts and peers, so 2 workers on 2 cores finish
-# sooner than one. PYTEST_JOBS=0 runs them one after another.
+# sooner than one. PYTEST_JOBS=0 runs them one after another. The tests' own compiles
+# (csrc against torch 2.11's headers, the C ABI tests) go through ccache too.
 PYTEST_JOBS ?= 2
 PYTEST_PAR = $(if $(filter 0,$(PYTEST_JOBS)),,-n $(PYTEST_JOBS) --dist loadfile)
 
 test-py:
-	$(PY) -m pytest -v -rs --durations=25 $(PYTEST_PAR) tests
+	$(WITH_CCACHE) $(PY) -m pytest -v -rs --durations=25 $(PYTEST_PAR) tests
 
 # make torch-suite: tests of torch's own distributed suite (DistributedTest._DistTestBase) on
 # gonccl, 3 ranks; TESTS="test_a test_b" picks others than tests/torch_suite.py's DEFAULT.
