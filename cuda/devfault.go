@@ -161,10 +161,19 @@ func (s *Shared) watchLoop(w *watch) {
 		case err != nil && failed == nil:
 			s.giveUp(w, fmt.Errorf("cuda: asking the GPU about a device-path operation: %w", err))
 		case failed == nil && pending:
-			if cerr := w.cfg.Err(); cerr != nil {
+			// The communicator's error (a lost peer, a peer's report, an abort) ends
+			// the wait, but a disagreement this watcher has seen once is looked at
+			// again first: a mismatch it confirms is the cause, and a vaguer error a
+			// consequence (core's FailDevice prefers it to a peer's vaguer report,
+			// and tells the peers).
+			cerr := w.cfg.Err()
+			if cerr == nil || (w.disagree != "" && !errors.Is(cerr, transport.ErrMismatch)) {
+				if ferr := s.judge(w, head); ferr != nil && (cerr == nil || errors.Is(ferr, transport.ErrMismatch)) {
+					cerr = ferr
+				}
+			}
+			if cerr != nil {
 				s.giveUp(w, cerr)
-			} else if ferr := s.judge(w, head); ferr != nil {
-				s.giveUp(w, ferr)
 			}
 		}
 		s.mu.Lock()
