@@ -1,9 +1,6 @@
 package core
 
-import (
-	"fmt"
-	"time"
-)
+import "time"
 
 // FailDevice breaks the communicator with err, a failure of its device path that
 // capi's watcher found (package cuda, devfault.go): a device operation on the GPU past
@@ -12,15 +9,18 @@ import (
 // with err (Err), the links are failed so that the peers' operations on them fail
 // too, a lost rank's grace is cut short; and the device operations still on the GPU
 // are marked failed in the flight recorder with err (their outputs are not valid),
-// the first failure writing the dump.
+// the first failure writing the dump. If err is the communicator's cause (the first,
+// or a mismatch after a peer's vaguer report), the peers are told (devreport.go), so
+// that each breaks with it even if its own watcher never sees it.
 func (c *Comm) FailDevice(err error) {
 	c.mu.Lock()
 	hurry := c.lost != nil && !c.lostNow && !c.aborted
-	if c.broken == nil {
-		c.broken = err
-		c.brokenText = truncate(fmt.Sprintf("device path: %v", err), 1024)
-	}
+	cause := c.setCauseLocked("device path", err)
 	c.mu.Unlock()
+	if cause && c.p2p != nil {
+		// Only this rank may have seen it: the peers are told (devreport.go).
+		c.p2p.tellFailed(c.rank, -1, err.Error(), failClass(err))
+	}
 	if hurry {
 		c.lossFailedOp()
 	}

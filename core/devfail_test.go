@@ -1,8 +1,10 @@
 package core
 
 import (
+	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -34,4 +36,53 @@ func TestFailDeviceBreaksTheCommunicator(t *testing.T) {
 		_, err = req.Wait(-1)
 	}
 	require.ErrorContains(t, err, "rank 1 differs in count", "a later operation names the cause")
+}
+
+// A device-path failure only one rank saw (its watcher named a mismatch) breaks every
+// rank's communicator with it, passed on from peer to peer (devreport.go): rank 4 has
+// no channel to rank 2, and learns it all the same. The error is of the same class and
+// names the rank that saw it. A mismatch then replaces a peer's report of a timeout on
+// the ranks that had only that report.
+func TestFailDeviceTellsEveryRank(t *testing.T) {
+	const n, namer = 5, 2
+	comms := initAllTimeout(t, n, 30*time.Second)
+	defer func() {
+		for _, c := range comms {
+			c.Abort()
+		}
+	}()
+	require.Nil(t, comms[4].p2p.peer(namer), "rank 4 must learn it from the others")
+	waitAll := func(skip int, want func(err error) bool) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for r, c := range comms {
+			for r != skip && !want(c.Err()) {
+				require.True(t, time.Now().Before(deadline), "rank %d: %v", r, c.Err())
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+	}
+
+	comms[0].FailDevice(fmt.Errorf("%w: rank 0: device-path all_reduce has been on the GPU for 8s: rank 2 has not finished it", ErrTimeout))
+	waitAll(-1, func(err error) bool { return errors.Is(err, ErrTimeout) })
+	for r, c := range comms[1:] {
+		require.ErrorContains(t, c.Err(), "rank 0 reports: timed out: rank 0: device-path", "rank %d", r+1)
+	}
+
+	comms[namer].FailDevice(fmt.Errorf("%w: rank 2: device-path all_reduce: rank 1 differs in count: 1000 here, 3000 there", ErrMismatch))
+	waitAll(0, func(err error) bool { return errors.Is(err, ErrMismatch) })
+	require.ErrorIs(t, comms[0].Err(), ErrTimeout, "a rank's own cause is not replaced")
+	for r, c := range comms[1:] {
+		if r+1 == namer {
+			require.ErrorContains(t, c.Err(), "mismatched operation: rank 2: device-path")
+			continue
+		}
+		require.ErrorIs(t, c.Err(), ErrMismatch, "rank %d", r+1)
+		require.ErrorContains(t, c.Err(), "rank 2 reports: mismatched operation: rank 2: device-path all_reduce: rank 1 differs in count", "rank %d", r+1)
+		req, err := c.Barrier()
+		if err == nil {
+			_, err = req.Wait(-1)
+		}
+		require.ErrorIs(t, err, ErrMismatch, "rank %d: a later operation names the cause", r+1)
+	}
 }

@@ -84,6 +84,8 @@ func FuzzP2PReader(f *testing.F) {
 	f.Add(wireMsg(transport.MsgHeader{Kind: transport.MsgHeartbeat}, nil))
 	f.Add(wireMsg(transport.MsgHeader{Kind: transport.MsgLost, Tag: 0, Len: 4}, []byte("dead")))
 	f.Add(wireMsg(transport.MsgHeader{Kind: transport.MsgLost, Tag: 7, Seq: 3, Len: 4}, []byte("dead")))
+	f.Add(wireMsg(transport.MsgHeader{Kind: transport.MsgFailed, Tag: 1, Seq: 1, Len: 4}, []byte("diff")))
+	f.Add(wireMsg(transport.MsgHeader{Kind: transport.MsgFailed, Tag: 0, Seq: 9, Len: 4}, []byte("diff")))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		c := &Comm{rank: 0, nranks: 2, timeout: 2 * time.Second, logs: loggers{net: zap.NewNop()},
 			peers: fixedPeers(0, make([]transport.Link, 2))}

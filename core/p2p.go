@@ -139,6 +139,7 @@ type p2pEngine struct {
 	status        func() statusReport                                   // this rank's progress, for peers that ask (see status.go)
 	onDead        func(rank int, err error)                             // a peer missed its heartbeats (see heartbeat.go)
 	onLost        func(rank, from int, reason string, now, silent bool) // a peer says rank is lost (see lost.go)
+	onFailed      func(from, by int, reason string, class uint64)       // a peer says from's communicator failed (see devreport.go)
 	stop          chan struct{}                                         // closed by close: ends the heartbeat goroutine
 	statusAnswers chan statusAnswer                                     // where peers' answers go while this rank asks
 }
@@ -165,7 +166,7 @@ func (cs completions) run() {
 // a nil slice for none yet: peers join later through addPeer).
 func (c *Comm) startP2P(msgs []*transport.MsgConn) {
 	e := &p2pEngine{rank: c.rank, nranks: c.nranks, timeout: c.timeout, log: c.logs.net, guard: c.cfg.guard(c.logs.net),
-		peers: make([]*p2pPeer, c.nranks), status: c.status, onDead: c.peerDead, onLost: c.lossReported, stop: make(chan struct{})}
+		peers: make([]*p2pPeer, c.nranks), status: c.status, onDead: c.peerDead, onLost: c.lossReported, onFailed: c.failureReported, stop: make(chan struct{})}
 	c.p2p = e // before its goroutines start: a panic handler may use it
 	for r, m := range msgs {
 		if m != nil && r != c.rank {

@@ -113,6 +113,8 @@ func (e *p2pEngine) handle(pp *p2pPeer, h transport.MsgHeader) error {
 	case transport.MsgHeartbeat: // its arrival is the point (see heartbeat.go)
 	case transport.MsgLost:
 		return e.readLost(pp, h)
+	case transport.MsgFailed:
+		return e.readFailed(pp, h)
 	}
 	return nil
 }

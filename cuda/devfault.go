@@ -36,9 +36,12 @@ import (
 // 1 KiB-scale copy on its own stream) only for an operation on the GPU longer than
 // WatchConfig.CheckAfter, to name the ranks that disagree or lag. A mismatch is
 // thus reported CheckAfter after the ranks meet, a dead peer as soon as core knows,
-// a hung one at the timeout. A kernel that compared the descriptors would report a
-// mismatch without the host, but could only spin (holding an SM) or write a word the
-// host must read all the same; the stream waits cost no SM.
+// a hung one at the timeout. The communicator (core's FailDevice) tells the peers what
+// this rank found, since once it released its streams their headers may no longer show
+// it: their watchers then find the communicator broken (WatchConfig.Err) with "rank N
+// reports: ...", of the same class. A kernel that compared the descriptors would
+// report a mismatch without the host, but could only spin (holding an SM) or write a
+// word the host must read all the same; the stream waits cost no SM.
 
 // pendingOp is an operation enqueued on the GPU and not yet seen finished.
 type pendingOp struct {
@@ -52,7 +55,7 @@ type pendingOp struct {
 // WatchConfig is what the watcher needs of the communicator.
 type WatchConfig struct {
 	Timeout    func() time.Duration // an operation on the GPU longer than this fails
-	Err        func() error         // the communicator's error once it has failed (a lost peer, an abort), else nil
+	Err        func() error         // the communicator's error once it has failed (a lost peer, a peer's report, an abort), else nil
 	Fail       func(err error)      // told once, when this rank gives up on the device path, with why
 	CheckAfter time.Duration        // read the header of an operation on the GPU this long (default 20 ms)
 }
@@ -161,10 +164,19 @@ func (s *Shared) watchLoop(w *watch) {
 		case err != nil && failed == nil:
 			s.giveUp(w, fmt.Errorf("cuda: asking the GPU about a device-path operation: %w", err))
 		case failed == nil && pending:
-			if cerr := w.cfg.Err(); cerr != nil {
+			// The communicator's error (a lost peer, a peer's report, an abort) ends
+			// the wait, but a disagreement this watcher has seen once is looked at
+			// again first: a mismatch it confirms is the cause, and a vaguer error a
+			// consequence (core's FailDevice prefers it to a peer's vaguer report,
+			// and tells the peers).
+			cerr := w.cfg.Err()
+			if cerr == nil || (w.disagree != "" && !errors.Is(cerr, transport.ErrMismatch)) {
+				if ferr := s.judge(w, head); ferr != nil && (cerr == nil || errors.Is(ferr, transport.ErrMismatch)) {
+					cerr = ferr
+				}
+			}
+			if cerr != nil {
 				s.giveUp(w, cerr)
-			} else if ferr := s.judge(w, head); ferr != nil {
-				s.giveUp(w, ferr)
 			}
 		}
 		s.mu.Lock()

@@ -47,8 +47,14 @@ const (
 	// the news on, so that ranks never connected to it learn it too (connections are
 	// made on demand) and name it.
 	MsgLost MsgKind = 11
+	// MsgFailed tells the peer that a rank's communicator failed for a reason every
+	// rank shares, which only that rank saw (its device path found the ranks calling
+	// different operations, or one past the timeout): Tag is that rank, Seq the
+	// failure's class, the payload (Len bytes, at most MaxStatusBytes) its message.
+	// Each rank passes it on once, so that every rank names the cause.
+	MsgFailed MsgKind = 12
 	// msgKindMax is the highest kind a reader accepts.
-	msgKindMax = MsgLost
+	msgKindMax = MsgFailed
 )
 
 // MaxStatusBytes bounds a MsgStatus payload.
@@ -78,6 +84,8 @@ func (k MsgKind) String() string {
 		return "heartbeat"
 	case MsgLost:
 		return "lost"
+	case MsgFailed:
+		return "failed"
 	}
 	return fmt.Sprintf("msg(%d)", uint8(k))
 }
@@ -93,7 +101,7 @@ type MsgHeader struct {
 
 // HasPayload reports whether Len payload bytes follow the header on the wire.
 func (h *MsgHeader) HasPayload() bool {
-	return h.Kind == MsgEager || h.Kind == MsgData || h.Kind == MsgStatus || h.Kind == MsgBye || h.Kind == MsgLost
+	return h.Kind == MsgEager || h.Kind == MsgData || h.Kind == MsgStatus || h.Kind == MsgBye || h.Kind == MsgLost || h.Kind == MsgFailed
 }
 
 // MaxMsgLen bounds the length a point-to-point header may carry, so that no length read
