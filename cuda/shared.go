@@ -320,7 +320,7 @@ func (s *Shared) release() error {
 			errs = append(errs, s.d.memFree(s.own))
 			s.own = 0
 		}
-		errs = append(errs, s.p2pRelease())
+		errs = append(errs, s.p2pRelease(), s.dropSideLocked())
 		return nil
 	})
 	return errors.Join(append(errs, err)...)
