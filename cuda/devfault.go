@@ -458,6 +458,11 @@ func (s *Shared) fail(err error) bool {
 func (s *Shared) releaseStreams() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.releaseLocked()
+}
+
+// releaseLocked is releaseStreams with s.mu held.
+func (s *Shared) releaseLocked() error {
 	if s.own == 0 {
 		return nil
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -101,4 +102,75 @@ func faultP2P(what string, sh *cuda.Shared, f *cudatest.Fake, s uintptr, dev, ra
 		return errors.New("Close freed a scratch that was released")
 	}
 	return nil
+}
+
+func TestDeviceP2PCloseReleasesAfterTimeout(t *testing.T) {
+	d, f := open(t)
+	// Rank 0 sends rank 1 a message that fits in the slots in flight (its stream does
+	// not wait), which rank 1 never receives, then closes: Close's wait for rank 1 to
+	// drain the slots times out, and must not leave the legacy default stream waiting
+	// (every blocking stream of the context would wait behind it).
+	id, err := core.NewUniqueID()
+	require.NoError(t, err)
+	devs := []int{0, 1}
+	comms := make([]*core.Comm, 2)
+	shs := make([]*cuda.Shared, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := range devs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			comms[r], shs[r], errs[r] = p2pShared(d, f, id, r, devs)
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		require.NoError(t, err, "rank %d", r)
+		defer comms[r].Abort()
+	}
+	s := f.Stream(0)
+	src := f.Malloc(0, 1000)
+	require.NoError(t, shs[0].P2P([]cuda.P2POp{{Peer: 1, Buf: src, Bytes: 1000, Stream: cuda.Stream(s)}}))
+	f.Drain(s)
+	err = shs[0].Close(300 * time.Millisecond)
+	require.ErrorContains(t, err, "left mapped")
+	// A blocking stream's work waits for the legacy default stream's.
+	buf := f.Malloc(0, 4)
+	require.NoError(t, f.Fill(s, buf, 1, 7, 0))
+	drained := make(chan struct{})
+	go func() { f.Drain(s); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the legacy default stream still waits on a flag after Close gave up")
+	}
+	require.Error(t, shs[0].Close(time.Second), "a second Close freed the scratch its first left mapped")
+	shs[1].Abandon()
+}
+
+// p2pShared makes rank rank's communicator and device scratch (ranks of one process).
+func p2pShared(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank int, devs []int) (*core.Comm, *cuda.Shared, error) {
+	nranks := len(devs)
+	c, err := core.NewComm(id, nranks, rank, core.Options{Timeout: 10 * time.Second})
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx, err := d.StreamContext(cuda.Stream(f.Stream(devs[rank])))
+	if err == nil {
+		var sh *cuda.Shared
+		sh, err = cuda.NewShared(d, ctx, rank, nranks, devScratch, func(rec []byte) ([]byte, error) {
+			all := make([]byte, len(rec)*nranks)
+			req, err := c.AllGather(rec, all, len(rec), core.Uint8)
+			if err == nil {
+				_, err = req.Wait(-1)
+			}
+			return all, err
+		})
+		if err == nil {
+			return c, sh, nil
+		}
+	}
+	c.Abort()
+	return nil, nil, err
 }

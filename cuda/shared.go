@@ -358,13 +358,33 @@ func (s *Shared) Close(timeout time.Duration) error {
 		}
 		return s.p2pQuiesce()
 	}, time.Now().Add(timeout))
-	if err == nil {
-		_, err = s.exchange(peerRecord{ok: true}.encode())
-	}
 	if err != nil {
+		s.releaseClose(err)
+		return fmt.Errorf("cuda: device scratch left mapped: %w", err)
+	}
+	if _, err = s.exchange(peerRecord{ok: true}.encode()); err != nil {
 		return fmt.Errorf("cuda: device scratch left mapped: %w", err)
 	}
 	return errors.Join(s.destroyEvents(time.Now().Add(timeout)), s.release())
+}
+
+// releaseClose gives up after Close's waits did not finish in time (a peer died or
+// stopped issuing before its last reads): the waits it left on the legacy default
+// stream are on this rank's own flags, so it releases them as the watcher would
+// (devfault.go), again until the stream has drained or a second has passed, lest the
+// stream hold up every blocking stream of the context for ever. The scratch stays
+// mapped and failed (a later Close does not free it). s.mu held.
+func (s *Shared) releaseClose(why error) {
+	if s.failed == nil {
+		s.failed = fmt.Errorf("closing the device scratch: %w", why)
+	}
+	deadline := time.Now().Add(time.Second)
+	for {
+		if s.releaseLocked() != nil || s.syncLegacy(nil, time.Now().Add(20*time.Millisecond)) == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	_ = s.d.do(s.ctx, s.dropSideLocked)
 }
 
 // Abandon marks the scratch unusable without touching the peers: the memory stays
