@@ -182,6 +182,7 @@ func (s *Shared) P2P(ops []P2POp) error {
 						err = s.recvChunk(peer, q[i])
 					}
 					if err != nil {
+						s.spare = append(s.spare, g.starts...) // untracked: Close destroys them
 						return err
 					}
 					g.note(q[i].op.Stream, dir == 1, peer, s.p2p.sendSeq[peer], s.p2p.recvSeq[peer])

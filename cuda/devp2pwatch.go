@@ -48,6 +48,10 @@ func (s *Shared) p2pBegin(queues [2][][]p2pChunk) (*p2pGroup, error) {
 					err = s.d.eventRecord(ev, c.op.Stream)
 				}
 				if err != nil {
+					s.spare = append(s.spare, g.starts...) // Close destroys them
+					if ev != 0 {
+						s.spare = append(s.spare, ev)
+					}
 					return nil, err
 				}
 				g.streams, g.starts = append(g.streams, c.op.Stream), append(g.starts, ev)
@@ -93,6 +97,10 @@ func (s *Shared) p2pTrack(g *p2pGroup) error {
 			err = s.d.eventRecord(ev, st)
 		}
 		if err != nil {
+			s.spare = append(s.spare, g.starts[i:]...) // untracked: Close destroys them
+			if ev != 0 {
+				s.spare = append(s.spare, ev)
+			}
 			return err
 		}
 		s.ops = append(s.ops, pendingOp{start: g.starts[i], end: ev, p2p: g.waits[i]})
