@@ -12,7 +12,8 @@ import (
 )
 
 // When the device path goes wrong, the GPU must not wait for ever. A rank's streams
-// wait only on words of its own header (shared.go), so a rank gives up on its own:
+// wait only on words of its own header (shared.go) and of its own point-to-point
+// flags (devp2p.go), so a rank gives up on its own:
 //
 //   - a peer died or the communicator failed (the host learns it: core's heartbeats,
 //     a lost link, an abort; WatchConfig.Err),
@@ -21,10 +22,11 @@ import (
 //   - the ranks disagree on an operation (devdesc.go: their streams wait for
 //     descriptors that never match),
 //
-// and then writes, on a stream of its own, values into its own header that satisfy
-// every wait its streams have queued (flags: the last round number plus 2^30;
-// descriptor words: their poison values), again and again until those streams have
-// run everything enqueued, since a live peer's stream may still overwrite a word. The
+// and then writes, on a stream of its own, values into its own header (and
+// point-to-point flags: devp2pwatch.go) that satisfy every wait its streams have
+// queued (flags: the last round number plus 2^30; descriptor words: their poison
+// values), again and again until those streams have run everything enqueued, since
+// a live peer's stream may still overwrite a word. The
 // operations released that way have run without their inputs: their outputs are not
 // valid, which the communicator's error says. No other rank is released by it: each
 // gives up when its own host learns of the failure, so a rank whose host has seen

@@ -129,6 +129,7 @@ func TestDeviceP2PCloseReleasesAfterTimeout(t *testing.T) {
 		require.NoError(t, err, "rank %d", r)
 		defer comms[r].Abort()
 	}
+	bad := f.Counters().BadAccess
 	s := f.Stream(0)
 	src := f.Malloc(0, 1000)
 	require.NoError(t, shs[0].P2P([]cuda.P2POp{{Peer: 1, Buf: src, Bytes: 1000, Stream: cuda.Stream(s)}}))
@@ -146,6 +147,7 @@ func TestDeviceP2PCloseReleasesAfterTimeout(t *testing.T) {
 		t.Fatal("the legacy default stream still waits on a flag after Close gave up")
 	}
 	require.Error(t, shs[0].Close(time.Second), "a second Close freed the scratch its first left mapped")
+	require.Equal(t, bad, f.Counters().BadAccess, "bad accesses (an event destroyed before its record ran?)")
 	shs[1].Abandon()
 }
 
