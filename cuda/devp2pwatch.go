@@ -18,12 +18,12 @@ import (
 // this rank waits for, or not received the ones it must wait for before it may send
 // more.
 
-// p2pWait is what a stream of a group waits for from one peer: chunks first..last
-// of a receive from it, or of a send to it.
+// p2pWait is what a stream of a group waits for from one peer: the chunks of a
+// receive from it, or of a send to it, up to chunk last.
 type p2pWait struct {
-	recv        bool
-	peer        int
-	first, last uint32
+	recv bool
+	peer int
+	last uint32
 }
 
 // p2pGroup is a group being enqueued: its start events and waits, per stream.
@@ -85,7 +85,7 @@ func (g *p2pGroup) note(st Stream, recv bool, peer int, sendSeq, recvSeq uint32)
 			return
 		}
 	}
-	g.waits[i] = append(g.waits[i], p2pWait{recv: recv, peer: peer, first: q, last: q})
+	g.waits[i] = append(g.waits[i], p2pWait{recv: recv, peer: peer, last: q})
 }
 
 // p2pTrack records an end event on each of the group's streams and adds the group
