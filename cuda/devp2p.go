@@ -70,6 +70,7 @@ type p2pState struct {
 	sendSeq []uint32 // chunks sent to each rank
 	recvSeq []uint32 // chunks received from each rank
 	forks   []event  // Follow's events, destroyed once they have run
+	group   p2pGroup // the group being enqueued (devp2pwatch.go)
 }
 
 func (s *Shared) p2pBase(r int) uintptr { return s.bases[r] + uintptr(s.hdr) + uintptr(s.cap) }

@@ -26,7 +26,8 @@ type p2pWait struct {
 	last uint32
 }
 
-// p2pGroup is a group being enqueued: its start events and waits, per stream.
+// p2pGroup is a group being enqueued: its start events and waits, per stream. P2P
+// reuses one (p2pState.group); each stream's waits go to its pendingOp.
 type p2pGroup struct {
 	streams []Stream
 	starts  []event
@@ -36,7 +37,8 @@ type p2pGroup struct {
 // p2pBegin records a start event on every stream with chunks to enqueue. s.mu held,
 // context current.
 func (s *Shared) p2pBegin(queues [2][][]p2pChunk) (*p2pGroup, error) {
-	g := &p2pGroup{}
+	g := &s.p2p.group
+	g.streams, g.starts, g.waits = g.streams[:0], g.starts[:0], g.waits[:0]
 	for _, byPeer := range queues {
 		for _, q := range byPeer {
 			for _, c := range q {
