@@ -124,7 +124,7 @@ test-go:
 # seconds each; test-go runs them all); its ranks as goroutines of one process
 # (DevicePathRanksOfOneProcess, DeviceP2PRanksOfOneProcess) stay.
 RACE_PKGS = ./core ./internal/... ./transport/... ./cuda/...
-RACE_SKIP = VectorMatchesFallback|VectorHalfExhaustive|Float16Random|FromFloat32Random|MatchesReference$$|DevicePathAcrossProcesses|DevicePathWrongStepFails|DeviceP2PAcrossProcesses|DeviceP2PWrongStepFails|DevicePathPeerKilledMidOp|DevicePathStalledPeerTimesOut|DevicePathCountMismatch|DevicePathRootMismatch
+RACE_SKIP = VectorMatchesFallback|VectorHalfExhaustive|Float16Random|FromFloat32Random|MatchesReference$$|DevicePathAcrossProcesses|DevicePathWrongStepFails|DeviceP2PAcrossProcesses|DeviceP2PWrongStepFails|DevicePathPeerKilledMidOp|DevicePathStalledPeerTimesOut|DevicePathCountMismatch|DevicePathRootMismatch|DeviceP2PPeerKilledMidSend|DeviceP2PStalledPeerTimesOut
 
 test-race:
 	$(GO) test -race -short -count=1 -timeout 15m -skip '$(RACE_SKIP)' $(RACE_PKGS)

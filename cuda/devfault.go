@@ -12,7 +12,8 @@ import (
 )
 
 // When the device path goes wrong, the GPU must not wait for ever. A rank's streams
-// wait only on words of its own header (shared.go), so a rank gives up on its own:
+// wait only on words of its own header (shared.go) and of its own point-to-point
+// flags (devp2p.go), so a rank gives up on its own:
 //
 //   - a peer died or the communicator failed (the host learns it: core's heartbeats,
 //     a lost link, an abort; WatchConfig.Err),
@@ -21,10 +22,11 @@ import (
 //   - the ranks disagree on an operation (devdesc.go: their streams wait for
 //     descriptors that never match),
 //
-// and then writes, on a stream of its own, values into its own header that satisfy
-// every wait its streams have queued (flags: the last round number plus 2^30;
-// descriptor words: their poison values), again and again until those streams have
-// run everything enqueued, since a live peer's stream may still overwrite a word. The
+// and then writes, on a stream of its own, values into its own header (and
+// point-to-point flags: devp2pwatch.go) that satisfy every wait its streams have
+// queued (flags: the last round number plus 2^30; descriptor words: their poison
+// values), again and again until those streams have run everything enqueued, since
+// a live peer's stream may still overwrite a word. The
 // operations released that way have run without their inputs: their outputs are not
 // valid, which the communicator's error says. No other rank is released by it: each
 // gives up when its own host learns of the failure, so a rank whose host has seen
@@ -50,6 +52,7 @@ type pendingOp struct {
 	first, last uint32 // its rounds
 	start, end  event  // recorded before its first round and after its last
 	started     time.Time
+	p2p         []p2pWait // a stream's part of a point-to-point group (devp2pwatch.go); nil for a collective
 }
 
 // WatchConfig is what the watcher needs of the communicator.
@@ -66,6 +69,8 @@ type watch struct {
 	stop chan struct{}
 	done chan struct{}
 	buf  unsafe.Pointer // pinned: a copy of this rank's header
+	// pinned: a copy of this rank's point-to-point flags
+	p2pBuf unsafe.Pointer
 
 	disagree   string // the disagreement the last look at the header saw, if any
 	disagreeAt uint32 // and the first round of the operation it was about
@@ -149,8 +154,10 @@ func (s *Shared) stopWatch() {
 func (s *Shared) watchLoop(w *watch) {
 	defer close(w.done)
 	defer func() {
-		if w.buf != nil {
-			_ = s.d.do(s.ctx, func() error { return s.d.hostFree(w.buf) })
+		for _, b := range []unsafe.Pointer{w.buf, w.p2pBuf} {
+			if b != nil {
+				_ = s.d.do(s.ctx, func() error { return s.d.hostFree(b) })
+			}
 		}
 	}()
 	var giveUpAt time.Time // after a failure: stop releasing then, if the streams never drain
@@ -184,12 +191,14 @@ func (s *Shared) watchLoop(w *watch) {
 		s.mu.Unlock()
 		if failed != nil {
 			if !pending {
+				s.dropSide()
 				return
 			}
 			if giveUpAt.IsZero() {
 				giveUpAt = time.Now().Add(max(w.cfg.Timeout(), time.Second))
 			}
 			if time.Now().After(giveUpAt) {
+				s.dropSide()
 				return // a stream blocked by something else than gonccl's waits
 			}
 			_ = s.releaseStreams()
@@ -255,6 +264,9 @@ func (s *Shared) reapLocked() (head pendingOp, pending bool, err error) {
 // judge looks at the oldest pending operation: an error if the ranks disagree on it
 // or it has been on the GPU longer than the timeout.
 func (s *Shared) judge(w *watch, op pendingOp) error {
+	if op.p2p != nil {
+		return s.judgeP2P(w, op)
+	}
 	if op.started.IsZero() {
 		return nil // the stream has not reached it: earlier work of the caller's
 	}
@@ -350,18 +362,24 @@ func (s *Shared) diagnose(op pendingOp, hdr []uint32) (disagree, lag []string) {
 // readHeader copies this rank's header (its slots) to the host, on the side stream,
 // waiting for the copy up to a second.
 func (s *Shared) readHeader(w *watch) ([]uint32, error) {
-	n := s.nranks * slotBytes
+	return s.readOwn(&w.buf, 0, s.nranks*slotBytes)
+}
+
+// readOwn copies n bytes at off of this rank's allocation to the host through the
+// pinned buffer *buf (allocated on first use), on the side stream, waiting for the
+// copy up to a second.
+func (s *Shared) readOwn(buf *unsafe.Pointer, off, n int) ([]uint32, error) {
 	var ev event
 	err := s.d.do(s.ctx, func() (err error) {
-		if w.buf == nil {
-			if w.buf, err = s.d.hostAlloc(n); err != nil {
+		if *buf == nil {
+			if *buf, err = s.d.hostAlloc(n); err != nil {
 				return err
 			}
 		}
 		if err = s.sideStream(); err != nil {
 			return err
 		}
-		if err = s.d.memcpyDtoH(unsafe.Slice((*byte)(w.buf), n), s.own, s.side); err != nil {
+		if err = s.d.memcpyDtoH(unsafe.Slice((*byte)(*buf), n), s.own+uintptr(off), s.side); err != nil {
 			return err
 		}
 		if ev, err = s.d.eventCreate(); err != nil {
@@ -388,7 +406,7 @@ func (s *Shared) readHeader(w *watch) ([]uint32, error) {
 		}
 		wt.wait()
 	}
-	raw := unsafe.Slice((*byte)(w.buf), n)
+	raw := unsafe.Slice((*byte)(*buf), n)
 	words := make([]uint32, n/4)
 	for i := range words {
 		words[i] = binary.LittleEndian.Uint32(raw[4*i:])
@@ -403,6 +421,25 @@ func (s *Shared) sideStream() (err error) {
 	if s.side == 0 {
 		s.side, err = s.d.streamCreate()
 	}
+	return err
+}
+
+// dropSide destroys the side stream once nothing will enqueue on it: the watcher
+// leaving a released scratch whose streams have drained, or Close. Work it holds
+// still runs. s.mu not held.
+func (s *Shared) dropSide() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_ = s.d.do(s.ctx, s.dropSideLocked)
+}
+
+// dropSideLocked is dropSide with s.mu held and the context current.
+func (s *Shared) dropSideLocked() error {
+	if s.side == 0 {
+		return nil
+	}
+	err := s.d.streamDestroy(s.side)
+	s.side = 0
 	return err
 }
 
@@ -431,10 +468,15 @@ func (s *Shared) fail(err error) bool {
 }
 
 // releaseStreams writes, on the side stream, the values that satisfy every wait this rank's
-// streams can have queued, into this rank's header.
+// streams can have queued, into this rank's header and point-to-point flags.
 func (s *Shared) releaseStreams() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.releaseLocked()
+}
+
+// releaseLocked is releaseStreams with s.mu held.
+func (s *Shared) releaseLocked() error {
 	if s.own == 0 {
 		return nil
 	}
@@ -454,7 +496,7 @@ func (s *Shared) releaseStreams() error {
 				}
 			}
 		}
-		return nil
+		return s.releaseP2P()
 	})
 }
 

@@ -148,7 +148,7 @@ func runFaultRanks(t *testing.T, layout, what string) ([]string, time.Duration) 
 	}
 	require.NoError(t, ctx.Err(), "the ranks did not finish within 60 s (streams left waiting?):\n%s", all.String())
 	for r, err := range errs {
-		if what == "kill" && r == n-1 {
+		if (what == "kill" || what == "p2p-kill") && r == n-1 {
 			continue // the victim
 		}
 		require.NoError(t, err, "rank %d:\n%s", r, all.String())
@@ -186,7 +186,7 @@ func faultRank(what string, id core.UniqueID, rank int, devs []int) error {
 	}
 	nranks := len(devs)
 	timeout := faultTimeout
-	if what == "stall" {
+	if what == "stall" || what == "p2p-stall" {
 		timeout = stallTimeout
 	}
 	c, err := core.NewComm(id, nranks, rank, core.Options{Timeout: timeout})
@@ -259,6 +259,8 @@ func faultRank(what string, id core.UniqueID, rank int, devs []int) error {
 		err = sh.AllReduce(cuda.Stream(s), red, buf, buf, count, core.Float32, core.Sum)
 	case "root":
 		err = sh.Broadcast(cuda.Stream(s), buf, buf, 4000, rank)
+	case "p2p-kill", "p2p-stall":
+		return faultP2P(what, sh, f, s, dev, rank, nranks, failed, c)
 	default:
 		return fmt.Errorf("no case %q", what)
 	}

@@ -14,12 +14,18 @@ import (
 // own rank included). A message from a to b goes in chunks of at most slotBytes, each
 // with a number q, counted per ordered pair (a, b) on both sides (sendSeq on a,
 // recvSeq on b): the pair's messages match in the order they were issued, as NCCL's
-// do (tags play no part). Chunk q uses slot q % p2pSlots of a's area for b:
+// do (tags play no part). Chunk q uses slot q % p2pSlots of a's area for b. As for
+// the collectives (shared.go), each flag lives in the memory of the rank whose
+// stream waits on it, and is written there by the other rank's stream:
 //
-//	sender a:   wait b's recvd[a] >= q-p2pSlots   (b has copied out the slot's last chunk)
-//	            copy the chunk into the slot; write a's sent[b] = q
-//	receiver b: wait a's sent[b] >= q
-//	            copy the chunk out of a's slot; write b's recvd[a] = q
+//	sender a:   wait a's recvd[b] >= q-p2pSlots   (b has copied out the slot's last chunk)
+//	            copy the chunk into the slot; write b's sent[a] = q
+//	receiver b: wait b's sent[a] >= q
+//	            copy the chunk out of a's slot; write a's recvd[b] = q, then b's done[a] = q
+//
+// (done is the receiver's own count, for Close and the watcher). A rank thus waits
+// only on its own page, and can release its own streams by writing it, as it does its
+// header when a peer dies or an operation times out (devfault.go, devp2pwatch.go).
 //
 // A send waits only for its receiver to have drained chunks issued p2pSlots before
 // it, so a send whose message fits in p2pSlots chunks never waits on the receiver's
@@ -28,7 +34,9 @@ import (
 // are then on chunks strictly earlier in the (round, send-before-receive) order, on
 // every rank alike, so no group of matching sends and receives (an exchange between
 // two ranks, a ring shift, an all-to-all) can leave the streams waiting on each
-// other, however large the messages.
+// other, however large the messages. Where a flag lives does not change which chunk
+// waits for which, so the argument holds as it did with each rank's flags in its own
+// memory.
 //
 // SetTestFault's faults for this file: "p2p-skip-sent-wait" (a receive copies out
 // without waiting for the sender's flag), "p2p-offset" (it reads the slot one byte
@@ -41,9 +49,9 @@ const p2pSlots = 2
 // p2pFlagStride separates two flags of the point-to-point page.
 const p2pFlagStride = 16
 
-// p2pFlagsBytes is the size of the point-to-point flags page for nranks: sent[dst],
-// then recvd[src], one per rank.
-func p2pFlagsBytes(nranks int) int { return (2*nranks*p2pFlagStride + 255) &^ 255 }
+// p2pFlagsBytes is the size of the point-to-point flags page for nranks: sent[src],
+// then recvd[dst], then done[src], one per rank.
+func p2pFlagsBytes(nranks int) int { return (3*nranks*p2pFlagStride + 255) &^ 255 }
 
 // p2pSlotBytes is the size of one slot: the slots of every pair together take half
 // the collectives' data area.
@@ -62,18 +70,27 @@ type p2pState struct {
 	sendSeq []uint32 // chunks sent to each rank
 	recvSeq []uint32 // chunks received from each rank
 	forks   []event  // Follow's events, destroyed once they have run
+	group   p2pGroup // the group being enqueued (devp2pwatch.go)
 }
 
 func (s *Shared) p2pBase(r int) uintptr { return s.bases[r] + uintptr(s.hdr) + uintptr(s.cap) }
 
-// p2pSentFlag is rank r's count of chunks it has put in its slots for dst.
-func (s *Shared) p2pSentFlag(r, dst int) uintptr {
-	return s.p2pBase(r) + uintptr(dst*p2pFlagStride)
+// p2pSentFlag is, in rank r's page, the count of chunks src has put in its slots for
+// r (written by src, waited on by r's receives).
+func (s *Shared) p2pSentFlag(r, src int) uintptr {
+	return s.p2pBase(r) + uintptr(src*p2pFlagStride)
 }
 
-// p2pRecvdFlag is rank r's count of chunks it has copied out of src's slots for r.
-func (s *Shared) p2pRecvdFlag(r, src int) uintptr {
-	return s.p2pBase(r) + uintptr((s.nranks+src)*p2pFlagStride)
+// p2pRecvdFlag is, in rank r's page, the count of chunks dst has copied out of r's
+// slots for dst (written by dst, waited on by r's sends).
+func (s *Shared) p2pRecvdFlag(r, dst int) uintptr {
+	return s.p2pBase(r) + uintptr((s.nranks+dst)*p2pFlagStride)
+}
+
+// p2pDoneFlag is, in rank r's page, r's own count of chunks it has copied out of
+// src's slots (Close waits on it).
+func (s *Shared) p2pDoneFlag(r, src int) uintptr {
+	return s.p2pBase(r) + uintptr((2*s.nranks+src)*p2pFlagStride)
 }
 
 // p2pSlot is slot q % p2pSlots of rank src's area for dst.
@@ -140,11 +157,18 @@ func (s *Shared) P2P(ops []P2POp) error {
 	}
 	return s.run(func() error {
 		if s.closed {
+			if s.failed != nil {
+				return fmt.Errorf("cuda: the communicator's device scratch was released after %w", s.failed)
+			}
 			return fmt.Errorf("cuda: the communicator's device scratch is closed")
 		}
 		if s.p2p.sendSeq == nil {
 			s.p2p.sendSeq = make([]uint32, s.nranks)
 			s.p2p.recvSeq = make([]uint32, s.nranks)
+		}
+		g, err := s.p2pBegin(queues)
+		if err != nil {
+			return err
 		}
 		for i := range rounds {
 			for dir, byPeer := range queues {
@@ -159,12 +183,14 @@ func (s *Shared) P2P(ops []P2POp) error {
 						err = s.recvChunk(peer, q[i])
 					}
 					if err != nil {
+						s.spare = append(s.spare, g.starts...) // untracked: Close destroys them
 						return err
 					}
+					g.note(q[i].op.Stream, dir == 1, peer, s.p2p.sendSeq[peer], s.p2p.recvSeq[peer])
 				}
 			}
 		}
-		return nil
+		return s.p2pTrack(g)
 	})
 }
 
@@ -173,14 +199,14 @@ func (s *Shared) sendChunk(peer int, c p2pChunk) error {
 	q := s.p2p.sendSeq[peer] + 1
 	st := c.op.Stream
 	if q > p2pSlots && !fault("p2p-skip-free-wait") {
-		if err := s.d.streamWaitValue32(st, s.p2pRecvdFlag(peer, s.rank), q-p2pSlots); err != nil {
+		if err := s.d.streamWaitValue32(st, s.p2pRecvdFlag(s.rank, peer), q-p2pSlots); err != nil {
 			return err
 		}
 	}
 	if err := s.d.memcpyDtoD(s.p2pSlot(s.rank, peer, q), c.op.Buf+uintptr(c.off), c.n, st); err != nil {
 		return err
 	}
-	if err := s.d.streamWriteValue32(st, s.p2pSentFlag(s.rank, peer), q); err != nil {
+	if err := s.d.streamWriteValue32(st, s.p2pSentFlag(peer, s.rank), q); err != nil {
 		return err
 	}
 	s.p2p.sendSeq[peer] = q
@@ -192,7 +218,7 @@ func (s *Shared) recvChunk(peer int, c p2pChunk) error {
 	q := s.p2p.recvSeq[peer] + 1
 	st := c.op.Stream
 	if !fault("p2p-skip-sent-wait") {
-		if err := s.d.streamWaitValue32(st, s.p2pSentFlag(peer, s.rank), q); err != nil {
+		if err := s.d.streamWaitValue32(st, s.p2pSentFlag(s.rank, peer), q); err != nil {
 			return err
 		}
 	}
@@ -203,7 +229,10 @@ func (s *Shared) recvChunk(peer int, c p2pChunk) error {
 	if err := s.d.memcpyDtoD(c.op.Buf+uintptr(c.off), src, c.n, st); err != nil {
 		return err
 	}
-	if err := s.d.streamWriteValue32(st, s.p2pRecvdFlag(s.rank, peer), q); err != nil {
+	if err := s.d.streamWriteValue32(st, s.p2pRecvdFlag(peer, s.rank), q); err != nil {
+		return err
+	}
+	if err := s.d.streamWriteValue32(st, s.p2pDoneFlag(s.rank, peer), q); err != nil {
 		return err
 	}
 	s.p2p.recvSeq[peer] = q
@@ -253,19 +282,21 @@ func (s *Shared) p2pRelease() error {
 // p2pQuiesce enqueues, on the legacy default stream, waits until every chunk this
 // rank sent has been copied out by its receiver and every chunk it received has
 // been copied out of the sender's slot (Close, before the scratch is freed and the
-// peers' unmapped). s.mu held, context current.
+// peers' unmapped), all on flags of this rank's page: a released scratch never gets
+// here (Close leaves it mapped), and releaseP2P satisfies these waits too. s.mu held,
+// context current.
 func (s *Shared) p2pQuiesce() error {
 	if s.p2p.sendSeq == nil {
 		return nil
 	}
 	for p := range s.nranks {
 		if q := s.p2p.sendSeq[p]; q > 0 {
-			if err := s.d.streamWaitValue32(StreamLegacy, s.p2pRecvdFlag(p, s.rank), q); err != nil {
+			if err := s.d.streamWaitValue32(StreamLegacy, s.p2pRecvdFlag(s.rank, p), q); err != nil {
 				return err
 			}
 		}
 		if q := s.p2p.recvSeq[p]; q > 0 {
-			if err := s.d.streamWaitValue32(StreamLegacy, s.p2pRecvdFlag(s.rank, p), q); err != nil {
+			if err := s.d.streamWaitValue32(StreamLegacy, s.p2pDoneFlag(s.rank, p), q); err != nil {
 				return err
 			}
 		}

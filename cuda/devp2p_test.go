@@ -163,6 +163,8 @@ func devP2PRank(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank int, de
 	if err != nil {
 		return err
 	}
+	// Watched as capi watches it: nothing here may look like a failure to the watcher.
+	sh.Watch(cuda.WatchConfig{Timeout: c.Timeout, Err: c.Err, Fail: c.FailDevice})
 	var bad []string
 	for i, pc := range p2pCases(nranks) {
 		msgs, err := runP2PCase(sh, f, dev, streams, rank, i, pc)
@@ -179,6 +181,9 @@ func devP2PRank(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank int, de
 		if !bytes.Equal(got, want) {
 			bad = append(bad, fmt.Sprintf("MISMATCH alltoallv %d (%s)", i, devFirstDiff(got, want)))
 		}
+	}
+	if err := sh.Err(); err != nil {
+		return fmt.Errorf("the watcher gave up: %w", err)
 	}
 	if err := sh.Close(time.Minute); err != nil {
 		return err

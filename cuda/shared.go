@@ -205,7 +205,7 @@ func NewShared(d *Driver, ctx Context, rank, nranks, dataBytes int, exchange fun
 	})
 	if err == nil {
 		// The zeroed flags must be in place before any peer's stream reads them.
-		err = s.syncLegacy(nil, time.Now().Add(time.Minute))
+		_, err = s.syncLegacy(nil, time.Now().Add(time.Minute))
 	}
 	me.dev, me.base, me.cap = s.dev, s.own, s.cap
 	me.ok = err == nil
@@ -320,7 +320,7 @@ func (s *Shared) release() error {
 			errs = append(errs, s.d.memFree(s.own))
 			s.own = 0
 		}
-		errs = append(errs, s.p2pRelease())
+		errs = append(errs, s.p2pRelease(), s.dropSideLocked())
 		return nil
 	})
 	return errors.Join(append(errs, err)...)
@@ -350,7 +350,7 @@ func (s *Shared) Close(timeout time.Duration) error {
 		return fmt.Errorf("cuda: device scratch left mapped: it was released after %w", s.failed)
 	}
 	step := s.step
-	err := s.syncLegacy(func() error {
+	pending, err := s.syncLegacy(func() error {
 		for p := range s.nranks {
 			if err := s.d.streamWaitValue32(StreamLegacy, s.flag(p, flagReadDone), step); err != nil {
 				return err
@@ -358,13 +358,44 @@ func (s *Shared) Close(timeout time.Duration) error {
 		}
 		return s.p2pQuiesce()
 	}, time.Now().Add(timeout))
-	if err == nil {
-		_, err = s.exchange(peerRecord{ok: true}.encode())
-	}
 	if err != nil {
+		s.releaseClose(err, pending)
+		return fmt.Errorf("cuda: device scratch left mapped: %w", err)
+	}
+	if _, err = s.exchange(peerRecord{ok: true}.encode()); err != nil {
 		return fmt.Errorf("cuda: device scratch left mapped: %w", err)
 	}
 	return errors.Join(s.destroyEvents(time.Now().Add(timeout)), s.release())
+}
+
+// releaseClose gives up after Close's waits did not finish in time (a peer died or
+// stopped issuing before its last reads): the waits it left on the legacy default
+// stream are on this rank's own flags, so it releases them as the watcher would
+// (devfault.go), again until the stream has run them (pending, the event recorded
+// after them, has completed) or a second has passed, lest the stream hold up every
+// blocking stream of the context for ever. The scratch stays mapped and failed (a
+// later Close does not free it). s.mu held.
+func (s *Shared) releaseClose(why error, pending event) {
+	if s.failed == nil {
+		s.failed = fmt.Errorf("closing the device scratch: %w", why)
+	}
+	deadline := time.Now().Add(time.Second)
+	var w waiter
+	for s.releaseLocked() == nil && pending != 0 {
+		var done bool
+		if err := s.d.do(s.ctx, func() (err error) { done, err = s.d.eventDone(pending); return err }); err != nil {
+			break
+		}
+		if done {
+			_ = s.d.do(s.ctx, func() error { return s.d.eventDestroy(pending) })
+			break
+		}
+		if time.Now().After(deadline) {
+			break // pending is left: its record has not run
+		}
+		w.wait()
+	}
+	_ = s.d.do(s.ctx, s.dropSideLocked)
 }
 
 // Abandon marks the scratch unusable without touching the peers: the memory stays
@@ -377,10 +408,13 @@ func (s *Shared) Abandon() {
 }
 
 // syncLegacy enqueues f's work (if any) on the legacy default stream of s.ctx and
-// waits until the stream has run it and everything before it, or deadline.
-func (s *Shared) syncLegacy(f func() error, deadline time.Time) error {
+// waits until the stream has run it and everything before it, or deadline. Past the
+// deadline it returns the event it recorded after that work, still pending (pending):
+// destroying it before its record has run would be a fault (the fake driver's
+// reading of CUDA's rules); releaseClose waits on it.
+func (s *Shared) syncLegacy(f func() error, deadline time.Time) (pending event, err error) {
 	var ev event
-	err := s.d.do(s.ctx, func() (err error) {
+	err = s.d.do(s.ctx, func() (err error) {
 		if f != nil {
 			if err = f(); err != nil {
 				return err
@@ -392,17 +426,17 @@ func (s *Shared) syncLegacy(f func() error, deadline time.Time) error {
 		return s.d.eventRecord(ev, StreamLegacy)
 	})
 	if err != nil {
-		return err
+		return 0, err
 	}
-	defer s.d.do(s.ctx, func() error { return s.d.eventDestroy(ev) })
 	var w waiter
 	for {
 		var ok bool
 		if err := s.d.do(s.ctx, func() (err error) { ok, err = s.d.eventDone(ev); return err }); err != nil || ok {
-			return err
+			_ = s.d.do(s.ctx, func() error { return s.d.eventDestroy(ev) })
+			return 0, err
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the other ranks' device work did not reach this point in time")
+			return ev, fmt.Errorf("the other ranks' device work did not reach this point in time")
 		}
 		w.wait()
 	}

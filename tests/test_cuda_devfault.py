@@ -4,7 +4,8 @@ fake CUDA driver: tests/capi/cuda_devfault_test.c, one process per rank.
 A count mismatch makes every rank's goncclCommGetAsyncError turn goncclMismatch with a
 message naming the other rank and the count; a rank SIGKILLed with an all_reduce on its
 stream makes the survivors' turn goncclRemoteError naming it; goncclCommAbort releases
-a stream waiting on a peer that never came. In every case the survivors' stream drains
+a stream waiting on a peer that never came; a rank SIGKILLed before sending what a peer's
+goncclRecv waits for makes that peer's turn goncclRemoteError naming it. In every case the survivors' stream drains
 (it is not left waiting on a flag) and the process exits by itself, well within the
 harness's timeout, which kills every rank (a hang fails the test). Before the device
 path's watcher (cuda/devfault.go) each case hung until that timeout.
@@ -62,6 +63,18 @@ def test_killed_rank_is_named(devfault_binary, tmp_path):
     for r, proc in enumerate(run.procs[:2]):
         assert proc.returncode == 0, proc.describe()
         assert "rank 2" in proc.stdout and f"rank {r}: stream drained" in proc.stdout, proc.describe()
+
+
+@pytest.mark.timeout(RUN_TIMEOUT + 60)
+def test_killed_sender_is_named(devfault_binary, tmp_path):
+    # Before device-path send/recv were watched, the receiver's stream waited for ever.
+    run = _run(devfault_binary, 2, "p2pkill", tmp_path)
+    assert not run.timed_out, run.describe()
+    victim = run.procs[1]
+    assert victim.returncode != 0 and "enqueued, dying" in victim.stdout, victim.describe()
+    proc = run.procs[0]
+    assert proc.returncode == 0, proc.describe()
+    assert "rank 1" in proc.stdout and "rank 0: stream drained" in proc.stdout, proc.describe()
 
 
 @pytest.mark.timeout(RUN_TIMEOUT + 60)

@@ -9,7 +9,10 @@
  * - kill: the last rank enqueues an all_reduce and SIGKILLs itself; the
  *   others' turns goncclRemoteError (or goncclTimeout), naming it;
  * - abort: rank 1 never issues the all_reduce rank 0 enqueued; rank 0 aborts
- *   its communicator, which must release its waiting stream.
+ *   its communicator, which must release its waiting stream;
+ * - p2pkill: the others enqueue a goncclRecv from the last rank, which
+ *   SIGKILLs itself without sending; theirs turns goncclRemoteError (or
+ *   goncclTimeout), naming it.
  *
  * In every case the survivors' stream must drain (cuStreamSynchronize
  * returns: released, not waiting on a flag for ever), and the next call must
@@ -106,6 +109,22 @@ int main(int argc, char** argv) {
       fflush(stdout);
       raise(SIGKILL);
     }
+    goncclResult_t got = await_error(comm, t0);
+    CHECK(got == goncclRemoteError || got == goncclTimeout, "got %s",
+          goncclGetErrorString(got));
+    char victim[32];
+    snprintf(victim, sizeof victim, "rank %d", nranks - 1);
+    CHECK(strstr(goncclGetLastError(comm), victim) != NULL,
+          "the error must name %s: %s", victim, goncclGetLastError(comm));
+    want = got;
+  } else if (strcmp(what, "p2pkill") == 0) {
+    if (rank == nranks - 1) {
+      usleep(300000); /* the others' receives are on their streams by then */
+      printf("rank %d: enqueued, dying\n", rank);
+      fflush(stdout);
+      raise(SIGKILL);
+    }
+    OK(goncclRecv(buf, n, goncclFloat32, nranks - 1, comm, stream), comm);
     goncclResult_t got = await_error(comm, t0);
     CHECK(got == goncclRemoteError || got == goncclTimeout, "got %s",
           goncclGetErrorString(got));
