@@ -40,9 +40,16 @@ func TestDevicePathPeerKilledMidOp(t *testing.T) {
 	// Rank 2 enqueues a three-round all_reduce and SIGKILLs itself at once, its
 	// stream in the middle of it; ranks 0 and 1 are waiting on its flags.
 	outs, took := runFaultRanks(t, "0,0,1", "kill")
-	for r := range 2 {
+	requireSurvivorsNamed(t, outs, 2, took)
+}
+
+// requireSurvivorsNamed checks that every rank but dead, the last, erred naming it,
+// drained its stream and refused the next operation.
+func requireSurvivorsNamed(t *testing.T, outs []string, dead int, took time.Duration) {
+	t.Helper()
+	for r := range dead {
 		require.Contains(t, outs[r], "ERROR:", "rank %d:\n%s", r, outs[r])
-		require.Regexp(t, `rank 2\b`, errLine(outs[r]), "rank %d's error must name rank 2:\n%s", r, outs[r])
+		require.Regexp(t, fmt.Sprintf(`rank %d\b`, dead), errLine(outs[r]), "rank %d's error must name rank %d:\n%s", r, dead, outs[r])
 		require.Contains(t, outs[r], "STREAM DRAINED", "rank %d:\n%s", r, outs[r])
 		require.Contains(t, outs[r], "NEXT OP REFUSED", "rank %d:\n%s", r, outs[r])
 	}
