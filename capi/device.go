@@ -84,6 +84,30 @@ func checkStream(drv *cuda.Driver, s cuda.Stream) error {
 	return nil
 }
 
+// deviceBufs checks the device buffers bufs of an operation of dt and returns their
+// sizes in bytes (0 for an unused or empty one). Both ends of each must be device
+// memory of the stream's device that CUDA knows: a bad buffer is refused here, on the
+// caller's thread, rather than failing the collective on every rank.
+func (v *views) deviceBufs(dt core.DataType, bufs []buf) ([]int, error) {
+	sizes := make([]int, len(bufs))
+	for i, b := range bufs {
+		if b.name == "" {
+			continue
+		}
+		size, err := bufBytes(b.name, b.p, b.n, dt)
+		if err != nil {
+			return nil, err
+		}
+		if size > 0 {
+			if err := v.checkDevice(b, size); err != nil {
+				return nil, err
+			}
+		}
+		sizes[i] = size
+	}
+	return sizes, nil
+}
+
 // get returns the byte slices for bufs, in order (nil for an unused one).
 func (v *views) get(dt core.DataType, bufs ...buf) ([][]byte, error) {
 	out := make([][]byte, len(bufs))
@@ -99,31 +123,15 @@ func (v *views) get(dt core.DataType, bufs ...buf) ([][]byte, error) {
 		}
 		return out, nil
 	}
+	sizes, err := v.deviceBufs(dt, bufs)
+	if err != nil {
+		return nil, err
+	}
 	regions := make([]cuda.Region, len(bufs))
 	for i, b := range bufs {
-		if b.name == "" {
-			continue
+		if sizes[i] > 0 {
+			regions[i] = cuda.Region{Name: b.name, Ptr: uintptr(b.p), Bytes: sizes[i], In: b.in, Out: b.out}
 		}
-		size, err := bufBytes(b.name, b.p, b.n, dt)
-		if err != nil {
-			return nil, err
-		}
-		if size == 0 {
-			continue
-		}
-		// Both ends must be device memory CUDA knows: a bad buffer is refused here, on
-		// the caller's thread, rather than failing the collective on every rank.
-		ptr := uintptr(b.p)
-		for _, at := range []uintptr{ptr, ptr + uintptr(size) - 1} {
-			dev, err := v.drv.PointerDevice(v.ctx, at)
-			if err != nil {
-				return nil, fmt.Errorf("%w: %s %p (%d bytes) is not device memory CUDA knows: %w", core.ErrInvalidArgument, b.name, b.p, size, err)
-			}
-			if dev != v.dev {
-				return nil, fmt.Errorf("%w: %s %p is memory of device %d but the stream is on device %d: use a stream of the buffers' device", core.ErrInvalidArgument, b.name, b.p, dev, v.dev)
-			}
-		}
-		regions[i] = cuda.Region{Name: b.name, Ptr: ptr, Bytes: size, In: b.in, Out: b.out}
 	}
 	pool, err := v.e.stagingPool(v.drv)
 	if err != nil {

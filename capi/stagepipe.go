@@ -21,8 +21,27 @@ import (
 const stagedChunkBytes = 4 << 20
 
 // maxStagedChunks bounds the chunks of one operation: a larger one takes larger chunks
-// (each chunk is one operation in the communicator's queue and flight recorder).
+// (each chunk is one operation in the communicator's queue, with its frames).
 const maxStagedChunks = 64
+
+// stagedPinnedBytes is the default bound on one pipelined staging's pinned memory
+// (GONCCL_STAGED_PINNED).
+const stagedPinnedBytes = 64 << 20
+
+// stagedPinned is the pinned memory one pipelined staging may hold, as the settings
+// ask: GONCCL_STAGED_PINNED in bytes (K, M, G suffixes as GONCCL_STAGED_CHUNK's), 0 for
+// no bound (every chunk's memory at once).
+func stagedPinned() (int, error) {
+	v, ok := cenv.Lookup("GONCCL_STAGED_PINNED")
+	if !ok || strings.TrimSpace(v) == "" {
+		return stagedPinnedBytes, nil
+	}
+	n, ok := parseByteSize(v, 1<<40)
+	if !ok {
+		return 0, fmt.Errorf("%w: GONCCL_STAGED_PINNED=%q: want bytes from 0 (no bound) to 1024G (e.g. 67108864, 64M)", errUsage, v)
+	}
+	return int(n), nil
+}
 
 // stagedChunk is the chunk size the settings ask for: GONCCL_STAGED_CHUNK in bytes (a
 // K, M or G suffix multiplies by 2^10, 2^20, 2^30), 0 for no pipelining.
@@ -77,6 +96,10 @@ func (v *views) collective(c *core.Comm, dt core.DataType, count int, blocks []i
 		}
 		return issue(b, count, v.opts)
 	}
+	limit, err := stagedPinned()
+	if err != nil {
+		return nil, err
+	}
 	pieces, err := v.pieces(dt, blocks, bufs)
 	if err != nil {
 		return nil, err
@@ -85,14 +108,14 @@ func (v *views) collective(c *core.Comm, dt core.DataType, count int, blocks []i
 	if err != nil {
 		return nil, err
 	}
-	st, err := pool.StageChunked(v.ctx, v.stream, pieces, count, dt.Size(), per)
+	st, err := pool.StageChunked(v.ctx, v.stream, pieces, count, dt.Size(), per, limit)
 	if err != nil {
 		return nil, err
 	}
-	return v.issueChunks(st, n, func(k int, before func(time.Time) error) ([]*core.Request, error) {
+	return v.issueChunks(st, n, func(k int, before func(time.Time) error, group core.OpOption) ([]*core.Request, error) {
 		opts := []core.OpOption{
 			core.WithHooks(core.Hooks{Before: before, After: func(err error) error { return st.AfterChunk(k, err) }}),
-			core.WithWireCount(count),
+			core.WithWireCount(count), group,
 		}
 		lo := k * per
 		req, err := issue(st.ChunkHost(k), min(count, lo+per)-lo, opts)
@@ -105,33 +128,31 @@ func (v *views) collective(c *core.Comm, dt core.DataType, count int, blocks []i
 
 // pieces checks the device buffers of a pipelined operation and describes them.
 func (v *views) pieces(dt core.DataType, blocks []int, bufs []buf) ([]cuda.Piece, error) {
+	sizes, err := v.deviceBufs(dt, bufs)
+	if err != nil {
+		return nil, err
+	}
 	pieces := make([]cuda.Piece, len(bufs))
 	for i, b := range bufs {
-		if b.name == "" {
-			continue
+		if sizes[i] > 0 {
+			pieces[i] = cuda.Piece{Name: b.name, Ptr: uintptr(b.p), Blocks: blocks[i], In: b.in, Out: b.out}
 		}
-		size, err := bufBytes(b.name, b.p, b.n, dt)
-		if err != nil {
-			return nil, err
-		}
-		if size == 0 {
-			continue
-		}
-		if err := v.checkDevice(b, size); err != nil {
-			return nil, err
-		}
-		pieces[i] = cuda.Piece{Name: b.name, Ptr: uintptr(b.p), Blocks: blocks[i], In: b.in, Out: b.out}
 	}
 	return pieces, nil
 }
 
-// issueChunks issues the host operations of st's n chunks, in order: issue(k, before)
-// issues chunk k's, the first of which must run before (it waits for chunk k's copies to
-// the host, and for chunk 0 first for the operations issued before it on the stream).
-// It returns one request for the whole operation: it completes with the last host
+// issueChunks issues the host operations of st's n chunks, in order: issue(k, before,
+// group) issues chunk k's, the first of which must run before (it waits for chunk k's
+// copies to the host, and for chunk 0 first for the operations issued before it on the
+// stream), each given group: the flight recorder shows them as one entry, the caller's
+// collective (the first operation issued describes it: a chunk, whose frames carry the
+// whole count, or the GPU reduction's one-element operation of the caller's kind). It
+// returns one request for the whole operation: it completes with the last host
 // operation (they run in issue order), with the first one's error.
-func (v *views) issueChunks(st *cuda.Staging, n int, issue func(k int, before func(time.Time) error) ([]*core.Request, error)) (*core.Request, error) {
+func (v *views) issueChunks(st *cuda.Staging, n int, issue func(k int, before func(time.Time) error, group core.OpOption) ([]*core.Request, error)) (*core.Request, error) {
 	v.staging = st
+	g := core.NewTraceGroup(n)
+	group := core.WithTraceGroup(g)
 	dev := v.e.afterDevice()
 	var reqs []*core.Request
 	for k := 0; k < n; k++ {
@@ -145,9 +166,10 @@ func (v *views) issueChunks(st *cuda.Staging, n int, issue func(k int, before fu
 				return st.BeforeChunk(0, deadline)
 			}
 		}
-		rs, err := issue(k, before)
+		rs, err := issue(k, before, group)
 		reqs = append(reqs, rs...)
 		if err != nil {
+			g.SetIssued(len(reqs))
 			if len(reqs) > 0 {
 				// The operations issued run (the peers expect them); the staging
 				// finishes after them and is no longer this call's to cancel.
@@ -157,6 +179,7 @@ func (v *views) issueChunks(st *cuda.Staging, n int, issue func(k int, before fu
 			return nil, err
 		}
 	}
+	g.SetIssued(len(reqs))
 	if err := st.SetIssued(len(reqs)); err != nil {
 		v.staging = nil // every operation ran already; only recording the event failed
 		return nil, err
@@ -217,6 +240,10 @@ func (v *views) reductionStaged(c *core.Comm, kind cuda.GPUReduceKind, d core.Da
 	if !gpu || n < 2 {
 		return onHost()
 	}
+	limit, err := stagedPinned()
+	if err != nil {
+		return nil, err
+	}
 	if err := core.CheckReduction(d, rop); err != nil {
 		return nil, err
 	}
@@ -238,18 +265,18 @@ func (v *views) reductionStaged(c *core.Comm, kind cuda.GPUReduceKind, d core.Da
 	if err != nil {
 		return nil, err
 	}
-	st, err := pool.StageReduceGPU(v.ctx, v.stream, k, kind, pieces[0].Ptr, pieces[1].Ptr, count, d, rop, per, c.Rank(), c.Size(), root)
+	st, err := pool.StageReduceGPU(v.ctx, v.stream, k, kind, pieces[0].Ptr, pieces[1].Ptr, count, d, rop, per, limit, c.Rank(), c.Size(), root)
 	if err != nil {
 		return nil, err
 	}
-	return v.issueChunks(st, n, func(i int, before func(time.Time) error) ([]*core.Request, error) {
+	return v.issueChunks(st, n, func(i int, before func(time.Time) error, group core.OpOption) ([]*core.Request, error) {
 		var reqs []*core.Request
 		if i == 0 {
 			// The all-to-alls' frames carry their own pairs' counts, not the operation's:
 			// a one-element operation of the caller's kind whose frames carry its count
 			// goes first, so that ranks that disagree on the operation fail there, as on
 			// the host path, before anything is copied back.
-			req, err := guardOp(c, kind, d, rop, root, count, core.WithHooks(core.Hooks{After: st.AfterOther}))
+			req, err := guardOp(c, kind, d, rop, root, count, core.WithHooks(core.Hooks{After: st.AfterOther}), group)
 			if err != nil {
 				return nil, err
 			}
@@ -265,7 +292,7 @@ func (v *views) reductionStaged(c *core.Comm, kind cuda.GPUReduceKind, d core.Da
 				h = core.Hooks{Before: func(deadline time.Time) error { return st.BeforeGather(i, deadline) },
 					After: func(err error) error { return st.AfterGather(i, err) }}
 			}
-			req, err := c.AlltoAllv(step.Send, step.SendCounts, step.SendDispls, step.Recv, step.RecvCounts, step.RecvDispls, d, core.WithHooks(h))
+			req, err := c.AlltoAllv(step.Send, step.SendCounts, step.SendDispls, step.Recv, step.RecvCounts, step.RecvDispls, d, core.WithHooks(h), group)
 			if err != nil {
 				return reqs, err
 			}
@@ -278,15 +305,15 @@ func (v *views) reductionStaged(c *core.Comm, kind cuda.GPUReduceKind, d core.Da
 // guardOp issues a one-element reduction of kind whose frames carry count (see
 // core.WithWireCount): peers that called something else fail it with a mismatch that
 // names both calls.
-func guardOp(c *core.Comm, kind cuda.GPUReduceKind, d core.DataType, rop core.RedOp, root, count int, hooks core.OpOption) (*core.Request, error) {
+func guardOp(c *core.Comm, kind cuda.GPUReduceKind, d core.DataType, rop core.RedOp, root, count int, hooks, group core.OpOption) (*core.Request, error) {
 	es := d.Size()
 	send, recv := make([]byte, c.Size()*es), make([]byte, es)
 	wire := core.WithWireCount(count)
 	switch kind {
 	case cuda.GPUReduceScatter:
-		return c.ReduceScatter(send, recv, 1, d, rop, wire, hooks)
+		return c.ReduceScatter(send, recv, 1, d, rop, wire, hooks, group)
 	case cuda.GPUReduce:
-		return c.Reduce(send[:es], recv, 1, d, rop, root, wire, hooks)
+		return c.Reduce(send[:es], recv, 1, d, rop, root, wire, hooks, group)
 	}
-	return c.AllReduce(send[:es], recv, 1, d, rop, wire, hooks)
+	return c.AllReduce(send[:es], recv, 1, d, rop, wire, hooks, group)
 }

@@ -22,6 +22,20 @@ func TestStagedChunkSetting(t *testing.T) {
 	}
 }
 
+func TestStagedPinnedSetting(t *testing.T) {
+	for v, want := range map[string]int{"": stagedPinnedBytes, "67108864": 64 << 20, "16m": 16 << 20, "0": 0, " 2G ": 2 << 30} {
+		t.Setenv("GONCCL_STAGED_PINNED", v)
+		got, err := stagedPinned()
+		require.NoError(t, err, v)
+		require.Equal(t, want, got, v)
+	}
+	for _, v := range []string{"lots", "-1", "1025G", "0.5G"} {
+		t.Setenv("GONCCL_STAGED_PINNED", v)
+		_, err := stagedPinned()
+		require.ErrorContains(t, err, "GONCCL_STAGED_PINNED", v)
+	}
+}
+
 // TestStagedPlan: what a rank's chunking depends on is what every rank agrees on; an
 // operation of one chunk or less is not pipelined; the number of chunks is bounded.
 func TestStagedPlan(t *testing.T) {

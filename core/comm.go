@@ -331,6 +331,9 @@ func (c *Comm) enqueue(o *op, opts ...OpOption) (*Request, error) {
 	o.timeout = c.timeout
 	o.req = newRequest()
 	o.req.owner = c
+	if o.group != nil {
+		o.part = o.group.add(o, time.Now().UnixNano())
+	}
 	c.issuedOp = o.String()
 	c.trace.enqueued(o)
 	o.stamp = hopEnd(HopEnqueue, o.stamp)

@@ -26,6 +26,8 @@ type op struct {
 	// timeout is the communicator's when the operation was enqueued: its deadline is
 	// that long after the executor starts it.
 	timeout time.Duration
+	group   *TraceGroup // the caller's collective it is part of (WithTraceGroup), nil if none
+	part    int         // its number in group, from 1
 }
 
 // describe renders an operation as a user would have called it.
@@ -53,7 +55,11 @@ func describe(kind Kind, seq uint64, dt DataType, count uint64, redop RedOp, roo
 }
 
 func (o *op) String() string {
-	return describe(o.kind, o.seq, o.dtype, uint64(o.count), o.redop, o.root)
+	s := describe(o.kind, o.seq, o.dtype, uint64(o.count), o.redop, o.root)
+	if o.group != nil {
+		s = fmt.Sprintf("%s, part %d of %s", s, o.part, o.group)
+	}
+	return s
 }
 
 func describeHeader(h transport.Header) string {

@@ -73,6 +73,11 @@ type TraceEntry struct {
 	Started  time.Time // zero until started
 	Finished time.Time // zero until finished
 	Err      string    // the error, once failed
+	// A caller's collective that ran as several operations (a TraceGroup: capi's staged
+	// path pipelined by chunk) is one entry: Seq is its first operation's number,
+	// LastSeq its last one's so far, Chunks its number of chunks. 0 for other entries.
+	LastSeq uint64
+	Chunks  int
 }
 
 type traceSlot struct {
@@ -87,6 +92,7 @@ type traceSlot struct {
 	enqueued, started, finished int64 // unix nanoseconds, 0: not yet
 	err                         string
 	device                      bool                 // the device path's (see devtrace.go)
+	group                       *TraceGroup          // the caller's collective it is part of (tracegroup.go)
 	poll                        func() (bool, error) // device path, started: has the GPU finished it?
 }
 
@@ -141,7 +147,7 @@ func (f *flightRecorder) enqueued(o *op) {
 	f.mu.Lock()
 	s := &f.ring[(o.seq-1)%uint64(len(f.ring))]
 	*s = traceSlot{seq: o.seq, kind: o.kind, dtype: o.dtype, redop: o.redop, root: int32(o.root),
-		count: uint64(o.count), enqueued: now}
+		count: uint64(o.count), enqueued: now, group: o.group}
 	f.mu.Unlock()
 }
 
@@ -203,9 +209,20 @@ func (f *flightRecorder) entries() []TraceEntry {
 	if n := uint64(len(f.ring)); newest > n {
 		first = newest - n + 1
 	}
+	var shown map[*TraceGroup]bool // a group's operations are one entry, where its first one is
 	for seq := first; seq <= newest; seq++ {
 		s := f.slot(seq)
 		if s == nil {
+			continue
+		}
+		if g := s.group; g != nil {
+			if !shown[g] {
+				if shown == nil {
+					shown = map[*TraceGroup]bool{}
+				}
+				out = append(out, g.entry())
+				shown[g] = true
+			}
 			continue
 		}
 		path := PathHost
@@ -254,6 +271,8 @@ type traceJSON struct {
 	Started  *float64 `json:"started"`
 	Finished *float64 `json:"finished"`
 	Error    string   `json:"error,omitempty"`
+	Chunks   int      `json:"chunks,omitempty"`   // a collective run as several operations (TraceEntry.Chunks)
+	LastSeq  uint64   `json:"last_seq,omitempty"` // its last operation's number
 }
 
 func seconds(t time.Time) *float64 {
@@ -288,7 +307,7 @@ func (f *flightRecorder) dump(path, reason string) error {
 	for _, e := range f.entries() {
 		j := traceJSON{Seq: e.Seq, Op: e.Kind.String(), DType: e.DType.String(), Count: e.Count, Bytes: e.Bytes,
 			Root: e.Root, Algo: e.Algo.String(), Path: e.Path, State: e.State.String(), Enqueued: *seconds(e.Enqueued),
-			Started: seconds(e.Started), Finished: seconds(e.Finished), Error: e.Err}
+			Started: seconds(e.Started), Finished: seconds(e.Finished), Error: e.Err, Chunks: e.Chunks, LastSeq: e.LastSeq}
 		if e.Kind.reduces() {
 			j.RedOp = e.RedOp.String()
 		}
@@ -330,7 +349,13 @@ func (c *Comm) autoDump(reason string) {
 // into the recorder.
 func (c *Comm) recordRun(o *op) error {
 	c.trace.started(o.seq)
+	if o.group != nil {
+		o.group.start(time.Now().UnixNano())
+	}
 	err := c.execute(o)
+	if o.group != nil {
+		o.group.end(o.algo, err, time.Now().UnixNano())
+	}
 	if c.trace.finished(o.seq, o.algo, err) {
 		c.autoDump("failure: " + err.Error())
 	}

@@ -15,14 +15,17 @@
 // pool and are reused only once that event has completed. WaitOn makes another
 // stream wait on the event.
 //
-// A large operation is pipelined by chunk instead (StageChunked, stagechunk.go): every
-// chunk's device->host copies are queued at once, each chunk with an event; one host
-// operation per chunk runs once its event has completed, and its host->device copies go
-// at once on the pool's own stream, which waited for the caller's stream's earlier work
-// and which the caller's stream waits for at the end:
+// A large operation is pipelined by chunk instead (StageChunked, stagechunk.go), through
+// a ring of W chunks' pinned memory (as many as the staging's limit holds, at least two):
+// the first W chunks' device->host copies are queued at once, each chunk with an event;
+// one host operation per chunk runs once its event has completed, and its host->device
+// copies go at once on the pool's own stream, which waited for the caller's stream's
+// earlier work and which the caller's stream waits for at the end; behind them (an event
+// on the back stream the caller's stream waits for) go the copies to the host of the
+// chunk W later, which reuses the memory:
 //
-//	stream:      ... earlier work | D2H chunk 0, ev0 | D2H chunk 1, ev1 | ... | wait(back), event | later work
-//	back stream: wait(earlier work) | H2D chunk 0 | H2D chunk 1 | ...
+//	stream:      ... earlier work | D2H chunk 0, ev0 | D2H chunk 1, ev1 | wait(rel0) | D2H chunk W, evW | ... | wait(back), event | later work
+//	back stream: wait(earlier work) | H2D chunk 0, rel0 | H2D chunk 1, rel1 | ...
 //
 // StageReduceGPU (stagereduce.go) is the same for all_reduce, reduce_scatter and
 // reduce with the reduction on the GPU: the host only moves each rank's part to it, and

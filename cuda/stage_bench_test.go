@@ -61,19 +61,25 @@ var stagedBenchRates = []uint{0, 2048}
 // the host and waited for, the host part, the whole buffer copied back and waited for.
 func BenchmarkStagedWhole(b *testing.B) {
 	for _, rate := range stagedBenchRates {
-		b.Run(fmt.Sprintf("copyMiBps=%d", rate), func(b *testing.B) { stagedBench(b, rate, false) })
+		b.Run(fmt.Sprintf("copyMiBps=%d", rate), func(b *testing.B) { stagedBench(b, rate, false, 0) })
 	}
 }
 
 // BenchmarkStagedPipelined is the same operation pipelined in 4 MiB chunks
-// (StageChunked): the copies of other chunks run while the host works on one.
+// (StageChunked): the copies of other chunks run while the host works on one. Its
+// pinned memory is the whole operation's, or bounded (pinned=16MiB: a ring of 4 chunks;
+// 8MiB: of 2), the copies to the host of a chunk waiting for the copies back of the
+// chunk before it in its slot.
 func BenchmarkStagedPipelined(b *testing.B) {
 	for _, rate := range stagedBenchRates {
-		b.Run(fmt.Sprintf("copyMiBps=%d", rate), func(b *testing.B) { stagedBench(b, rate, true) })
+		b.Run(fmt.Sprintf("copyMiBps=%d", rate), func(b *testing.B) { stagedBench(b, rate, true, 0) })
+		for _, limit := range []int{16 << 20, 8 << 20} {
+			b.Run(fmt.Sprintf("copyMiBps=%d/pinned=%dMiB", rate, limit>>20), func(b *testing.B) { stagedBench(b, rate, true, limit) })
+		}
 	}
 }
 
-func stagedBench(b *testing.B, rate uint, pipelined bool) {
+func stagedBench(b *testing.B, rate uint, pipelined bool, limit int) {
 	d, f := open(b)
 	f.SetDelay(0, 0)
 	f.SetCopyRate(rate)
@@ -107,7 +113,7 @@ func stagedBench(b *testing.B, rate uint, pipelined bool) {
 			f.Drain(s)
 			continue
 		}
-		st, err := pool.StageChunked(ctx, cuda.Stream(s), []cuda.Piece{{Name: "x", Ptr: buf, Blocks: 1, In: true, Out: true}}, count, 4, per)
+		st, err := pool.StageChunked(ctx, cuda.Stream(s), []cuda.Piece{{Name: "x", Ptr: buf, Blocks: 1, In: true, Out: true}}, count, 4, per, limit)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -8,15 +8,19 @@ import (
 // A staged operation pipelined by chunk (Pool.StageChunked). The operation's count
 // elements (per rank block, for the buffers that hold one block per rank) are split
 // into chunks; the caller runs one host operation per chunk, in order, on the host
-// slices ChunkHost returns. The first chunk's BeforeChunk queues the device->host copies
-// of every chunk, each chunk followed by an event of its own, and each BeforeChunk
-// waits only for its chunk's event: the copies of later chunks run while the host works
-// on earlier ones. Each AfterChunk queues the host->device copies of its chunk at once,
-// so they run while the host works on the next. Every copy to the host is queued before
-// any copy back, on the one stream: the inputs are all read before any output is
-// written, so the host memory of send and receive buffers need not alias even when the
-// device buffers do (in place), and the result is that of the operation on the inputs
-// the stream held when it began.
+// slices ChunkHost returns. The pinned memory is a ring of window chunks (as many as the
+// staging's limit holds, at least two): chunk k uses slot k % window. The first chunk's
+// BeforeChunk queues the device->host copies of the first window chunks, each chunk
+// followed by an event of its own, and each BeforeChunk waits only for its chunk's
+// event: the copies of later chunks run while the host works on earlier ones. Each
+// AfterChunk queues the host->device copies of its chunk at once, so they run while the
+// host works on the next, and then (refill) the copies to the host of the chunk that
+// reuses its slot, window chunks later, on the staging's stream behind an event
+// recorded after the copies back: the GPU orders the reuse, the host never waits for
+// it. A chunk reads and writes only its own elements of each buffer (in place
+// included: NCCL's in-place layouts put a chunk's output where its own input was read),
+// so copying a later chunk in after an earlier one is back still reads the inputs the
+// stream held when the operation began.
 
 // Piece is one buffer of an operation pipelined by chunk: Blocks blocks of the
 // operation's count elements each, back to back from Ptr (1 for a buffer of count
@@ -36,9 +40,11 @@ type chunking struct {
 	es       int        // bytes per element
 	per      int        // elements per block in one chunk (the last may have fewer)
 	n        int        // chunks
-	host     [][]byte   // per piece: its pinned memory, chunk-major (chunk k's blocks together)
+	window   int        // chunks whose pinned memory exists at once: chunk k uses slot k % window
+	host     [][]byte   // per piece: its pinned memory, slot-major (a slot's blocks together)
 	evs      []event    // per chunk: recorded after its device->host copies
 	recorded []bool     // per chunk: evs[k] captures its copies
+	relEvs   []event    // per slot (with a back stream): recorded on it after the slot's last copies back
 	issued   int        // host operations the caller issued (SetIssued); -1 until known
 	afters   int        // AfterChunk calls so far
 	err      error      // the first failure: no chunk is copied back after it
@@ -95,17 +101,30 @@ func ChunkCount(count, per int) int {
 
 // StageChunked prepares the staging of one operation on stream s (in context ctx),
 // pipelined in chunks of per elements (of elemSize bytes) of each block of count
-// elements. Call SetIssued with the number of host operations issued for it (at most
-// Chunks), and for each chunk k, around its host operation, BeforeChunk(k) and
+// elements, its pinned memory at most limit bytes (the chunks that fit, at least two;
+// 0: every chunk's). Call SetIssued with the number of host operations issued for it (at
+// most Chunks), and for each chunk k, around its host operation, BeforeChunk(k) and
 // AfterChunk(k); Cancel if none is issued.
-func (p *Pool) StageChunked(ctx Context, s Stream, pieces []Piece, count, elemSize, per int) (*Staging, error) {
-	return p.stageChunked(ctx, s, pieces, count, elemSize, per, 0, nil)
+func (p *Pool) StageChunked(ctx Context, s Stream, pieces []Piece, count, elemSize, per, limit int) (*Staging, error) {
+	return p.stageChunked(ctx, s, pieces, count, elemSize, per, limit, 0, nil)
 }
 
-// stageChunked is StageChunked with extra bytes of pinned memory beside the pieces' and
-// setup, run under the pool's lock once the staging's memory and events exist, which
-// adds to it (its error undoes everything).
-func (p *Pool) stageChunked(ctx Context, s Stream, pieces []Piece, count, elemSize, per, extra int, setup func(st *Staging, extra []byte) error) (*Staging, error) {
+// Window returns how many chunks of chunkBytes bytes of pinned memory each, of n, a
+// staging limited to limit bytes holds at once: all of them for limit 0, else as many
+// as fit, but at least two (one the host works on, one being copied).
+func Window(n, chunkBytes, limit int) int {
+	if limit <= 0 || n <= 2 {
+		return n
+	}
+	return max(2, min(n, limit/max(1, chunkBytes)))
+}
+
+// stageChunked is StageChunked with extra bytes of pinned memory per slot of the ring
+// beside the pieces', and setup, run under the pool's lock once the staging's memory
+// and events exist, which adds to it (its error undoes everything): it gets the extra
+// memory of every slot, slot-major.
+func (p *Pool) stageChunked(ctx Context, s Stream, pieces []Piece, count, elemSize, per, limit, extra int,
+	setup func(st *Staging, extra []byte) error) (*Staging, error) {
 	if count <= 0 || elemSize <= 0 || per <= 0 {
 		return nil, fmt.Errorf("cuda: StageChunked: count %d, element size %d, chunk %d elements", count, elemSize, per)
 	}
@@ -113,10 +132,13 @@ func (p *Pool) stageChunked(ctx Context, s Stream, pieces []Piece, count, elemSi
 		host: make([][]byte, len(pieces)), issued: -1}
 	ch.evs, ch.recorded = make([]event, ch.n), make([]bool, ch.n)
 	st := &Staging{d: p.d, pool: p, ctx: ctx, stream: s, released: make(chan struct{}), queued: make(chan struct{}), ch: ch}
-	total := extra
+	slot := extra // pinned bytes of one chunk
 	for _, pc := range pieces {
-		total += pc.Blocks * count * elemSize
+		slot += pc.Blocks * min(per, count) * elemSize
 	}
+	ch.window = Window(ch.n, slot, limit)
+	total := slot * ch.window
+	extra *= ch.window
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.reclaimLocked()
@@ -128,7 +150,7 @@ func (p *Pool) stageChunked(ctx Context, s Stream, pieces []Piece, count, elemSi
 		st.blocks = []*block{b}
 		mem, off := b.bytes(), 0
 		for i, pc := range pieces {
-			n := pc.Blocks * count * elemSize
+			n := pc.Blocks * min(per, count) * elemSize * ch.window
 			ch.host[i] = mem[off : off+n : off+n]
 			off += n
 		}
@@ -143,6 +165,14 @@ func (p *Pool) stageChunked(ctx Context, s Stream, pieces []Piece, count, elemSi
 				}
 				if ch.startEv, err = p.d.eventCreate(); err != nil {
 					return err
+				}
+				if ch.window < ch.n {
+					ch.relEvs = make([]event, ch.window)
+					for k := range ch.relEvs {
+						if ch.relEvs[k], err = p.d.eventCreate(); err != nil {
+							return err
+						}
+					}
 				}
 			}
 			for k := range ch.evs {
@@ -194,6 +224,7 @@ func (ch *chunking) destroyEvents(s *Staging) {
 		}
 	}
 	destroy(ch.evs)
+	destroy(ch.relEvs)
 	destroy([]event{ch.backEv, ch.startEv})
 	ch.backEv, ch.startEv = 0, 0
 	if ch.red != nil {
@@ -209,6 +240,21 @@ func (ch *chunking) destroyEvents(s *Staging) {
 func (ch *chunking) bounds(k int) (lo, hi int) {
 	lo = k * ch.per
 	return lo, min(ch.count, lo+ch.per)
+}
+
+// slotOf returns where chunk k's memory starts in a piece of blocks blocks: its slot
+// of the ring.
+func (ch *chunking) slotOf(k, blocks int) int {
+	return (k % ch.window) * blocks * min(ch.per, ch.count) * ch.es
+}
+
+// Window returns how many chunks' pinned memory the staging holds at once (0 for a
+// staging not pipelined).
+func (s *Staging) Window() int {
+	if s.ch == nil {
+		return 0
+	}
+	return s.ch.window
 }
 
 // Chunks returns the number of chunks (0 for a staging not pipelined).
@@ -229,7 +275,8 @@ func (s *Staging) ChunkHost(k int) [][]byte {
 		if pc.Blocks == 0 {
 			continue
 		}
-		a, b := pc.Blocks*lo*ch.es, pc.Blocks*hi*ch.es
+		a := ch.slotOf(k, pc.Blocks)
+		b := a + pc.Blocks*(hi-lo)*ch.es
 		out[i] = ch.host[i][a:b:b]
 	}
 	return out
@@ -248,7 +295,7 @@ func (ch *chunking) copies(k int, want func(Piece) bool, f func(pc Piece, dev ui
 		if pc.Blocks == 0 || !want(pc) {
 			continue
 		}
-		base := pc.Blocks * lo * ch.es
+		base := ch.slotOf(k, pc.Blocks)
 		for r := 0; r < pc.Blocks; r++ {
 			dev := pc.Ptr + uintptr((r*ch.count+devLo)*ch.es)
 			h := ch.host[i][base+r*size : base+(r+1)*size]
@@ -262,7 +309,8 @@ func (ch *chunking) copies(k int, want func(Piece) bool, f func(pc Piece, dev ui
 
 // BeforeChunk readies chunk k for its host operation. For chunk 0 it first waits for
 // the operations issued before on the stream (as Before does) and then queues the
-// device->host copies of every chunk; then it waits (until deadline) for chunk k's.
+// device->host copies of the first window chunks (the others' are queued as slots come
+// free: refillLocked); then it waits (until deadline) for chunk k's.
 func (s *Staging) BeforeChunk(k int, deadline time.Time) error {
 	if k == 0 {
 		if err := s.takeTurn(deadline); err != nil {
@@ -275,11 +323,10 @@ func (s *Staging) BeforeChunk(k int, deadline time.Time) error {
 	return s.waitChunk(k, deadline)
 }
 
-// copyInChunks queues every chunk's device->host copies, each chunk's followed by its
-// event.
+// copyInChunks queues the device->host copies of the chunks of the first window, each
+// chunk's followed by its event.
 func (s *Staging) copyInChunks() error {
 	ch := s.ch
-	in := func(pc Piece) bool { return pc.In }
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.d.do(s.ctx, func() error {
@@ -296,26 +343,65 @@ func (s *Staging) copyInChunks() error {
 				return err
 			}
 		}
-		for k := 0; k < ch.n; k++ {
-			queued := false
-			err := ch.copies(k, in, func(_ Piece, dev uintptr, h []byte) error {
-				s.inFlight, queued = true, true
-				return s.d.memcpyDtoH(h, dev, s.stream)
-			})
-			if err != nil {
-				_ = s.recordLocked() // track what was queued, so the blocks can be reclaimed
+		for k := 0; k < ch.window; k++ {
+			if err := s.copyInLocked(k, false); err != nil {
 				return err
-			}
-			if queued {
-				if err := s.d.eventRecord(ch.evs[k], s.stream); err != nil {
-					_ = s.recordLocked()
-					return err
-				}
-				ch.recorded[k] = true
 			}
 		}
 		return nil
 	})
+}
+
+// copyInLocked queues chunk k's device->host copies on the stream (none if skip) and
+// records its event after them; always is for a chunk that reuses a slot, whose event
+// must be waited for even with nothing to copy in (the slot's earlier copies back come
+// before it). s.mu held, the context current.
+func (s *Staging) copyInLocked(k int, always bool) error {
+	ch := s.ch
+	queued := false
+	err := ch.copies(k, func(pc Piece) bool { return pc.In && ch.err == nil }, func(_ Piece, dev uintptr, h []byte) error {
+		s.inFlight, queued = true, true
+		return s.d.memcpyDtoH(h, dev, s.stream)
+	})
+	if err != nil {
+		_ = s.recordLocked() // track what was queued, so the blocks can be reclaimed
+		return err
+	}
+	if queued || always {
+		s.inFlight = true
+		if err := s.d.eventRecord(ch.evs[k], s.stream); err != nil {
+			_ = s.recordLocked()
+			return err
+		}
+		ch.recorded[k] = true
+	}
+	return nil
+}
+
+// refillLocked ends chunk k's use of its slot, once its last host operation has ended
+// and its copies back (and the GPU's work on the slot) are queued: it queues the copies
+// to the host of the chunk window chunks later, which reuses the slot, behind them (on
+// the back stream: after an event recorded there, which the staging's stream waits
+// for). After a failure nothing is copied in, but the later chunk's event still follows
+// the slot's earlier work, so that its host operation (which runs: the peers expect it)
+// never writes memory the GPU still reads. s.mu held, the context current.
+func (s *Staging) refillLocked(k int) error {
+	ch := s.ch
+	j := k + ch.window
+	if j >= ch.n {
+		return nil
+	}
+	if ch.back != 0 {
+		ev := ch.relEvs[k%ch.window]
+		s.inFlight = true
+		if err := s.d.eventRecord(ev, ch.back); err != nil {
+			return err
+		}
+		if err := s.d.streamWaitEvent(s.stream, ev); err != nil {
+			return err
+		}
+	}
+	return s.copyInLocked(j, true)
 }
 
 // waitChunk polls chunk k's event until its copies to the host have completed or
@@ -351,12 +437,13 @@ func (s *Staging) waitEvent(evs []event, recorded []bool, k int, deadline time.T
 }
 
 // AfterChunk finishes chunk k's host operation: if it and every chunk before it
-// succeeded, it queues the chunk's host->device copies. Once every issued chunk has
-// finished (SetIssued), it records the completion event, as After does. It returns
-// the error of its own CUDA calls.
+// succeeded, it queues the chunk's host->device copies, and then the copies to the host
+// of the chunk that reuses its pinned memory. Once every issued chunk has finished
+// (SetIssued), it records the completion event, as After does. It returns the error of
+// its own CUDA calls.
 func (s *Staging) AfterChunk(k int, opErr error) error {
 	out := func(pc Piece) bool { return pc.Out }
-	return s.afterStep(opErr, func() error {
+	return s.afterStep(opErr, k, func() error {
 		return s.ch.copies(k, out, func(_ Piece, dev uintptr, h []byte) error {
 			s.inFlight = true
 			return s.d.memcpyHtoD(dev, h, s.out())
@@ -365,9 +452,10 @@ func (s *Staging) AfterChunk(k int, opErr error) error {
 }
 
 // afterStep ends one host operation of the staging: unless it or one before it failed,
-// it runs enqueue (under the staging's lock, the context current), and once every
+// it runs enqueue (under the staging's lock, the context current); if it was chunk
+// last's last operation (-1: not one), it refills that chunk's slot; and once every
 // issued operation has ended it finishes the staging.
-func (s *Staging) afterStep(opErr error, enqueue func() error) error {
+func (s *Staging) afterStep(opErr error, last int, enqueue func() error) error {
 	ch := s.ch
 	s.mu.Lock()
 	ch.afters++
@@ -380,14 +468,24 @@ func (s *Staging) afterStep(opErr error, enqueue func() error) error {
 			ch.err = err
 		}
 	}
-	last := ch.issued >= 0 && ch.afters >= ch.issued
-	if last {
+	if last >= 0 && ch.window < ch.n {
+		if rerr := s.d.do(s.ctx, func() error { return s.refillLocked(last) }); rerr != nil {
+			if ch.err == nil {
+				ch.err = rerr
+			}
+			if err == nil {
+				err = rerr
+			}
+		}
+	}
+	done := ch.issued >= 0 && ch.afters >= ch.issued
+	if done {
 		if ferr := s.finishChunksLocked(); err == nil {
 			err = ferr
 		}
 	}
 	s.mu.Unlock()
-	if last {
+	if done {
 		s.markQueued()
 	}
 	return err
@@ -395,7 +493,7 @@ func (s *Staging) afterStep(opErr error, enqueue func() error) error {
 
 // AfterOther ends a host operation of the staging that queues nothing itself (a check
 // that the ranks agree on the operation): its failure stops every later copy back.
-func (s *Staging) AfterOther(opErr error) error { return s.afterStep(opErr, nil) }
+func (s *Staging) AfterOther(opErr error) error { return s.afterStep(opErr, -1, nil) }
 
 // SetIssued says how many of the staging's host operations were issued (the rest never
 // will be): the staging finishes once that many of their After hooks (AfterChunk,

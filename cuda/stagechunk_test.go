@@ -14,9 +14,10 @@ import (
 // all_gather of 3 blocks: block r of recvbuff is sendbuff + r. With inPlace, sendbuff
 // is block 1 of recvbuff (as an in-place all_gather's is). It returns how many
 // elements of the device result are wrong, and checks at every chunk that the copies
-// of later chunks were queued before its host operation and those of earlier chunks
-// queued back after theirs (the pipeline's structure, not its timing).
-func chunkedGather(t *testing.T, count, per int, inPlace bool) int {
+// of the later chunks of its window were queued before its host operation and those of
+// earlier chunks queued back after theirs (the pipeline's structure, not its timing),
+// and that the pinned memory stays within limit (0: none).
+func chunkedGather(t *testing.T, count, per, limit int, inPlace bool) int {
 	t.Helper()
 	d, f := open(t)
 	f.SetDelay(0, 50)
@@ -39,10 +40,16 @@ func chunkedGather(t *testing.T, count, per int, inPlace bool) int {
 	st, err := pool.StageChunked(ctx, cuda.Stream(s), []cuda.Piece{
 		{Name: "sendbuff", Ptr: send, Blocks: 1, In: true},
 		{Name: "recvbuff", Ptr: recv, Blocks: blocks, Out: true},
-	}, count, 4, per)
+	}, count, 4, per, limit)
 	require.NoError(t, err)
-	n := st.Chunks()
+	n, w := st.Chunks(), st.Window()
 	require.Equal(t, cuda.ChunkCount(count, per), n)
+	if limit > 0 {
+		require.LessOrEqual(t, pool.Stats().Bytes, max(limit, 64<<10), "the pinned memory held (a window of %d of %d chunks)", w, n)
+		require.Less(t, w, n)
+	} else {
+		require.Equal(t, n, w)
+	}
 	require.NoError(t, st.SetIssued(n))
 	start := f.Counters()
 	deadline := time.Now().Add(10 * time.Second)
@@ -52,7 +59,7 @@ func chunkedGather(t *testing.T, count, per int, inPlace bool) int {
 		f.Drain(s) // whatever was queued before chunk k's host operation has run
 		f.Drain(uintptr(st.BackStream()))
 		c := f.Counters()
-		require.Equal(t, n, c.DtoH-start.DtoH, "chunk %d: every chunk's copy to the host is queued before chunk %d's host operation", k, k)
+		require.Equal(t, min(n, k+w), c.DtoH-start.DtoH, "chunk %d: the copies to the host of its window (%d chunks) are queued before its host operation", k, w)
 		require.Equal(t, blocks*k, c.HtoD-start.HtoD, "chunk %d: the chunks before it are copied back before its host operation", k)
 		h := st.ChunkHost(k)
 		src, dst := floats(h[0]), floats(h[1])
@@ -89,10 +96,74 @@ func TestChunkedStagingPipelines(t *testing.T) {
 	for _, tc := range []struct{ count, per int }{{1000, 128}, {1024, 256}, {7, 1}, {300, 300}, {5, 2}} {
 		for _, inPlace := range []bool{false, true} {
 			t.Run(fmt.Sprintf("count%d_per%d_inplace%v", tc.count, tc.per, inPlace), func(t *testing.T) {
-				require.Zero(t, chunkedGather(t, tc.count, tc.per, inPlace))
+				require.Zero(t, chunkedGather(t, tc.count, tc.per, 0, inPlace))
 			})
 		}
 	}
+}
+
+// TestChunkedStagingPinnedBounded: an operation 8 times the pinned limit (1 MiB of
+// buffers, 128 KiB) holds no more pinned memory than the limit (a ring of as many chunks
+// as fit: the copies to the host of a chunk wait for the copies back of the chunk before
+// it in its slot), with the pipeline's structure, no copy racing the host's use of a
+// slot, and the reference result: sizes that are and are not a multiple of the chunk, out
+// of place and in place, and a limit below two chunks (two are held: 64 KiB, the pool's
+// smallest block).
+func TestChunkedStagingPinnedBounded(t *testing.T) {
+	for _, tc := range []struct{ count, per, limit int }{
+		{65536, 1024, 128 << 10}, // 64 chunks of 16 KiB, a window of 8
+		{65000, 1000, 128 << 10}, // the last chunk shorter
+		{16001, 2000, 1},         // a window of 2
+	} {
+		for _, inPlace := range []bool{false, true} {
+			t.Run(fmt.Sprintf("count%d_per%d_limit%d_inplace%v", tc.count, tc.per, tc.limit, inPlace), func(t *testing.T) {
+				require.Zero(t, chunkedGather(t, tc.count, tc.per, tc.limit, inPlace))
+			})
+		}
+	}
+}
+
+// TestChunkedStagingSlotWaitsForCopyBack: with slow copies (1 MiB/s: each chunk's copy
+// back is still running when the next copies are queued) and a window of 2, the chunk
+// that reuses a slot is copied in only after the slot's copy back has run (else chunk
+// 0's result would be chunk 2's input), and the fake sees no copy racing another on the
+// slot's memory.
+func TestChunkedStagingSlotWaitsForCopyBack(t *testing.T) {
+	d, f := open(t)
+	f.SetCopyRate(1)
+	defer f.SetCopyRate(0)
+	s := f.Stream(2)
+	ctx, err := d.StreamContext(cuda.Stream(s))
+	require.NoError(t, err)
+	const count, per = 4096, 512
+	buf := f.Malloc(2, 4*count)
+	in := make([]float32, count)
+	for i := range in {
+		in[i] = float32(i)
+	}
+	f.SetFloats(buf, in)
+	pool := cuda.NewPool(d)
+	st, err := pool.StageChunked(ctx, cuda.Stream(s), []cuda.Piece{{Name: "buf", Ptr: buf, Blocks: 1, In: true, Out: true}}, count, 4, per, 1)
+	require.NoError(t, err)
+	require.Equal(t, 2, st.Window())
+	require.NoError(t, st.SetIssued(st.Chunks()))
+	start := f.Counters()
+	deadline := time.Now().Add(10 * time.Second)
+	for k := 0; k < st.Chunks(); k++ {
+		require.NoError(t, st.BeforeChunk(k, deadline))
+		for i, h := 0, floats(st.ChunkHost(k)[0]); i < len(h); i++ {
+			h[i] *= 2
+		}
+		require.NoError(t, st.AfterChunk(k, nil))
+	}
+	f.Drain(s)
+	for i, v := range f.Floats(buf, count) {
+		require.Equal(t, 2*in[i], v, "element %d", i)
+	}
+	c := f.Counters()
+	require.Zero(t, c.HostRaces-start.HostRaces)
+	require.Zero(t, c.BadAccess-start.BadAccess)
+	require.NoError(t, pool.Close(10*time.Second))
 }
 
 // TestChunkedStagingWrongOffsetFails: a chunk copied from and to the wrong offset
@@ -100,7 +171,8 @@ func TestChunkedStagingPipelines(t *testing.T) {
 func TestChunkedStagingWrongOffsetFails(t *testing.T) {
 	cuda.SetTestFault("chunk-offset")
 	defer cuda.SetTestFault("")
-	require.NotZero(t, chunkedGather(t, 1000, 128, false))
+	require.NotZero(t, chunkedGather(t, 1000, 128, 0, false))
+	require.NotZero(t, chunkedGather(t, 65536, 1024, 128<<10, false))
 }
 
 // TestChunkedStagingStopsAfterAFailure: once a chunk's host operation fails, nothing
@@ -114,7 +186,7 @@ func TestChunkedStagingStopsAfterAFailure(t *testing.T) {
 	buf := f.Malloc(2, 4*count)
 	f.SetFloats(buf, make([]float32, count))
 	pool := cuda.NewPool(d)
-	st, err := pool.StageChunked(ctx, cuda.Stream(s), []cuda.Piece{{Name: "buf", Ptr: buf, Blocks: 1, In: true, Out: true}}, count, 4, 30)
+	st, err := pool.StageChunked(ctx, cuda.Stream(s), []cuda.Piece{{Name: "buf", Ptr: buf, Blocks: 1, In: true, Out: true}}, count, 4, 30, 0)
 	require.NoError(t, err)
 	require.Equal(t, 4, st.Chunks())
 	start := f.Counters()
@@ -157,7 +229,7 @@ func TestChunkedStagingCopiesBackBesideCopiesIn(t *testing.T) {
 	buf := f.Malloc(2, 4*count)
 	f.SetFloats(buf, make([]float32, count))
 	pool := cuda.NewPool(d)
-	st, err := pool.StageChunked(ctx, cuda.Stream(s), []cuda.Piece{{Name: "buf", Ptr: buf, Blocks: 1, In: true, Out: true}}, count, 4, per)
+	st, err := pool.StageChunked(ctx, cuda.Stream(s), []cuda.Piece{{Name: "buf", Ptr: buf, Blocks: 1, In: true, Out: true}}, count, 4, per, 0)
 	require.NoError(t, err)
 	require.Equal(t, 25, st.Chunks())
 	require.NoError(t, st.SetIssued(st.Chunks()))
@@ -196,7 +268,7 @@ func TestChunkedStagingCopiesBackAfterEarlierWork(t *testing.T) {
 	buf := f.Malloc(2, 4*count)
 	require.NoError(t, f.Fill(s, buf, count, -1, 30000)) // 30 ms, queued before the operation
 	pool := cuda.NewPool(d)
-	st, err := pool.StageChunked(ctx, cuda.Stream(s), []cuda.Piece{{Name: "recvbuff", Ptr: buf, Blocks: 1, Out: true}}, count, 4, 128)
+	st, err := pool.StageChunked(ctx, cuda.Stream(s), []cuda.Piece{{Name: "recvbuff", Ptr: buf, Blocks: 1, Out: true}}, count, 4, 128, 0)
 	require.NoError(t, err)
 	require.NoError(t, st.SetIssued(st.Chunks()))
 	deadline := time.Now().Add(10 * time.Second)
@@ -226,7 +298,7 @@ func TestChunkedStagingTimesOut(t *testing.T) {
 	buf := f.Malloc(2, 4*count)
 	require.NoError(t, f.Fill(s, buf, count, 1, 300000)) // 300 ms of earlier work: stuck for the deadline
 	pool := cuda.NewPool(d)
-	st, err := pool.StageChunked(ctx, cuda.Stream(s), []cuda.Piece{{Name: "buf", Ptr: buf, Blocks: 1, In: true, Out: true}}, count, 4, 30)
+	st, err := pool.StageChunked(ctx, cuda.Stream(s), []cuda.Piece{{Name: "buf", Ptr: buf, Blocks: 1, In: true, Out: true}}, count, 4, 30, 0)
 	require.NoError(t, err)
 	require.NoError(t, st.SetIssued(st.Chunks()))
 	err = st.BeforeChunk(0, time.Now().Add(20*time.Millisecond))

@@ -25,9 +25,11 @@ import (
 //	             sends its reduced shard to every peer and receives theirs; its end
 //	             (AfterGather) queues the copies of the peers' shards into recvbuff.
 //
-// The CPU only moves bytes. Every copy to the host of sendbuff is queued first (at
-// chunk 0), so the inputs are read before recvbuff is written (in place works), and the
-// copies of one chunk overlap the network steps of the others as in StageChunked.
+// The CPU only moves bytes. The pinned memory is a ring of chunks as in StageChunked
+// (a slot holds a chunk of sendbuff, of recvbuff for all_reduce, and the peers' pieces):
+// a chunk's slot is refilled once its last step's work is queued, behind it. A chunk
+// reads and writes only its own elements (in place works), and the copies of one chunk
+// overlap the network steps of the others as in StageChunked.
 
 // GPUReduceKind is the collective a StageReduceGPU staging runs.
 type GPUReduceKind int
@@ -76,25 +78,25 @@ func (red *gpuReduce) part(m, j int) (off, size int) {
 // StageReduceGPU prepares a reduction (kind) of count elements of dt with op on stream s
 // from send to recv (device pointers; reduce_scatter: count is the elements per rank,
 // send holds nranks blocks of it; reduce: recv is used on root only; in place works) as
-// rank rank of nranks, pipelined in chunks of per elements, reducing on the GPU with k
-// (gonccl's kernels, loaded in ctx). Each chunk takes its ReduceStep and, for all_reduce,
-// its GatherStep, in that order; call SetIssued with the number of host operations
-// issued.
+// rank rank of nranks, pipelined in chunks of per elements, its pinned memory at most
+// limit bytes (as StageChunked's), reducing on the GPU with k (gonccl's kernels, loaded
+// in ctx). Each chunk takes its ReduceStep and, for all_reduce, its GatherStep, in that
+// order; call SetIssued with the number of host operations issued.
 func (p *Pool) StageReduceGPU(ctx Context, s Stream, k Reducer, kind GPUReduceKind, send, recv uintptr, count int, dt reduce.DataType,
-	op reduce.RedOp, per, rank, nranks, root int) (*Staging, error) {
-	if nranks < 2 || rank < 0 || rank >= nranks || k == nil || (kind == GPUReduce && (root < 0 || root >= nranks)) {
-		return nil, fmt.Errorf("cuda: StageReduceGPU: rank %d of %d, root %d", rank, nranks, root)
+	op reduce.RedOp, per, limit, rank, nranks, root int) (*Staging, error) {
+	if nranks < 2 || rank < 0 || rank >= nranks || k == nil || (kind == GPUReduce && (root < 0 || root >= nranks)) || per <= 0 {
+		return nil, fmt.Errorf("cuda: StageReduceGPU: rank %d of %d, root %d, chunk %d elements", rank, nranks, root, per)
 	}
 	red := &gpuReduce{kind: kind, k: k, dt: dt, op: op, rank: rank, n: nranks, root: root, send: send, recv: recv}
 	es := dt.Size()
 	n := ChunkCount(count, per)
-	extra, maxPiece := 0, 0
+	maxPiece := 0
 	for c := 0; c < n; c++ {
 		m := min(count, (c+1)*per) - c*per
 		_, size := red.part(m, rank)
-		extra += (nranks - 1) * size * es
 		maxPiece = max(maxPiece, size)
 	}
+	slot := (nranks - 1) * maxPiece * es // a slot's memory for the peers' pieces
 	var pieces []Piece
 	switch kind {
 	case GPUAllReduce:
@@ -104,16 +106,15 @@ func (p *Pool) StageReduceGPU(ctx Context, s Stream, k Reducer, kind GPUReduceKi
 	default:
 		pieces = []Piece{{Name: "sendbuff", Ptr: send, Blocks: 1, In: true}}
 	}
-	return p.stageChunked(ctx, s, pieces, count, es, per, extra, func(st *Staging, mem []byte) error {
+	return p.stageChunked(ctx, s, pieces, count, es, per, limit, slot, func(st *Staging, mem []byte) error {
 		red.gather, red.evs, red.recorded = make([][]byte, n), make([]event, n), make([]bool, n)
 		st.ch.red = red
-		off := 0
 		for c := 0; c < n; c++ {
 			m := min(count, (c+1)*per) - c*per
 			_, size := red.part(m, rank)
 			size *= (nranks - 1) * es
+			off := (c % st.ch.window) * slot
 			red.gather[c] = mem[off : off+size : off+size]
-			off += size
 		}
 		return p.d.do(ctx, func() (err error) {
 			if maxPiece > 0 {
@@ -194,7 +195,11 @@ func (s *Staging) GatherStep(k int) Step {
 // AfterReduce ends chunk k's reduce step: unless a step failed, it queues the
 // reduction of the own part on the GPU and, for all_reduce, its copy to the host.
 func (s *Staging) AfterReduce(k int, opErr error) error {
-	return s.afterStep(opErr, func() error {
+	last := k // the chunk's last step: its slot is free once this step's work has run
+	if s.ch.red.kind == GPUAllReduce {
+		last = -1
+	}
+	return s.afterStep(opErr, last, func() error {
 		ch, red := s.ch, s.ch.red
 		es := red.dt.Size()
 		lo, _ := ch.bounds(k)
@@ -255,7 +260,7 @@ func (s *Staging) BeforeGather(k int, deadline time.Time) error {
 // AfterGather ends chunk k's gather step: unless a step failed, it queues the copies
 // of the peers' reduced shards into recvbuff.
 func (s *Staging) AfterGather(k int, opErr error) error {
-	return s.afterStep(opErr, func() error {
+	return s.afterStep(opErr, k, func() error {
 		ch, red := s.ch, s.ch.red
 		es := red.dt.Size()
 		lo, _ := ch.bounds(k)

@@ -19,6 +19,7 @@ type gpuCase struct {
 	nranks, count, per int
 	op                 reduce.RedOp
 	inPlace            bool
+	limit              int // pinned bytes (0: no limit)
 }
 
 // input is element i of rank r's sendbuff.
@@ -87,9 +88,12 @@ func gpuReduceRank(t *testing.T, id core.UniqueID, rank int, tc gpuCase) (int, e
 	const root = 1
 	pool := cuda.NewPool(d)
 	defer pool.Close(10 * time.Second)
-	st, err := pool.StageReduceGPU(ctx, cuda.Stream(s), k, tc.kind, send, recv, tc.count, reduce.Float32, tc.op, tc.per, rank, tc.nranks, root)
+	st, err := pool.StageReduceGPU(ctx, cuda.Stream(s), k, tc.kind, send, recv, tc.count, reduce.Float32, tc.op, tc.per, tc.limit, rank, tc.nranks, root)
 	if err != nil {
 		return 0, err
+	}
+	if tc.limit > 0 && pool.Stats().Bytes > tc.limit {
+		return 0, fmt.Errorf("%d bytes of pinned memory held, limit %d (a window of %d of %d chunks)", pool.Stats().Bytes, tc.limit, st.Window(), st.Chunks())
 	}
 	var reqs []*core.Request
 	for i := 0; i < st.Chunks(); i++ {
@@ -174,19 +178,43 @@ func gpuReduceRanks(t *testing.T, tc gpuCase) []int {
 // holds the reference result.
 func TestStagedReductionsOnGPU(t *testing.T) {
 	for _, tc := range []gpuCase{
-		{cuda.GPUAllReduce, 2, 1000, 128, reduce.Sum, false},
-		{cuda.GPUAllReduce, 3, 1000, 128, reduce.Sum, true},
-		{cuda.GPUAllReduce, 4, 1001, 250, reduce.Max, false},
-		{cuda.GPUAllReduce, 4, 4098, 1024, reduce.Avg, true},
-		{cuda.GPUAllReduce, 3, 7, 3, reduce.Sum, false},
-		{cuda.GPUReduceScatter, 2, 1000, 128, reduce.Sum, false},
-		{cuda.GPUReduceScatter, 3, 301, 100, reduce.Avg, true},
-		{cuda.GPUReduceScatter, 4, 5, 2, reduce.Max, false},
-		{cuda.GPUReduce, 2, 1000, 128, reduce.Sum, true},
-		{cuda.GPUReduce, 3, 1001, 250, reduce.Max, false},
-		{cuda.GPUReduce, 4, 999, 100, reduce.Avg, false},
+		{cuda.GPUAllReduce, 2, 1000, 128, reduce.Sum, false, 0},
+		{cuda.GPUAllReduce, 3, 1000, 128, reduce.Sum, true, 0},
+		{cuda.GPUAllReduce, 4, 1001, 250, reduce.Max, false, 0},
+		{cuda.GPUAllReduce, 4, 4098, 1024, reduce.Avg, true, 0},
+		{cuda.GPUAllReduce, 3, 7, 3, reduce.Sum, false, 0},
+		{cuda.GPUReduceScatter, 2, 1000, 128, reduce.Sum, false, 0},
+		{cuda.GPUReduceScatter, 3, 301, 100, reduce.Avg, true, 0},
+		{cuda.GPUReduceScatter, 4, 5, 2, reduce.Max, false, 0},
+		{cuda.GPUReduce, 2, 1000, 128, reduce.Sum, true, 0},
+		{cuda.GPUReduce, 3, 1001, 250, reduce.Max, false, 0},
+		{cuda.GPUReduce, 4, 999, 100, reduce.Avg, false, 0},
 	} {
 		t.Run(fmt.Sprintf("%v_%dranks_count%d_per%d_%v_inplace%v", tc.kind, tc.nranks, tc.count, tc.per, tc.op, tc.inPlace), func(t *testing.T) {
+			for r, w := range gpuReduceRanks(t, tc) {
+				require.Zero(t, w, "rank %d: wrong elements", r)
+			}
+		})
+	}
+}
+
+// TestStagedReductionsOnGPUPinnedBounded: the same reductions with the pinned memory
+// limited to 128 KiB, an eighth of what the whole operation takes or less (on a
+// reduce's root; its other ranks hold only their input): no more is held, on 2-4 ranks,
+// with sizes that are not a multiple of the chunk, and every rank holds the reference
+// result.
+func TestStagedReductionsOnGPUPinnedBounded(t *testing.T) {
+	const limit = 128 << 10
+	for _, tc := range []gpuCase{
+		{cuda.GPUAllReduce, 2, 110001, 2500, reduce.Sum, false, limit}, // 1.1 MB: 45 chunks of 25 KB, a window of 5
+		{cuda.GPUAllReduce, 3, 100003, 2000, reduce.Sum, true, limit},
+		{cuda.GPUAllReduce, 4, 100000, 3000, reduce.Avg, false, limit},
+		{cuda.GPUReduceScatter, 3, 60001, 1500, reduce.Max, true, limit}, // 1.2 MB: 41 chunks of 30 KB
+		{cuda.GPUReduceScatter, 4, 50000, 1024, reduce.Sum, false, limit},
+		{cuda.GPUReduce, 2, 140001, 4000, reduce.Sum, true, limit}, // the root: 1.1 MB
+		{cuda.GPUReduce, 4, 70001, 2000, reduce.Max, false, limit},
+	} {
+		t.Run(fmt.Sprintf("%v_%dranks_count%d_per%d", tc.kind, tc.nranks, tc.count, tc.per), func(t *testing.T) {
 			for r, w := range gpuReduceRanks(t, tc) {
 				require.Zero(t, w, "rank %d: wrong elements", r)
 			}
@@ -201,7 +229,7 @@ func TestStagedReductionOnGPUWrongOffsetFails(t *testing.T) {
 	defer cuda.SetTestFault("")
 	for _, kind := range []cuda.GPUReduceKind{cuda.GPUAllReduce, cuda.GPUReduceScatter, cuda.GPUReduce} {
 		total := 0
-		for _, w := range gpuReduceRanks(t, gpuCase{kind, 2, 1000, 128, reduce.Sum, false}) {
+		for _, w := range gpuReduceRanks(t, gpuCase{kind, 2, 1000, 128, reduce.Sum, false, 0}) {
 			total += w
 		}
 		require.NotZero(t, total, "kind %v", kind)

@@ -96,6 +96,19 @@ def test_trace_analysis_on_handmade_files(tmp_path):
     assert trace.main([str(tmp_path / "nothing-here")]) == 1
 
 
+def test_trace_shows_a_chunked_collective(tmp_path):
+    """A collective the staged path ran in chunks is one entry (seq to last_seq): the
+    table names the caller's collective and its chunks."""
+    d = str(tmp_path)
+    group = _op(5, count=300001, state="started")
+    group.update(chunks=64, last_seq=133)
+    for r in range(2):
+        _write(d, "p", r, 2, [_op(4), group])
+    text, _ = trace.report(d)
+    assert "5 all_reduce(float32, 300001) in 64 chunks (seq 5-133) [ring]  started" in text, text
+    assert "ranks 0,1 are stuck in seq 5 all_reduce(float32, 300001) in 64 chunks (seq 5-133) (started)" in text, text
+
+
 def test_trace_shows_the_device_path(tmp_path):
     """Device-path ops (their work enqueued on a CUDA stream) are marked in the table and
     the diagnosis: a "started" one is on the GPU and not finished by it."""

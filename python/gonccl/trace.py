@@ -76,7 +76,9 @@ def load(directory: str) -> dict[str, dict[int, RankTrace]]:
 
 
 def describe(o: dict | None) -> str:
-    """all_reduce(float32, 1024), broadcast(int64, 8, root 1), barrier."""
+    """all_reduce(float32, 1024), broadcast(int64, 8, root 1), barrier; a collective the
+    staged path ran in chunks (one entry for operations seq to last_seq):
+    all_reduce(float32, 300001) in 64 chunks (seq 5-133)."""
     if o is None:
         return "-"
     if o["op"] == "barrier":
@@ -84,7 +86,10 @@ def describe(o: dict | None) -> str:
     args = [o["dtype"], str(o["count"])]
     if o.get("root", -1) >= 0:
         args.append(f"root {o['root']}")
-    return f"{o['op']}({', '.join(args)})"
+    text = f"{o['op']}({', '.join(args)})"
+    if o.get("chunks"):
+        text += f" in {o['chunks']} chunks (seq {o['seq']}-{o.get('last_seq', o['seq'])})"
+    return text
 
 
 def state_text(o: dict) -> str:

@@ -35,15 +35,29 @@ alloc* track(char* p, size_t n, int dev) {
   return a;
 }
 
+/* waits_for reports whether work queued next on s runs after o, pending on another stream:
+ * s has a pending wait for an event whose record is queued after o on its stream. mu
+ * held. */
+static int waits_for(fakeStream* s, op* o) {
+  for (op* w = s->head; w; w = w->next) {
+    if (w->kind != OP_WAIT) continue;
+    for (op* r = o->next; r; r = r->next) {
+      if (r->kind == OP_RECORD && r->ev == w->ev && r->gen == w->gen) return 1;
+    }
+  }
+  return 0;
+}
+
 /* races counts pending copies of other streams on overlapping host memory where one
- * side writes it. mu held. */
+ * side writes it, unless the new copy's stream waits for them (cuStreamWaitEvent on an
+ * event recorded after them). mu held. */
 static void check_races(fakeStream* s, char* host, size_t n, int writes) {
   for (fakeStream* t = g_streams; t; t = t->next) {
     if (t == s) continue;
     for (op* o = t->head; o; o = o->next) {
       if (o->kind != OP_COPY) continue;
       if (!(writes || o->host_writes)) continue;
-      if (host < o->host + o->n && o->host < host + n) g_count.host_races++;
+      if (host < o->host + o->n && o->host < host + n && !waits_for(s, o)) g_count.host_races++;
     }
   }
 }
