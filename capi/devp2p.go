@@ -66,15 +66,11 @@ func (v *views) tryDeviceP2P(c *core.Comm, recv bool, dt core.DataType, b buf, p
 	if err := c.Err(); err != nil {
 		return nil, true, err
 	}
-	size, err := bufBytes(b.name, b.p, b.n, dt)
+	sizes, err := v.deviceBufs(dt, []buf{b})
 	if err != nil {
 		return nil, true, err
 	}
-	if size > 0 {
-		if err := v.checkDevice(b, size); err != nil {
-			return nil, true, err
-		}
-	}
+	size := sizes[0]
 	d := &deviceP2P{e: v.e, c: c, v: v, sh: sh,
 		op: cuda.P2POp{Recv: recv, Peer: peer, Buf: uintptr(b.p), Bytes: size, Stream: v.stream}}
 	if !async {

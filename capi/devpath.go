@@ -259,21 +259,14 @@ type devRecord struct {
 // completes (the recorder asks when the trace is read). The returned request has
 // completed: the work is on the stream.
 func (v *views) runDevice(c *core.Comm, rec devRecord, dt core.DataType, enqueue func(ptrs []uintptr) error, bufs ...buf) (*core.Request, error) {
+	if _, err := v.deviceBufs(dt, bufs); err != nil {
+		return nil, err
+	}
 	ptrs := make([]uintptr, len(bufs))
 	for i, b := range bufs {
-		if b.name == "" {
-			continue
+		if b.name != "" {
+			ptrs[i] = uintptr(b.p)
 		}
-		size, err := bufBytes(b.name, b.p, b.n, dt)
-		if err != nil {
-			return nil, err
-		}
-		if size > 0 {
-			if err := v.checkDevice(b, size); err != nil {
-				return nil, err
-			}
-		}
-		ptrs[i] = uintptr(b.p)
 	}
 	pool, err := v.e.stagingPool(v.drv)
 	if err != nil {
