@@ -92,7 +92,7 @@ func (v *views) tryDeviceP2P(c *core.Comm, recv bool, dt core.DataType, b buf, p
 		if err := sh.Follow(side, v.stream); err != nil {
 			return err
 		}
-		return sh.P2P([]cuda.P2POp{d.op})
+		return p2pNoted(c, sh, []cuda.P2POp{d.op})
 	})
 	v.staging = sv.staging // the request's event: the end of the work on side
 	return req, true, err
@@ -185,7 +185,7 @@ func enqueueP2P(ops []*deviceP2P) (*core.Request, error) {
 		batch[i] = d.op
 	}
 	return first.v.runDevice(first.c, devRecord{root: -1}, core.Uint8, func([]uintptr) error {
-		return first.sh.P2P(batch)
+		return p2pNoted(first.c, first.sh, batch)
 	})
 }
 
