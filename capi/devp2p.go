@@ -257,6 +257,10 @@ func (v *views) deviceAlltoAllv(c *core.Comm, dt core.DataType, send unsafe.Poin
 	}
 	// Count 0 in the flight recorder, as core records it: the counts differ per rank.
 	return v.tryDevice(c, core.KindAlltoAllv, dt, nil, noRoot, 0, func(sh *cuda.Shared, _ *cuda.Kernels, p []uintptr) error {
-		return sh.AlltoAllv(v.stream, p[0], bytes(sc), bytes(sd), p[1], bytes(rc), bytes(rd))
+		if err := sh.AlltoAllv(v.stream, p[0], bytes(sc), bytes(sd), p[1], bytes(rc), bytes(rd)); err != nil {
+			return err
+		}
+		noteAlltoAllvSizes(c, bytes(sc), bytes(rc))
+		return nil
 	}, buf{"sendbuff", send, sendLen, true, false}, buf{"recvbuff", recv, recvLen, false, true})
 }

@@ -28,3 +28,16 @@ func p2pNoted(c *core.Comm, sh *cuda.Shared, ops []cuda.P2POp) error {
 	noteP2PSizes(c, ops)
 	return nil
 }
+
+// noteAlltoAllvSizes notes the blocks of a device-path alltoallv just enqueued,
+// which go as one group of point-to-point messages (cuda.Shared.AlltoAllv): a block
+// this rank sends rank p of another size than p's recvcounts for it is a mismatch
+// too (sizes in bytes; the own block is checked before).
+func noteAlltoAllvSizes(c *core.Comm, send, recv []int) {
+	for p := range send {
+		if p != c.Rank() {
+			c.NoteDeviceSend(p, send[p])
+			c.NoteDeviceRecv(p, recv[p])
+		}
+	}
+}

@@ -15,7 +15,8 @@ import (
 // would leave the streams waiting until the timeout (different chunk counts) or hand
 // the receiver truncated or stale bytes (the same count). So capi tells core the
 // size of every device-path send and receive it enqueues (NoteDeviceSend,
-// NoteDeviceRecv), in the order it enqueues them: a send's size goes to its receiver
+// NoteDeviceRecv; an alltoallv's blocks too, which go as such messages), in the
+// order it enqueues them: a send's size goes to its receiver
 // over the point-to-point channel (MsgDevSize: the message's number among this
 // rank's device-path sends to the receiver, and its bytes), which compares it with
 // the size of its own receive of the same number from that sender. On a difference
@@ -45,6 +46,7 @@ type devSizePeer struct {
 	pending    []uint64 // sizes of sends to the peer waiting for a channel, in order
 	pendingTo  uint64   // number of the last of them
 	connecting bool     // a goroutine is making the channel to the peer
+	unchecked  bool     // an announcement from the peer was lost: no more compared
 }
 
 // init sizes m for nranks. m.mu held.
@@ -128,6 +130,10 @@ func (c *Comm) NoteDeviceRecv(peer, bytes int) {
 	}
 	m.init(c.nranks)
 	p := &m.peers[peer]
+	if p.unchecked {
+		m.mu.Unlock()
+		return
+	}
 	p.expected = append(p.expected, uint64(bytes))
 	err := c.devSizeCompareLocked(peer)
 	m.mu.Unlock()
@@ -147,7 +153,12 @@ func (c *Comm) devSizeAnnounced(from int, msg, bytes uint64) {
 	}
 	m.init(c.nranks)
 	p := &m.peers[from]
+	if p.unchecked {
+		m.mu.Unlock()
+		return
+	}
 	if msg != p.heard+1 {
+		p.unchecked, p.announced, p.expected = true, nil, nil
 		m.mu.Unlock()
 		c.logs.net.Warn(fmt.Sprintf("gonccl rank %d: rank %d announced device message #%d after #%d; sizes from it are no longer checked",
 			c.rank, from, msg, p.heard))

@@ -111,3 +111,20 @@ func TestDeviceP2PSizeMismatchSelf(t *testing.T) {
 	c.NoteDeviceRecv(1, 2)
 	require.ErrorContains(t, c.Err(), "(device message #2)")
 }
+
+// An announcement that never came (its channel could not be made) stops the checks
+// from that peer rather than compare the wrong messages.
+func TestDeviceP2PSizeLostAnnouncement(t *testing.T) {
+	comms := memComms(t, 2, nil)
+	c := comms[1]
+	c.devSizeAnnounced(0, 1, 64)
+	c.NoteDeviceRecv(0, 64)
+	c.devSizeAnnounced(0, 3, 8) // #2 lost
+	c.NoteDeviceRecv(0, 32)
+	c.NoteDeviceRecv(0, 16)
+	require.NoError(t, c.Err())
+	c.devSizes.mu.Lock()
+	defer c.devSizes.mu.Unlock()
+	require.True(t, c.devSizes.peers[0].unchecked)
+	require.Empty(t, c.devSizes.peers[0].expected)
+}

@@ -79,11 +79,12 @@ def test_killed_sender_is_named(devfault_binary, tmp_path):
 
 
 @pytest.mark.timeout(RUN_TIMEOUT + 60)
-@pytest.mark.parametrize("case", ["p2psize", "p2psizechunks"])
+@pytest.mark.parametrize("case", ["p2psize", "p2psizechunks", "a2avsize"])
 def test_p2p_size_mismatch_names_both_sizes(devfault_binary, tmp_path, case):
     # Before the sizes were compared (core/devp2psize.go), "p2psize" handed rank 0
     # truncated data with no error at all, and "p2psizechunks" waited until the
-    # communicator's timeout, which named no size.
+    # communicator's timeout, which named no size; "a2avsize" (an alltoallv whose
+    # sendcounts and recvcounts disagree) was as silent as "p2psize".
     run = _run(devfault_binary, 3, case, tmp_path)
     run.assert_ok(f"a send/recv size mismatch on the device path ({case})")
     for r, proc in enumerate(run.procs):

@@ -17,7 +17,10 @@
  *   (one chunk each: without the check, rank 0 silently got truncated data);
  * - p2psizechunks: the same with 1 << 20 floats received as 1000 (different
  *   chunk counts: without the check, the streams waited until the timeout).
- *   In both, every rank's turns goncclMismatch naming both sizes.
+ *   In both, every rank's turns goncclMismatch naming both sizes;
+ * - a2avsize: an alltoallv of 100 floats per pair, but rank 1 sends rank 0
+ *   200 (one chunk each: without the check, rank 0 silently kept half): the
+ *   same.
  *
  * In every case the survivors' stream must drain (cuStreamSynchronize
  * returns: released, not waiting on a flag for ever), and the next call must
@@ -161,6 +164,31 @@ int main(int argc, char** argv) {
     printf("rank %d: named the sizes\n", rank);
     fakecudaStreamDrain(stream);
     fakecudaFree(big);
+    want = got;
+  } else if (strcmp(what, "a2avsize") == 0) {
+    size_t sc[8], sd[8], rc[8], rd[8];
+    CHECK(nranks <= 8 && n >= 2 * 200 * (size_t)nranks, "a2avsize: %d ranks",
+          nranks);
+    for (int p = 0; p < nranks; p++) {
+      sc[p] = rc[p] = 100;
+      sd[p] = rd[p] = 200 * (size_t)p;
+    }
+    if (rank == 1) sc[0] = 200;
+    float* out = buf + n / 2;
+    /* A rank that comes late may find its communicator broken already. */
+    goncclResult_t r =
+        goncclAlltoAllv(buf, sc, sd, out, rc, rd, goncclFloat32, comm, stream);
+    CHECK(r == goncclSuccess || r == goncclMismatch, "goncclAlltoAllv: %s",
+          goncclGetErrorString(r));
+    goncclResult_t got = await_error(comm, t0);
+    CHECK(got == goncclMismatch, "want goncclMismatch, got %s",
+          goncclGetErrorString(got));
+    const char* msg = goncclGetLastError(comm);
+    CHECK(strstr(msg,
+                 "rank 1 sent 800 bytes to rank 0 (device message #1) "
+                 "but rank 0's receive expects 400 bytes") != NULL,
+          "message: %s", msg);
+    printf("rank %d: named the sizes\n", rank);
     want = got;
   } else if (strcmp(what, "abort") == 0) {
     if (rank == 0) {
