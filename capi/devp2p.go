@@ -92,7 +92,7 @@ func (v *views) tryDeviceP2P(c *core.Comm, recv bool, dt core.DataType, b buf, p
 		if err := sh.Follow(side, v.stream); err != nil {
 			return err
 		}
-		return sh.P2P([]cuda.P2POp{d.op})
+		return p2pNoted(c, sh, []cuda.P2POp{d.op})
 	})
 	v.staging = sv.staging // the request's event: the end of the work on side
 	return req, true, err
@@ -185,7 +185,7 @@ func enqueueP2P(ops []*deviceP2P) (*core.Request, error) {
 		batch[i] = d.op
 	}
 	return first.v.runDevice(first.c, devRecord{root: -1}, core.Uint8, func([]uintptr) error {
-		return first.sh.P2P(batch)
+		return p2pNoted(first.c, first.sh, batch)
 	})
 }
 
@@ -257,6 +257,10 @@ func (v *views) deviceAlltoAllv(c *core.Comm, dt core.DataType, send unsafe.Poin
 	}
 	// Count 0 in the flight recorder, as core records it: the counts differ per rank.
 	return v.tryDevice(c, core.KindAlltoAllv, dt, nil, noRoot, 0, func(sh *cuda.Shared, _ *cuda.Kernels, p []uintptr) error {
-		return sh.AlltoAllv(v.stream, p[0], bytes(sc), bytes(sd), p[1], bytes(rc), bytes(rd))
+		if err := sh.AlltoAllv(v.stream, p[0], bytes(sc), bytes(sd), p[1], bytes(rc), bytes(rd)); err != nil {
+			return err
+		}
+		noteAlltoAllvSizes(c, bytes(sc), bytes(rc))
+		return nil
 	}, buf{"sendbuff", send, sendLen, true, false}, buf{"recvbuff", recv, recvLen, false, true})
 }

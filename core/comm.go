@@ -83,6 +83,8 @@ type Comm struct {
 
 	p2p *p2pEngine // point-to-point messaging, beside the executor (nil: none)
 
+	devSizes devSizeMatch // device-path send/recv sizes, compared (see devp2psize.go)
+
 	mu          sync.Mutex
 	timeout     time.Duration // of operations enqueued from now on (SetTimeout)
 	seq         uint64

@@ -140,6 +140,7 @@ type p2pEngine struct {
 	onDead        func(rank int, err error)                             // a peer missed its heartbeats (see heartbeat.go)
 	onLost        func(rank, from int, reason string, now, silent bool) // a peer says rank is lost (see lost.go)
 	onFailed      func(from, by int, reason string, class uint64)       // a peer says from's communicator failed (see devreport.go)
+	onDevSize     func(from int, msg, bytes uint64)                     // a peer's device-path send to this rank (see devp2psize.go)
 	stop          chan struct{}                                         // closed by close: ends the heartbeat goroutine
 	statusAnswers chan statusAnswer                                     // where peers' answers go while this rank asks
 }
@@ -166,7 +167,7 @@ func (cs completions) run() {
 // a nil slice for none yet: peers join later through addPeer).
 func (c *Comm) startP2P(msgs []*transport.MsgConn) {
 	e := &p2pEngine{rank: c.rank, nranks: c.nranks, timeout: c.timeout, log: c.logs.net, guard: c.cfg.guard(c.logs.net),
-		peers: make([]*p2pPeer, c.nranks), status: c.status, onDead: c.peerDead, onLost: c.lossReported, onFailed: c.failureReported, stop: make(chan struct{})}
+		peers: make([]*p2pPeer, c.nranks), status: c.status, onDead: c.peerDead, onLost: c.lossReported, onFailed: c.failureReported, onDevSize: c.devSizeAnnounced, stop: make(chan struct{})}
 	c.p2p = e // before its goroutines start: a panic handler may use it
 	for r, m := range msgs {
 		if m != nil && r != c.rank {

@@ -115,6 +115,8 @@ func (e *p2pEngine) handle(pp *p2pPeer, h transport.MsgHeader) error {
 		return e.readLost(pp, h)
 	case transport.MsgFailed:
 		return e.readFailed(pp, h)
+	case transport.MsgDevSize:
+		e.readDevSize(pp, h)
 	}
 	return nil
 }

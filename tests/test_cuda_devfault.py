@@ -5,7 +5,8 @@ A count mismatch makes every rank's goncclCommGetAsyncError turn goncclMismatch 
 message naming the other rank and the count; a rank SIGKILLed with an all_reduce on its
 stream makes the survivors' turn goncclRemoteError naming it; goncclCommAbort releases
 a stream waiting on a peer that never came; a rank SIGKILLed before sending what a peer's
-goncclRecv waits for makes that peer's turn goncclRemoteError naming it. In every case the survivors' stream drains
+goncclRecv waits for makes that peer's turn goncclRemoteError naming it; a send and its
+receive of different sizes make every rank's turn goncclMismatch naming both. In every case the survivors' stream drains
 (it is not left waiting on a flag) and the process exits by itself, well within the
 harness's timeout, which kills every rank (a hang fails the test). Before the device
 path's watcher (cuda/devfault.go) each case hung until that timeout.
@@ -75,6 +76,20 @@ def test_killed_sender_is_named(devfault_binary, tmp_path):
     proc = run.procs[0]
     assert proc.returncode == 0, proc.describe()
     assert "rank 1" in proc.stdout and "rank 0: stream drained" in proc.stdout, proc.describe()
+
+
+@pytest.mark.timeout(RUN_TIMEOUT + 60)
+@pytest.mark.parametrize("case", ["p2psize", "p2psizechunks", "a2avsize"])
+def test_p2p_size_mismatch_names_both_sizes(devfault_binary, tmp_path, case):
+    # Before the sizes were compared (core/devp2psize.go), "p2psize" handed rank 0
+    # truncated data with no error at all, and "p2psizechunks" waited until the
+    # communicator's timeout, which named no size; "a2avsize" (an alltoallv whose
+    # sendcounts and recvcounts disagree) was as silent as "p2psize".
+    run = _run(devfault_binary, 3, case, tmp_path)
+    run.assert_ok(f"a send/recv size mismatch on the device path ({case})")
+    for r, proc in enumerate(run.procs):
+        assert f"rank {r}: named the sizes" in proc.stdout, proc.describe()
+        assert f"rank {r}: stream drained" in proc.stdout, proc.describe()
 
 
 @pytest.mark.timeout(RUN_TIMEOUT + 60)

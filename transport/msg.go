@@ -53,8 +53,12 @@ const (
 	// failure's class, the payload (Len bytes, at most MaxStatusBytes) its message.
 	// Each rank passes it on once, so that every rank names the cause.
 	MsgFailed MsgKind = 12
+	// MsgDevSize tells the peer the size of a device-path send to it (the device path
+	// carries no sizes of its own): Seq is the message's number among this rank's
+	// device-path sends to the peer (from 1), Len its bytes; no payload.
+	MsgDevSize MsgKind = 13
 	// msgKindMax is the highest kind a reader accepts.
-	msgKindMax = MsgFailed
+	msgKindMax = MsgDevSize
 )
 
 // MaxStatusBytes bounds a MsgStatus payload.
@@ -86,6 +90,8 @@ func (k MsgKind) String() string {
 		return "lost"
 	case MsgFailed:
 		return "failed"
+	case MsgDevSize:
+		return "dev-size"
 	}
 	return fmt.Sprintf("msg(%d)", uint8(k))
 }

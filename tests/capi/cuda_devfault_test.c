@@ -12,7 +12,15 @@
  *   its communicator, which must release its waiting stream;
  * - p2pkill: the others enqueue a goncclRecv from the last rank, which
  *   SIGKILLs itself without sending; theirs turns goncclRemoteError (or
- *   goncclTimeout), naming it.
+ *   goncclTimeout), naming it;
+ * - p2psize: rank 1 sends rank 0 3000 floats, which rank 0 receives as 2900
+ *   (one chunk each: without the check, rank 0 silently got truncated data);
+ * - p2psizechunks: the same with 1 << 20 floats received as 1000 (different
+ *   chunk counts: without the check, the streams waited until the timeout).
+ *   In both, every rank's turns goncclMismatch naming both sizes;
+ * - a2avsize: an alltoallv of 100 floats per pair, but rank 1 sends rank 0
+ *   200 (one chunk each: without the check, rank 0 silently kept half): the
+ *   same.
  *
  * In every case the survivors' stream must drain (cuStreamSynchronize
  * returns: released, not waiting on a flag for ever), and the next call must
@@ -132,6 +140,55 @@ int main(int argc, char** argv) {
     snprintf(victim, sizeof victim, "rank %d", nranks - 1);
     CHECK(strstr(goncclGetLastError(comm), victim) != NULL,
           "the error must name %s: %s", victim, goncclGetLastError(comm));
+    want = got;
+  } else if (strcmp(what, "p2psize") == 0 ||
+             strcmp(what, "p2psizechunks") == 0) {
+    size_t sent = 3000, expect = 2900;
+    if (strcmp(what, "p2psizechunks") == 0) sent = 1 << 20, expect = 1000;
+    float* big = fakecudaMalloc(dev, sent * sizeof(float));
+    CHECK(big != NULL, "fakecudaMalloc");
+    if (rank == 1)
+      OK(goncclSend(big, sent, goncclFloat32, 0, comm, stream), comm);
+    else if (rank == 0)
+      OK(goncclRecv(big, expect, goncclFloat32, 1, comm, stream), comm);
+    goncclResult_t got = await_error(comm, t0);
+    CHECK(got == goncclMismatch, "want goncclMismatch, got %s",
+          goncclGetErrorString(got));
+    char text[160];
+    snprintf(text, sizeof text,
+             "rank 1 sent %zu bytes to rank 0 (device message #1) but rank "
+             "0's receive expects %zu bytes",
+             sent * sizeof(float), expect * sizeof(float));
+    const char* msg = goncclGetLastError(comm);
+    CHECK(strstr(msg, text) != NULL, "message: %s", msg);
+    printf("rank %d: named the sizes\n", rank);
+    fakecudaStreamDrain(stream);
+    fakecudaFree(big);
+    want = got;
+  } else if (strcmp(what, "a2avsize") == 0) {
+    size_t sc[8], sd[8], rc[8], rd[8];
+    CHECK(nranks <= 8 && n >= 2 * 200 * (size_t)nranks, "a2avsize: %d ranks",
+          nranks);
+    for (int p = 0; p < nranks; p++) {
+      sc[p] = rc[p] = 100;
+      sd[p] = rd[p] = 200 * (size_t)p;
+    }
+    if (rank == 1) sc[0] = 200;
+    float* out = buf + n / 2;
+    /* A rank that comes late may find its communicator broken already. */
+    goncclResult_t r =
+        goncclAlltoAllv(buf, sc, sd, out, rc, rd, goncclFloat32, comm, stream);
+    CHECK(r == goncclSuccess || r == goncclMismatch, "goncclAlltoAllv: %s",
+          goncclGetErrorString(r));
+    goncclResult_t got = await_error(comm, t0);
+    CHECK(got == goncclMismatch, "want goncclMismatch, got %s",
+          goncclGetErrorString(got));
+    const char* msg = goncclGetLastError(comm);
+    CHECK(strstr(msg,
+                 "rank 1 sent 800 bytes to rank 0 (device message #1) "
+                 "but rank 0's receive expects 400 bytes") != NULL,
+          "message: %s", msg);
+    printf("rank %d: named the sizes\n", rank);
     want = got;
   } else if (strcmp(what, "abort") == 0) {
     if (rank == 0) {
