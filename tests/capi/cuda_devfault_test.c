@@ -12,7 +12,12 @@
  *   its communicator, which must release its waiting stream;
  * - p2pkill: the others enqueue a goncclRecv from the last rank, which
  *   SIGKILLs itself without sending; theirs turns goncclRemoteError (or
- *   goncclTimeout), naming it.
+ *   goncclTimeout), naming it;
+ * - p2pstall (communicator timeout 1.5 s): rank 0 sends 8 MiB to rank 1,
+ *   which never posts the receive; rank 0 writes its flight recorder to
+ *   p2pstall_rank0.json once the send is on its stream, then its watcher
+ *   times the send out and every rank turns goncclTimeout (or
+ *   goncclRemoteError).
  *
  * In every case the survivors' stream must drain (cuStreamSynchronize
  * returns: released, not waiting on a flag for ever), and the next call must
@@ -67,7 +72,9 @@ int main(int argc, char** argv) {
   goncclUniqueId id;
   share_id(argv[3], &id);
   goncclComm_t comm;
-  OK(goncclCommInitRankTimeout(&comm, nranks, id, rank, 10000), NULL);
+  int stall = strcmp(what, "p2pstall") == 0;
+  OK(goncclCommInitRankTimeout(&comm, nranks, id, rank, stall ? 1500 : 10000),
+     NULL);
 
   size_t n = 3000;
   float* buf = fakecudaMalloc(dev, n * sizeof(float));
@@ -133,6 +140,20 @@ int main(int argc, char** argv) {
     CHECK(strstr(goncclGetLastError(comm), victim) != NULL,
           "the error must name %s: %s", victim, goncclGetLastError(comm));
     want = got;
+  } else if (stall) {
+    if (rank == 0) {
+      size_t big = 2 << 20; /* 8 MiB: more chunks than the slots in flight */
+      float* msg = fakecudaMalloc(dev, big * sizeof(float));
+      CHECK(msg != NULL, "fakecudaMalloc");
+      OK(goncclSend(msg, big, goncclFloat32, 1, comm, stream), comm);
+      usleep(300000); /* on the GPU, waiting for rank 1 to drain its slots */
+      OK(goncclCommDumpTrace(comm, "p2pstall_rank0.json"), comm);
+      printf("rank %d: send on the GPU, dumped\n", rank);
+      fflush(stdout);
+    }
+    want = await_error(comm, t0);
+    CHECK(want == goncclTimeout || want == goncclRemoteError, "got %s",
+          goncclGetErrorString(want));
   } else if (strcmp(what, "abort") == 0) {
     if (rank == 0) {
       OK(goncclAllReduce(buf, buf, n, goncclFloat32, goncclSum, comm, stream),
