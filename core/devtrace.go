@@ -25,6 +25,8 @@ import (
 // (the device path requires it, as the staged path does), so the numbers agree across
 // ranks: dumps line up, and the executor's frames, whose headers carry the number and
 // are compared by the receiver, still match.
+//
+// Its sends and receives are recorded alike, but numbered apart: see p2ptrace.go.
 
 // DeviceOp is the flight-recorder entry of one device-path operation.
 type DeviceOp struct {
