@@ -44,7 +44,8 @@ type deviceP2P struct {
 	v    *views
 	sh   *cuda.Shared
 	op   cuda.P2POp
-	done func(error) // completes the caller's request once enqueued (held ones)
+	rec  core.P2PRecord // what the flight recorder says of it
+	done func(error)    // completes the caller's request once enqueued (held ones)
 }
 
 // tryDeviceP2P runs a send (recv false) or receive of b, count elements of dt with
@@ -72,7 +73,8 @@ func (v *views) tryDeviceP2P(c *core.Comm, recv bool, dt core.DataType, b buf, p
 	}
 	size := sizes[0]
 	d := &deviceP2P{e: v.e, c: c, v: v, sh: sh,
-		op: cuda.P2POp{Recv: recv, Peer: peer, Buf: uintptr(b.p), Bytes: size, Stream: v.stream}}
+		op:  cuda.P2POp{Recv: recv, Peer: peer, Buf: uintptr(b.p), Bytes: size, Stream: v.stream},
+		rec: core.P2PRecord{Recv: recv, Peer: peer, DType: dt, Count: size / dt.Size()}}
 	if !async {
 		if req, held := holdInGroup(d); held {
 			return req, true, nil
@@ -88,7 +90,7 @@ func (v *views) tryDeviceP2P(c *core.Comm, recv bool, dt core.DataType, b buf, p
 	// On the side stream, after the work queued on the caller's stream so far.
 	sv := *v
 	sv.stream, d.op.Stream = side, side
-	req, err = sv.runDevice(c, devRecord{root: -1}, core.Uint8, func([]uintptr) error {
+	req, err = sv.runDevice(c, devRecord{root: -1, p2p: []core.P2PRecord{d.rec}}, core.Uint8, func([]uintptr) error {
 		if err := sh.Follow(side, v.stream); err != nil {
 			return err
 		}
@@ -176,15 +178,16 @@ func (v *views) decidedShared() (*cuda.Shared, error) {
 }
 
 // enqueueP2P enqueues ops, of one communicator and stream, as one group, in issue
-// order with the communicator's other operations on the stream (runDevice). They are
-// not in the flight recorder, whose sequence numbers count collectives.
+// order with the communicator's other operations on the stream (runDevice), each an
+// entry of the flight recorder (core/p2ptrace.go).
 func enqueueP2P(ops []*deviceP2P) (*core.Request, error) {
 	first := ops[0]
 	batch := make([]cuda.P2POp, len(ops))
+	recs := make([]core.P2PRecord, len(ops))
 	for i, d := range ops {
-		batch[i] = d.op
+		batch[i], recs[i] = d.op, d.rec
 	}
-	return first.v.runDevice(first.c, devRecord{root: -1}, core.Uint8, func([]uintptr) error {
+	return first.v.runDevice(first.c, devRecord{root: -1, p2p: recs}, core.Uint8, func([]uintptr) error {
 		return p2pNoted(first.c, first.sh, batch)
 	})
 }

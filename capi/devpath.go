@@ -247,9 +247,10 @@ func (v *views) tryDevice(c *core.Comm, kind core.Kind, dt core.DataType, op *co
 
 // devRecord is what the flight recorder says of a device-path operation.
 type devRecord struct {
-	kind        core.Kind
+	kind        core.Kind // 0: a group of sends and receives, p2p
 	redop       core.RedOp
 	root, count int
+	p2p         []core.P2PRecord
 }
 
 // runDevice checks the device buffers bufs (as get does) and enqueues enqueue's
@@ -276,12 +277,15 @@ func (v *views) runDevice(c *core.Comm, rec devRecord, dt core.DataType, enqueue
 	if err != nil {
 		return nil, err
 	}
-	var dop *core.DeviceOp // point-to-point (kind 0) is not in the recorder
+	var dop *core.DeviceOp
 	if rec.kind != 0 {
-		if dop, err = c.IssueDeviceOp(rec.kind, dt, rec.redop, rec.root, rec.count); err != nil {
-			st.Cancel()
-			return nil, err
-		}
+		dop, err = c.IssueDeviceOp(rec.kind, dt, rec.redop, rec.root, rec.count)
+	} else if len(rec.p2p) > 0 {
+		dop, err = c.IssueDeviceP2P(rec.p2p)
+	}
+	if err != nil {
+		st.Cancel()
+		return nil, err
 	}
 	v.staging = st
 	e := v.e

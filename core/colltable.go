@@ -136,6 +136,12 @@ func (k Kind) row() *collective {
 }
 
 func (k Kind) String() string {
+	switch k {
+	case KindSend:
+		return "send"
+	case KindRecv:
+		return "recv"
+	}
 	if r := k.row(); r != nil {
 		return r.label
 	}

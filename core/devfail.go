@@ -39,9 +39,11 @@ func (f *flightRecorder) failDevice(err error) (firstFailure bool) {
 	now := time.Now().UnixNano()
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for i := range f.ring {
-		if s := &f.ring[i]; s.device && (s.state == TraceQueued || s.state == TraceStarted) {
-			s.state, s.finished, s.poll, s.err = TraceFailed, now, nil, "released: "+err.Error()
+	for _, ring := range [2][]traceSlot{f.ring, f.p2p} { // collectives, sends and receives
+		for i := range ring {
+			if s := &ring[i]; s.device && (s.state == TraceQueued || s.state == TraceStarted) {
+				s.state, s.finished, s.poll, s.err = TraceFailed, now, nil, "released: "+err.Error()
+			}
 		}
 	}
 	if !f.dumpedFail {

@@ -25,12 +25,18 @@ import (
 // (the device path requires it, as the staged path does), so the numbers agree across
 // ranks: dumps line up, and the executor's frames, whose headers carry the number and
 // are compared by the receiver, still match.
+//
+// Its sends and receives are recorded alike, but numbered apart: see p2ptrace.go.
 
 // DeviceOp is the flight-recorder entry of one device-path operation.
 type DeviceOp struct {
 	c     *Comm
 	seq   uint64
 	stamp int64 // hop timing: when it was issued
+	// A group of sends and receives (IssueDeviceP2P): its entries in the recorder's
+	// point-to-point ring, p2p..p2p+np2p-1 (p2p 0: the recorder is off).
+	p2p  uint64
+	np2p int
 }
 
 // IssueDeviceOp gives a device-path operation (kind, dtype, reduction, root or -1,
@@ -50,7 +56,7 @@ func (c *Comm) IssueDeviceOp(kind Kind, dt DataType, redop RedOp, root, count in
 	return &DeviceOp{c: c, seq: o.seq, stamp: stamp}, nil
 }
 
-// Seq is the operation's sequence number.
+// Seq is the operation's sequence number (0 for sends and receives).
 func (d *DeviceOp) Seq() uint64 { return d.seq }
 
 // OnGPU records that the operation's work is enqueued on its stream; done reports
@@ -58,12 +64,22 @@ func (d *DeviceOp) Seq() uint64 { return d.seq }
 // must be safe on any goroutine, and cheap: a cuEventQuery).
 func (d *DeviceOp) OnGPU(done func() (bool, error)) {
 	hopEnd(HopDevice, d.stamp)
+	if d.np2p > 0 {
+		d.c.trace.onGPUP2P(d.p2p, d.np2p, done)
+		return
+	}
 	d.c.trace.onGPU(d.seq, done)
 }
 
 // Failed records that enqueueing the operation's work failed with err (not nil); the
 // first failure of the communicator writes the dump, as an executor failure does.
 func (d *DeviceOp) Failed(err error) {
+	if d.np2p > 0 {
+		if d.c.trace.failedP2P(d.p2p, d.np2p, err) {
+			d.c.autoDump("failure: " + err.Error())
+		}
+		return
+	}
 	if d.c.trace.finished(d.seq, AlgoDirect, err) {
 		d.c.autoDump("failure: " + err.Error())
 	}
@@ -99,13 +115,19 @@ func (f *flightRecorder) onGPU(seq uint64, done func() (bool, error)) {
 func (f *flightRecorder) pollDevice() {
 	type pending struct {
 		seq  uint64
+		p2p  bool
 		poll func() (bool, error)
 	}
 	var ps []pending
 	f.mu.Lock()
 	for i := range f.ring {
 		if s := &f.ring[i]; s.poll != nil && s.state == TraceStarted {
-			ps = append(ps, pending{s.seq, s.poll})
+			ps = append(ps, pending{s.seq, false, s.poll})
+		}
+	}
+	for i := range f.p2p {
+		if s := &f.p2p[i]; s.poll != nil && s.state == TraceStarted {
+			ps = append(ps, pending{s.seq, true, s.poll})
 		}
 	}
 	f.mu.Unlock()
@@ -116,7 +138,11 @@ func (f *flightRecorder) pollDevice() {
 		}
 		now := time.Now().UnixNano()
 		f.mu.Lock()
-		if s := f.slot(p.seq); s != nil && s.state == TraceStarted {
+		s := f.slot(p.seq)
+		if p.p2p {
+			s = f.p2pSlot(p.seq)
+		}
+		if s != nil && s.state == TraceStarted {
 			s.state, s.finished, s.poll = TraceCompleted, now, nil
 			if err != nil {
 				s.state, s.err = TraceFailed, fmt.Sprintf("asking the GPU whether the operation finished: %v", err)

@@ -78,6 +78,12 @@ type TraceEntry struct {
 	// LastSeq its last one's so far, Chunks its number of chunks. 0 for other entries.
 	LastSeq uint64
 	Chunks  int
+	// A send or receive (Kind KindSend or KindRecv, device path only: see p2ptrace.go):
+	// Seq is the last collective's number before it, Peer the rank on the other side,
+	// P2PSeq its number among this rank's sends to (receives from) Peer, from 1. Both
+	// are 0 for a collective.
+	Peer   int
+	P2PSeq uint64
 }
 
 type traceSlot struct {
@@ -94,6 +100,23 @@ type traceSlot struct {
 	device                      bool                 // the device path's (see devtrace.go)
 	group                       *TraceGroup          // the caller's collective it is part of (tracegroup.go)
 	poll                        func() (bool, error) // device path, started: has the GPU finished it?
+	peer                        int32                // send/recv (p2ptrace.go): the other rank
+	pseq, after                 uint64               // send/recv: P2PSeq, and the collective's Seq before it
+}
+
+// entry is the slot's TraceEntry (not for a group's operations: TraceGroup.entry).
+func (s *traceSlot) entry() TraceEntry {
+	path, seq, peer := PathHost, s.seq, 0
+	if s.device {
+		path = PathDevice
+	}
+	if s.kind == KindSend || s.kind == KindRecv {
+		seq, peer = s.after, int(s.peer)
+	}
+	return TraceEntry{Seq: seq, Kind: s.kind, Path: path, DType: s.dtype, RedOp: s.redop, Algo: s.algo,
+		State: s.state, Root: int(s.root), Count: s.count, Bytes: s.count * uint64(s.dtype.Size()),
+		Enqueued: unixTime(s.enqueued), Started: unixTime(s.started), Finished: unixTime(s.finished), Err: s.err,
+		Peer: peer, P2PSeq: s.pseq}
 }
 
 // flightRecorder is a communicator's ring of recent operations. A nil recorder
@@ -105,6 +128,12 @@ type flightRecorder struct {
 	rank, nranks int
 	dir          string // GONCCL_TRACE_DUMP_DIR, "" for none
 	dumpedFail   bool   // the first failure has been dumped
+	// Device-path sends and receives (p2ptrace.go): their ring, made at the first, of
+	// entries numbered 1..p2pN, and the sends and receives so far per peer (2*peer,
+	// 2*peer+1).
+	p2p      []traceSlot
+	p2pN     uint64
+	p2pCount []uint64
 }
 
 // newFlightRecorder returns a recorder of size slots, or nil if size is 0.
@@ -225,15 +254,9 @@ func (f *flightRecorder) entries() []TraceEntry {
 			}
 			continue
 		}
-		path := PathHost
-		if s.device {
-			path = PathDevice
-		}
-		out = append(out, TraceEntry{Seq: s.seq, Kind: s.kind, Path: path, DType: s.dtype, RedOp: s.redop, Algo: s.algo,
-			State: s.state, Root: int(s.root), Count: s.count, Bytes: s.count * uint64(s.dtype.Size()),
-			Enqueued: unixTime(s.enqueued), Started: unixTime(s.started), Finished: unixTime(s.finished), Err: s.err})
+		out = append(out, s.entry())
 	}
-	return out
+	return mergeByTime(out, f.p2pEntries())
 }
 
 func unixTime(ns int64) time.Time {
@@ -273,6 +296,8 @@ type traceJSON struct {
 	Error    string   `json:"error,omitempty"`
 	Chunks   int      `json:"chunks,omitempty"`   // a collective run as several operations (TraceEntry.Chunks)
 	LastSeq  uint64   `json:"last_seq,omitempty"` // its last operation's number
+	Peer     *int     `json:"peer,omitempty"`     // a send/recv: the other rank
+	P2PSeq   uint64   `json:"p2p_seq,omitempty"`  // a send/recv: its number among those with peer
 }
 
 func seconds(t time.Time) *float64 {
@@ -310,6 +335,9 @@ func (f *flightRecorder) dump(path, reason string) error {
 			Started: seconds(e.Started), Finished: seconds(e.Finished), Error: e.Err, Chunks: e.Chunks, LastSeq: e.LastSeq}
 		if e.Kind.reduces() {
 			j.RedOp = e.RedOp.String()
+		}
+		if e.IsP2P() {
+			j.Peer, j.P2PSeq = &e.Peer, e.P2PSeq
 		}
 		tf.Ops = append(tf.Ops, j)
 	}

@@ -230,7 +230,9 @@ def _check_pipelined(dump: str, path: str):
 def _check_flight_recorder(dump: str, nranks: int, device: bool):
     """Every rank's flight recorder (written at destroy) lists the device-path operations
     beside the staged ones, with the same sequence numbers on every rank, and finished:
-    the GPU was past them when the communicator was destroyed."""
+    the GPU was past them when the communicator was destroyed. The device path's sends
+    and receives are there too, apart (RankTrace.p2p), completed, each send matched by
+    its peer's receive of the same number and size."""
     comms = trace.load(dump)
     assert comms, f"no flight recorder in {dump}"
     ranks = comms[max(comms, key=lambda c: len(comms[c]))]
@@ -248,7 +250,16 @@ def _check_flight_recorder(dump: str, nranks: int, device: bool):
         for a, b in zip(t.ops, t.ops[1:]):
             assert b["seq"] == a.get("last_seq", a["seq"]) + 1, f"rank {r}: seq {b['seq']} after {a}"
         seen.append(dev)
+        assert bool(t.p2p) == device, f"rank {r}: device-path sends and receives {t.p2p}"
+        for o in t.p2p:
+            assert o["op"] in ("send", "recv") and 0 <= o["peer"] < nranks and o["p2p_seq"] >= 1, f"rank {r}: {o}"
+            assert o["path"] == "device" and o["state"] == "completed" and o["finished"] is not None, f"rank {r}: {o}"
     assert all(d == seen[0] for d in seen), seen  # the ranks' dumps line up
+    for r, t in ranks.items():
+        for o in t.p2p:
+            other = "recv" if o["op"] == "send" else "send"
+            match = [p for p in ranks[o["peer"]].p2p if p["op"] == other and p["peer"] == r and p["p2p_seq"] == o["p2p_seq"]]
+            assert len(match) == 1 and match[0]["bytes"] == o["bytes"], f"rank {r}: {o}; rank {o['peer']}: {match}"
 
 
 # mode -> the signal it dies of and what its FAULT line says (None: the host's own

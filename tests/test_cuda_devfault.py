@@ -12,12 +12,14 @@ harness's timeout, which kills every rank (a hang fails the test). Before the de
 path's watcher (cuda/devfault.go) each case hung until that timeout.
 """
 
+import json
 import os
 
 import pytest
 
 import _harness
 import test_cuda_capi as base
+from gonccl import trace
 
 SOURCE = os.path.join(_harness.TESTS_DIR, "capi", "cuda_devfault_test.c")
 RUN_TIMEOUT = 60
@@ -29,9 +31,9 @@ def devfault_binary(package_dir, tmp_path_factory):
     return fake, base._build_test(tmp_path_factory, SOURCE, fake, package_dir, [])
 
 
-def _run(devfault_binary, nranks, case, tmp_path):
+def _run(devfault_binary, nranks, case, tmp_path, extra=None):
     fake, binary = devfault_binary
-    env = base._env(fake, {"GONCCL_DEVICE_PATH": "1"})
+    env = base._env(fake, {"GONCCL_DEVICE_PATH": "1", **(extra or {})})
     id_file = str(tmp_path / "unique_id")
     return _harness.run_processes(
         [[binary, str(r), str(nranks), id_file, case] for r in range(nranks)],
@@ -97,3 +99,33 @@ def test_abort_releases_waiting_stream(devfault_binary, tmp_path):
     run = _run(devfault_binary, 2, "abort", tmp_path)
     run.assert_ok("goncclCommAbort with a device op waiting")
     assert "rank 0: stream drained after abort" in run.procs[0].stdout, run.procs[0].describe()
+
+
+@pytest.mark.timeout(RUN_TIMEOUT + 60)
+def test_stalled_send_in_flight_recorder(devfault_binary, tmp_path):
+    """Rank 0's device-path send to rank 1, which never posts the receive: rank 0's
+    flight recorder shows it on the GPU, not finished (a dump while it hangs), then
+    failed once the watcher times it out (the dump at the failure and at abort), and
+    python -m gonccl.trace names it and the missing receive."""
+    dump = tmp_path / "trace"
+    run = _run(devfault_binary, 2, "p2pstall", tmp_path, {"GONCCL_TRACE_DUMP_DIR": str(dump)})
+    run.assert_ok("a send whose receive is never posted")
+    assert "rank 0: send on the GPU, dumped" in run.procs[0].stdout, run.procs[0].describe()
+    with open(tmp_path / "p2pstall_rank0.json") as f:
+        during = [o for o in json.load(f)["ops"] if trace.is_p2p(o)]
+    assert len(during) == 1, during
+    o = during[0]
+    assert (o["op"], o["peer"], o["p2p_seq"], o["dtype"], o["count"], o["bytes"]) == (
+        "send", 1, 1, "float32", 2 << 20, 8 << 20), o
+    assert (o["path"], o["state"], o["finished"]) == ("device", "started", None), o
+    ranks = trace.load(str(dump))
+    assert len(ranks) == 1, ranks
+    ranks = next(iter(ranks.values()))
+    assert sorted(ranks) == [0, 1], ranks
+    assert ranks[1].p2p == [], ranks[1].p2p
+    (o,) = ranks[0].p2p
+    assert (o["op"], o["peer"], o["p2p_seq"], o["state"]) == ("send", 1, 1, "failed"), o
+    assert o["error"].startswith("released: ") and "rank 1" in o["error"], o
+    text, _ = trace.report(str(dump))
+    assert "rank 0 is stuck in send #1 to rank 1 (float32, 2097152)" in text, text
+    assert "rank 1 never posted the matching recv (none recorded)" in text, text

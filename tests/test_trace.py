@@ -128,3 +128,32 @@ def test_trace_shows_the_device_path(tmp_path):
     text, _ = trace.report(d)
     assert ("ranks 0,1 are stuck in seq 1 all_reduce(float32, 1024) (started (on the GPU, not finished)) "
             "and no rank is behind") in text, text
+
+
+def _p2p(op, peer, p2p_seq, after=0, state="completed", error=""):
+    o = _op(after, op=op, count=256, state=state, error=error, path="device")
+    o.update(peer=peer, p2p_seq=p2p_seq)
+    return o
+
+
+def test_trace_shows_device_send_recv(tmp_path):
+    """The device path's sends and receives stay apart from the collectives (they do not
+    take their sequence numbers), and each one not finished is named with its match on
+    the peer: a receive not posted, or one that is itself stuck."""
+    d = str(tmp_path)
+    # A pipeline of 3 stages after all_reduce 1: rank 0 sent twice to rank 1, which
+    # received once; rank 1's second receive was never posted. Rank 1's send to rank 2
+    # is stuck with rank 2's receive, which failed at the release.
+    _write(d, "pp", 0, 3, [_op(1, path="device"), _p2p("send", 1, 1, 1), _p2p("send", 1, 2, 1, state="started")])
+    _write(d, "pp", 1, 3, [_op(1, path="device"), _p2p("recv", 0, 1, 1), _p2p("send", 2, 1, 1, state="started")])
+    _write(d, "pp", 2, 3, [_op(1, path="device"), _p2p("recv", 1, 1, 1, state="failed", error="released: timed out")])
+    comms = trace.load(d)
+    assert [o["seq"] for o in comms["pp"][0].ops] == [1] and len(comms["pp"][0].p2p) == 2
+    text, _ = trace.report(d)
+    assert "every rank completed every recorded operation (up to seq 1)" in text, text
+    assert ("rank 0 is stuck in send #2 to rank 1 (float32, 256) (started (on the GPU, not finished)); "
+            "rank 1 never posted the matching recv (its last is #1)") in text, text
+    assert ("rank 1 is stuck in send #1 to rank 2 (float32, 256) (started (on the GPU, not finished)); "
+            "rank 2's recv #1 from rank 1 (float32, 256) is failed") in text, text
+    assert "rank 2 is stuck in recv #1 from rank 1 (float32, 256) (failed); rank 1's send #1" in text, text
+    assert text.rstrip().endswith(": released: timed out"), text

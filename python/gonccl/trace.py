@@ -10,7 +10,10 @@ is in) and a diagnosis: the ranks that never reached the operation the others ar
 stuck in, ranks that called different operations at one sequence number, and ranks
 that left no file. Operations of the device path (GONCCL_DEVICE_PATH=1, "path": "device"
 in the files) are marked as such: one "started" there is enqueued on the GPU and not
-finished by it.
+finished by it. The device path's sends and receives are recorded too ("op" "send" or
+"recv", with "peer" and "p2p_seq", their number among the rank's sends to, or receives
+from, that peer): they are kept apart from the collectives (RankTrace.p2p) and the
+diagnosis names those not finished, each with the state of its match on the peer.
 """
 
 from __future__ import annotations
@@ -34,8 +37,9 @@ class RankTrace:
     host: str
     reason: str
     dumped_at: float
-    ops: list[dict] = field(default_factory=list)
+    ops: list[dict] = field(default_factory=list)  # collectives, by seq
     path: str = ""
+    p2p: list[dict] = field(default_factory=list)  # sends and receives, in issue order
 
     @property
     def last_completed(self) -> dict | None:
@@ -65,14 +69,56 @@ def load(directory: str) -> dict[str, dict[int, RankTrace]]:
         except (OSError, ValueError) as e:
             print(f"skipping {path}: {e}", file=sys.stderr)
             continue
+        ops = d.get("ops") or []
         t = RankTrace(comm=d["comm"], rank=d["rank"], nranks=d["nranks"], pid=d.get("pid", 0),
                       host=d.get("host", ""), reason=d.get("reason", ""), dumped_at=d.get("dumped_at", 0.0),
-                      ops=sorted(d.get("ops") or [], key=lambda o: o["seq"]), path=path)
+                      ops=sorted((o for o in ops if not is_p2p(o)), key=lambda o: o["seq"]), path=path,
+                      p2p=[o for o in ops if is_p2p(o)])
         ranks = comms.setdefault(t.comm, {})
         old = ranks.get(t.rank)
         if old is None or t.dumped_at >= old.dumped_at:
             ranks[t.rank] = t
     return comms
+
+
+def is_p2p(o: dict) -> bool:
+    """Whether o is a send or receive (of the device path), not a collective."""
+    return "peer" in o
+
+
+def describe_p2p(o: dict) -> str:
+    """send #3 to rank 1 (float32, 1024), recv #1 from rank 0 (int8, 16)."""
+    to = "to" if o["op"] == "send" else "from"
+    return f"{o['op']} #{o.get('p2p_seq', 0)} {to} rank {o['peer']} ({o['dtype']}, {o['count']})"
+
+
+def diagnose_p2p(ranks: dict[int, RankTrace]) -> list[str]:
+    """The sends and receives some rank has not finished, each with its match on the
+    peer: the peer's receive (send) of the same number, or that the peer never posted
+    it, or left no file."""
+    out: list[str] = []
+    for r, t in sorted(ranks.items()):
+        for o in t.p2p:
+            if o["state"] == "completed":
+                continue
+            line = f"rank {r} is stuck in {describe_p2p(o)} ({state_text(o)})"
+            peer = ranks.get(o["peer"])
+            other = "recv" if o["op"] == "send" else "send"
+            if peer is None:
+                line += f"; rank {o['peer']} left no trace file"
+            else:
+                mine = [p for p in peer.p2p if p["op"] == other and p["peer"] == r]
+                match = [p for p in mine if p.get("p2p_seq") == o.get("p2p_seq")]
+                last = max((p.get("p2p_seq", 0) for p in mine), default=0)
+                if match:
+                    line += f"; rank {o['peer']}'s {describe_p2p(match[0])} is {state_text(match[0])}"
+                elif last < o.get("p2p_seq", 0):
+                    posted = f"its last is #{last}" if last else "none recorded"
+                    line += f"; rank {o['peer']} never posted the matching {other} ({posted})"
+            if o.get("error"):
+                line += f": {o['error'].splitlines()[0][:300]}"
+            out.append(line)
+    return out
 
 
 def describe(o: dict | None) -> str:
@@ -189,6 +235,7 @@ def report(directory: str) -> tuple[str, bool]:
         lines.append(f"communicator {comm}: {nranks} ranks, {len(ranks)} trace files, up to {nops} operations each")
         lines.extend("  " + row for row in table(ranks))
         lines.extend("  => " + f for f in diagnose(ranks))
+        lines.extend("  => " + f for f in diagnose_p2p(ranks))
         lines.append("")
     return "\n".join(lines).rstrip() + "\n", True
 

@@ -20,7 +20,12 @@
  *   In both, every rank's turns goncclMismatch naming both sizes;
  * - a2avsize: an alltoallv of 100 floats per pair, but rank 1 sends rank 0
  *   200 (one chunk each: without the check, rank 0 silently kept half): the
- *   same.
+ *   same;
+ * - p2pstall (communicator timeout 1.5 s): rank 0 sends 8 MiB to rank 1,
+ *   which never posts the receive; rank 0 writes its flight recorder to
+ *   p2pstall_rank0.json once the send is on its stream, then its watcher
+ *   times the send out and every rank turns goncclTimeout (or
+ *   goncclRemoteError).
  *
  * In every case the survivors' stream must drain (cuStreamSynchronize
  * returns: released, not waiting on a flag for ever), and the next call must
@@ -75,7 +80,9 @@ int main(int argc, char** argv) {
   goncclUniqueId id;
   share_id(argv[3], &id);
   goncclComm_t comm;
-  OK(goncclCommInitRankTimeout(&comm, nranks, id, rank, 10000), NULL);
+  int stall = strcmp(what, "p2pstall") == 0;
+  OK(goncclCommInitRankTimeout(&comm, nranks, id, rank, stall ? 1500 : 10000),
+     NULL);
 
   size_t n = 3000;
   float* buf = fakecudaMalloc(dev, n * sizeof(float));
@@ -190,6 +197,20 @@ int main(int argc, char** argv) {
           "message: %s", msg);
     printf("rank %d: named the sizes\n", rank);
     want = got;
+  } else if (stall) {
+    if (rank == 0) {
+      size_t big = 2 << 20; /* 8 MiB: more chunks than the slots in flight */
+      float* msg = fakecudaMalloc(dev, big * sizeof(float));
+      CHECK(msg != NULL, "fakecudaMalloc");
+      OK(goncclSend(msg, big, goncclFloat32, 1, comm, stream), comm);
+      usleep(300000); /* on the GPU, waiting for rank 1 to drain its slots */
+      OK(goncclCommDumpTrace(comm, "p2pstall_rank0.json"), comm);
+      printf("rank %d: send on the GPU, dumped\n", rank);
+      fflush(stdout);
+    }
+    want = await_error(comm, t0);
+    CHECK(want == goncclTimeout || want == goncclRemoteError, "got %s",
+          goncclGetErrorString(want));
   } else if (strcmp(what, "abort") == 0) {
     if (rank == 0) {
       OK(goncclAllReduce(buf, buf, n, goncclFloat32, goncclSum, comm, stream),
