@@ -32,8 +32,8 @@ import (
 // releases its streams when a peer is lost (core's error), when an operation has been
 // on the GPU past the communicator's timeout, or when the ranks' descriptors of an
 // operation differ, and breaks the communicator (core.Comm.FailDevice) with an error
-// naming the ranks, which the next call returns. (Device send/recv are not watched:
-// see capi/devp2p.go.)
+// naming the ranks, which the next call returns. Device send/recv are watched the same
+// way (cuda/devp2pwatch.go), and their sizes compared by the hosts (core/devp2psize.go).
 
 // devScratchBytes is each rank's device scratch unless GONCCL_DEVICE_SCRATCH says
 // otherwise: larger operations take several rounds of it.
