@@ -266,6 +266,10 @@ def sec_ctrl_c() -> None:
     group_timeout = scaled(60)
     g = dist.new_group(backend="gonccl", timeout=timedelta(seconds=group_timeout))
     check_group_still_works(g, "fresh subgroup")
+    # Python's own Ctrl-C handler, as a user at a terminal has it: a rank started in the
+    # background by a shell without job control inherits SIGINT ignored (CI rehearsals
+    # launched with `(... &)` failed here: the signal never arrived).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     if RANK == 0:
         outcome, ended = "nothing", None
         sent = []
