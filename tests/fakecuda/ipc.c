@@ -21,6 +21,7 @@
  */
 #define _GNU_SOURCE
 #include "fakecuda_internal.h"
+#include "strict.h"
 
 #include <fcntl.h>
 #include <pthread.h>
@@ -55,6 +56,7 @@ typedef struct shared {
   int fd;       /* the memfd of an allocation made here; -1 for an opened one */
   int imported; /* opened with cuIpcOpenMemHandle */
   int live;
+  unsigned* ctl; /* the mapper table after the allocation (deadpeer.c) */
   struct shared* next;
 } shared;
 
@@ -97,10 +99,11 @@ CUresult cuMemAlloc_v2(CUdeviceptr* out, size_t n) {
   CUresult r = need_ctx();
   if (r) return r;
   if (out == NULL || n == 0) return CUDA_ERROR_INVALID_VALUE;
+  drain_ctx("cuMemAlloc");
   size_t size = (n + 4095) & ~(size_t)4095;
   int fd = memfd_create("fakecuda-device-memory", MFD_CLOEXEC);
   if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
-  if (ftruncate(fd, (off_t)size) != 0) {
+  if (ftruncate(fd, (off_t)size + 4096) != 0) { /* + the mapper table (deadpeer.c) */
     close(fd);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
@@ -115,7 +118,9 @@ CUresult cuMemAlloc_v2(CUdeviceptr* out, size_t n) {
   s->n = size;
   s->fd = fd;
   s->live = 1;
+  s->ctl = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)size);
   pthread_mutex_lock(&mu);
+  g_strict.dev_allocs++;
   track(p, n, t_current->dev);
   s->next = g_shared;
   g_shared = s;
@@ -128,6 +133,7 @@ CUresult cuMemFree_v2(CUdeviceptr ptr) {
   CUresult r = need_ctx();
   if (r) return r;
   char* p = (char*)(uintptr_t)ptr;
+  drain_ctx("cuMemFree");
   pthread_mutex_lock(&mu);
   shared* s = find_shared(p);
   if (s == NULL) {
@@ -140,6 +146,8 @@ CUresult cuMemFree_v2(CUdeviceptr ptr) {
     pthread_mutex_unlock(&mu);
     return CUDA_ERROR_INVALID_VALUE;
   }
+  g_strict.dev_frees++;
+  if (s->ctl != MAP_FAILED) check_no_mappers(s->ctl, p);
   /* Poisoned for every process that still maps it, then unreachable from here. */
   memset(p, POISON, s->n);
   s->live = 0;
@@ -162,6 +170,7 @@ CUresult cuIpcGetMemHandle(void* handle, CUdeviceptr ptr) {
     return CUDA_ERROR_INVALID_VALUE; /* not the base of a live cuMemAlloc allocation */
   }
   ipcHandle h = {IPC_MAGIC, getpid(), s->fd, a->dev, s->n, {0}};
+  g_strict.ipc_exports++;
   pthread_mutex_unlock(&mu);
   memcpy(handle, &h, sizeof h);
   return CUDA_SUCCESS;
@@ -186,8 +195,9 @@ CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* out, CUipcMemHandle handle, unsigned
   int fd = open(path, O_RDWR | O_CLOEXEC);
   if (fd < 0) return CUDA_ERROR_INVALID_HANDLE; /* the exporter exited or freed it */
   char* p = mmap(NULL, h.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  unsigned* ctl = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)h.size);
   close(fd);
-  if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (p == MAP_FAILED || ctl == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
   shared* s = calloc(1, sizeof *s);
   s->p = p;
   s->n = h.size;
@@ -195,6 +205,8 @@ CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* out, CUipcMemHandle handle, unsigned
   s->imported = 1;
   s->live = 1;
   pthread_mutex_lock(&mu);
+  g_strict.ipc_opens++;
+  mapping_opened(p, h.size, h.pid, ctl);
   track(p, h.size, h.dev);
   s->next = g_shared;
   g_shared = s;
@@ -214,6 +226,8 @@ CUresult cuIpcCloseMemHandle(CUdeviceptr ptr) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   s->live = 0;
+  g_strict.ipc_closes++;
+  mapping_closed(p);
   mark_dead(p);
   retire(p, s->n);
   pthread_mutex_unlock(&mu);
@@ -250,6 +264,7 @@ static void run_dtod(op* o) {
     g_count.bad_access++;
     return;
   }
+  check_write(o->dst, o->n, "a device copy (cuMemcpyDtoDAsync)", 0);
   memmove(o->dst, o->src, o->n);
 }
 
@@ -261,6 +276,7 @@ CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, void* 
       (!live_dev((void*)(uintptr_t)dst, n) || !live_dev((void*)(uintptr_t)src, n)))
     r = CUDA_ERROR_INVALID_VALUE;
   if (r == CUDA_SUCCESS && n > 0) {
+    check_write((void*)(uintptr_t)dst, n, "a device copy (cuMemcpyDtoDAsync)", 1);
     op* o = calloc(1, sizeof *o);
     o->kind = OP_CALL;
     o->call = run_dtod;
@@ -307,6 +323,7 @@ static void run_write(op* o) {
     g_count.bad_access++;
     return;
   }
+  check_write(flag, 4, "cuStreamWriteValue32", 0);
   __atomic_store_n(flag, (unsigned)o->arg[0], __ATOMIC_RELEASE);
 }
 
@@ -316,6 +333,7 @@ static CUresult mem_op(void* stream, CUdeviceptr addr, unsigned value, unsigned 
   CUresult r = stream_for(stream, &s);
   if (r == CUDA_SUCCESS && ((addr & 3) != 0 || !live_dev((void*)(uintptr_t)addr, 4))) r = CUDA_ERROR_INVALID_VALUE;
   if (r == CUDA_SUCCESS) {
+    if (call == run_write) check_write((void*)(uintptr_t)addr, 4, "cuStreamWriteValue32", 1);
     op* o = calloc(1, sizeof *o);
     o->kind = OP_CALL;
     o->call = call;
@@ -354,4 +372,13 @@ CUresult cuMemsetD32_v2(CUdeviceptr ptr, unsigned value, size_t n) {
   for (size_t i = 0; i < n; i++) __atomic_store_n(&w[i], value, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&mu);
   return CUDA_SUCCESS;
+}
+
+int describe_wait(const op* o, char* buf, size_t n) {
+  if (o->kind != OP_CALL || o->call != run_wait) return 0;
+  unsigned* flag = (unsigned*)o->dst;
+  snprintf(buf, n, "cuStreamWaitValue32 on the flag at %p (it holds %u; the wait needs %s %lu)", (void*)flag,
+           live_dev(flag, 4) ? __atomic_load_n(flag, __ATOMIC_ACQUIRE) : 0u,
+           o->arg[1] == WAIT_EQ ? "==" : o->arg[1] == WAIT_GEQ ? ">=" : "a mask test with", o->arg[0]);
+  return 1;
 }

@@ -5,6 +5,7 @@
  */
 #define _GNU_SOURCE
 #include "fakecuda_internal.h"
+#include "strict.h"
 
 #include <pthread.h>
 #include <stdint.h>
@@ -107,6 +108,7 @@ CUresult cuMemHostAlloc(void** pp, size_t n, unsigned int flags) {
   (void)flags;
   CUresult r = need_ctx();
   if (r) return r;
+  drain_ctx("cuMemHostAlloc");
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
   size_t mapped = ((n ? n : 1) + page - 1) / page * page;
   char* p = mmap(NULL, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -126,6 +128,7 @@ CUresult cuMemHostAlloc(void** pp, size_t n, unsigned int flags) {
 CUresult cuMemFreeHost(void* p) {
   CUresult r = need_ctx();
   if (r) return r;
+  drain_ctx("cuMemFreeHost");
   pthread_mutex_lock(&mu);
   alloc* a = find(p, 1, 0);
   if (a == NULL || !a->live || a->p != p) {

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "fakecuda_internal.h"
+#include "strict.h"
 #include "kernels_host.h"
 
 enum {
@@ -40,6 +41,7 @@ typedef struct fakeModule {
 typedef struct fakeFunction {
   fakeModule* m;
   const hostKernel* k;
+  int loaded; /* loaded eagerly (CUDA_MODULE_LOADING=EAGER), by cuFuncLoad, or launched */
   struct fakeFunction* next;
 } fakeFunction;
 
@@ -191,9 +193,29 @@ CUresult cuModuleGetFunction(void** function, void* module, const char* name) {
     fakeFunction* f = calloc(1, sizeof *f);
     f->m = m;
     f->k = k;
+    const char* mode = getenv("CUDA_MODULE_LOADING"); /* the driver's default is LAZY */
+    f->loaded = mode != NULL && strcmp(mode, "EAGER") == 0;
     f->next = g_functions;
     g_functions = f;
     *function = f;
+  }
+  pthread_mutex_unlock(&mu);
+  return r;
+}
+
+/* cuFuncLoad loads a function now (CUDA 12.4), so that its first launch does not. */
+CUresult cuFuncLoad(void* function) {
+  CUresult r = need_ctx();
+  if (r) return r;
+  pthread_mutex_lock(&mu);
+  fakeFunction* f = function;
+  if (!is_function(f) || f->m->unloaded) {
+    r = CUDA_ERROR_INVALID_HANDLE;
+  } else if (!f->loaded) {
+    pthread_mutex_unlock(&mu);
+    drain_ctx("cuFuncLoad");
+    pthread_mutex_lock(&mu);
+    f->loaded = 1;
   }
   pthread_mutex_unlock(&mu);
   return r;
@@ -205,6 +227,16 @@ CUresult cuLaunchKernel(void* function, unsigned gx, unsigned gy, unsigned gz, u
   unsigned long long blocks = (unsigned long long)gx * gy * gz, threads = (unsigned long long)bx * by * bz;
   if (blocks == 0 || threads == 0 || threads > 1024 || params == NULL || extra != NULL)
     return CUDA_ERROR_INVALID_VALUE;
+  /* A lazily loaded kernel is loaded at its first launch, which waits for the
+   * context's work as an allocation does (drain.c). */
+  pthread_mutex_lock(&mu);
+  int lazy = is_function(function) && !((fakeFunction*)function)->loaded;
+  if (lazy) {
+    ((fakeFunction*)function)->loaded = 1;
+    g_strict.lazy_loads++;
+  }
+  pthread_mutex_unlock(&mu);
+  if (lazy && t_current != NULL) drain_ctx("the first launch of a lazily loaded kernel (cuLaunchKernel)");
   pthread_mutex_lock(&mu);
   fakeFunction* f = function;
   fakeStream* s = NULL;

@@ -1,0 +1,111 @@
+/*
+ * deadpeer.c: device memory shared between processes dies with its exporter (see
+ * strict.h). On a real GPU, memory mapped with cuIpcOpenMemHandle belongs to the
+ * exporting process's context: when that process dies (or frees it) the memory goes
+ * with it, and a stream of another process that still writes into it faults, leaving a
+ * sticky error that poisons its whole context. The fake keeps the memory (a memfd)
+ * but faults instead:
+ *
+ * - a write by a stream operation (cuStreamWriteValue32, a device copy's destination)
+ *   into a mapping whose exporter has died, when queued or when it runs, is counted
+ *   (dead_peer_writes) and reported on stderr ("fakecuda: WARNING"), not a fault: a
+ *   rank cannot know at once that a peer died, nor take back work its stream already
+ *   holds (see the header of fakecuda_internal.h); tests assert the count;
+ * - cuMemFree of exported memory that a live process still maps: each allocation has a
+ *   page after it (in the same memfd) listing the processes that opened it, which the
+ *   exporter checks when it frees.
+ */
+#define _GNU_SOURCE
+#include "strict.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+/* The mapper table: the pids of the processes that map the allocation. */
+#define MAPPERS 64
+
+typedef struct mapping {
+  char* p;
+  size_t n;
+  int pid;        /* the exporter */
+  unsigned* ctl;  /* its mapper table */
+  int dead;       /* the exporter was seen dead */
+  struct mapping* next;
+} mapping;
+
+static mapping* g_mappings; /* guarded by mu */
+
+/* alive reports whether process pid still runs (not gone, not a zombie). */
+static int alive(int pid) {
+  char path[64], buf[256];
+  snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  FILE* f = fopen(path, "r");
+  if (f == NULL) return 0;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  char* close = strrchr(buf, ')');
+  if (close == NULL || close[1] == 0) return 1;
+  char state = close[2];
+  return state != 'Z' && state != 'X';
+}
+
+void mapping_opened(char* p, size_t n, int pid, unsigned* ctl) {
+  mapping* m = calloc(1, sizeof *m);
+  m->p = p;
+  m->n = n;
+  m->pid = pid;
+  m->ctl = ctl;
+  m->next = g_mappings;
+  g_mappings = m;
+  unsigned me = (unsigned)getpid();
+  for (int i = 0; i < MAPPERS; i++) {
+    unsigned zero = 0;
+    if (__atomic_compare_exchange_n(&ctl[i], &zero, me, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) return;
+  }
+  fault("more than %d processes map the device memory of process %d", MAPPERS, pid);
+}
+
+void mapping_closed(char* p) {
+  for (mapping** pm = &g_mappings; *pm; pm = &(*pm)->next) {
+    mapping* m = *pm;
+    if (m->p != p) continue;
+    unsigned me = (unsigned)getpid();
+    for (int i = 0; i < MAPPERS; i++) {
+      unsigned want = me;
+      if (__atomic_compare_exchange_n(&m->ctl[i], &want, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) break;
+    }
+    munmap(m->ctl, 4096);
+    *pm = m->next;
+    free(m);
+    return;
+  }
+}
+
+void check_write(const void* p, size_t n, const char* what, int queued) {
+  for (mapping* m = g_mappings; m; m = m->next) {
+    if ((const char*)p < m->p || (const char*)p + n > m->p + m->n) continue;
+    if (!m->dead && !alive(m->pid)) m->dead = 1;
+    if (!m->dead) return;
+    g_strict.dead_peer_writes++;
+    fprintf(stderr,
+            "fakecuda: WARNING: %s %s device memory %p mapped (cuIpcOpenMemHandle) from process %d, which has died: "
+            "on a GPU that memory went with its context, and the write can leave a sticky error in this one\n",
+            what, queued ? "is queued to write into" : "writes into", p, m->pid);
+    return;
+  }
+}
+
+void check_no_mappers(const unsigned* ctl, const void* p) {
+  unsigned me = (unsigned)getpid();
+  for (int i = 0; i < MAPPERS; i++) {
+    unsigned pid = __atomic_load_n(&ctl[i], __ATOMIC_SEQ_CST);
+    if (pid != 0 && pid != me && alive((int)pid))
+      fault("cuMemFree of exported device memory %p that process %u still maps (it has not called "
+            "cuIpcCloseMemHandle): its streams may still read or write it",
+            p, pid);
+  }
+}
