@@ -68,9 +68,6 @@ type watch struct {
 	kick chan struct{}
 	stop chan struct{}
 	done chan struct{}
-	buf  unsafe.Pointer // pinned: a copy of this rank's header
-	// pinned: a copy of this rank's point-to-point flags
-	p2pBuf unsafe.Pointer
 
 	disagree   string // the disagreement the last look at the header saw, if any
 	disagreeAt uint32 // and the first round of the operation it was about
@@ -153,13 +150,6 @@ func (s *Shared) stopWatch() {
 
 func (s *Shared) watchLoop(w *watch) {
 	defer close(w.done)
-	defer func() {
-		for _, b := range []unsafe.Pointer{w.buf, w.p2pBuf} {
-			if b != nil {
-				_ = s.d.do(s.ctx, func() error { return s.d.hostFree(b) })
-			}
-		}
-	}()
 	var giveUpAt time.Time // after a failure: stop releasing then, if the streams never drain
 	pause := time.Millisecond
 	for {
@@ -362,24 +352,29 @@ func (s *Shared) diagnose(op pendingOp, hdr []uint32) (disagree, lag []string) {
 // readHeader copies this rank's header (its slots) to the host, on the side stream,
 // waiting for the copy up to a second.
 func (s *Shared) readHeader(w *watch) ([]uint32, error) {
-	return s.readOwn(&w.buf, 0, s.nranks*slotBytes)
+	return s.readOwn(0, 0, s.nranks*slotBytes)
 }
 
+// readBufBytes is the size of the pinned buffer the watcher reads this rank's flags
+// through: the header's slots, then the point-to-point flags.
+func readBufBytes(nranks int) int { return nranks*slotBytes + p2pFlagsBytes(nranks) }
+
 // readOwn copies n bytes at off of this rank's allocation to the host through the
-// pinned buffer *buf (allocated on first use), on the side stream, waiting for the
-// copy up to a second.
-func (s *Shared) readOwn(buf *unsafe.Pointer, off, n int) ([]uint32, error) {
+// pinned read buffer (at bufOff), on the side stream, waiting for the copy up to a
+// second. The buffer is allocated with the scratch (NewShared) and freed with it:
+// cuMemHostAlloc and cuMemFreeHost wait for all work of the context, which would never
+// finish here, as the watcher reads exactly when a stream is stuck.
+func (s *Shared) readOwn(bufOff, off, n int) ([]uint32, error) {
+	if s.readBuf == nil || bufOff+n > readBufBytes(s.nranks) {
+		return nil, errors.New("cuda: the watcher's read buffer is missing or too small")
+	}
+	buf := unsafe.Add(s.readBuf, bufOff)
 	var ev event
 	err := s.d.do(s.ctx, func() (err error) {
-		if *buf == nil {
-			if *buf, err = s.d.hostAlloc(n); err != nil {
-				return err
-			}
-		}
 		if err = s.sideStream(); err != nil {
 			return err
 		}
-		if err = s.d.memcpyDtoH(unsafe.Slice((*byte)(*buf), n), s.own+uintptr(off), s.side); err != nil {
+		if err = s.d.memcpyDtoH(unsafe.Slice((*byte)(buf), n), s.own+uintptr(off), s.side); err != nil {
 			return err
 		}
 		if ev, err = s.d.eventCreate(); err != nil {
@@ -406,7 +401,7 @@ func (s *Shared) readOwn(buf *unsafe.Pointer, off, n int) ([]uint32, error) {
 		}
 		wt.wait()
 	}
-	raw := unsafe.Slice((*byte)(*buf), n)
+	raw := unsafe.Slice((*byte)(buf), n)
 	words := make([]uint32, n/4)
 	for i := range words {
 		words[i] = binary.LittleEndian.Uint32(raw[4*i:])

@@ -146,7 +146,7 @@ func (s *Shared) judgeP2P(w *watch, op pendingOp) error {
 	if age < timeout {
 		return nil
 	}
-	flags, rerr := s.readOwn(&w.p2pBuf, s.hdr+s.cap, p2pFlagsBytes(s.nranks))
+	flags, rerr := s.readOwn(s.nranks*slotBytes, s.hdr+s.cap, p2pFlagsBytes(s.nranks))
 	if done, err := s.finished(op); done || err != nil {
 		return err
 	}

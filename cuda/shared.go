@@ -7,6 +7,7 @@ import (
 	"os"
 	"sync"
 	"time"
+	"unsafe"
 )
 
 // Shared is a communicator's device scratch, shared with the other ranks of its host:
@@ -44,15 +45,16 @@ type Shared struct {
 	step       uint32     // the last step number used
 	lastStream Stream     // the stream of the last round
 	closed     bool
-	p2p        p2pState    // point-to-point's chunk counts (devp2p.go)
-	cur        *opDesc     // the operation being enqueued (runOp), nil for one without a descriptor
-	curFirst   uint32      // its first round
-	curStart   event       // the event recorded before its first round
-	ops        []pendingOp // the operations enqueued and not seen finished (devfault.go)
-	spare      []event     // events of finished operations, for the next ones
-	watch      *watch      // the watcher, once Watch has started it
-	side       Stream      // a non-blocking stream of gonccl's for releases and reads; 0 until needed
-	failed     error       // why the scratch was released, once it was
+	p2p        p2pState       // point-to-point's chunk counts (devp2p.go)
+	cur        *opDesc        // the operation being enqueued (runOp), nil for one without a descriptor
+	curFirst   uint32         // its first round
+	curStart   event          // the event recorded before its first round
+	ops        []pendingOp    // the operations enqueued and not seen finished (devfault.go)
+	spare      []event        // events of finished operations, for the next ones
+	watch      *watch         // the watcher, once Watch has started it
+	side       Stream         // a non-blocking stream of gonccl's for releases and reads; 0 until needed
+	readBuf    unsafe.Pointer // pinned: the watcher's copy of this rank's flags (readOwn)
+	failed     error          // why the scratch was released, once it was
 }
 
 // A rank's header holds one slot per rank (its inbox for that rank's flags and
@@ -194,6 +196,11 @@ func NewShared(d *Driver, ctx Context, rank, nranks, dataBytes int, exchange fun
 		if s.own, err = d.memAlloc(s.hdr + s.cap + p2pBytes(s.cap, nranks)); err != nil {
 			return err
 		}
+		// Allocated now, with the scratch: the watcher reads through it when a
+		// stream is stuck, when cuMemHostAlloc would wait for that stream for ever.
+		if s.readBuf, err = d.hostAlloc(readBufBytes(nranks)); err != nil {
+			return err
+		}
 		if err = d.memsetD32(s.own, 0, s.hdr/4); err != nil {
 			return err
 		}
@@ -305,20 +312,31 @@ func (s *Shared) Cap() int { return s.cap }
 // Device is the device of this rank's scratch.
 func (s *Shared) Device() int { return s.dev }
 
+// unmapPeers closes the mappings of the peers' scratch. Context current.
+func (s *Shared) unmapPeers() error {
+	var errs []error
+	for r, p := range s.bases {
+		if s.opened[r] {
+			errs = append(errs, s.d.ipcCloseMemHandle(p))
+			s.opened[r] = false
+		}
+		s.bases[r] = 0
+	}
+	return errors.Join(errs...)
+}
+
 // release closes the mappings and frees the allocation.
 func (s *Shared) release() error {
 	var errs []error
 	err := s.d.do(s.ctx, func() error {
-		for r, p := range s.bases {
-			if s.opened[r] {
-				errs = append(errs, s.d.ipcCloseMemHandle(p))
-				s.opened[r] = false
-			}
-			s.bases[r] = 0
-		}
+		errs = append(errs, s.unmapPeers())
 		if s.own != 0 {
 			errs = append(errs, s.d.memFree(s.own))
 			s.own = 0
+		}
+		if s.readBuf != nil {
+			errs = append(errs, s.d.hostFree(s.readBuf))
+			s.readBuf = nil
 		}
 		errs = append(errs, s.p2pRelease(), s.dropSideLocked())
 		return nil
@@ -330,10 +348,12 @@ func (s *Shared) release() error {
 // rank calls it (at communicator destroy), and it waits, up to timeout, until every
 // rank's stream has read what it needed of every scratch (their readDone flags in
 // this rank's header, waited for on the legacy default stream), then for every rank
-// to have seen that
-// (a host all-gather through the exchange of NewShared), so no stream reads memory
-// that is gone. If that fails (a rank died or stopped issuing), the memory is left
-// mapped rather than freed under a reader, and Close says so.
+// to have seen that (a host all-gather through the exchange of NewShared), so no
+// stream reads memory that is gone. Then every rank unmaps its peers' scratch, and
+// only once every rank has (a second all-gather) does any free its own: an exporter
+// that frees memory a peer still maps pulls it from under that peer. If that fails
+// (a rank died or stopped issuing), the memory is left mapped rather than freed under
+// a reader, and Close says so.
 func (s *Shared) Close(timeout time.Duration) error {
 	if s.Err() == nil {
 		s.stopWatch() // a released scratch's watcher goes on until the streams have drained
@@ -365,7 +385,11 @@ func (s *Shared) Close(timeout time.Duration) error {
 	if _, err = s.exchange(peerRecord{ok: true}.encode()); err != nil {
 		return fmt.Errorf("cuda: device scratch left mapped: %w", err)
 	}
-	return errors.Join(s.destroyEvents(time.Now().Add(timeout)), s.release())
+	uerr := s.d.do(s.ctx, s.unmapPeers)
+	if _, err = s.exchange(peerRecord{ok: true}.encode()); err != nil {
+		return errors.Join(uerr, fmt.Errorf("cuda: device scratch left allocated (the peers may still map it): %w", err))
+	}
+	return errors.Join(uerr, s.destroyEvents(time.Now().Add(timeout)), s.release())
 }
 
 // releaseClose gives up after Close's waits did not finish in time (a peer died or

@@ -46,12 +46,56 @@ type Pool struct {
 	stats   PoolStats
 	back    Stream // the pool's own stream in ctx for the copies back of pipelined stagings; 0: none yet
 	noBack  bool   // it could not be made: pipelined stagings copy back on their own stream
+	// Device scratch of staged GPU reductions (stagereduce.go), reused as the pinned
+	// blocks are, freed by Close: cuMemAlloc and cuMemFree wait for all work of the
+	// context, so they must not run per operation (every large op would wait for the
+	// GPU to go idle) nor while another stream of the process waits on a peer.
+	devFree []devBlock
+	devAll  int // device bytes allocated
+}
+
+// devBlock is one device allocation of the pool.
+type devBlock struct {
+	p    uintptr
+	size int
+}
+
+// getDevLocked returns free device scratch of at least n bytes, or allocates it,
+// rounded up to a power of two so that growing sizes allocate rarely.
+func (p *Pool) getDevLocked(ctx Context, n int) (devBlock, error) {
+	best := -1
+	for i, b := range p.devFree {
+		if b.size >= n && (best < 0 || b.size < p.devFree[best].size) {
+			best = i
+		}
+	}
+	if best >= 0 {
+		b := p.devFree[best]
+		p.devFree = append(p.devFree[:best], p.devFree[best+1:]...)
+		return b, nil
+	}
+	size := minBlock
+	for size < n {
+		size *= 2
+	}
+	if err := p.adoptContextLocked(ctx); err != nil {
+		return devBlock{}, err
+	}
+	var ptr uintptr
+	if err := p.d.do(ctx, func() (err error) { ptr, err = p.d.memAlloc(size); return err }); err != nil {
+		return devBlock{}, err
+	}
+	p.devAll += size
+	p.stats.DevAllocs++
+	return devBlock{ptr, size}, nil
 }
 
 // PoolStats counts a pool's allocations, for tests and logs.
 type PoolStats struct {
 	Allocs, Reuses int // blocks allocated, and blocks handed out again
 	Bytes          int // pinned bytes held
+	DevAllocs      int // device scratch allocations (staged GPU reductions)
+	DevBytes       int // device scratch bytes held
 }
 
 // streamKey names one stream: the special handles name a different stream in each
@@ -130,7 +174,7 @@ func (p *Pool) Stats() PoolStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := p.stats
-	s.Bytes = p.all
+	s.Bytes, s.DevBytes = p.all, p.devAll
 	return s
 }
 
@@ -290,6 +334,13 @@ func (p *Pool) Close(timeout time.Duration) error {
 		p.all -= b.size
 	}
 	p.free = nil
+	for _, b := range p.devFree {
+		if err := p.d.do(p.ctx, func() error { return p.d.memFree(b.p) }); err != nil {
+			errs = append(errs, err)
+		}
+		p.devAll -= b.size
+	}
+	p.devFree = nil
 	if p.back != 0 {
 		// Work a staging that did not finish in time left on it still runs.
 		if err := p.d.do(p.ctx, func() error { return p.d.streamDestroy(p.back) }); err != nil {
@@ -297,7 +348,7 @@ func (p *Pool) Close(timeout time.Duration) error {
 		}
 		p.back = 0
 	}
-	if p.primary >= 0 && p.all == 0 {
+	if p.primary >= 0 && p.all == 0 && p.devAll == 0 {
 		// Released only once nothing is left to free in it; leaked blocks keep it.
 		if err := p.d.ReleasePrimary(p.primary); err != nil {
 			errs = append(errs, err)

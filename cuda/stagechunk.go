@@ -229,9 +229,11 @@ func (ch *chunking) destroyEvents(s *Staging) {
 	ch.backEv, ch.startEv = 0, 0
 	if ch.red != nil {
 		destroy(ch.red.evs)
-		if ch.red.scratch != 0 {
-			_ = s.d.do(s.ctx, func() error { return s.d.memFree(ch.red.scratch) })
-			ch.red.scratch = 0
+		if ch.red.scratch.p != 0 {
+			// Back to the pool (its lock is held): its work has run (the staging's
+			// event, or the setup failed before any was queued).
+			s.pool.devFree = append(s.pool.devFree, ch.red.scratch)
+			ch.red.scratch = devBlock{}
 		}
 	}
 }

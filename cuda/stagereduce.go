@@ -50,7 +50,7 @@ type gpuReduce struct {
 	rank, n    int
 	root       int      // GPUReduce
 	send, recv uintptr  // device buffers
-	scratch    uintptr  // device: the peers' pieces of the own part ((n-1) of the largest)
+	scratch    devBlock // device, the pool's: the peers' pieces of the own part ((n-1) of the largest)
 	gather     [][]byte // per chunk: host memory the peers' pieces arrive in
 	evs        []event  // per chunk (all_reduce): recorded after the reduced shard's copy to the host
 	recorded   []bool
@@ -116,12 +116,13 @@ func (p *Pool) StageReduceGPU(ctx Context, s Stream, k Reducer, kind GPUReduceKi
 			off := (c % st.ch.window) * slot
 			red.gather[c] = mem[off : off+size : off+size]
 		}
-		return p.d.do(ctx, func() (err error) {
-			if maxPiece > 0 {
-				if red.scratch, err = p.d.memAlloc((nranks - 1) * maxPiece * es); err != nil {
-					return fmt.Errorf("allocating device scratch for the staged reduction: %w", err)
-				}
+		if maxPiece > 0 {
+			var err error
+			if red.scratch, err = p.getDevLocked(ctx, (nranks-1)*maxPiece*es); err != nil {
+				return fmt.Errorf("allocating device scratch for the staged reduction: %w", err)
 			}
+		}
+		return p.d.do(ctx, func() (err error) {
 			if kind != GPUAllReduce {
 				return nil
 			}
@@ -218,7 +219,7 @@ func (s *Staging) AfterReduce(k int, opErr error) error {
 		}
 		s.inFlight = true
 		out := s.out()
-		if err := s.d.memcpyHtoD(red.scratch, red.gather[k], out); err != nil {
+		if err := s.d.memcpyHtoD(red.scratch.p, red.gather[k], out); err != nil {
 			return withWhat(err, fmt.Sprintf("the peers' pieces of chunk %d of %d, %d bytes", k, ch.n, len(red.gather[k])))
 		}
 		if src != dst {
@@ -227,7 +228,7 @@ func (s *Staging) AfterReduce(k int, opErr error) error {
 			}
 		}
 		for i := 0; i < red.n-1; i++ {
-			if err := red.k.ReduceInto(out, dst, red.scratch+uintptr(i*size*es), size, red.dt, red.op); err != nil {
+			if err := red.k.ReduceInto(out, dst, red.scratch.p+uintptr(i*size*es), size, red.dt, red.op); err != nil {
 				return err
 			}
 		}
