@@ -21,7 +21,8 @@ import (
 //
 // Which path a communicator takes is decided once, at its first operation on device
 // buffers, from the settings read when it was created (devMode): by default the device
-// path, unless two of its ranks run on one GPU (then staged: see
+// path, unless the communicator has one rank or two of its ranks run on one GPU
+// (decided from the bus ids before any scratch is allocated; then staged: see
 // cuda.StageWhenDeviceShared for the measurement); GONCCL_DEVICE_PATH=1 takes the device
 // path wherever it can be set up, GONCCL_DEVICE_PATH=0 or GONCCL_P2P_DISABLE=1 never.
 // The settings must be the same on every rank, as NCCL's are: the first device
@@ -123,6 +124,11 @@ func (v *views) devicePath(c *core.Comm) (*cuda.Shared, *cuda.Kernels, error) {
 		e.devDecided = true
 		if !c.OneHost() {
 			logDevice(c, "staged path: the ranks are on more than one host")
+			return nil, nil, nil
+		}
+		if c.Size() == 1 && e.devMode == devAuto {
+			// Nothing to share: no scratch to export, no flags, no watcher for a copy.
+			logDevice(c, "staged path: one rank (a collective is a copy; GONCCL_DEVICE_PATH=1 takes the device path anyway)")
 			return nil, nil, nil
 		}
 		scratch, err := devScratch()

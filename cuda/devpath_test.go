@@ -84,6 +84,12 @@ func TestDevicePathRanksOfOneProcess(t *testing.T) {
 // the first failure.
 func runDevRanks(t *testing.T, layout, fault, delay string) (string, error) {
 	t.Helper()
+	return runDevRanksEnv(t, layout, fault, delay, nil)
+}
+
+// runDevRanksEnv is runDevRanks with more environment for rank r's process: env(r).
+func runDevRanksEnv(t *testing.T, layout, fault, delay string, env func(r int) []string) (string, error) {
+	t.Helper()
 	id, err := core.NewUniqueID()
 	require.NoError(t, err)
 	n := len(strings.Split(layout, ","))
@@ -96,6 +102,9 @@ func runDevRanks(t *testing.T, layout, fault, delay string) (string, error) {
 		cmd.Env = append(os.Environ(), "GONCCL_DEVTEST_RANK="+strconv.Itoa(r), "GONCCL_DEVTEST_DEVS="+layout,
 			"GONCCL_DEVTEST_ID="+hex.EncodeToString(id[:]), "GONCCL_DEVTEST_FAKE="+fake.path,
 			"GONCCL_DEVTEST_FAULT="+fault, "FAKECUDA_DELAY_US="+delay)
+		if env != nil {
+			cmd.Env = append(cmd.Env, env(r)...)
+		}
 		cmd.Stdout, cmd.Stderr = &outs[r], &outs[r]
 		require.NoError(t, cmd.Start())
 		cmds[r] = cmd

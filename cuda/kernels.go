@@ -96,7 +96,8 @@ type loadedKey struct {
 
 // LoadKernels loads the embedded fatbin (cuModuleLoadData) into ctx once and caches it
 // on d; later calls for ctx return the same Kernels until UnloadKernels. It resolves
-// every kernel (cuModuleGetFunction) up front.
+// every kernel (cuModuleGetFunction) and loads it (cuFuncLoad, where the driver has
+// it) up front: under lazy loading a first launch may wait for the whole context.
 func (d *Driver) LoadKernels(ctx Context) (*Kernels, error) {
 	loadedKernels.mu.Lock()
 	defer loadedKernels.mu.Unlock()
@@ -119,6 +120,11 @@ func (d *Driver) LoadKernels(ctx Context) (*Kernels, error) {
 			r := C.gkGetFunction(unsafe.Pointer(d.fns.ModuleGetFunction), mod, cname, &f)
 			C.free(unsafe.Pointer(cname))
 			if err := d.check("cuModuleGetFunction", r); err != nil {
+				err.(*Error).What = name
+				C.gkModuleUnload(unsafe.Pointer(d.fns.ModuleUnload), mod)
+				return err
+			}
+			if err := d.funcLoad(uintptr(f)); err != nil {
 				err.(*Error).What = name
 				C.gkModuleUnload(unsafe.Pointer(d.fns.ModuleUnload), mod)
 				return err

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"time"
 	"unsafe"
@@ -78,7 +77,7 @@ func headerBytes(nranks int) int { return (nranks*slotBytes + 4095) &^ 4095 }
 // peerRecord is what each rank tells the others about its scratch, in the exchange.
 type peerRecord struct {
 	ok     bool
-	pid    int
+	proc   uint64 // processID of its process
 	dev    int
 	base   uintptr
 	cap    int // data bytes of its scratch: every rank must have the same
@@ -96,7 +95,7 @@ func (r peerRecord) encode() []byte {
 	if r.ok {
 		b[0] = 1
 	}
-	binary.LittleEndian.PutUint64(b[1:], uint64(r.pid))
+	binary.LittleEndian.PutUint64(b[1:], r.proc)
 	binary.LittleEndian.PutUint64(b[9:], uint64(r.dev))
 	binary.LittleEndian.PutUint64(b[17:], uint64(r.base))
 	binary.LittleEndian.PutUint64(b[25:], uint64(r.cap))
@@ -120,7 +119,7 @@ func decodeRecord(b []byte) (peerRecord, error) {
 	if len(b) != recordBytes {
 		return peerRecord{}, fmt.Errorf("cuda: a peer's device scratch record is %d bytes, want %d", len(b), recordBytes)
 	}
-	r := peerRecord{ok: b[0] == 1, pid: int(binary.LittleEndian.Uint64(b[1:])),
+	r := peerRecord{ok: b[0] == 1, proc: binary.LittleEndian.Uint64(b[1:]),
 		dev: int(binary.LittleEndian.Uint64(b[9:])), base: uintptr(binary.LittleEndian.Uint64(b[17:])),
 		cap: int(binary.LittleEndian.Uint64(b[25:]))}
 	copy(r.handle[:], b[33:])
@@ -185,31 +184,23 @@ func NewShared(d *Driver, ctx Context, rank, nranks, dataBytes int, exchange fun
 	}
 	s := &Shared{d: d, ctx: ctx, rank: rank, nranks: nranks, cap: dataBytes &^ 255, hdr: headerBytes(nranks),
 		bases: make([]uintptr, nranks), opened: make([]bool, nranks), exchange: exchange}
-	me := peerRecord{pid: os.Getpid()}
+	me := peerRecord{proc: processID}
 	err := d.do(ctx, func() (err error) {
 		if s.dev, err = d.ContextDevice(ctx); err != nil {
 			return err
 		}
-		if me.bus, err = d.BusID(s.dev); err != nil {
-			return err
-		}
-		if s.own, err = d.memAlloc(s.hdr + s.cap + p2pBytes(s.cap, nranks)); err != nil {
-			return err
-		}
-		// Allocated now, with the scratch: the watcher reads through it when a
-		// stream is stuck, when cuMemHostAlloc would wait for that stream for ever.
-		if s.readBuf, err = d.hostAlloc(readBufBytes(nranks)); err != nil {
-			return err
-		}
-		if err = d.memsetD32(s.own, 0, s.hdr/4); err != nil {
-			return err
-		}
-		if err = s.p2pZero(); err != nil {
-			return err
-		}
-		me.handle, err = d.ipcGetMemHandle(s.own)
+		me.bus, err = d.BusID(s.dev)
 		return err
 	})
+	if o.stageWhenDeviceShared {
+		// Decided from the bus ids before anything is allocated or exported.
+		if err := s.refuseSharedGPU(me, err); err != nil {
+			return nil, err
+		}
+	}
+	if err == nil {
+		err = d.do(ctx, s.allocate(&me))
+	}
 	if err == nil {
 		// The zeroed flags must be in place before any peer's stream reads them.
 		_, err = s.syncLegacy(nil, time.Now().Add(time.Minute))
@@ -234,11 +225,6 @@ func NewShared(d *Driver, ctx Context, rank, nranks, dataBytes int, exchange fun
 			return nil, err
 		}
 	}
-	// Every rank judges every pair the same way, so they all agree.
-	if q, r := sharedGPU(recs); o.stageWhenDeviceShared && q >= 0 {
-		s.release()
-		return nil, fmt.Errorf("%w: ranks %d and %d are both on GPU %s", ErrDeviceShared, q, r, recs[q].bus)
-	}
 	for r, rec := range recs {
 		if !rec.ok {
 			s.release()
@@ -248,24 +234,31 @@ func NewShared(d *Driver, ctx Context, rank, nranks, dataBytes int, exchange fun
 			s.release()
 			return nil, fmt.Errorf("cuda: rank %d has %d bytes of device scratch and rank 0 has %d: the scratch size (GONCCL_DEVICE_SCRATCH) must be the same on every rank", r, rec.cap, recs[0].cap)
 		}
-		for q := range recs[:r] {
-			if recs[q].dev == rec.dev {
-				continue
-			}
-			can, err := d.CanAccessPeer(recs[q].dev, rec.dev)
-			if err != nil || !can {
-				s.release()
-				return nil, fmt.Errorf("%w: devices %d (rank %d) and %d (rank %d) cannot access each other's memory (%v)", ErrNotShared, recs[q].dev, q, rec.dev, r, err)
-			}
-		}
 	}
 	var errs []error
 	err = d.do(ctx, func() error {
 		for r, rec := range recs {
+			if r == rank || rec.bus == me.bus {
+				continue // the same GPU: nothing to ask
+			}
+			// Ordinals are the process's own (CUDA_VISIBLE_DEVICES numbers the GPUs
+			// each process sees from 0): a peer's GPU is found by its bus id. One this
+			// process does not see is left to cuIpcOpenMemHandle, whose refusal takes
+			// every rank to the staged path below.
+			if peer, ok := d.deviceByBusID(rec.bus); ok {
+				if can, err := d.CanAccessPeer(s.dev, peer); err != nil || !can {
+					errs = append(errs, fmt.Errorf("%w: this rank's GPU %s (device %d) cannot access rank %d's GPU %s (%v)", ErrNotShared, me.bus, s.dev, r, rec.bus, err))
+				}
+			}
+		}
+		if len(errs) > 0 {
+			return nil
+		}
+		for r, rec := range recs {
 			switch {
 			case r == rank:
 				s.bases[r] = s.own
-			case rec.pid == me.pid:
+			case rec.proc == me.proc:
 				s.bases[r] = rec.base // a rank of this process: the same address space
 			default:
 				p, err := d.ipcOpenMemHandle(rec.handle)
@@ -279,21 +272,76 @@ func NewShared(d *Driver, ctx Context, rank, nranks, dataBytes int, exchange fun
 		return nil
 	})
 	errs = append(errs, err)
-	// A second round, so that a rank that could not map a peer's scratch takes every
-	// rank back to the staged path with it.
+	return s.agreeMapped(errs)
+}
+
+// allocate allocates and exports this rank's scratch (context current).
+func (s *Shared) allocate(me *peerRecord) func() error {
+	return func() (err error) {
+		d := s.d
+		if s.own, err = d.memAlloc(s.hdr + s.cap + p2pBytes(s.cap, s.nranks)); err != nil {
+			return err
+		}
+		// Allocated now, with the scratch: the watcher reads through it when a
+		// stream is stuck, when cuMemHostAlloc would wait for that stream for ever.
+		if s.readBuf, err = d.hostAlloc(readBufBytes(s.nranks)); err != nil {
+			return err
+		}
+		if err = d.memsetD32(s.own, 0, s.hdr/4); err != nil {
+			return err
+		}
+		if err = s.p2pZero(); err != nil {
+			return err
+		}
+		me.handle, err = d.ipcGetMemHandle(s.own)
+		return err
+	}
+}
+
+// refuseSharedGPU all-gathers the ranks' bus ids (me, with err if this rank could not
+// read its own) and returns ErrDeviceShared, every rank together, if two ranks are on
+// one GPU. Nothing is allocated yet.
+func (s *Shared) refuseSharedGPU(me peerRecord, err error) error {
+	me.ok = err == nil
+	if err != nil {
+		me.reason = err.Error()
+	}
+	all, xerr := s.exchange(me.encode())
+	if xerr == nil && len(all) != s.nranks*recordBytes {
+		xerr = fmt.Errorf("cuda: the scratch exchange returned %d bytes, want %d", len(all), s.nranks*recordBytes)
+	}
+	if xerr != nil {
+		return fmt.Errorf("exchanging device bus ids: %w", xerr)
+	}
+	recs := make([]peerRecord, s.nranks)
+	for r := range recs {
+		if recs[r], err = decodeRecord(all[r*recordBytes : (r+1)*recordBytes]); err != nil {
+			return err
+		}
+	}
+	// Every rank judges every pair the same way, so they all agree.
+	if q, r := sharedGPU(recs); q >= 0 {
+		return fmt.Errorf("%w: ranks %d and %d are both on GPU %s", ErrDeviceShared, q, r, recs[q].bus)
+	}
+	return nil
+}
+
+// agreeMapped is NewShared's second round, so that a rank that could not map a peer's
+// scratch (errs) takes every rank back to the staged path with it.
+func (s *Shared) agreeMapped(errs []error) (*Shared, error) {
 	mapped := peerRecord{ok: errors.Join(errs...) == nil}
 	if !mapped.ok {
 		mapped.reason = errors.Join(errs...).Error()
 	}
-	all, xerr = exchange(mapped.encode())
-	if xerr == nil && len(all) != nranks*recordBytes {
-		xerr = fmt.Errorf("cuda: the scratch exchange returned %d bytes, want %d", len(all), nranks*recordBytes)
+	all, xerr := s.exchange(mapped.encode())
+	if xerr == nil && len(all) != s.nranks*recordBytes {
+		xerr = fmt.Errorf("cuda: the scratch exchange returned %d bytes, want %d", len(all), s.nranks*recordBytes)
 	}
 	if xerr != nil {
 		s.release()
 		return nil, fmt.Errorf("exchanging device scratch handles: %w", xerr)
 	}
-	for r := range nranks {
+	for r := range s.nranks {
 		rec, err := decodeRecord(all[r*recordBytes : (r+1)*recordBytes])
 		if err == nil && !rec.ok {
 			err = fmt.Errorf("%w: rank %d could not map its peers' scratch: %s", ErrNotShared, r, rec.reason)

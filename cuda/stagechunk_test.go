@@ -288,7 +288,8 @@ func TestChunkedStagingCopiesBackAfterEarlierWork(t *testing.T) {
 
 // TestChunkedStagingTimesOut: a chunk whose copy to the host never runs (the stream is
 // stuck) fails its host operation at the deadline, naming the chunk, and the staging
-// still finishes.
+// still finishes. The pool is warmed first, as a communicator's is after its first
+// operations: allocating pinned memory would wait for the stuck stream.
 func TestChunkedStagingTimesOut(t *testing.T) {
 	d, f := open(t)
 	s := f.Stream(2)
@@ -296,8 +297,16 @@ func TestChunkedStagingTimesOut(t *testing.T) {
 	require.NoError(t, err)
 	const count = 100
 	buf := f.Malloc(2, 4*count)
-	require.NoError(t, f.Fill(s, buf, count, 1, 300000)) // 300 ms of earlier work: stuck for the deadline
 	pool := cuda.NewPool(d)
+	warm, err := pool.StageChunked(ctx, cuda.Stream(s), []cuda.Piece{{Name: "buf", Ptr: buf, Blocks: 1, In: true, Out: true}}, count, 4, 30, 0)
+	require.NoError(t, err)
+	require.NoError(t, warm.SetIssued(warm.Chunks()))
+	for k := 0; k < warm.Chunks(); k++ {
+		require.NoError(t, warm.BeforeChunk(k, time.Now().Add(10*time.Second)))
+		require.NoError(t, warm.AfterChunk(k, nil))
+	}
+	f.Drain(s)
+	require.NoError(t, f.Fill(s, buf, count, 1, 300000)) // 300 ms of earlier work: stuck for the deadline
 	st, err := pool.StageChunked(ctx, cuda.Stream(s), []cuda.Piece{{Name: "buf", Ptr: buf, Blocks: 1, In: true, Out: true}}, count, 4, 30, 0)
 	require.NoError(t, err)
 	require.NoError(t, st.SetIssued(st.Chunks()))

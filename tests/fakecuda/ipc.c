@@ -169,7 +169,7 @@ CUresult cuIpcGetMemHandle(void* handle, CUdeviceptr ptr) {
     pthread_mutex_unlock(&mu);
     return CUDA_ERROR_INVALID_VALUE; /* not the base of a live cuMemAlloc allocation */
   }
-  ipcHandle h = {IPC_MAGIC, getpid(), s->fd, a->dev, s->n, {0}};
+  ipcHandle h = {IPC_MAGIC, getpid(), s->fd, physical(a->dev), s->n, {0}}; /* dev: the physical GPU */
   g_strict.ipc_exports++;
   pthread_mutex_unlock(&mu);
   memcpy(handle, &h, sizeof h);
@@ -189,7 +189,7 @@ CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* out, CUipcMemHandle handle, unsigned
   memcpy(&h, &handle, sizeof h);
   if (h.magic != IPC_MAGIC || h.size == 0 || h.dev < 0 || h.dev >= NDEV) return CUDA_ERROR_INVALID_VALUE;
   if (h.pid == getpid()) return CUDA_ERROR_INVALID_CONTEXT; /* as the real driver: not in the exporter */
-  if (h.dev != t_current->dev && getenv("FAKECUDA_NO_PEER") != NULL) return CUDA_ERROR_INVALID_DEVICE;
+  if (h.dev != physical(t_current->dev) && getenv("FAKECUDA_NO_PEER") != NULL) return CUDA_ERROR_INVALID_DEVICE;
   char path[64];
   snprintf(path, sizeof path, "/proc/%d/fd/%d", h.pid, h.fd);
   int fd = open(path, O_RDWR | O_CLOEXEC);
@@ -207,7 +207,8 @@ CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* out, CUipcMemHandle handle, unsigned
   pthread_mutex_lock(&mu);
   g_strict.ipc_opens++;
   mapping_opened(p, h.size, h.pid, ctl);
-  track(p, h.size, h.dev);
+  int local = ordinal_of(h.dev); /* a GPU this process does not see: its own, as near enough */
+  track(p, h.size, local >= 0 ? local : t_current->dev);
   s->next = g_shared;
   g_shared = s;
   pthread_mutex_unlock(&mu);
@@ -237,17 +238,17 @@ CUresult cuIpcCloseMemHandle(CUdeviceptr ptr) {
 CUresult cuDeviceCanAccessPeer(int* can, int dev, int peer) {
   if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED;
   if (dev < 0 || dev >= NDEV || peer < 0 || peer >= NDEV) return CUDA_ERROR_INVALID_DEVICE;
-  *can = dev != peer && getenv("FAKECUDA_NO_PEER") == NULL;
+  *can = physical(dev) != physical(peer) && getenv("FAKECUDA_NO_PEER") == NULL;
   return CUDA_SUCCESS;
 }
 
-/* The fake devices' bus ids: 0000:1N:00.0 for device N, the same in every process (the
- * fake has no CUDA_VISIBLE_DEVICES: an ordinal names the same device everywhere). */
+/* The fake devices' bus ids: 0000:1N:00.0 for physical GPU N, the same in every
+ * process, whatever ordinal CUDA_VISIBLE_DEVICES gives it there (visible.c). */
 CUresult cuDeviceGetPCIBusId(char* id, int len, int dev) {
   if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED;
   if (dev < 0 || dev >= NDEV) return CUDA_ERROR_INVALID_DEVICE;
   if (id == NULL || len < 13) return CUDA_ERROR_INVALID_VALUE;
-  snprintf(id, (size_t)len, "0000:%02X:00.0", 0x10 + dev);
+  snprintf(id, (size_t)len, "0000:%02X:00.0", 0x10 + physical(dev));
   return CUDA_SUCCESS;
 }
 

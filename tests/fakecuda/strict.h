@@ -42,6 +42,12 @@ void check_write(const void* p, size_t n, const char* what, int queued);
  * process's streams. mu held. */
 void check_no_mappers(const unsigned* ctl, const void* p);
 
+/* visible.c: the physical fake GPU that ordinal names in this process
+ * (CUDA_VISIBLE_DEVICES), and the ordinal of physical GPU phys here (-1: not
+ * visible). */
+int physical(int ordinal);
+int ordinal_of(int phys);
+
 #pragma GCC visibility pop
 
 #endif

@@ -1,0 +1,81 @@
+package cuda_test
+
+import (
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gonccl/gonccl/cuda"
+	"github.com/gonccl/gonccl/cuda/cudatest"
+)
+
+// TestDevicePathOrdinalsAreProcessLocal: with a per-rank CUDA_VISIBLE_DEVICES a
+// device ordinal names a different GPU in each process (the fake numbers them as the
+// driver does), so whether two ranks share a GPU, or must ask whether their GPUs can
+// access each other, is decided from the PCI bus ids.
+//   - same-gpu: ranks 0 and 1 both run on physical GPU 0, as their devices 0
+//     (CUDA_VISIBLE_DEVICES=0,1) and 1 (CUDA_VISIBLE_DEVICES=1,0); the GPUs cannot
+//     access each other (FAKECUDA_NO_PEER), which does not matter on one GPU. Before,
+//     ordinals 0 and 1 differed, so NewShared asked whether device 0 could access
+//     device 1 and refused: "devices 0 (rank 0) and 1 (rank 1) cannot access each
+//     other's memory".
+//   - one-each: each rank sees only its own GPU, as its device 0: two GPUs, both
+//     device 0, set up and checked end to end.
+func TestDevicePathOrdinalsAreProcessLocal(t *testing.T) {
+	open(t)
+	t.Run("same-gpu", func(t *testing.T) {
+		out, err := runDevRanksEnv(t, "0,1", "", "0,200", func(r int) []string {
+			return []string{"CUDA_VISIBLE_DEVICES=" + []string{"0,1", "1,0"}[r], "FAKECUDA_NO_PEER=1"}
+		})
+		require.NoError(t, err, "%s", out)
+	})
+	t.Run("one-each", func(t *testing.T) {
+		out, err := runDevRanksEnv(t, "0,0", "", "0,200", func(r int) []string {
+			return []string{"CUDA_VISIBLE_DEVICES=" + []string{"0", "1"}[r]}
+		})
+		require.NoError(t, err, "%s", out)
+	})
+}
+
+// TestSharedGPUDecidedBeforeAllocating: ranks that share a GPU (devices 0, 1, 0) are
+// refused by StageWhenDeviceShared from their bus ids alone: no device scratch is
+// allocated or exported, no pinned memory taken. Before, every rank allocated and
+// exported its scratch, then refused and freed it (3 cuMemAlloc, 3 cuIpcGetMemHandle).
+func TestSharedGPUDecidedBeforeAllocating(t *testing.T) {
+	d, f := open(t)
+	devs := []int{0, 1, 0}
+	ex := &memExchange{recs: make([][]byte, len(devs)), done: make(chan struct{})}
+	before, err := cudatest.StrictCountersAt(fakePath(t))
+	require.NoError(t, err)
+	hostBefore := f.Counters().HostAllocs
+	errs := make([]error, len(devs))
+	var wg sync.WaitGroup
+	for r, dev := range devs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, err := d.StreamContext(cuda.Stream(f.Stream(dev)))
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			sh, err := cuda.NewShared(d, ctx, r, len(devs), 1<<20, ex.rank(r), cuda.StageWhenDeviceShared())
+			if sh != nil {
+				sh.Abandon()
+			}
+			errs[r] = err
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		require.True(t, errors.Is(err, cuda.ErrDeviceShared), "rank %d: %v", r, err)
+	}
+	after, err := cudatest.StrictCountersAt(fakePath(t))
+	require.NoError(t, err)
+	delta := after.Sub(before)
+	require.Zero(t, delta.DevAllocs, "device scratch allocated before deciding")
+	require.Zero(t, delta.IpcExports, "device scratch exported before deciding")
+	require.Zero(t, f.Counters().HostAllocs-hostBefore, "pinned memory allocated before deciding")
+}
