@@ -11,9 +11,12 @@
  * special handles, capture, delays, fake kernels), event.c (events and
  * cuStreamWaitEvent), module.c (modules, cuLaunchKernel of gonccl's kernels, whose
  * host implementations kernels_host.cc compiles from cuda/kernels/reduce.cuh), ipc.c
- * (shareable device memory, IPC handles, device copies, stream memory operations) and
+ * (shareable device memory, IPC handles, device copies, stream memory operations),
  * standin.c (what tests/capi/realcuda.c calls beyond that, so the fake can stand in for
- * libcuda.so.1 under it: tests/test_realcuda_link.py).
+ * libcuda.so.1 under it: tests/test_realcuda_link.py), and the stricter parts that
+ * strict.h declares: drain.c (allocation, free and lazy loads wait for the context),
+ * deadpeer.c (memory shared between processes dies with its exporter) and visible.c
+ * (CUDA_VISIBLE_DEVICES: ordinals are per process, bus ids per physical GPU).
  *
  * What it models, so that gonccl's staging logic is exercised for real:
  * - device memory: malloc'd host memory in a table of allocations with a device ordinal;
@@ -49,7 +52,33 @@
  * - torch's stream pool (fakecudaPoolStream): 32 non-blocking streams per device handed
  *   out round-robin to whoever asks, so two users can get the same stream;
  * - consumers: fakecudaCheckF32 compares memory with the expected value when it runs
- *   and counts stale_reads.
+ *   and counts stale_reads;
+ * - allocation and free synchronize, as on a GPU (drain.c, always on): cuMemAlloc,
+ *   cuMemFree, cuMemHostAlloc and cuMemFreeHost first wait until every stream of the
+ *   current context has run what was queued on it before the call; so does the first
+ *   launch of a kernel loaded lazily (the driver's default, CUDA_MODULE_LOADING=LAZY:
+ *   a function is loaded at its first launch unless CUDA_MODULE_LOADING=EAGER or
+ *   cuFuncLoad loaded it). Where that wait would never end (a stream blocked on a flag
+ *   or an event nobody sets) it aborts after FAKECUDA_DRAIN_TIMEOUT_MS (default 5000)
+ *   without progress, with "fakecuda: FAULT: cuMemFree waits for all work of the
+ *   context ..., but stream 0x... has made no progress ...: it is blocked on
+ *   cuStreamWaitValue32 on the flag at 0x... (it holds 1; the wait needs >= 2)";
+ * - memory shared between processes (deadpeer.c): cuMemFree of exported memory that a
+ *   live process still maps (opened, not yet closed) faults; a stream write (a
+ *   cuStreamWriteValue32, a device copy's destination) into memory mapped from a
+ *   process that has died is counted (dead_peer_writes) and reported with a
+ *   "fakecuda: WARNING" line, not a fault: a rank cannot take back work its stream
+ *   already holds when a peer dies (the device path's flags are such writes), so the
+ *   count is what tests can assert;
+ * - several GPUs (visible.c): CUDA_VISIBLE_DEVICES numbers the physical fake GPUs a
+ *   process sees from 0, as the driver does, so with a per-rank setting every rank's
+ *   device 0 may be a different GPU; bus ids (cuDeviceGetPCIBusId,
+ *   cuDeviceGetByPCIBusId: 0000:1N:00.0 for physical GPU N), IPC handles and peer
+ *   access are the physical GPU's;
+ * - the strict counters (fakecudaGetStrictCounters): device allocations and frees,
+ *   exports, mappings opened and closed, drains, lazy loads and dead-peer writes, so
+ *   tests can show that the hot path allocates nothing and that a decision was taken
+ *   before anything was exported.
  *
  * Everything declared below is hidden: libfakecuda.so exports only the driver entry
  * points (cu*) and the hooks of fakecuda.h.
