@@ -69,6 +69,7 @@ class BuildGoncclExt(BuildExtension):
             os.path.join(ROOT, "capi", "gonccl.h"),
             os.path.join(include_dir, "gonccl.h"),
         )
+        write_build_info(package_dir)
         super().run()
         for ext in self.extensions:
             problem = check_shared_libstdcxx(self.get_ext_fullpath(ext.name))
@@ -87,7 +88,9 @@ class BuildGoncclExt(BuildExtension):
         if go is None:
             raise RuntimeError(
                 "gonccl: the Go toolchain (`go`) is not on PATH; it is needed to "
-                "build libgonccl.so (see go.mod for the version)"
+                "build libgonccl.so (see go.mod for the version). Without Go, pass a "
+                "prebuilt library: GONCCL_LIBRARY=/path/to/libgonccl.so pip install "
+                "--no-build-isolation . (build one anywhere Go is with `make lib`)"
             )
         output = os.path.join(package_dir, "libgonccl.so")
         cmd = [go, "build", "-buildmode=c-shared", "-trimpath", "-o", output, "./capi"]
@@ -99,6 +102,22 @@ class BuildGoncclExt(BuildExtension):
         generated = os.path.join(package_dir, "libgonccl.h")
         if os.path.exists(generated):
             os.remove(generated)
+
+
+def write_build_info(package_dir):
+    """Writes gonccl/_build_info.py: the torch the extension is compiled against.
+
+    gonccl._library.load_extension compares it with the torch it runs beside, so a
+    package built for another torch fails with an error naming both instead of an
+    undefined-symbol ImportError from gonccl._C."""
+    import torch
+
+    with open(os.path.join(package_dir, "_build_info.py"), "w") as f:
+        f.write(
+            '"""Written by setup.py at build time: the torch gonccl._C was compiled against."""\n\n'
+            f"TORCH_VERSION = {torch.__version__!r}\n"
+            f"TORCH_CUDA = {torch.version.cuda!r}\n"
+        )
 
 
 def _source_version():

@@ -164,7 +164,7 @@ goncclResult_t goncclDebugStats(int64_t* goroutines, int64_t* goHeapBytes, int64
 goncclResult_t goncclDebugHops(char* buf, size_t len, int reset, size_t* needed);
 
 /* Creates this rank's communicator; blocks until all nranks ranks have joined or the
- * init timeout (GONCCL_INIT_TIMEOUT_MS or goncclCommInitRankTimeout's) has passed. */
+ * init timeout (GONCCL_TIMEOUT_MS, or goncclCommInitRankTimeout's) has passed. */
 goncclResult_t goncclCommInitRank(goncclComm_t* comm, int nranks, goncclUniqueId commId,
                                   int rank);
 /* Same, with the timeout (milliseconds) that bounds init and every later operation.

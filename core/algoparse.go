@@ -47,7 +47,7 @@ func algoHelp() string {
 // algoNotes explain, in GONCCL_ALGO's help, the algorithms whose name does not.
 var algoNotes = map[Algo]string{AlgoHier: "hierarchical, ranks on several hosts"}
 
-// algoChoices lists, for GONCCL_ALGO's help (and so the README), the algorithms of
+// algoChoices lists, for GONCCL_ALGO's help (and so docs/environment.md), the algorithms of
 // each collective that has a choice: "allreduce `rd`/`direct`/..., broadcast ...".
 func algoChoices() string {
 	var parts []string

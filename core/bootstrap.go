@@ -232,7 +232,7 @@ func joinRoot(id *UniqueID, me rankInfo, deadline time.Time) ([]rankInfo, error)
 	}
 	c, err := tcp.Dial(addr, id.secret(), tcp.Hello{From: me.Rank, To: tcp.RootRank}, deadline)
 	if err != nil {
-		return nil, fmt.Errorf("bootstrap root: %w", err)
+		return nil, fmt.Errorf("bootstrap root: %w (%s)", err, bootstrapHint)
 	}
 	defer c.Close()
 	_ = c.SetDeadline(deadline)
@@ -242,7 +242,7 @@ func joinRoot(id *UniqueID, me rankInfo, deadline time.Time) ([]rankInfo, error)
 	var reply rootReply
 	if err := readMsg(c, &reply); err != nil {
 		if ne, ok := err.(net.Error); ok && ne.Timeout() {
-			return nil, fmt.Errorf("%w: waiting for all %d ranks to join (not every rank called init with this unique id)", ErrTimeout, me.NRanks)
+			return nil, fmt.Errorf("%w: waiting for all %d ranks to join (not every rank called init with this unique id; %s)", ErrTimeout, me.NRanks, bootstrapHint)
 		}
 		return nil, fmt.Errorf("bootstrap root at %s: %w", addr, err)
 	}
@@ -306,3 +306,9 @@ func missingRanks(nranks int, joined map[int]bool) string {
 	}
 	return "[" + strings.Join(list, " ") + "]"
 }
+
+// bootstrapHint is the next step a bootstrap failure's message suggests: rank 0
+// advertises the address of the interface GONCCL_SOCKET_IFNAME picks (else the first
+// that is up and not loopback), which the other ranks must be able to reach.
+const bootstrapHint = "check that every rank can reach rank 0's address; pick the interface with " +
+	"GONCCL_SOCKET_IFNAME (e.g. =eth0), and see GONCCL_DEBUG=INFO's INIT lines for the one each rank uses"

@@ -394,7 +394,7 @@ func (c *Comm) runOne(o *op, laterCallback bool) {
 			if err == nil {
 				err = &OpError{Rank: c.rank, Op: o.String(), Peer: -1, Err: aerr}
 			} else {
-				c.logs.coll.Warn(fmt.Sprintf("gonccl rank %d: %s: after the failure: %v", c.rank, o, aerr))
+				c.logs.coll.Warn(fmt.Sprintf("%s: after the failure: %v", o, aerr))
 			}
 		}
 	}
@@ -463,7 +463,7 @@ func (c *Comm) execute(o *op) error {
 	if !aborted && !errors.Is(err, ErrInvalidArgument) && !errors.Is(err, ErrNotSupported) {
 		oe.Diagnosis = c.diagnose(o)
 	}
-	c.logs.coll.Warn(oe.Error())
+	c.logs.coll.Warn(oe.logText())
 	return oe
 }
 

@@ -160,8 +160,8 @@ func (c *Comm) devSizeAnnounced(from int, msg, bytes uint64) {
 	if msg != p.heard+1 {
 		p.unchecked, p.announced, p.expected = true, nil, nil
 		m.mu.Unlock()
-		c.logs.net.Warn(fmt.Sprintf("gonccl rank %d: rank %d announced device message #%d after #%d; sizes from it are no longer checked",
-			c.rank, from, msg, p.heard))
+		c.logs.net.Warn(fmt.Sprintf("rank %d announced device message #%d after #%d; sizes from it are no longer checked",
+			from, msg, p.heard))
 		return
 	}
 	p.heard = msg

@@ -94,7 +94,7 @@ func (c *Comm) failureReported(from, by int, reason string, class uint64) {
 	if !changed {
 		return
 	}
-	c.logs.net.Warn(fmt.Sprintf("gonccl rank %d: %v (heard from rank %d)", c.rank, err, by))
+	c.logs.net.Warn(fmt.Sprintf("%v (heard from rank %d)", err, by))
 	if c.p2p != nil {
 		c.p2p.tellFailed(from, by, reason, class)
 	}

@@ -40,8 +40,8 @@ func (c *Comm) StaleFrames() uint64 { return c.peers.stale.n.Load() }
 // peerSet.finish, which registers it on each link as the link is made).
 func (s *peerSet) dropStale(peer int, got transport.Header) {
 	s.stale.n.Add(1)
-	s.logs.net.Warn(fmt.Sprintf("rank %d: dropped a %d-byte frame of generation (epoch) %d from rank %d (op seq %d, kind %d): this communicator is epoch %d",
-		s.rank, got.Len, got.Epoch, peer, got.Seq, got.Kind, s.epoch))
+	s.logs.net.Warn(fmt.Sprintf("dropped a %d-byte frame of generation (epoch) %d from rank %d (op seq %d, kind %d): this communicator is epoch %d",
+		got.Len, got.Epoch, peer, got.Seq, got.Kind, s.epoch))
 }
 
 // injectStale is the GONCCL_TEST_INJECT_STALE test hook: in a communicator of epoch E >
@@ -60,10 +60,10 @@ func (c *Comm) injectStale(count int) {
 		h := transport.Header{Seq: 1, Kind: uint8(KindAllReduce), DType: uint8(Float32), Root: -1,
 			Count: uint64(count), Epoch: c.epoch - 1}
 		if err := l.Send(&h, junk, deadline); err != nil {
-			c.logs.net.Warn(fmt.Sprintf("rank %d: GONCCL_TEST_INJECT_STALE: sending rank %d a frame: %v", c.rank, peer, err))
+			c.logs.net.Warn(fmt.Sprintf("GONCCL_TEST_INJECT_STALE: sending rank %d a frame: %v", peer, err))
 			continue
 		}
-		c.logs.net.Warn(fmt.Sprintf("rank %d: GONCCL_TEST_INJECT_STALE: sent rank %d a %d-byte frame of generation (epoch) %d",
-			c.rank, peer, len(junk), c.epoch-1))
+		c.logs.net.Warn(fmt.Sprintf("GONCCL_TEST_INJECT_STALE: sent rank %d a %d-byte frame of generation (epoch) %d",
+			peer, len(junk), c.epoch-1))
 	}
 }

@@ -53,6 +53,15 @@ func (e *OpError) Error() string {
 // Unwrap returns the underlying error.
 func (e *OpError) Unwrap() error { return e.Err }
 
+// logText is Error() without the "gonccl rank N: " prefix, for log lines, which
+// name the rank already.
+func (e *OpError) logText() string {
+	if e.Diagnosis != "" {
+		return fmt.Sprintf("%s: %v [other ranks: %s]", e.Op, e.Err, e.Diagnosis)
+	}
+	return fmt.Sprintf("%s: %v", e.Op, e.Err)
+}
+
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalidArgument, fmt.Sprintf(format, args...))
 }

@@ -68,7 +68,15 @@ func (e *p2pEngine) heartbeat(interval, timeout time.Duration, paused func(rank 
 // operation running now fails. One whose connection ended without a goodbye: see
 // peerGone (what it sent before dying may still complete the operation running now).
 func (c *Comm) peerDead(rank int, err error) {
-	c.logs.net.Warn(fmt.Sprintf("gonccl rank %d: %v", c.rank, err))
+	if !errors.Is(err, ErrTimeout) && c.idle() {
+		// Nothing waits on the peer: this is how a rank that ends its process without
+		// destroying its group looks (a script's normal end), not yet a failure. An
+		// operation issued later fails naming the rank.
+		c.logs.net.Info(fmt.Sprintf("rank %d closed its connection with no operation pending "+
+			"(its process ended without destroying the group, or died): %v", rank, err))
+	} else {
+		c.logs.net.Warn(err.Error())
+	}
 	if !errors.Is(err, ErrTimeout) { // its connection ended: see peerGone
 		c.peerGone(rank, err)
 		return

@@ -1,7 +1,6 @@
 package core
 
 import (
-	"fmt"
 	"os"
 
 	"go.uber.org/zap"
@@ -15,8 +14,8 @@ type loggers struct {
 }
 
 // newLoggers builds the loggers from GONCCL_DEBUG and GONCCL_DEBUG_SUBSYS (see
-// settings.Loggers): one line per event on stderr, prefixed with host, pid and rank.
+// settings.Loggers): one line per event on stderr, prefixed with the time, host, pid, thread and rank.
 func newLoggers(cfg *config, host string, rank int) loggers {
-	pick := settings.Loggers(cfg.debug, cfg.debugSubsys, fmt.Sprintf("%s:%d [%d] GONCCL", host, os.Getpid(), rank), cfg.test.logTee)
+	pick := settings.Loggers(cfg.debug, cfg.debugSubsys, settings.Who{Host: host, Pid: os.Getpid(), Rank: rank}, cfg.test.logTee)
 	return loggers{init: pick("INIT"), coll: pick("COLL"), net: pick("NET"), shm: pick("SHM"), env: pick("ENV"), tune: pick("TUNING")}
 }

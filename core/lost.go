@@ -48,7 +48,7 @@ func (c *Comm) peerGone(rank int, err error) { c.lose(rank, err, false) }
 // communicator has given it up, and a diagnosis must say so.
 func (c *Comm) lossReported(rank, from int, reason string, now, silent bool) {
 	if rank == c.rank { // a peer thinks this rank is gone: it hangs up, and that ends it
-		c.logs.net.Warn(fmt.Sprintf("gonccl rank %d: rank %d reports this rank lost: %s", c.rank, from, reason))
+		c.logs.net.Warn(fmt.Sprintf("rank %d reports this rank lost: %s", from, reason))
 		return
 	}
 	err := &lossReport{from: from, reason: reason, silent: silent}

@@ -100,8 +100,8 @@ func (e *p2pEngine) failPeer(pp *p2pPeer, err error) bool {
 	e.mu.Unlock()
 	pp.conn.Close()
 	if len(done) > 0 && !closed {
-		e.log.Warn(fmt.Sprintf("gonccl rank %d: point-to-point channel to rank %d failed with %d operations pending: %v",
-			e.rank, pp.rank, len(done), err))
+		e.log.Warn(fmt.Sprintf("point-to-point channel to rank %d failed with %d operations pending: %v",
+			pp.rank, len(done), err))
 	}
 	done.run()
 	return true

@@ -207,8 +207,8 @@ func (e *p2pEngine) handleNack(pp *p2pPeer, h transport.MsgHeader, done *complet
 	}
 	e.mu.Unlock()
 	if s == nil {
-		e.log.Warn(fmt.Sprintf("gonccl rank %d: rank %d rejected message #%d: its receive expected %d bytes, a different size from what this rank sent",
-			e.rank, pp.rank, h.Seq, h.Len))
+		e.log.Warn(fmt.Sprintf("rank %d rejected message #%d: its receive expected %d bytes, a different size from what this rank sent",
+			pp.rank, h.Seq, h.Len))
 	}
 }
 

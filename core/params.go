@@ -11,12 +11,12 @@ import (
 
 // Params lists every environment variable gonccl reads, as rows of the settings
 // registry (internal/config) that fill core's config: loadConfig parses each, the INFO
-// log echoes the ones that are set, and the README's table of variables is generated
-// from it (TestReadmeVariableTable fails when the two differ; its -update flag rewrites
-// the table).
+// log echoes the ones that are set, and docs/environment.md's tables of variables are
+// generated from it (TestEnvironmentDoc fails when the two differ; its -update flag
+// rewrites them; params_doc.go groups them).
 var Params = []settings.Param[config]{
 	{Name: "GONCCL_DEBUG", Default: "WARN",
-		Help:  "log level: `WARN`, `INFO` (one init summary per rank: version, rank/size, host, interface, ring order, transport per peer, GOMAXPROCS; then its GPUs, see [GPUs](#gpus)) or `TRACE` (one line per operation)",
+		Help:  "log level: `WARN`, `INFO` (one init summary per rank: version, rank/size, host, interface, ring order, transport per peer, GOMAXPROCS; then its GPUs, see [GPUs](gpu.md)) or `TRACE` (one line per operation)",
 		Parse: text(func(c *config, v string) { c.debug = strings.ToUpper(v) })},
 	{Name: "GONCCL_DEBUG_SUBSYS", Default: "ALL",
 		Help:  "subsystems to log: `INIT`, `COLL`, `NET`, `SHM`, `ENV`, `TUNING`, comma-separated; `^` excludes",
@@ -25,7 +25,7 @@ var Params = []settings.Param[config]{
 		Help:  "`1`: time each operation's hops (C++ issue, Go enqueue, queue, run, completion callback, waiter wake-up, completion; on the device path, issue -> on the stream) in this process; `python -m gonccl.bench --hops` sets it and prints the per-op means (C: `goncclDebugHops`)",
 		Parse: zeroOne(func(c *config, on bool) { c.debugHops = on })},
 	{Name: "GONCCL_FAST_PATH", Default: "1",
-		Help:  "`0`: turn the small-op latency paths off: a waiter never runs its own op or completes its Work itself, and waits sleep at once instead of polling briefly (the path before issue 14; for comparisons, or hosts so oversubscribed that a bounded poll hurts). With `1`, a wait without a timeout of its own (a blocking C ABI call, `goncclRequestWait(-1)`, `Work.wait()` off Python's main thread) may run its op on the calling thread until the op ends; Python's main thread still waits in slices, so Ctrl-C gets through",
+		Help:  "`0`: turn the small-op latency paths off: a waiter never runs its own op or completes its Work itself, and waits sleep at once instead of polling briefly (for comparisons, or hosts so oversubscribed that a bounded poll hurts). With `1`, a wait without a timeout of its own (a blocking C ABI call, `goncclRequestWait(-1)`, `Work.wait()` off Python's main thread) may run its op on the calling thread until the op ends; Python's main thread still waits in slices, so Ctrl-C gets through",
 		Parse: zeroOne(func(c *config, on bool) { c.slowPath = !on })},
 	{Name: "GONCCL_SOCKET_IFNAME", Unset: "(auto)",
 		Help:  "interfaces to use, NCCL's syntax: `eth` (prefix), `^docker,lo` (exclude), `=eth0` (exact). Auto: first up interface that is not loopback or a container bridge, else loopback",
@@ -48,7 +48,7 @@ var Params = []settings.Param[config]{
 	{Name: "GONCCL_CUDA_LIBRARY", Default: "libcuda.so.1",
 		Help: "CUDA driver library to `dlopen` for device buffers through the C ABI (tests point it at the fake driver); read once per process. Absent or failing: CUDA unavailable, logged at `INFO`"},
 	{Name: "GONCCL_DEVICE_PATH", Default: "auto",
-		Help: "which path operations on CUDA device buffers take (see [the device path](#the-device-path-gonccl_device_path)). `auto`: the device path (the ranks map each other's device scratch with CUDA IPC and the work is enqueued on the caller's stream: copies, reduction kernels, flags ordering the ranks, returning at once) when every rank of the communicator is on this host, on GPUs that can share memory, no two on one GPU; else staged through pinned host memory. `1`: the device path also when ranks share a GPU. `0`: always staged. The same on every rank; another value is refused at the first operation on device buffers. The INIT log says which path each communicator takes. Read by the C ABI when a communicator is created"},
+		Help: "which path operations on CUDA device buffers take (see [the device path](gpu.md#the-device-path)). `auto`: the device path (the ranks map each other's device scratch with CUDA IPC and the work is enqueued on the caller's stream: copies, reduction kernels, flags ordering the ranks, returning at once) when every rank of the communicator is on this host, on GPUs that can share memory, no two on one GPU; else staged through pinned host memory. `1`: the device path also when ranks share a GPU. `0`: always staged. The same on every rank; another value is refused at the first operation on device buffers. The INIT log says which path each communicator takes. Read by the C ABI when a communicator is created"},
 	{Name: "GONCCL_DEVICE_SCRATCH", Default: "8388608",
 		Help: "bytes of device scratch each rank of a device-path communicator allocates and shares (a `K`, `M` or `G` suffix: 2^10, 2^20, 2^30; 1M to 16G); an operation larger than it takes several rounds, and each round costs a wait on the peers (about 0.5 ms when ranks share a GPU). The same on every rank. Read by the C ABI"},
 	{Name: "GONCCL_STAGED_CHUNK", Default: "4194304",
@@ -66,7 +66,7 @@ var Params = []settings.Param[config]{
 		Help:  "a peer from which nothing at all (data or heartbeat; each rank sends one on the point-to-point channel to every peer it has not written to for a while) arrives for this long is declared gone: hung, stopped, or its network cut. Collectives waiting on it fail at once, naming it. `0` turns heartbeats off",
 		Parse: integer(0, 0, func(c *config, v int64) { c.heartbeatTimeout = time.Duration(v) * time.Millisecond })},
 	{Name: "GONCCL_TRACE_BUFFER_SIZE", Default: "2000",
-		Help:  "operations each communicator's flight recorder keeps (see \"Debugging hangs\"); `0` turns it off",
+		Help:  "operations each communicator's flight recorder keeps (see [Troubleshooting](troubleshooting.md#hangs-and-the-flight-recorder)); `0` turns it off",
 		Parse: integer(0, maxTraceSize, func(c *config, v int64) { c.traceSize = int(v) })},
 	{Name: "GONCCL_TRACE_DUMP_DIR", Unset: "(none)",
 		Help:  "directory where every rank writes its flight recorder as JSON (`gonccl_trace_<comm>_rank<r>_pid<pid>.json`) when an operation first fails or times out, and again when the communicator is destroyed or aborted",

@@ -10,25 +10,39 @@ import (
 	settings "github.com/gonccl/gonccl/internal/config"
 )
 
-var updateReadme = flag.Bool("update", false, "rewrite the README's table of variables from Params")
+var updateDoc = flag.Bool("update", false, "rewrite docs/environment.md's tables of variables from Params")
 
-// The README's table of variables is generated from Params: every parameter gonccl
-// reads, with its default and meaning, and nothing that it doesn't.
-func TestReadmeVariableTable(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
+// docs/environment.md's tables of variables are generated from Params (and
+// outsideParams): every variable gonccl reads, with its default and meaning, grouped,
+// and nothing that it doesn't.
+func TestEnvironmentDoc(t *testing.T) {
+	const path = "../docs/environment.md"
+	doc, err := os.ReadFile(path)
 	require.NoError(t, err)
-	want := settings.Table(Params)
-	got, updated, found := settings.SpliceTable(string(readme), "GONCCL_", want)
-	require.True(t, found, "the README has no table of GONCCL_ variables")
-	if *updateReadme && got != want {
-		require.NoError(t, os.WriteFile("../README.md", []byte(updated), 0o644))
+	want := EnvironmentDoc()
+	got, updated, found := spliceEnvDoc(string(doc), want)
+	require.True(t, found, "%s lacks the markers of its generated tables: %q and %q", path, envDocBegin, envDocEnd)
+	if *updateDoc && got != want {
+		require.NoError(t, os.WriteFile(path, []byte(updated), 0o644))
 		return
 	}
-	for _, p := range Params {
+	for _, p := range append(append([]settings.Param[config]{}, Params...), outsideParams...) {
 		require.True(t, p.Default != "" || p.Unset != "", "%s has neither a default nor a word for unset", p.Name)
+		require.NotRegexp(t, `(?i)issue \d`, p.Help, "%s: user text names no tracker issue", p.Name)
 	}
-	require.Equal(t, want, got, "the README's table of variables differs from core.Params, its source: "+
-		"edit Params, then run go test ./core -run TestReadmeVariableTable -update")
+	require.Equal(t, want, got, path+"'s tables of variables differ from core.Params, their source: "+
+		"edit Params, then run go test ./core -run TestEnvironmentDoc -update")
+}
+
+// Every group of the page gets its variables by name or prefix; test-only ones apart.
+func TestEnvGroupOf(t *testing.T) {
+	for name, want := range map[string]string{
+		"GONCCL_DEBUG": "debug", "GONCCL_TRACE_DUMP_DIR": "debug", "GONCCL_SOCKET_IFNAME": "network",
+		"GONCCL_DEVICE_PATH": "gpu", "GONCCL_HEARTBEAT_TIMEOUT_MS": "fault", "GONCCL_LIBRARY": "build",
+		"GONCCL_TEST_INJECT_PANIC": "test", "GONCCL_ALGO": "tuning",
+	} {
+		require.Equal(t, want, envGroupOf(name), name)
+	}
 }
 
 func TestConfigReadsEnvironmentAtInit(t *testing.T) {

@@ -69,7 +69,7 @@ func (s *peerSet) accepted(c net.Conn) error {
 		c.Close()
 		s.guard.Go("peer call", nil, func(err error) { s.fail(p, err) }, func() {
 			if _, err := s.connect(p, time.Now().Add(s.timeout), false); err != nil {
-				s.logs.net.Warn(fmt.Sprintf("gonccl rank %d: rank %d called, but: %v", s.rank, p, err))
+				s.logs.net.Warn(fmt.Sprintf("rank %d called, but: %v", p, err))
 			}
 		})
 		return nil

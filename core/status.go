@@ -335,3 +335,11 @@ func (e *p2pEngine) failRank(r int, err error) {
 		e.failPeer(pp, err)
 	}
 }
+
+// idle reports whether every operation issued on c has finished and none runs: a
+// peer that goes away now fails nothing in flight.
+func (c *Comm) idle() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.running == nil && c.finishedSeq == c.seq
+}

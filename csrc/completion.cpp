@@ -237,7 +237,12 @@ void CompletionQueue::process(Token& token, goncclResult_t result) {
     }
   } catch (const std::exception& e) {
     if (error.empty()) {
-      error = std::string("gonccl: ") + work.opName() + " failed: " + e.what();
+      const std::string what = e.what();
+      // opFailure's messages carry their own prefix; others get one.
+      error =
+          what.rfind("gonccl", 0) == 0 || what.rfind("Timed out", 0) == 0
+              ? what
+              : std::string("gonccl: ") + work.opName() + " failed: " + what;
     }
   }
   work.partDone(error);

@@ -5,13 +5,14 @@
 // stream of gonccl's own (one per device per backend, from
 // goncclStreamAcquire: not one of torch's pool streams, which torch hands out
 // round-robin, so another backend or the caller may be using it) that
-// first waits on the caller's current stream; gonccl copies device->host on it,
-// runs the host algorithm, copies host->device on it. The backend's copy-outs
-// (unflatten, copy back of non-contiguous outputs) follow on the same stream,
-// then a torch event is recorded there; Work::wait() makes the caller's current
-// stream, whatever it is (the default stream included), wait on that event.
-// Stream work stays in issue order: an op with a copy-out holds the next op's
-// copies back until the copy-out is queued (goncclRequestHoldStream). The
+// first waits on the caller's current stream; the op goes to the C ABI on that
+// stream, which runs it on the device path or stages it through pinned host
+// memory (GONCCL_DEVICE_PATH, decided per communicator). The backend's
+// copy-outs (unflatten, copy back of non-contiguous outputs) follow on the same
+// stream, then a torch event is recorded there; Work::wait() makes the caller's
+// current stream, whatever it is (the default stream included), wait on that
+// event. Stream work stays in issue order: an op with a copy-out holds the next
+// op's copies back until the copy-out is queued (goncclRequestHoldStream). The
 // caching allocator is told that the gonccl stream uses the tensors
 // (recordStream), and the Work keeps them alive until the op has finished.
 //

@@ -1,3 +1,4 @@
+#include <cstdlib>
 #include "library.hpp"
 
 #include <dlfcn.h>
@@ -109,21 +110,50 @@ std::string errorString(goncclResult_t result, const char* detail) {
   return "gonccl result " + std::to_string(static_cast<int>(result));
 }
 
+// traceHint is the next step a timeout's message suggests: the flight recorder
+// (GONCCL_TRACE_DUMP_DIR) and python -m gonccl.trace, which names the rank
+// behind.
+static std::string traceHint() {
+  const char* dir = std::getenv("GONCCL_TRACE_DUMP_DIR");
+  if (dir != nullptr && *dir != '\0') {
+    return c10::str(
+        " (every rank's flight recorder is in ",
+        dir,
+        ": python -m gonccl.trace ",
+        dir,
+        " names the rank behind)");
+  }
+  return " (to see which rank is behind, rerun with GONCCL_TRACE_DUMP_DIR=DIR "
+         "and run python -m gonccl.trace DIR)";
+}
+
 std::string opFailure(
     const char* op,
     goncclResult_t result,
     const char* detail,
     std::chrono::milliseconds timeout) {
+  const std::string why = errorString(result, detail);
+  // The library's own messages start "gonccl rank N: <op> #seq ...": they name
+  // the op and the rank already, and take no second prefix.
+  const bool named = why.rfind("gonccl rank ", 0) == 0;
   if (result == goncclTimeout) {
+    if (named) {
+      return c10::str(
+          "Timed out after ", timeout.count(), " ms: ", why, traceHint());
+    }
     return c10::str(
         "gonccl: ",
         op,
         ": Timed out after ",
         timeout.count(),
         " ms: ",
-        errorString(result, detail));
+        why,
+        traceHint());
   }
-  return c10::str("gonccl: ", op, " failed: ", errorString(result, detail));
+  if (named) {
+    return why;
+  }
+  return c10::str("gonccl: ", op, " failed: ", why);
 }
 
 }  // namespace gonccl

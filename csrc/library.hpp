@@ -1,10 +1,11 @@
 // library.hpp: loads libgonccl.so at run time and holds its entry points.
 //
 // The extension never links against libgonccl.so: the Go library carries
-// undefined nvml* symbols (RTLD_NOW would fail) and starting the Go runtime at
-// `import gonccl` would make every later fork() hang the child. So the library
-// is dlopen'ed with RTLD_LAZY on first use and every gonccl* function is called
-// through the table below.
+// undefined nvml* symbols (RTLD_NOW would fail), and a child forked after the
+// Go runtime started cannot call into Go (it would hang there; checkNotForked
+// refuses with an error instead), so starting it at `import gonccl` would take
+// gonccl from every forked child. So the library is dlopen'ed with RTLD_LAZY on
+// first use and every gonccl* function is called through the table below.
 #pragma once
 
 #include <chrono>

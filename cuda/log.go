@@ -1,7 +1,6 @@
 package cuda
 
 import (
-	"fmt"
 	"os"
 
 	"github.com/gonccl/gonccl/internal/cenv"
@@ -16,5 +15,5 @@ func logInfo(msg string) {
 	level, _ := cenv.Lookup("GONCCL_DEBUG")
 	subsys, _ := cenv.Lookup("GONCCL_DEBUG_SUBSYS")
 	host, _ := os.Hostname()
-	settings.Loggers(level, subsys, fmt.Sprintf("%s:%d GONCCL", host, os.Getpid()), nil)("INIT").Info(msg)
+	settings.Loggers(level, subsys, settings.Who{Host: host, Pid: os.Getpid(), Rank: -1}, nil)("INIT").Info(msg)
 }

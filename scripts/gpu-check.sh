@@ -242,7 +242,7 @@ check_memcheck() {
 check_stream() {
   local bad; bad=$(grep '^STREAMCHECK' "$1" | grep -c '"ok": false')
   local good; good=$(grep '^STREAMCHECK' "$1" | grep -v '"check": "setup"' | grep -c '"ok": true')
-  local init; init=$(grep -c 'GONCCL.INIT' "$1")
+  local init; init=$(grep -c 'GONCCL INFO INIT' "$1")
   [[ $bad -eq 0 && $good -gt 0 && $init -gt 0 ]] && { echo "$good checks x ranks passed; $init INIT lines"; return 0; }
   [[ $init -eq 0 ]] && { echo "no INIT line logged"; return 1; }
   echo "$bad checks failed: $(grep '^STREAMCHECK' "$1" | grep -m1 '"ok": false' | cut -c13-200)"; return 1
@@ -587,7 +587,7 @@ fi
     echo
     echo "## INIT lines ($(basename "$initlog" .log))"
     echo '```'
-    grep 'GONCCL.INIT' "$initlog" | head -60
+    grep 'GONCCL INFO INIT' "$initlog" | head -60
     echo '```'
   fi
   for f in pytest-cuda pytest-cuda-device; do

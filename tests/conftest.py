@@ -23,7 +23,7 @@ import _harness  # noqa: E402
 # instead of 0.1 s); past 15 s, on a loaded machine, torch abandons it and retries, and
 # the abandoned thread can abort the process at exit ("FATAL: exception not rethrown":
 # 5 failed tests in one loaded CI run). Every rank the tests start dumps without them;
-# the README's contract table says so for users. The dump itself stays on.
+# docs/pytorch.md's contract table says so for users. The dump itself stays on.
 os.environ.setdefault("TORCH_INCLUDE_STACK_TRACE", "0")
 
 # What the environment must provide, by the name a test's `requires` marker gives it.

@@ -62,6 +62,21 @@ def test_ddp_simple_trace_names_gonccl(ddp_simple):
     assert ours, f"no trace event is named gonccl:*; names: {sorted(map(str, names))[:50]}"
 
 
+def warn_lines(text: str) -> list[str]:
+    """gonccl's WARN log lines in text ("... [rank] GONCCL WARN SUBSYS message")."""
+    return [line for line in text.splitlines() if " GONCCL WARN " in line]
+
+
+@pytest.mark.timeout(SIMPLE_TIMEOUT + 60)
+def test_ddp_simple_prints_no_warning(ddp_simple):
+    """A normal run, its end included, prints no WARN line: ranks that finish and exit
+    are not failures of their peers."""
+    run, _ = ddp_simple
+    run.assert_ok("torchrun examples/ddp_simple.py")
+    warned = warn_lines(run.procs[0].stdout + run.procs[0].stderr)
+    assert not warned, "a normal run of ddp_simple.py printed WARN lines:\n" + "\n".join(warned)
+
+
 @pytest.fixture(scope="module")
 def ddp_example(tmp_path_factory):
     report_dir = str(tmp_path_factory.mktemp("ddp_example"))
@@ -77,6 +92,16 @@ def test_ddp_example_runs(ddp_example):
     ddp_example.run.assert_ok("examples/ddp_example.py (2 ranks)")
     for proc in ddp_example.run.procs:
         assert f"Start running basic DDP example on {proc.name}." in proc.stdout, proc.describe()
+
+
+@pytest.mark.timeout(EXAMPLE_TIMEOUT + 60)
+def test_ddp_example_prints_no_warning(ddp_example):
+    """ddp_example.py never destroys its process group: each rank's process ends with it
+    alive, and its peer sees the connection close. With nothing pending that is a normal
+    end (logged at INFO), not a WARN."""
+    ddp_example.run.assert_ok("examples/ddp_example.py (2 ranks)")
+    warned = [line for proc in ddp_example.run.procs for line in warn_lines(proc.stderr)]
+    assert not warned, "a normal run of ddp_example.py printed WARN lines:\n" + "\n".join(warned)
 
 
 @pytest.mark.timeout(EXAMPLE_TIMEOUT + 60)

@@ -102,7 +102,7 @@ def test_gonccl_debug_set_after_go_runtime_started(worker_runs):
 def test_no_info_log_by_default(worker_runs):
     run = package_run(worker_runs, "quiet")
     run.run.assert_ok("package worker (quiet)")
-    noisy = [line for line in run.run.procs[0].stderr.splitlines() if is_init_log(line) or line.startswith("INFO")]
+    noisy = [line for line in run.run.procs[0].stderr.splitlines() if is_init_log(line) or " GONCCL INFO " in line]
     assert not noisy, f"INFO logs without GONCCL_DEBUG: {noisy}"
 
 

@@ -1,5 +1,5 @@
 """A panic on one of gonccl's goroutines does not kill the Python process: with the
-TEST-ONLY hook GONCCL_TEST_INJECT_PANIC (see the README's env table), rank 0's second
+TEST-ONLY hook GONCCL_TEST_INJECT_PANIC (see docs/environment.md, test-only variables), rank 0's second
 collective panics inside the Go executor (workers/panic_worker.py). The op raises a
 DistBackendError naming the panic, rank 1's op fails instead of hanging, later
 collectives fail at once naming it, and both processes exit 0. Before the recovery

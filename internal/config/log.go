@@ -8,12 +8,25 @@ import (
 	"go.uber.org/zap/zapcore"
 )
 
+// Who is where a log line comes from: host and pid, and the rank (Rank < 0: none,
+// for a process-wide line).
+type Who struct {
+	Host string
+	Pid  int
+	Rank int
+}
+
 // Loggers returns the logger of each subsystem for GONCCL_DEBUG's value level and
 // GONCCL_DEBUG_SUBSYS's value subsys, in the spirit of NCCL_DEBUG=INFO: one line per
-// event on stderr, "LEVEL name.SUBSYSTEM message". A subsystem that subsys excludes
-// gets a no-op logger. tee, if not nil, also receives every entry (tests). Core and
-// cuda both log through it, so both read the two settings the same way.
-func Loggers(level, subsys, name string, tee zapcore.Core) func(subsystem string) *zap.Logger {
+// event on stderr,
+//
+//	2026-11-27T21:30:01.123456Z host:pid:tid [rank] GONCCL LEVEL SUBSYSTEM message
+//
+// (no "[rank]" when who.Rank < 0; tid is the OS thread that logged). A subsystem that
+// subsys excludes gets a no-op logger. tee, if not nil, also receives every entry
+// (tests; its entries are named by the subsystem). Core and cuda both log through it,
+// so both read the two settings the same way.
+func Loggers(level, subsys string, who Who, tee zapcore.Core) func(subsystem string) *zap.Logger {
 	threshold := zapcore.WarnLevel
 	switch parseLevel(level) {
 	case levelInfo:
@@ -21,19 +34,11 @@ func Loggers(level, subsys, name string, tee zapcore.Core) func(subsystem string
 	case levelTrace:
 		threshold = zapcore.DebugLevel
 	}
-	enc := zapcore.NewConsoleEncoder(zapcore.EncoderConfig{
-		MessageKey:       "msg",
-		LevelKey:         "level",
-		NameKey:          "subsys",
-		EncodeLevel:      zapcore.CapitalLevelEncoder,
-		EncodeName:       zapcore.FullNameEncoder,
-		ConsoleSeparator: " ",
-	})
-	core := zapcore.NewCore(enc, zapcore.Lock(os.Stderr), threshold)
+	core := zapcore.NewCore(newLineEncoder(who), zapcore.Lock(os.Stderr), threshold)
 	if tee != nil {
 		core = zapcore.NewTee(core, tee)
 	}
-	base := zap.New(core).Named(name)
+	base := zap.New(core)
 	enabled := subsystems(subsys)
 	return func(subsystem string) *zap.Logger {
 		if !enabled(subsystem) {

@@ -3,6 +3,7 @@ package config
 import (
 	"io"
 	"os"
+	"regexp"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -57,39 +58,45 @@ func stderrOf(t *testing.T, f func()) string {
 	return string(out)
 }
 
-// Loggers writes one line per event, "LEVEL name.SUBSYSTEM message" (the format core's
-// and cuda's INIT lines share), at the level GONCCL_DEBUG asks for, for the
-// subsystems GONCCL_DEBUG_SUBSYS lets through.
+// Loggers writes one line per event, "TIME host:pid:tid [rank] GONCCL LEVEL SUBSYSTEM
+// message" (the format core's and cuda's lines share, NCCL's with a timestamp), at the
+// level GONCCL_DEBUG asks for, for the subsystems GONCCL_DEBUG_SUBSYS lets through.
 func TestLoggers(t *testing.T) {
+	// lines replaces each line's timestamp and thread id with T and TID.
+	lines := func(out string) string {
+		re := regexp.MustCompile(`(?m)^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z (\S+):(\d+):\d+ `)
+		return re.ReplaceAllString(out, "T $1:$2:TID ")
+	}
 	out := stderrOf(t, func() {
-		logs := Loggers("info", "INIT,NET", "host:7 [0] GONCCL", nil)
+		logs := Loggers("info", "INIT,NET", Who{Host: "host", Pid: 7, Rank: 0}, nil)
 		logs("INIT").Info("version 1.2.3")
 		logs("NET").Debug("not at INFO")
 		logs("COLL").Warn("COLL is excluded")
 		logs("NET").Warn("a warning")
 	})
-	require.Equal(t, "INFO host:7 [0] GONCCL.INIT version 1.2.3\nWARN host:7 [0] GONCCL.NET a warning\n", out)
+	require.Equal(t, "T host:7:TID [0] GONCCL INFO INIT version 1.2.3\nT host:7:TID [0] GONCCL WARN NET a warning\n", lines(out))
 
 	out = stderrOf(t, func() {
-		logs := Loggers("", "", "host:7 GONCCL", nil)
+		logs := Loggers("", "", Who{Host: "host", Pid: 7, Rank: -1}, nil)
 		logs("INIT").Info("not at the default WARN")
 		logs("ENV").Error("failed")
 	})
-	require.Equal(t, "ERROR host:7 GONCCL.ENV failed\n", out)
+	require.Equal(t, "T host:7:TID GONCCL ERROR ENV failed\n", lines(out))
 
-	out = stderrOf(t, func() { Loggers("TRACE", "COLL", "h:1 GONCCL", nil)("COLL").Debug("one op") })
-	require.Equal(t, "DEBUG h:1 GONCCL.COLL one op\n", out)
+	out = stderrOf(t, func() { Loggers("TRACE", "COLL", Who{Host: "h", Pid: 1, Rank: 3}, nil)("COLL").Debug("one op") })
+	require.Equal(t, "T h:1:TID [3] GONCCL DEBUG COLL one op\n", lines(out))
+	require.Regexp(t, `^\d{4}-.*Z h:1:\d+ \[3\]`, out, "a timestamp and the thread id lead the line")
 }
 
 // A tee receives every entry of the subsystems that log, as well as stderr.
 func TestLoggersTee(t *testing.T) {
 	obs, entries := observer.New(zapcore.InfoLevel)
 	_ = stderrOf(t, func() {
-		logs := Loggers("INFO", "^SHM", "h:1 GONCCL", obs)
+		logs := Loggers("INFO", "^SHM", Who{Host: "h", Pid: 1, Rank: 0}, obs)
 		logs("INIT").Info("to both")
 		logs("SHM").Info("excluded")
 	})
 	require.Equal(t, 1, entries.Len())
 	require.Equal(t, "to both", entries.All()[0].Message)
-	require.Equal(t, "h:1 GONCCL.INIT", entries.All()[0].LoggerName)
+	require.Equal(t, "INIT", entries.All()[0].LoggerName)
 }

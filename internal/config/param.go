@@ -10,10 +10,10 @@ import (
 // default, meaning, and how its value is parsed into a C.
 type Param[C any] struct {
 	Name string
-	// Default is the value when unset, "" for none; Unset then says, for the README,
+	// Default is the value when unset, "" for none; Unset then says, for the docs,
 	// what happens when it is unset.
 	Default, Unset string
-	// Help is the README's text for it (Markdown).
+	// Help is docs/environment.md's text for it (Markdown).
 	Help string
 	// Parse checks the value (Default when unset) and stores it in c; name is Name, for
 	// its messages. nil: read elsewhere, only echoed here.

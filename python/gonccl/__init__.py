@@ -9,12 +9,18 @@ split_group) sets a group's algorithm restriction and chunk size.
 
 Importing gonccl does not load libgonccl.so nor start the Go runtime: that
 happens when the first gonccl process group is created (or version() is
-called). A process must not fork after that point; create process groups in
-the children instead.
+called). The Go runtime cannot run in a child forked after that point: there
+gonccl raises a clear RuntimeError instead of calling into Go, so create
+process groups in the children (a child forked before, such as a DataLoader
+worker started before the first process group, is unaffected).
+
+gonccl.info() (or `python -m gonccl --version`) says which gonccl, torch, CUDA
+support and library this process would use.
 """
 
 import torch.distributed as _dist
 
+from gonccl._info import info
 from gonccl._library import header_version, include_path, library_path, version
 from gonccl._registration import BACKEND_NAME, register
 
@@ -26,6 +32,7 @@ __all__ = [
     "GoncclOptions",
     "__version__",
     "include_path",
+    "info",
     "library_path",
     "register",
     "version",
@@ -39,7 +46,7 @@ def __getattr__(name):
     # GoncclOptions lives in the C++ extension, imported on first use (not by
     # `import gonccl`, which torch's autoload runs inside `import torch`).
     if name == "GoncclOptions":
-        from gonccl._C import GoncclOptions
+        from gonccl._library import load_extension
 
-        return GoncclOptions
+        return load_extension().GoncclOptions
     raise AttributeError(f"module 'gonccl' has no attribute {name!r}")

@@ -20,9 +20,9 @@ _PATCHED = "_gonccl_timeout_fix"
 
 
 def _is_gonccl(backend) -> bool:
-    from gonccl._C import GoncclBackend
+    from gonccl._library import load_extension
 
-    return isinstance(backend, GoncclBackend)
+    return isinstance(backend, load_extension().GoncclBackend)
 
 
 def install() -> None:

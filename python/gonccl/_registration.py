@@ -27,8 +27,9 @@ def _create_backend(opts, backend_options):
     backend_options is the pg_options given to init_process_group / new_group:
     None or a gonccl.GoncclOptions (its knobs apply to this group; torch's
     timeout, group name and global ranks are the group's)."""
-    from gonccl import _C
-    from gonccl._library import check_library
+    from gonccl._library import check_library, load_extension
+
+    _C = load_extension()
 
     if backend_options is None:
         options = _C.GoncclOptions()

@@ -56,8 +56,9 @@ class ProcessGroupGonccl(ProcessGroupWrapper):
         return "torchft-gonccl"
 
     def _create_pg(self, store: dist.Store, rank: int, world_size: int) -> dist.ProcessGroup:
-        from gonccl import _C
-        from gonccl._library import check_library
+        from gonccl._library import check_library, load_extension
+
+        _C = load_extension()
 
         with self._lock:
             self._errored = None

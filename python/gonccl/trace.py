@@ -4,7 +4,7 @@
 
 Every rank of a job run with GONCCL_TRACE_DUMP_DIR=DIR writes, per communicator,
 gonccl_trace_<comm>_rank<r>_pid<pid>.json there when an operation first fails and when
-the communicator closes (see the README, "Debugging hangs"). This reads all of them,
+the communicator closes (see docs/troubleshooting.md, "Hangs and the flight recorder"). This reads all of them,
 prints a table per communicator (each rank's last completed operation and the one it
 is in) and a diagnosis: the ranks that never reached the operation the others are
 stuck in, ranks that called different operations at one sequence number, and ranks

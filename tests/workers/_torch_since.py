@@ -2,7 +2,7 @@
 
 On a torch that refuses something on its own, before any backend is asked, the workers
 check that refusal (its exception type and message, below) instead of gonccl's behaviour;
-README's contract table says the same, per feature. Each fact was read from that
+docs/pytorch.md's contract table says the same, per feature. Each fact was read from that
 release's torch/distributed/distributed_c10d.py.
 """
 

@@ -237,7 +237,7 @@ def sec_timeouts():
     settle(g)
     if not since.HOOKS:
         # Before 2.15 torch has neither Work.timeout nor ephemeral extensions for
-        # backends other than NCCL (README: from torch 2.15).
+        # backends other than NCCL (docs/pytorch.md: from torch 2.15).
         CK.data("Work.timeout, _add_ephemeral_timeout", f"not in torch {torch.__version__}")
         return
     # Work.timeout and the ephemeral extension (Gloo ignores ephemeral extensions).
