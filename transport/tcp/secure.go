@@ -1,6 +1,7 @@
 package tcp
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/binary"
@@ -47,13 +48,28 @@ func refuse(conn net.Conn, reason string) {
 	_, _ = conn.Write(append(msg, reason...))
 }
 
-// readRefusal reads the rest of a refusal whose first five bytes were head.
-func readRefusal(conn net.Conn, head []byte) error {
+// readRefusal reads the rest of a refusal whose first five bytes were head from r.
+func readRefusal(r io.Reader, head []byte) error {
 	reason := make([]byte, head[4])
-	if _, err := io.ReadFull(conn, reason); err != nil {
+	if _, err := io.ReadFull(r, reason); err != nil {
 		return &RefusedError{Reason: "(the reason was cut short)"}
 	}
 	return &RefusedError{Reason: string(reason)}
+}
+
+// headConn keeps the first bytes read from its connection: crypto/tls reads ahead of
+// a record header that is not TLS, and a refusal's reason is in what it read.
+type headConn struct {
+	net.Conn
+	head []byte
+}
+
+func (c *headConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if len(c.head) < 5+255 {
+		c.head = append(c.head, p[:min(n, 5+255-len(c.head))]...)
+	}
+	return n, err
 }
 
 // isRefusal reports whether b starts with refuseMagic.
@@ -76,14 +92,15 @@ func secureDial(conn net.Conn, secret []byte, t *TLS, h Hello, deadline time.Tim
 	if _, err := conn.Write(pre[:]); err != nil {
 		return nil, fmt.Errorf("TLS preamble: %w", err)
 	}
-	tc := tls.Client(conn, t.config(false))
+	head := &headConn{Conn: conn}
+	tc := tls.Client(head, t.config(false))
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	err := tc.HandshakeContext(ctx)
 	cancel()
 	if err != nil {
 		var rh tls.RecordHeaderError
 		if errors.As(err, &rh) && isRefusal(rh.RecordHeader[:]) {
-			return nil, readRefusal(conn, rh.RecordHeader[:])
+			return nil, readRefusal(io.MultiReader(bytes.NewReader(head.head[5:]), conn), rh.RecordHeader[:])
 		}
 		return nil, fmt.Errorf("TLS handshake: %w", explainTLS(err))
 	}
