@@ -331,4 +331,3 @@ func TestTLSHidesTensorBytes(t *testing.T) {
 		})
 	}
 }
-
