@@ -144,7 +144,7 @@ func Accept(conn net.Conn, secret []byte, t *TLS, deadline time.Time) (net.Conn,
 	err := tc.HandshakeContext(ctx)
 	cancel()
 	if err != nil {
-		return nil, Hello{From: from}, fmt.Errorf("rank %d: TLS handshake: %w", from, explainTLS(err))
+		return nil, Hello{From: from}, fmt.Errorf("rank %d: TLS handshake failed: %w", from, explainTLS(err))
 	}
 	h, err := AcceptHandshake(tc, secret, deadline)
 	if err != nil {

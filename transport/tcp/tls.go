@@ -98,6 +98,9 @@ func (t *TLS) config(server bool) *tls.Config {
 		Certificates:       []tls.Certificate{t.cert},
 		InsecureSkipVerify: true, // the chain is checked in VerifyConnection, without a name
 		VerifyConnection:   func(cs tls.ConnectionState) error { return t.verify(cs.PeerCertificates) },
+		// Full 16 KiB records from the first byte: links carry bulk data, and
+		// small frames fit one record either way.
+		DynamicRecordSizingDisabled: true,
 	}
 	if server {
 		c.ClientAuth = tls.RequireAnyClientCert

@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"bytes"
+	"fmt"
 	"math/rand"
 	"net"
 	"os"
@@ -133,6 +134,7 @@ func TestTLSStrangerIsRefused(t *testing.T) {
 	require.ErrorContains(t, stranger.SignedByCA(), "unknown authority")
 
 	r := connectOnce(t, stranger, sec[0], Hello{From: 5, To: 0})
+	t.Logf("acceptor: %v\ndialer: %v", r.accErr, r.dialErr)
 	require.ErrorContains(t, r.accErr, "rank 5: TLS handshake")
 	require.ErrorContains(t, r.accErr, "CN=stranger")
 	require.ErrorContains(t, r.accErr, "certificate signed by unknown authority")
@@ -159,6 +161,7 @@ func TestTLSAndPlainRefuseEachOther(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := connectOnce(t, tc.dialer, tc.acceptor, Hello{From: 3, To: 0})
+			t.Logf("acceptor: %v\ndialer: %v", r.accErr, r.dialErr)
 			var refused *RefusedError
 			require.ErrorAs(t, r.dialErr, &refused)
 			require.ErrorContains(t, r.dialErr, tc.dialSays)
@@ -329,5 +332,58 @@ func TestTLSHidesTensorBytes(t *testing.T) {
 				require.Zero(t, shown, "TLS let %d pieces of the payload through in clear", shown)
 			}
 		})
+	}
+}
+
+// BenchmarkLinkTLS moves 64 MiB frames one way over loopback, plain and over TLS,
+// on one and on two connections: what TLS costs the link itself.
+func BenchmarkLinkTLS(b *testing.B) {
+	t := &testing.T{}
+	_, sec := groupTLS(t, 2)
+	for _, socks := range []int{1, 2} {
+		for _, mode := range []struct {
+			name string
+			a, b *TLS
+		}{{"plain", nil, nil}, {"tls", sec[1], sec[0]}} {
+			b.Run(fmt.Sprintf("%s/socks=%d", mode.name, socks), func(b *testing.B) {
+				l, err := Listen(Interface{Name: "lo", IP: net.IPv4(127, 0, 0, 1)})
+				require.NoError(b, err)
+				defer l.Close()
+				accepted := make(chan net.Conn, socks)
+				go func() {
+					for i := 0; i < socks; i++ {
+						c, err := l.AcceptTCP()
+						if err != nil {
+							return
+						}
+						Accepted(c)
+						sc, _, _ := Accept(c, tlsSecret, mode.b, time.Now().Add(5*time.Second))
+						accepted <- sc
+					}
+				}()
+				var mine, theirs []net.Conn
+				for i := 0; i < socks; i++ {
+					c, err := DialOnce(l.Addr().String(), tlsSecret, mode.a, Hello{From: 1, Channel: CollChannel(i)}, time.Now().Add(5*time.Second))
+					require.NoError(b, err)
+					mine, theirs = append(mine, c), append(theirs, <-accepted)
+				}
+				tx, err := NewStripedLink(0, mine, socks)
+				require.NoError(b, err)
+				rx, err := NewStripedLink(1, theirs, 1)
+				require.NoError(b, err)
+				defer tx.Close()
+				defer rx.Close()
+				p, got := make([]byte, 64<<20), make([]byte, 64<<20)
+				hdr := transport.Header{Count: uint64(len(p))}
+				b.SetBytes(int64(len(p)))
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					errc := make(chan error, 1)
+					go func() { errc <- tx.Send(&hdr, p, time.Now().Add(time.Minute)) }()
+					require.NoError(b, rx.Recv(&hdr, got, time.Now().Add(time.Minute)))
+					require.NoError(b, <-errc)
+				}
+			})
+		}
 	}
 }
