@@ -92,7 +92,8 @@ func secureDial(conn net.Conn, secret []byte, t *TLS, h Hello, deadline time.Tim
 	if _, err := conn.Write(pre[:]); err != nil {
 		return nil, fmt.Errorf("TLS preamble: %w", err)
 	}
-	head := &headConn{Conn: conn}
+	raw := &batchConn{Conn: conn}
+	head := &headConn{Conn: raw}
 	tc := tls.Client(head, t.config(false))
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	err := tc.HandshakeContext(ctx)
@@ -107,7 +108,7 @@ func secureDial(conn net.Conn, secret []byte, t *TLS, h Hello, deadline time.Tim
 	if err := DialHandshake(tc, secret, h, deadline); err != nil {
 		return nil, explainTLS(err)
 	}
-	return tc, nil
+	return &tlsConn{Conn: tc, raw: raw}, nil
 }
 
 // Accept runs the accepting side on a connection a listener returned: with t set, the
@@ -139,7 +140,8 @@ func Accept(conn net.Conn, secret []byte, t *TLS, deadline time.Time) (net.Conn,
 	if v := binary.LittleEndian.Uint32(pre[4:]); v != protoVersion {
 		return nil, Hello{}, fmt.Errorf("handshake: rank %d speaks protocol %d, this rank %d", from, v, protoVersion)
 	}
-	tc := tls.Server(conn, t.config(true))
+	raw := &batchConn{Conn: conn}
+	tc := tls.Server(raw, t.config(true))
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	err := tc.HandshakeContext(ctx)
 	cancel()
@@ -153,7 +155,7 @@ func Accept(conn net.Conn, secret []byte, t *TLS, deadline time.Time) (net.Conn,
 	if h.From != from || h.To != int(int32(binary.LittleEndian.Uint32(pre[12:]))) {
 		return nil, h, fmt.Errorf("rank %d claimed to be rank %d before TLS", h.From, from)
 	}
-	return tc, h, nil
+	return &tlsConn{Conn: tc, raw: raw}, h, nil
 }
 
 // explainTLS adds what to do to a TLS alert from the peer.

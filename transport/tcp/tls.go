@@ -111,8 +111,13 @@ func (t *TLS) config(server bool) *tls.Config {
 // PeerName is the verified certificate name of the peer at the other end of c ("" for
 // a plain connection), for logs.
 func PeerName(c net.Conn) string {
-	tc, ok := c.(*tls.Conn)
-	if !ok {
+	var tc *tls.Conn
+	switch c := c.(type) {
+	case *tlsConn:
+		tc = c.Conn
+	case *tls.Conn:
+		tc = c
+	default:
 		return ""
 	}
 	certs := tc.ConnectionState().PeerCertificates
