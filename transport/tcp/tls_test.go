@@ -398,3 +398,25 @@ func cpuTime() time.Duration {
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// Closing a TLS connection whose peer stopped reading returns at once: no close_notify
+// alert waits for room in a full socket.
+func TestTLSCloseDoesNotWaitForPeer(t *testing.T) {
+	_, sec := groupTLS(t, 2)
+	r := connectOnce(t, sec[1], sec[0], Hello{From: 1, To: 0})
+	require.NoError(t, r.dialErr)
+	require.NoError(t, r.accErr)
+	// Fill the socket buffers both ways round: the peer reads nothing.
+	require.NoError(t, r.dial.SetWriteDeadline(time.Now().Add(300*time.Millisecond)))
+	p := make([]byte, 1<<20)
+	for {
+		if _, err := r.dial.Write(p); err != nil {
+			require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+			break
+		}
+	}
+	require.NoError(t, r.dial.SetWriteDeadline(time.Time{}))
+	start := time.Now()
+	require.NoError(t, r.dial.Close())
+	require.Less(t, time.Since(start), time.Second)
+}

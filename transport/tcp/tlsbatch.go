@@ -24,6 +24,11 @@ type tlsConn struct {
 	raw *batchConn
 }
 
+// Close implements net.Conn. It closes the TCP connection without TLS's close_notify
+// alert: frames carry their own lengths, so nothing needs it, and sending it into the
+// full socket of a peer that stopped reading would hold Close for seconds.
+func (c *tlsConn) Close() error { return c.raw.Conn.Close() }
+
 // Write implements net.Conn: a large p is encrypted into batches.
 func (c *tlsConn) Write(p []byte) (int, error) {
 	if len(p) < batchFrom {
