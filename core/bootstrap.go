@@ -110,7 +110,7 @@ func readMsg(c net.Conn, v any) error {
 // then closes. Connections that fail the handshake are logged and dropped. The
 // accepting goroutines, the gathering loop and the reply share its channels and its
 // member table, so the root's whole protocol stays in this one function.
-func serveRoot(l *net.TCPListener, secret []byte, deadline time.Time, handshake time.Duration, logs loggers, g safego.Guard) {
+func serveRoot(l *net.TCPListener, secret []byte, sec *tcp.TLS, deadline time.Time, handshake time.Duration, logs loggers, g safego.Guard) {
 	defer l.Close()
 	_ = l.SetDeadline(deadline)
 	type member struct {
@@ -136,15 +136,15 @@ func serveRoot(l *net.TCPListener, secret []byte, deadline time.Time, handshake 
 			}
 			tcp.Accepted(c)
 			g.Go("bootstrap root join", &wg, func(err error) { c.Close(); dying(err) }, func() {
-				h, err := tcp.AcceptHandshake(c, secret, time.Now().Add(handshake))
+				sc, h, err := tcp.Accept(c, secret, sec, time.Now().Add(handshake))
 				if err == nil && h.To != tcp.RootRank {
 					err = fmt.Errorf("peer addressed rank %d, not the bootstrap root", h.To)
 				}
 				var info rankInfo
 				if err == nil {
-					_ = c.SetReadDeadline(time.Now().Add(handshake))
-					err = readMsg(c, &info)
-					_ = c.SetReadDeadline(time.Time{})
+					_ = sc.SetReadDeadline(time.Now().Add(handshake))
+					err = readMsg(sc, &info)
+					_ = sc.SetReadDeadline(time.Time{})
 				}
 				if err == nil && info.Rank != h.From {
 					err = fmt.Errorf("peer proved rank %d but claims rank %d", h.From, info.Rank)
@@ -154,8 +154,11 @@ func serveRoot(l *net.TCPListener, secret []byte, deadline time.Time, handshake 
 					c.Close()
 					return
 				}
+				if name := tcp.PeerName(sc); name != "" {
+					logs.net.Info(fmt.Sprintf("bootstrap root: rank %d joined over TLS, certificate %s", info.Rank, name))
+				}
 				select {
-				case joined <- member{c, info}:
+				case joined <- member{sc, info}:
 				case <-stop:
 					c.Close()
 				}
@@ -218,7 +221,7 @@ func serveRoot(l *net.TCPListener, secret []byte, deadline time.Time, handshake 
 }
 
 // joinRoot tells the root about this rank and returns every rank's info.
-func joinRoot(id *UniqueID, me rankInfo, deadline time.Time) ([]rankInfo, error) {
+func joinRoot(id *UniqueID, me rankInfo, sec *tcp.TLS, deadline time.Time) ([]rankInfo, error) {
 	if me.SockThreads == 0 {
 		cfg, err := loadConfig()
 		if err != nil {
@@ -230,7 +233,7 @@ func joinRoot(id *UniqueID, me rankInfo, deadline time.Time) ([]rankInfo, error)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
 	}
-	c, err := tcp.Dial(addr, id.secret(), tcp.Hello{From: me.Rank, To: tcp.RootRank}, deadline)
+	c, err := tcp.Dial(addr, id.secret(), sec, tcp.Hello{From: me.Rank, To: tcp.RootRank}, deadline)
 	if err != nil {
 		return nil, fmt.Errorf("bootstrap root: %w (%s)", err, bootstrapHint)
 	}

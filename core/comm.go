@@ -147,6 +147,7 @@ func NewComm(id UniqueID, nranks, rank int, opts Options) (*Comm, error) {
 	}
 	logs := newLoggers(cfg, hostname(), rank)
 	settings.Echo(logs.env, cfg.set)
+	logTLS(cfg.tls, logs)
 	fail := func(err error) (*Comm, error) {
 		return nil, &OpError{Rank: rank, Op: fmt.Sprintf("init (rank %d of %d)", rank, nranks), Peer: -1, Err: err}
 	}
@@ -163,7 +164,7 @@ func NewComm(id UniqueID, nranks, rank int, opts Options) (*Comm, error) {
 	if opts.Algo != "" || opts.ChunkBytes != 0 {
 		me.Opts = fmt.Sprintf("algorithm %q, chunk size %d", opts.Algo, opts.ChunkBytes)
 	}
-	ranks, err := joinRoot(&id, me, deadline)
+	ranks, err := joinRoot(&id, me, cfg.tls, deadline)
 	if err != nil {
 		l.Close()
 		return fail(err)
@@ -178,7 +179,7 @@ func NewComm(id UniqueID, nranks, rank int, opts Options) (*Comm, error) {
 	if cfg.test.meshListening != nil {
 		cfg.test.meshListening(rank, l.Addr().String())
 	}
-	peers := newPeerSet(rank, opts.Epoch, ranks, id.secret(), l, timeout, logs, cfg.guard(logs.net), cfg.test)
+	peers := newPeerSet(rank, opts.Epoch, ranks, id.secret(), cfg.tls, l, timeout, logs, cfg.guard(logs.net), cfg.test)
 	if err := peers.connectInitial(deadline); err != nil {
 		peers.close()
 		return fail(err)

@@ -126,7 +126,7 @@ func TestHandshakeRefusesAnotherEpoch(t *testing.T) {
 	meshListening := func(rank int, addr string) {
 		if rank == 0 {
 			go func() {
-				c, err := tcp.Dial(addr, id.secret(), tcp.Hello{From: 1, To: 0, Channel: tcp.ChannelColl, Epoch: 8}, time.Now().Add(5*time.Second))
+				c, err := tcp.Dial(addr, id.secret(), nil, tcp.Hello{From: 1, To: 0, Channel: tcp.ChannelColl, Epoch: 8}, time.Now().Add(5*time.Second))
 				if err == nil {
 					c.Close()
 				}

@@ -80,6 +80,18 @@ var Params = []settings.Param[config]{
 	{Name: "GONCCL_NSOCKS_PERTHREAD", Default: "1",
 		Help:  "TCP connections per sending goroutine (1..16). Connections per peer = `GONCCL_SOCKET_NTHREADS` x this, capped at 16 (past the cap each goroutine gets fewer), and the smaller of the two ends' products. Frames of 128 KiB and more are cut into stripes (at least 64 KiB each) that move over the connections in parallel; smaller ones use one. Pairs that talk through shared memory keep one connection",
 		Parse: integer(1, 0, func(c *config, v int64) { c.socksPerThread = int(v) })},
+	{Name: "GONCCL_TLS", Default: "0",
+		Help:  "`1`: every TCP connection (bootstrap, collectives, point-to-point, connections made on demand) is TLS 1.3 with mutual certificate verification against `GONCCL_TLS_CA`, the communicator's secret still proven inside it; shared memory between ranks on one host is unchanged. Every rank must agree: a rank with another setting, or whose certificate the CA did not sign, is refused at connect, both sides naming it (see docs/security.md). Certificates that cannot be read, have expired or do not match the key fail init. Read at init",
+		Parse: zeroOne(func(c *config, on bool) { c.tlsOn = on })},
+	{Name: "GONCCL_TLS_CERT", Unset: "(none)",
+		Help:  "with `GONCCL_TLS=1`: this rank's certificate, a PEM file (intermediate certificates may follow it)",
+		Parse: text(func(c *config, v string) { c.tlsCert = v })},
+	{Name: "GONCCL_TLS_KEY", Unset: "(none)",
+		Help:  "with `GONCCL_TLS=1`: the certificate's private key, a PEM file",
+		Parse: text(func(c *config, v string) { c.tlsKey = v })},
+	{Name: "GONCCL_TLS_CA", Unset: "(none)",
+		Help:  "with `GONCCL_TLS=1`: the PEM bundle of CA certificates a peer's certificate must chain to (host names are not checked: any certificate the CA signed is accepted, and its names are logged at `INFO`)",
+		Parse: text(func(c *config, v string) { c.tlsCA = v })},
 	{Name: "GONCCL_TEST_INJECT_PANIC", Unset: "(none)",
 		Help:  "**Test only: never set it in production.** `SITE` or `SITE@N` makes the N-th pass (default the first) of one goroutine site of every communicator created afterwards panic, so tests can prove that a panic fails that operation (or its link, or the communicator) with an error naming it (`goncclInternalError`, a `DistBackendError` in Python) while the process lives on. Sites: `executor`, `collective`, `op hook`, `sendrecv sender`, `pipeline sender`, `window sender`, `direct sender`, `p2p reader`, `p2p writer`, `p2p send timer`, `p2p recv timer`, `heartbeat`, `shm setup`, `shm watcher`, `tcp link sender`, `tcp link stripe` and the bootstrap sites listed in core/safety.go",
 		Parse: func(c *config, _, v string) (err error) { c.injectPanic, err = parseInjectPanic(v); return err }},
@@ -121,6 +133,11 @@ type config struct {
 	sockThreads        int           // sending goroutines per TCP peer
 	socksPerThread     int           // connections each drives
 	queueDepth         int           // GONCCL_QUEUE_DEPTH
+	tlsOn              bool          // GONCCL_TLS
+	tlsCert            string        // GONCCL_TLS_CERT
+	tlsKey             string        // GONCCL_TLS_KEY
+	tlsCA              string        // GONCCL_TLS_CA
+	tls                *tcp.TLS      // loaded when tlsOn; nil: plain TCP
 	set                []string      // "NAME=value" for every variable the user set
 
 	// injectPanic is a test hook, nil in production: called with the name of every
@@ -145,6 +162,11 @@ func loadConfig() (*config, error) {
 	c.sockThreads, c.socksPerThread, err = socketLayout(int64(c.sockThreads), int64(c.socksPerThread))
 	if err != nil {
 		return nil, err
+	}
+	if c.tlsOn {
+		if c.tls, err = tcp.LoadTLS(c.tlsCert, c.tlsKey, c.tlsCA, time.Now()); err != nil {
+			return nil, fmt.Errorf("%w: GONCCL_TLS=1: %v", ErrInvalidArgument, err)
+		}
 	}
 	return c, nil
 }

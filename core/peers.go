@@ -88,6 +88,7 @@ type peerSet struct {
 	epoch   uint32           // the generation: in every handshake (see epoch.go)
 	ranks   []rankInfo       // nil: fixed links given at creation (tests)
 	secret  []byte           //
+	tls     *tcp.TLS         // GONCCL_TLS's certificates; nil: plain TCP
 	l       *net.TCPListener // accepts the peers' connections for the communicator's life
 	timeout time.Duration
 	logs    loggers
@@ -131,8 +132,8 @@ func fixedPeers(rank int, links []transport.Link) *peerSet {
 }
 
 // newPeerSet starts accepting peers' connections on l (which it owns from now on).
-func newPeerSet(rank int, epoch uint32, ranks []rankInfo, secret []byte, l *net.TCPListener, timeout time.Duration, logs loggers, g safego.Guard, hooks testHooks) *peerSet {
-	s := &peerSet{rank: rank, epoch: epoch, ranks: ranks, secret: secret, l: l, timeout: timeout, logs: logs, guard: g,
+func newPeerSet(rank int, epoch uint32, ranks []rankInfo, secret []byte, sec *tcp.TLS, l *net.TCPListener, timeout time.Duration, logs loggers, g safego.Guard, hooks testHooks) *peerSet {
+	s := &peerSet{rank: rank, epoch: epoch, ranks: ranks, secret: secret, tls: sec, l: l, timeout: timeout, logs: logs, guard: g,
 		slots: make([]peerSlot, len(ranks)), inflight: map[net.Conn]struct{}{}, handshake: hooks.handshake(), dialed: hooks.dialed}
 	s.wg.Add(1)
 	g.Go("peer accept", nil, func(err error) { s.wg.Done(); s.broken(err) }, func() {
@@ -230,7 +231,7 @@ func (s *peerSet) connect(peer int, deadline time.Time, call bool) (transport.Li
 	case dial:
 		s.dial(peer, deadline)
 	case doCall:
-		c, err := tcp.DialOnce(s.ranks[peer].Addr, s.secret, tcp.Hello{From: s.rank, To: peer, Channel: tcp.ChannelCall, Epoch: s.epoch}, deadline)
+		c, err := tcp.DialOnce(s.ranks[peer].Addr, s.secret, s.tls, tcp.Hello{From: s.rank, To: peer, Channel: tcp.ChannelCall, Epoch: s.epoch}, deadline)
 		if err != nil {
 			s.fail(peer, fmt.Errorf("asking rank %d (%s) to connect: %w", peer, s.where(peer), err))
 		} else {
@@ -287,7 +288,7 @@ func (s *peerSet) dial(peer int, deadline time.Time) {
 		if i < socks {
 			ch = tcp.CollChannel(i)
 		}
-		c, err := tcp.DialOnce(s.ranks[peer].Addr, s.secret, tcp.Hello{From: s.rank, To: peer, Channel: ch, Epoch: s.epoch}, deadline)
+		c, err := tcp.DialOnce(s.ranks[peer].Addr, s.secret, s.tls, tcp.Hello{From: s.rank, To: peer, Channel: ch, Epoch: s.epoch}, deadline)
 		if err != nil {
 			errs[i] = err
 			return
@@ -353,6 +354,9 @@ func (s *peerSet) finish(peer int, conns []net.Conn, msg net.Conn, deadline time
 			s.fail(peer, fmt.Errorf("setting up shared memory with rank %d: %w", peer, err))
 			return
 		}
+	}
+	if name := tcp.PeerName(msg); name != "" {
+		s.logs.net.Info(fmt.Sprintf("rank %d: TLS 1.3 on its %d connections, peer certificate %s", peer, len(conns)+1, name))
 	}
 	if d, ok := link.(transport.StaleDropper); ok {
 		d.OnStale(s.dropStale)

@@ -49,8 +49,8 @@ func (s *peerSet) acceptLoop() {
 }
 
 // accepted authenticates one incoming connection and files it.
-func (s *peerSet) accepted(c net.Conn) error {
-	h, err := tcp.AcceptHandshake(c, s.secret, time.Now().Add(s.handshake))
+func (s *peerSet) accepted(raw net.Conn) error {
+	c, h, err := tcp.Accept(raw, s.secret, s.tls, time.Now().Add(s.handshake))
 	if err != nil {
 		return err
 	}

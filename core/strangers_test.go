@@ -73,7 +73,7 @@ func recordHandshake(t *testing.T, secret []byte, h tcp.Hello) []byte {
 		}
 		rec <- r.got
 	}()
-	c, err := tcp.Dial(l.Addr().String(), secret, h, time.Now().Add(5*time.Second))
+	c, err := tcp.Dial(l.Addr().String(), secret, nil, h, time.Now().Add(5*time.Second))
 	require.NoError(t, err)
 	c.Close()
 	got := <-rec

@@ -64,7 +64,7 @@ func newUniqueID(hooks *testHooks) (UniqueID, error) {
 	}
 	logs := newLoggers(cfg, hostname(), -1)
 	g := cfg.guard(logs.init)
-	g.Go("bootstrap root", nil, func(error) { l.Close() }, func() { serveRoot(l, id.secret(), time.Now().Add(cfg.timeout), cfg.test.handshake(), logs, g) })
+	g.Go("bootstrap root", nil, func(error) { l.Close() }, func() { serveRoot(l, id.secret(), cfg.tls, time.Now().Add(cfg.timeout), cfg.test.handshake(), logs, g) })
 	return id, nil
 }
 

@@ -4,15 +4,17 @@ gonccl's host identity includes the namespace, so the ranks of one host talk thr
 shared memory and the two hosts over TCP, with 2 connections per peer here
 (GONCCL_NSOCKS_PERTHREAD=2), as a real 2-node job would.
 
-* collectives: all_reduce, all_gather and broadcast (every root) of 1 to ~1M
-  elements, each rank checking the result against plain torch, and rank 0's INIT log
-  showing shm to rank 1 and tcp to ranks 2 and 3 over 2 connections each;
+* collectives: all_reduce, all_gather, send/recv across the hosts and broadcast
+  (every root) of 1 to ~1M elements, each rank checking the result against plain
+  torch, and rank 0's INIT log showing shm to rank 1 and tcp to ranks 2 and 3 over 2
+  connections each; again with GONCCL_TLS=1 (each host's certificate signed by a CA
+  the test makes with the openssl CLI), the log showing TLS on every TCP link;
 * ddp: the lecture's examples/ddp_example.py (its model narrowed and its loop cut to
   3 steps so 4 ranks fit in the time on 2 cores), with bit-identical final weights;
 * faults: during a loop of all_reduce, host 1's link is cut (`ip link set gnc down`:
   nothing is closed, only heartbeats can tell) or host 1's ranks are SIGKILLed; every
   surviving rank raises DistBackendError within 30 s of the fault (the group timeout is
-  120 s), naming a rank of the other host.
+  120 s), naming a rank of the other host; the kill again over TLS.
 
 Needs root and `ip netns`; skipped otherwise. The namespaces are removed and every
 rank killed whatever happens (the fixture's finalizer; stale namespaces left by a
@@ -87,7 +89,7 @@ class TwoHostRun(_harness.WorkerRun):
     kills the rank itself)."""
 
     def __init__(self, prefix: str, report_dir: str, args: list[str], extra_env: dict | None = None,
-                 during=None, per_host: int = 2):
+                 during=None, per_host: int = 2, host_env: list[dict] | None = None):
         ws = 2 * per_host
         self.worker, self.world_size, self.report_dir = "two_hosts_worker.py", ws, report_dir
         port = _harness.free_port()
@@ -99,7 +101,8 @@ class TwoHostRun(_harness.WorkerRun):
                 MASTER_ADDR="10.77.0.1", LOCAL_RANK=str(rank % per_host), LOCAL_WORLD_SIZE=str(per_host),
                 GONCCL_2H_PREFIX=prefix, GONCCL_SOCKET_IFNAME="=gnc", GLOO_SOCKET_IFNAME="gnc",
                 GONCCL_SOCKET_NTHREADS="1", GONCCL_NSOCKS_PERTHREAD="2",
-                GONCCL_DEBUG="INFO", GONCCL_DEBUG_SUBSYS="INIT,NET") | (extra_env or {})))
+                GONCCL_DEBUG="INFO", GONCCL_DEBUG_SUBSYS="INIT,NET") | (extra_env or {})
+                | (host_env[rank // per_host] if host_env else {})))
         if during is not None:  # a thread that strikes while the ranks run
             import threading
             threading.Thread(target=during, daemon=True).start()
@@ -114,17 +117,47 @@ class TwoHostRun(_harness.WorkerRun):
                 self.reports.append({"sections": {}, "order": [], "finished": False})
 
 
+def _openssl(*args: str, cwd: str) -> None:
+    res = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0, f"openssl {' '.join(args)} failed:\n{res.stderr}"
+
+
+@pytest.fixture(scope="module")
+def tls_env(tmp_path_factory) -> list[dict]:
+    """A CA and one certificate per host (CN host0, host1), made with the openssl CLI
+    as docs/security.md tells users to; the GONCCL_TLS environment of each host."""
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command to make certificates")
+    d = str(tmp_path_factory.mktemp("tls"))
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
+    _openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "1", "-subj", "/CN=test CA", cwd=d)
+    envs = []
+    for h in (0, 1):
+        _openssl("req", *ec, "-keyout", f"host{h}.key", "-out", f"host{h}.csr", "-subj", f"/CN=host{h}", cwd=d)
+        _openssl("x509", "-req", "-in", f"host{h}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+                 "-days", "1", "-out", f"host{h}.pem", cwd=d)
+        envs.append(dict(GONCCL_TLS="1", GONCCL_TLS_CERT=os.path.join(d, f"host{h}.pem"),
+                         GONCCL_TLS_KEY=os.path.join(d, f"host{h}.key"), GONCCL_TLS_CA=os.path.join(d, "ca.pem")))
+    return envs
+
+
 @pytest.mark.timeout(TIMEOUT + 60)
-def test_collectives_across_two_hosts(hosts, tmp_path):
-    wr = TwoHostRun(hosts, str(tmp_path), ["collectives"])
-    for name in ("all_reduce", "all_gather", "broadcast"):
+@pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
+def test_collectives_across_two_hosts(hosts, tmp_path, request, tls):
+    host_env = request.getfixturevalue("tls_env") if tls else None
+    wr = TwoHostRun(hosts, str(tmp_path), ["collectives"], host_env=host_env)
+    for name in ("all_reduce", "all_gather", "send_recv", "broadcast"):
         wr.section(name)
-    wr.run.assert_ok("2 hosts x 2 ranks: collectives")
+    wr.run.assert_ok(f"2 hosts x 2 ranks: collectives{' over TLS' if tls else ''}")
     log0 = wr.run.procs[0].stderr
     assert "1:shm(" in log0 and "2:tcp(" in log0 and "3:tcp(" in log0, (
         f"rank 0 should use shm to rank 1 and tcp to ranks 2, 3:\n{log0[-4000:]}")
     for peer in (2, 3):
         assert f"rank {peer}: 2 tcp connections" in log0, f"rank 0's link to rank {peer} is not striped:\n{log0[-4000:]}"
+        on_tls = f"rank {peer}: TLS 1.3 on its 3 connections, peer certificate CN=host1" in log0
+        assert on_tls == tls, f"rank 0's link to rank {peer}: TLS {'expected' if tls else 'unexpected'}:\n{log0[-4000:]}"
+    if tls:
+        assert f"TLS 1.3: certificate {host_env[0]['GONCCL_TLS_CERT']} (CN=host0" in log0, log0[-4000:]
 
 
 @pytest.mark.timeout(TIMEOUT + 60)
@@ -174,9 +207,11 @@ def _host1_pids(prefix: str) -> list[int]:
 
 
 @pytest.mark.timeout(TIMEOUT + 60)
-@pytest.mark.parametrize("how", ["cut_link", "kill_host"])
-def test_fault_across_two_hosts(hosts, tmp_path, how):
+@pytest.mark.parametrize("how", ["cut_link", "kill_host", "kill_host_tls"])
+def test_fault_across_two_hosts(hosts, tmp_path, request, how):
     report_dir = str(tmp_path)
+    host_env = request.getfixturevalue("tls_env") if how.endswith("_tls") else None
+    how = how.removesuffix("_tls")
 
     def cut():
         subprocess.run(["ip", "netns", "exec", f"{hosts}1", "ip", "link", "set", "gnc", "down"], check=True)
@@ -189,7 +224,7 @@ def test_fault_across_two_hosts(hosts, tmp_path, how):
                 pass
 
     wr = TwoHostRun(hosts, report_dir, ["fault"], extra_env={"GONCCL_HEARTBEAT_TIMEOUT_MS": "5000"},
-                    during=lambda: _strike(report_dir, cut if how == "cut_link" else kill))
+                    during=lambda: _strike(report_dir, cut if how == "cut_link" else kill), host_env=host_env)
     try:
         assert os.path.exists(os.path.join(report_dir, "fault_at")), f"the loop never started:\n{wr.run.describe()}"
         survivors = [0, 1, 2, 3] if how == "cut_link" else [0, 1]

@@ -11,7 +11,8 @@ link or kills host 1's ranks; every rank still alive records the error it got, h
 long after the fault it came, and exits. Rank 0 writes REPORT_DIR/started once the
 loop runs; the test writes REPORT_DIR/fault_at (a time.time()) when it strikes.
 
-collectives: all_reduce, all_gather and broadcast of sizes from one element to
+collectives: all_reduce, all_gather, send/recv (with the rank at the same place on
+the other host) and broadcast of sizes from one element to
 several MiB (large enough for the TCP links to cut frames into stripes), each
 checked against the value computed here with plain torch from every rank's
 (reproducible) input.
@@ -75,6 +76,16 @@ def collectives(ck: Checker, only_all_reduce: bool = False) -> None:
             for r in range(WS):
                 bad = exact_mismatch(out[r], rank_input(r, n))
                 ck.check(bad is None, f"all_gather of {n} floats, rank {r}'s part: {bad}")
+    with ck.section("send_recv"):
+        peer = (RANK + WS // 2) % WS  # on the other host
+        for n in sizes:
+            got = torch.empty(n)
+            reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, rank_input(RANK, n), peer),
+                                           dist.P2POp(dist.irecv, got, peer)])
+            for req in reqs:
+                req.wait()
+            bad = exact_mismatch(got, rank_input(peer, n))
+            ck.check(bad is None, f"send/recv of {n} floats from rank {peer}: {bad}")
     with ck.section("broadcast"):
         for root in range(WS):
             for n in sizes:

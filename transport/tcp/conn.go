@@ -19,11 +19,12 @@ func Listen(ifc Interface) (*net.TCPListener, error) {
 }
 
 // Dial connects to addr, retrying refused connections until deadline (the peer may
-// not be listening yet), then proves the secret with DialHandshake.
-func Dial(addr string, secret []byte, h Hello, deadline time.Time) (*net.TCPConn, error) {
+// not be listening yet), then wraps the connection in TLS if t is set and proves the
+// secret with DialHandshake.
+func Dial(addr string, secret []byte, t *TLS, h Hello, deadline time.Time) (net.Conn, error) {
 	backoff := 10 * time.Millisecond
 	for {
-		c, err := DialOnce(addr, secret, h, deadline)
+		c, err := DialOnce(addr, secret, t, h, deadline)
 		if err == nil || !errors.Is(err, syscall.ECONNREFUSED) || time.Now().Add(backoff).After(deadline) {
 			return c, err
 		}
@@ -34,7 +35,7 @@ func Dial(addr string, secret []byte, h Hello, deadline time.Time) (*net.TCPConn
 
 // DialOnce is Dial without retries: for a peer known to be listening already, a
 // refused connection means it is gone.
-func DialOnce(addr string, secret []byte, h Hello, deadline time.Time) (*net.TCPConn, error) {
+func DialOnce(addr string, secret []byte, t *TLS, h Hello, deadline time.Time) (net.Conn, error) {
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", addr)
@@ -44,11 +45,12 @@ func DialOnce(addr string, secret []byte, h Hello, deadline time.Time) (*net.TCP
 	}
 	conn := c.(*net.TCPConn)
 	tune(conn)
-	if err := DialHandshake(conn, secret, h, deadline); err != nil {
+	sc, err := secureDial(conn, secret, t, h, deadline)
+	if err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("handshake with %s: %w", addr, err)
 	}
-	return conn, nil
+	return sc, nil
 }
 
 // Tune sets the socket options every gonccl connection uses.

@@ -101,7 +101,13 @@ func DialHandshake(conn net.Conn, secret []byte, h Hello, deadline time.Time) er
 		return fmt.Errorf("handshake: %w", err)
 	}
 	var reply [nonceSize + macSize]byte
-	if _, err := io.ReadFull(conn, reply[:]); err != nil {
+	if _, err := io.ReadFull(conn, reply[:5]); err != nil {
+		return fmt.Errorf("handshake: %w", err)
+	}
+	if isRefusal(reply[:]) {
+		return readRefusal(conn, reply[:5])
+	}
+	if _, err := io.ReadFull(conn, reply[5:]); err != nil {
 		return fmt.Errorf("handshake: %w", err)
 	}
 	nonceA := reply[:nonceSize]
@@ -124,6 +130,11 @@ func AcceptHandshake(conn net.Conn, secret []byte, deadline time.Time) (Hello, e
 	var hello [helloSize]byte
 	if _, err := io.ReadFull(conn, hello[:]); err != nil {
 		return Hello{}, acceptErr("hello", err)
+	}
+	if binary.LittleEndian.Uint32(hello[0:]) == tlsMagic {
+		from := int(int32(binary.LittleEndian.Uint32(hello[8:])))
+		refuse(conn, "this rank uses TLS (GONCCL_TLS=1) but the peer speaks plain TCP: set GONCCL_TLS=1 and the certificates on every rank")
+		return Hello{From: from}, fmt.Errorf("rank %d speaks TLS (GONCCL_TLS=1 there) to a plain TCP rank (GONCCL_TLS is not 1 here): refused", from)
 	}
 	if binary.LittleEndian.Uint32(hello[0:]) != helloMagic {
 		return Hello{}, fmt.Errorf("handshake: not a gonccl peer (bad magic)")

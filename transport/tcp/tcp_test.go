@@ -63,21 +63,21 @@ func TestHandshake(t *testing.T) {
 	}()
 	dl := time.Now().Add(2 * time.Second)
 
-	c, err := Dial(l.Addr().String(), secret, Hello{From: 3, To: 1}, dl)
+	c, err := Dial(l.Addr().String(), secret, nil, Hello{From: 3, To: 1}, dl)
 	require.NoError(t, err)
 	c.Close()
 	r := <-accepted
 	require.NoError(t, r.err)
 	require.Equal(t, Hello{From: 3, To: 1}, r.h)
 
-	c, err = Dial(l.Addr().String(), secret, Hello{From: 2, To: 0, Channel: ChannelP2P, Epoch: 7}, dl)
+	c, err = Dial(l.Addr().String(), secret, nil, Hello{From: 2, To: 0, Channel: ChannelP2P, Epoch: 7}, dl)
 	require.NoError(t, err)
 	c.Close()
 	r = <-accepted
 	require.NoError(t, r.err)
 	require.Equal(t, Hello{From: 2, To: 0, Channel: ChannelP2P, Epoch: 7}, r.h)
 
-	_, err = Dial(l.Addr().String(), []byte("wrong secret 123"), Hello{From: 2, To: 1}, dl)
+	_, err = Dial(l.Addr().String(), []byte("wrong secret 123"), nil, Hello{From: 2, To: 1}, dl)
 	require.ErrorIs(t, err, ErrAuth)
 	r = <-accepted
 	require.Error(t, r.err)

@@ -3,7 +3,9 @@
 ``gonccl-device`` and ``gonccl-staged`` are gonccl with ``GONCCL_DEVICE_PATH=1`` and
 ``=0`` set while their process group is created (gonccl reads it then), so one run
 prints the device path, the forced staged path and Gloo side by side, over the same
-processes and tensors. ``gonccl`` is gonccl as the environment configures it.
+processes and tensors. ``gonccl-plain`` and ``gonccl-tls`` do the same with
+``GONCCL_TLS=0`` and ``=1`` (the certificates come from the environment), to measure
+what TLS costs between hosts. ``gonccl`` is gonccl as the environment configures it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,15 @@ import torch.distributed as dist
 VARIANTS = {
     "gonccl-device": ("gonccl", {"GONCCL_DEVICE_PATH": "1"}),
     "gonccl-staged": ("gonccl", {"GONCCL_DEVICE_PATH": "0"}),
+    "gonccl-plain": ("gonccl", {"GONCCL_TLS": "0"}),
+    "gonccl-tls": ("gonccl", {"GONCCL_TLS": "1"}),
+}
+
+# What the TLS variants mean, for the table's header.
+NOTES = {
+    "gonccl-plain": "gonccl-plain: gonccl with GONCCL_TLS=0 (plain TCP between hosts)",
+    "gonccl-tls": "gonccl-tls: gonccl with GONCCL_TLS=1 (TLS 1.3 between hosts; certificates from GONCCL_TLS_CERT, "
+                  "GONCCL_TLS_KEY, GONCCL_TLS_CA)",
 }
 
 # The bench's default on CPU tensors; on CUDA ones, default_backends adds the paths.

@@ -214,7 +214,8 @@ def _run(args, rank: int, nranks: int, timeout) -> int:
             *([f"# gonccl-device / gonccl-staged: gonccl with GONCCL_DEVICE_PATH=1 / 0 (device path / "
                f"staged through pinned host memory); GONCCL_DEVICE_SCRATCH="
                f"{os.environ.get('GONCCL_DEVICE_SCRATCH', '8M (default)')}"]
-              if any(b in variants.VARIANTS for b in args.backends) else []),
+              if any(b in ("gonccl-device", "gonccl-staged") for b in args.backends) else []),
+            *([f"# {variants.NOTES[b]}" for b in ("gonccl-plain", "gonccl-tls") if b in args.backends]),
             "#",
             (f"# memcpy reference: torch copy_ of {args.maxbytes} B, 1 thread, rank 0 alone: {mem:.2f} GB/s"
              if mem is not None else "# memcpy reference: skipped (--no-memcpy)"),
