@@ -34,7 +34,7 @@ import (
 //
 // Either way the target's WaitSignal reads its own counters, so it neither knows nor
 // cares how the signal came. Creation, Register and Deregister are collective: every
-// rank calls them in the same order (relative to collectives too).
+// rank calls them in the same order (relative to collectives too); Free is local.
 
 // Access is how this rank reaches a peer's window.
 type Access uint8
@@ -304,24 +304,25 @@ func (w *Window) deregister() error {
 	return nil
 }
 
-// Free deregisters the window's buffer if one is registered (collectively) and forgets
-// the window. Later calls on it fail.
+// Free forgets the window and lets go of its memory at once, without waiting for the
+// other ranks (unlike Deregister): a peer that still writes to it here is told nothing,
+// and its frames are dropped with a warning. Later calls on it fail.
 func (w *Window) Free() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.freed {
 		return nil
 	}
-	var err error
-	if w.reg != nil {
-		err = w.deregister()
-	}
 	w.freed = true
 	t := &w.c.p2p.wins
 	t.mu.Lock()
 	delete(t.m, w.id)
 	t.mu.Unlock()
-	return err
+	if w.reg != nil {
+		w.reg.drop()
+		w.reg = nil
+	}
+	return nil
 }
 
 // registered returns the registration, or an error saying there is none.
