@@ -515,9 +515,15 @@ func (w *Window) WaitSignal(peer int) (*Request, error) {
 	seg := r.local.retain() // the registration may go while this waits
 	c.p2p.guard.Go("window wait", nil, func(err error) { req.complete(err) }, func() {
 		defer seg.release()
-		req.complete(w.waitFor(what, peer, timeout, deadline, arrived, func(seen uint32, d time.Duration) {
+		err := w.waitFor(what, peer, timeout, deadline, arrived, func(seen uint32, d time.Duration) {
 			seg.seg.SleepSignal(peer, seen, d)
-		}, func() uint32 { return seg.seg.Signals(peer) }))
+		}, func() uint32 { return seg.seg.Signals(peer) })
+		if err != nil {
+			// A failed wait consumed nothing: the next one waits for the same signal
+			// (unless a later wait was issued meanwhile, which keeps its own ticket).
+			r.waits[peer].CompareAndSwap(ticket, ticket-1)
+		}
+		req.complete(err)
 	})
 	return req, nil
 }

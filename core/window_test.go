@@ -200,7 +200,8 @@ func TestWindowSeparateRefusesMapping(t *testing.T) {
 	}
 }
 
-// A signal that never comes fails the wait at the timeout, naming the silent rank.
+// A signal that never comes fails the wait at the timeout, naming the silent rank; the
+// failed wait consumed nothing, so the signal that comes later satisfies the next one.
 func TestWindowWaitSignalTimesOut(t *testing.T) {
 	for _, sep := range []bool{false, true} {
 		var comms []*Comm
@@ -209,6 +210,7 @@ func TestWindowWaitSignalTimesOut(t *testing.T) {
 		} else {
 			comms = initAll(t, 2)
 		}
+		timedOut := make(chan struct{})
 		errs := onRanks(comms, func(c *Comm) error {
 			w, err := c.NewWindow()
 			if err != nil {
@@ -217,8 +219,14 @@ func TestWindowWaitSignalTimesOut(t *testing.T) {
 			if err := w.Register(nil, 4, Float32); err != nil {
 				return err
 			}
+			defer w.Free()
 			if c.rank == 1 {
-				return nil
+				<-timedOut
+				s, err := w.Signal(0)
+				if err != nil {
+					return err
+				}
+				return wait(t, s, "late signal")
 			}
 			require.NoError(t, c.SetTimeout(300*time.Millisecond))
 			start := time.Now()
@@ -227,10 +235,16 @@ func TestWindowWaitSignalTimesOut(t *testing.T) {
 				return err
 			}
 			err = wait(t, ws, "wait_signal")
+			close(timedOut)
 			require.ErrorIs(t, err, ErrTimeout)
 			require.ErrorContains(t, err, "wait_signal #1 from rank 1")
 			require.GreaterOrEqual(t, time.Since(start), 250*time.Millisecond)
-			return nil
+			require.NoError(t, c.SetTimeout(20*time.Second))
+			ws, err = w.WaitSignal(1)
+			if err != nil {
+				return err
+			}
+			return wait(t, ws, "wait_signal for the late signal")
 		})
 		for r, err := range errs {
 			require.NoError(t, err, "rank %d (separate %v)", r, sep)

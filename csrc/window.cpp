@@ -187,6 +187,37 @@ c10::intrusive_ptr<c10d::Work> GoncclWindow::put(
   if (targetOffsetNelems < 0) {
     fail<c10::ValueError>(op, "negative target offset ", targetOffsetNelems);
   }
+  // Checked here too (core would refuse), so that Python sees ValueError and
+  // TypeError, as for other bad input, rather than a backend error.
+  size_t count = 0;
+  goncclDataType_t peerType = type;
+  check(
+      lib().winGetInfo(win_, static_cast<int>(dstRank), &count, &peerType), op);
+  if (peerType != type) {
+    fail<c10::TypeError>(
+        op,
+        "rank ",
+        dstRank,
+        "'s window holds ",
+        scalarTypeOf(peerType),
+        " but the tensor is ",
+        tensor.scalar_type());
+  }
+  const auto n = static_cast<uint64_t>(tensor.numel());
+  const auto offset = static_cast<uint64_t>(targetOffsetNelems);
+  if (offset > count || n > count - offset) {
+    fail<c10::ValueError>(
+        op,
+        "elements [",
+        offset,
+        ", ",
+        offset + n,
+        ") do not fit in rank ",
+        dstRank,
+        "'s window of ",
+        count,
+        " elements");
+  }
   GoncclBackend::CallTimeout scope(opts.timeout);
   auto work = backend_->issue(
       {c10d::OpType::SEND, op, {tensor}, {tensor}},

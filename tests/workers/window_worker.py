@@ -13,7 +13,8 @@ computed here from its rank. Sections:
   it is refused with an error that says so; get_attr says UNIFIED or SEPARATE to match;
 * async_all_to_all: async put / signal / wait_signal Works, every rank writing into
   every window of a second window (int64, made empty then tensor_register'ed);
-* bad_input: out-of-range put, wrong dtype, a view, a bad rank: ValueError naming it;
+* bad_input: out-of-range put, a view, a bad rank: ValueError naming it; a put of
+  another dtype than the window's: TypeError;
 * deregister: after tensor_deregister the tensor keeps its values;
 * wait_timeout: rank 0 waits for a signal from the last rank, which never signals:
   DistBackendError within the per-call timeout, naming the rank.
@@ -121,7 +122,7 @@ def window_checks(ck: Checker, same_host) -> None:
         expect_raises(ck, "put past the end", lambda: win.put(torch.zeros(SLOT + 1), nxt, SLOT * WS - SLOT, False),
                       ValueError, "do not fit")
         expect_raises(ck, "put of another dtype", lambda: win.put(torch.zeros(2, dtype=torch.float64), nxt, 0, False),
-                      ValueError, "float64")
+                      TypeError, "Double")
         expect_raises(ck, "signal to a bad rank", lambda: win.signal(WS + 3, False), ValueError, f"rank {WS + 3}")
         expect_raises(ck, "map_remote_tensor of a bad rank", lambda: win.map_remote_tensor(-1), ValueError, "rank -1")
         other = new_window()
