@@ -70,6 +70,14 @@ typedef struct {
 
 typedef struct goncclComm* goncclComm_t;
 typedef struct goncclRequest* goncclRequest_t;
+/* A one-sided window (see goncclWinCreate). */
+typedef struct goncclWindow* goncclWindow_t;
+/* Keeps a window's memory mapped (see goncclWinMemory). */
+typedef unsigned long long goncclWinHold_t;
+/* How this rank reaches a peer's window: UNIFIED, mapped in this process (the peer is
+ * on this host: put is a copy into its memory, which goncclWinMemory hands out);
+ * SEPARATE, through messages only (another host). The values are torch's. */
+typedef enum { goncclWinUnified = 0, goncclWinSeparate = 1 } goncclWinAccess_t;
 /* A cudaStream_t where CUDA is used; NULL for host buffers. */
 typedef void* goncclStream_t;
 
@@ -402,6 +410,58 @@ goncclResult_t goncclStreamAcquire(int device, goncclStream_t* stream);
 goncclResult_t goncclStreamRelease(goncclStream_t stream);
 /* Releases the request. A request still running keeps running; its callback still runs. */
 goncclResult_t goncclRequestFree(goncclRequest_t request);
+
+/* One-sided windows, in the spirit of NCCL 2.29's (ncclCommWindowRegister,
+ * ncclPutSignal, ncclSignal, ncclWaitSignal), on host memory. Every rank exposes a
+ * window of its own; other ranks write into it with goncclPut and tell it they have
+ * with goncclSignal; it waits with goncclWaitSignal. The window memory is gonccl's
+ * shared memory: peers on the same host map it and put is a plain copy into it;
+ * peers on other hosts send puts and signals over their point-to-point connection.
+ * A signal always arrives after the puts its sender issued to that rank before it.
+ *
+ * goncclWinCreate, goncclWinRegister and goncclWinDeregister are collective: every
+ * rank calls them in the same order, also relative to collectives. */
+goncclResult_t goncclWinCreate(goncclComm_t comm, goncclWindow_t* win);
+/* Gives the window count elements of datatype on this rank (ranks may differ in both),
+ * initialised from init (count elements in host memory) or zeros if init is NULL.
+ * The memory is gonccl's, not init's: goncclWinMemory(win, own rank) returns it. */
+goncclResult_t goncclWinRegister(goncclWindow_t win, const void* init, size_t count,
+                                 goncclDataType_t datatype);
+/* Releases the registered memory once every rank has called it (memory held with
+ * goncclWinMemory stays mapped until its hold is released). */
+goncclResult_t goncclWinDeregister(goncclWindow_t win);
+/* Frees the window handle and this rank's window memory at once (not collective: puts
+ * and signals that peers still send it are dropped with a warning). */
+goncclResult_t goncclWinFree(goncclWindow_t win);
+/* How this rank reaches rank peer's window. */
+goncclResult_t goncclWinGetAttr(goncclWindow_t win, int peer, goncclWinAccess_t* access);
+/* The size and data type rank registered. */
+goncclResult_t goncclWinGetInfo(goncclWindow_t win, int rank, size_t* count,
+                                goncclDataType_t* datatype);
+/* The address of rank's window memory in this process and its size in bytes: this
+ * rank's own, or a same-host peer's (writes there land in the peer's window: pair them
+ * with goncclSignal). goncclNotSupported for a rank on another host. With hold NULL the
+ * address is valid until goncclWinDeregister; else until goncclWinHoldRelease(*hold). */
+goncclResult_t goncclWinMemory(goncclWindow_t win, int rank, void** ptr, size_t* bytes,
+                               goncclWinHold_t* hold);
+goncclResult_t goncclWinHoldRelease(goncclWinHold_t hold);
+/* Copies count elements of datatype from src (host memory) into rank peer's window at
+ * element offset peerOffset; datatype must be the one peer registered. The blocking
+ * form returns, and the request completes, when src may be reused; the data is in
+ * peer's window by the time peer sees this rank's next signal. */
+goncclResult_t goncclPut(const void* src, size_t count, goncclDataType_t datatype, int peer,
+                         size_t peerOffset, goncclWindow_t win);
+goncclResult_t goncclPutAsync(const void* src, size_t count, goncclDataType_t datatype,
+                              int peer, size_t peerOffset, goncclWindow_t win,
+                              goncclRequest_t* request);
+/* Adds one to peer's count of signals from this rank. */
+goncclResult_t goncclSignal(int peer, goncclWindow_t win);
+goncclResult_t goncclSignalAsync(int peer, goncclWindow_t win, goncclRequest_t* request);
+/* Waits for (consumes) the next signal from peer; signals that came earlier count. Fails
+ * with goncclTimeout naming peer if none comes within the communicator's timeout, or
+ * with the failure of peer or the communicator. */
+goncclResult_t goncclWaitSignal(int peer, goncclWindow_t win);
+goncclResult_t goncclWaitSignalAsync(int peer, goncclWindow_t win, goncclRequest_t* request);
 
 #endif /* GONCCL_NO_PROTOTYPES */
 

@@ -8,6 +8,7 @@
 
 struct goncclComm { unsigned long long id; };
 struct goncclRequest { unsigned long long id; };
+struct goncclWindow { unsigned long long id; };
 
 /* lasterror.c: copies s (n bytes) into the calling thread's own buffer. */
 const char* goncclThreadErrorCopy(const char* s, size_t n);

@@ -143,6 +143,7 @@ type p2pEngine struct {
 	onDevSize     func(from int, msg, bytes uint64)                     // a peer's device-path send to this rank (see devp2psize.go)
 	stop          chan struct{}                                         // closed by close: ends the heartbeat goroutine
 	statusAnswers chan statusAnswer                                     // where peers' answers go while this rank asks
+	wins          windowTable                                           // one-sided windows, for frames that write into them (see window.go)
 }
 
 // completion is a request to finish once mu is released.

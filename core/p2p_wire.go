@@ -117,6 +117,10 @@ func (e *p2pEngine) handle(pp *p2pPeer, h transport.MsgHeader) error {
 		return e.readFailed(pp, h)
 	case transport.MsgDevSize:
 		e.readDevSize(pp, h)
+	case transport.MsgWinPut:
+		return e.readWinPut(pp, h)
+	case transport.MsgWinSignal:
+		e.readWinSignal(pp, h)
 	}
 	return nil
 }

@@ -261,6 +261,14 @@ class GoncclBackend : public c10d::Backend {
       const c10d::ReconfigureOptions& opts) override;
 #endif
   // This process's handle for reconfigure: "gonccl:<host>:<pid>:<nonce>".
+#if GONCCL_HAS_WINDOW
+  // One-sided windows on CPU tensors (window.cpp).
+  bool supportsWindow() const override {
+    return true;
+  }
+  c10::intrusive_ptr<c10d::Window> new_window(
+      const std::optional<at::Tensor>& tensor) override;
+#endif
   const std::string& handle() const;
   // This communicator's generation.
   uint32_t epoch() const {

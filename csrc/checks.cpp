@@ -94,6 +94,15 @@ bool isFloat8(at::ScalarType type) {
 
 }  // namespace
 
+at::ScalarType scalarTypeOf(goncclDataType_t type) {
+  for (const Dtype& d : kDtypes) {
+    if (d.gonccl == type) {
+      return d.torch;
+    }
+  }
+  TORCH_CHECK(false, "gonccl: no torch dtype for gonccl data type ", type);
+}
+
 std::string dtypeName(at::ScalarType type) {
   return "torch." + std::string(c10::getDtypeNames(type).first);
 }

@@ -35,6 +35,9 @@ namespace gonccl {
 goncclDataType_t checkTensor(
     const at::Tensor& t, const char* op, bool contiguous = true);
 
+// The torch dtype of a gonccl data type that checkTensor returns.
+at::ScalarType scalarTypeOf(goncclDataType_t type);
+
 // tensors.size() == expected.
 void checkCount(
     const std::vector<at::Tensor>& tensors,

@@ -54,7 +54,18 @@ namespace gonccl {
   X(requestFree, goncclRequestFree)                   \
   X(streamCheck, goncclStreamCheck)                   \
   X(streamAcquire, goncclStreamAcquire)               \
-  X(streamRelease, goncclStreamRelease)
+  X(streamRelease, goncclStreamRelease)               \
+  X(winCreate, goncclWinCreate)                       \
+  X(winRegister, goncclWinRegister)                   \
+  X(winDeregister, goncclWinDeregister)               \
+  X(winFree, goncclWinFree)                           \
+  X(winGetAttr, goncclWinGetAttr)                     \
+  X(winGetInfo, goncclWinGetInfo)                     \
+  X(winMemory, goncclWinMemory)                       \
+  X(winHoldRelease, goncclWinHoldRelease)             \
+  X(putAsync, goncclPutAsync)                         \
+  X(signalAsync, goncclSignalAsync)                   \
+  X(waitSignalAsync, goncclWaitSignalAsync)
 
 // The entry points, filled by dlsym; their types come from gonccl.h.
 struct Library {

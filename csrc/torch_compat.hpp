@@ -25,6 +25,14 @@
 #define GONCCL_HAS_HOOKS 0
 #endif
 
+// One-sided windows (Backend::supportsWindow / new_window, c10d::Window) came
+// in torch 2.15, which announces them with C10D_BACKEND_HAS_WINDOW.
+#if defined(C10D_BACKEND_HAS_WINDOW) && GONCCL_TORCH_AT_LEAST(2, 15)
+#define GONCCL_HAS_WINDOW 1
+#else
+#define GONCCL_HAS_WINDOW 0
+#endif
+
 namespace gonccl {
 
 // The factor of a PREMUL_SUM reduce op: NCCLPreMulSumSupplement until 2.12,

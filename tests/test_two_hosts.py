@@ -9,6 +9,9 @@ shared memory and the two hosts over TCP, with 2 connections per peer here
   torch, and rank 0's INIT log showing shm to rank 1 and tcp to ranks 2 and 3 over 2
   connections each; again with GONCCL_TLS=1 (each host's certificate signed by a CA
   the test makes with the openssl CLI), the log showing TLS on every TCP link;
+* windows: one-sided windows (workers/window_worker.py): puts into a peer on the same
+  host are copies into its mapped window, into one on the other host frames over TCP;
+  map_remote_tensor works for the former and is refused, saying why, for the latter;
 * ddp: the lecture's examples/ddp_example.py (its model narrowed and its loop cut to
   3 steps so 4 ranks fit in the time on 2 cores), with bit-identical final weights;
 * faults: during a loop of all_reduce, host 1's link is cut (`ip link set gnc down`:
@@ -175,6 +178,18 @@ def test_hierarchical_all_reduce_across_two_hosts(hosts, tmp_path, per_host, alg
         assert ": hier [" in log0, f"rank 0 did not run the hierarchical all_reduce:\n{log0[-4000:]}"
     else:
         assert ": hier [" not in log0, f"the model picked hier with one rank per host:\n{log0[-4000:]}"
+
+
+@pytest.mark.timeout(TIMEOUT + 60)
+def test_windows_across_two_hosts(hosts, tmp_path):
+    import torch
+
+    if tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) < (2, 15):
+        pytest.skip("one-sided windows came in torch 2.15")
+    wr = TwoHostRun(hosts, str(tmp_path), ["windows"])
+    for name in ("put_signal", "map_remote", "async_all_to_all", "bad_input", "wait_timeout", "deregister"):
+        wr.section(name)
+    wr.run.assert_ok("2 hosts x 2 ranks: one-sided windows")
 
 
 @pytest.mark.timeout(TIMEOUT + 60)

@@ -57,8 +57,16 @@ const (
 	// carries no sizes of its own): Seq is the message's number among this rank's
 	// device-path sends to the peer (from 1), Len its bytes; no payload.
 	MsgDevSize MsgKind = 13
+	// MsgWinPut writes its payload (Len bytes) into the receiver's one-sided window
+	// Tag at byte offset Seq; DType is the sender's data type. No reply: the sender's
+	// request completes once the frame is written.
+	MsgWinPut MsgKind = 14
+	// MsgWinSignal adds one to the receiver's signal counter of window Tag for the
+	// sender; no payload. It travels behind the sender's earlier puts, so a rank that
+	// sees the signal sees their data.
+	MsgWinSignal MsgKind = 15
 	// msgKindMax is the highest kind a reader accepts.
-	msgKindMax = MsgDevSize
+	msgKindMax = MsgWinSignal
 )
 
 // MaxStatusBytes bounds a MsgStatus payload.
@@ -92,6 +100,10 @@ func (k MsgKind) String() string {
 		return "failed"
 	case MsgDevSize:
 		return "dev-size"
+	case MsgWinPut:
+		return "win-put"
+	case MsgWinSignal:
+		return "win-signal"
 	}
 	return fmt.Sprintf("msg(%d)", uint8(k))
 }
@@ -107,7 +119,7 @@ type MsgHeader struct {
 
 // HasPayload reports whether Len payload bytes follow the header on the wire.
 func (h *MsgHeader) HasPayload() bool {
-	return h.Kind == MsgEager || h.Kind == MsgData || h.Kind == MsgStatus || h.Kind == MsgBye || h.Kind == MsgLost || h.Kind == MsgFailed
+	return h.Kind == MsgEager || h.Kind == MsgData || h.Kind == MsgStatus || h.Kind == MsgBye || h.Kind == MsgLost || h.Kind == MsgFailed || h.Kind == MsgWinPut
 }
 
 // MaxMsgLen bounds the length a point-to-point header may carry, so that no length read

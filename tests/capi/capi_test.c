@@ -469,6 +469,70 @@ static void test_alltoallv_mismatch(const char* id_path) {
   free(counts), free(rcounts), free(displs), free(send), free(recv);
 }
 
+/* One-sided windows: every rank puts its slot into the next rank's window and signals
+ * it; the window (read through goncclWinMemory) must hold the previous rank's slot and
+ * the initial values elsewhere. Same-host peers are mapped: writing through a peer's
+ * mapping lands in its window. A put that does not fit, or of another type, fails. */
+static void test_windows(goncclComm_t comm) {
+  enum { SLOT = 3 };
+  int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
+  size_t n = (size_t)SLOT * (size_t)nranks + 1;
+  double* init = malloc(n * sizeof(double));
+  for (size_t i = 0; i < n; i++) init[i] = -1;
+  goncclWindow_t win;
+  OK(goncclWinCreate(comm, &win), comm);
+  OK(goncclWinRegister(win, init, n, goncclFloat64), comm);
+  size_t count = 0;
+  goncclDataType_t dt = goncclInt8;
+  OK(goncclWinGetInfo(win, next, &count, &dt), comm);
+  CHECK(count == n && dt == goncclFloat64, "window info %zu %d", count, (int)dt);
+  goncclWinAccess_t access = goncclWinSeparate;
+  OK(goncclWinGetAttr(win, next, &access), comm);
+  CHECK(access == goncclWinUnified, "access to rank %d on this host: %d", next, (int)access);
+
+  double mine[SLOT];
+  for (int i = 0; i < SLOT; i++) mine[i] = rank * 10 + i;
+  goncclRequest_t req;
+  OK(goncclPutAsync(mine, SLOT, goncclFloat64, next, (size_t)SLOT * rank, win, &req), comm);
+  OK(goncclRequestWait(req, 60000), comm);
+  OK(goncclRequestFree(req), comm);
+  OK(goncclSignal(next, win), comm);
+  OK(goncclWaitSignalAsync(prev, win, &req), comm);
+  OK(goncclRequestWait(req, 60000), comm);
+  OK(goncclRequestFree(req), comm);
+  void* p = NULL;
+  size_t bytes = 0;
+  OK(goncclWinMemory(win, rank, &p, &bytes, NULL), comm);
+  CHECK(bytes == n * sizeof(double), "window of %zu bytes", bytes);
+  const double* got = p;
+  for (size_t i = 0; i < n; i++) {
+    double want = (int)i / SLOT == prev && i < (size_t)SLOT * nranks ? prev * 10 + (int)i % SLOT : -1;
+    CHECK(got[i] == want, "window[%zu] = %f, want %f", i, got[i], want);
+  }
+
+  OK(goncclBarrier(comm, NULL), comm); /* every rank has checked its window */
+  /* through the mapping of next's window: its last element */
+  goncclWinHold_t hold = 0;
+  OK(goncclWinMemory(win, next, &p, &bytes, &hold), comm);
+  ((double*)p)[n - 1] = 500 + rank;
+  OK(goncclSignal(next, win), comm);
+  OK(goncclWaitSignal(prev, win), comm);
+  CHECK(got[n - 1] == 500 + prev, "last element %f, want %d", got[n - 1], 500 + prev);
+
+  goncclResult_t res = goncclPut(mine, SLOT, goncclFloat64, next, n - 1, win);
+  CHECK(res == goncclInvalidArgument, "put past the end -> %d", res);
+  res = goncclPut(mine, 1, goncclFloat32, next, 0, win);
+  CHECK(res == goncclMismatch, "put of another type -> %d", res);
+
+  OK(goncclWinDeregister(win), comm);
+  CHECK(((double*)p)[n - 1] == 500 + rank, "held mapping changed after deregister");
+  OK(goncclWinHoldRelease(hold), comm);
+  res = goncclWinHoldRelease(hold);
+  CHECK(res == goncclInvalidUsage, "second release of a hold -> %d", res);
+  OK(goncclWinFree(win), comm);
+  free(init);
+}
+
 int main(int argc, char** argv) {
   if (argc != 4) {
     fprintf(stderr, "usage: %s RANK NRANKS ID_FILE\n", argv[0]);
@@ -501,6 +565,7 @@ int main(int argc, char** argv) {
   test_gather_scatter(comm);
   test_alltoall(comm);
   test_alltoallv(comm);
+  test_windows(comm);
   test_alltoallv_mismatch(argv[3]);
   OK(goncclCommDestroy(comm), NULL);
   float x = 0;

@@ -5,6 +5,7 @@ within each.
 usage: two_hosts_worker.py REPORT_DIR collectives
        two_hosts_worker.py REPORT_DIR ddp EXAMPLE_PATH STEPS SIZE
        two_hosts_worker.py REPORT_DIR fault
+       two_hosts_worker.py REPORT_DIR windows
 
 fault: a loop of all_reduce (group timeout 120 s) during which the test cuts host 1's
 link or kills host 1's ranks; every rank still alive records the error it got, how
@@ -151,6 +152,19 @@ def fault(ck: Checker, report_dir: str) -> None:
     os._exit(0)
 
 
+def windows(ck: Checker) -> None:
+    """window_worker's checks with two ranks per host: peers on this host are mapped
+    (UNIFIED), the others reached over TCP (SEPARATE, map_remote_tensor refused)."""
+    import datetime
+
+    from window_worker import window_checks
+
+    dist.init_process_group("gonccl", timeout=datetime.timedelta(seconds=60))
+    per_host = int(os.environ["LOCAL_WORLD_SIZE"])
+    window_checks(ck, lambda peer: peer // per_host == RANK // per_host)
+    dist.destroy_process_group()
+
+
 def main() -> None:
     ck = Checker(sys.argv[1], RANK)
     if sys.argv[2] == "collectives":
@@ -159,6 +173,8 @@ def main() -> None:
         collectives(ck, only_all_reduce=True)
     elif sys.argv[2] == "fault":
         fault(ck, sys.argv[1])
+    elif sys.argv[2] == "windows":
+        windows(ck)
     else:
         ddp(ck, sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
     ck.finish()
