@@ -242,6 +242,9 @@ def test_fault_across_two_hosts(hosts, tmp_path, request, how):
                     during=lambda: _strike(report_dir, cut if how == "cut_link" else kill), host_env=host_env)
     try:
         assert os.path.exists(os.path.join(report_dir, "fault_at")), f"the loop never started:\n{wr.run.describe()}"
+        if host_env:
+            assert "TLS 1.3 on its 3 connections, peer certificate CN=host1" in wr.run.procs[0].stderr, (
+                f"rank 0's links to host 1 are not TLS:\n{wr.run.procs[0].stderr[-4000:]}")
         survivors = [0, 1, 2, 3] if how == "cut_link" else [0, 1]
         for r in survivors:
             sec = wr.reports[r]["sections"].get("fault")
