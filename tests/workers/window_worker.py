@@ -130,7 +130,6 @@ def window_checks(ck: Checker, same_host) -> None:
                       "whole storage")
         expect_raises(ck, "put before register", lambda: other.put(torch.zeros(1), nxt, 0, False), ValueError,
                       "no buffer is registered")
-        del other
 
     with ck.section("wait_timeout"):
         silent = WS - 1
@@ -154,7 +153,6 @@ def window_checks(ck: Checker, same_host) -> None:
         ck.check(torch.equal(t, want), lambda: f"after deregister: {t.tolist()}, want {want.tolist()}")
         t += 1  # still ordinary memory of its own
         ck.check(t[0].item() == want[0].item() + 1, "the tensor is not writable after deregister")
-        del win
 
 
 def main() -> None:
