@@ -247,7 +247,12 @@ func NewShared(d *Driver, ctx Context, rank, nranks, dataBytes int, exchange fun
 			// every rank to the staged path below.
 			if peer, ok := d.deviceByBusID(rec.bus); ok {
 				if can, err := d.CanAccessPeer(s.dev, peer); err != nil || !can {
-					errs = append(errs, fmt.Errorf("%w: this rank's GPU %s (device %d) cannot access rank %d's GPU %s (%v)", ErrNotShared, me.bus, s.dev, r, rec.bus, err))
+					// Short: the reason travels in a record of 128 bytes.
+					why := fmt.Sprintf("GPUs %s (rank %d) and %s (rank %d) cannot access each other's memory", me.bus, rank, rec.bus, r)
+					if err != nil {
+						why += fmt.Sprintf(" (%v)", err)
+					}
+					errs = append(errs, errors.New(why))
 				}
 			}
 		}
