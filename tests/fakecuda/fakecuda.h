@@ -80,21 +80,6 @@ void fakecudaGetCounters(fakecudaCounters* out);
  * -1 if no kernel is called name. */
 int fakecudaCorruptKernel(const char* name);
 
-/* What the stricter parts of the fake count (drain.c, deadpeer.c): device allocations
- * and frees (cuMemAlloc / cuMemFree), exports (cuIpcGetMemHandle), mappings opened and
- * closed (cuIpcOpenMemHandle / cuIpcCloseMemHandle), drains (allocations and frees of
- * any kind, and lazy loads, each waits for the whole context), lazy loads (the first
- * launch of a kernel neither loaded eagerly nor by cuFuncLoad) and writes that reached
- * a dead exporter's memory (deadpeer.c). */
-typedef struct {
-  long dev_allocs, dev_frees;
-  long ipc_exports, ipc_opens, ipc_closes;
-  long drains;
-  long lazy_loads;
-  long dead_peer_writes; /* writes into a dead exporter's memory, queued while it lived */
-} fakecudaStrictCounters;
-void fakecudaGetStrictCounters(fakecudaStrictCounters* out);
-
 #ifdef __cplusplus
 }
 #endif

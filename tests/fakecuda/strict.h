@@ -7,6 +7,7 @@
 #define FAKECUDA_STRICT_H_
 
 #include "fakecuda_internal.h"
+#include "fakecuda_strict.h"
 
 #pragma GCC visibility push(hidden)
 
