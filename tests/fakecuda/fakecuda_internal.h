@@ -75,10 +75,10 @@
  *   device 0 may be a different GPU; bus ids (cuDeviceGetPCIBusId,
  *   cuDeviceGetByPCIBusId: 0000:1N:00.0 for physical GPU N), IPC handles and peer
  *   access are the physical GPU's;
- * - the strict counters (fakecudaGetStrictCounters): device allocations and frees,
- *   exports, mappings opened and closed, drains, lazy loads and dead-peer writes, so
- *   tests can show that the hot path allocates nothing and that a decision was taken
- *   before anything was exported.
+ * - the strict counters (fakecudaGetStrictCounters, fakecuda_strict.h): device
+ *   allocations and frees, exports, mappings opened and closed, drains, lazy loads
+ *   and dead-peer writes, so tests can show that the hot path allocates nothing and
+ *   that a decision was taken before anything was exported.
  *
  * Everything declared below is hidden: libfakecuda.so exports only the driver entry
  * points (cu*) and the hooks of fakecuda.h.
