@@ -59,7 +59,7 @@
  *   launch of a kernel loaded lazily (the driver's default, CUDA_MODULE_LOADING=LAZY:
  *   a function is loaded at its first launch unless CUDA_MODULE_LOADING=EAGER or
  *   cuFuncLoad loaded it). Where that wait would never end (a stream blocked on a flag
- *   or an event nobody sets) it aborts after FAKECUDA_DRAIN_TIMEOUT_MS (default 5000)
+ *   or an event nobody sets) it aborts after FAKECUDA_DRAIN_TIMEOUT_MS (default 20000)
  *   without progress, with "fakecuda: FAULT: cuMemFree waits for all work of the
  *   context ..., but stream 0x... has made no progress ...: it is blocked on
  *   cuStreamWaitValue32 on the flag at 0x... (it holds 1; the wait needs >= 2)";
