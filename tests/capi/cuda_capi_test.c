@@ -24,6 +24,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +58,16 @@ static int same_device(int a, int b) {
 #define NON_BLOCKING 0x1
 /* A delay per operation of gonccl's stream in the ordering tests: its copies run late. */
 #define LATE_US 20000
+
+/* A thread that never made a CUDA call has no current context (the CUDA runtime makes
+ * one current only on its first call there, and torch's device guard skips cudaSetDevice
+ * when the device asked is the one cudaGetDevice reports, 0 on a new thread): the
+ * capture check csrc makes for the caller's current stream, cudaStreamLegacy, must still
+ * work there. */
+static void* check_legacy_without_context(void* out) {
+  *(goncclResult_t*)out = goncclStreamCheck(STREAM_LEGACY);
+  return NULL;
+}
 
 static float* dmalloc(size_t n) {
   float* p = fakecudaMalloc(dev, (n ? n : 1) * sizeof(float));
@@ -310,6 +321,14 @@ static void test_bad(goncclComm_t comm) {
   CHECK(goncclStreamCheck(STREAM_PER_THREAD) == goncclInvalidUsage, "goncclStreamCheck(cudaStreamPerThread)");
   CHECK(goncclStreamCheck(STREAM_LEGACY) == goncclSuccess, "goncclStreamCheck(cudaStreamLegacy)");
   CHECK(goncclStreamCheck(NULL) == goncclInvalidArgument, "goncclStreamCheck(NULL)");
+  {
+    pthread_t th;
+    goncclResult_t got = goncclInternalError;
+    CHECK(pthread_create(&th, NULL, check_legacy_without_context, &got) == 0, "pthread_create");
+    pthread_join(th, NULL);
+    CHECK(got == goncclSuccess, "goncclStreamCheck(cudaStreamLegacy) on a thread without a context -> %d: %s", got,
+          goncclGetLastError(NULL));
+  }
   /* A stream under graph capture: refused before anything is queued on it. */
   void* cap = fakecudaStreamCreateWithFlags(dev, NON_BLOCKING);
   CHECK(fakecudaBeginCapture(cap) == 0, "begin capture");

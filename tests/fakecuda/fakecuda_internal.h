@@ -36,6 +36,9 @@
  *   copies really runs before them;
  * - stream capture (fakecudaBeginCapture): work queued on a capturing stream is
  *   recorded, not run, and an event recorded there is not a real record, as in a graph;
+ *   capture modes (capture.c): a global-mode capture is invalidated by a potentially
+ *   unsafe call (event query, synchronization, allocation) of another thread that is not
+ *   in relaxed mode;
  * - primary contexts: reference counted. The CUDA runtime's own reference is modelled
  *   (fakecudaRuntimeInit, implied by the first fakecudaContext/StreamCreate/Malloc of a
  *   device, as torch's first CUDA call takes it); when the count drops to 0 the context
@@ -75,6 +78,7 @@ enum {
   CUDA_ERROR_INVALID_HANDLE = 400,
   CUDA_ERROR_NOT_READY = 600,
   CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900,
+  CUDA_ERROR_STREAM_CAPTURE_INVALIDATED = 901,
 };
 
 #define STREAM_LEGACY ((void*)0x1)
@@ -195,6 +199,14 @@ CUresult resolve(void* h, fakeStream** out);
 /* forget_streams drops the default and pool streams of a reset context. */
 void forget_streams(fakeCtx* ctx);
 void push(fakeStream* s, op* o);
+
+/* capture.c: capture modes. capture_begin/capture_end with mu held; capture_unsafe, the
+ * first call of every potentially unsafe entry point, without. t_hook is set inside a
+ * test hook whose calls must not invalidate a capture. */
+void capture_begin(void* s, int mode);
+int capture_end(void* s);
+CUresult capture_unsafe(const char* fn);
+extern __thread int t_hook;
 
 #pragma GCC visibility pop
 

@@ -95,7 +95,7 @@ static CUresult stream_for(void* stream, fakeStream** s) {
 
 CUresult cuMemAlloc_v2(CUdeviceptr* out, size_t n) {
   CUresult r = need_ctx();
-  if (r) return r;
+  if (r || (r = capture_unsafe("cuMemAlloc"))) return r;
   if (out == NULL || n == 0) return CUDA_ERROR_INVALID_VALUE;
   size_t size = (n + 4095) & ~(size_t)4095;
   int fd = memfd_create("fakecuda-device-memory", MFD_CLOEXEC);
@@ -126,7 +126,7 @@ CUresult cuMemAlloc_v2(CUdeviceptr* out, size_t n) {
 
 CUresult cuMemFree_v2(CUdeviceptr ptr) {
   CUresult r = need_ctx();
-  if (r) return r;
+  if (r || (r = capture_unsafe("cuMemFree"))) return r;
   char* p = (char*)(uintptr_t)ptr;
   pthread_mutex_lock(&mu);
   shared* s = find_shared(p);

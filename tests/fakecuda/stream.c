@@ -259,6 +259,8 @@ CUresult cuStreamDestroy_v2(void* stream) {
 }
 
 CUresult cuStreamSynchronize(void* stream) {
+  CUresult c = capture_unsafe("cuStreamSynchronize");
+  if (c) return c;
   pthread_mutex_lock(&mu);
   fakeStream* s = NULL;
   CUresult r = resolve(stream, &s);
@@ -305,13 +307,19 @@ void* fakecudaPoolStream(int dev) {
   return s;
 }
 
+/* set_capture begins (on: in capture mode mode-1) or ends stream's capture: -1 for a
+ * bad stream, -2 for a capture that was invalidated (capture.c). */
 static int set_capture(void* stream, int on) {
   pthread_mutex_lock(&mu);
   fakeStream* s = NULL;
   CUresult r = resolve(stream, &s);
-  if (r == CUDA_SUCCESS) s->capturing = on;
+  int invalidated = 0;
+  if (r == CUDA_SUCCESS) {
+    s->capturing = on != 0;
+    if (on) capture_begin(s, on - 1); else invalidated = capture_end(s);
+  }
   pthread_mutex_unlock(&mu);
-  return r == CUDA_SUCCESS ? 0 : -1;
+  return r != CUDA_SUCCESS ? -1 : invalidated ? -2 : 0;
 }
 
 int fakecudaStreamSetDelay(void* stream, unsigned us) {
@@ -324,6 +332,9 @@ int fakecudaStreamSetDelay(void* stream, unsigned us) {
 }
 
 int fakecudaBeginCapture(void* stream) { return set_capture(stream, 1); }
+int fakecudaBeginCaptureMode(void* stream, int mode) {
+  return mode < 0 || mode > 2 ? -1 : set_capture(stream, mode + 1);
+}
 int fakecudaEndCapture(void* stream) { return set_capture(stream, 0); }
 
 void fakecudaSetCopyRate(unsigned mib_per_s) {
@@ -370,4 +381,9 @@ int fakecudaCheckF32(void* stream, void* p, size_t count, float want, unsigned d
   return kernel(stream, p, count, want, delay_us, OP_CHECK);
 }
 
-int fakecudaStreamDrain(void* stream) { return cuStreamSynchronize(stream) == CUDA_SUCCESS ? 0 : -1; }
+int fakecudaStreamDrain(void* stream) {
+  t_hook = 1;
+  CUresult r = cuStreamSynchronize(stream);
+  t_hook = 0;
+  return r == CUDA_SUCCESS ? 0 : -1;
+}
