@@ -80,9 +80,12 @@ func checkStreamOn(drv *cuda.Driver, s cuda.Stream, dev int) error {
 	if s == cuda.StreamPerThread {
 		return errPerThread
 	}
-	capturing, err := drv.StreamCapturing(s)
+	var capturing bool
+	var err error
 	if dev >= 0 {
 		capturing, err = drv.StreamCapturingOn(s, dev)
+	} else {
+		capturing, err = drv.StreamCapturing(s)
 	}
 	if err != nil {
 		return fmt.Errorf("stream %#x: %w", uintptr(s), err)

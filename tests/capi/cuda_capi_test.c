@@ -62,10 +62,13 @@ static int same_device(int a, int b) {
 /* A thread that never made a CUDA call has no current context (the CUDA runtime makes
  * one current only on its first call there, and torch's device guard skips cudaSetDevice
  * when the device asked is the one cudaGetDevice reports, 0 on a new thread): the
- * capture check csrc makes for the caller's current stream, cudaStreamLegacy, must still
- * work there. */
-static void* check_legacy_without_context(void* out) {
-  *(goncclResult_t*)out = goncclStreamCheck(STREAM_LEGACY);
+ * capture check csrc makes for the caller's current stream, cudaStreamLegacy, names the
+ * device, whose primary context gonccl uses (goncclStreamCheck there fails with
+ * CUDA_ERROR_INVALID_CONTEXT, which the fake counts as a context error). */
+static goncclResult_t no_context_check_device;
+static void* check_legacy_without_context(void* arg) {
+  (void)arg;
+  no_context_check_device = goncclStreamCheckDevice(STREAM_LEGACY, dev);
   return NULL;
 }
 
@@ -323,11 +326,13 @@ static void test_bad(goncclComm_t comm) {
   CHECK(goncclStreamCheck(NULL) == goncclInvalidArgument, "goncclStreamCheck(NULL)");
   {
     pthread_t th;
-    goncclResult_t got = goncclInternalError;
-    CHECK(pthread_create(&th, NULL, check_legacy_without_context, &got) == 0, "pthread_create");
+    CHECK(pthread_create(&th, NULL, check_legacy_without_context, NULL) == 0, "pthread_create");
     pthread_join(th, NULL);
-    CHECK(got == goncclSuccess, "goncclStreamCheck(cudaStreamLegacy) on a thread without a context -> %d: %s", got,
-          goncclGetLastError(NULL));
+    CHECK(no_context_check_device == goncclSuccess,
+          "goncclStreamCheckDevice(cudaStreamLegacy, %d) on a thread without a context -> %d", dev,
+          no_context_check_device);
+    CHECK(goncclStreamCheckDevice(STREAM_LEGACY, dev) == goncclSuccess, "goncclStreamCheckDevice(cudaStreamLegacy)");
+    CHECK(goncclStreamCheckDevice(STREAM_LEGACY, -1) == goncclInvalidArgument, "goncclStreamCheckDevice(device -1)");
   }
   /* A stream under graph capture: refused before anything is queued on it. */
   void* cap = fakecudaStreamCreateWithFlags(dev, NON_BLOCKING);
