@@ -1,12 +1,10 @@
 package cuda
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
-	"unsafe"
 
 	"github.com/gonccl/gonccl/transport"
 )
@@ -68,9 +66,6 @@ type watch struct {
 	kick chan struct{}
 	stop chan struct{}
 	done chan struct{}
-	buf  unsafe.Pointer // pinned: a copy of this rank's header
-	// pinned: a copy of this rank's point-to-point flags
-	p2pBuf unsafe.Pointer
 
 	disagree   string // the disagreement the last look at the header saw, if any
 	disagreeAt uint32 // and the first round of the operation it was about
@@ -153,13 +148,6 @@ func (s *Shared) stopWatch() {
 
 func (s *Shared) watchLoop(w *watch) {
 	defer close(w.done)
-	defer func() {
-		for _, b := range []unsafe.Pointer{w.buf, w.p2pBuf} {
-			if b != nil {
-				_ = s.d.do(s.ctx, func() error { return s.d.hostFree(b) })
-			}
-		}
-	}()
 	var giveUpAt time.Time // after a failure: stop releasing then, if the streams never drain
 	pause := time.Millisecond
 	for {
@@ -191,14 +179,12 @@ func (s *Shared) watchLoop(w *watch) {
 		s.mu.Unlock()
 		if failed != nil {
 			if !pending {
-				s.dropSide()
 				return
 			}
 			if giveUpAt.IsZero() {
 				giveUpAt = time.Now().Add(max(w.cfg.Timeout(), time.Second))
 			}
 			if time.Now().After(giveUpAt) {
-				s.dropSide()
 				return // a stream blocked by something else than gonccl's waits
 			}
 			_ = s.releaseStreams()
@@ -359,88 +345,10 @@ func (s *Shared) diagnose(op pendingOp, hdr []uint32) (disagree, lag []string) {
 	return disagree, lag
 }
 
-// readHeader copies this rank's header (its slots) to the host, on the side stream,
-// waiting for the copy up to a second.
-func (s *Shared) readHeader(w *watch) ([]uint32, error) {
-	return s.readOwn(&w.buf, 0, s.nranks*slotBytes)
-}
-
-// readOwn copies n bytes at off of this rank's allocation to the host through the
-// pinned buffer *buf (allocated on first use), on the side stream, waiting for the
-// copy up to a second.
-func (s *Shared) readOwn(buf *unsafe.Pointer, off, n int) ([]uint32, error) {
-	var ev event
-	err := s.d.do(s.ctx, func() (err error) {
-		if *buf == nil {
-			if *buf, err = s.d.hostAlloc(n); err != nil {
-				return err
-			}
-		}
-		if err = s.sideStream(); err != nil {
-			return err
-		}
-		if err = s.d.memcpyDtoH(unsafe.Slice((*byte)(*buf), n), s.own+uintptr(off), s.side); err != nil {
-			return err
-		}
-		if ev, err = s.d.eventCreate(); err != nil {
-			return err
-		}
-		return s.d.eventRecord(ev, s.side)
-	})
-	if err != nil {
-		return nil, err
-	}
-	defer s.d.do(s.ctx, func() error { return s.d.eventDestroy(ev) })
-	deadline := time.Now().Add(time.Second)
-	var wt waiter
-	for {
-		var ok bool
-		if err := s.d.do(s.ctx, func() (err error) { ok, err = s.d.eventDone(ev); return err }); err != nil {
-			return nil, err
-		}
-		if ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			return nil, errors.New("reading this rank's device flags did not finish within a second")
-		}
-		wt.wait()
-	}
-	raw := unsafe.Slice((*byte)(*buf), n)
-	words := make([]uint32, n/4)
-	for i := range words {
-		words[i] = binary.LittleEndian.Uint32(raw[4*i:])
-	}
-	return words, nil
-}
-
-// sideStream creates the stream of gonccl's own that releases and reads run on: it
-// does not wait for any other (non-blocking), so neither a stream waiting on a flag
-// nor the legacy default stream holds it up. The context is current.
-func (s *Shared) sideStream() (err error) {
-	if s.side == 0 {
-		s.side, err = s.d.streamCreate()
-	}
-	return err
-}
-
-// dropSide destroys the side stream once nothing will enqueue on it: the watcher
-// leaving a released scratch whose streams have drained, or Close. Work it holds
-// still runs. s.mu not held.
-func (s *Shared) dropSide() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_ = s.d.do(s.ctx, s.dropSideLocked)
-}
-
-// dropSideLocked is dropSide with s.mu held and the context current.
-func (s *Shared) dropSideLocked() error {
-	if s.side == 0 {
-		return nil
-	}
-	err := s.d.streamDestroy(s.side)
-	s.side = 0
-	return err
+// readHeader reads this rank's header (its slots) from the host memory it lives in
+// (hostflags.go): no stream is involved, so nothing queued can hold it up.
+func (s *Shared) readHeader(*watch) ([]uint32, error) {
+	return s.loadOwn(0, s.nranks*slotBytes), nil
 }
 
 // giveUp marks the scratch failed with err (once), releases this rank's streams and
@@ -467,8 +375,10 @@ func (s *Shared) fail(err error) bool {
 	return true
 }
 
-// releaseStreams writes, on the side stream, the values that satisfy every wait this rank's
-// streams can have queued, into this rank's header and point-to-point flags.
+// releaseStreams writes, from the host, the values that satisfy every wait this rank's
+// streams can have queued, into this rank's header and point-to-point flags (host
+// memory the GPU maps: hostflags.go). A write queued on a stream could sit behind the
+// very wait it must release, as the streams share the device's hardware queues.
 func (s *Shared) releaseStreams() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -477,27 +387,21 @@ func (s *Shared) releaseStreams() error {
 
 // releaseLocked is releaseStreams with s.mu held.
 func (s *Shared) releaseLocked() error {
-	if s.own == 0 {
+	if s.own == 0 || s.flags[s.rank].host == nil {
 		return nil
 	}
 	poison := s.step + 1<<30
-	return s.d.do(s.ctx, func() error {
-		if err := s.sideStream(); err != nil {
-			return err
+	for p := range s.nranks {
+		for _, w := range []struct {
+			off int
+			v   uint32
+		}{{flagReady, poison}, {flagReduced, poison}, {flagReadDone, poison},
+			{descShape, fieldMask}, {descShapeNeg, 0}, {descCount, fieldMask}, {descCountNeg, 0}} {
+			s.storeOwn(s.flag(p, w.off), w.v)
 		}
-		for p := range s.nranks {
-			for _, w := range []struct {
-				off int
-				v   uint32
-			}{{flagReady, poison}, {flagReduced, poison}, {flagReadDone, poison},
-				{descShape, fieldMask}, {descShapeNeg, 0}, {descCount, fieldMask}, {descCountNeg, 0}} {
-				if err := s.d.streamWriteValue32(s.side, s.flag(p, w.off), w.v); err != nil {
-					return err
-				}
-			}
-		}
-		return s.releaseP2P()
-	})
+	}
+	s.releaseP2P()
+	return nil
 }
 
 // Abort gives up on the device path (communicator abort): this rank's streams still

@@ -56,6 +56,9 @@ typedef struct {
   CUresult (*DeviceGetPCIBusId)(char*, int, int);
   CUresult (*StreamDestroy)(CUstream);
   CUresult (*ThreadExchangeStreamCaptureMode)(int*);
+  CUresult (*MemHostRegister)(void*, size_t, unsigned int);
+  CUresult (*MemHostUnregister)(void*);
+  CUresult (*MemHostGetDevicePointer)(CUdeviceptr*, void*, unsigned int);
 } gcFns;
 
 static const char* gcSymbols[] = {
@@ -73,6 +76,8 @@ static const char* gcSymbols[] = {
   "cuDeviceGetPCIBusId", "cuStreamDestroy_v2",
   // graph capture: gonccl's calls never invalidate a user's capture
   "cuThreadExchangeStreamCaptureMode",
+  // the device path's flags: host memory the GPU maps (hostflags.go)
+  "cuMemHostRegister_v2", "cuMemHostUnregister", "cuMemHostGetDevicePointer_v2",
 };
 
 _Static_assert(sizeof(gcFns) == sizeof(gcSymbols) / sizeof(gcSymbols[0]) * sizeof(void*),
@@ -161,6 +166,14 @@ static CUresult gcStreamCreate(gcFns* f, uintptr_t* s) {
 }
 static CUresult gcStreamDestroy(gcFns* f, uintptr_t s) { return f->StreamDestroy(H(s)); }
 static CUresult gcThreadExchangeCaptureMode(gcFns* f, int* mode) { return f->ThreadExchangeStreamCaptureMode(mode); }
+static CUresult gcMemHostRegister(gcFns* f, void* p, size_t n, unsigned int flags) { return f->MemHostRegister(p, n, flags); }
+static CUresult gcMemHostUnregister(gcFns* f, void* p) { return f->MemHostUnregister(p); }
+static CUresult gcMemHostGetDevicePointer(gcFns* f, uintptr_t* out, void* p) {
+  CUdeviceptr d = 0;
+  CUresult r = f->MemHostGetDevicePointer(&d, p, 0);
+  *out = (uintptr_t)d;
+  return r;
+}
 // device memory, IPC and stream memory operations
 static CUresult gcMemAlloc(gcFns* f, uintptr_t* p, size_t n) {
   CUdeviceptr d = 0;
@@ -521,6 +534,25 @@ func (d *Driver) hostAlloc(n int) (unsafe.Pointer, error) {
 
 func (d *Driver) hostFree(p unsafe.Pointer) error {
 	return d.check("cuMemFreeHost", C.gcMemFreeHost(d.fns, p))
+}
+
+// hostRegister page-locks n bytes of host memory at p (which Go must not own: an
+// mmap) and maps them for the device.
+func (d *Driver) hostRegister(p unsafe.Pointer, n int, flags uint) error {
+	return d.check("cuMemHostRegister", C.gcMemHostRegister(d.fns, p, C.size_t(n), C.uint(flags)))
+}
+
+func (d *Driver) hostUnregister(p unsafe.Pointer) error {
+	return d.check("cuMemHostUnregister", C.gcMemHostUnregister(d.fns, p))
+}
+
+// hostDevicePointer is the device address of registered host memory p.
+func (d *Driver) hostDevicePointer(p unsafe.Pointer) (uintptr, error) {
+	var out C.uintptr_t
+	if err := d.check("cuMemHostGetDevicePointer", C.gcMemHostGetDevicePointer(d.fns, &out, p)); err != nil {
+		return 0, err
+	}
+	return uintptr(out), nil
 }
 
 // device memory, IPC and stream memory operations (used by shared.go and devcoll.go).

@@ -10,7 +10,8 @@ import (
 )
 
 // Shared is a communicator's device scratch, shared with the other ranks of its host:
-// each rank allocates one device buffer (a page of flags, then the data area),
+// each rank allocates one device buffer (a page, unused, then the data area) and a flag
+// region in host memory the GPUs map (hostflags.go),
 // exports it once with cuIpcGetMemHandle, and maps every peer's with
 // cuIpcOpenMemHandle (a rank of the same process uses the pointer itself, as CUDA
 // refuses to open a handle in the process that exported it). The mappings are cached
@@ -34,9 +35,10 @@ type Shared struct {
 	cap    int // bytes of the data area of each rank
 	hdr    int // bytes of the header (the inboxes) before each rank's data area
 
-	own    uintptr   // this rank's allocation
-	bases  []uintptr // every rank's allocation, as this process addresses it
-	opened []bool    // bases[r] was mapped with cuIpcOpenMemHandle
+	own    uintptr      // this rank's allocation
+	bases  []uintptr    // every rank's allocation, as this process addresses it
+	opened []bool       // bases[r] was mapped with cuIpcOpenMemHandle
+	flags  []flagRegion // every rank's flag region, as this process maps it (hostflags.go); a rank of this process's is its own
 
 	exchange func([]byte) ([]byte, error) // the host all-gather of NewShared
 
@@ -51,7 +53,6 @@ type Shared struct {
 	ops        []pendingOp // the operations enqueued and not seen finished (devfault.go)
 	spare      []event     // events of finished operations, for the next ones
 	watch      *watch      // the watcher, once Watch has started it
-	side       Stream      // a non-blocking stream of gonccl's for releases and reads; 0 until needed
 	failed     error       // why the scratch was released, once it was
 }
 
@@ -75,19 +76,21 @@ func headerBytes(nranks int) int { return (nranks*slotBytes + 4095) &^ 4095 }
 
 // peerRecord is what each rank tells the others about its scratch, in the exchange.
 type peerRecord struct {
-	ok     bool
-	pid    int
-	dev    int
-	base   uintptr
-	cap    int // data bytes of its scratch: every rank must have the same
-	handle [ipcHandleSize]byte
-	bus    string // its device's PCI bus id: names the GPU across processes
-	reason string
+	ok      bool
+	flagsFD int     // its flag region's memfd (hostflags.go)
+	flags   uintptr // the region's device address in its process
+	pid     int
+	dev     int
+	base    uintptr
+	cap     int // data bytes of its scratch: every rank must have the same
+	handle  [ipcHandleSize]byte
+	bus     string // its device's PCI bus id: names the GPU across processes
+	reason  string
 }
 
 const busIDBytes = 32
 
-const recordBytes = 1 + 8 + 8 + 8 + 8 + ipcHandleSize + busIDBytes + 128
+const recordBytes = 1 + 8 + 8 + 8 + 8 + ipcHandleSize + busIDBytes + 128 + 16
 
 func (r peerRecord) encode() []byte {
 	b := make([]byte, recordBytes)
@@ -100,7 +103,9 @@ func (r peerRecord) encode() []byte {
 	binary.LittleEndian.PutUint64(b[25:], uint64(r.cap))
 	copy(b[33:], r.handle[:])
 	copy(b[33+ipcHandleSize:33+ipcHandleSize+busIDBytes], r.bus)
-	copy(b[33+ipcHandleSize+busIDBytes:], r.reason)
+	copy(b[33+ipcHandleSize+busIDBytes:recordBytes-16], r.reason)
+	binary.LittleEndian.PutUint64(b[recordBytes-16:], uint64(r.flagsFD))
+	binary.LittleEndian.PutUint64(b[recordBytes-8:], uint64(r.flags))
 	return b
 }
 
@@ -123,7 +128,9 @@ func decodeRecord(b []byte) (peerRecord, error) {
 		cap: int(binary.LittleEndian.Uint64(b[25:]))}
 	copy(r.handle[:], b[33:])
 	r.bus = nulTerminated(b[33+ipcHandleSize : 33+ipcHandleSize+busIDBytes])
-	r.reason = nulTerminated(b[33+ipcHandleSize+busIDBytes:])
+	r.reason = nulTerminated(b[33+ipcHandleSize+busIDBytes : recordBytes-16])
+	r.flagsFD = int(binary.LittleEndian.Uint64(b[recordBytes-16:]))
+	r.flags = uintptr(binary.LittleEndian.Uint64(b[recordBytes-8:]))
 	return r, nil
 }
 
@@ -182,7 +189,10 @@ func NewShared(d *Driver, ctx Context, rank, nranks, dataBytes int, exchange fun
 		return nil, fmt.Errorf("%w: %d ranks; the device path takes at most %d", ErrNotShared, nranks, maxRanks)
 	}
 	s := &Shared{d: d, ctx: ctx, rank: rank, nranks: nranks, cap: dataBytes &^ 255, hdr: headerBytes(nranks),
-		bases: make([]uintptr, nranks), opened: make([]bool, nranks), exchange: exchange}
+		bases: make([]uintptr, nranks), opened: make([]bool, nranks), flags: make([]flagRegion, nranks), exchange: exchange}
+	for r := range s.flags {
+		s.flags[r].fd = -1
+	}
 	me := peerRecord{pid: os.Getpid()}
 	err := d.do(ctx, func() (err error) {
 		if s.dev, err = d.ContextDevice(ctx); err != nil {
@@ -194,12 +204,11 @@ func NewShared(d *Driver, ctx Context, rank, nranks, dataBytes int, exchange fun
 		if s.own, err = d.memAlloc(s.hdr + s.cap + p2pBytes(s.cap, nranks)); err != nil {
 			return err
 		}
-		if err = d.memsetD32(s.own, 0, s.hdr/4); err != nil {
+		// The flags start at 0 (a new memfd is zeroed).
+		if s.flags[rank], err = d.newFlagRegion(flagRegionBytes(s.hdr, nranks)); err != nil {
 			return err
 		}
-		if err = s.p2pZero(); err != nil {
-			return err
-		}
+		me.flagsFD, me.flags = s.flags[rank].fd, s.flags[rank].dev
 		me.handle, err = d.ipcGetMemHandle(s.own)
 		return err
 	})
@@ -259,7 +268,8 @@ func NewShared(d *Driver, ctx Context, rank, nranks, dataBytes int, exchange fun
 			case r == rank:
 				s.bases[r] = s.own
 			case rec.pid == me.pid:
-				s.bases[r] = rec.base // a rank of this process: the same address space
+				// a rank of this process: the same address space
+				s.bases[r], s.flags[r].dev = rec.base, rec.flags
 			default:
 				p, err := d.ipcOpenMemHandle(rec.handle)
 				if err != nil {
@@ -267,6 +277,9 @@ func NewShared(d *Driver, ctx Context, rank, nranks, dataBytes int, exchange fun
 					continue
 				}
 				s.bases[r], s.opened[r] = p, true
+				if s.flags[r], err = d.openFlagRegion(rec.pid, rec.flagsFD, flagRegionBytes(s.hdr, nranks)); err != nil {
+					errs = append(errs, fmt.Errorf("rank %d: %w", r, err))
+				}
 			}
 		}
 		return nil
@@ -315,12 +328,16 @@ func (s *Shared) release() error {
 				s.opened[r] = false
 			}
 			s.bases[r] = 0
+			if s.flags[r].host != nil || s.flags[r].fd >= 0 {
+				errs = append(errs, s.flags[r].close(s.d))
+			}
+			s.flags[r].dev = 0
 		}
 		if s.own != 0 {
 			errs = append(errs, s.d.memFree(s.own))
 			s.own = 0
 		}
-		errs = append(errs, s.p2pRelease(), s.dropSideLocked())
+		errs = append(errs, s.p2pRelease())
 		return nil
 	})
 	return errors.Join(append(errs, err)...)
@@ -395,7 +412,6 @@ func (s *Shared) releaseClose(why error, pending event) {
 		}
 		w.wait()
 	}
-	_ = s.d.do(s.ctx, s.dropSideLocked)
 }
 
 // Abandon marks the scratch unusable without touching the peers: the memory stays
@@ -447,9 +463,9 @@ func (s *Shared) data(r int) uintptr { return s.bases[r] + uintptr(s.hdr) }
 // flag is where this rank's stream reads word off of rank r's slot: in its own header.
 func (s *Shared) flag(r, off int) uintptr { return s.inbox(s.rank, r, off) }
 
-// inbox is the address of word off of rank r's slot in rank q's header.
+// inbox is the (device) address of word off of rank r's slot in rank q's header.
 func (s *Shared) inbox(q, r, off int) uintptr {
-	return s.bases[q] + uintptr(r*slotBytes+off)
+	return s.flags[q].dev + uintptr(r*slotBytes+off)
 }
 
 // LogInit writes msg as one INIT line at INFO (GONCCL_DEBUG=INFO).

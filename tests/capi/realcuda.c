@@ -442,3 +442,9 @@ void fakecudaGetCounters(fakecudaCounters* out) {
   *out = counters;
   pthread_mutex_unlock(&mu);
 }
+
+/* The driver's hardware queues per context: CUDA_DEVICE_MAX_CONNECTIONS, default 8. */
+int fakecudaHardwareQueues(void) {
+  const char* v = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  return v != NULL && *v != 0 ? atoi(v) : 8;
+}

@@ -51,6 +51,9 @@ int fakecudaEndCapture(void* stream);
  * thread-local; 2 relaxed), on the calling thread; fakecudaEndCapture returns -2 for a
  * capture that another thread's (or this one's) potentially unsafe call invalidated. */
 int fakecudaBeginCaptureMode(void* stream, int mode);
+/* The hardware queues each context's streams share: CUDA_DEVICE_MAX_CONNECTIONS (default
+ * 8), read at the first stream. */
+int fakecudaHardwareQueues(void);
 /* How many captures such calls have invalidated. */
 long fakecudaCapturesInvalidated(void);
 /* The context of device dev, for cuCtxSetCurrent. */

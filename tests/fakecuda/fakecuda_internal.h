@@ -24,6 +24,11 @@
  *   (CUDA_ERROR_INVALID_HANDLE), as the real driver does;
  * - streams: FIFO queues, each drained by its own thread, every operation after a
  *   configurable random delay; events with record generations; cuStreamWaitEvent;
+ *   the streams of a context share CUDA_DEVICE_MAX_CONNECTIONS hardware queues
+ *   (hwqueue.c, default 8), in each of which a waiting operation holds back what was
+ *   queued behind it;
+ * - registered host memory (hostreg.c): cuMemHostRegister'ed ranges whose device
+ *   address is their host address, for stream memory operations and device copies;
  * - pinned host memory: tracked, poisoned on free; a copy that runs on freed pinned
  *   memory counts as bad_access, and a copy queued on host memory that a pending
  *   operation of another stream still uses counts as a host race;
@@ -140,6 +145,7 @@ typedef struct op {
    * op kinds of other files (ipc.c) keep their arguments in arg. */
   void (*call)(struct op*);
   unsigned long arg[2];
+  unsigned long qticket; /* its place in its stream's hardware queue (hwqueue.c) */
   struct op* next;
 } op;
 
@@ -155,6 +161,7 @@ typedef struct fakeStream {
   unsigned delay_us;          /* extra delay of every op of this stream */
   unsigned gen;               /* ctx->gen when created */
   pthread_t thread;
+  int hwq; /* its hardware queue (hwqueue.c) */
   struct fakeStream* next;
 } fakeStream;
 
@@ -199,6 +206,15 @@ CUresult resolve(void* h, fakeStream** out);
 /* forget_streams drops the default and pool streams of a reset context. */
 void forget_streams(fakeCtx* ctx);
 void push(fakeStream* s, op* o);
+
+/* hostreg.c: whether [p, p+n) is registered host memory (cuMemHostRegister). mu held. */
+int hostreg_live(const void* p, size_t n);
+
+/* hwqueue.c: the hardware queues the streams of a context share. mu held for all. */
+int hwq_assign(fakeCtx* ctx);
+void hwq_push(fakeStream* s, op* o);
+int hwq_turn(const op* o); /* every operation before o in its queue has run */
+void hwq_done(const op* o);
 
 /* capture.c: capture modes. capture_begin/capture_end with mu held; capture_unsafe, the
  * first call of every potentially unsafe entry point, without. t_hook is set inside a

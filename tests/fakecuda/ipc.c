@@ -78,10 +78,11 @@ static void mark_dead(const char* p) {
   if (a != NULL && a->p == p) a->live = 0;
 }
 
-/* live_dev reports whether [p, p+n) lies in one live device allocation. mu held. */
+/* live_dev reports whether [p, p+n) lies in one live device allocation, or in host
+ * memory registered for the device (hostreg.c). mu held. */
 static int live_dev(const void* p, size_t n) {
   alloc* a = find(p, n, 1);
-  return a != NULL && a->live;
+  return (a != NULL && a->live) || hostreg_live(p, n);
 }
 
 static CUresult stream_for(void* stream, fakeStream** s) {

@@ -53,6 +53,7 @@ fakeStream* new_stream(fakeCtx* ctx, int blocking, int legacy) {
   s->gen = ctx->gen;
   s->blocking = blocking;
   s->legacy = legacy;
+  s->hwq = hwq_assign(ctx);
   s->next = g_streams;
   g_streams = s;
   pthread_create(&s->thread, NULL, worker, s);
@@ -185,7 +186,7 @@ static void* worker(void* arg) {
   fakeStream* s = arg;
   pthread_mutex_lock(&mu);
   for (;;) {
-    while (s->head == NULL || !deps_done(s->head)) pthread_cond_wait(&cv, &mu);
+    while (s->head == NULL || !deps_done(s->head) || !hwq_turn(s->head)) pthread_cond_wait(&cv, &mu);
     op* o = s->head;
     s->busy = 1;
     run(o);
@@ -193,6 +194,7 @@ static void* worker(void* arg) {
     if (s->head == NULL) s->tail = NULL;
     s->busy = 0;
     s->done++;
+    hwq_done(o);
     free(o->deps);
     free(o);
     pthread_cond_broadcast(&cv);
@@ -218,6 +220,7 @@ void push(fakeStream* s, op* o) {
     add_dep(o, g_legacy[s->ctx->dev]);
   }
   s->pushed++;
+  hwq_push(s, o);
   if (s->tail) s->tail->next = o; else s->head = o;
   s->tail = o;
   pthread_cond_broadcast(&cv);
