@@ -20,9 +20,9 @@ import (
 //   - the ranks disagree on an operation (devdesc.go: their streams wait for
 //     descriptors that never match),
 //
-// and then writes, on a stream of its own, values into its own header (and
-// point-to-point flags: devp2pwatch.go) that satisfy every wait its streams have
-// queued (flags: the last round number plus 2^30; descriptor words: their poison
+// and then writes, from the host, values into its own header (and point-to-point
+// flags: devp2pwatch.go), host memory the GPU maps (hostflags.go), that satisfy every
+// wait its streams have queued (flags: the last round number plus 2^30; descriptor words: their poison
 // values), again and again until those streams have run everything enqueued, since
 // a live peer's stream may still overwrite a word. The
 // operations released that way have run without their inputs: their outputs are not
@@ -32,8 +32,8 @@ import (
 //
 // Who notices: a watcher goroutine per communicator (Watch). The host never waits on
 // the GPU for an operation: the watcher only asks CUDA events (cuEventQuery) whether
-// the operations enqueued have started and finished, and reads its own header (a
-// 1 KiB-scale copy on its own stream) only for an operation on the GPU longer than
+// the operations enqueued have started and finished, and reads its own header (host
+// memory, no stream involved) only for an operation on the GPU longer than
 // WatchConfig.CheckAfter, to name the ranks that disagree or lag. A mismatch is
 // thus reported CheckAfter after the ranks meet, a dead peer as soon as core knows,
 // a hung one at the timeout. The communicator (core's FailDevice) tells the peers what

@@ -2,10 +2,13 @@ package cuda
 
 import (
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gonccl/gonccl/internal/cenv"
 )
 
 // The flags of the device path live in host memory that the GPU maps, not in device
@@ -129,4 +132,19 @@ func (s *Shared) loadOwn(off, n int) []uint32 {
 		words[i] = atomic.LoadUint32(s.ownWord(base + uintptr(4*i)))
 	}
 	return words
+}
+
+// HardwareQueues says how many hardware queues (connections) the driver gives each
+// context's streams, CUDA_DEVICE_MAX_CONNECTIONS (default 8), for the INIT log: with
+// fewer queues more streams wait behind each other's memory waits, which the device
+// path's host-written flags keep from ever deadlocking a release.
+func HardwareQueues() string {
+	v, set := cenv.Lookup("CUDA_DEVICE_MAX_CONNECTIONS")
+	if !set || v == "" {
+		return "8 hardware queues per context (CUDA_DEVICE_MAX_CONNECTIONS unset)"
+	}
+	if n, err := strconv.Atoi(v); err == nil && n > 0 {
+		return fmt.Sprintf("%d hardware queue(s) per context (CUDA_DEVICE_MAX_CONNECTIONS=%d)", min(n, 32), n)
+	}
+	return fmt.Sprintf("CUDA_DEVICE_MAX_CONNECTIONS=%q (not a count: the driver's default, 8, applies)", v)
 }
