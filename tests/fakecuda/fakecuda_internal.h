@@ -11,8 +11,9 @@
  * special handles, capture, delays, fake kernels), event.c (events and
  * cuStreamWaitEvent), module.c (modules, cuLaunchKernel of gonccl's kernels, whose
  * host implementations kernels_host.cc compiles from cuda/kernels/reduce.cuh), ipc.c
- * (shareable device memory, IPC handles, device copies, stream memory operations) and
- * standin.c (what tests/capi/realcuda.c calls beyond that, so the fake can stand in for
+ * (shareable device memory, IPC handles, device copies, stream memory operations),
+ * hwqueue.c (the hardware queues a context's streams share), capture.c (capture modes),
+ * hostreg.c (host memory registered for the device) and standin.c (what tests/capi/realcuda.c calls beyond that, so the fake can stand in for
  * libcuda.so.1 under it: tests/test_realcuda_link.py).
  *
  * What it models, so that gonccl's staging logic is exercised for real:
