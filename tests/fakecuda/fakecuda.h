@@ -47,6 +47,15 @@ int fakecudaStreamSetDelay(void* stream, unsigned us);
 /* Stream capture on stream: until fakecudaEndCapture, what is queued there is not run. */
 int fakecudaBeginCapture(void* stream);
 int fakecudaEndCapture(void* stream);
+/* fakecudaBeginCapture in capture mode mode (0 global, as fakecudaBeginCapture; 1
+ * thread-local; 2 relaxed), on the calling thread; fakecudaEndCapture returns -2 for a
+ * capture that another thread's (or this one's) potentially unsafe call invalidated. */
+int fakecudaBeginCaptureMode(void* stream, int mode);
+/* The hardware queues each context's streams share: CUDA_DEVICE_MAX_CONNECTIONS (default
+ * 8), read at the first stream. */
+int fakecudaHardwareQueues(void);
+/* How many captures such calls have invalidated. */
+long fakecudaCapturesInvalidated(void);
 /* The context of device dev, for cuCtxSetCurrent. */
 void* fakecudaContext(int dev);
 /* Delay of every queued operation: uniformly random in [min_us, max_us]. */
