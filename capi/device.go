@@ -71,10 +71,22 @@ var errPerThread = fmt.Errorf("%w: stream is cudaStreamPerThread, which names a 
 // where that handle names another stream) and a stream under CUDA graph capture (the
 // staging waits on the host for the copies, which a graph being captured never runs).
 func checkStream(drv *cuda.Driver, s cuda.Stream) error {
+	return checkStreamOn(drv, s, -1)
+}
+
+// checkStreamOn is checkStream for a stream of device dev (-1: of the calling thread's
+// current context, which a special handle then needs).
+func checkStreamOn(drv *cuda.Driver, s cuda.Stream, dev int) error {
 	if s == cuda.StreamPerThread {
 		return errPerThread
 	}
-	capturing, err := drv.StreamCapturing(s)
+	var capturing bool
+	var err error
+	if dev >= 0 {
+		capturing, err = drv.StreamCapturingOn(s, dev)
+	} else {
+		capturing, err = drv.StreamCapturing(s)
+	}
 	if err != nil {
 		return fmt.Errorf("stream %#x: %w", uintptr(s), err)
 	}
@@ -255,6 +267,25 @@ func goncclStreamCheck(stream C.goncclStream_t) (res C.goncclResult_t) {
 		return fail(nil, fmt.Errorf("%w: stream given but CUDA is not available: %w", errUsage, err))
 	}
 	if err := checkStream(drv, cuda.Stream(uintptr(unsafe.Pointer(stream)))); err != nil {
+		return fail(nil, err)
+	}
+	return C.goncclSuccess
+}
+
+//export goncclStreamCheckDevice
+func goncclStreamCheckDevice(stream C.goncclStream_t, device C.int) (res C.goncclResult_t) {
+	defer guard(&res)
+	if stream == nil {
+		return fail(nil, fmt.Errorf("%w: goncclStreamCheckDevice: stream is NULL (pass cudaStreamLegacy for the default stream)", core.ErrInvalidArgument))
+	}
+	if device < 0 {
+		return fail(nil, fmt.Errorf("%w: goncclStreamCheckDevice: device %d is not a CUDA device ordinal", core.ErrInvalidArgument, int(device)))
+	}
+	drv, err := cuda.Default()
+	if err != nil {
+		return fail(nil, fmt.Errorf("%w: stream given but CUDA is not available: %w", errUsage, err))
+	}
+	if err := checkStreamOn(drv, cuda.Stream(uintptr(unsafe.Pointer(stream))), int(device)); err != nil {
 		return fail(nil, err)
 	}
 	return C.goncclSuccess

@@ -169,7 +169,7 @@ func (v *views) devicePath(c *core.Comm) (*cuda.Shared, *cuda.Kernels, error) {
 		// the watcher releases this rank's streams and breaks the communicator, so
 		// the next call (and the flight recorder) names the rank (cuda/devfault.go).
 		sh.Watch(cuda.WatchConfig{Timeout: c.Timeout, Err: c.Err, Fail: c.FailDevice})
-		logDevice(c, fmt.Sprintf("device path: same-host ranks share device memory through CUDA IPC; %d bytes of scratch on device %d", sh.Cap(), sh.Device()))
+		logDevice(c, fmt.Sprintf("device path: same-host ranks share device memory through CUDA IPC; %d bytes of scratch on device %d; flags in host memory the GPU maps; %s", sh.Cap(), sh.Device(), cuda.HardwareQueues()))
 	}
 	if e.devShared == nil {
 		return nil, nil, nil

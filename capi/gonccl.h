@@ -399,6 +399,10 @@ goncclResult_t goncclRequestReleaseStream(goncclRequest_t request);
  * goncclInvalidUsage naming the reason if it is cudaStreamPerThread or under CUDA graph
  * capture (stream must not be NULL: pass cudaStreamLegacy for the default stream). */
 goncclResult_t goncclStreamCheck(goncclStream_t stream);
+/* goncclStreamCheck for a stream of CUDA device `device`: cudaStreamLegacy then names
+ * that device's default stream even on a thread with no CUDA context current (one that
+ * never made a CUDA call), where goncclStreamCheck fails with CUDA_ERROR_INVALID_CONTEXT. */
+goncclResult_t goncclStreamCheckDevice(goncclStream_t stream, int device);
 /* gonccl extension: a CUDA stream of gonccl's own on device (non-blocking, created in
  * the device's primary context, which gonccl then keeps for the life of the process),
  * in use by no one else until goncclStreamRelease gives it back; it is handed out again

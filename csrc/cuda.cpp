@@ -130,7 +130,11 @@ goncclStream_t handle(const c10::Stream& stream) {
 
 void checkStream(const c10::Stream& stream, const char* op) {
   const Library& L = lib();
-  const goncclResult_t rc = L.streamCheck(handle(stream));
+  // With the stream's device: the calling thread may have no CUDA context
+  // current (it never made a CUDA call), where the legacy stream's handle names
+  // nothing.
+  const goncclResult_t rc = L.streamCheckDevice(
+      handle(stream), static_cast<int>(stream.device_index()));
   if (rc != goncclSuccess) {
     fail<c10::ValueError>(op, errorString(rc, L.getLastError(nullptr)));
   }

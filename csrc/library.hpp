@@ -53,6 +53,7 @@ namespace gonccl {
   X(requestReleaseStream, goncclRequestReleaseStream) \
   X(requestFree, goncclRequestFree)                   \
   X(streamCheck, goncclStreamCheck)                   \
+  X(streamCheckDevice, goncclStreamCheckDevice)       \
   X(streamAcquire, goncclStreamAcquire)               \
   X(streamRelease, goncclStreamRelease)               \
   X(winCreate, goncclWinCreate)                       \

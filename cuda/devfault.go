@@ -1,12 +1,10 @@
 package cuda
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
-	"unsafe"
 
 	"github.com/gonccl/gonccl/transport"
 )
@@ -22,9 +20,9 @@ import (
 //   - the ranks disagree on an operation (devdesc.go: their streams wait for
 //     descriptors that never match),
 //
-// and then writes, on a stream of its own, values into its own header (and
-// point-to-point flags: devp2pwatch.go) that satisfy every wait its streams have
-// queued (flags: the last round number plus 2^30; descriptor words: their poison
+// and then writes, from the host, values into its own header (and point-to-point
+// flags: devp2pwatch.go), host memory the GPU maps (hostflags.go), that satisfy every
+// wait its streams have queued (flags: the last round number plus 2^30; descriptor words: their poison
 // values), again and again until those streams have run everything enqueued, since
 // a live peer's stream may still overwrite a word. The
 // operations released that way have run without their inputs: their outputs are not
@@ -34,8 +32,8 @@ import (
 //
 // Who notices: a watcher goroutine per communicator (Watch). The host never waits on
 // the GPU for an operation: the watcher only asks CUDA events (cuEventQuery) whether
-// the operations enqueued have started and finished, and reads its own header (a
-// 1 KiB-scale copy on its own stream) only for an operation on the GPU longer than
+// the operations enqueued have started and finished, and reads its own header (host
+// memory, no stream involved) only for an operation on the GPU longer than
 // WatchConfig.CheckAfter, to name the ranks that disagree or lag. A mismatch is
 // thus reported CheckAfter after the ranks meet, a dead peer as soon as core knows,
 // a hung one at the timeout. The communicator (core's FailDevice) tells the peers what
@@ -181,14 +179,12 @@ func (s *Shared) watchLoop(w *watch) {
 		s.mu.Unlock()
 		if failed != nil {
 			if !pending {
-				s.dropSide()
 				return
 			}
 			if giveUpAt.IsZero() {
 				giveUpAt = time.Now().Add(max(w.cfg.Timeout(), time.Second))
 			}
 			if time.Now().After(giveUpAt) {
-				s.dropSide()
 				return // a stream blocked by something else than gonccl's waits
 			}
 			_ = s.releaseStreams()
@@ -349,93 +345,10 @@ func (s *Shared) diagnose(op pendingOp, hdr []uint32) (disagree, lag []string) {
 	return disagree, lag
 }
 
-// readHeader copies this rank's header (its slots) to the host, on the side stream,
-// waiting for the copy up to a second.
-func (s *Shared) readHeader(w *watch) ([]uint32, error) {
-	return s.readOwn(0, 0, s.nranks*slotBytes)
-}
-
-// readBufBytes is the size of the pinned buffer the watcher reads this rank's flags
-// through: the header's slots, then the point-to-point flags.
-func readBufBytes(nranks int) int { return nranks*slotBytes + p2pFlagsBytes(nranks) }
-
-// readOwn copies n bytes at off of this rank's allocation to the host through the
-// pinned read buffer (at bufOff), on the side stream, waiting for the copy up to a
-// second. The buffer is allocated with the scratch (NewShared) and freed with it:
-// cuMemHostAlloc and cuMemFreeHost wait for all work of the context, which would never
-// finish here, as the watcher reads exactly when a stream is stuck.
-func (s *Shared) readOwn(bufOff, off, n int) ([]uint32, error) {
-	if s.readBuf == nil || bufOff+n > readBufBytes(s.nranks) {
-		return nil, errors.New("cuda: the watcher's read buffer is missing or too small")
-	}
-	buf := unsafe.Add(s.readBuf, bufOff)
-	var ev event
-	err := s.d.do(s.ctx, func() (err error) {
-		if err = s.sideStream(); err != nil {
-			return err
-		}
-		if err = s.d.memcpyDtoH(unsafe.Slice((*byte)(buf), n), s.own+uintptr(off), s.side); err != nil {
-			return err
-		}
-		if ev, err = s.d.eventCreate(); err != nil {
-			return err
-		}
-		return s.d.eventRecord(ev, s.side)
-	})
-	if err != nil {
-		return nil, err
-	}
-	defer s.d.do(s.ctx, func() error { return s.d.eventDestroy(ev) })
-	deadline := time.Now().Add(time.Second)
-	var wt waiter
-	for {
-		var ok bool
-		if err := s.d.do(s.ctx, func() (err error) { ok, err = s.d.eventDone(ev); return err }); err != nil {
-			return nil, err
-		}
-		if ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			return nil, errors.New("reading this rank's device flags did not finish within a second")
-		}
-		wt.wait()
-	}
-	raw := unsafe.Slice((*byte)(buf), n)
-	words := make([]uint32, n/4)
-	for i := range words {
-		words[i] = binary.LittleEndian.Uint32(raw[4*i:])
-	}
-	return words, nil
-}
-
-// sideStream creates the stream of gonccl's own that releases and reads run on: it
-// does not wait for any other (non-blocking), so neither a stream waiting on a flag
-// nor the legacy default stream holds it up. The context is current.
-func (s *Shared) sideStream() (err error) {
-	if s.side == 0 {
-		s.side, err = s.d.streamCreate()
-	}
-	return err
-}
-
-// dropSide destroys the side stream once nothing will enqueue on it: the watcher
-// leaving a released scratch whose streams have drained, or Close. Work it holds
-// still runs. s.mu not held.
-func (s *Shared) dropSide() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_ = s.d.do(s.ctx, s.dropSideLocked)
-}
-
-// dropSideLocked is dropSide with s.mu held and the context current.
-func (s *Shared) dropSideLocked() error {
-	if s.side == 0 {
-		return nil
-	}
-	err := s.d.streamDestroy(s.side)
-	s.side = 0
-	return err
+// readHeader reads this rank's header (its slots) from the host memory it lives in
+// (hostflags.go): no stream is involved, so nothing queued can hold it up.
+func (s *Shared) readHeader(*watch) ([]uint32, error) {
+	return s.loadOwn(0, s.nranks*slotBytes), nil
 }
 
 // giveUp marks the scratch failed with err (once), releases this rank's streams and
@@ -462,8 +375,10 @@ func (s *Shared) fail(err error) bool {
 	return true
 }
 
-// releaseStreams writes, on the side stream, the values that satisfy every wait this rank's
-// streams can have queued, into this rank's header and point-to-point flags.
+// releaseStreams writes, from the host, the values that satisfy every wait this rank's
+// streams can have queued, into this rank's header and point-to-point flags (host
+// memory the GPU maps: hostflags.go). A write queued on a stream could sit behind the
+// very wait it must release, as the streams share the device's hardware queues.
 func (s *Shared) releaseStreams() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -472,27 +387,21 @@ func (s *Shared) releaseStreams() error {
 
 // releaseLocked is releaseStreams with s.mu held.
 func (s *Shared) releaseLocked() error {
-	if s.own == 0 {
+	if s.own == 0 || s.flags[s.rank].host == nil {
 		return nil
 	}
 	poison := s.step + 1<<30
-	return s.d.do(s.ctx, func() error {
-		if err := s.sideStream(); err != nil {
-			return err
+	for p := range s.nranks {
+		for _, w := range []struct {
+			off int
+			v   uint32
+		}{{flagReady, poison}, {flagReduced, poison}, {flagReadDone, poison},
+			{descShape, fieldMask}, {descShapeNeg, 0}, {descCount, fieldMask}, {descCountNeg, 0}} {
+			s.storeOwn(s.flag(p, w.off), w.v)
 		}
-		for p := range s.nranks {
-			for _, w := range []struct {
-				off int
-				v   uint32
-			}{{flagReady, poison}, {flagReduced, poison}, {flagReadDone, poison},
-				{descShape, fieldMask}, {descShapeNeg, 0}, {descCount, fieldMask}, {descCountNeg, 0}} {
-				if err := s.d.streamWriteValue32(s.side, s.flag(p, w.off), w.v); err != nil {
-					return err
-				}
-			}
-		}
-		return s.releaseP2P()
-	})
+	}
+	s.releaseP2P()
+	return nil
 }
 
 // Abort gives up on the device path (communicator abort): this rank's streams still

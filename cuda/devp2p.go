@@ -73,24 +73,27 @@ type p2pState struct {
 	group   p2pGroup // the group being enqueued (devp2pwatch.go)
 }
 
-func (s *Shared) p2pBase(r int) uintptr { return s.bases[r] + uintptr(s.hdr) + uintptr(s.cap) }
+// p2pBase is rank r's point-to-point area (its slots after p2pFlagsBytes unused bytes);
+// p2pFlagBase its point-to-point flags, in its flag region after its header.
+func (s *Shared) p2pBase(r int) uintptr     { return s.bases[r] + uintptr(s.hdr) + uintptr(s.cap) }
+func (s *Shared) p2pFlagBase(r int) uintptr { return s.flags[r].dev + uintptr(s.hdr) }
 
 // p2pSentFlag is, in rank r's page, the count of chunks src has put in its slots for
 // r (written by src, waited on by r's receives).
 func (s *Shared) p2pSentFlag(r, src int) uintptr {
-	return s.p2pBase(r) + uintptr(src*p2pFlagStride)
+	return s.p2pFlagBase(r) + uintptr(src*p2pFlagStride)
 }
 
 // p2pRecvdFlag is, in rank r's page, the count of chunks dst has copied out of r's
 // slots for dst (written by dst, waited on by r's sends).
 func (s *Shared) p2pRecvdFlag(r, dst int) uintptr {
-	return s.p2pBase(r) + uintptr((s.nranks+dst)*p2pFlagStride)
+	return s.p2pFlagBase(r) + uintptr((s.nranks+dst)*p2pFlagStride)
 }
 
 // p2pDoneFlag is, in rank r's page, r's own count of chunks it has copied out of
 // src's slots (Close waits on it).
 func (s *Shared) p2pDoneFlag(r, src int) uintptr {
-	return s.p2pBase(r) + uintptr((2*s.nranks+src)*p2pFlagStride)
+	return s.p2pFlagBase(r) + uintptr((2*s.nranks+src)*p2pFlagStride)
 }
 
 // p2pSlot is slot q % p2pSlots of rank src's area for dst.
@@ -98,11 +101,6 @@ func (s *Shared) p2pSlot(src, dst int, q uint32) uintptr {
 	sb := p2pSlotBytes(s.cap, s.nranks)
 	i := dst*p2pSlots + int(q%p2pSlots)
 	return s.p2pBase(src) + uintptr(p2pFlagsBytes(s.nranks)+i*sb)
-}
-
-// p2pZero zeroes this rank's point-to-point flags (NewShared, context current).
-func (s *Shared) p2pZero() error {
-	return s.d.memsetD32(s.own+uintptr(s.hdr)+uintptr(s.cap), 0, p2pFlagsBytes(s.nranks)/4)
 }
 
 // P2POp is one send or receive of a group enqueued by P2P.

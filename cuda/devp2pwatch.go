@@ -146,7 +146,7 @@ func (s *Shared) judgeP2P(w *watch, op pendingOp) error {
 	if age < timeout {
 		return nil
 	}
-	flags, rerr := s.readOwn(s.nranks*slotBytes, s.hdr+s.cap, p2pFlagsBytes(s.nranks))
+	flags, rerr := s.loadOwn(s.hdr, p2pFlagsBytes(s.nranks)), error(nil)
 	if done, err := s.finished(op); done || err != nil {
 		return err
 	}
@@ -167,7 +167,7 @@ func (s *Shared) judgeP2P(w *watch, op pendingOp) error {
 // waits need: sent the chunks a receive waits for, or received enough of this rank's
 // chunks for a send's last to go into its slot.
 func (s *Shared) p2pLag(waits []p2pWait, flags []uint32) []string {
-	word := func(addr uintptr) uint32 { return flags[(addr-s.p2pBase(s.rank))/4] }
+	word := func(addr uintptr) uint32 { return flags[(addr-s.p2pFlagBase(s.rank))/4] }
 	var lag []string
 	for _, w := range waits {
 		if w.recv {
@@ -183,26 +183,15 @@ func (s *Shared) p2pLag(waits []p2pWait, flags []uint32) []string {
 	return lag
 }
 
-// releaseP2P enqueues on the side stream the values that satisfy every
-// point-to-point wait this rank's streams can have queued (releaseStreams). s.mu
-// held, context current, the side stream made.
-func (s *Shared) releaseP2P() error {
+// releaseP2P writes, from the host, the values that satisfy every point-to-point wait
+// this rank's streams can have queued (releaseStreams). s.mu held.
+func (s *Shared) releaseP2P() {
 	if s.p2p.sendSeq == nil {
-		return nil
+		return
 	}
 	for p := range s.nranks {
-		for _, w := range []struct {
-			addr uintptr
-			v    uint32
-		}{
-			{s.p2pSentFlag(s.rank, p), s.p2p.recvSeq[p] + 1<<30},
-			{s.p2pRecvdFlag(s.rank, p), s.p2p.sendSeq[p] + 1<<30},
-			{s.p2pDoneFlag(s.rank, p), s.p2p.recvSeq[p] + 1<<30},
-		} {
-			if err := s.d.streamWriteValue32(s.side, w.addr, w.v); err != nil {
-				return err
-			}
-		}
+		s.storeOwn(s.p2pSentFlag(s.rank, p), s.p2p.recvSeq[p]+1<<30)
+		s.storeOwn(s.p2pRecvdFlag(s.rank, p), s.p2p.sendSeq[p]+1<<30)
+		s.storeOwn(s.p2pDoneFlag(s.rank, p), s.p2p.recvSeq[p]+1<<30)
 	}
-	return nil
 }

@@ -55,6 +55,10 @@ typedef struct {
   CUresult (*DeviceCanAccessPeer)(int*, int, int);
   CUresult (*DeviceGetPCIBusId)(char*, int, int);
   CUresult (*StreamDestroy)(CUstream);
+  CUresult (*ThreadExchangeStreamCaptureMode)(int*);
+  CUresult (*MemHostRegister)(void*, size_t, unsigned int);
+  CUresult (*MemHostUnregister)(void*);
+  CUresult (*MemHostGetDevicePointer)(CUdeviceptr*, void*, unsigned int);
 } gcFns;
 
 static const char* gcSymbols[] = {
@@ -70,6 +74,10 @@ static const char* gcSymbols[] = {
   "cuIpcOpenMemHandle_v2", "cuIpcCloseMemHandle", "cuMemcpyDtoDAsync_v2", "cuStreamWaitValue32_v2",
   "cuStreamWriteValue32_v2", "cuDeviceCanAccessPeer",
   "cuDeviceGetPCIBusId", "cuStreamDestroy_v2",
+  // graph capture: gonccl's calls never invalidate a user's capture
+  "cuThreadExchangeStreamCaptureMode",
+  // the device path's flags: host memory the GPU maps (hostflags.go)
+  "cuMemHostRegister_v2", "cuMemHostUnregister", "cuMemHostGetDevicePointer_v2",
 };
 
 _Static_assert(sizeof(gcFns) == sizeof(gcSymbols) / sizeof(gcSymbols[0]) * sizeof(void*),
@@ -157,6 +165,15 @@ static CUresult gcStreamCreate(gcFns* f, uintptr_t* s) {
   return r;
 }
 static CUresult gcStreamDestroy(gcFns* f, uintptr_t s) { return f->StreamDestroy(H(s)); }
+static CUresult gcThreadExchangeCaptureMode(gcFns* f, int* mode) { return f->ThreadExchangeStreamCaptureMode(mode); }
+static CUresult gcMemHostRegister(gcFns* f, void* p, size_t n, unsigned int flags) { return f->MemHostRegister(p, n, flags); }
+static CUresult gcMemHostUnregister(gcFns* f, void* p) { return f->MemHostUnregister(p); }
+static CUresult gcMemHostGetDevicePointer(gcFns* f, uintptr_t* out, void* p) {
+  CUdeviceptr d = 0;
+  CUresult r = f->MemHostGetDevicePointer(&d, p, 0);
+  *out = (uintptr_t)d;
+  return r;
+}
 // device memory, IPC and stream memory operations
 static CUresult gcMemAlloc(gcFns* f, uintptr_t* p, size_t n) {
   CUdeviceptr d = 0;
@@ -211,6 +228,14 @@ var ErrUnavailable = errors.New("CUDA is not available")
 const (
 	resultSuccess  = 0
 	resultNotReady = 600 // CUDA_ERROR_NOT_READY: an event or stream has work pending
+	// A query a capture forbade (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, _INVALIDATED,
+	// _IMPLICIT): the event has not been seen done, which is all it says.
+	resultCaptureUnsupported = 900
+	resultCaptureInvalidated = 901
+	resultCaptureImplicit    = 906
+	// captureModeRelaxed is CU_STREAM_CAPTURE_MODE_RELAXED: a thread in it never
+	// invalidates another thread's capture.
+	captureModeRelaxed = 2
 )
 
 // hostAllocPortable is CU_MEMHOSTALLOC_PORTABLE: pinned memory usable from every context.
@@ -310,11 +335,21 @@ type Stream uintptr
 // event is a CUevent.
 type event uintptr
 
-// do runs f on this goroutine's OS thread with ctx current, then restores the thread's
-// previous context. ctx 0 leaves the current context as it is.
+// do runs f on this goroutine's OS thread with ctx current and the thread in relaxed
+// capture mode, then restores the thread's previous context and mode. ctx 0 leaves the
+// current context as it is.
 func (d *Driver) do(ctx Context, f func() error) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
+	// Relaxed capture mode for the call: gonccl's event queries, allocations and
+	// synchronizations must not invalidate a graph a user thread is capturing in
+	// global mode (torch.cuda.graph's default), as they would in the thread's default
+	// mode; the thread's own mode is restored after.
+	mode := C.int(captureModeRelaxed)
+	if err := d.check("cuThreadExchangeStreamCaptureMode", C.gcThreadExchangeCaptureMode(d.fns, &mode)); err != nil {
+		return err
+	}
+	defer C.gcThreadExchangeCaptureMode(d.fns, &mode)
 	if ctx == 0 {
 		return f()
 	}
@@ -349,6 +384,37 @@ func (d *Driver) StreamCapturing(s Stream) (bool, error) {
 		return false, err
 	}
 	return status != 0, nil // CU_STREAM_CAPTURE_STATUS_NONE is 0
+}
+
+// StreamCapturingOn is StreamCapturing for a stream of device dev: a special handle
+// (CU_STREAM_LEGACY, CU_STREAM_PER_THREAD) is resolved in dev's primary context, made
+// current for the call (and a reference on it held) when the calling thread has no
+// context current, as a thread that never made a CUDA call has not: the driver would
+// answer CUDA_ERROR_INVALID_CONTEXT there.
+func (d *Driver) StreamCapturingOn(s Stream, dev int) (bool, error) {
+	if s != StreamLegacy && s != StreamPerThread && s != 0 {
+		return d.StreamCapturing(s)
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var cur C.uintptr_t
+	if err := d.check("cuCtxGetCurrent", C.gcCtxGetCurrent(d.fns, &cur)); err != nil {
+		return false, err
+	}
+	if cur != 0 {
+		return d.StreamCapturing(s)
+	}
+	ctx, err := d.RetainPrimary(dev)
+	if err != nil {
+		return false, err
+	}
+	defer d.ReleasePrimary(dev)
+	var capturing bool
+	err = d.do(ctx, func() (err error) {
+		capturing, err = d.StreamCapturing(s)
+		return err
+	})
+	return capturing, err
 }
 
 // ContextDevice returns the device ordinal of context ctx.
@@ -428,7 +494,8 @@ func (d *Driver) eventRecord(e event, s Stream) error {
 // eventDone reports whether every piece of work e captured has completed.
 func (d *Driver) eventDone(e event) (bool, error) {
 	r := C.gcEventQuery(d.fns, C.uintptr_t(e))
-	if r == resultNotReady {
+	switch r {
+	case resultNotReady, resultCaptureUnsupported, resultCaptureInvalidated, resultCaptureImplicit:
 		return false, nil
 	}
 	return r == resultSuccess, d.check("cuEventQuery", r)
@@ -467,6 +534,25 @@ func (d *Driver) hostAlloc(n int) (unsafe.Pointer, error) {
 
 func (d *Driver) hostFree(p unsafe.Pointer) error {
 	return d.check("cuMemFreeHost", C.gcMemFreeHost(d.fns, p))
+}
+
+// hostRegister page-locks n bytes of host memory at p (which Go must not own: an
+// mmap) and maps them for the device.
+func (d *Driver) hostRegister(p unsafe.Pointer, n int, flags uint) error {
+	return d.check("cuMemHostRegister", C.gcMemHostRegister(d.fns, p, C.size_t(n), C.uint(flags)))
+}
+
+func (d *Driver) hostUnregister(p unsafe.Pointer) error {
+	return d.check("cuMemHostUnregister", C.gcMemHostUnregister(d.fns, p))
+}
+
+// hostDevicePointer is the device address of registered host memory p.
+func (d *Driver) hostDevicePointer(p unsafe.Pointer) (uintptr, error) {
+	var out C.uintptr_t
+	if err := d.check("cuMemHostGetDevicePointer", C.gcMemHostGetDevicePointer(d.fns, &out, p)); err != nil {
+		return 0, err
+	}
+	return uintptr(out), nil
 }
 
 // device memory, IPC and stream memory operations (used by shared.go and devcoll.go).

@@ -4,13 +4,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"time"
-	"unsafe"
 )
 
 // Shared is a communicator's device scratch, shared with the other ranks of its host:
-// each rank allocates one device buffer (a page of flags, then the data area),
+// each rank allocates one device buffer (a page, unused, then the data area) and a flag
+// region in host memory the GPUs map (hostflags.go),
 // exports it once with cuIpcGetMemHandle, and maps every peer's with
 // cuIpcOpenMemHandle (a rank of the same process uses the pointer itself, as CUDA
 // refuses to open a handle in the process that exported it). The mappings are cached
@@ -34,9 +35,10 @@ type Shared struct {
 	cap    int // bytes of the data area of each rank
 	hdr    int // bytes of the header (the inboxes) before each rank's data area
 
-	own    uintptr   // this rank's allocation
-	bases  []uintptr // every rank's allocation, as this process addresses it
-	opened []bool    // bases[r] was mapped with cuIpcOpenMemHandle
+	own    uintptr      // this rank's allocation
+	bases  []uintptr    // every rank's allocation, as this process addresses it
+	opened []bool       // bases[r] was mapped with cuIpcOpenMemHandle
+	flags  []flagRegion // every rank's flag region, as this process maps it (hostflags.go); a rank of this process's is its own
 
 	exchange func([]byte) ([]byte, error) // the host all-gather of NewShared
 
@@ -44,16 +46,14 @@ type Shared struct {
 	step       uint32     // the last step number used
 	lastStream Stream     // the stream of the last round
 	closed     bool
-	p2p        p2pState       // point-to-point's chunk counts (devp2p.go)
-	cur        *opDesc        // the operation being enqueued (runOp), nil for one without a descriptor
-	curFirst   uint32         // its first round
-	curStart   event          // the event recorded before its first round
-	ops        []pendingOp    // the operations enqueued and not seen finished (devfault.go)
-	spare      []event        // events of finished operations, for the next ones
-	watch      *watch         // the watcher, once Watch has started it
-	side       Stream         // a non-blocking stream of gonccl's for releases and reads; 0 until needed
-	readBuf    unsafe.Pointer // pinned: the watcher's copy of this rank's flags (readOwn)
-	failed     error          // why the scratch was released, once it was
+	p2p        p2pState    // point-to-point's chunk counts (devp2p.go)
+	cur        *opDesc     // the operation being enqueued (runOp), nil for one without a descriptor
+	curFirst   uint32      // its first round
+	curStart   event       // the event recorded before its first round
+	ops        []pendingOp // the operations enqueued and not seen finished (devfault.go)
+	spare      []event     // events of finished operations, for the next ones
+	watch      *watch      // the watcher, once Watch has started it
+	failed     error       // why the scratch was released, once it was
 }
 
 // A rank's header holds one slot per rank (its inbox for that rank's flags and
@@ -76,19 +76,22 @@ func headerBytes(nranks int) int { return (nranks*slotBytes + 4095) &^ 4095 }
 
 // peerRecord is what each rank tells the others about its scratch, in the exchange.
 type peerRecord struct {
-	ok     bool
-	proc   uint64 // processID of its process
-	dev    int
-	base   uintptr
-	cap    int // data bytes of its scratch: every rank must have the same
-	handle [ipcHandleSize]byte
-	bus    string // its device's PCI bus id: names the GPU across processes
-	reason string
+	ok      bool
+	proc    uint64  // processID of its process
+	pid     int     // its pid, to open its flag region's memfd through /proc (hostflags.go)
+	flagsFD int     // its flag region's memfd (hostflags.go)
+	flags   uintptr // the region's device address in its process
+	dev     int
+	base    uintptr
+	cap     int // data bytes of its scratch: every rank must have the same
+	handle  [ipcHandleSize]byte
+	bus     string // its device's PCI bus id: names the GPU across processes
+	reason  string
 }
 
 const busIDBytes = 32
 
-const recordBytes = 1 + 8 + 8 + 8 + 8 + ipcHandleSize + busIDBytes + 128
+const recordBytes = 1 + 8 + 8 + 8 + 8 + ipcHandleSize + busIDBytes + 128 + 24
 
 func (r peerRecord) encode() []byte {
 	b := make([]byte, recordBytes)
@@ -101,7 +104,10 @@ func (r peerRecord) encode() []byte {
 	binary.LittleEndian.PutUint64(b[25:], uint64(r.cap))
 	copy(b[33:], r.handle[:])
 	copy(b[33+ipcHandleSize:33+ipcHandleSize+busIDBytes], r.bus)
-	copy(b[33+ipcHandleSize+busIDBytes:], r.reason)
+	copy(b[33+ipcHandleSize+busIDBytes:recordBytes-24], r.reason)
+	binary.LittleEndian.PutUint64(b[recordBytes-24:], uint64(r.pid))
+	binary.LittleEndian.PutUint64(b[recordBytes-16:], uint64(r.flagsFD))
+	binary.LittleEndian.PutUint64(b[recordBytes-8:], uint64(r.flags))
 	return b
 }
 
@@ -124,7 +130,10 @@ func decodeRecord(b []byte) (peerRecord, error) {
 		cap: int(binary.LittleEndian.Uint64(b[25:]))}
 	copy(r.handle[:], b[33:])
 	r.bus = nulTerminated(b[33+ipcHandleSize : 33+ipcHandleSize+busIDBytes])
-	r.reason = nulTerminated(b[33+ipcHandleSize+busIDBytes:])
+	r.reason = nulTerminated(b[33+ipcHandleSize+busIDBytes : recordBytes-24])
+	r.pid = int(binary.LittleEndian.Uint64(b[recordBytes-24:]))
+	r.flagsFD = int(binary.LittleEndian.Uint64(b[recordBytes-16:]))
+	r.flags = uintptr(binary.LittleEndian.Uint64(b[recordBytes-8:]))
 	return r, nil
 }
 
@@ -183,8 +192,11 @@ func NewShared(d *Driver, ctx Context, rank, nranks, dataBytes int, exchange fun
 		return nil, fmt.Errorf("%w: %d ranks; the device path takes at most %d", ErrNotShared, nranks, maxRanks)
 	}
 	s := &Shared{d: d, ctx: ctx, rank: rank, nranks: nranks, cap: dataBytes &^ 255, hdr: headerBytes(nranks),
-		bases: make([]uintptr, nranks), opened: make([]bool, nranks), exchange: exchange}
-	me := peerRecord{proc: processID}
+		bases: make([]uintptr, nranks), opened: make([]bool, nranks), flags: make([]flagRegion, nranks), exchange: exchange}
+	for r := range s.flags {
+		s.flags[r].fd = -1
+	}
+	me := peerRecord{proc: processID, pid: os.Getpid()}
 	err := d.do(ctx, func() (err error) {
 		if s.dev, err = d.ContextDevice(ctx); err != nil {
 			return err
@@ -247,7 +259,12 @@ func NewShared(d *Driver, ctx Context, rank, nranks, dataBytes int, exchange fun
 			// every rank to the staged path below.
 			if peer, ok := d.deviceByBusID(rec.bus); ok {
 				if can, err := d.CanAccessPeer(s.dev, peer); err != nil || !can {
-					errs = append(errs, fmt.Errorf("%w: this rank's GPU %s (device %d) cannot access rank %d's GPU %s (%v)", ErrNotShared, me.bus, s.dev, r, rec.bus, err))
+					// Short: the reason travels in a record of 128 bytes.
+					why := fmt.Sprintf("GPUs %s (rank %d) and %s (rank %d) cannot access each other's memory", me.bus, rank, rec.bus, r)
+					if err != nil {
+						why += fmt.Sprintf(" (%v)", err)
+					}
+					errs = append(errs, errors.New(why))
 				}
 			}
 		}
@@ -259,7 +276,8 @@ func NewShared(d *Driver, ctx Context, rank, nranks, dataBytes int, exchange fun
 			case r == rank:
 				s.bases[r] = s.own
 			case rec.proc == me.proc:
-				s.bases[r] = rec.base // a rank of this process: the same address space
+				// a rank of this process: the same address space
+				s.bases[r], s.flags[r].dev = rec.base, rec.flags
 			default:
 				p, err := d.ipcOpenMemHandle(rec.handle)
 				if err != nil {
@@ -267,6 +285,9 @@ func NewShared(d *Driver, ctx Context, rank, nranks, dataBytes int, exchange fun
 					continue
 				}
 				s.bases[r], s.opened[r] = p, true
+				if s.flags[r], err = d.openFlagRegion(rec.pid, rec.flagsFD, flagRegionBytes(s.hdr, nranks)); err != nil {
+					errs = append(errs, fmt.Errorf("rank %d: %w", r, err))
+				}
 			}
 		}
 		return nil
@@ -282,17 +303,11 @@ func (s *Shared) allocate(me *peerRecord) func() error {
 		if s.own, err = d.memAlloc(s.hdr + s.cap + p2pBytes(s.cap, s.nranks)); err != nil {
 			return err
 		}
-		// Allocated now, with the scratch: the watcher reads through it when a
-		// stream is stuck, when cuMemHostAlloc would wait for that stream for ever.
-		if s.readBuf, err = d.hostAlloc(readBufBytes(s.nranks)); err != nil {
+		// The flags start at 0 (a new memfd is zeroed).
+		if s.flags[s.rank], err = d.newFlagRegion(flagRegionBytes(s.hdr, s.nranks)); err != nil {
 			return err
 		}
-		if err = d.memsetD32(s.own, 0, s.hdr/4); err != nil {
-			return err
-		}
-		if err = s.p2pZero(); err != nil {
-			return err
-		}
+		me.flagsFD, me.flags = s.flags[s.rank].fd, s.flags[s.rank].dev
 		me.handle, err = d.ipcGetMemHandle(s.own)
 		return err
 	}
@@ -360,7 +375,8 @@ func (s *Shared) Cap() int { return s.cap }
 // Device is the device of this rank's scratch.
 func (s *Shared) Device() int { return s.dev }
 
-// unmapPeers closes the mappings of the peers' scratch. Context current.
+// unmapPeers closes the mappings of the peers' scratch and flag regions. Context
+// current.
 func (s *Shared) unmapPeers() error {
 	var errs []error
 	for r, p := range s.bases {
@@ -369,6 +385,13 @@ func (s *Shared) unmapPeers() error {
 			s.opened[r] = false
 		}
 		s.bases[r] = 0
+		if r == s.rank {
+			continue
+		}
+		if f := &s.flags[r]; f.host != nil || f.fd >= 0 {
+			errs = append(errs, f.close(s.d))
+		}
+		s.flags[r].dev = 0
 	}
 	return errors.Join(errs...)
 }
@@ -382,11 +405,11 @@ func (s *Shared) release() error {
 			errs = append(errs, s.d.memFree(s.own))
 			s.own = 0
 		}
-		if s.readBuf != nil {
-			errs = append(errs, s.d.hostFree(s.readBuf))
-			s.readBuf = nil
+		if f := &s.flags[s.rank]; f.host != nil || f.fd >= 0 {
+			errs = append(errs, f.close(s.d))
 		}
-		errs = append(errs, s.p2pRelease(), s.dropSideLocked())
+		s.flags[s.rank].dev = 0
+		errs = append(errs, s.p2pRelease())
 		return nil
 	})
 	return errors.Join(append(errs, err)...)
@@ -467,7 +490,6 @@ func (s *Shared) releaseClose(why error, pending event) {
 		}
 		w.wait()
 	}
-	_ = s.d.do(s.ctx, s.dropSideLocked)
 }
 
 // Abandon marks the scratch unusable without touching the peers: the memory stays
@@ -519,9 +541,9 @@ func (s *Shared) data(r int) uintptr { return s.bases[r] + uintptr(s.hdr) }
 // flag is where this rank's stream reads word off of rank r's slot: in its own header.
 func (s *Shared) flag(r, off int) uintptr { return s.inbox(s.rank, r, off) }
 
-// inbox is the address of word off of rank r's slot in rank q's header.
+// inbox is the (device) address of word off of rank r's slot in rank q's header.
 func (s *Shared) inbox(q, r, off int) uintptr {
-	return s.bases[q] + uintptr(r*slotBytes+off)
+	return s.flags[q].dev + uintptr(r*slotBytes+off)
 }
 
 // LogInit writes msg as one INIT line at INFO (GONCCL_DEBUG=INFO).

@@ -3,9 +3,15 @@
 # one report, within a time budget (a lent GPU gives 15 minutes, start and build included).
 # Run from the source tree, on a machine with torch and one or more GPUs:
 #
-#   scripts/gpu-check.sh [--library PATH/libgonccl.so | --wheel WHEEL_OR_DIR] [--python PY]
-#                        [--report FILE.md | DIR] [--only STEP,...] [--budget SECONDS]
-#                        [--jobs N] [--dry-run]
+#   scripts/gpu-check.sh [--part A|B] [--library PATH/libgonccl.so | --wheel WHEEL_OR_DIR]
+#                        [--python PY] [--report FILE.md | DIR] [--only STEP,...]
+#                        [--budget SECONDS] [--jobs N] [--dry-run]
+#
+# Two parts fit one lent GPU machine (docs/development/gpu-check.md): --part A (300 s: the
+# build, the import, the C ABI, the stream checks, the lecture's scripts, one pytest case of
+# each class that once crashed and of each device-path feature, the DDP benchmark), then
+# --part B --wheel DIR (360 s: the rest of the suite's CUDA cases on both paths, the
+# benchmark of the paths) on the same warm machine, reusing A's wheel. Without --part, both.
 #
 # Go is optional: give a libgonccl.so built elsewhere (`make lib`) with --library or
 # GONCCL_LIBRARY, and only the C++ extension is built here (against this machine's torch),
@@ -20,7 +26,9 @@
 #                libcuda.so.1 with --no-undefined, every hook of fakecuda.h checked (nm)
 #   capi-cuda-*  that test on 2 ranks and on 3 (ranks sharing devices); again with
 #                GONCCL_DEVICE_PATH=1 (capi-cuda-device-*)
-#   capi-memcheck  the 2-rank run under compute-sanitizer --tool memcheck (if installed)
+#   capi-memcheck  the 2-rank run under compute-sanitizer --tool memcheck (if installed),
+#                with --report-api-errors no: the C test's deliberate bad pointer (test_bad)
+#                is an API error CUDA returns, not a memory error
 #   stream-*     scripts/gpu_stream_check.py on 2 ranks, with the INIT log: 256 MiB sync
 #                all_reduce checked at once on the default stream x50, all_gather into a
 #                list, chained async ops; also with expandable_segments:True
@@ -34,15 +42,21 @@
 #   pytest-cuda  the suite's CUDA cases on torch (pytest -k cuda), in parallel with
 #                pytest-xdist when installed; pytest-cuda-device: the collective and
 #                differential files' 2- and 3-rank CUDA cases with GONCCL_DEVICE_PATH=1;
-#                the first lines of each failure go into the report
+#                the first lines of each failure go into the report; pytest-smoke and
+#                pytest-smoke-device (part A): the worker runs SMOKE_K and SMOKE_DEVICE_K
+#                select, which part B leaves out
+# Every rank any step starts has the crash tracer (tests/crashtrace, built here with gcc)
+# preloaded and GOTRACEBACK=crash: a crash names its signal, instruction and stack.
 # --only STEP,... runs those steps (a name, or a prefix: capi, stream, ddp, bench); the
 # build runs only if named, if --wheel is given, or if gonccl is not importable.
 # --extended adds the steps a whole run leaves out to fit 8 minutes on one GPU
 # (capi-cuda-2ranks and capi-cuda-device-2ranks, which the 3-rank runs cover,
 # stream-cuda-expandable, bench-small); --only runs them when it names them.
-# --budget (default 480 s on a GPU; none in a dry run) bounds the whole run: each step's
+# --budget (default: 300 s for --part A, 360 s for B, 660 s for both; none in a dry run)
+# bounds the run: each step's
 # limit is cut to what is left, a step that no longer fits is skipped, saying so.
-# --dry-run prints the plan (steps, limits, expected seconds on one H100) and runs what
+# --dry-run prints the plan of each part (steps, limits, the seconds each took on the last
+# real run, on one H100) and fails if a part does not fit its budget, and runs what
 # needs no GPU: the build, the import, the C test linked and run on 2 ranks against the
 # fake driver built as a libcuda.so.1 stand-in, and the stream checker and ddp_simple on
 # CPU ranks. Nothing here needs the network. The report (default
@@ -62,18 +76,20 @@ ONLY=""
 BUDGET=""
 JOBS=""
 EXTENDED=0
+PART=""
+CRASHTRACE=""
 
-usage() { sed -n '2,52p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,68p' "$0" | sed 's/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --dry-run) DRY=1 ;;
     --extended) EXTENDED=1 ;;
-    --library|--wheel|--python|--report|--only|--budget|--jobs)
+    --library|--wheel|--python|--report|--only|--budget|--jobs|--part)
       [[ $# -ge 2 ]] || { echo "gpu-check: $1 needs a value" >&2; exit 2; }
       opt="$1" v="$2"; shift
       case "$opt" in
         --library) LIB="$v" ;; --wheel) WHEEL="$v" ;; --python) PY="$v" ;; --report) REPORT="$v" ;;
-        --only) ONLY="$v" ;; --budget) BUDGET="$v" ;; --jobs) JOBS="$v" ;;
+        --only) ONLY="$v" ;; --budget) BUDGET="$v" ;; --jobs) JOBS="$v" ;; --part) PART="$v" ;;
       esac ;;
     --library=*) LIB="${1#*=}" ;;
     --wheel=*) WHEEL="${1#*=}" ;;
@@ -82,12 +98,17 @@ while [[ $# -gt 0 ]]; do
     --only=*) ONLY="${1#*=}" ;;
     --budget=*) BUDGET="${1#*=}" ;;
     --jobs=*) JOBS="${1#*=}" ;;
+    --part=*) PART="${1#*=}" ;;
     -h|--help) usage; exit 0 ;;
     *) echo "gpu-check: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
 done
-[[ -z "$BUDGET" ]] && BUDGET=$([[ $DRY -eq 1 ]] && echo 0 || echo 480)
+PART="${PART^^}"
+[[ -z "$PART" || "$PART" == A || "$PART" == B ]] || { echo "gpu-check: --part $PART: A or B" >&2; exit 2; }
+declare -A PART_BUDGET=([A]=300 [B]=360)
+WHOLE_BUDGET=$((PART_BUDGET[A] + PART_BUDGET[B]))
+[[ -z "$BUDGET" ]] && BUDGET=$([[ $DRY -eq 1 ]] && echo 0 || echo "${PART_BUDGET[$PART]:-$WHOLE_BUDGET}")
 [[ "$BUDGET" =~ ^[0-9]+$ ]] || { echo "gpu-check: --budget $BUDGET: not a number of seconds" >&2; exit 2; }
 [[ -z "$JOBS" || "$JOBS" =~ ^[0-9]+$ ]] || { echo "gpu-check: --jobs $JOBS: not a number" >&2; exit 2; }
 abspath() { echo "$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"; }
@@ -105,35 +126,71 @@ WHEELDIR="$(dirname "$REPORT")/wheel"
 rm -rf "$LOGS"
 mkdir -p "$LOGS" "$WORK"
 
-# ---- the steps: name, time limit (s), expected seconds on one H100 (the plan) ----
+# ---- the steps: name, time limit (s), seconds on one H100 on the last real run (the plan) ----
 STEPS=(build install-wheel import capi-link capi-cuda-2ranks capi-cuda-3ranks capi-cuda-device-2ranks
   capi-cuda-device-3ranks capi-memcheck stream-cuda stream-cuda-expandable ddp-simple-shared-gpu0
-  ddp-example-shared-gpu0 ddp-simple-per-gpu ddp-example-per-gpu pytest-cuda pytest-cuda-device
-  bench-paths bench-ddp bench-small)
-declare -A LIMIT=([build]=300 [install-wheel]=120 [import]=60 [capi-link]=60 [capi-cuda-2ranks]=60
-  [capi-cuda-3ranks]=60 [capi-cuda-device-2ranks]=60 [capi-cuda-device-3ranks]=60 [capi-memcheck]=150
-  [stream-cuda]=90 [stream-cuda-expandable]=90
-  [ddp-simple-shared-gpu0]=60 [ddp-example-shared-gpu0]=60 [ddp-simple-per-gpu]=60
-  [ddp-example-per-gpu]=60 [bench-paths]=120 [bench-small]=90 [bench-ddp]=90
-  [pytest-cuda]=300 [pytest-cuda-device]=150)
-declare -A EXPECT=([build]=70 [install-wheel]=10 [import]=4 [capi-link]=3 [capi-cuda-2ranks]=10
-  [capi-cuda-3ranks]=12 [capi-cuda-device-2ranks]=10 [capi-cuda-device-3ranks]=12 [capi-memcheck]=45
-  [stream-cuda]=16 [stream-cuda-expandable]=16
-  [ddp-simple-shared-gpu0]=15 [ddp-example-shared-gpu0]=18 [ddp-simple-per-gpu]=15
-  [ddp-example-per-gpu]=17 [bench-paths]=45 [bench-small]=24 [bench-ddp]=30
-  [pytest-cuda]=160 [pytest-cuda-device]=45)
+  ddp-example-shared-gpu0 ddp-simple-per-gpu ddp-example-per-gpu pytest-smoke pytest-smoke-device
+  pytest-cuda pytest-cuda-device bench-paths bench-ddp bench-small)
+declare -A LIMIT=([build]=300 [install-wheel]=60 [import]=30 [capi-link]=30 [capi-cuda-2ranks]=30
+  [capi-cuda-3ranks]=30 [capi-cuda-device-2ranks]=30 [capi-cuda-device-3ranks]=30 [capi-memcheck]=60
+  [stream-cuda]=45 [stream-cuda-expandable]=45
+  [ddp-simple-shared-gpu0]=45 [ddp-example-shared-gpu0]=45 [ddp-simple-per-gpu]=45
+  [ddp-example-per-gpu]=45 [bench-paths]=90 [bench-small]=90 [bench-ddp]=60
+  [pytest-smoke]=90 [pytest-smoke-device]=60 [pytest-cuda]=250 [pytest-cuda-device]=60)
+# EXPECT: the step's seconds on the last real run (one H100, 2026-11-26, second run:
+# bench/results/h100-2026-11-26/gpu-check-report.md; first run:
+# ../shared/gpu-runs/2026-11-26-h100), or an estimate where it never ran; SOURCE says which.
+declare -A EXPECT=([build]=67 [install-wheel]=10 [import]=5 [capi-link]=1 [capi-cuda-2ranks]=2
+  [capi-cuda-3ranks]=2 [capi-cuda-device-2ranks]=2 [capi-cuda-device-3ranks]=2 [capi-memcheck]=30
+  [stream-cuda]=17 [stream-cuda-expandable]=14
+  [ddp-simple-shared-gpu0]=17 [ddp-example-shared-gpu0]=19 [ddp-simple-per-gpu]=15
+  [ddp-example-per-gpu]=17 [bench-paths]=70 [bench-small]=44 [bench-ddp]=30
+  [pytest-smoke]=60 [pytest-smoke-device]=30 [pytest-cuda]=230 [pytest-cuda-device]=45)
+declare -A SOURCE=([build]="measured (run 2)" [install-wheel]="estimate: pip install of a local wheel, no build"
+  [import]="measured (run 2)" [capi-link]="measured (run 2)" [capi-cuda-2ranks]="measured (run 2)"
+  [capi-cuda-3ranks]="measured (run 2)" [capi-cuda-device-2ranks]="measured (run 2)"
+  [capi-cuda-device-3ranks]="measured (run 2)"
+  [capi-memcheck]="estimate: never ran (no compute-sanitizer); the 2-rank run took 2 s, memcheck slows it ~10x plus its start"
+  [stream-cuda]="measured (run 2)" [stream-cuda-expandable]="measured (run 2)"
+  [ddp-simple-shared-gpu0]="measured (run 2)" [ddp-example-shared-gpu0]="measured (run 2)"
+  [ddp-simple-per-gpu]="measured (run 1, 1 rank)" [ddp-example-per-gpu]="measured (run 1, 1 rank)"
+  [bench-paths]="measured (run 2: bench-gloo (staged and gloo) 36 s + bench-device 24 s, now one run) + ~10 s for the 256 MiB device row"
+  [bench-small]="measured (run 2)" [bench-ddp]="measured 49 s at -n 10 -w 3 --rounds 2 (run 2); now -n 5 -w 2, one round"
+  [pytest-smoke]="estimate: 4 worker runs of 3 ranks and one of 2, side by side (run 1: 181 cases in 189 s on 12 workers)"
+  [pytest-smoke-device]="estimate: 2 worker runs of 2 ranks, side by side"
+  [pytest-cuda]="measured: 189 s with 65 cases dying early (run 1), killed unfinished at 208 s and 239 s (run 2); without part A's 5 worker runs, 6 workers"
+  [pytest-cuda-device]="estimate: test_differential ws2 ran in run 2 (ws3/ws4 crashed in the old constructor)")
 # What runs where: g = on a GPU machine, 2 = only with 2+ GPUs, d = in a dry run too.
 declare -A WHERE=([build]=gd [install-wheel]=gd [import]=gd [capi-link]=gd [capi-cuda-2ranks]=gd
   [capi-cuda-3ranks]=g [capi-cuda-device-2ranks]=g [capi-cuda-device-3ranks]=g [capi-memcheck]=g
   [stream-cuda]=g [stream-cuda-expandable]=g
   [ddp-simple-shared-gpu0]=g [ddp-example-shared-gpu0]=g [ddp-simple-per-gpu]=2
   [ddp-example-per-gpu]=2 [bench-paths]=g [bench-small]=g [bench-ddp]=g
-  [pytest-cuda]=g [pytest-cuda-device]=g)
-# Left out of a whole run on a GPU unless --extended, or --only names them.
+  [pytest-smoke]=g [pytest-smoke-device]=g [pytest-cuda]=g [pytest-cuda-device]=g)
+# Which part each step belongs to; build and install-wheel run in whichever part needs them
+# (planned: the build in A, the install of A's wheel in B).
+declare -A PART_OF=([import]=A [capi-link]=A [capi-cuda-2ranks]=A
+  [capi-cuda-3ranks]=A [capi-cuda-device-2ranks]=A [capi-cuda-device-3ranks]=A [capi-memcheck]=A
+  [stream-cuda]=A [stream-cuda-expandable]=A [ddp-simple-shared-gpu0]=A [ddp-example-shared-gpu0]=A
+  [ddp-simple-per-gpu]=A [ddp-example-per-gpu]=A [pytest-smoke]=A [pytest-smoke-device]=A [bench-ddp]=A
+  [pytest-cuda]=B [pytest-cuda-device]=B [bench-paths]=B [bench-small]=B
+  [stream-cpu]=A [ddp-simple-cpu]=A)
+# Left out of a run on a GPU unless --extended, or --only names them.
 declare -A EXTRA=([capi-cuda-2ranks]=1 [capi-cuda-device-2ranks]=1 [stream-cuda-expandable]=1 [bench-small]=1)
+
+in_part() {  # STEP or GROUP: whether --part (if any) has it, or a step of it
+  [[ -z "$PART" || "$1" == build || "$1" == install-wheel ]] && return 0
+  [[ -n "${PART_OF[$1]:-}" ]] && { [[ "${PART_OF[$1]}" == "$PART" ]]; return; }
+  local t
+  for t in "${!PART_OF[@]}"; do
+    [[ "$t" == "$1"-* && "${PART_OF[$t]}" == "$PART" ]] && return 0
+  done
+  return 1
+}
 
 selected() {  # STEP or GROUP: whether --only (if any) names it, a prefix of it, or a step of it
   if [[ -z "$ONLY" ]]; then
+    in_part "$1" || return 1
     [[ $DRY -eq 1 || $EXTENDED -eq 1 || -z "${EXTRA[$1]:-}" ]]
     return
   fi
@@ -182,7 +239,7 @@ run() {
     fi
     [[ $limit -gt $left ]] && limit=$left
   fi
-  { echo "\$ $*"; echo; } >"$log"
+  { echo "\$ $*"; echo "(crash tracer: ${CRASHTRACE:-none}; LD_PRELOAD=${LD_PRELOAD:-})"; echo; } >"$log"
   timeout -k 10 "$limit" bash -c '"$@"' bash "$@" >>"$log" 2>&1 </dev/null
   rc=$?
   local secs=$((SECONDS - t0))
@@ -280,10 +337,12 @@ if [[ -z "$SANITIZER" ]]; then
     [[ -x "$d/compute-sanitizer" ]] && { SANITIZER="$d/compute-sanitizer"; break; }
   done
 fi
+# pytest workers: each runs 1-4 ranks, each rank a CUDA context on the same GPU; 6 keep a
+# GPU under ~24 contexts (14 put ~50 there, and cases died of it).
 if [[ -z "$JOBS" ]]; then
   cores=$(nproc 2>/dev/null || echo 2)
   JOBS=$((cores > 4 ? cores - 2 : 2))
-  [[ $JOBS -gt 14 ]] && JOBS=14
+  [[ $JOBS -gt 6 ]] && JOBS=6
 fi
 machine() {
   echo "- date: $(date -u '+%Y-%m-%d %H:%M:%S UTC'); host: $(hostname); $(uname -srm); $(nproc) cores"
@@ -301,40 +360,54 @@ machine() {
   echo "- budget: ${BUDGET}s$([[ $BUDGET -eq 0 ]] && echo ' (none)'); used: $((SECONDS - T0))s; --only: ${ONLY:-all}"
 }
 
-# plan: the steps a whole run (whatever --only says) runs on a GPU machine with NGPUS GPUs,
-# their limits and expected seconds.
+# plan NGPUS PART: the steps part PART (A or B) runs on a GPU machine with NGPUS GPUs
+# (whatever --only says), their limits and the seconds each took on the last real run;
+# the sum must fit the part's budget (returns 1 if it does not). Part A plans the build,
+# part B the install of A's wheel (--wheel), as docs/development/gpu-check.md runs them.
 plan() {
-  local n="$1" total=0 s ONLY=""
-  echo "| step | runs on $n GPU(s) | in a dry run | limit (s) | expected on one H100 (s) |"
-  echo "|---|---|---|---|---|"
+  local n="$1" part="$2" total=0 s ONLY="" PART="$2"
+  local budget="${PART_BUDGET[$part]}"
+  echo "part $part:"
+  echo
+  echo "| step | runs on $n GPU(s) | in a dry run | limit (s) | last real run (s) | from |"
+  echo "|---|---|---|---|---|---|"
   for s in "${STEPS[@]}"; do
+    [[ "$s" == build && "$part" == B ]] && continue
+    [[ "$s" == install-wheel && "$part" == A ]] && continue
+    in_part "$s" || continue
     local runs="yes"
     if [[ $EXTENDED -eq 0 && -n "${EXTRA[$s]:-}" ]]; then
       runs="no (--extended)"
-    elif [[ "$s" == build && -n "$WHEEL" ]] || [[ "$s" == install-wheel && -z "$WHEEL" ]]; then
-      runs="no (--wheel decides)"
     elif [[ "${WHERE[$s]}" == 2 && $n -lt 2 ]]; then
       runs="no (2+ GPUs)"
-    elif [[ "$s" == capi-memcheck && -z "$SANITIZER" && $DRY -eq 0 ]]; then
-      runs="no (no compute-sanitizer)"
     else
       total=$((total + ${EXPECT[$s]}))
     fi
     local dry="no"
     [[ "${WHERE[$s]}" == *d* ]] && dry="yes"
     [[ "$s" == capi-* && "$dry" == yes ]] && dry="yes (fake libcuda.so.1)"
-    echo "| $s | $runs | $dry | ${LIMIT[$s]} | ${EXPECT[$s]} |"
+    echo "| $s | $runs | $dry | ${LIMIT[$s]} | ${EXPECT[$s]} | ${SOURCE[$s]} |"
   done
   echo
-  echo "planned: ${total}s expected of a ${BUDGET_GPU}s budget on $n GPU(s)"
-  if [[ $total -gt $BUDGET_GPU ]]; then
-    echo "over the budget: the last steps (the benchmarks) are skipped when the time runs out; run them in a second call with --wheel ... --only bench"
+  if [[ $total -le $budget ]]; then
+    echo "part $part planned: ${total}s of its ${budget}s budget on $n GPU(s): fits"
+  else
+    echo "part $part planned: ${total}s of its ${budget}s budget on $n GPU(s): DOES NOT FIT"
   fi
-  if [[ $EXTENDED -eq 0 ]]; then
-    echo "left out to fit the budget: ${!EXTRA[*]} (--extended, or --only, runs them)"
-  fi
+  [[ $EXTENDED -eq 0 ]] && echo "left out to fit: $(for s in "${!EXTRA[@]}"; do in_part "$s" && echo -n "$s "; done)(--extended, or --only, runs them)"
+  [[ $total -le $budget ]]
 }
-BUDGET_GPU=$([[ $BUDGET -gt 0 ]] && echo "$BUDGET" || echo 480)
+
+# plans NGPUS: the plan of each part --part names (both without it); 1 if one does not fit.
+plans() {
+  local p rc=0
+  for p in A B; do
+    [[ -n "$PART" && "$p" != "$PART" ]] && continue
+    plan "$1" "$p" || rc=1
+    echo
+  done
+  return $rc
+}
 
 # ---- the steps, as functions run() can run ----
 build() {
@@ -387,7 +460,20 @@ ddp() { OMP_NUM_THREADS=1 torchrun "$1" "$ROOT/examples/$2"; }  # NPROC SCRIPT
 PYTEST_FILES="${GONCCL_CHECK_PYTEST_FILES:-tests/test_collectives.py tests/test_ops_reference.py tests/test_groups_hooks.py tests/test_differential.py tests/test_contract.py tests/test_cuda_build.py}"
 # The device path's run (GONCCL_DEVICE_PATH=1): its CUDA cases at 2 and 3 ranks.
 PYTEST_DEVICE_FILES="${GONCCL_CHECK_PYTEST_DEVICE_FILES:-tests/test_collectives.py tests/test_differential.py}"
-pytest_cuda() {  # FILES... : pytest's CUDA cases of FILES, in parallel when xdist is there
+# Part A's pytest cases: one worker run of each class that crashed on the last real run
+# (the 3-rank collective, ops, groups/hooks and differential runs: every CUDA case of
+# those runs, since a case runs its worker's whole script; the one-GPU shared-by-two-ranks
+# case), which part B leaves out ...
+SMOKE_K='(cuda and ws3 and not ring) or one_device_shared_by_two_ranks'
+SMOKE_FILES="tests/test_collectives.py tests/test_ops_reference.py tests/test_groups_hooks.py tests/test_differential.py tests/test_cuda_build.py"
+REST_K='cuda and not (ws3 and not ring) and not one_device_shared_by_two_ranks'
+# ... and, with GONCCL_DEVICE_PATH=1, of each device-path feature: the 2-rank collective
+# run (descriptor checks, watcher, barrier) and the 2-rank ops run (send/recv: p2p;
+# alltoallv: alltoall_uneven), which part B's device run leaves out.
+SMOKE_DEVICE_K='cuda and ws2 and not ring'
+SMOKE_DEVICE_FILES="tests/test_collectives.py tests/test_ops_reference.py"
+REST_DEVICE_K='cuda and (ws3 or (ws2 and differential))'
+pytest_cuda() {  # NAME ARGS... : pytest's CUDA cases ARGS name, in parallel when xdist is there
   local xdist=() name="$1"; shift
   if pyq 'import xdist' >/dev/null; then xdist=(-n "$JOBS" --dist loadgroup); else echo "gpu-check: no pytest-xdist: the cases run one at a time"; fi
   cd "$ROOT" && "$PY" -m pytest -v -p no:cacheprovider --timeout 180 -rfE "${xdist[@]}" \
@@ -401,13 +487,15 @@ libcuda_dir="$(ldconfig -p 2>/dev/null | awk '/libcuda\.so\.1 .*x86-64/ { print 
 export ROOT PY WORK LOGS CAPI LIB WHEEL WHEELDIR DRY JOBS libcuda_dir PYTEST_FILES PYTEST_DEVICE_FILES
 export -f abspath pyq free_port torchrun build install_wheel capi_link capi_ranks standin stream ddp pytest_cuda
 echo "gpu-check: $([[ $DRY -eq 1 ]] && echo 'DRY RUN: ')report in $REPORT"
+PLAN_OK=1
 if [[ $DRY -eq 1 ]]; then
   echo "gpu-check: the plan on a machine with one GPU (a dry run runs those marked 'in a dry run', the stream checker and ddp_simple on CPU ranks):"
-  plan 1 | sed 's/^/  /'
+  plans 1 >"$LOGS/plan.md" || PLAN_OK=0
 else
   echo "gpu-check: the plan on this machine:"
-  plan "$gpus" | sed 's/^/  /'
+  plans "$gpus" >"$LOGS/plan.md" || PLAN_OK=0
 fi
+sed 's/^/  /' "$LOGS/plan.md"
 
 # ---- build or install ----
 pkg_dir() { pyq 'import gonccl, os; print(os.path.dirname(gonccl.__file__))'; }
@@ -440,6 +528,20 @@ else
   selected import && skip import "$why"
 fi
 
+# ---- the crash tracer, in every rank from here on ----
+# tests/crashtrace/crashtrace.c, preloaded: a rank that dies of SIGSEGV/SIGBUS/SIGFPE/
+# SIGILL/SIGABRT prints the signal, the faulting instruction, the native backtrace and
+# every Python thread's traceback; GOTRACEBACK=crash makes a fault in Go code print every
+# goroutine. The pytest harness preloads the same file into the ranks it starts.
+CRASHTRACE="$WORK/crashtrace.so"
+if gcc -shared -fPIC -O1 -o "$CRASHTRACE" "$ROOT/tests/crashtrace/crashtrace.c" -ldl >"$LOGS/crashtrace.log" 2>&1; then
+  export LD_PRELOAD="$CRASHTRACE${LD_PRELOAD:+ $LD_PRELOAD}" GOTRACEBACK=crash
+  echo "gpu-check: crash tracer $CRASHTRACE preloaded in every rank (GOTRACEBACK=crash)"
+else
+  record crashtrace fail 0 "tests/crashtrace/crashtrace.c did not build (crashtrace.log): crashes would not say where"
+  CRASHTRACE=""
+fi
+
 # ---- the C ABI on CUDA buffers, through realcuda.c ----
 capi_ok=0
 if [[ -z "$PKG" ]]; then
@@ -464,7 +566,7 @@ if [[ $capi_ok -eq 1 ]]; then
     run capi-cuda-device-2ranks check_capi capi_ranks 2 env GONCCL_DEVICE_PATH=1
     run capi-cuda-device-3ranks check_capi capi_ranks 3 env GONCCL_DEVICE_PATH=1
     if [[ -n "$SANITIZER" ]]; then
-      run capi-memcheck check_memcheck capi_ranks 2 "$SANITIZER" --tool memcheck --error-exitcode 7 --print-limit 20
+      run capi-memcheck check_memcheck capi_ranks 2 "$SANITIZER" --tool memcheck --report-api-errors no --error-exitcode 7 --print-limit 20
     else
       selected capi-memcheck && skip capi-memcheck "no compute-sanitizer on PATH, next to nvcc or in /usr/local/cuda/bin"
     fi
@@ -517,22 +619,28 @@ else
   fi
 fi
 
-# ---- the test suite's CUDA cases ----
+# ---- the test suite's CUDA cases: part A's few, then the rest in part B ----
 if [[ $DRY -eq 1 ]]; then
-  selected pytest && skip pytest-cuda "dry run: would run $PY -m pytest -v -k cuda -n $JOBS --dist loadgroup --timeout 180 $PYTEST_FILES (the collective, p2p, groups/hooks, contract and differential tests on CUDA tensors against Gloo), then with GONCCL_DEVICE_PATH=1 the 2- and 3-rank CUDA cases of $PYTEST_DEVICE_FILES"
+  selected pytest-smoke && skip pytest-smoke "dry run: would run $PY -m pytest -v -n $JOBS --dist loadgroup --timeout 180 -k '$SMOKE_K' $SMOKE_FILES, then with GONCCL_DEVICE_PATH=1 -k '$SMOKE_DEVICE_K' $SMOKE_DEVICE_FILES"
+  selected pytest-cuda && skip pytest-cuda "dry run: would run $PY -m pytest -v -k '$REST_K' -n $JOBS --dist loadgroup --timeout 180 $PYTEST_FILES (the collective, p2p, groups/hooks, contract and differential tests on CUDA tensors against Gloo), then with GONCCL_DEVICE_PATH=1 -k '$REST_DEVICE_K' $PYTEST_DEVICE_FILES"
 elif [[ -z "$PKG" ]]; then
-  selected pytest && skip pytest-cuda "$why"
+  selected pytest && skip pytest "$why"
 elif [[ $gpus -eq 0 ]]; then
-  selected pytest && skip pytest-cuda "torch sees no GPU"
+  selected pytest && skip pytest "torch sees no GPU"
 elif ! pyq 'import pytest, pytest_timeout' >/dev/null; then
-  selected pytest && skip pytest-cuda "pytest and pytest-timeout are not installed for $PY (no network here: install them beforehand)"
+  selected pytest && skip pytest "pytest and pytest-timeout are not installed for $PY (no network here: install them beforehand)"
 else
   # shellcheck disable=SC2086
-  run pytest-cuda check_pytest pytest_cuda pytest-cuda -k cuda $PYTEST_FILES
+  run pytest-smoke check_pytest pytest_cuda pytest-smoke -k "$SMOKE_K" $SMOKE_FILES
+  # shellcheck disable=SC2086
+  run pytest-smoke-device check_pytest env GONCCL_DEVICE_PATH=1 bash -c 'pytest_cuda "$@"' bash pytest-smoke-device \
+    -k "$SMOKE_DEVICE_K" $SMOKE_DEVICE_FILES
+  # shellcheck disable=SC2086
+  run pytest-cuda check_pytest pytest_cuda pytest-cuda -k "$REST_K" $PYTEST_FILES
   # shellcheck disable=SC2086
   run pytest-cuda-device check_pytest env GONCCL_DEVICE_PATH=1 bash -c 'pytest_cuda "$@"' bash pytest-cuda-device \
-    -k 'cuda and (ws2 or ws3)' $PYTEST_DEVICE_FILES
-  for f in pytest-cuda pytest-cuda-device; do
+    -k "$REST_DEVICE_K" $PYTEST_DEVICE_FILES
+  for f in pytest-smoke pytest-smoke-device pytest-cuda pytest-cuda-device; do
     if [[ -f "$LOGS/$f.xml" ]]; then
       "$PY" "$ROOT/scripts/pytest_failures.py" "$LOGS/$f.xml" >"$LOGS/$f-failures.md" 2>&1
     fi
@@ -562,6 +670,8 @@ else
   run bench-small check_bench bash -c 'cd "$WORK" && "$PY" "$@"' bash "${SMALL[@]}" -np "$NP"
 fi
 
+[[ $PLAN_OK -eq 0 ]] && record plan fail 0 "a part's steps do not fit its budget (the plan)"
+
 # ---- the report ----
 {
   echo "# gonccl GPU check$([[ $DRY -eq 1 ]] && echo ' (dry run: no GPU used)')"
@@ -576,12 +686,10 @@ fi
     IFS='|' read -r n s t why <<<"$r"
     echo "| $n | $s | $t | ${why//|//} |"
   done
-  if [[ $DRY -eq 1 ]]; then
-    echo
-    echo "## The plan on one GPU"
-    echo
-    plan 1
-  fi
+  echo
+  echo "## The plan$([[ $DRY -eq 1 ]] && echo ' on one GPU')"
+  echo
+  cat "$LOGS/plan.md"
   initlog=$(ls "$LOGS"/stream-cuda.log "$LOGS"/stream-cpu.log 2>/dev/null | head -1)
   if [[ -n "$initlog" ]]; then
     echo
@@ -590,7 +698,7 @@ fi
     grep 'GONCCL INFO INIT' "$initlog" | head -60
     echo '```'
   fi
-  for f in pytest-cuda pytest-cuda-device; do
+  for f in pytest-smoke pytest-smoke-device pytest-cuda pytest-cuda-device; do
     if [[ -s "$LOGS/$f-failures.md" ]]; then
       echo
       echo "## $f failures (first lines of each)"

@@ -82,16 +82,35 @@ def test_dry_run_only_capi_links_and_runs_over_the_fake(tmp_path, package_dir):
     assert "| capi-memcheck | skip |" in report, report
     assert "stream" not in report.split("## The plan")[0].split("| step | result")[1], report
     plan = report.split("## The plan on one GPU")[1]
-    assert "| capi-memcheck | yes | no | 150 |" in plan, plan
+    assert "| capi-memcheck | yes | no | 60 | 30 |" in plan, plan
     assert "| capi-link | yes | yes (fake libcuda.so.1) |" in plan, plan
-    assert "planned: " in plan and "s expected of a 480s budget on 1 GPU(s)" in plan, plan
-    # A whole run fits the 8 minutes of the budget on one GPU (issue 20); what does not
-    # is left to --extended, and the plan says so.
-    planned = int(re.search(r"planned: (\d+)s expected", plan).group(1))
-    assert planned <= 480, plan
-    assert "| bench-small | no (--extended) |" in plan and "| capi-cuda-device-2ranks | no (--extended) |" in plan, plan
-    assert "over the budget" not in plan, plan
+    # Two parts, each within its budget on one GPU, planned from the last real run's
+    # step times; what does not fit is left to --extended, and the plan says so.
+    part_a, part_b = plan.split("part B:")
+    assert "| build | yes |" in part_a and "| install-wheel |" not in part_a, part_a
+    assert "| install-wheel | yes |" in part_b and "| build |" not in part_b, part_b
+    assert "| pytest-smoke | yes |" in part_a and "| pytest-cuda | yes |" in part_b, plan
+    assert "| build | yes | yes | 300 | 67 | measured (run 2) |" in part_a, part_a
+    for part, budget, text in (("A", 300, part_a), ("B", 360, part_b)):
+        m = re.search(rf"part {part} planned: (\d+)s of its {budget}s budget on 1 GPU\(s\): fits", text)
+        assert m and int(m.group(1)) <= budget, text
+    assert "| bench-small | no (--extended) |" in part_b and "| capi-cuda-device-2ranks | no (--extended) |" in part_a, plan
+    assert "DOES NOT FIT" not in plan, plan
+    # Every rank the check starts has the crash tracer preloaded.
+    log = (tmp_path / "report" / "report.logs" / "capi-cuda-2ranks.log").read_text()
+    assert "(crash tracer: " in log and "crashtrace.so; LD_PRELOAD=" in log, log[:400]
     assert "checks passed" in report, report
+
+
+@pytest.mark.timeout(120)
+def test_part_b_plans_only_its_steps(tmp_path, package_dir):
+    """--part B --only stream: part B has no stream step, so nothing runs; its plan alone is
+    printed and fits."""
+    proc, report = gpu_check(tmp_path, "--part", "B", "--only", "pytest-cuda")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out + report
+    assert "part A:" not in out and "part B planned: " in out and ": fits" in out, out
+    assert "| pytest-cuda | skip | 0 | dry run: would run" in report, report
 
 
 @pytest.mark.timeout(120)
@@ -103,6 +122,7 @@ def test_budget_skips_what_no_longer_fits(tmp_path, package_dir):
 
 @pytest.mark.parametrize("args,msg", [
     (["--only", "nosuch"], "--only nosuch: no such step"),
+    (["--part", "C"], "--part C: A or B"),
     (["--budget", "soon"], "--budget soon: not a number"),
     (["--wheel", "/nonexistent"], "--wheel: no gonccl wheel there"),
 ])

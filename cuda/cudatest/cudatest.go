@@ -174,13 +174,19 @@ const (
 // the legacy default stream (CU_STREAM_NON_BLOCKING, like torch's streams).
 func (f *Fake) NonBlockingStream(dev int) uintptr { return uintptr(C.hStreamFlags(f.h, C.int(dev), 1)) }
 
-// Capture starts (on) or ends stream capture on s: meanwhile nothing queued on s runs.
+// Capture starts (on) or ends stream capture on s, in global mode (torch.cuda.graph's
+// default) on the calling thread: meanwhile nothing queued on s runs, and a potentially
+// unsafe call of any thread not in relaxed mode invalidates it (ending it then fails).
 func (f *Fake) Capture(s uintptr, on bool) error {
 	flag := C.int(0)
 	if on {
 		flag = 1
 	}
-	if C.hCapture(f.h, C.uintptr_t(s), flag) != 0 {
+	switch C.hCapture(f.h, C.uintptr_t(s), flag) {
+	case 0:
+	case -2:
+		return fmt.Errorf("the fake stream capture on %#x was invalidated: a thread not in relaxed capture mode made a potentially unsafe call meanwhile (the fakecuda line on stderr names it)", s)
+	default:
 		return fmt.Errorf("fake stream capture on %#x failed", s)
 	}
 	return nil

@@ -24,6 +24,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +58,19 @@ static int same_device(int a, int b) {
 #define NON_BLOCKING 0x1
 /* A delay per operation of gonccl's stream in the ordering tests: its copies run late. */
 #define LATE_US 20000
+
+/* A thread that never made a CUDA call has no current context (the CUDA runtime makes
+ * one current only on its first call there, and torch's device guard skips cudaSetDevice
+ * when the device asked is the one cudaGetDevice reports, 0 on a new thread): the
+ * capture check csrc makes for the caller's current stream, cudaStreamLegacy, names the
+ * device, whose primary context gonccl uses (goncclStreamCheck there fails with
+ * CUDA_ERROR_INVALID_CONTEXT, which the fake counts as a context error). */
+static goncclResult_t no_context_check_device;
+static void* check_legacy_without_context(void* arg) {
+  (void)arg;
+  no_context_check_device = goncclStreamCheckDevice(STREAM_LEGACY, dev);
+  return NULL;
+}
 
 static float* dmalloc(size_t n) {
   float* p = fakecudaMalloc(dev, (n ? n : 1) * sizeof(float));
@@ -310,6 +324,16 @@ static void test_bad(goncclComm_t comm) {
   CHECK(goncclStreamCheck(STREAM_PER_THREAD) == goncclInvalidUsage, "goncclStreamCheck(cudaStreamPerThread)");
   CHECK(goncclStreamCheck(STREAM_LEGACY) == goncclSuccess, "goncclStreamCheck(cudaStreamLegacy)");
   CHECK(goncclStreamCheck(NULL) == goncclInvalidArgument, "goncclStreamCheck(NULL)");
+  {
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, check_legacy_without_context, NULL) == 0, "pthread_create");
+    pthread_join(th, NULL);
+    CHECK(no_context_check_device == goncclSuccess,
+          "goncclStreamCheckDevice(cudaStreamLegacy, %d) on a thread without a context -> %d", dev,
+          no_context_check_device);
+    CHECK(goncclStreamCheckDevice(STREAM_LEGACY, dev) == goncclSuccess, "goncclStreamCheckDevice(cudaStreamLegacy)");
+    CHECK(goncclStreamCheckDevice(STREAM_LEGACY, -1) == goncclInvalidArgument, "goncclStreamCheckDevice(device -1)");
+  }
   /* A stream under graph capture: refused before anything is queued on it. */
   void* cap = fakecudaStreamCreateWithFlags(dev, NON_BLOCKING);
   CHECK(fakecudaBeginCapture(cap) == 0, "begin capture");

@@ -5,7 +5,9 @@
  * mode "ok" does the same things correctly and must exit 0:
  *   event-query, event-record, event-wait: a destroyed event used again;
  *   pinned-host: freed pinned memory written by the host (SIGSEGV);
- *   pinned-copy: a copy queued on pinned memory that is freed before it runs (SIGSEGV);
+ *   pinned-copy: a copy queued on pinned memory that is freed before it runs (SIGSEGV):
+ *     the copy is on a stream of device 1, as cuMemFreeHost waits only for the work of
+ *     the current context (device 0's);
  *   reset-stream: a stream used after the primary context's last reference is gone;
  *   reset-current: a call made with a reset context current.
  * Linked with the fake; calls its driver entry points directly (CUresult is an int).
@@ -62,13 +64,19 @@ int main(int argc, char** argv) {
   EXPECT(cuMemHostAlloc((void**)&host, 4096, 1) == 0);
   char* dev = fakecudaMalloc(0, 4096);
   memset(host, 1, 4096);
+  void* s1 = NULL;
   if (strcmp(m, "pinned-copy") == 0) {
-    fakecudaStreamSetDelay(s, 50000); /* the copy runs after the free */
-    EXPECT(cuMemcpyDtoHAsync_v2(host, (unsigned long long)(size_t)dev, 4096, s) == 0);
+    s1 = fakecudaStreamCreateWithFlags(1, 1);
+    char* dev1 = fakecudaMalloc(1, 4096);
+    fakecudaStreamSetDelay(s1, 50000); /* the copy runs after the free */
+    EXPECT(cuCtxSetCurrent(fakecudaContext(1)) == 0);
+    EXPECT(cuMemcpyDtoHAsync_v2(host, (unsigned long long)(size_t)dev1, 4096, s1) == 0);
+    EXPECT(cuCtxSetCurrent(fakecudaContext(0)) == 0);
   }
   EXPECT(cuMemFreeHost(host) == 0);
   if (strcmp(m, "pinned-host") == 0) host[10] = 7;
   fakecudaStreamDrain(s);
+  if (s1 != NULL) fakecudaStreamDrain(s1);
 
   /* The runtime's reference and one of our own: releasing ours keeps the context. */
   void* ctx = NULL;

@@ -80,7 +80,8 @@ extern CUresult cuMemsetD32Async(CUdeviceptr, unsigned int, size_t, CUstream);
 extern CUresult cuLaunchHostFunc(CUstream, CUhostFn, void*);
 
 #define CU_MEM_ATTACH_GLOBAL 0x1
-#define CU_STREAM_CAPTURE_MODE_RELAXED 2 /* other threads' calls are not checked */
+#define CU_STREAM_CAPTURE_MODE_GLOBAL 0 /* torch.cuda.graph's default: other threads' unsafe calls invalidate it */
+#define CUDA_ERROR_STREAM_CAPTURE_INVALIDATED 901
 #define CU_STREAM_CAPTURE_STATUS_ACTIVE 1
 
 int realcudaDeviceCount(void);
@@ -335,16 +336,22 @@ int fakecudaStreamSetDelay(void* stream, unsigned us) {
   return rc;
 }
 
-int fakecudaBeginCapture(void* stream) {
-  return cuStreamBeginCapture_v2(stream, CU_STREAM_CAPTURE_MODE_RELAXED) == 0 ? 0 : -1;
-}
+int fakecudaBeginCapture(void* stream) { return fakecudaBeginCaptureMode(stream, CU_STREAM_CAPTURE_MODE_GLOBAL); }
+
+int fakecudaBeginCaptureMode(void* stream, int mode) { return cuStreamBeginCapture_v2(stream, mode) == 0 ? 0 : -1; }
+
+static long captures_invalidated;
 
 int fakecudaEndCapture(void* stream) {
   CUgraph g = NULL;
-  if (cuStreamEndCapture(stream, &g) != 0) return -1;
+  CUresult r = cuStreamEndCapture(stream, &g);
+  if (r == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED) __atomic_add_fetch(&captures_invalidated, 1, __ATOMIC_RELAXED);
+  if (r != 0) return r == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED ? -2 : -1;
   if (g != NULL && cuGraphDestroy(g) != 0) return -1;
   return 0;
 }
+
+long fakecudaCapturesInvalidated(void) { return __atomic_load_n(&captures_invalidated, __ATOMIC_RELAXED); }
 
 void* fakecudaContext(int dev) { return dev < 0 ? NULL : device_ctx(dev); }
 
@@ -434,4 +441,10 @@ void fakecudaGetCounters(fakecudaCounters* out) {
   pthread_mutex_lock(&mu);
   *out = counters;
   pthread_mutex_unlock(&mu);
+}
+
+/* The driver's hardware queues per context: CUDA_DEVICE_MAX_CONNECTIONS, default 8. */
+int fakecudaHardwareQueues(void) {
+  const char* v = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  return v != NULL && *v != 0 ? atoi(v) : 8;
 }

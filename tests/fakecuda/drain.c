@@ -20,7 +20,7 @@ fakecudaStrictCounters g_strict;
 static long drain_timeout_ms(void) {
   const char* e = getenv("FAKECUDA_DRAIN_TIMEOUT_MS");
   long ms = (e && *e) ? strtol(e, NULL, 10) : 0;
-  return ms > 0 ? ms : 5000;
+  return ms > 0 ? ms : 20000; /* long enough for a slow peer on a loaded machine */
 }
 
 typedef struct {

@@ -61,6 +61,8 @@ CUresult cuEventRecord(void* ev, void* stream) {
 }
 
 CUresult cuEventQuery(void* ev) {
+  CUresult c = capture_unsafe("cuEventQuery");
+  if (c) return c;
   pthread_mutex_lock(&mu);
   fakeEvent* e = event(ev, "cuEventQuery");
   CUresult r = e->completed >= e->recorded ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
@@ -69,6 +71,8 @@ CUresult cuEventQuery(void* ev) {
 }
 
 CUresult cuEventSynchronize(void* ev) {
+  CUresult c = capture_unsafe("cuEventSynchronize");
+  if (c) return c;
   pthread_mutex_lock(&mu);
   fakeEvent* e = event(ev, "cuEventSynchronize");
   unsigned long want = e->recorded;

@@ -47,6 +47,15 @@ int fakecudaStreamSetDelay(void* stream, unsigned us);
 /* Stream capture on stream: until fakecudaEndCapture, what is queued there is not run. */
 int fakecudaBeginCapture(void* stream);
 int fakecudaEndCapture(void* stream);
+/* fakecudaBeginCapture in capture mode mode (0 global, as fakecudaBeginCapture; 1
+ * thread-local; 2 relaxed), on the calling thread; fakecudaEndCapture returns -2 for a
+ * capture that another thread's (or this one's) potentially unsafe call invalidated. */
+int fakecudaBeginCaptureMode(void* stream, int mode);
+/* The hardware queues each context's streams share: CUDA_DEVICE_MAX_CONNECTIONS (default
+ * 8), read at the first stream. */
+int fakecudaHardwareQueues(void);
+/* How many captures such calls have invalidated. */
+long fakecudaCapturesInvalidated(void);
 /* The context of device dev, for cuCtxSetCurrent. */
 void* fakecudaContext(int dev);
 /* Delay of every queued operation: uniformly random in [min_us, max_us]. */
@@ -79,21 +88,6 @@ void fakecudaGetCounters(fakecudaCounters* out);
  * the last element) until called again with another name or NULL (module.c). Returns
  * -1 if no kernel is called name. */
 int fakecudaCorruptKernel(const char* name);
-
-/* What the stricter parts of the fake count (drain.c, deadpeer.c): device allocations
- * and frees (cuMemAlloc / cuMemFree), exports (cuIpcGetMemHandle), mappings opened and
- * closed (cuIpcOpenMemHandle / cuIpcCloseMemHandle), drains (allocations and frees of
- * any kind, and lazy loads, each waits for the whole context), lazy loads (the first
- * launch of a kernel neither loaded eagerly nor by cuFuncLoad) and writes that reached
- * a dead exporter's memory (deadpeer.c). */
-typedef struct {
-  long dev_allocs, dev_frees;
-  long ipc_exports, ipc_opens, ipc_closes;
-  long drains;
-  long lazy_loads;
-  long dead_peer_writes; /* writes into a dead exporter's memory, queued while it lived */
-} fakecudaStrictCounters;
-void fakecudaGetStrictCounters(fakecudaStrictCounters* out);
 
 #ifdef __cplusplus
 }

@@ -12,10 +12,12 @@
  * cuStreamWaitEvent), module.c (modules, cuLaunchKernel of gonccl's kernels, whose
  * host implementations kernels_host.cc compiles from cuda/kernels/reduce.cuh), ipc.c
  * (shareable device memory, IPC handles, device copies, stream memory operations),
- * standin.c (what tests/capi/realcuda.c calls beyond that, so the fake can stand in for
- * libcuda.so.1 under it: tests/test_realcuda_link.py), and the stricter parts that
- * strict.h declares: drain.c (allocation, free and lazy loads wait for the context),
- * deadpeer.c (memory shared between processes dies with its exporter) and visible.c
+ * hwqueue.c (the hardware queues a context's streams share), capture.c (capture modes),
+ * hostreg.c (host memory registered for the device), standin.c (what
+ * tests/capi/realcuda.c calls beyond that, so the fake can stand in for libcuda.so.1
+ * under it: tests/test_realcuda_link.py), and the stricter parts that strict.h
+ * declares: drain.c (allocation, free and lazy loads wait for the context), deadpeer.c
+ * (memory shared between processes dies with its exporter) and visible.c
  * (CUDA_VISIBLE_DEVICES: ordinals are per process, bus ids per physical GPU).
  *
  * What it models, so that gonccl's staging logic is exercised for real:
@@ -27,6 +29,11 @@
  *   (CUDA_ERROR_INVALID_HANDLE), as the real driver does;
  * - streams: FIFO queues, each drained by its own thread, every operation after a
  *   configurable random delay; events with record generations; cuStreamWaitEvent;
+ *   the streams of a context share CUDA_DEVICE_MAX_CONNECTIONS hardware queues
+ *   (hwqueue.c, default 8), in each of which a waiting operation holds back what was
+ *   queued behind it;
+ * - registered host memory (hostreg.c): cuMemHostRegister'ed ranges whose device
+ *   address is their host address, for stream memory operations and device copies;
  * - pinned host memory: tracked, poisoned on free; a copy that runs on freed pinned
  *   memory counts as bad_access, and a copy queued on host memory that a pending
  *   operation of another stream still uses counts as a host race;
@@ -39,6 +46,9 @@
  *   copies really runs before them;
  * - stream capture (fakecudaBeginCapture): work queued on a capturing stream is
  *   recorded, not run, and an event recorded there is not a real record, as in a graph;
+ *   capture modes (capture.c): a global-mode capture is invalidated by a potentially
+ *   unsafe call (event query, synchronization, allocation) of another thread that is not
+ *   in relaxed mode;
  * - primary contexts: reference counted. The CUDA runtime's own reference is modelled
  *   (fakecudaRuntimeInit, implied by the first fakecudaContext/StreamCreate/Malloc of a
  *   device, as torch's first CUDA call takes it); when the count drops to 0 the context
@@ -59,7 +69,7 @@
  *   launch of a kernel loaded lazily (the driver's default, CUDA_MODULE_LOADING=LAZY:
  *   a function is loaded at its first launch unless CUDA_MODULE_LOADING=EAGER or
  *   cuFuncLoad loaded it). Where that wait would never end (a stream blocked on a flag
- *   or an event nobody sets) it aborts after FAKECUDA_DRAIN_TIMEOUT_MS (default 5000)
+ *   or an event nobody sets) it aborts after FAKECUDA_DRAIN_TIMEOUT_MS (default 20000)
  *   without progress, with "fakecuda: FAULT: cuMemFree waits for all work of the
  *   context ..., but stream 0x... has made no progress ...: it is blocked on
  *   cuStreamWaitValue32 on the flag at 0x... (it holds 1; the wait needs >= 2)";
@@ -75,10 +85,10 @@
  *   device 0 may be a different GPU; bus ids (cuDeviceGetPCIBusId,
  *   cuDeviceGetByPCIBusId: 0000:1N:00.0 for physical GPU N), IPC handles and peer
  *   access are the physical GPU's;
- * - the strict counters (fakecudaGetStrictCounters): device allocations and frees,
- *   exports, mappings opened and closed, drains, lazy loads and dead-peer writes, so
- *   tests can show that the hot path allocates nothing and that a decision was taken
- *   before anything was exported.
+ * - the strict counters (fakecudaGetStrictCounters, fakecuda_strict.h): device
+ *   allocations and frees, exports, mappings opened and closed, drains, lazy loads
+ *   and dead-peer writes, so tests can show that the hot path allocates nothing and
+ *   that a decision was taken before anything was exported.
  *
  * Everything declared below is hidden: libfakecuda.so exports only the driver entry
  * points (cu*) and the hooks of fakecuda.h.
@@ -104,6 +114,7 @@ enum {
   CUDA_ERROR_INVALID_HANDLE = 400,
   CUDA_ERROR_NOT_READY = 600,
   CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900,
+  CUDA_ERROR_STREAM_CAPTURE_INVALIDATED = 901,
 };
 
 #define STREAM_LEGACY ((void*)0x1)
@@ -165,6 +176,7 @@ typedef struct op {
    * op kinds of other files (ipc.c) keep their arguments in arg. */
   void (*call)(struct op*);
   unsigned long arg[2];
+  unsigned long qticket; /* its place in its stream's hardware queue (hwqueue.c) */
   struct op* next;
 } op;
 
@@ -180,6 +192,7 @@ typedef struct fakeStream {
   unsigned delay_us;          /* extra delay of every op of this stream */
   unsigned gen;               /* ctx->gen when created */
   pthread_t thread;
+  int hwq; /* its hardware queue (hwqueue.c) */
   struct fakeStream* next;
 } fakeStream;
 
@@ -224,6 +237,23 @@ CUresult resolve(void* h, fakeStream** out);
 /* forget_streams drops the default and pool streams of a reset context. */
 void forget_streams(fakeCtx* ctx);
 void push(fakeStream* s, op* o);
+
+/* hostreg.c: whether [p, p+n) is registered host memory (cuMemHostRegister). mu held. */
+int hostreg_live(const void* p, size_t n);
+
+/* hwqueue.c: the hardware queues the streams of a context share. mu held for all. */
+int hwq_assign(fakeCtx* ctx);
+void hwq_push(fakeStream* s, op* o);
+int hwq_turn(const op* o); /* every operation before o in its queue has run */
+void hwq_done(const op* o);
+
+/* capture.c: capture modes. capture_begin/capture_end with mu held; capture_unsafe, the
+ * first call of every potentially unsafe entry point, without. t_hook is set inside a
+ * test hook whose calls must not invalidate a capture. */
+void capture_begin(void* s, int mode);
+int capture_end(void* s);
+CUresult capture_unsafe(const char* fn);
+extern __thread int t_hook;
 
 #pragma GCC visibility pop
 

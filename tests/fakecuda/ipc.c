@@ -80,10 +80,11 @@ static void mark_dead(const char* p) {
   if (a != NULL && a->p == p) a->live = 0;
 }
 
-/* live_dev reports whether [p, p+n) lies in one live device allocation. mu held. */
+/* live_dev reports whether [p, p+n) lies in one live device allocation, or in host
+ * memory registered for the device (hostreg.c). mu held. */
 static int live_dev(const void* p, size_t n) {
   alloc* a = find(p, n, 1);
-  return a != NULL && a->live;
+  return (a != NULL && a->live) || hostreg_live(p, n);
 }
 
 static CUresult stream_for(void* stream, fakeStream** s) {
@@ -97,7 +98,7 @@ static CUresult stream_for(void* stream, fakeStream** s) {
 
 CUresult cuMemAlloc_v2(CUdeviceptr* out, size_t n) {
   CUresult r = need_ctx();
-  if (r) return r;
+  if (r || (r = capture_unsafe("cuMemAlloc"))) return r;
   if (out == NULL || n == 0) return CUDA_ERROR_INVALID_VALUE;
   drain_ctx("cuMemAlloc");
   size_t size = (n + 4095) & ~(size_t)4095;
@@ -131,7 +132,7 @@ CUresult cuMemAlloc_v2(CUdeviceptr* out, size_t n) {
 
 CUresult cuMemFree_v2(CUdeviceptr ptr) {
   CUresult r = need_ctx();
-  if (r) return r;
+  if (r || (r = capture_unsafe("cuMemFree"))) return r;
   char* p = (char*)(uintptr_t)ptr;
   drain_ctx("cuMemFree");
   pthread_mutex_lock(&mu);

@@ -107,7 +107,7 @@ void kill_allocs(fakeCtx* ctx) {
 CUresult cuMemHostAlloc(void** pp, size_t n, unsigned int flags) {
   (void)flags;
   CUresult r = need_ctx();
-  if (r) return r;
+  if (r || (r = capture_unsafe("cuMemHostAlloc"))) return r;
   drain_ctx("cuMemHostAlloc");
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
   size_t mapped = ((n ? n : 1) + page - 1) / page * page;
@@ -127,7 +127,7 @@ CUresult cuMemHostAlloc(void** pp, size_t n, unsigned int flags) {
 
 CUresult cuMemFreeHost(void* p) {
   CUresult r = need_ctx();
-  if (r) return r;
+  if (r || (r = capture_unsafe("cuMemFreeHost"))) return r;
   drain_ctx("cuMemFreeHost");
   pthread_mutex_lock(&mu);
   alloc* a = find(p, 1, 0);

@@ -53,6 +53,7 @@ fakeStream* new_stream(fakeCtx* ctx, int blocking, int legacy) {
   s->gen = ctx->gen;
   s->blocking = blocking;
   s->legacy = legacy;
+  s->hwq = hwq_assign(ctx);
   s->next = g_streams;
   g_streams = s;
   pthread_create(&s->thread, NULL, worker, s);
@@ -185,7 +186,7 @@ static void* worker(void* arg) {
   fakeStream* s = arg;
   pthread_mutex_lock(&mu);
   for (;;) {
-    while (s->head == NULL || !deps_done(s->head)) pthread_cond_wait(&cv, &mu);
+    while (s->head == NULL || !deps_done(s->head) || !hwq_turn(s->head)) pthread_cond_wait(&cv, &mu);
     op* o = s->head;
     s->busy = 1;
     run(o);
@@ -193,6 +194,7 @@ static void* worker(void* arg) {
     if (s->head == NULL) s->tail = NULL;
     s->busy = 0;
     s->done++;
+    hwq_done(o);
     free(o->deps);
     free(o);
     pthread_cond_broadcast(&cv);
@@ -218,6 +220,7 @@ void push(fakeStream* s, op* o) {
     add_dep(o, g_legacy[s->ctx->dev]);
   }
   s->pushed++;
+  hwq_push(s, o);
   if (s->tail) s->tail->next = o; else s->head = o;
   s->tail = o;
   pthread_cond_broadcast(&cv);
@@ -259,6 +262,8 @@ CUresult cuStreamDestroy_v2(void* stream) {
 }
 
 CUresult cuStreamSynchronize(void* stream) {
+  CUresult c = capture_unsafe("cuStreamSynchronize");
+  if (c) return c;
   pthread_mutex_lock(&mu);
   fakeStream* s = NULL;
   CUresult r = resolve(stream, &s);
@@ -305,13 +310,19 @@ void* fakecudaPoolStream(int dev) {
   return s;
 }
 
+/* set_capture begins (on: in capture mode mode-1) or ends stream's capture: -1 for a
+ * bad stream, -2 for a capture that was invalidated (capture.c). */
 static int set_capture(void* stream, int on) {
   pthread_mutex_lock(&mu);
   fakeStream* s = NULL;
   CUresult r = resolve(stream, &s);
-  if (r == CUDA_SUCCESS) s->capturing = on;
+  int invalidated = 0;
+  if (r == CUDA_SUCCESS) {
+    s->capturing = on != 0;
+    if (on) capture_begin(s, on - 1); else invalidated = capture_end(s);
+  }
   pthread_mutex_unlock(&mu);
-  return r == CUDA_SUCCESS ? 0 : -1;
+  return r != CUDA_SUCCESS ? -1 : invalidated ? -2 : 0;
 }
 
 int fakecudaStreamSetDelay(void* stream, unsigned us) {
@@ -324,6 +335,9 @@ int fakecudaStreamSetDelay(void* stream, unsigned us) {
 }
 
 int fakecudaBeginCapture(void* stream) { return set_capture(stream, 1); }
+int fakecudaBeginCaptureMode(void* stream, int mode) {
+  return mode < 0 || mode > 2 ? -1 : set_capture(stream, mode + 1);
+}
 int fakecudaEndCapture(void* stream) { return set_capture(stream, 0); }
 
 void fakecudaSetCopyRate(unsigned mib_per_s) {
@@ -370,4 +384,9 @@ int fakecudaCheckF32(void* stream, void* p, size_t count, float want, unsigned d
   return kernel(stream, p, count, want, delay_us, OP_CHECK);
 }
 
-int fakecudaStreamDrain(void* stream) { return cuStreamSynchronize(stream) == CUDA_SUCCESS ? 0 : -1; }
+int fakecudaStreamDrain(void* stream) {
+  t_hook = 1;
+  CUresult r = cuStreamSynchronize(stream);
+  t_hook = 0;
+  return r == CUDA_SUCCESS ? 0 : -1;
+}

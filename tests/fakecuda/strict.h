@@ -7,6 +7,7 @@
 #define FAKECUDA_STRICT_H_
 
 #include "fakecuda_internal.h"
+#include "fakecuda_strict.h"
 
 #pragma GCC visibility push(hidden)
 
@@ -17,7 +18,7 @@ extern fakecudaStrictCounters g_strict;
  * (and a lazily loaded kernel's first launch) do, until every stream of the calling
  * thread's current context has run what was queued on it before the call. Where a
  * stream makes no progress for the drain timeout (FAKECUDA_DRAIN_TIMEOUT_MS, default
- * 5000: it waits on a flag or an event nobody sets), it reports the stream and what it
+ * 20000: it waits on a flag or an event nobody sets), it reports the stream and what it
  * is blocked on and aborts: the real driver would hang there for ever. call names the
  * entry point. mu not held; the current context was checked (need_ctx). */
 void drain_ctx(const char* call);

@@ -1,0 +1,32 @@
+/*
+ * fakecuda_strict.h: a hook of the fake CUDA driver alone, which
+ * tests/capi/realcuda.c (the same hooks on a real GPU) does not provide: counters of
+ * what only the fake can see (drain.c, deadpeer.c; strict.h has the rest). Go tests
+ * reach it with dlsym (cuda/cudatest/strict.go).
+ */
+#ifndef FAKECUDA_STRICT_HOOKS_H_
+#define FAKECUDA_STRICT_HOOKS_H_
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What the stricter parts of the fake count (drain.c, deadpeer.c): device allocations
+ * and frees (cuMemAlloc / cuMemFree), exports (cuIpcGetMemHandle), mappings opened and
+ * closed (cuIpcOpenMemHandle / cuIpcCloseMemHandle), drains (allocations and frees of
+ * any kind, and lazy loads, each waits for the whole context), lazy loads (the first
+ * launch of a kernel neither loaded eagerly nor by cuFuncLoad) and writes that reached
+ * a dead exporter's memory (deadpeer.c). */
+typedef struct {
+  long dev_allocs, dev_frees;
+  long ipc_exports, ipc_opens, ipc_closes;
+  long drains;
+  long lazy_loads;
+  long dead_peer_writes; /* stream writes into a dead exporter's memory */
+} fakecudaStrictCounters;
+void fakecudaGetStrictCounters(fakecudaStrictCounters* out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

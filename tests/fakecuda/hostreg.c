@@ -1,0 +1,88 @@
+/*
+ * hostreg.c: the fake CUDA driver's registered host memory (see fakecuda_internal.h):
+ * cuMemHostRegister page-locks a host range and maps it for the device, and
+ * cuMemHostGetDevicePointer gives its device address, which stream memory operations
+ * and device copies then take like device memory. In the fake the device address is
+ * the host address (host memory plays device memory). A range registered twice, or
+ * unregistered when it was not, is CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED /
+ * _NOT_REGISTERED, as on the real driver; after cuMemHostUnregister the stream
+ * operations that reach it count bad_access.
+ */
+#define _GNU_SOURCE
+#include "fakecuda_internal.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+enum {
+  CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED = 712,
+  CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED = 713,
+};
+
+typedef struct reg {
+  char* p;
+  size_t n;
+  struct reg* next;
+} reg;
+
+static reg* g_regs; /* guarded by mu */
+
+static reg* find_reg(const void* p, size_t n) {
+  for (reg* r = g_regs; r; r = r->next)
+    if ((const char*)p >= r->p && (const char*)p + n <= r->p + r->n) return r;
+  return NULL;
+}
+
+/* hostreg_live reports whether [p, p+n) lies in one registered host range. mu held. */
+int hostreg_live(const void* p, size_t n) { return find_reg(p, n) != NULL; }
+
+CUresult cuMemHostRegister_v2(void* p, size_t n, unsigned int flags) {
+  (void)flags;
+  CUresult r = need_ctx();
+  if (r) return r;
+  if (p == NULL || n == 0 || ((uintptr_t)p % (uintptr_t)sysconf(_SC_PAGESIZE)) != 0) return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&mu);
+  for (reg* g = g_regs; g; g = g->next) {
+    if ((char*)p < g->p + g->n && (char*)p + n > g->p) {
+      pthread_mutex_unlock(&mu);
+      return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+    }
+  }
+  reg* g = calloc(1, sizeof *g);
+  g->p = p;
+  g->n = n;
+  g->next = g_regs;
+  g_regs = g;
+  pthread_mutex_unlock(&mu);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemHostUnregister(void* p) {
+  CUresult r = need_ctx();
+  if (r) return r;
+  pthread_mutex_lock(&mu);
+  for (reg** g = &g_regs; *g; g = &(*g)->next) {
+    if ((*g)->p == p) {
+      reg* dead = *g;
+      *g = dead->next;
+      free(dead);
+      pthread_mutex_unlock(&mu);
+      return CUDA_SUCCESS;
+    }
+  }
+  pthread_mutex_unlock(&mu);
+  return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+}
+
+CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr* out, void* p, unsigned int flags) {
+  CUresult r = need_ctx();
+  if (r) return r;
+  if (out == NULL || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&mu);
+  int ok = find_reg(p, 1) != NULL;
+  pthread_mutex_unlock(&mu);
+  if (!ok) return CUDA_ERROR_INVALID_VALUE;
+  *out = (CUdeviceptr)(uintptr_t)p;
+  return CUDA_SUCCESS;
+}
