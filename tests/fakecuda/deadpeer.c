@@ -7,10 +7,11 @@
  * but faults instead:
  *
  * - a write by a stream operation (cuStreamWriteValue32, a device copy's destination)
- *   into a mapping whose exporter has died, when queued or when it runs, is counted
- *   (dead_peer_writes) and reported on stderr ("fakecuda: WARNING"), not a fault: a
- *   rank cannot know at once that a peer died, nor take back work its stream already
- *   holds (see the header of fakecuda_internal.h); tests assert the count;
+ *   into a mapping whose exporter has died, when queued or when it runs, faults
+ *   (and is counted in dead_peer_writes). gonccl's streams post their flags into host
+ *   memory every rank maps (cuda/hostflags.go), which outlives any one process, so a
+ *   survivor's queued posts to a dead peer land safely; before that, the device
+ *   path's kill tests died here;
  * - cuMemFree of exported memory that a live process still maps: each allocation has a
  *   page after it (in the same memfd) listing the processes that opened it, which the
  *   exporter checks when it frees.
@@ -91,10 +92,9 @@ void check_write(const void* p, size_t n, const char* what, int queued) {
     if (!m->dead && !alive(m->pid)) m->dead = 1;
     if (!m->dead) return;
     g_strict.dead_peer_writes++;
-    fprintf(stderr,
-            "fakecuda: WARNING: %s %s device memory %p mapped (cuIpcOpenMemHandle) from process %d, which has died: "
-            "on a GPU that memory went with its context, and the write can leave a sticky error in this one\n",
-            what, queued ? "is queued to write into" : "writes into", p, m->pid);
+    fault("%s %s device memory %p mapped (cuIpcOpenMemHandle) from process %d, which has died: "
+          "on a GPU that memory went with its context, and the write leaves a sticky error in this one",
+          what, queued ? "is queued to write into" : "writes into", p, m->pid);
     return;
   }
 }

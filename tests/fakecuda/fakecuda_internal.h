@@ -76,10 +76,9 @@
  * - memory shared between processes (deadpeer.c): cuMemFree of exported memory that a
  *   live process still maps (opened, not yet closed) faults; a stream write (a
  *   cuStreamWriteValue32, a device copy's destination) into memory mapped from a
- *   process that has died is counted (dead_peer_writes) and reported with a
- *   "fakecuda: WARNING" line, not a fault: a rank cannot take back work its stream
- *   already holds when a peer dies (the device path's flags are such writes), so the
- *   count is what tests can assert;
+ *   process that has died faults (and is counted in dead_peer_writes), as the real
+ *   write poisons the context; gonccl's flags live in host memory every rank maps
+ *   (cuda/hostflags.go), so a survivor's queued posts never hit a dead peer's memory;
  * - several GPUs (visible.c): CUDA_VISIBLE_DEVICES numbers the physical fake GPUs a
  *   process sees from 0, as the driver does, so with a per-rank setting every rank's
  *   device 0 may be a different GPU; bus ids (cuDeviceGetPCIBusId,

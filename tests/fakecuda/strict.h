@@ -35,7 +35,7 @@ void mapping_closed(char* p);
 /* check_write checks a write into [p, p+n) by a stream operation being queued
  * (queued 1) or running (0): if that lies in a mapping whose exporter has died (the
  * real driver's write would hit memory freed with the dead process's context and can
- * poison this one) it counts dead_peer_writes and warns. what names the write. mu
+ * poison this one) it counts dead_peer_writes and faults. what names the write. mu
  * held. */
 void check_write(const void* p, size_t n, const char* what, int queued);
 /* check_no_mappers faults if a live process other than this one still maps the
