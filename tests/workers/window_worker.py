@@ -64,6 +64,7 @@ def window_checks(ck: Checker, same_host) -> None:
 
     with ck.section("put_signal"):
         ck.check(torch.equal(t, torch.full((SLOT * WS,), -1.0)), "registering changed the tensor's values")
+        dist.barrier()  # every rank has looked before any puts
         for round_ in range(3):
             win.put(slot_values(RANK, round_), nxt, SLOT * RANK, False)
             win.signal(nxt, False)
@@ -76,8 +77,8 @@ def window_checks(ck: Checker, same_host) -> None:
     with ck.section("map_remote"):
         for peer in range(WS):
             attr = win.get_attr(peer).access_type
-            want = dist.distributed_c10d.WindowAccessType.UNIFIED if same_host(peer) else \
-                dist.distributed_c10d.WindowAccessType.SEPARATE
+            kinds = torch._C._distributed_c10d.WindowAccessType
+            want = kinds.UNIFIED if same_host(peer) else kinds.SEPARATE
             ck.check(attr == want, f"get_attr({peer}) is {attr}, want {want}")
         if same_host(nxt):
             remote = win.map_remote_tensor(nxt)
