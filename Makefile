@@ -86,7 +86,7 @@ test-torch: lib
 # 1- or 4-rank, ring-only or CUDA cases; the contract tests all run), so that CI stays
 # under 30 minutes; TORCH_CI_SELECT= runs every case.
 TORCH_CI = 2.11.0
-TORCH_CI_FILES = tests/test_contract.py tests/test_groups_hooks.py tests/test_collectives.py tests/test_ops_reference.py
+TORCH_CI_FILES = tests/test_contract.py tests/test_groups_hooks.py tests/test_collectives.py tests/test_ops_reference.py tests/test_windows.py
 TORCH_CI_SELECT ?= -k 'not cuda and not ws1 and not ws4 and not ring'
 
 test-torch-ci:
