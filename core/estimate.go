@@ -1,13 +1,17 @@
 package core
 
-import "fmt"
+import (
+	"fmt"
+	"runtime"
+)
 
 // The time estimator: what an operation would cost, from the cost model that picks its
 // algorithm (tuning.go), without running it. torch's compiler asks a backend for such
 // estimates (Backend::startTimeEstimate / endTimeEstimate) to plan how communication
 // overlaps computation, so an estimate is the time from the caller's issue of the
-// operation to its completion: the chosen algorithm's modelled time plus the fixed
-// cost of one call (callOverheadUS).
+// operation to its completion: the chosen algorithm's modelled time (stretched where
+// this host's ranks outnumber its cores) plus the fixed cost of one call
+// (callOverheadUS).
 
 // KindSendRecv is not an operation kind on the wire: it names a point-to-point message
 // (one send matched by one receive) for Estimate.
@@ -51,5 +55,12 @@ func (c *Comm) Estimate(k Kind, bytes int) (float64, Algo, error) {
 		_, err := s.choose(k, bytes) // the same error the operation would get
 		return 0, AlgoNone, err
 	}
-	return callOverheadUS + ests[best].us, ests[best].algo, nil
+	return callOverheadUS + ests[best].us*c.sharedCores(), ests[best].algo, nil
+}
+
+// sharedCores is how many ranks of this host take turns on each core (at least 1):
+// the model's rates are one rank's on a core of its own, and ranks that outnumber the
+// cores run their steps in turn.
+func (c *Comm) sharedCores() float64 {
+	return max(1, float64(c.sel.m.maxLocal)/float64(runtime.NumCPU()))
 }
