@@ -53,7 +53,15 @@ namespace gonccl {
   X(requestFree, goncclRequestFree)                   \
   X(streamCheck, goncclStreamCheck)                   \
   X(streamAcquire, goncclStreamAcquire)               \
-  X(streamRelease, goncclStreamRelease)
+  X(streamRelease, goncclStreamRelease)               \
+  X(commEstimate, goncclCommEstimate)                 \
+  X(commSuspend, goncclCommSuspend)                   \
+  X(commResume, goncclCommResume)                     \
+  X(commMemoryStats, goncclCommMemoryStats)           \
+  X(commConnectAll, goncclCommConnectAll)             \
+  X(commConnectedPeers, goncclCommConnectedPeers)     \
+  X(memAlloc, goncclMemAlloc)                         \
+  X(memFree, goncclMemFree)
 
 // The entry points, filled by dlsym; their types come from gonccl.h.
 struct Library {
