@@ -157,6 +157,30 @@ typedef struct {
   uint32_t epoch;     /* communicator generation (see goncclCommInitRankEpoch); 0: first */
 } goncclConfig_t;
 
+/* gonccl extension: the kinds of operation goncclCommEstimate knows. */
+typedef enum {
+  goncclOpAllReduce = 1,
+  goncclOpBroadcast = 2,
+  goncclOpAllGather = 3, /* bytes: one rank's block */
+  goncclOpBarrier = 4,
+  goncclOpReduce = 5,
+  goncclOpReduceScatter = 6, /* bytes: one rank's block (the output) */
+  goncclOpGather = 7,        /* bytes: one rank's block */
+  goncclOpScatter = 8,       /* bytes: one rank's block */
+  goncclOpAlltoAll = 9,      /* bytes: the block for one peer */
+  goncclOpSendRecv = 64      /* one message from one rank to another */
+} goncclOpKind_t;
+
+/* gonccl extension: what a communicator holds, in bytes, by kind
+ * (goncclCommMemoryStats). */
+typedef struct {
+  int64_t scratchBytes;       /* host scratch for reductions */
+  int64_t workBytes;          /* host work memory, grown on demand */
+  int64_t shmRingBytes;       /* shared-memory send rings of this rank's links */
+  int64_t pinnedBytes;        /* pinned staging pool of the CUDA path */
+  int64_t deviceScratchBytes; /* device scratch of the device path (this rank's) */
+} goncclMemoryStats_t;
+
 #ifndef GONCCL_NO_PROTOTYPES
 
 goncclResult_t goncclGetVersion(int* version);
@@ -195,6 +219,33 @@ goncclResult_t goncclCommInitRankEpoch(goncclComm_t* comm, int nranks,
  * has dropped. Either pointer may be NULL. */
 goncclResult_t goncclCommEpoch(const goncclComm_t comm, uint32_t* epoch,
                                uint64_t* staleFrames);
+/* gonccl extension: *us gets the estimated time, in microseconds, of one operation of
+ * kind on bytes over comm, from the issue to the completion, as the cost model that
+ * chooses its algorithm (GONCCL_ALGO) sees it. Nothing is run or sent. */
+goncclResult_t goncclCommEstimate(const goncclComm_t comm, goncclOpKind_t kind,
+                                  size_t bytes, double* us);
+/* gonccl extension: stops comm from taking operations (they fail with
+ * goncclInvalidArgument, saying it is suspended) and frees its memory: host scratch,
+ * shared-memory send rings (connections stay), the pinned staging pool and the device
+ * scratch. Waits up to the communicator's timeout for earlier operations to finish.
+ * Every rank of a communicator that uses the device path must suspend. */
+goncclResult_t goncclCommSuspend(goncclComm_t comm);
+/* gonccl extension: takes operations again after goncclCommSuspend; the memory comes
+ * back as operations need it. */
+goncclResult_t goncclCommResume(goncclComm_t comm);
+/* gonccl extension: what comm holds now, by kind. */
+goncclResult_t goncclCommMemoryStats(const goncclComm_t comm, goncclMemoryStats_t* stats);
+/* gonccl extension: connects comm to every peer it has not connected to yet (init
+ * connects only the peers its first algorithms need; the others on first use). */
+goncclResult_t goncclCommConnectAll(goncclComm_t comm);
+/* gonccl extension: *count gets how many peers comm has a connection to. */
+goncclResult_t goncclCommConnectedPeers(const goncclComm_t comm, int* count);
+/* gonccl extension, in the spirit of ncclMemAlloc: *ptr gets size bytes (zeroed) of
+ * shared memory (a memfd mapped MAP_SHARED) that gonccl allocated; free it with
+ * goncclMemFree. */
+goncclResult_t goncclMemAlloc(void** ptr, size_t size);
+/* gonccl extension: frees memory from goncclMemAlloc. */
+goncclResult_t goncclMemFree(void* ptr);
 /* Waits for pending operations, then frees the communicator. Every request of the
  * communicator has completed (and its callback has run) when it returns; requests
  * must still be freed with goncclRequestFree, which stays valid after destruction. */

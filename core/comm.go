@@ -54,6 +54,7 @@ type Comm struct {
 	peers        *peerSet        // links to the other ranks, made on demand (see peers.go)
 	hosts        [][]int         // the ranks of each host (nil: unknown; see hostGroups)
 	scratch      []byte          // mmap'd: receive staging for reductions
+	scratchBytes int             // its size (Resume maps it again)
 	work         []byte          // mmap'd, grown on demand: see workBuf
 	sel          *selector       // the cost model: picks each operation's algorithm
 	trace        *flightRecorder // recent operations (nil: off); see trace.go
@@ -99,6 +100,8 @@ type Comm struct {
 	lostRank    int    // which, once lost is set
 	lostCause   error  // how it was lost (lost without the rank's name)
 	lostNow     bool   // the loss broke the communicator at once, or will no longer wait
+	suspended   bool   // Suspend ran, Resume not yet: operations are refused (suspend.go)
+	released    bool   // its memory is freed (under runMu too)
 }
 
 // DeviceTopology, if set, returns lines describing this process's GPUs (names, PCI bus
@@ -217,7 +220,7 @@ func newComm(rank, nranks int, cfg *config, logs loggers, peers *peerSet, timeou
 		return nil, fmt.Errorf("allocating %d bytes of scratch memory: %w", scratchBytes, err)
 	}
 	c := &Comm{
-		rank: rank, nranks: nranks, cfg: cfg, logs: logs, peers: peers, scratch: scratch,
+		rank: rank, nranks: nranks, cfg: cfg, logs: logs, peers: peers, scratch: scratch, scratchBytes: scratchBytes,
 		timeout: timeout, queue: make(chan *op, cfg.queueDepth), slots: make(chan struct{}, cfg.queueDepth),
 		closing: make(chan struct{}), finished: make(chan struct{}), kick: make(chan struct{}, 1),
 	}
@@ -328,6 +331,11 @@ func (c *Comm) enqueue(o *op, opts ...OpOption) (*Request, error) {
 		c.mu.Unlock()
 		<-c.slots // this caller's own token: never blocks
 		return nil, fmt.Errorf("gonccl rank %d: %s: %w", c.rank, o.kind, ErrClosed)
+	}
+	if c.suspended {
+		c.mu.Unlock()
+		<-c.slots
+		return nil, fmt.Errorf("gonccl rank %d: %s: %w", c.rank, o.kind, ErrSuspended)
 	}
 	c.seq++
 	o.seq = c.seq

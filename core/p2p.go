@@ -249,6 +249,9 @@ func (c *Comm) Send(buf []byte, count int, dt DataType, peer, tag int) (*Request
 	if err := c.checkP2P("send", buf, count, dt, peer, tag, false); err != nil {
 		return nil, err
 	}
+	if c.Suspended() {
+		return nil, fmt.Errorf("gonccl rank %d: send: %w", c.rank, ErrSuspended)
+	}
 	timeout := c.Timeout()
 	if c.p2p.peer(peer) == nil && c.peers.ranks != nil { // first message to peer: connect
 		if _, err := c.peers.link(peer, time.Now().Add(timeout)); err != nil {
@@ -266,6 +269,9 @@ func (c *Comm) Send(buf []byte, count int, dt DataType, peer, tag int) (*Request
 func (c *Comm) Recv(buf []byte, count int, dt DataType, peer, tag int) (*Request, error) {
 	if err := c.checkP2P("recv", buf, count, dt, peer, tag, true); err != nil {
 		return nil, err
+	}
+	if c.Suspended() {
+		return nil, fmt.Errorf("gonccl rank %d: recv: %w", c.rank, ErrSuspended)
 	}
 	return c.p2p.recv(buf[:count*dt.Size()], count, dt, peer, int64(tag), c.Timeout())
 }

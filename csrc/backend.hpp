@@ -8,6 +8,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <c10/core/Stream.h>
@@ -278,6 +279,66 @@ class GoncclBackend : public c10d::Backend {
   // with no communicator).
   uint64_t staleFrames();
 
+  // The time estimator (estimate.cpp). Between beginEstimate and
+  // finishEstimate the ops this backend issues are recorded, not run: each
+  // adds the cost model's time for it (goncclCommEstimate) and returns a Work
+  // that is already complete, its tensors untouched; finishEstimate returns
+  // the total in microseconds. torch 2.15's dist._time_estimator reaches them
+  // through startTimeEstimate / endTimeEstimate.
+  bool supportsTimeEstimation() const override {
+    return GONCCL_HAS_TIME_ESTIMATE;
+  }
+#if GONCCL_HAS_TIME_ESTIMATE
+  void startTimeEstimate() override {
+    beginEstimate();
+  }
+  float endTimeEstimate() override {
+    return static_cast<float>(finishEstimate());
+  }
+#endif
+  void beginEstimate();
+  double finishEstimate();
+
+  // Suspend and resume (suspend.cpp): suspend waits for the ops issued so
+  // far, then frees the communicator's memory (host scratch, shared-memory
+  // send rings, the pinned staging pool, the device scratch; connections
+  // stay); ops issued while suspended fail with a DistBackendError saying so.
+  // memoryStats is what it holds, in bytes per kind. torch 2.12+ declares
+  // them on c10d::Backend; gonccl's module binds them on every torch.
+  void suspendComm();
+  void resumeComm();
+  std::unordered_map<std::string, uint64_t> memoryStats();
+#if GONCCL_HAS_SUSPEND
+  void suspend() override {
+    suspendComm();
+  }
+  void resume() override {
+    resumeComm();
+  }
+  std::unordered_map<std::string, uint64_t> getMemoryStats() override {
+    return memoryStats();
+  }
+#endif
+  // Connects to every peer now, instead of on first use (suspend.cpp).
+  void eagerConnectSingleDevice(at::Device device) override;
+  // How many peers this rank has a connection to.
+  int connectedPeers();
+
+  // ProcessGroup.merge_remote_group (suspend.cpp): a new backend of size
+  // ranks over store (rank given by torch, in arrival order), with this
+  // one's knobs and opts' timeout and name.
+  c10::intrusive_ptr<c10d::Backend> merge(
+      const c10::intrusive_ptr<c10d::Store>& store,
+      const c10::intrusive_ptr<Options>& opts,
+      const int& rank,
+      const int& size) override;
+
+  // Backend-allocated CPU tensors (alloc.cpp): allocate_tensor returns a
+  // tensor in gonccl's shared memory (goncclMemAlloc).
+  bool supportsTensorAlloc(c10::DeviceIndex deviceIdx) override;
+  std::shared_ptr<c10::Allocator> getMemAllocator() override;
+  at::Tensor allocateTensor(long size, at::TensorOptions options = {}) override;
+
   // Waits for nothing: fails pending ops (goncclCommAbort) if any, else frees
   // the communicator (goncclCommDestroy). Then joins the completion thread.
   void shutdown() override;
@@ -407,6 +468,17 @@ class GoncclBackend : public c10d::Backend {
   const std::string& rankNote() const {
     return rankNote_;
   }
+
+  // An op issued while estimating: its estimate added, a completed Work
+  // returned (estimate.cpp; issueMutex_ held).
+  c10::intrusive_ptr<GoncclWork> recordEstimate(Op& op, goncclComm_t comm);
+  // The last merge (torch calls merge once per device type of the group,
+  // with one store): the same store gets the same merged backend.
+  const c10d::Store* mergedStore_ = nullptr;  // issueMutex_
+  c10::weak_intrusive_ptr<c10d::Backend> merged_{
+      c10::intrusive_ptr<c10d::Backend>()};  // issueMutex_
+  bool estimating_ = false;                  // issueMutex_
+  double estimatedUs_ = 0;                   // issueMutex_
 
   std::string libraryPath_;
   c10::intrusive_ptr<GoncclOptions> options_;  // timeout: see timeout_

@@ -55,6 +55,9 @@ c10::intrusive_ptr<GoncclWork> GoncclBackend::issue(Op op, Start start) {
   std::lock_guard<std::mutex> guard(issueMutex_);
   Parts parts;
   parts.comm = liveComm(op.name);
+  if (estimating_) {
+    return recordEstimate(op, parts.comm);
+  }
   const std::optional<c10::Stream> stream = opStream(op, parts);
   const bool holds = stream && op.postComplete;
   auto work = c10::make_intrusive<GoncclWork>(

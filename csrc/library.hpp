@@ -66,7 +66,15 @@ namespace gonccl {
   X(winHoldRelease, goncclWinHoldRelease)             \
   X(putAsync, goncclPutAsync)                         \
   X(signalAsync, goncclSignalAsync)                   \
-  X(waitSignalAsync, goncclWaitSignalAsync)
+  X(waitSignalAsync, goncclWaitSignalAsync)           \
+  X(commEstimate, goncclCommEstimate)                 \
+  X(commSuspend, goncclCommSuspend)                   \
+  X(commResume, goncclCommResume)                     \
+  X(commMemoryStats, goncclCommMemoryStats)           \
+  X(commConnectAll, goncclCommConnectAll)             \
+  X(commConnectedPeers, goncclCommConnectedPeers)     \
+  X(memAlloc, goncclMemAlloc)                         \
+  X(memFree, goncclMemFree)
 
 // The entry points, filled by dlsym; their types come from gonccl.h.
 struct Library {

@@ -22,6 +22,10 @@
 
 namespace py = pybind11;
 
+namespace gonccl {
+void defineContract(py::module_& m);  // contract_module.cpp
+}  // namespace gonccl
+
 namespace {
 
 // Records the thread Python runs signal handlers on (see GoncclWork::wait):
@@ -245,6 +249,7 @@ PYBIND11_MODULE(_C, m) {
           "Backend raises there). A no-op: every rank numbers a gonccl "
           "group's ops from 0 when the group is made.");
 
+  gonccl::defineContract(m);
   m.def(
       "library_version",
       &libraryVersion,

@@ -33,6 +33,14 @@
 #define GONCCL_HAS_WINDOW 0
 #endif
 
+// Backend::startTimeEstimate / endTimeEstimate (dist._time_estimator): 2.15.
+// 2.11-2.14 declare supportsTimeEstimation but have nothing that asks a
+// backend for an estimate.
+#define GONCCL_HAS_TIME_ESTIMATE GONCCL_TORCH_AT_LEAST(2, 15)
+
+// Backend::suspend / resume / getMemoryStats: 2.12.
+#define GONCCL_HAS_SUSPEND GONCCL_TORCH_AT_LEAST(2, 12)
+
 namespace gonccl {
 
 // The factor of a PREMUL_SUM reduce op: NCCLPreMulSumSupplement until 2.12,

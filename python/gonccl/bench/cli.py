@@ -78,6 +78,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hops", action="store_true",
                    help="time each hop of gonccl's path (sets GONCCL_DEBUG_HOPS=1) and print rank 0's "
                         "per-op means under each gonccl and C ABI row")
+    g = p.add_argument_group("contract")
+    g.add_argument("--estimate", action="store_true",
+                   help="compare dist._time_estimator's estimate (gonccl's cost model) with the measured time "
+                        "of all_reduce, all_gather and reduce_scatter at each size (torch 2.15+)")
+    g.add_argument("--alloc", action="store_true",
+                   help="time all_reduce, all_gather and reduce_scatter of -e bytes on tensors from gonccl's "
+                        "allocate_tensor, on torch.empty tensors, and on Gloo, in one run")
     g = p.add_argument_group("ddp")
     g.add_argument("--size", type=int, default=4000, help="ToyModel width (the lecture's: 4000)")
     g.add_argument("--batch", type=int, default=1000, help="batch size (the lecture's: 1000)")
@@ -97,6 +104,8 @@ def parse_args(argv=None):
             p.error("--backends is empty")
         if len(set(args.backends)) != len(args.backends):
             p.error("--backends names a backend twice")
+    if args.estimate and args.alloc:
+        p.error("--estimate and --alloc are two runs")
     if args.minbytes > args.maxbytes:
         p.error("-b is larger than -e")
     if args.stepfactor < 1 or args.iters < 1 or args.warmup_iters < 0 or args.check < 0:
@@ -229,6 +238,10 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
         return launch(args, None if argv is None else list(argv))
+    if args.estimate or args.alloc:
+        from gonccl.bench import contract, worker
+
+        return contract.run(args, worker.sizes(args))
     if args.coll == "ddp":
         from gonccl.bench import ddp
 

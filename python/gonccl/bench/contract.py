@@ -1,0 +1,138 @@
+"""Bench modes for torch's newer Backend contract: the time estimator against
+measurement (--estimate), and collectives on backend-allocated CPU tensors against
+ordinary tensors and Gloo (--alloc).
+
+One rank of the run (launched by gonccl.bench). The default group is Gloo and only
+coordinates; the measured groups are made with new_group. Times are per op, each op
+waited before the next (the estimator prices one op from issue to completion), the
+maximum over ranks.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from gonccl.bench import report
+
+ESTIMATED = ("all_reduce", "all_gather", "reduce_scatter")
+
+
+def _issue(coll: str, t: torch.Tensor, out: torch.Tensor | None, group):
+    if coll == "all_reduce":
+        return dist.all_reduce(t, group=group, async_op=True)
+    if coll == "all_gather":
+        return dist.all_gather_into_tensor(out, t, group=group, async_op=True)
+    return dist.reduce_scatter_tensor(out, t, group=group, async_op=True)
+
+
+def _buffers(coll: str, nbytes: int, nranks: int, alloc=None):
+    """The op's tensors for a message of nbytes (all_gather: each rank's block;
+    reduce_scatter: each rank's result block), float32, from alloc(n) if given."""
+    n = max(1, nbytes // 4)
+    make = alloc or (lambda k: torch.empty(k, dtype=torch.float32))
+    if coll == "all_reduce":
+        t = make(n)
+        t.fill_(1.0)
+        return t, None
+    if coll == "all_gather":
+        t = make(n)
+        t.fill_(1.0)
+        return t, make(n * nranks)
+    t = make(n * nranks)
+    t.fill_(1.0)
+    return t, make(n)
+
+
+def _time(coll, t, out, group, iters: int, warmup: int) -> float:
+    for _ in range(warmup):
+        _issue(coll, t, out, group).wait()
+    dist.barrier()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        _issue(coll, t, out, group).wait()
+    local = (time.perf_counter() - t0) / iters
+    m = torch.tensor([local], dtype=torch.float64)
+    dist.all_reduce(m, op=dist.ReduceOp.MAX)
+    return float(m.item())
+
+
+def _iters(nbytes: int, base: int) -> int:
+    return max(3, min(base * 20, (base * 64 << 20) // max(nbytes, 1)))
+
+
+def run_estimate(args, sizes) -> int:
+    rank, nranks = dist.get_rank(), dist.get_world_size()
+    g = dist.new_group(backend="gonccl", timeout=timedelta(seconds=args.pg_timeout))
+    say = rank == 0
+    if say:
+        report.print_lines([
+            f"# gonccl.bench --estimate: nranks {nranks}, float32, each op waited before the next, "
+            f"time = max over ranks; torch {torch.__version__}",
+            "# estimate: dist._time_estimator (gonccl's cost model); ratio = measured / estimate",
+            "# size: all_reduce the buffer, all_gather each rank's input, reduce_scatter each rank's output",
+        ])
+    worst = 0.0
+    for coll in ESTIMATED:
+        if say:
+            report.print_lines([f"#\n# {coll}", f"# {'size':>10} {'estimate(us)':>13} {'measured(us)':>13} {'ratio':>7}"])
+        for nbytes in sizes:
+            t, out = _buffers(coll, nbytes, nranks)
+            try:
+                with dist._time_estimator(group=g) as est:
+                    _issue(coll, t, out, g).wait()
+            except NotImplementedError as e:
+                if say:
+                    print(f"gonccl.bench: the time estimator needs torch 2.15 or newer: {e}")
+                return 1
+            measured = _time(coll, t, out, g, _iters(nbytes, args.iters), args.warmup_iters) * 1e6
+            ratio = measured / est.estimated_time
+            worst = max(worst, ratio, 1 / ratio)
+            if say:
+                print(f"  {nbytes:>10} {est.estimated_time:>13.1f} {measured:>13.1f} {ratio:>7.2f}", flush=True)
+    if say:
+        print(f"# worst ratio (either way): {worst:.2f}x")
+    return 0
+
+
+def run_alloc(args) -> int:
+    rank, nranks = dist.get_rank(), dist.get_world_size()
+    timeout = timedelta(seconds=args.pg_timeout)
+    g = dist.new_group(backend="gonccl", timeout=timeout)
+    gloo = dist.new_group(backend="gloo", timeout=timeout)
+    backend = g._get_backend(torch.device("cpu"))
+    nbytes = args.maxbytes
+
+    def shared(k):
+        return backend.allocate_tensor(k, dtype=torch.float32, device=torch.device("cpu"))
+
+    rows = []
+    for coll in ESTIMATED:
+        for label, group, alloc in (("gonccl allocate_tensor", g, shared), ("gonccl torch.empty", g, None),
+                                    ("gloo torch.empty", gloo, None)):
+            t, out = _buffers(coll, nbytes, nranks, alloc)
+            rows.append((coll, label, _time(coll, t, out, group, args.iters, args.warmup_iters) * 1e6))
+    if rank == 0:
+        report.print_lines([
+            f"# gonccl.bench --alloc: {nbytes} bytes, nranks {nranks}, float32, each op waited, "
+            f"time = max over ranks; torch {torch.__version__}",
+            f"# {'collective':<15} {'tensor':<24} {'time(us)':>10} {'vs torch.empty':>15}",
+        ])
+        base = {c: us for c, label, us in rows if label == "gonccl torch.empty"}
+        for coll, label, us in rows:
+            print(f"  {coll:<15} {label:<24} {us:>10.0f} {us / base[coll]:>15.2f}")
+    return 0
+
+
+def run(args, sizes) -> int:
+    rank = int(os.environ["RANK"])
+    nranks = int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("gloo", rank=rank, world_size=nranks, timeout=timedelta(seconds=args.pg_timeout))
+    try:
+        return run_estimate(args, sizes) if args.estimate else run_alloc(args)
+    finally:
+        dist.destroy_process_group()
