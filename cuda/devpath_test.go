@@ -140,8 +140,11 @@ func devChild() int {
 		return 2
 	}
 	run := devRank
-	if os.Getenv("GONCCL_DEVTEST_SCRIPT") == "p2p" {
+	switch os.Getenv("GONCCL_DEVTEST_SCRIPT") {
+	case "p2p":
 		run = devP2PRank // devp2p_test.go
+	case "samegpu", "gpuwaits":
+		run = sameGPURank // samegpu_test.go
 	}
 	if err := run(d, f, id, rank, devs, os.Stdout); err != nil {
 		fmt.Println(err)

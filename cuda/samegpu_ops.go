@@ -1,0 +1,278 @@
+package cuda
+
+import (
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	"github.com/gonccl/gonccl/internal/reduce"
+	"golang.org/x/sys/unix"
+)
+
+func closeFD(fd int) error { return unix.Close(fd) }
+
+// AllReduce runs recv = the reduction of every rank's send over the ranks, with s the
+// caller's stream. It returns once this rank's part is on its stream: the launcher
+// once its kernels are enqueued, the other ranks once the launcher's kernels have run
+// (their later stream work then sees the result without waiting on the GPU). send
+// and recv may be the same buffer.
+func (g *SameGPU) AllReduce(s Stream, k Reducer, send, recv uintptr, count int, dt reduce.DataType, op reduce.RedOp) error {
+	if count == 0 {
+		return nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return fmt.Errorf("cuda: the same-GPU path is closed")
+	}
+	bytes := count * dt.Size()
+	g.n++
+	n := g.n
+	deadline := time.Now().Add(g.timeout)
+	return g.d.do(g.ctx, func() error {
+		if g.rank != launcher {
+			return g.follow(s, n, deadline, send, recv, bytes, count, dt, op)
+		}
+		return g.lead(s, n, deadline, k, send, recv, bytes, count, dt, op)
+	})
+}
+
+// export describes the allocation holding this rank's buffer p, exported once per
+// allocation: ok false if the driver will not export it.
+func (g *SameGPU) export(p uintptr) (d bufDesc, ok bool, err error) {
+	id, base, size, err := g.g.allocation(p)
+	if err != nil {
+		return d, false, err
+	}
+	h, ok := g.exported[id]
+	if !ok {
+		var herr error
+		if h, herr = g.d.ipcGetMemHandle(base); herr != nil {
+			return d, false, nil
+		}
+		if len(g.exported) > 4096 { // ids of freed allocations never come back
+			g.exported = map[uint64][ipcHandleSize]byte{}
+		}
+		g.exported[id] = h
+	}
+	return bufDesc{id: id, base: base, size: size, off: int(p - base), handle: h}, true, nil
+}
+
+// growExchange makes the exchange buffer hold at least n bytes. It runs on this
+// rank's thread before the rank publishes anything for the operation, so nobody reads
+// the old buffer: its last reader, the launcher's previous operation, has finished.
+func (g *SameGPU) growExchange(n int) error {
+	if g.xcap >= n {
+		return nil
+	}
+	c := max(n, 2*g.xcap, 1<<20)
+	p, err := g.d.memAlloc(c)
+	if err != nil {
+		return err
+	}
+	if g.xbuf != 0 {
+		if err := g.d.memFree(g.xbuf); err != nil {
+			return err
+		}
+	}
+	g.xbuf, g.xcap = p, c
+	return nil
+}
+
+func putOp(p *seqPage, count int, dt reduce.DataType, op reduce.RedOp) {
+	binary.LittleEndian.PutUint64(p.mem[seqDesc:], uint64(count))
+	binary.LittleEndian.PutUint32(p.mem[seqDesc+8:], uint32(dt))
+	binary.LittleEndian.PutUint32(p.mem[seqDesc+12:], uint32(op))
+}
+
+// follow is a rank's part other than the launcher's.
+func (g *SameGPU) follow(s Stream, n uint64, deadline time.Time, send, recv uintptr, bytes, count int, dt reduce.DataType, op reduce.RedOp) error {
+	// Both buffers are described first: a failure comes before anything is
+	// published, and the launcher times out naming this rank.
+	in, inOK, err := g.export(send)
+	var out bufDesc
+	outOK := false
+	if err == nil {
+		out, outOK, err = g.export(recv)
+	}
+	if err == nil && (!inOK || !outOK) {
+		err = g.growExchange(2 * bytes)
+		if err == nil && !inOK {
+			in, inOK, err = g.export(g.xbuf)
+		}
+		if err == nil && !outOK {
+			out, outOK, err = g.export(g.xbuf)
+			out.off += bytes
+		}
+		if err == nil && (!inOK || !outOK) {
+			err = fmt.Errorf("the driver exports neither the buffers nor the exchange buffer")
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("cuda: same-GPU all_reduce on rank %d: %w", g.rank, err)
+	}
+	inStaged, outStaged := in.base+uintptr(in.off) != send, out.base+uintptr(out.off) != recv
+	if inStaged {
+		if err := g.d.memcpyDtoD(g.xbuf, send, bytes, s); err != nil {
+			return err
+		}
+	}
+	if err := g.d.eventRecord(g.ready, s); err != nil {
+		return err
+	}
+	putOp(g.own, count, dt, op)
+	in.put(g.own.mem[seqIn:])
+	out.put(g.own.mem[seqOut:])
+	g.own.word(seqReady).Store(n)
+
+	lead := g.peers[launcher]
+	if err := spinThenBackoff(deadline, func() string {
+		return fmt.Sprintf("rank %d waited for rank %d to enqueue same-GPU all_reduce %d", g.rank, launcher, n)
+	}, func() (bool, error) { return lead.word(seqDone).Load() >= n, nil }); err != nil {
+		return err
+	}
+	if st := lead.word(seqStatus).Load(); st == statusMismatch {
+		return fmt.Errorf("%w: same-GPU all_reduce %d: the ranks called different operations (count, type or reduction; rank %d's says so)", ErrSameGPUMismatch, n, launcher)
+	}
+	if err := spinThenBackoff(deadline, func() string {
+		return fmt.Sprintf("rank %d waited for rank %d's same-GPU all_reduce %d to run on the GPU", g.rank, launcher, n)
+	}, func() (bool, error) { return g.d.eventDone(g.done) }); err != nil {
+		return err
+	}
+	if outStaged {
+		return g.d.memcpyDtoD(recv, g.xbuf+uintptr(bytes), bytes, s)
+	}
+	return nil
+}
+
+// lead is the launcher's part: it waits for every peer's input on the host, then
+// enqueues the whole operation on its own stream.
+func (g *SameGPU) lead(s Stream, n uint64, deadline time.Time, k Reducer, send, recv uintptr, bytes, count int, dt reduce.DataType, op reduce.RedOp) error {
+	ins := make([]uintptr, g.nranks)
+	outs := make([]uintptr, g.nranks)
+	ins[g.rank], outs[g.rank] = send, recv
+	mismatch := -1
+	for p := range g.nranks {
+		if p == g.rank {
+			continue
+		}
+		pg := g.peers[p]
+		if err := spinThenBackoff(deadline, func() string {
+			return fmt.Sprintf("rank %d waited for rank %d's input of same-GPU all_reduce %d", g.rank, p, n)
+		}, func() (bool, error) { return pg.word(seqReady).Load() >= n, nil }); err != nil {
+			return err
+		}
+		if !fault("samegpu-skip-event") {
+			if err := spinThenBackoff(deadline, func() string {
+				return fmt.Sprintf("rank %d waited for rank %d's stream to reach same-GPU all_reduce %d", g.rank, p, n)
+			}, func() (bool, error) { return g.d.eventDone(g.peerEv[p]) }); err != nil {
+				return err
+			}
+		}
+		if binary.LittleEndian.Uint64(pg.mem[seqDesc:]) != uint64(count) ||
+			binary.LittleEndian.Uint32(pg.mem[seqDesc+8:]) != uint32(dt) ||
+			binary.LittleEndian.Uint32(pg.mem[seqDesc+12:]) != uint32(op) {
+			mismatch = p
+			continue
+		}
+		var err error
+		if ins[p], err = g.peerPtr(p, getBufDesc(pg.mem[seqIn:]), bytes); err != nil {
+			return err
+		}
+		if outs[p], err = g.peerPtr(p, getBufDesc(pg.mem[seqOut:]), bytes); err != nil {
+			return err
+		}
+	}
+	if mismatch >= 0 {
+		g.own.word(seqStatus).Store(statusMismatch)
+		g.own.word(seqDone).Store(n)
+		return fmt.Errorf("%w: same-GPU all_reduce %d: rank %d called another operation than rank %d (count, type or reduction)", ErrSameGPUMismatch, n, mismatch, g.rank)
+	}
+	err := g.enqueueAllReduce(s, k, ins, outs, bytes, count, dt, op)
+	if err == nil {
+		err = g.d.eventRecord(g.done, s)
+	}
+	if err != nil {
+		// The peers must not take the outputs for a result: the kernels may be
+		// half-enqueued. They see the failure as a mismatch of this operation.
+		g.own.word(seqStatus).Store(statusMismatch)
+		g.own.word(seqDone).Store(n)
+		return err
+	}
+	g.own.word(seqStatus).Store(0)
+	g.own.word(seqDone).Store(n)
+	return nil
+}
+
+// enqueueAllReduce puts the operation's work on s: the launcher's output gets its own
+// input, then every peer's input folded in, rank order; then every peer's output gets
+// a copy of it. With a kernel that reads N inputs and writes N outputs this would be
+// one pass over memory; composed from the two-operand kernels it reads the launcher's
+// output once per peer.
+func (g *SameGPU) enqueueAllReduce(s Stream, k Reducer, ins, outs []uintptr, bytes, count int, dt reduce.DataType, op reduce.RedOp) error {
+	me := g.rank
+	if ins[me] != outs[me] {
+		if err := g.d.memcpyDtoD(outs[me], ins[me], bytes, s); err != nil {
+			return err
+		}
+	}
+	for p := range g.nranks {
+		if p == me {
+			continue
+		}
+		src := ins[p]
+		if fault("samegpu-offset") && p == g.nranks-1 {
+			src += uintptr(dt.Size())
+			count--
+		}
+		if err := k.ReduceInto(s, outs[me], src, count, dt, op); err != nil {
+			return err
+		}
+	}
+	if op == reduce.Avg {
+		if err := k.DivideBy(s, outs[me], count, dt, g.nranks); err != nil {
+			return err
+		}
+	}
+	for p := range g.nranks {
+		if p != me && outs[p] != outs[me] {
+			if err := g.d.memcpyDtoD(outs[p], outs[me], bytes, s); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// peerPtr is rank p's buffer described by b (bytes long) as this process addresses
+// it, mapping its allocation on first use. A new allocation over the range of one
+// mapped before means the old one was freed: its mapping is closed (every operation
+// that used it has finished, since the peer published this one).
+func (g *SameGPU) peerPtr(p int, b bufDesc, bytes int) (uintptr, error) {
+	if b.off < 0 || b.off+bytes > b.size {
+		return 0, fmt.Errorf("cuda: rank %d's same-GPU buffer (%d bytes at offset %d) lies outside its allocation of %d bytes", p, bytes, b.off, b.size)
+	}
+	if g.samePID[p] {
+		return b.base + uintptr(b.off), nil
+	}
+	m := g.maps[p]
+	if mp, ok := m[b.id]; ok {
+		return mp.here + uintptr(b.off), nil
+	}
+	for id, mp := range m {
+		if mp.base < b.base+uintptr(b.size) && b.base < mp.base+uintptr(mp.size) {
+			if mp.opened {
+				if err := g.d.ipcCloseMemHandle(mp.here); err != nil {
+					return 0, err
+				}
+			}
+			delete(m, id)
+		}
+	}
+	here, err := g.d.ipcOpenMemHandle(b.handle)
+	if err != nil {
+		return 0, fmt.Errorf("cuda: mapping rank %d's buffer for the same-GPU path: %w", p, err)
+	}
+	m[b.id] = mapping{base: b.base, size: b.size, here: here, opened: true}
+	return here + uintptr(b.off), nil
+}
