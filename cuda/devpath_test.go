@@ -82,7 +82,7 @@ func TestDevicePathRanksOfOneProcess(t *testing.T) {
 
 // runDevRanks runs one child process per rank and returns their combined output and
 // the first failure.
-func runDevRanks(t *testing.T, layout, fault, delay string) (string, error) {
+func runDevRanks(t testing.TB, layout, fault, delay string) (string, error) {
 	t.Helper()
 	id, err := core.NewUniqueID()
 	require.NoError(t, err)
@@ -145,6 +145,8 @@ func devChild() int {
 		run = devP2PRank // devp2p_test.go
 	case "samegpu", "gpuwaits":
 		run = sameGPURank // samegpu_test.go
+	case "timesliced":
+		run = timeSlicedRank // samegpu_bench_test.go
 	}
 	if err := run(d, f, id, rank, devs, os.Stdout); err != nil {
 		fmt.Println(err)
