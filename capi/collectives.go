@@ -113,6 +113,9 @@ func allReduce(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t,
 		if err != nil {
 			return nil, err
 		}
+		if req, ok, err := v.trySameGPUAllReduce(c, d, rop, int(count), sb, rb); ok || err != nil {
+			return req, err
+		}
 		if req, ok, err := v.tryDevice(c, core.KindAllReduce, d, &rop, noRoot, int(count), func(sh *cuda.Shared, k *cuda.Kernels, p []uintptr) error {
 			return sh.AllReduce(v.stream, k, p[0], p[1], int(count), d, rop)
 		}, sb, rb); ok || err != nil {

@@ -107,6 +107,7 @@ type devState struct {
 	devCtx     cuda.Context
 	devLast    chan struct{}           // closed once the last device-path operation has enqueued its work
 	devSide    map[sideKey]cuda.Stream // async point-to-point's streams (devp2p.go)
+	sameGPUState
 }
 
 // devicePath returns the communicator's shared scratch and kernels if operations
@@ -147,6 +148,9 @@ func (v *views) devicePath(c *core.Comm) (*cuda.Shared, *cuda.Kernels, error) {
 		if err != nil {
 			if sh != nil {
 				sh.Abandon()
+			}
+			if errors.Is(err, cuda.ErrDeviceShared) && e.devMode == devAuto {
+				return nil, nil, v.setupSameGPU(c, err)
 			}
 			if errors.Is(err, cuda.ErrDeviceShared) {
 				logDevice(c, fmt.Sprintf("staged path: %v; waiting on the GPU would hold it from the other rank's compute (GONCCL_DEVICE_PATH=1 takes the device path anyway)", err))
@@ -382,6 +386,9 @@ func (v *views) checkDevice(b buf, size int) error {
 // still waiting on the device path's flags (their operations' outputs are not valid)
 // and leaves the scratch mapped, as peers' streams may still read it.
 func (e *commEntry) closeDevice(abort bool) error {
+	if err := e.closeSameGPU(); err != nil && !abort {
+		return err
+	}
 	e.devMu.Lock()
 	sh := e.devShared
 	e.devShared = nil

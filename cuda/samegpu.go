@@ -257,8 +257,9 @@ func (g *SameGPU) connect(recs []sameRecord) error {
 	})
 }
 
-// Close unmaps the peers' pages and buffers and frees the exchange buffer. Call it
-// once no operation of this path is running on any rank (after a barrier).
+// Close unmaps the peers' pages and buffers and frees the exchange buffer (the
+// launcher first waits for its last operation's kernels). Call it once no rank will
+// start another operation of this path.
 func (g *SameGPU) Close() error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -284,6 +285,12 @@ func (g *SameGPU) Close() error {
 		keep(closeFD(g.ownFD))
 	}
 	keep(g.d.do(g.ctx, func() error {
+		if g.rank == launcher && g.n > 0 && g.done != 0 {
+			// Its last kernels may still read and write through the mappings.
+			keep(spinThenBackoff(time.Now().Add(g.timeout), func() string {
+				return fmt.Sprintf("rank %d waited for its last same-GPU operation to finish before closing", g.rank)
+			}, func() (bool, error) { return g.d.eventDone(g.done) }))
+		}
 		for _, m := range g.maps {
 			for _, mp := range m {
 				if mp.opened {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -30,6 +31,29 @@ func TestSameGPUAcrossProcesses(t *testing.T) {
 			out, err := runDevRanks(t, layout, "", "0,200")
 			require.NoError(t, err, "%s", out)
 		})
+	}
+}
+
+// TestSameGPURanksOfOneProcess runs the ranks as goroutines of this process: the
+// launcher uses the others' buffers and events as they are (CUDA opens no handle in
+// the process that exported it).
+func TestSameGPURanksOfOneProcess(t *testing.T) {
+	d, f := open(t)
+	id, err := core.NewUniqueID()
+	require.NoError(t, err)
+	devs := []int{0, 0, 0}
+	var wg sync.WaitGroup
+	errs := make([]error, len(devs))
+	for r := range devs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = sameGPURank(d, f, id, r, devs, os.Stderr)
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		require.NoError(t, err, "rank %d", r)
 	}
 }
 

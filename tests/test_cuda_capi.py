@@ -304,21 +304,24 @@ def multicomm_binary(package_dir, fakecuda, tmp_path_factory):
 
 
 @pytest.mark.timeout(RUN_TIMEOUT + 60)
-@pytest.mark.parametrize("path", ["staged", "staged-pipelined", "device"])
+@pytest.mark.parametrize("path", ["staged", "staged-pipelined", "device", "auto"])
 @pytest.mark.parametrize("nranks", [2, 3, 4])
 def test_cuda_multicomm(multicomm_binary, fakecuda, nranks, path, tmp_path):
     """Several communicators of one process on one device, sharing one pool stream:
     each operation sees the copy-out of the one issued before it on the stream, by
     whichever communicator (on 02dd7a2 the second communicator read the first one's
     input: 'the next communicator's all_reduce of that result (round 0): [0] = 2.000000,
-    want 8.000000')."""
-    extra = {"GONCCL_DEVICE_PATH": "1" if path == "device" else "0"}
+    want 8.000000'). Every rank is on one device, so auto takes the same-GPU path."""
+    extra = {"GONCCL_DEVICE_PATH": {"device": "1", "auto": "auto"}.get(path, "0"),
+             "GONCCL_DEBUG": "INFO", "GONCCL_DEBUG_SUBSYS": "INIT"}
     if path == "staged-pipelined":
         extra["GONCCL_STAGED_CHUNK"] = "4K"  # the operations take 4 chunks and more
     run = _run_ranks(multicomm_binary, fakecuda, nranks, str(tmp_path), str(tmp_path), extra)
     run.assert_ok(f"cuda_multicomm_test with {nranks} ranks ({path})")
     for r, proc in enumerate(run.procs):
         assert f"rank {r}:" in proc.stdout and "checks passed" in proc.stdout, proc.describe()
+        same = f"rank {r}/{nranks}: same-GPU path: all {nranks} ranks run on one GPU" in proc.stderr
+        assert same == (path == "auto"), proc.describe()
 
 
 @pytest.mark.timeout(2 * RUN_TIMEOUT + 120)

@@ -1,9 +1,11 @@
 """What a bench run measures: torch backends by name, and gonccl's two data paths.
 
-``gonccl-device`` and ``gonccl-staged`` are gonccl with ``GONCCL_DEVICE_PATH=1`` and
-``=0`` set while their process group is created (gonccl reads it then), so one run
-prints the device path, the forced staged path and Gloo side by side, over the same
-processes and tensors. ``gonccl`` is gonccl as the environment configures it.
+``gonccl-auto``, ``gonccl-device`` and ``gonccl-staged`` are gonccl with
+``GONCCL_DEVICE_PATH=auto``, ``=1`` and ``=0`` set while their process group is created
+(gonccl reads it then), so one run prints gonccl's own choice (the same-GPU path when
+every rank shares one GPU), the forced device path, the forced staged path and Gloo side
+by side, over the same processes and tensors. ``gonccl`` is gonccl as the environment
+configures it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import torch.distributed as dist
 
 # name -> (torch backend, environment while its group is created)
 VARIANTS = {
+    "gonccl-auto": ("gonccl", {"GONCCL_DEVICE_PATH": "auto"}),
     "gonccl-device": ("gonccl", {"GONCCL_DEVICE_PATH": "1"}),
     "gonccl-staged": ("gonccl", {"GONCCL_DEVICE_PATH": "0"}),
 }
@@ -24,11 +27,12 @@ CPU_DEFAULT = ["gonccl", "gloo"]
 
 
 def default_backends(device: str, nranks: int) -> list[str]:
-    """cpu: gonccl and Gloo. cuda: gonccl's device path, its staged path and Gloo, and
-    NCCL where each rank has a GPU of its own (NCCL refuses two ranks on one GPU)."""
+    """cpu: gonccl and Gloo. cuda: gonccl's own choice, its device path, its staged path
+    and Gloo, and NCCL where each rank has a GPU of its own (NCCL refuses two ranks on one
+    GPU unless told otherwise)."""
     if device != "cuda":
         return list(CPU_DEFAULT)
-    out = ["gonccl-device", "gonccl-staged", "gloo"]
+    out = ["gonccl-auto", "gonccl-device", "gonccl-staged", "gloo"]
     if dist.is_nccl_available() and torch.cuda.is_available() and nranks <= torch.cuda.device_count():
         out.append("nccl")
     return out

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/gonccl/gonccl/core"
+	"github.com/gonccl/gonccl/cuda"
+)
+
+// The same-GPU path of the C ABI: when GONCCL_DEVICE_PATH=auto and every rank of the
+// communicator runs on one GPU, all_reduce runs through cuda.SameGPU (the ranks order
+// each other on the host and the launcher enqueues the whole operation; no stream
+// waits on the GPU for another rank, which would hold the GPU for a time slice), and
+// the other operations stage through pinned host memory. Ranks spread over several
+// GPUs with two on one still stage, as before.
+
+// sameGPUState is the part of commEntry that belongs to the same-GPU path. Guarded by
+// devMu.
+type sameGPUState struct {
+	devSame *cuda.SameGPU // nil: not on the same-GPU path
+}
+
+// setupSameGPU is devicePath's choice when NewShared refused because ranks share a
+// GPU (why): every rank got that answer together, so every rank calls it and takes
+// the same-GPU path or stages, together. devMu held.
+func (v *views) setupSameGPU(c *core.Comm, why error) error {
+	e := v.e
+	k, kerr := v.drv.LoadKernels(v.ctx)
+	g, err := cuda.NewSameGPU(v.drv, v.ctx, c.Rank(), c.Size(), e.comm.Timeout(), func(rec []byte) ([]byte, error) {
+		if kerr != nil { // tell the others this rank cannot take the path
+			rec = make([]byte, len(rec))
+		}
+		return hostAllGather(c, rec)
+	})
+	if err == nil && kerr != nil {
+		g.Close()
+		err = kerr
+	}
+	if err != nil {
+		if errors.Is(err, cuda.ErrNotShared) || kerr != nil {
+			logDevice(c, fmt.Sprintf("staged path: %v; waiting on the GPU would hold it from the other rank's compute (GONCCL_DEVICE_PATH=1 takes the device path anyway), and the same-GPU path does not apply: %v", why, err))
+			return nil
+		}
+		return fmt.Errorf("setting up the same-GPU path: %w", err)
+	}
+	e.devSame, e.devKernels, e.devCtx = g, k, v.ctx
+	logDevice(c, fmt.Sprintf("same-GPU path: all %d ranks run on one GPU (%v); all_reduce is ordered on the host with inter-process events and enqueued by rank 0 through IPC mappings of the ranks' buffers, so no stream waits on the GPU for another rank's context (without MPS they take turns on the GPU); other operations stage", c.Size(), why))
+	return nil
+}
+
+// trySameGPUAllReduce runs an all_reduce on the same-GPU path if the communicator
+// takes it (ok).
+func (v *views) trySameGPUAllReduce(c *core.Comm, dt core.DataType, op core.RedOp, count int, sb, rb buf) (req *core.Request, ok bool, err error) {
+	if v.stream == 0 || v.e.devMode != devAuto || v.e.devModeErr != nil {
+		return nil, false, nil
+	}
+	if err := core.CheckReduction(dt, op); err != nil {
+		return nil, false, err
+	}
+	if err := c.Err(); err != nil {
+		return nil, false, err
+	}
+	if _, _, err := v.devicePath(c); err != nil {
+		return nil, false, err
+	}
+	e := v.e
+	e.devMu.Lock()
+	g, k := e.devSame, e.devKernels
+	e.devMu.Unlock()
+	if g == nil {
+		return nil, false, nil
+	}
+	if v.ctx != e.devCtx {
+		return nil, false, fmt.Errorf("%w: the communicator's same-GPU operations run in the context of its GPU, and this stream belongs to another context: use streams of one device per communicator", errUsage)
+	}
+	rec := devRecord{kind: core.KindAllReduce, root: -1, count: count, redop: op}
+	req, err = v.runDevice(c, rec, dt, func(ptrs []uintptr) error {
+		return g.AllReduce(v.stream, k, ptrs[0], ptrs[1], count, dt, op)
+	}, sb, rb)
+	return req, true, err
+}
+
+// closeSameGPU closes the same-GPU path on destroy or abort: this rank's mappings
+// and pages (the launcher first waits for its last operation's kernels).
+func (e *commEntry) closeSameGPU() error {
+	e.devMu.Lock()
+	g := e.devSame
+	e.devSame = nil
+	e.devMu.Unlock()
+	if g == nil {
+		return nil
+	}
+	return g.Close()
+}
