@@ -9,7 +9,8 @@ import (
 )
 
 // The same-GPU path of the C ABI: when GONCCL_DEVICE_PATH=auto and every rank of the
-// communicator runs on one GPU, all_reduce runs through cuda.SameGPU (the ranks order
+// communicator runs on one GPU, all_reduce, all_gather, reduce_scatter and broadcast
+// run through cuda.SameGPU (the ranks order
 // each other on the host and the launcher enqueues the whole operation; no stream
 // waits on the GPU for another rank, which would hold the GPU for a time slice), and
 // the other operations stage through pinned host memory. Ranks spread over several
@@ -45,18 +46,26 @@ func (v *views) setupSameGPU(c *core.Comm, why error) error {
 		return fmt.Errorf("setting up the same-GPU path: %w", err)
 	}
 	e.devSame, e.devKernels, e.devCtx = g, k, v.ctx
-	logDevice(c, fmt.Sprintf("same-GPU path: all %d ranks run on one GPU (%v); all_reduce is ordered on the host with inter-process events and enqueued by rank 0 through IPC mappings of the ranks' buffers, so no stream waits on the GPU for another rank's context (without MPS they take turns on the GPU); other operations stage", c.Size(), why))
+	logDevice(c, fmt.Sprintf("same-GPU path: all %d ranks run on one GPU (%v); all_reduce, all_gather, reduce_scatter and broadcast are ordered on the host with inter-process events and enqueued by rank 0 through IPC mappings of the ranks' buffers, so no stream waits on the GPU for another rank's context (without MPS they take turns on the GPU); other operations stage", c.Size(), why))
 	return nil
 }
 
-// trySameGPUAllReduce runs an all_reduce on the same-GPU path if the communicator
-// takes it (ok).
-func (v *views) trySameGPUAllReduce(c *core.Comm, dt core.DataType, op core.RedOp, count int, sb, rb buf) (req *core.Request, ok bool, err error) {
+// trySameGPU runs a collective on the same-GPU path if the communicator takes it
+// (ok), after the checks core would make: the reduction (op, if not nil), the root
+// (unless noRoot), the communicator's state. kind and count are for the flight
+// recorder; enqueue gets the buffers' pointers in the order of bufs.
+func (v *views) trySameGPU(c *core.Comm, kind core.Kind, dt core.DataType, op *core.RedOp, root, count int,
+	enqueue func(g *cuda.SameGPU, k *cuda.Kernels, ptrs []uintptr) error, bufs ...buf) (req *core.Request, ok bool, err error) {
 	if v.stream == 0 || v.e.devMode != devAuto || v.e.devModeErr != nil {
 		return nil, false, nil
 	}
-	if err := core.CheckReduction(dt, op); err != nil {
-		return nil, false, err
+	if op != nil {
+		if err := core.CheckReduction(dt, *op); err != nil {
+			return nil, false, err
+		}
+	}
+	if root != noRoot && (root < 0 || root >= c.Size()) {
+		return nil, false, fmt.Errorf("%w: root %d is not a rank of a communicator of %d", core.ErrInvalidArgument, root, c.Size())
 	}
 	if err := c.Err(); err != nil {
 		return nil, false, err
@@ -74,10 +83,14 @@ func (v *views) trySameGPUAllReduce(c *core.Comm, dt core.DataType, op core.RedO
 	if v.ctx != e.devCtx {
 		return nil, false, fmt.Errorf("%w: the communicator's same-GPU operations run in the context of its GPU, and this stream belongs to another context: use streams of one device per communicator", errUsage)
 	}
-	rec := devRecord{kind: core.KindAllReduce, root: -1, count: count, redop: op}
-	req, err = v.runDevice(c, rec, dt, func(ptrs []uintptr) error {
-		return g.AllReduce(v.stream, k, ptrs[0], ptrs[1], count, dt, op)
-	}, sb, rb)
+	rec := devRecord{kind: kind, root: -1, count: count}
+	if op != nil {
+		rec.redop = *op
+	}
+	if root != noRoot {
+		rec.root = root
+	}
+	req, err = v.runDevice(c, rec, dt, func(ptrs []uintptr) error { return enqueue(g, k, ptrs) }, bufs...)
 	return req, true, err
 }
 

@@ -11,13 +11,126 @@ import (
 
 func closeFD(fd int) error { return unix.Close(fd) }
 
+// sameOp is an operation of the same-GPU path as the ranks compare it.
+type sameOp struct {
+	kind  uint32 // sameAllReduce, ...
+	dt    reduce.DataType
+	op    reduce.RedOp
+	root  int
+	count int
+}
+
+const (
+	sameAllReduce = iota + 1
+	sameAllGather
+	sameReduceScatter
+	sameBroadcast
+)
+
+var sameNames = map[uint32]string{sameAllReduce: "all_reduce", sameAllGather: "all_gather",
+	sameReduceScatter: "reduce_scatter", sameBroadcast: "broadcast"}
+
+func (o sameOp) put(p []byte) {
+	binary.LittleEndian.PutUint32(p[0:], o.kind)
+	binary.LittleEndian.PutUint32(p[4:], uint32(o.dt))
+	binary.LittleEndian.PutUint32(p[8:], uint32(o.op))
+	binary.LittleEndian.PutUint32(p[12:], uint32(int32(o.root)))
+	binary.LittleEndian.PutUint64(p[16:], uint64(o.count))
+}
+
+func getSameOp(p []byte) sameOp {
+	return sameOp{kind: binary.LittleEndian.Uint32(p[0:]), dt: reduce.DataType(binary.LittleEndian.Uint32(p[4:])),
+		op: reduce.RedOp(binary.LittleEndian.Uint32(p[8:])), root: int(int32(binary.LittleEndian.Uint32(p[12:]))),
+		count: int(binary.LittleEndian.Uint64(p[16:]))}
+}
+
 // AllReduce runs recv = the reduction of every rank's send over the ranks, with s the
 // caller's stream. It returns once this rank's part is on its stream: the launcher
 // once its kernels are enqueued, the other ranks once the launcher's kernels have run
 // (their later stream work then sees the result without waiting on the GPU). send
 // and recv may be the same buffer.
 func (g *SameGPU) AllReduce(s Stream, k Reducer, send, recv uintptr, count int, dt reduce.DataType, op reduce.RedOp) error {
-	if count == 0 {
+	n := count * dt.Size()
+	return g.run(s, sameOp{kind: sameAllReduce, dt: dt, op: op, count: count}, send, n, recv, n, func(ins, outs []uintptr) error {
+		return g.enqueueAllReduce(s, k, ins, outs, n, count, dt, op)
+	})
+}
+
+// AllGather runs recv[r*bytes:(r+1)*bytes] = rank r's send of bytes, on every rank. send
+// may be recv's own block.
+func (g *SameGPU) AllGather(s Stream, send, recv uintptr, bytes int) error {
+	return g.run(s, sameOp{kind: sameAllGather, count: bytes}, send, bytes, recv, bytes*g.nranks, func(ins, outs []uintptr) error {
+		for p := range g.nranks {
+			for q := range g.nranks {
+				if dst := outs[p] + uintptr(q*bytes); dst != ins[q] {
+					if err := g.d.memcpyDtoD(dst, ins[q], bytes, s); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// ReduceScatter runs recv = the reduction over the ranks of their send's block r (count
+// elements each) on rank r. recv may be send's own block.
+func (g *SameGPU) ReduceScatter(s Stream, k Reducer, send, recv uintptr, count int, dt reduce.DataType, op reduce.RedOp) error {
+	n := count * dt.Size()
+	return g.run(s, sameOp{kind: sameReduceScatter, dt: dt, op: op, count: count}, send, n*g.nranks, recv, n, func(ins, outs []uintptr) error {
+		for p := range g.nranks {
+			// Rank p's own block first: its output may be that very block.
+			block := uintptr(p * n)
+			if outs[p] != ins[p]+block {
+				if err := g.d.memcpyDtoD(outs[p], ins[p]+block, n, s); err != nil {
+					return err
+				}
+			}
+			for q := range g.nranks {
+				if q == p {
+					continue
+				}
+				if err := k.ReduceInto(s, outs[p], ins[q]+block, count, dt, op); err != nil {
+					return err
+				}
+			}
+			if op == reduce.Avg {
+				if err := k.DivideBy(s, outs[p], count, dt, g.nranks); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// Broadcast runs recv = root's send of bytes, on every rank (send is read on the root
+// only, and may be its recv).
+func (g *SameGPU) Broadcast(s Stream, send, recv uintptr, bytes, root int) error {
+	if root < 0 || root >= g.nranks {
+		return fmt.Errorf("cuda: same-GPU broadcast: root %d is not a rank of %d", root, g.nranks)
+	}
+	sendBytes := 0
+	if g.rank == root {
+		sendBytes = bytes
+	}
+	return g.run(s, sameOp{kind: sameBroadcast, root: root, count: bytes}, send, sendBytes, recv, bytes, func(ins, outs []uintptr) error {
+		for p := range g.nranks {
+			if outs[p] != ins[root] {
+				if err := g.d.memcpyDtoD(outs[p], ins[root], bytes, s); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// run is one operation of the protocol (see SameGPU): this rank's send (sendBytes, 0
+// if it has none) and recv (recvBytes); enqueue puts the launcher's work on s given
+// every rank's buffers as the launcher addresses them.
+func (g *SameGPU) run(s Stream, o sameOp, send uintptr, sendBytes int, recv uintptr, recvBytes int, enqueue func(ins, outs []uintptr) error) error {
+	if recvBytes == 0 {
 		return nil
 	}
 	g.mu.Lock()
@@ -25,15 +138,14 @@ func (g *SameGPU) AllReduce(s Stream, k Reducer, send, recv uintptr, count int, 
 	if g.closed {
 		return fmt.Errorf("cuda: the same-GPU path is closed")
 	}
-	bytes := count * dt.Size()
 	g.n++
 	n := g.n
 	deadline := time.Now().Add(g.timeout)
 	return g.d.do(g.ctx, func() error {
 		if g.rank != launcher {
-			return g.follow(s, n, deadline, send, recv, bytes, count, dt, op)
+			return g.follow(s, n, deadline, o, send, sendBytes, recv, recvBytes)
 		}
-		return g.lead(s, n, deadline, k, send, recv, bytes, count, dt, op)
+		return g.lead(s, n, deadline, o, send, sendBytes, recv, recvBytes, enqueue)
 	})
 }
 
@@ -79,78 +191,77 @@ func (g *SameGPU) growExchange(n int) error {
 	return nil
 }
 
-func putOp(p *seqPage, count int, dt reduce.DataType, op reduce.RedOp) {
-	binary.LittleEndian.PutUint64(p.mem[seqDesc:], uint64(count))
-	binary.LittleEndian.PutUint32(p.mem[seqDesc+8:], uint32(dt))
-	binary.LittleEndian.PutUint32(p.mem[seqDesc+12:], uint32(op))
-}
-
 // follow is a rank's part other than the launcher's.
-func (g *SameGPU) follow(s Stream, n uint64, deadline time.Time, send, recv uintptr, bytes, count int, dt reduce.DataType, op reduce.RedOp) error {
+func (g *SameGPU) follow(s Stream, n uint64, deadline time.Time, o sameOp, send uintptr, sendBytes int, recv uintptr, recvBytes int) error {
 	// Both buffers are described first: a failure comes before anything is
 	// published, and the launcher times out naming this rank.
-	in, inOK, err := g.export(send)
-	var out bufDesc
-	outOK := false
+	var in, out bufDesc
+	inOK, outOK := true, false
+	var err error
+	if sendBytes > 0 {
+		in, inOK, err = g.export(send)
+	}
 	if err == nil {
 		out, outOK, err = g.export(recv)
 	}
 	if err == nil && (!inOK || !outOK) {
-		err = g.growExchange(2 * bytes)
+		err = g.growExchange(sendBytes + recvBytes)
 		if err == nil && !inOK {
 			in, inOK, err = g.export(g.xbuf)
 		}
 		if err == nil && !outOK {
 			out, outOK, err = g.export(g.xbuf)
-			out.off += bytes
+			out.off += sendBytes
 		}
 		if err == nil && (!inOK || !outOK) {
 			err = fmt.Errorf("the driver exports neither the buffers nor the exchange buffer")
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("cuda: same-GPU all_reduce on rank %d: %w", g.rank, err)
+		return fmt.Errorf("cuda: same-GPU %s on rank %d: %w", sameNames[o.kind], g.rank, err)
 	}
-	inStaged, outStaged := in.base+uintptr(in.off) != send, out.base+uintptr(out.off) != recv
+	inStaged := sendBytes > 0 && in.base+uintptr(in.off) != send
+	outStaged := out.base+uintptr(out.off) != recv
 	if inStaged {
-		if err := g.d.memcpyDtoD(g.xbuf, send, bytes, s); err != nil {
+		if err := g.d.memcpyDtoD(g.xbuf, send, sendBytes, s); err != nil {
 			return err
 		}
 	}
 	if err := g.d.eventRecord(g.ready, s); err != nil {
 		return err
 	}
-	putOp(g.own, count, dt, op)
+	o.put(g.own.mem[seqDesc:])
 	in.put(g.own.mem[seqIn:])
 	out.put(g.own.mem[seqOut:])
 	g.own.word(seqReady).Store(n)
 
 	lead := g.peers[launcher]
 	if err := spinThenBackoff(deadline, func() string {
-		return fmt.Sprintf("rank %d waited for rank %d to enqueue same-GPU all_reduce %d", g.rank, launcher, n)
+		return fmt.Sprintf("rank %d waited for rank %d to enqueue same-GPU %s %d", g.rank, launcher, sameNames[o.kind], n)
 	}, func() (bool, error) { return lead.word(seqDone).Load() >= n, nil }); err != nil {
 		return err
 	}
 	if st := lead.word(seqStatus).Load(); st == statusMismatch {
-		return fmt.Errorf("%w: same-GPU all_reduce %d: the ranks called different operations (count, type or reduction; rank %d's says so)", ErrSameGPUMismatch, n, launcher)
+		return fmt.Errorf("%w: same-GPU %s %d: rank %d reports that the ranks called different operations, or could not enqueue this one", ErrSameGPUMismatch, sameNames[o.kind], n, launcher)
 	}
 	if err := spinThenBackoff(deadline, func() string {
-		return fmt.Sprintf("rank %d waited for rank %d's same-GPU all_reduce %d to run on the GPU", g.rank, launcher, n)
+		return fmt.Sprintf("rank %d waited for rank %d's same-GPU %s %d to run on the GPU", g.rank, launcher, sameNames[o.kind], n)
 	}, func() (bool, error) { return g.d.eventDone(g.done) }); err != nil {
 		return err
 	}
 	if outStaged {
-		return g.d.memcpyDtoD(recv, g.xbuf+uintptr(bytes), bytes, s)
+		return g.d.memcpyDtoD(recv, g.xbuf+uintptr(sendBytes), recvBytes, s)
 	}
 	return nil
 }
 
 // lead is the launcher's part: it waits for every peer's input on the host, then
 // enqueues the whole operation on its own stream.
-func (g *SameGPU) lead(s Stream, n uint64, deadline time.Time, k Reducer, send, recv uintptr, bytes, count int, dt reduce.DataType, op reduce.RedOp) error {
+func (g *SameGPU) lead(s Stream, n uint64, deadline time.Time, o sameOp, send uintptr, sendBytes int, recv uintptr, recvBytes int, enqueue func(ins, outs []uintptr) error) error {
 	ins := make([]uintptr, g.nranks)
 	outs := make([]uintptr, g.nranks)
 	ins[g.rank], outs[g.rank] = send, recv
+	name := sameNames[o.kind]
 	mismatch := -1
 	for p := range g.nranks {
 		if p == g.rank {
@@ -158,42 +269,42 @@ func (g *SameGPU) lead(s Stream, n uint64, deadline time.Time, k Reducer, send, 
 		}
 		pg := g.peers[p]
 		if err := spinThenBackoff(deadline, func() string {
-			return fmt.Sprintf("rank %d waited for rank %d's input of same-GPU all_reduce %d", g.rank, p, n)
+			return fmt.Sprintf("rank %d waited for rank %d's input of same-GPU %s %d", g.rank, p, name, n)
 		}, func() (bool, error) { return pg.word(seqReady).Load() >= n, nil }); err != nil {
 			return err
 		}
 		if !fault("samegpu-skip-event") {
 			if err := spinThenBackoff(deadline, func() string {
-				return fmt.Sprintf("rank %d waited for rank %d's stream to reach same-GPU all_reduce %d", g.rank, p, n)
+				return fmt.Sprintf("rank %d waited for rank %d's stream to reach same-GPU %s %d", g.rank, p, name, n)
 			}, func() (bool, error) { return g.d.eventDone(g.peerEv[p]) }); err != nil {
 				return err
 			}
 		}
-		if binary.LittleEndian.Uint64(pg.mem[seqDesc:]) != uint64(count) ||
-			binary.LittleEndian.Uint32(pg.mem[seqDesc+8:]) != uint32(dt) ||
-			binary.LittleEndian.Uint32(pg.mem[seqDesc+12:]) != uint32(op) {
+		if getSameOp(pg.mem[seqDesc:]) != o {
 			mismatch = p
 			continue
 		}
 		var err error
-		if ins[p], err = g.peerPtr(p, getBufDesc(pg.mem[seqIn:]), bytes); err != nil {
-			return err
+		if psend := peerSendBytes(o, p, sendBytes); psend > 0 {
+			if ins[p], err = g.peerPtr(p, getBufDesc(pg.mem[seqIn:]), psend); err != nil {
+				return err
+			}
 		}
-		if outs[p], err = g.peerPtr(p, getBufDesc(pg.mem[seqOut:]), bytes); err != nil {
+		if outs[p], err = g.peerPtr(p, getBufDesc(pg.mem[seqOut:]), recvBytes); err != nil {
 			return err
 		}
 	}
 	if mismatch >= 0 {
 		g.own.word(seqStatus).Store(statusMismatch)
 		g.own.word(seqDone).Store(n)
-		return fmt.Errorf("%w: same-GPU all_reduce %d: rank %d called another operation than rank %d (count, type or reduction)", ErrSameGPUMismatch, n, mismatch, g.rank)
+		return fmt.Errorf("%w: same-GPU %s %d: rank %d called another operation than rank %d (collective, count, type, reduction or root)", ErrSameGPUMismatch, name, n, mismatch, g.rank)
 	}
-	err := g.enqueueAllReduce(s, k, ins, outs, bytes, count, dt, op)
+	err := enqueue(ins, outs)
 	if err == nil {
 		err = g.d.eventRecord(g.done, s)
 	}
 	if err != nil {
-		// The peers must not take the outputs for a result: the kernels may be
+		// The peers must not take the outputs for a result: the work may be
 		// half-enqueued. They see the failure as a mismatch of this operation.
 		g.own.word(seqStatus).Store(statusMismatch)
 		g.own.word(seqDone).Store(n)
@@ -202,6 +313,17 @@ func (g *SameGPU) lead(s Stream, n uint64, deadline time.Time, k Reducer, send, 
 	g.own.word(seqStatus).Store(0)
 	g.own.word(seqDone).Store(n)
 	return nil
+}
+
+// peerSendBytes is the size of rank p's send in operation o, given the launcher's.
+func peerSendBytes(o sameOp, p, launcherSend int) int {
+	if o.kind == sameBroadcast {
+		if p == o.root {
+			return o.count
+		}
+		return 0
+	}
+	return launcherSend
 }
 
 // enqueueAllReduce puts the operation's work on s: the launcher's output gets its own

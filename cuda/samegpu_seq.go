@@ -23,9 +23,9 @@ const (
 	seqReady  = 0  // uint64: the last operation whose input is ready (its event recorded)
 	seqDone   = 8  // uint64 (launcher): the last operation whose kernels are enqueued and event recorded
 	seqStatus = 16 // uint64 (launcher): 0, or why the last operation failed (statusMismatch)
-	seqDesc   = 24 // the operation: count uint64, dtype uint32, op uint32
-	seqIn     = 40 // the input buffer (bufDesc)
-	seqOut    = 40 + bufDescBytes
+	seqDesc   = 24 // the operation (sameOp): kind, dtype, reduction, root (4 bytes each), count (8)
+	seqIn     = 48 // the input buffer (bufDesc)
+	seqOut    = 48 + bufDescBytes
 	seqBytes  = 4096
 )
 

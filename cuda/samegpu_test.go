@@ -149,19 +149,13 @@ func sameGPURank(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank int, d
 		return err
 	}
 	var bad []string
-	i := 0
-	for _, dt := range []core.DataType{core.Float32, core.Float16, core.Bfloat16, core.Int64} {
-		for _, op := range []core.RedOp{core.Sum, core.Prod, core.Min, core.Max, core.Avg} {
-			for _, count := range []int{1, 1000, 4099} {
-				i++
-				got, want, err := runSameGPUCase(c, g, d, ctx, red, f, dev, s, rank, i, dt, op, count)
-				if err != nil {
-					return fmt.Errorf("case %d (%v %v %d): %w", i, dt, op, count, err)
-				}
-				if !bytes.Equal(got, want) {
-					bad = append(bad, fmt.Sprintf("MISMATCH case %d %v %v count %d (%s)", i, dt, op, count, devFirstDiff(got, want)))
-				}
-			}
+	for i, dc := range sameGPUCases(nranks) {
+		got, want, err := runSameGPUCase(c, g, d, ctx, red, f, dev, s, rank, nranks, i+1, dc)
+		if err != nil {
+			return fmt.Errorf("case %d %+v: %w", i+1, dc, err)
+		}
+		if !bytes.Equal(got, want) {
+			bad = append(bad, fmt.Sprintf("MISMATCH case %d %+v (%s)", i+1, dc, devFirstDiff(got, want)))
 		}
 	}
 	if _, err := c.Barrier(); err != nil {
@@ -185,17 +179,52 @@ func sameGPURank(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank int, d
 	return nil
 }
 
-// runSameGPUCase runs one all_reduce on the same-GPU path and on the host. The input
-// reaches the device buffer through a copy on the rank's stream, so it is there only
-// once the stream has run up to the operation. Cases alternate between buffers the
-// driver exports and buffers it does not, differently on each rank, and in place.
+// sameGPUCases: all_reduce and reduce_scatter for every dtype x reduction, all_gather
+// and broadcast for every dtype, at a few counts, in and out of place.
+func sameGPUCases(nranks int) []devCase {
+	var cs []devCase
+	for _, dt := range []core.DataType{core.Float32, core.Float16, core.Bfloat16, core.Int64} {
+		for _, op := range []core.RedOp{core.Sum, core.Prod, core.Min, core.Max, core.Avg} {
+			for _, count := range []int{1, 1000, 4099} {
+				cs = append(cs, devCase{coll: "all_reduce", dt: dt, op: op, count: count, inPlace: count == 1000})
+			}
+			cs = append(cs, devCase{coll: "reduce_scatter", dt: dt, op: op, count: 777, inPlace: op == core.Max})
+		}
+		for _, count := range []int{1, 999} {
+			cs = append(cs, devCase{coll: "all_gather", dt: dt, count: count, inPlace: count == 999})
+			cs = append(cs, devCase{coll: "broadcast", dt: dt, count: count, root: count % nranks, inPlace: count == 1})
+		}
+	}
+	return cs
+}
+
+// runSameGPUCase runs one case on the same-GPU path and on the host. The input reaches
+// the device buffer through a copy on the rank's stream, so it is there only once the
+// stream has run up to the operation. Cases alternate between buffers the driver
+// exports and buffers it does not, differently on each rank.
 func runSameGPUCase(c *core.Comm, g *cuda.SameGPU, d *cuda.Driver, ctx cuda.Context, red cuda.Reducer, f *cudatest.Fake,
-	dev int, s cuda.Stream, rank, i int, dt core.DataType, op core.RedOp, count int) (got, want []byte, err error) {
-	es := dt.Size()
-	n := count * es
-	in := devInput(dt, op, count, rank, i)
-	want = make([]byte, n)
-	req, err := c.AllReduce(in, want, count, dt, op)
+	dev int, s cuda.Stream, rank, nranks, i int, dc devCase) (got, want []byte, err error) {
+	es := dc.dt.Size()
+	inN, outN := dc.count, dc.count
+	switch dc.coll {
+	case "all_gather":
+		outN = dc.count * nranks
+	case "reduce_scatter":
+		inN = dc.count * nranks
+	}
+	in := devInput(dc.dt, dc.op, inN, rank, i)
+	want = make([]byte, outN*es)
+	var req *core.Request
+	switch dc.coll {
+	case "all_reduce":
+		req, err = c.AllReduce(in, want, dc.count, dc.dt, dc.op)
+	case "reduce_scatter":
+		req, err = c.ReduceScatter(in, want, dc.count, dc.dt, dc.op)
+	case "all_gather":
+		req, err = c.AllGather(in, want, dc.count, dc.dt)
+	case "broadcast":
+		req, err = c.Broadcast(in, want, dc.count, dc.dt, dc.root)
+	}
 	if err == nil {
 		_, err = req.Wait(-1)
 	}
@@ -203,36 +232,64 @@ func runSameGPUCase(c *core.Comm, g *cuda.SameGPU, d *cuda.Driver, ctx cuda.Cont
 		return nil, nil, fmt.Errorf("host reference: %w", err)
 	}
 	exported := (i+rank)%2 == 0
-	alloc := func() (uintptr, func(), error) {
+	alloc := func(n int) (uintptr, func(), error) {
 		if !exported {
-			p := f.Malloc(dev, n)
-			return p, func() {}, nil
+			return f.Malloc(dev, n), func() {}, nil
 		}
 		p, err := d.MemAlloc(ctx, n)
 		return p, func() { d.MemFree(ctx, p) }, err
 	}
-	recv, freeRecv, err := alloc()
+	// In place: the input is the output (all_reduce, broadcast), the rank's block of
+	// the output (all_gather), or the output is the rank's block of the input
+	// (reduce_scatter).
+	var send, recv uintptr
+	switch {
+	case dc.inPlace && dc.coll == "reduce_scatter":
+		var free func()
+		if send, free, err = alloc(inN * es); err != nil {
+			return nil, nil, err
+		}
+		defer free()
+		recv = send + uintptr(rank*outN*es)
+	default:
+		var free func()
+		if recv, free, err = alloc(outN * es); err != nil {
+			return nil, nil, err
+		}
+		defer free()
+		switch {
+		case dc.inPlace && dc.coll == "all_gather":
+			send = recv + uintptr(rank*inN*es)
+		case dc.inPlace:
+			send = recv
+		default:
+			if send, free, err = alloc(inN * es); err != nil {
+				return nil, nil, err
+			}
+			defer free()
+		}
+	}
+	if !(dc.inPlace && dc.coll == "reduce_scatter") {
+		copy(f.Bytes(recv, outN*es), bytes.Repeat([]byte{0xEE}, outN*es))
+	}
+	src := f.Malloc(dev, inN*es)
+	copy(f.Bytes(src, inN*es), in)
+	if err := d.CopyDtoD(ctx, s, send, src, inN*es); err != nil {
+		return nil, nil, err
+	}
+	switch dc.coll {
+	case "all_reduce":
+		err = g.AllReduce(s, red, send, recv, dc.count, dc.dt, dc.op)
+	case "reduce_scatter":
+		err = g.ReduceScatter(s, red, send, recv, dc.count, dc.dt, dc.op)
+	case "all_gather":
+		err = g.AllGather(s, send, recv, dc.count*es)
+	case "broadcast":
+		err = g.Broadcast(s, send, recv, dc.count*es, dc.root)
+	}
 	if err != nil {
 		return nil, nil, err
 	}
-	defer freeRecv()
-	copy(f.Bytes(recv, n), bytes.Repeat([]byte{0xEE}, n))
-	send := recv
-	if i%3 != 0 {
-		var freeSend func()
-		if send, freeSend, err = alloc(); err != nil {
-			return nil, nil, err
-		}
-		defer freeSend()
-	}
-	src := f.Malloc(dev, n)
-	copy(f.Bytes(src, n), in)
-	if err := d.CopyDtoD(ctx, s, send, src, n); err != nil {
-		return nil, nil, err
-	}
-	if err := g.AllReduce(s, red, send, recv, count, dt, op); err != nil {
-		return nil, nil, err
-	}
 	f.Drain(uintptr(s))
-	return append([]byte(nil), f.Bytes(recv, n)...), want, nil
+	return append([]byte(nil), f.Bytes(recv, outN*es)...), want, nil
 }
