@@ -143,7 +143,7 @@ func devChild() int {
 	switch os.Getenv("GONCCL_DEVTEST_SCRIPT") {
 	case "p2p":
 		run = devP2PRank // devp2p_test.go
-	case "samegpu", "gpuwaits":
+	case "samegpu", "samegpu-mismatch", "gpuwaits":
 		run = sameGPURank // samegpu_test.go
 	case "timesliced":
 		run = timeSlicedRank // samegpu_bench_test.go

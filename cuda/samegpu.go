@@ -61,6 +61,7 @@ type SameGPU struct {
 	xbuf     uintptr              // the exchange buffer (0: none yet)
 	xcap     int
 	closed   bool
+	failed   error // the first operation that failed: the ranks' sequence numbers may disagree since
 }
 
 // mapping is a peer's allocation as this process addresses it.
@@ -68,8 +69,14 @@ type mapping struct {
 	base   uintptr // in the peer's process
 	size   int
 	here   uintptr
-	opened bool // by cuIpcOpenMemHandle (closed by Close or when replaced)
+	opened bool   // by cuIpcOpenMemHandle (closed by Close, when replaced, or when evicted)
+	used   uint64 // the last operation that used it
 }
+
+// maxMappings is how many of a peer's allocations the launcher keeps mapped: beyond it,
+// mappings the current operation does not use are closed (a mapping keeps a freed
+// allocation's memory alive).
+const maxMappings = 16
 
 // ErrSameGPUTimeout means a rank of the same-GPU path waited past the communicator's
 // timeout for another rank's part of an operation; the error names the rank.

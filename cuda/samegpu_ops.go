@@ -138,15 +138,22 @@ func (g *SameGPU) run(s Stream, o sameOp, send uintptr, sendBytes int, recv uint
 	if g.closed {
 		return fmt.Errorf("cuda: the same-GPU path is closed")
 	}
+	if g.failed != nil {
+		return fmt.Errorf("cuda: the same-GPU path failed earlier, and its ranks may no longer agree on which operation is which: %w", g.failed)
+	}
 	g.n++
 	n := g.n
 	deadline := time.Now().Add(g.timeout)
-	return g.d.do(g.ctx, func() error {
+	err := g.d.do(g.ctx, func() error {
 		if g.rank != launcher {
 			return g.follow(s, n, deadline, o, send, sendBytes, recv, recvBytes)
 		}
 		return g.lead(s, n, deadline, o, send, sendBytes, recv, recvBytes, enqueue)
 	})
+	if err != nil {
+		g.failed = err
+	}
+	return err
 }
 
 // export describes the allocation holding this rank's buffer p, exported once per
@@ -281,7 +288,9 @@ func (g *SameGPU) lead(s Stream, n uint64, deadline time.Time, o sameOp, send ui
 			}
 		}
 		if getSameOp(pg.mem[seqDesc:]) != o {
-			mismatch = p
+			if mismatch < 0 {
+				mismatch = p // the first rank that differs is named
+			}
 			continue
 		}
 		var err error
@@ -299,7 +308,10 @@ func (g *SameGPU) lead(s Stream, n uint64, deadline time.Time, o sameOp, send ui
 		g.own.word(seqDone).Store(n)
 		return fmt.Errorf("%w: same-GPU %s %d: rank %d called another operation than rank %d (collective, count, type, reduction or root)", ErrSameGPUMismatch, name, n, mismatch, g.rank)
 	}
-	err := enqueue(ins, outs)
+	err := g.evict(n)
+	if err == nil {
+		err = enqueue(ins, outs)
+	}
 	if err == nil {
 		err = g.d.eventRecord(g.done, s)
 	}
@@ -379,6 +391,8 @@ func (g *SameGPU) peerPtr(p int, b bufDesc, bytes int) (uintptr, error) {
 	}
 	m := g.maps[p]
 	if mp, ok := m[b.id]; ok {
+		mp.used = g.n
+		m[b.id] = mp
 		return mp.here + uintptr(b.off), nil
 	}
 	for id, mp := range m {
@@ -395,6 +409,29 @@ func (g *SameGPU) peerPtr(p int, b bufDesc, bytes int) (uintptr, error) {
 	if err != nil {
 		return 0, fmt.Errorf("cuda: mapping rank %d's buffer for the same-GPU path: %w", p, err)
 	}
-	m[b.id] = mapping{base: b.base, size: b.size, here: here, opened: true}
+	m[b.id] = mapping{base: b.base, size: b.size, here: here, opened: true, used: g.n}
 	return here + uintptr(b.off), nil
+}
+
+// evict closes, for each peer with more than maxMappings allocations mapped, the
+// mappings operation n does not use. That is safe once every peer has published n:
+// each did so only after the launcher's operation n-1 had run, and so every earlier one.
+func (g *SameGPU) evict(n uint64) error {
+	for _, m := range g.maps {
+		if len(m) <= maxMappings {
+			continue
+		}
+		for id, mp := range m {
+			if mp.used == n {
+				continue
+			}
+			if mp.opened {
+				if err := g.d.ipcCloseMemHandle(mp.here); err != nil {
+					return err
+				}
+			}
+			delete(m, id)
+		}
+	}
+	return nil
 }

@@ -2,6 +2,7 @@ package cuda_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -88,6 +89,16 @@ func TestSameGPUWrongStepFails(t *testing.T) {
 	}
 }
 
+// TestSameGPUMismatch: ranks that call different operations all get an error (naming
+// rank 1 on the launcher), and the path refuses the next operation.
+func TestSameGPUMismatch(t *testing.T) {
+	open(t)
+	t.Setenv("GONCCL_DEVTEST_SCRIPT", "samegpu-mismatch")
+	out, err := runDevRanks(t, "0,0,0", "", "0,50")
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, out, "rank 0: cuda: the ranks called different operations on the same-GPU path: same-GPU all_reduce 1: rank 1 called another operation than rank 0", out)
+}
+
 // TestGPUWaitCounterSeesTheDevicePath shows the counter the same-GPU tests assert is
 // zero does count: the device path (Shared) waits on the GPU for its peers' flags.
 func TestGPUWaitCounterSeesTheDevicePath(t *testing.T) {
@@ -147,6 +158,22 @@ func sameGPURank(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank int, d
 	g, err := cuda.NewSameGPU(d, ctx, rank, nranks, 30*time.Second, exchange)
 	if err != nil {
 		return err
+	}
+	if os.Getenv("GONCCL_DEVTEST_SCRIPT") == "samegpu-mismatch" {
+		// Rank 1 reduces one element more than the others.
+		buf, err := d.MemAlloc(ctx, 4*16)
+		if err != nil {
+			return err
+		}
+		err = g.AllReduce(s, red, buf, buf, 10+min(rank, 1), core.Float32, core.Sum)
+		fmt.Fprintf(log, "rank %d: %v\n", rank, err)
+		if !errors.Is(err, cuda.ErrSameGPUMismatch) {
+			return fmt.Errorf("rank %d: mismatched all_reduce returned %v", rank, err)
+		}
+		if err2 := g.AllReduce(s, red, buf, buf, 10, core.Float32, core.Sum); err2 == nil {
+			return fmt.Errorf("rank %d: the same-GPU path ran another operation after a mismatch", rank)
+		}
+		return g.Close()
 	}
 	var bad []string
 	for i, dc := range sameGPUCases(nranks) {
