@@ -16,7 +16,8 @@ import (
 // BenchmarkTimeSlicedAllReduce compares, on the fake driver with its contexts taking
 // turns on one device (FAKECUDA_TIMESLICE_US=500), the device path (whose streams wait
 // on the GPU for each other's flags) with the same-GPU path (which orders the ranks on
-// the host): 2 rank processes, 16 KiB fp32 all_reduces. It reports each path's time
+// the host), and the same-GPU path with its launcher's stream waiting on the peers'
+// events instead (cuStreamWaitEvent, the alternative to polling): 2 rank processes, 16 KiB fp32 all_reduces. It reports each path's time
 // per operation and the GPU-side waits it issued, as rank 0 measured them. The fake's
 // slices are not the hardware's; the ratio is what it shows.
 func BenchmarkTimeSlicedAllReduce(b *testing.B) {
@@ -31,11 +32,11 @@ func BenchmarkTimeSlicedAllReduce(b *testing.B) {
 	if err != nil {
 		b.Fatalf("%v\n%s", err, out)
 	}
-	m := regexp.MustCompile(`device-path ([0-9.]+) us/op ([0-9]+) waits; same-GPU ([0-9.]+) us/op ([0-9]+) waits`).FindStringSubmatch(out)
+	m := regexp.MustCompile(`device-path ([0-9.]+) us/op ([0-9]+) waits; same-GPU ([0-9.]+) us/op ([0-9]+) waits; stream-wait ([0-9.]+) us/op ([0-9]+) waits`).FindStringSubmatch(out)
 	if m == nil {
 		b.Fatalf("no timings in the ranks' output:\n%s", out)
 	}
-	for i, unit := range []string{"devpath-us/op", "devpath-gpu-waits", "samegpu-us/op", "samegpu-gpu-waits"} {
+	for i, unit := range []string{"devpath-us/op", "devpath-gpu-waits", "samegpu-us/op", "samegpu-gpu-waits", "streamwait-us/op", "streamwait-gpu-waits"} {
 		v, _ := strconv.ParseFloat(m[i+1], 64)
 		b.ReportMetric(v, unit)
 	}
@@ -105,11 +106,20 @@ func timeSlicedRank(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank int
 	if err != nil {
 		return err
 	}
+	// The same-GPU path with the launcher's stream waiting on the peers' events
+	// (cuStreamWaitEvent) instead of its host polling them.
+	cuda.SetTestFault("samegpu-stream-wait")
+	waitUs, waitWaits, err := run(func() error { return g.AllReduce(s, red, buf, buf, count, core.Float32, core.Sum) })
+	cuda.SetTestFault("")
+	if err != nil {
+		return err
+	}
 	if _, err := c.Barrier(); err != nil {
 		return err
 	}
 	if rank == 0 {
-		fmt.Fprintf(log, "device-path %.1f us/op %d waits; same-GPU %.1f us/op %d waits\n", devUs, devWaits, sameUs, sameWaits)
+		fmt.Fprintf(log, "device-path %.1f us/op %d waits; same-GPU %.1f us/op %d waits; stream-wait %.1f us/op %d waits\n",
+			devUs, devWaits, sameUs, sameWaits, waitUs, waitWaits)
 	}
 	return nil
 }

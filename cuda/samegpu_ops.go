@@ -280,7 +280,13 @@ func (g *SameGPU) lead(s Stream, n uint64, deadline time.Time, o sameOp, send ui
 		}, func() (bool, error) { return pg.word(seqReady).Load() >= n, nil }); err != nil {
 			return err
 		}
-		if !fault("samegpu-skip-event") {
+		if fault("samegpu-stream-wait") {
+			// The alternative to polling: the launcher's stream waits on the GPU for
+			// the peer's event, a wait across contexts that keeps the GPU's turn.
+			if err := g.d.streamWaitEvent(s, g.peerEv[p]); err != nil {
+				return err
+			}
+		} else if !fault("samegpu-skip-event") {
 			if err := spinThenBackoff(deadline, func() string {
 				return fmt.Sprintf("rank %d waited for rank %d's stream to reach same-GPU %s %d", g.rank, p, name, n)
 			}, func() (bool, error) { return g.d.eventDone(g.peerEv[p]) }); err != nil {

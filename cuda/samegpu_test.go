@@ -89,6 +89,18 @@ func TestSameGPUWrongStepFails(t *testing.T) {
 	}
 }
 
+// TestSameGPUCountsStreamWaits shows the GPU-wait assertion can fail: with the
+// launcher's stream waiting on the peers' inter-process events (cuStreamWaitEvent)
+// instead of its host polling them, results are right but the waits are counted.
+func TestSameGPUCountsStreamWaits(t *testing.T) {
+	open(t)
+	t.Setenv("GONCCL_DEVTEST_SCRIPT", "samegpu")
+	out, err := runDevRanks(t, "0,0", "samegpu-stream-wait", "0,50")
+	require.Error(t, err, "%s", out)
+	require.Regexp(t, `(?m)^[1-9][0-9]* GPU-side waits across contexts`, out)
+	require.NotContains(t, out, "MISMATCH")
+}
+
 // TestSameGPUMismatch: ranks that call different operations all get an error (naming
 // rank 1 on the launcher), and the path refuses the next operation.
 func TestSameGPUMismatch(t *testing.T) {
