@@ -90,7 +90,22 @@ func (v *views) trySameGPU(c *core.Comm, kind core.Kind, dt core.DataType, op *c
 	if root != noRoot {
 		rec.root = root
 	}
-	req, err = v.runDevice(c, rec, dt, func(ptrs []uintptr) error { return enqueue(g, k, ptrs) }, bufs...)
+	req, err = v.runDevice(c, rec, dt, func(ptrs []uintptr) error {
+		err := enqueue(g, k, ptrs)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, cuda.ErrSameGPUMismatch):
+			// Every rank saw it in the same operation: the path goes on.
+			return fmt.Errorf("%w: %w", core.ErrMismatch, err)
+		case errors.Is(err, cuda.ErrSameGPUTimeout):
+			err = fmt.Errorf("%w: %w", core.ErrTimeout, err)
+		}
+		// The ranks' sequence numbers may disagree now: the communicator is broken,
+		// and its next call says why.
+		c.FailDevice(err)
+		return err
+	}, bufs...)
 	return req, true, err
 }
 

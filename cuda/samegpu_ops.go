@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"time"
 
@@ -150,7 +151,9 @@ func (g *SameGPU) run(s Stream, o sameOp, send uintptr, sendBytes int, recv uint
 		}
 		return g.lead(s, n, deadline, o, send, sendBytes, recv, recvBytes, enqueue)
 	})
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrSameGPUMismatch) {
+		// A mismatch is seen by every rank in the same operation, so their sequence
+		// numbers still agree; any other failure may have left them apart.
 		g.failed = err
 	}
 	return err
