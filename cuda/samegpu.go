@@ -7,6 +7,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // SameGPU is the same-GPU path: collectives among ranks (processes, or communicators
@@ -38,8 +40,13 @@ import (
 // rank's own exchange buffer instead, as large as the largest message so far, so the
 // operation is still one round.
 //
-// Nothing is allocated or freed once the sizes have been seen (the exchange buffer
-// grows only for a larger message, on the rank's own stream, which waits on nothing).
+// Nothing is allocated or freed once the sizes have been seen: the exchange buffer
+// grows only for a larger message (geometrically), and a buffer it outgrew is freed
+// only at Close, once the launcher has closed its mapping of it (freeing memory another
+// process still maps is undefined). The mappings are cached per allocation: a rank must
+// not free a buffer it gave this path while the path is open (torch's caching allocator
+// keeps its blocks; torch.cuda.empty_cache() would free them), as the launcher may
+// still map it.
 type SameGPU struct {
 	d        *Driver
 	g        *sgDriver
@@ -60,6 +67,9 @@ type SameGPU struct {
 	maps     []map[uint64]mapping // launcher: per peer, its allocations mapped here
 	xbuf     uintptr              // the exchange buffer (0: none yet)
 	xcap     int
+	retired  []uintptr       // exchange buffers outgrown, freed at Close (the launcher may map them)
+	noExport map[uint64]bool // allocations the driver would not export (asked once)
+	leadPID  int             // the launcher's process, to stop waiting in Close if it is gone
 	closed   bool
 	failed   error // the first operation that failed: the ranks' sequence numbers may disagree since
 }
@@ -93,6 +103,7 @@ const launcher = 0
 type sameRecord struct {
 	ok      bool
 	pid, fd int
+	proc    uint64 // processID: ranks of one process use each other's pointers as they are
 	bus     string
 	ready   [ipcEventHandleSize]byte
 	raw     uint64 // the ready event's handle, for ranks of the same process
@@ -101,7 +112,7 @@ type sameRecord struct {
 	reason  string
 }
 
-const sameRecordBytes = 1 + 8 + 8 + busIDBytes + 2*(ipcEventHandleSize+8) + 96
+const sameRecordBytes = 1 + 8 + 8 + 8 + busIDBytes + 2*(ipcEventHandleSize+8) + 96
 
 // SameRecordBytes is the size of each rank's record in NewSameGPU's exchange.
 const SameRecordBytes = sameRecordBytes
@@ -113,7 +124,8 @@ func (r sameRecord) encode() []byte {
 	}
 	binary.LittleEndian.PutUint64(b[1:], uint64(r.pid))
 	binary.LittleEndian.PutUint64(b[9:], uint64(r.fd))
-	o := 17
+	binary.LittleEndian.PutUint64(b[17:], r.proc)
+	o := 25
 	copy(b[o:o+busIDBytes], r.bus)
 	o += busIDBytes
 	copy(b[o:], r.ready[:])
@@ -127,8 +139,9 @@ func (r sameRecord) encode() []byte {
 }
 
 func decodeSameRecord(b []byte) sameRecord {
-	r := sameRecord{ok: b[0] == 1, pid: int(binary.LittleEndian.Uint64(b[1:])), fd: int(binary.LittleEndian.Uint64(b[9:]))}
-	o := 17
+	r := sameRecord{ok: b[0] == 1, pid: int(binary.LittleEndian.Uint64(b[1:])), fd: int(binary.LittleEndian.Uint64(b[9:])),
+		proc: binary.LittleEndian.Uint64(b[17:])}
+	o := 25
 	r.bus = nulTerminated(b[o : o+busIDBytes])
 	o += busIDBytes
 	copy(r.ready[:], b[o:])
@@ -148,8 +161,8 @@ func decodeSameRecord(b []byte) sameRecord {
 func NewSameGPU(d *Driver, ctx Context, rank, nranks int, timeout time.Duration, exchange func([]byte) ([]byte, error)) (*SameGPU, error) {
 	g := &SameGPU{d: d, ctx: ctx, rank: rank, nranks: nranks, timeout: timeout, ownFD: -1,
 		peers: make([]*seqPage, nranks), samePID: make([]bool, nranks), peerEv: make([]event, nranks),
-		exported: map[uint64][ipcHandleSize]byte{}, maps: make([]map[uint64]mapping, nranks)}
-	me := sameRecord{pid: os.Getpid()}
+		exported: map[uint64][ipcHandleSize]byte{}, noExport: map[uint64]bool{}, maps: make([]map[uint64]mapping, nranks)}
+	me := sameRecord{pid: os.Getpid(), proc: processID}
 	err := g.setupOwn(&me)
 	if err != nil {
 		me.reason = err.Error()
@@ -227,8 +240,9 @@ func (g *SameGPU) setupOwn(me *sameRecord) error {
 
 // connect maps the peers' pages and opens the events this rank polls.
 func (g *SameGPU) connect(recs []sameRecord) error {
+	g.leadPID = recs[launcher].pid
 	for r, rec := range recs {
-		g.samePID[r] = rec.pid == os.Getpid()
+		g.samePID[r] = rec.proc == processID
 		if r == g.rank {
 			g.peers[r] = g.own
 			continue
@@ -264,9 +278,11 @@ func (g *SameGPU) connect(recs []sameRecord) error {
 	})
 }
 
-// Close unmaps the peers' pages and buffers and frees the exchange buffer (the
-// launcher first waits for its last operation's kernels). Call it once no rank will
-// start another operation of this path.
+// Close unmaps the peers' pages and buffers and frees the exchange buffers (the
+// launcher first waits for its last operation's kernels, then closes its mappings and
+// says so on its page; the other ranks free their exchange buffers only once it has,
+// or once its process is gone). Call it once no rank will start another operation of
+// this path.
 func (g *SameGPU) Close() error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -279,17 +295,6 @@ func (g *SameGPU) Close() error {
 		if first == nil {
 			first = err
 		}
-	}
-	for r, p := range g.peers {
-		if p != nil && r != g.rank {
-			keep(p.unmap())
-		}
-	}
-	if g.own != nil {
-		keep(g.own.unmap())
-	}
-	if g.ownFD >= 0 {
-		keep(closeFD(g.ownFD))
 	}
 	keep(g.d.do(g.ctx, func() error {
 		if g.rank == launcher && g.n > 0 && g.done != 0 {
@@ -305,10 +310,42 @@ func (g *SameGPU) Close() error {
 				}
 			}
 		}
-		if g.xbuf != 0 {
-			keep(g.d.memFree(g.xbuf))
+		if g.rank == launcher && g.own != nil {
+			g.own.word(seqClosed).Store(1)
 		}
+		bufs := g.retired
+		if g.xbuf != 0 {
+			bufs = append(bufs, g.xbuf)
+		}
+		if len(bufs) == 0 {
+			return nil
+		}
+		if lead := g.peers[launcher]; g.rank != launcher && lead != nil && !g.samePID[launcher] {
+			err := spinThenBackoff(time.Now().Add(g.timeout), func() string {
+				return fmt.Sprintf("rank %d waited for rank %d to close its mappings of its exchange buffers (left allocated)", g.rank, launcher)
+			}, func() (bool, error) {
+				return lead.word(seqClosed).Load() != 0 || unix.Kill(g.leadPID, 0) == unix.ESRCH, nil
+			})
+			if err != nil {
+				return err // freeing memory the launcher still maps is undefined: leave it
+			}
+		}
+		for _, p := range bufs {
+			keep(g.d.memFree(p))
+		}
+		g.xbuf, g.retired = 0, nil
 		return nil
 	}))
+	for r, p := range g.peers {
+		if p != nil && r != g.rank {
+			keep(p.unmap())
+		}
+	}
+	if g.own != nil {
+		keep(g.own.unmap())
+	}
+	if g.ownFD >= 0 {
+		keep(closeFD(g.ownFD))
+	}
 	return first
 }

@@ -166,13 +166,20 @@ func (g *SameGPU) export(p uintptr) (d bufDesc, ok bool, err error) {
 	if err != nil {
 		return d, false, err
 	}
+	if g.noExport[id] {
+		return d, false, nil
+	}
 	h, ok := g.exported[id]
 	if !ok {
 		var herr error
 		if h, herr = g.d.ipcGetMemHandle(base); herr != nil {
+			if len(g.noExport) > 4096 { // ids of freed allocations never come back
+				g.noExport = map[uint64]bool{}
+			}
+			g.noExport[id] = true // asked once per allocation, not per operation
 			return d, false, nil
 		}
-		if len(g.exported) > 4096 { // ids of freed allocations never come back
+		if len(g.exported) > 4096 {
 			g.exported = map[uint64][ipcHandleSize]byte{}
 		}
 		g.exported[id] = h
@@ -180,9 +187,11 @@ func (g *SameGPU) export(p uintptr) (d bufDesc, ok bool, err error) {
 	return bufDesc{id: id, base: base, size: size, off: int(p - base), handle: h}, true, nil
 }
 
-// growExchange makes the exchange buffer hold at least n bytes. It runs on this
-// rank's thread before the rank publishes anything for the operation, so nobody reads
-// the old buffer: its last reader, the launcher's previous operation, has finished.
+// growExchange makes the exchange buffer hold at least n bytes (at least twice its
+// old size, so it grows a few times at most). It runs on this rank's thread before the
+// rank publishes anything for the operation, so nobody reads the old buffer any more,
+// but the launcher may still map it: it is kept until Close, which frees it once the
+// launcher has closed its mappings (a free here would also wait for the whole context).
 func (g *SameGPU) growExchange(n int) error {
 	if g.xcap >= n {
 		return nil
@@ -193,9 +202,7 @@ func (g *SameGPU) growExchange(n int) error {
 		return err
 	}
 	if g.xbuf != 0 {
-		if err := g.d.memFree(g.xbuf); err != nil {
-			return err
-		}
+		g.retired = append(g.retired, g.xbuf)
 	}
 	g.xbuf, g.xcap = p, c
 	return nil

@@ -26,6 +26,7 @@ const (
 	seqDesc   = 24 // the operation (sameOp): kind, dtype, reduction, root (4 bytes each), count (8)
 	seqIn     = 48 // the input buffer (bufDesc)
 	seqOut    = 48 + bufDescBytes
+	seqClosed = seqOut + bufDescBytes // uint64 (launcher): 1 once Close has closed its mappings of the others' memory
 	seqBytes  = 4096
 )
 

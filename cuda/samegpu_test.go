@@ -190,8 +190,16 @@ func sameGPURank(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank int, d
 		return g.Close()
 	}
 	var bad []string
+	// The exported buffers are freed after Close: the launcher keeps its mappings of
+	// the ranks' allocations (the fake faults a free of memory another process maps).
+	var frees []func()
+	defer func() {
+		for _, free := range frees {
+			free()
+		}
+	}()
 	for i, dc := range sameGPUCases(nranks) {
-		got, want, err := runSameGPUCase(c, g, d, ctx, red, f, dev, s, rank, nranks, i+1, dc)
+		got, want, err := runSameGPUCase(c, g, d, ctx, red, f, dev, s, rank, nranks, i+1, dc, &frees)
 		if err != nil {
 			return fmt.Errorf("case %d %+v: %w", i+1, dc, err)
 		}
@@ -242,9 +250,10 @@ func sameGPUCases(nranks int) []devCase {
 // runSameGPUCase runs one case on the same-GPU path and on the host. The input reaches
 // the device buffer through a copy on the rank's stream, so it is there only once the
 // stream has run up to the operation. Cases alternate between buffers the driver
-// exports and buffers it does not, differently on each rank.
+// exports and buffers it does not, differently on each rank; the exported ones are
+// freed by the caller, after the path's Close (frees).
 func runSameGPUCase(c *core.Comm, g *cuda.SameGPU, d *cuda.Driver, ctx cuda.Context, red cuda.Reducer, f *cudatest.Fake,
-	dev int, s cuda.Stream, rank, nranks, i int, dc devCase) (got, want []byte, err error) {
+	dev int, s cuda.Stream, rank, nranks, i int, dc devCase, frees *[]func()) (got, want []byte, err error) {
 	es := dc.dt.Size()
 	inN, outN := dc.count, dc.count
 	switch dc.coll {
@@ -278,7 +287,10 @@ func runSameGPUCase(c *core.Comm, g *cuda.SameGPU, d *cuda.Driver, ctx cuda.Cont
 			return f.Malloc(dev, n), func() {}, nil
 		}
 		p, err := d.MemAlloc(ctx, n)
-		return p, func() { d.MemFree(ctx, p) }, err
+		if err == nil {
+			*frees = append(*frees, func() { d.MemFree(ctx, p) })
+		}
+		return p, func() {}, err
 	}
 	// In place: the input is the output (all_reduce, broadcast), the rank's block of
 	// the output (all_gather), or the output is the rank's block of the input
