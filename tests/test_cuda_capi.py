@@ -150,7 +150,7 @@ def test_libgonccl_does_not_link_cuda(package_dir):
 
 @pytest.mark.timeout(RUN_TIMEOUT + 60)
 @pytest.mark.parametrize("path", ["staged", "staged-pipelined", "staged-pipelined-cpu", "auto", "device", "device-no-peer",
-                                  "auto-one-gpu"])
+                                  "auto-one-gpu", "samegpu-one-gpu"])
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
     """The same checks on the staged path (GONCCL_DEVICE_PATH=0) and on the device path
@@ -168,8 +168,9 @@ def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
     collective but the smallest runs pipelined by chunk (sizes that are not a multiple of
     the chunk, in place, async, mismatched counts), its reductions on the GPU, or with
     staged-pipelined-cpu on the host (GONCCL_STAGED_REDUCE=cpu). auto-one-gpu puts every
-    rank on device 0: all_reduce, all_gather, reduce_scatter and broadcast take the
-    same-GPU path, the rest stages."""
+    rank on device 0, where auto stages; samegpu-one-gpu does the same with
+    GONCCL_DEVICE_PATH=samegpu: all_reduce, all_gather, reduce_scatter and broadcast take
+    the same-GPU path, the rest stages."""
     id_file = str(tmp_path / "unique_id")
     dump = tmp_path / "trace"
     extra = {"GONCCL_DEBUG": "INFO", "GONCCL_DEBUG_SUBSYS": "INIT", "GONCCL_TRACE_DUMP_DIR": str(dump)}
@@ -184,8 +185,10 @@ def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
         extra["GONCCL_STAGED_CHUNK"] = "1K"
     if path == "staged-pipelined-cpu":
         extra["GONCCL_STAGED_REDUCE"] = "cpu"
-    if path == "auto-one-gpu":
-        extra["CUDA_CAPI_TEST_ONE_DEVICE"] = "1"  # every rank on device 0: the same-GPU path
+    if path.endswith("one-gpu"):
+        extra["CUDA_CAPI_TEST_ONE_DEVICE"] = "1"  # every rank on device 0
+    if path == "samegpu-one-gpu":
+        extra["GONCCL_DEVICE_PATH"] = "samegpu"  # asked for: auto keeps ranks sharing a GPU staged
     run = _run_ranks(cuda_capi_binary, fakecuda, nranks, id_file, str(tmp_path), extra)
     run.assert_ok(f"cuda_capi_test with {nranks} ranks")
     on_device = path == "device" or (path == "auto" and nranks == 2)
@@ -199,14 +202,17 @@ def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
         if path == "staged":
             assert "staged path: GONCCL_DEVICE_PATH=0" in log, proc.describe()
         same = f"rank {r}/{nranks}: same-GPU path: all {nranks} ranks run on one GPU" in log
-        assert same == (path == "auto-one-gpu"), proc.describe()
+        assert same == (path == "samegpu-one-gpu"), proc.describe()
+        if path == "auto-one-gpu":
+            assert f"rank {r}/{nranks}: staged path:" in log and "GONCCL_DEVICE_PATH=samegpu the same-GPU path" in log, \
+                proc.describe()
         if path == "auto" and nranks == 3:
             assert "staged path:" in log and "ranks 0 and 2 are both on GPU 0000:10:00.0" in log, proc.describe()
         # The bad-input cases only the fake can check (cuda_capi_test.c, test_bad) ran.
         assert f"rank {r}: fake-only bad-input checks ran" in proc.stdout, proc.describe()
         assert f"CUDA driver loaded from {fakecuda}" in proc.stderr, proc.describe()
     # The same-GPU path's collectives are device-path entries; its sends and receives stage.
-    _check_flight_recorder(str(dump), nranks, on_device or path == "auto-one-gpu", p2p=on_device)
+    _check_flight_recorder(str(dump), nranks, on_device or path == "samegpu-one-gpu", p2p=on_device)
     if path.startswith("staged"):
         _check_pipelined(str(dump), path)
 
@@ -317,15 +323,16 @@ def multicomm_binary(package_dir, fakecuda, tmp_path_factory):
 
 
 @pytest.mark.timeout(RUN_TIMEOUT + 60)
-@pytest.mark.parametrize("path", ["staged", "staged-pipelined", "device", "auto"])
+@pytest.mark.parametrize("path", ["staged", "staged-pipelined", "device", "auto", "samegpu"])
 @pytest.mark.parametrize("nranks", [2, 3, 4])
 def test_cuda_multicomm(multicomm_binary, fakecuda, nranks, path, tmp_path):
     """Several communicators of one process on one device, sharing one pool stream:
     each operation sees the copy-out of the one issued before it on the stream, by
     whichever communicator (on 02dd7a2 the second communicator read the first one's
     input: 'the next communicator's all_reduce of that result (round 0): [0] = 2.000000,
-    want 8.000000'). Every rank is on one device, so auto takes the same-GPU path."""
-    extra = {"GONCCL_DEVICE_PATH": {"device": "1", "auto": "auto"}.get(path, "0"),
+    want 8.000000'). Every rank is on one device: auto stages, samegpu takes the same-GPU
+    path."""
+    extra = {"GONCCL_DEVICE_PATH": {"device": "1", "auto": "auto", "samegpu": "samegpu"}.get(path, "0"),
              "GONCCL_DEBUG": "INFO", "GONCCL_DEBUG_SUBSYS": "INIT"}
     if path == "staged-pipelined":
         extra["GONCCL_STAGED_CHUNK"] = "4K"  # the operations take 4 chunks and more
@@ -334,7 +341,9 @@ def test_cuda_multicomm(multicomm_binary, fakecuda, nranks, path, tmp_path):
     for r, proc in enumerate(run.procs):
         assert f"rank {r}:" in proc.stdout and "checks passed" in proc.stdout, proc.describe()
         same = f"rank {r}/{nranks}: same-GPU path: all {nranks} ranks run on one GPU" in proc.stderr
-        assert same == (path == "auto"), proc.describe()
+        assert same == (path == "samegpu"), proc.describe()
+        if path == "auto":
+            assert f"rank {r}/{nranks}: staged path:" in proc.stderr, proc.describe()
 
 
 @pytest.mark.timeout(2 * RUN_TIMEOUT + 120)
