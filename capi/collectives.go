@@ -113,6 +113,11 @@ func allReduce(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t,
 		if err != nil {
 			return nil, err
 		}
+		if req, ok, err := v.trySameGPU(c, core.KindAllReduce, d, &rop, noRoot, int(count), func(g *cuda.SameGPU, k *cuda.Kernels, p []uintptr) error {
+			return g.AllReduce(v.stream, k, p[0], p[1], int(count), d, rop)
+		}, sb, rb); ok || err != nil {
+			return req, err
+		}
 		if req, ok, err := v.tryDevice(c, core.KindAllReduce, d, &rop, noRoot, int(count), func(sh *cuda.Shared, k *cuda.Kernels, p []uintptr) error {
 			return sh.AllReduce(v.stream, k, p[0], p[1], int(count), d, rop)
 		}, sb, rb); ok || err != nil {
@@ -139,6 +144,11 @@ func broadcast(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t,
 			sb = buf{"sendbuff", send, uint64(count), true, false}
 		}
 		rb := buf{"recvbuff", recv, uint64(count), false, true}
+		if req, ok, err := v.trySameGPU(c, core.KindBroadcast, d, nil, int(root), int(count), func(g *cuda.SameGPU, _ *cuda.Kernels, p []uintptr) error {
+			return g.Broadcast(v.stream, p[0], p[1], int(count)*d.Size(), int(root))
+		}, sb, rb); ok || err != nil {
+			return req, err
+		}
 		if req, ok, err := v.tryDevice(c, core.KindBroadcast, d, nil, int(root), int(count), func(sh *cuda.Shared, _ *cuda.Kernels, p []uintptr) error {
 			return sh.Broadcast(v.stream, p[0], p[1], int(count)*d.Size(), int(root))
 		}, sb, rb); ok || err != nil {
@@ -162,6 +172,11 @@ func allGather(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t,
 			return nil, err
 		}
 		sb, rb := buf{"sendbuff", send, uint64(count), true, false}, buf{"recvbuff", recv, total, false, true}
+		if req, ok, err := v.trySameGPU(c, core.KindAllGather, d, nil, noRoot, int(count), func(g *cuda.SameGPU, _ *cuda.Kernels, p []uintptr) error {
+			return g.AllGather(v.stream, p[0], p[1], int(count)*d.Size())
+		}, sb, rb); ok || err != nil {
+			return req, err
+		}
 		if req, ok, err := v.tryDevice(c, core.KindAllGather, d, nil, noRoot, int(count), func(sh *cuda.Shared, _ *cuda.Kernels, p []uintptr) error {
 			return sh.AllGather(v.stream, p[0], p[1], int(count)*d.Size())
 		}, sb, rb); ok || err != nil {
@@ -295,6 +310,11 @@ func reduceScatter(send, recv unsafe.Pointer, recvCount C.size_t, dt C.goncclDat
 		rop, err := redOp(op)
 		if err != nil {
 			return nil, err
+		}
+		if req, ok, err := v.trySameGPU(c, core.KindReduceScatter, d, &rop, noRoot, int(recvCount), func(g *cuda.SameGPU, k *cuda.Kernels, p []uintptr) error {
+			return g.ReduceScatter(v.stream, k, p[0], p[1], int(recvCount), d, rop)
+		}, sb, rb); ok || err != nil {
+			return req, err
 		}
 		if req, ok, err := v.tryDevice(c, core.KindReduceScatter, d, &rop, noRoot, int(recvCount), func(sh *cuda.Shared, k *cuda.Kernels, p []uintptr) error {
 			return sh.ReduceScatter(v.stream, k, p[0], p[1], int(recvCount), d, rop)

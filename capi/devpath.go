@@ -68,10 +68,15 @@ func parseScratch(v string) (int, error) {
 type devMode int
 
 const (
-	devAuto devMode = iota // the device path unless two ranks share a GPU (the default)
-	devOn                  // the device path wherever it can be set up: GONCCL_DEVICE_PATH=1
-	devOff                 // staged: GONCCL_DEVICE_PATH=0 or GONCCL_P2P_DISABLE=1
+	devAuto    devMode = iota // the device path unless two ranks share a GPU (the default)
+	devOn                     // the device path wherever it can be set up: GONCCL_DEVICE_PATH=1
+	devOff                    // staged: GONCCL_DEVICE_PATH=0 or GONCCL_P2P_DISABLE=1
+	devSameGPU                // as devAuto, but ranks all on one GPU take the same-GPU path: GONCCL_DEVICE_PATH=samegpu
 )
+
+// automatic reports whether the mode chooses by the ranks' devices (auto, samegpu)
+// rather than forcing the device path.
+func (m devMode) automatic() bool { return m == devAuto || m == devSameGPU }
 
 // readDevMode reads the settings (when a communicator is created): the mode, why it
 // is devOff, or an error naming a value it does not know.
@@ -88,12 +93,14 @@ func readDevMode() (devMode, string, error) {
 	switch strings.ToLower(strings.TrimSpace(on)) {
 	case "", "auto":
 		return devAuto, "", nil
+	case "samegpu":
+		return devSameGPU, "", nil
 	case "1":
 		return devOn, "", nil
 	case "0":
 		return devOff, "GONCCL_DEVICE_PATH=0", nil
 	}
-	return devOff, "", fmt.Errorf("%w: GONCCL_DEVICE_PATH=%q: want auto (the default), 1 or 0", errUsage, on)
+	return devOff, "", fmt.Errorf("%w: GONCCL_DEVICE_PATH=%q: want auto (the default), samegpu, 1 or 0", errUsage, on)
 }
 
 // devState is the part of commEntry that belongs to the device path.
@@ -108,6 +115,7 @@ type devState struct {
 	devCtx     cuda.Context
 	devLast    chan struct{}           // closed once the last device-path operation has enqueued its work
 	devSide    map[sideKey]cuda.Stream // async point-to-point's streams (devp2p.go)
+	sameGPUState
 }
 
 // devicePath returns the communicator's shared scratch and kernels if operations
@@ -126,7 +134,7 @@ func (v *views) devicePath(c *core.Comm) (*cuda.Shared, *cuda.Kernels, error) {
 			logDevice(c, "staged path: the ranks are on more than one host")
 			return nil, nil, nil
 		}
-		if c.Size() == 1 && e.devMode == devAuto {
+		if c.Size() == 1 && e.devMode.automatic() {
 			// Nothing to share: no scratch to export, no flags, no watcher for a copy.
 			logDevice(c, "staged path: one rank (a collective is a copy; GONCCL_DEVICE_PATH=1 takes the device path anyway)")
 			return nil, nil, nil
@@ -137,7 +145,7 @@ func (v *views) devicePath(c *core.Comm) (*cuda.Shared, *cuda.Kernels, error) {
 			return nil, nil, err
 		}
 		var opts []cuda.SharedOption
-		if e.devMode == devAuto {
+		if e.devMode.automatic() {
 			opts = append(opts, cuda.StageWhenDeviceShared())
 		}
 		k, kerr := v.drv.LoadKernels(v.ctx)
@@ -154,8 +162,11 @@ func (v *views) devicePath(c *core.Comm) (*cuda.Shared, *cuda.Kernels, error) {
 			if sh != nil {
 				sh.Abandon()
 			}
+			if errors.Is(err, cuda.ErrDeviceShared) && e.devMode == devSameGPU {
+				return nil, nil, v.setupSameGPU(c, err)
+			}
 			if errors.Is(err, cuda.ErrDeviceShared) {
-				logDevice(c, fmt.Sprintf("staged path: %v; waiting on the GPU would hold it from the other rank's compute (GONCCL_DEVICE_PATH=1 takes the device path anyway)", err))
+				logDevice(c, fmt.Sprintf("staged path: %v; waiting on the GPU would hold it from the other rank's compute (GONCCL_DEVICE_PATH=1 takes the device path anyway; GONCCL_DEVICE_PATH=samegpu the same-GPU path, when every rank is on that GPU)", err))
 				return nil, nil, nil
 			}
 			if errors.Is(err, cuda.ErrNotShared) || kerr != nil {
@@ -388,6 +399,9 @@ func (v *views) checkDevice(b buf, size int) error {
 // still waiting on the device path's flags (their operations' outputs are not valid)
 // and leaves the scratch mapped, as peers' streams may still read it.
 func (e *commEntry) closeDevice(abort bool) error {
+	if err := e.closeSameGPU(); err != nil && !abort {
+		return err
+	}
 	e.devMu.Lock()
 	sh := e.devShared
 	e.devShared = nil

@@ -82,13 +82,13 @@ func TestDevicePathRanksOfOneProcess(t *testing.T) {
 
 // runDevRanks runs one child process per rank and returns their combined output and
 // the first failure.
-func runDevRanks(t *testing.T, layout, fault, delay string) (string, error) {
+func runDevRanks(t testing.TB, layout, fault, delay string) (string, error) {
 	t.Helper()
 	return runDevRanksEnv(t, layout, fault, delay, nil)
 }
 
 // runDevRanksEnv is runDevRanks with more environment for rank r's process: env(r).
-func runDevRanksEnv(t *testing.T, layout, fault, delay string, env func(r int) []string) (string, error) {
+func runDevRanksEnv(t testing.TB, layout, fault, delay string, env func(r int) []string) (string, error) {
 	t.Helper()
 	id, err := core.NewUniqueID()
 	require.NoError(t, err)
@@ -149,8 +149,15 @@ func devChild() int {
 		return 2
 	}
 	run := devRank
-	if os.Getenv("GONCCL_DEVTEST_SCRIPT") == "p2p" {
+	switch os.Getenv("GONCCL_DEVTEST_SCRIPT") {
+	case "p2p":
 		run = devP2PRank // devp2p_test.go
+	case "samegpu", "samegpu-mismatch", "gpuwaits":
+		run = sameGPURank // samegpu_test.go
+	case "timesliced":
+		run = timeSlicedRank // samegpu_bench_test.go
+	case "samegpu-hotpath":
+		run = sameGPUHotPathRank // samegpu_hotpath_test.go
 	}
 	if err := run(d, f, id, rank, devs, os.Stdout); err != nil {
 		fmt.Println(err)

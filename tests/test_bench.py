@@ -11,6 +11,8 @@ It runs the installed tool, `python -m gonccl.bench` (make test builds and insta
 import json
 import os
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -108,7 +110,8 @@ def test_bench_paths_side_by_side(tmp_path):
                 "--backends", ",".join(names), "-np", "2", "--no-floor", "--json", str(out_json))
     run.assert_ok("gonccl.bench with the path variants")
     out = run.procs[0].stdout
-    assert "# gonccl-device / gonccl-staged: gonccl with GONCCL_DEVICE_PATH=1 / 0" in out, out
+    assert ("# gonccl-auto / gonccl-samegpu / gonccl-device / gonccl-staged: gonccl with "
+            "GONCCL_DEVICE_PATH=auto / samegpu / 1 / 0") in out, out
     rows = table_rows(out)
     assert [(r[0], r[5]) for r in rows] == [(s, b) for s in ("8", "256") for b in names], out
     for r in rows:
@@ -121,14 +124,38 @@ def test_bench_paths_side_by_side(tmp_path):
 
 
 def test_bench_default_backends():
-    """Without --backends: gonccl and Gloo on CPU tensors; on CUDA ones, both of gonccl's
-    paths and Gloo, plus NCCL only where every rank has a GPU of its own."""
+    """Without --backends: gonccl and Gloo on CPU tensors; on CUDA ones, gonccl's own
+    choice, its same-GPU path, both of its forced paths and Gloo, plus NCCL only where every rank has a GPU
+    of its own."""
     from gonccl.bench import variants
 
     assert variants.default_backends("cpu", 2) == ["gonccl", "gloo"]
-    want = ["gonccl-device", "gonccl-staged", "gloo"]
+    want = ["gonccl-auto", "gonccl-samegpu", "gonccl-device", "gonccl-staged", "gloo"]
     got = variants.default_backends("cuda", 2)
-    assert got[:3] == want and got[3:] in ([], ["nccl"]), got
+    assert got[:5] == want and got[5:] in ([], ["nccl"]), got
+
+
+def test_bench_one_pass_bound():
+    """The one-pass figure the CUDA bench sets beside the device copy: all_reduce over N
+    ranks of one GPU reads N inputs and writes N outputs, so algbw = copy / N, and busbw
+    is that times 2(N-1)/N (733.5 GB/s for 2 ranks at the H100's 1,467 GB/s copy)."""
+    from gonccl.bench import worker
+
+    assert worker.one_pass_busbw(1467.0, "all_reduce", 2) == pytest.approx(733.5)
+    assert worker.one_pass_busbw(1000.0, "all_reduce", 4) == pytest.approx(1000.0 / 4 * 6 / 4)
+    assert worker.one_pass_busbw(1000.0, "all_gather", 2) is None
+
+
+def test_bench_cuda_without_a_gpu_says_so(tmp_path):
+    """--device cuda where torch sees no GPU: one clear line, exit status 2, no ranks."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("torch sees a GPU here")
+    proc = subprocess.run([sys.executable, "-m", "gonccl.bench", "--device", "cuda", "-np", "2"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc
+    assert "gonccl.bench: --device cuda: torch sees no GPU on this machine; nothing was measured" in proc.stderr, proc
 
 
 def procs_in(cwd) -> list[int]:

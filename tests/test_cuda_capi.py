@@ -149,7 +149,8 @@ def test_libgonccl_does_not_link_cuda(package_dir):
 
 
 @pytest.mark.timeout(RUN_TIMEOUT + 60)
-@pytest.mark.parametrize("path", ["staged", "staged-pipelined", "staged-pipelined-cpu", "auto", "device", "device-no-peer"])
+@pytest.mark.parametrize("path", ["staged", "staged-pipelined", "staged-pipelined-cpu", "auto", "device", "device-no-peer",
+                                  "auto-one-gpu", "samegpu-one-gpu"])
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
     """The same checks on the staged path (GONCCL_DEVICE_PATH=0) and on the device path
@@ -166,7 +167,10 @@ def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
     staged-pipelined stages in chunks of 1 KiB (GONCCL_STAGED_CHUNK), so that every
     collective but the smallest runs pipelined by chunk (sizes that are not a multiple of
     the chunk, in place, async, mismatched counts), its reductions on the GPU, or with
-    staged-pipelined-cpu on the host (GONCCL_STAGED_REDUCE=cpu)."""
+    staged-pipelined-cpu on the host (GONCCL_STAGED_REDUCE=cpu). auto-one-gpu puts every
+    rank on device 0, where auto stages; samegpu-one-gpu does the same with
+    GONCCL_DEVICE_PATH=samegpu: all_reduce, all_gather, reduce_scatter and broadcast take
+    the same-GPU path, the rest stages."""
     id_file = str(tmp_path / "unique_id")
     dump = tmp_path / "trace"
     extra = {"GONCCL_DEBUG": "INFO", "GONCCL_DEBUG_SUBSYS": "INIT", "GONCCL_TRACE_DUMP_DIR": str(dump)}
@@ -181,6 +185,10 @@ def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
         extra["GONCCL_STAGED_CHUNK"] = "1K"
     if path == "staged-pipelined-cpu":
         extra["GONCCL_STAGED_REDUCE"] = "cpu"
+    if path.endswith("one-gpu"):
+        extra["CUDA_CAPI_TEST_ONE_DEVICE"] = "1"  # every rank on device 0
+    if path == "samegpu-one-gpu":
+        extra["GONCCL_DEVICE_PATH"] = "samegpu"  # asked for: auto keeps ranks sharing a GPU staged
     run = _run_ranks(cuda_capi_binary, fakecuda, nranks, id_file, str(tmp_path), extra)
     run.assert_ok(f"cuda_capi_test with {nranks} ranks")
     on_device = path == "device" or (path == "auto" and nranks == 2)
@@ -193,12 +201,18 @@ def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
             assert "staged path:" in log and "cannot access each other's memory" in log, proc.describe()
         if path == "staged":
             assert "staged path: GONCCL_DEVICE_PATH=0" in log, proc.describe()
+        same = f"rank {r}/{nranks}: same-GPU path: all {nranks} ranks run on one GPU" in log
+        assert same == (path == "samegpu-one-gpu"), proc.describe()
+        if path == "auto-one-gpu":
+            assert f"rank {r}/{nranks}: staged path:" in log and "GONCCL_DEVICE_PATH=samegpu the same-GPU path" in log, \
+                proc.describe()
         if path == "auto" and nranks == 3:
             assert "staged path:" in log and "ranks 0 and 2 are both on GPU 0000:10:00.0" in log, proc.describe()
         # The bad-input cases only the fake can check (cuda_capi_test.c, test_bad) ran.
         assert f"rank {r}: fake-only bad-input checks ran" in proc.stdout, proc.describe()
         assert f"CUDA driver loaded from {fakecuda}" in proc.stderr, proc.describe()
-    _check_flight_recorder(str(dump), nranks, on_device)
+    # The same-GPU path's collectives are device-path entries; its sends and receives stage.
+    _check_flight_recorder(str(dump), nranks, on_device or path == "samegpu-one-gpu", p2p=on_device)
     if path.startswith("staged"):
         _check_pipelined(str(dump), path)
 
@@ -227,7 +241,7 @@ def _check_pipelined(dump: str, path: str):
                 assert "chunks" not in o and "last_seq" not in o, f"rank {r}: {o}"
 
 
-def _check_flight_recorder(dump: str, nranks: int, device: bool):
+def _check_flight_recorder(dump: str, nranks: int, device: bool, p2p: bool | None = None):
     """Every rank's flight recorder (written at destroy) lists the device-path operations
     beside the staged ones, with the same sequence numbers on every rank, and finished:
     the GPU was past them when the communicator was destroyed. The device path's sends
@@ -239,18 +253,23 @@ def _check_flight_recorder(dump: str, nranks: int, device: bool):
     assert sorted(ranks) == list(range(nranks)), ranks
     seen = []
     for r, t in sorted(ranks.items()):
-        dev = [(o["seq"], o["op"], o["dtype"], o["count"]) for o in t.ops if o.get("path") == "device"]
+        # The same-GPU path compares the ranks' operations before it enqueues: the
+        # deliberately mismatched all_reduce (test_failure) is a failed device entry.
+        mismatched = [o for o in t.ops if "different operations" in (o.get("error") or "")]
+        assert len(mismatched) <= 1, mismatched
+        dev = [(o["seq"], o["op"], o["dtype"], o["count"]) for o in t.ops
+               if o.get("path") == "device" and o not in mismatched]
         assert all(o.get("path") in ("host", "device") for o in t.ops), t.ops
         assert bool(dev) == device, f"rank {r}: device-path ops {dev} (device path: {device})"
         for o in t.ops:
-            if o.get("path") == "device":
+            if o.get("path") == "device" and o not in mismatched:
                 assert o["state"] == "completed" and o["finished"] is not None, f"rank {r}: {o}"
                 assert o["algo"] == "direct", o
         # Dense: an entry for a collective run in chunks spans its operations' numbers.
         for a, b in zip(t.ops, t.ops[1:]):
             assert b["seq"] == a.get("last_seq", a["seq"]) + 1, f"rank {r}: seq {b['seq']} after {a}"
         seen.append(dev)
-        assert bool(t.p2p) == device, f"rank {r}: device-path sends and receives {t.p2p}"
+        assert bool(t.p2p) == (device if p2p is None else p2p), f"rank {r}: device-path sends and receives {t.p2p}"
         for o in t.p2p:
             assert o["op"] in ("send", "recv") and 0 <= o["peer"] < nranks and o["p2p_seq"] >= 1, f"rank {r}: {o}"
             assert o["path"] == "device" and o["state"] == "completed" and o["finished"] is not None, f"rank {r}: {o}"
@@ -304,21 +323,27 @@ def multicomm_binary(package_dir, fakecuda, tmp_path_factory):
 
 
 @pytest.mark.timeout(RUN_TIMEOUT + 60)
-@pytest.mark.parametrize("path", ["staged", "staged-pipelined", "device"])
+@pytest.mark.parametrize("path", ["staged", "staged-pipelined", "device", "auto", "samegpu"])
 @pytest.mark.parametrize("nranks", [2, 3, 4])
 def test_cuda_multicomm(multicomm_binary, fakecuda, nranks, path, tmp_path):
     """Several communicators of one process on one device, sharing one pool stream:
     each operation sees the copy-out of the one issued before it on the stream, by
     whichever communicator (on 02dd7a2 the second communicator read the first one's
     input: 'the next communicator's all_reduce of that result (round 0): [0] = 2.000000,
-    want 8.000000')."""
-    extra = {"GONCCL_DEVICE_PATH": "1" if path == "device" else "0"}
+    want 8.000000'). Every rank is on one device: auto stages, samegpu takes the same-GPU
+    path."""
+    extra = {"GONCCL_DEVICE_PATH": {"device": "1", "auto": "auto", "samegpu": "samegpu"}.get(path, "0"),
+             "GONCCL_DEBUG": "INFO", "GONCCL_DEBUG_SUBSYS": "INIT"}
     if path == "staged-pipelined":
         extra["GONCCL_STAGED_CHUNK"] = "4K"  # the operations take 4 chunks and more
     run = _run_ranks(multicomm_binary, fakecuda, nranks, str(tmp_path), str(tmp_path), extra)
     run.assert_ok(f"cuda_multicomm_test with {nranks} ranks ({path})")
     for r, proc in enumerate(run.procs):
         assert f"rank {r}:" in proc.stdout and "checks passed" in proc.stdout, proc.describe()
+        same = f"rank {r}/{nranks}: same-GPU path: all {nranks} ranks run on one GPU" in proc.stderr
+        assert same == (path == "samegpu"), proc.describe()
+        if path == "auto":
+            assert f"rank {r}/{nranks}: staged path:" in proc.stderr, proc.describe()
 
 
 @pytest.mark.timeout(2 * RUN_TIMEOUT + 120)

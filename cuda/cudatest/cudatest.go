@@ -11,7 +11,7 @@ package cudatest
 typedef struct {
   long dtoh, htod, kernels, host_allocs, host_frees, host_live, events_created, events_destroyed,
       bad_access, host_races, context_errors, stale_reads, captured_ops, primary_retained,
-      primary_resets;
+      primary_resets, gpu_waits, ts_switches;
 } counters;
 
 typedef struct {
@@ -136,6 +136,8 @@ type Counters struct {
 	DtoH, HtoD, Kernels, HostAllocs, HostFrees, HostLive, EventsCreated, EventsDestroyed,
 	BadAccess, HostRaces, ContextErrors, StaleReads, CapturedOps, PrimaryRetained int
 	PrimaryResets int
+	GPUWaits      int // GPU-side waits another context may release (cuStreamWaitValue32, cross-context cuStreamWaitEvent)
+	TSSwitches    int // FAKECUDA_TIMESLICE_US: turns this process took after another's
 }
 
 // Open reaches the hooks of the fake at path (the same loaded copy the driver uses).
@@ -255,7 +257,8 @@ func (f *Fake) Counters() Counters {
 	C.hCounters(f.h, &c)
 	return Counters{int(c.dtoh), int(c.htod), int(c.kernels), int(c.host_allocs), int(c.host_frees), int(c.host_live),
 		int(c.events_created), int(c.events_destroyed), int(c.bad_access), int(c.host_races), int(c.context_errors),
-		int(c.stale_reads), int(c.captured_ops), int(c.primary_retained), int(c.primary_resets)}
+		int(c.stale_reads), int(c.captured_ops), int(c.primary_retained), int(c.primary_resets),
+		int(c.gpu_waits), int(c.ts_switches)}
 }
 
 // Bytes views n bytes of device memory p (host memory in the fake) without copying.

@@ -80,6 +80,7 @@ static float* dmalloc(size_t n) {
 
 /* The communicator takes the device path (GONCCL_DEVICE_PATH=1, see main). */
 static int device_path;
+static int same_gpu; /* every rank on device 0 (CUDA_CAPI_TEST_ONE_DEVICE=1), GONCCL_DEVICE_PATH=samegpu: the same-GPU path */
 
 static double now_ms(void) {
   struct timespec ts;
@@ -616,11 +617,18 @@ static void test_failure(goncclComm_t comm) {
   CHECK(fakecudaFillF32(stream, send, n, 1, 0) == 0, "fill");
   CHECK(fakecudaFillF32(stream, recv, n, -5, SLOW_US) == 0, "fill");
   goncclRequest_t req;
-  OK(goncclAllReduceAsync(send, recv, n, goncclFloat32, goncclSum, comm, stream, &req), comm);
-  goncclResult_t r = goncclRequestWaitStream(req, other);
-  CHECK(r != goncclSuccess, "mismatched all_reduce succeeded");
-  CHECK(strlen(goncclRequestErrorString(req)) > 0, "no message for %d", r);
-  OK(goncclRequestFree(req), comm);
+  goncclResult_t r = goncclAllReduceAsync(send, recv, n, goncclFloat32, goncclSum, comm, stream, &req);
+  if (same_gpu) {
+    /* The same-GPU path compares the ranks' operations before it enqueues anything. */
+    CHECK(r != goncclSuccess, "mismatched all_reduce succeeded");
+    CHECK(strstr(goncclGetLastError(comm), "different operations") != NULL, "error: %s", goncclGetLastError(comm));
+  } else {
+    OK(r, comm);
+    r = goncclRequestWaitStream(req, other);
+    CHECK(r != goncclSuccess, "mismatched all_reduce succeeded");
+    CHECK(strlen(goncclRequestErrorString(req)) > 0, "no message for %d", r);
+    OK(goncclRequestFree(req), comm);
+  }
   fakecudaStreamDrain(stream);
   for (size_t i = 0; i < n; i += 99) CHECK(recv[i] == -5, "failed op wrote recvbuff[%zu] = %f", i, recv[i]);
   fakecudaFree(send);
@@ -635,17 +643,26 @@ int main(int argc, char** argv) {
   rank = atoi(argv[1]);
   nranks = atoi(argv[2]);
   CHECK(getenv("GONCCL_CUDA_LIBRARY") != NULL, "GONCCL_CUDA_LIBRARY must name the fake driver");
-  dev = rank % 2;
+  const char* one = getenv("CUDA_CAPI_TEST_ONE_DEVICE");
+  int one_device = one != NULL && strcmp(one, "1") == 0;
+  dev = one_device ? 0 : rank % 2;
   /* The device path is taken when asked for (GONCCL_DEVICE_PATH=1), and by default (unset
    * or auto) when no two ranks share a device (rank r is on device r % 2: 2 ranks at
    * most); never with GONCCL_DEVICE_PATH=0 or GONCCL_P2P_DISABLE=1, or when the fake's
-   * devices cannot map each other's memory (FAKECUDA_NO_PEER): then every rank stages. */
+   * devices cannot map each other's memory (FAKECUDA_NO_PEER): then every rank stages.
+   * GONCCL_DEVICE_PATH=samegpu chooses as auto does, except that ranks all on one device
+   * take the same-GPU path (auto stages them). */
   const char* want_device = getenv("GONCCL_DEVICE_PATH");
   const char* p2p_off = getenv("GONCCL_P2P_DISABLE");
   int forced = want_device != NULL && strcmp(want_device, "1") == 0;
-  int automatic = want_device == NULL || want_device[0] == 0 || strcmp(want_device, "auto") == 0;
+  int samegpu = want_device != NULL && strcmp(want_device, "samegpu") == 0;
+  int automatic = want_device == NULL || want_device[0] == 0 || strcmp(want_device, "auto") == 0 || samegpu;
   device_path = (forced || (automatic && nranks <= 2)) && !(p2p_off != NULL && strcmp(p2p_off, "1") == 0) &&
                 getenv("FAKECUDA_NO_PEER") == NULL;
+  if (one_device && nranks > 1) { /* every rank on device 0 */
+    same_gpu = samegpu && !(p2p_off != NULL && strcmp(p2p_off, "1") == 0);
+    device_path = forced && !(p2p_off != NULL && strcmp(p2p_off, "1") == 0);
+  }
   /* The default streams resolve against the calling thread's current context. */
   CHECK(cuCtxSetCurrent(fakecudaContext(dev)) == 0, "cuCtxSetCurrent");
   fakecudaSetDelay(0, 300);

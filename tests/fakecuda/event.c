@@ -8,8 +8,7 @@
 
 #include <pthread.h>
 #include <stdlib.h>
-
-#define EVENT_MAGIC 0xE7E7E7E7u
+#include <unistd.h>
 
 /* event returns the live event h, or faults as the real driver would crash on a
  * destroyed event (its memory freed) or on one of a reset context. Events are never
@@ -23,12 +22,19 @@ static fakeEvent* event(void* h, const char* fn) {
 }
 
 CUresult cuEventCreate(void** ev, unsigned int flags) {
-  (void)flags;
   CUresult r = need_ctx();
   if (r) return r;
   fakeEvent* e = calloc(1, sizeof *e);
   e->ctx = t_current;
   pthread_mutex_lock(&mu);
+  if (flags & 0x4) { /* CU_EVENT_INTERPROCESS (ipcevent.c) */
+    r = ipc_event_create(e);
+    if (r) {
+      pthread_mutex_unlock(&mu);
+      free(e);
+      return r;
+    }
+  }
   e->gen = e->ctx->gen;
   e->magic = EVENT_MAGIC;
   g_count.events_created++;
@@ -55,6 +61,7 @@ CUresult cuEventRecord(void* ev, void* stream) {
   o->ev = e;
   /* A record into a graph under capture is a node of the graph, not a record. */
   o->gen = s->capturing ? e->recorded : ++e->recorded;
+  ev_sync(e);
   push(s, o);
   pthread_mutex_unlock(&mu);
   return CUDA_SUCCESS;
@@ -65,6 +72,7 @@ CUresult cuEventQuery(void* ev) {
   if (c) return c;
   pthread_mutex_lock(&mu);
   fakeEvent* e = event(ev, "cuEventQuery");
+  ev_sync(e);
   CUresult r = e->completed >= e->recorded ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
   pthread_mutex_unlock(&mu);
   return r;
@@ -75,8 +83,18 @@ CUresult cuEventSynchronize(void* ev) {
   if (c) return c;
   pthread_mutex_lock(&mu);
   fakeEvent* e = event(ev, "cuEventSynchronize");
+  ev_sync(e);
   unsigned long want = e->recorded;
-  while (e->completed < want) pthread_cond_wait(&cv, &mu);
+  while (e->completed < want) {
+    if (e->imported) { /* another process completes it: poll */
+      pthread_mutex_unlock(&mu);
+      usleep(20);
+      pthread_mutex_lock(&mu);
+      ev_sync(e);
+    } else {
+      pthread_cond_wait(&cv, &mu);
+    }
+  }
   pthread_mutex_unlock(&mu);
   return CUDA_SUCCESS;
 }
@@ -99,6 +117,12 @@ CUresult cuStreamWaitEvent(void* stream, void* ev, unsigned int flags) {
   if (resolve(stream, &s) != CUDA_SUCCESS) {
     pthread_mutex_unlock(&mu);
     return CUDA_ERROR_INVALID_HANDLE;
+  }
+  if (e->ctx != s->ctx || e->imported) g_count.gpu_waits++;
+  if (e->imported) {
+    ipc_stream_wait(s, e);
+    pthread_mutex_unlock(&mu);
+    return CUDA_SUCCESS;
   }
   op* o = calloc(1, sizeof *o);
   o->kind = OP_WAIT;

@@ -30,6 +30,9 @@ typedef struct {
   long captured_ops;       /* operations queued on a capturing stream (never run) */
   long primary_retained;   /* cuDevicePrimaryCtxRetain calls not yet released */
   long primary_resets;     /* primary contexts reset (their last reference released) */
+  long gpu_waits;          /* GPU-side waits another context may release: cuStreamWaitValue32,
+                            * cuStreamWaitEvent on another context's or process's event */
+  long ts_switches;        /* FAKECUDA_TIMESLICE_US: turns this process took after another's */
 } fakecudaCounters;
 
 /* "Device" memory of device dev (malloc'd host memory, tracked). */

@@ -137,6 +137,7 @@ typedef struct alloc {
   int live;
   size_t mapped;  /* pinned: the mmap'ed length (page multiple) */
   fakeCtx* ctx;   /* pinned: the context it was allocated in */
+  unsigned long long id; /* CU_POINTER_ATTRIBUTE_BUFFER_ID: unique in the process */
   struct alloc* next;
 } alloc;
 
@@ -146,7 +147,14 @@ typedef struct fakeEvent {
   unsigned gen; /* ctx->gen when created */
   unsigned long recorded, completed;
   int destroyed; /* kept (never freed), so later use is recognized */
+  /* CU_EVENT_INTERPROCESS (ipcevent.c): recorded and completed mirrored in a shared
+   * page, [0] recorded, [1] completed; imported: opened from another process's handle. */
+  unsigned long* shm;
+  int shm_fd;
+  int imported;
 } fakeEvent;
+
+#define EVENT_MAGIC 0xE7E7E7E7u
 
 enum { OP_COPY, OP_RECORD, OP_WAIT, OP_FILL, OP_ADD, OP_CHECK, OP_CALL };
 
@@ -253,6 +261,24 @@ void capture_begin(void* s, int mode);
 int capture_end(void* s);
 CUresult capture_unsafe(const char* fn);
 extern __thread int t_hook;
+
+/* ipcevent.c: inter-process events. ev_sync brings an inter-process event's counts up
+ * to date: an exporter publishes its own, an importer reads the exporter's (no-op for
+ * an ordinary event). ipc_event_create makes e inter-process (0, or a CUresult).
+ * ipc_stream_wait queues on s a wait for an imported event (it polls the shared page).
+ * mu held for all three. */
+void ev_sync(fakeEvent* e);
+CUresult ipc_event_create(fakeEvent* e);
+void ipc_stream_wait(fakeStream* s, fakeEvent* e);
+
+/* timeslice.c: contexts of one device take turns (FAKECUDA_TIMESLICE_US). ts_enter
+ * takes dev's turn for an op about to run (it may release mu while it waits), ts_leave
+ * gives it up once this process has no op running on dev, ts_hold takes it back for an
+ * op that is running (a wait polling): a waiting stream keeps its context's turn until
+ * its slice ends and another context wants the device. mu held for all three. */
+void ts_enter(int dev);
+void ts_leave(int dev);
+void ts_hold(int dev);
 
 #pragma GCC visibility pop
 

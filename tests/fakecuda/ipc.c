@@ -312,6 +312,7 @@ static void run_wait(op* o) {
       g_count.bad_access++;
       return;
     }
+    ts_hold(o->stream->ctx->dev); /* a waiting stream keeps (or takes back) its turn */
     if (wait_met(__atomic_load_n(flag, __ATOMIC_ACQUIRE), (unsigned)o->arg[0], (unsigned)o->arg[1])) return;
     pthread_mutex_unlock(&mu);
     pause_poll();
@@ -352,7 +353,9 @@ static CUresult mem_op(void* stream, CUdeviceptr addr, unsigned value, unsigned 
 CUresult cuStreamWaitValue32_v2(void* stream, CUdeviceptr addr, unsigned value, unsigned flags) {
   unsigned how = flags & ~(unsigned)WAIT_FLUSH;
   if (how > WAIT_NOR) return CUDA_ERROR_INVALID_VALUE;
-  return mem_op(stream, addr, value, how, run_wait);
+  CUresult r = mem_op(stream, addr, value, how, run_wait);
+  if (r == CUDA_SUCCESS) __atomic_add_fetch(&g_count.gpu_waits, 1, __ATOMIC_SEQ_CST);
+  return r;
 }
 
 CUresult cuStreamWriteValue32_v2(void* stream, CUdeviceptr addr, unsigned value, unsigned flags) {

@@ -31,6 +31,8 @@ alloc* track(char* p, size_t n, int dev) {
   a->n = n;
   a->dev = dev;
   a->live = 1;
+  static unsigned long long next_id;
+  a->id = ++next_id;
   a->next = g_allocs;
   g_allocs = a;
   return a;
@@ -75,6 +77,12 @@ CUresult cuPointerGetAttribute(void* data, int attr, CUdeviceptr ptr) {
     *(int*)data = a->dev;
   } else if (attr == 1) { /* CU_POINTER_ATTRIBUTE_CONTEXT */
     *(void**)data = &g_ctx[a->dev];
+  } else if (attr == 7) { /* CU_POINTER_ATTRIBUTE_BUFFER_ID */
+    *(unsigned long long*)data = a->id;
+  } else if (attr == 11) { /* CU_POINTER_ATTRIBUTE_RANGE_START_ADDR */
+    *(CUdeviceptr*)data = (CUdeviceptr)(uintptr_t)a->p;
+  } else if (attr == 12) { /* CU_POINTER_ATTRIBUTE_RANGE_SIZE */
+    *(size_t*)data = a->n;
   } else {
     r = CUDA_ERROR_INVALID_VALUE;
   }

@@ -144,9 +144,11 @@ static void run(op* o) {
     case OP_RECORD:
       if (o->ev->destroyed) g_count.bad_access++;
       if (o->gen > o->ev->completed) o->ev->completed = o->gen;
+      ev_sync(o->ev);
       break;
     case OP_WAIT:
       while (o->ev->completed < o->gen) pthread_cond_wait(&cv, &mu);
+      ts_hold(o->stream->ctx->dev);
       break;
     case OP_CHECK: {
       alloc* a = find(o->dst, o->n * sizeof(float), 1);
@@ -189,7 +191,9 @@ static void* worker(void* arg) {
     while (s->head == NULL || !deps_done(s->head) || !hwq_turn(s->head)) pthread_cond_wait(&cv, &mu);
     op* o = s->head;
     s->busy = 1;
+    ts_enter(s->ctx->dev);
     run(o);
+    ts_leave(s->ctx->dev);
     s->head = o->next;
     if (s->head == NULL) s->tail = NULL;
     s->busy = 0;

@@ -58,9 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="time across ranks: 0 rank 0, 1 average, 2 min, 3 max (nccl-tests' default is 1)")
     p.add_argument("--backends", default=None,
                    help="comma-separated backends to measure in this run: torch backends (gonccl, gloo, nccl) "
-                        "and gonccl-device / gonccl-staged (gonccl with GONCCL_DEVICE_PATH=1 / =0), "
+                        "and gonccl-auto / gonccl-samegpu / gonccl-device / gonccl-staged "
+                        "(gonccl with GONCCL_DEVICE_PATH=auto / =samegpu / =1 / =0), "
                         "gonccl-plain / gonccl-tls (gonccl with GONCCL_TLS=0 / =1). "
-                        "Default: gonccl,gloo on cpu; gonccl-device,gonccl-staged,gloo on cuda, "
+                        "Default: gonccl,gloo on cpu; gonccl-auto,gonccl-samegpu,gonccl-device,gonccl-staged,gloo on cuda, "
                         "and nccl where every rank has a GPU of its own")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                    help="where the tensors live (cuda: rank r uses GPU r %% count)")
@@ -71,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="FILE", help="write the results as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="draw busbw against size per backend (matplotlib)")
     p.add_argument("--no-memcpy", dest="memcpy", action="store_false",
-                   help="skip the memcpy reference measurement")
+                   help="skip the memcpy reference measurements (host memcpy; on cuda also the device copy)")
     p.add_argument("--no-floor", dest="floor", action="store_false",
                    help="skip the C ABI floor row (all_reduce, float sum, cpu: the same op over the same "
                         "processes through libgonccl's C ABI, without torch)")
@@ -237,6 +238,13 @@ def launch(args, argv=None) -> int:
 def main(argv=None) -> int:
     args = parse_args(argv)
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        if args.device == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                print("gonccl.bench: --device cuda: torch sees no GPU on this machine; nothing was measured",
+                      file=sys.stderr)
+                return 2
         return launch(args, None if argv is None else list(argv))
     if args.estimate or args.alloc:
         from gonccl.bench import contract, worker

@@ -1,11 +1,13 @@
 """What a bench run measures: torch backends by name, and gonccl's two data paths.
 
-``gonccl-device`` and ``gonccl-staged`` are gonccl with ``GONCCL_DEVICE_PATH=1`` and
-``=0`` set while their process group is created (gonccl reads it then), so one run
-prints the device path, the forced staged path and Gloo side by side, over the same
-processes and tensors. ``gonccl-plain`` and ``gonccl-tls`` do the same with
-``GONCCL_TLS=0`` and ``=1`` (the certificates come from the environment), to measure
-what TLS costs between hosts. ``gonccl`` is gonccl as the environment configures it.
+``gonccl-auto``, ``gonccl-samegpu``, ``gonccl-device`` and ``gonccl-staged`` are gonccl
+with ``GONCCL_DEVICE_PATH=auto``, ``=samegpu``, ``=1`` and ``=0`` set while their process
+group is created (gonccl reads it then), so one run prints gonccl's own choice, the
+same-GPU path (when every rank shares one GPU), the forced device path, the forced staged
+path and Gloo side by side, over the same processes and tensors. ``gonccl-plain`` and
+``gonccl-tls`` do the same with ``GONCCL_TLS=0`` and ``=1`` (the certificates come from the
+environment), to measure what TLS costs between hosts. ``gonccl`` is gonccl as the
+environment configures it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import torch.distributed as dist
 
 # name -> (torch backend, environment while its group is created)
 VARIANTS = {
+    "gonccl-auto": ("gonccl", {"GONCCL_DEVICE_PATH": "auto"}),
+    "gonccl-samegpu": ("gonccl", {"GONCCL_DEVICE_PATH": "samegpu"}),
     "gonccl-device": ("gonccl", {"GONCCL_DEVICE_PATH": "1"}),
     "gonccl-staged": ("gonccl", {"GONCCL_DEVICE_PATH": "0"}),
     "gonccl-plain": ("gonccl", {"GONCCL_TLS": "0"}),
@@ -35,11 +39,12 @@ CPU_DEFAULT = ["gonccl", "gloo"]
 
 
 def default_backends(device: str, nranks: int) -> list[str]:
-    """cpu: gonccl and Gloo. cuda: gonccl's device path, its staged path and Gloo, and
-    NCCL where each rank has a GPU of its own (NCCL refuses two ranks on one GPU)."""
+    """cpu: gonccl and Gloo. cuda: gonccl's own choice, its same-GPU path, its device path,
+    its staged path and Gloo, and NCCL where each rank has a GPU of its own (NCCL refuses two ranks on one
+    GPU unless told otherwise)."""
     if device != "cuda":
         return list(CPU_DEFAULT)
-    out = ["gonccl-device", "gonccl-staged", "gloo"]
+    out = ["gonccl-auto", "gonccl-samegpu", "gonccl-device", "gonccl-staged", "gloo"]
     if dist.is_nccl_available() and torch.cuda.is_available() and nranks <= torch.cuda.device_count():
         out.append("nccl")
     return out

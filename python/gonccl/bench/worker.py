@@ -41,6 +41,36 @@ def memcpy_bandwidth(nbytes: int, iters: int) -> float:
         torch.set_num_threads(threads)
 
 
+def device_copy_bandwidth(nbytes: int, iters: int, device: torch.device) -> float:
+    """GB/s of a torch copy_ of nbytes between two buffers of one GPU (bytes copied /
+    time, best of iters, timed with CUDA events): each byte is read once and written
+    once, so the memory moves twice this."""
+    src = torch.ones(nbytes, dtype=torch.uint8, device=device)
+    dst = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    for _ in range(2):
+        dst.copy_(src)
+    best = float("inf")
+    for _ in range(max(iters, 3)):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        dst.copy_(src)
+        end.record()
+        end.synchronize()
+        best = min(best, start.elapsed_time(end) / 1e3)
+    del src, dst
+    return nbytes / best / 1e9
+
+
+def one_pass_busbw(copy_gbps: float, coll: str, nranks: int) -> float | None:
+    """The busbw an all_reduce of ranks sharing one GPU reaches if it is one pass over
+    memory (every rank's input read once, every rank's output written once) at the
+    device copy's speed: 2*N bytes of traffic per byte of message where the copy moves 2,
+    so algbw = copy / N, times the busbw factor 2(N-1)/N. None for other collectives."""
+    if coll != "all_reduce" or nranks < 2:
+        return None
+    return copy_gbps / nranks * 2 * (nranks - 1) / nranks
+
+
 def _combine(value: float, how: int, nranks: int) -> float:
     t = torch.tensor([value], dtype=torch.float64)
     if how == 0:
@@ -185,6 +215,13 @@ def _run(args, rank: int, nranks: int, timeout) -> int:
         if rank == 0:
             mem = memcpy_bandwidth(max(args.maxbytes, 1), args.iters)
         dist.barrier()
+    # the device's own reference, in the same run: rank 0 copies on its GPU
+    dev_copy = None
+    if args.memcpy and device.type == "cuda":
+        if rank == 0:
+            dev_copy = device_copy_bandwidth(max(args.maxbytes, 1), args.iters, device)
+        dist.barrier()
+    bound = one_pass_busbw(dev_copy, coll, nranks) if dev_copy else None
 
     redop = args.op if coll in C.REDUCING else "none"
     root = args.root if coll in C.ROOTED else None
@@ -211,14 +248,23 @@ def _run(args, rank: int, nranks: int, timeout) -> int:
             "# forms torch lacks print N/A"
             + ("; ratio = gonccl busbw / gloo busbw (in-place if the collective has it, else out-of-place)"
                if with_ratio else ""),
-            *([f"# gonccl-device / gonccl-staged: gonccl with GONCCL_DEVICE_PATH=1 / 0 (device path / "
+            *([f"# gonccl-auto / gonccl-samegpu / gonccl-device / gonccl-staged: gonccl with "
+               f"GONCCL_DEVICE_PATH=auto / samegpu / 1 / 0 "
+               f"(gonccl's choice, logged at INIT / same-GPU path where every rank shares one GPU / device path / "
                f"staged through pinned host memory); GONCCL_DEVICE_SCRATCH="
                f"{os.environ.get('GONCCL_DEVICE_SCRATCH', '8M (default)')}"]
-              if any(b in ("gonccl-device", "gonccl-staged") for b in args.backends) else []),
+              if any(b in ("gonccl-auto", "gonccl-samegpu", "gonccl-device", "gonccl-staged") for b in args.backends)
+              else []),
             *([f"# {variants.NOTES[b]}" for b in ("gonccl-plain", "gonccl-tls") if b in args.backends]),
             "#",
             (f"# memcpy reference: torch copy_ of {args.maxbytes} B, 1 thread, rank 0 alone: {mem:.2f} GB/s"
              if mem is not None else "# memcpy reference: skipped (--no-memcpy)"),
+            *([f"# device-copy reference: torch copy_ of {args.maxbytes} B on {device}, rank 0 alone: "
+               f"{dev_copy:.1f} GB/s (bytes copied per second; the memory moves twice that)"]
+              if dev_copy is not None else []),
+            *([f"# one pass over memory (every input read once, every output written once) at that speed: "
+               f"{bound:.1f} GB/s busbw for {nranks} ranks sharing the GPU"]
+              if bound is not None else []),
             "#",
             *report.header_lines(with_ratio),
         ])
@@ -312,6 +358,12 @@ def _run(args, rank: int, nranks: int, timeout) -> int:
                     total_wrong += r[form]["wrong"]
         avg = sum(vals) / len(vals) if vals else float("nan")
         lines.append(f"# {backend:>13}: Avg bus bandwidth    : {avg:.4f} GB/s ({'in' if ip_form else 'out-of'}-place)")
+        if dev_copy and vals:
+            top = vals[-1]
+            frac = f"{100 * top / dev_copy:.1f}% of the device copy"
+            if bound:
+                frac += f", {100 * top / bound:.1f}% of one pass"
+            lines.append(f"# {backend:>13}: largest size {top:.2f} GB/s busbw = {frac}")
     lines.append(f"# Out of bounds values : {total_wrong} {'OK' if total_wrong == 0 else 'FAILED'}")
     report.print_lines(lines + ["#"])
 
@@ -321,7 +373,7 @@ def _run(args, rank: int, nranks: int, timeout) -> int:
         "iters": args.iters, "warmup_iters": args.warmup_iters, "check": args.check,
         "time_across_ranks": AVERAGE_NAMES[args.average], "blocking": args.blocking,
         "busbw_factor": C.BUSBW_FACTORS[coll][1], "size_convention": convention,
-        "memcpy_GBps": mem, "rows": rows,
+        "memcpy_GBps": mem, "device_copy_GBps": dev_copy, "one_pass_busbw_GBps": bound, "rows": rows,
     }
     if args.json:
         report.write_json(args.json, doc)

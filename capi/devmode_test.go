@@ -1,0 +1,30 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// GONCCL_DEVICE_PATH's values: samegpu is a mode of its own (ranks all on one GPU take
+// the same-GPU path; auto keeps them staged), and a value it does not know is refused
+// naming the accepted ones.
+func TestReadDevMode(t *testing.T) {
+	t.Setenv("GONCCL_P2P_DISABLE", "")
+	for v, want := range map[string]devMode{"": devAuto, "auto": devAuto, " AUTO ": devAuto, "samegpu": devSameGPU,
+		"SameGPU": devSameGPU, "1": devOn, "0": devOff} {
+		t.Setenv("GONCCL_DEVICE_PATH", v)
+		got, _, err := readDevMode()
+		require.NoError(t, err, v)
+		require.Equal(t, want, got, v)
+	}
+	require.True(t, devSameGPU.automatic())
+	require.True(t, devAuto.automatic())
+	require.False(t, devOn.automatic())
+	for _, v := range []string{"same-gpu", "2", "yes", "device"} {
+		t.Setenv("GONCCL_DEVICE_PATH", v)
+		_, _, err := readDevMode()
+		require.ErrorIs(t, err, errUsage, v)
+		require.ErrorContains(t, err, `GONCCL_DEVICE_PATH="`+v+`": want auto (the default), samegpu, 1 or 0`)
+	}
+}

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/gonccl/gonccl/core"
+	"github.com/gonccl/gonccl/cuda"
+)
+
+// The same-GPU path of the C ABI: when GONCCL_DEVICE_PATH=samegpu and every rank of the
+// communicator runs on one GPU, all_reduce, all_gather, reduce_scatter and broadcast
+// run through cuda.SameGPU (the ranks order
+// each other on the host and the launcher enqueues the whole operation; no stream
+// waits on the GPU for another rank, which would hold the GPU for a time slice), and
+// the other operations stage through pinned host memory. Ranks spread over several
+// GPUs with two on one still stage, as before. Under GONCCL_DEVICE_PATH=auto, ranks that
+// share a GPU stage: the staged path has run on a GPU shared by two ranks, this one not
+// yet, so it is taken only when asked for.
+
+// sameGPUState is the part of commEntry that belongs to the same-GPU path. Guarded by
+// devMu.
+type sameGPUState struct {
+	devSame *cuda.SameGPU // nil: not on the same-GPU path
+}
+
+// setupSameGPU is devicePath's choice when NewShared refused because ranks share a
+// GPU (why): every rank got that answer together, so every rank calls it and takes
+// the same-GPU path or stages, together. devMu held.
+func (v *views) setupSameGPU(c *core.Comm, why error) error {
+	e := v.e
+	k, kerr := v.drv.LoadKernels(v.ctx)
+	g, err := cuda.NewSameGPU(v.drv, v.ctx, c.Rank(), c.Size(), e.comm.Timeout(), func(rec []byte) ([]byte, error) {
+		if kerr != nil { // tell the others this rank cannot take the path
+			rec = make([]byte, len(rec))
+		}
+		return hostAllGather(c, rec)
+	})
+	if err == nil && kerr != nil {
+		g.Close()
+		err = kerr
+	}
+	if err != nil {
+		if errors.Is(err, cuda.ErrNotShared) || kerr != nil {
+			logDevice(c, fmt.Sprintf("staged path: %v; waiting on the GPU would hold it from the other rank's compute (GONCCL_DEVICE_PATH=1 takes the device path anyway), and the same-GPU path does not apply: %v", why, err))
+			return nil
+		}
+		return fmt.Errorf("setting up the same-GPU path: %w", err)
+	}
+	e.devSame, e.devKernels, e.devCtx = g, k, v.ctx
+	logDevice(c, fmt.Sprintf("same-GPU path: all %d ranks run on one GPU (%v; GONCCL_DEVICE_PATH=samegpu); all_reduce, all_gather, reduce_scatter and broadcast are ordered on the host with inter-process events and enqueued by rank 0 through IPC mappings of the ranks' buffers, so no stream waits on the GPU for another rank's context (without MPS they take turns on the GPU); other operations stage", c.Size(), why))
+	return nil
+}
+
+// trySameGPU runs a collective on the same-GPU path if the communicator takes it
+// (ok), after the checks core would make: the reduction (op, if not nil), the root
+// (unless noRoot), the communicator's state. kind and count are for the flight
+// recorder; enqueue gets the buffers' pointers in the order of bufs.
+func (v *views) trySameGPU(c *core.Comm, kind core.Kind, dt core.DataType, op *core.RedOp, root, count int,
+	enqueue func(g *cuda.SameGPU, k *cuda.Kernels, ptrs []uintptr) error, bufs ...buf) (req *core.Request, ok bool, err error) {
+	if v.stream == 0 || v.e.devMode != devSameGPU || v.e.devModeErr != nil {
+		return nil, false, nil
+	}
+	if op != nil {
+		if err := core.CheckReduction(dt, *op); err != nil {
+			return nil, false, err
+		}
+	}
+	if root != noRoot && (root < 0 || root >= c.Size()) {
+		return nil, false, fmt.Errorf("%w: root %d is not a rank of a communicator of %d", core.ErrInvalidArgument, root, c.Size())
+	}
+	if err := c.Err(); err != nil {
+		return nil, false, err
+	}
+	if _, _, err := v.devicePath(c); err != nil {
+		return nil, false, err
+	}
+	e := v.e
+	e.devMu.Lock()
+	g, k := e.devSame, e.devKernels
+	e.devMu.Unlock()
+	if g == nil {
+		return nil, false, nil
+	}
+	if v.ctx != e.devCtx {
+		return nil, false, fmt.Errorf("%w: the communicator's same-GPU operations run in the context of its GPU, and this stream belongs to another context: use streams of one device per communicator", errUsage)
+	}
+	rec := devRecord{kind: kind, root: -1, count: count}
+	if op != nil {
+		rec.redop = *op
+	}
+	if root != noRoot {
+		rec.root = root
+	}
+	req, err = v.runDevice(c, rec, dt, func(ptrs []uintptr) error {
+		err := enqueue(g, k, ptrs)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, cuda.ErrSameGPUMismatch):
+			// Every rank saw it in the same operation: the path goes on.
+			return fmt.Errorf("%w: %w", core.ErrMismatch, err)
+		case errors.Is(err, cuda.ErrSameGPUTimeout):
+			err = fmt.Errorf("%w: %w", core.ErrTimeout, err)
+		}
+		// The ranks' sequence numbers may disagree now: the communicator is broken,
+		// and its next call says why.
+		c.FailDevice(err)
+		return err
+	}, bufs...)
+	return req, true, err
+}
+
+// closeSameGPU closes the same-GPU path on destroy or abort: this rank's mappings
+// and pages (the launcher first waits for its last operation's kernels).
+func (e *commEntry) closeSameGPU() error {
+	e.devMu.Lock()
+	g := e.devSame
+	e.devSame = nil
+	e.devMu.Unlock()
+	if g == nil {
+		return nil
+	}
+	return g.Close()
+}

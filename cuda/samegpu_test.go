@@ -1,0 +1,348 @@
+package cuda_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gonccl/gonccl/core"
+	"github.com/gonccl/gonccl/cuda"
+	"github.com/gonccl/gonccl/cuda/cudatest"
+)
+
+// The same-GPU path (cuda.SameGPU) against the fake driver, ranks in separate
+// processes on one fake device: all_reduce for every dtype x reduction, buffers the
+// driver exports (mapped by the launcher) and buffers it does not (through the rank's
+// exchange buffer), in and out of place, each result compared byte for byte with
+// core's host all_reduce on the same inputs. Each rank counts the GPU-side waits its
+// process issued that another context could release: the same-GPU path issues none.
+
+func TestSameGPUAcrossProcesses(t *testing.T) {
+	open(t)
+	t.Setenv("GONCCL_DEVTEST_SCRIPT", "samegpu")
+	for _, layout := range []string{"0,0", "0,0,0", "0,0,0,0"} {
+		t.Run(strings.ReplaceAll(layout, ",", "-"), func(t *testing.T) {
+			out, err := runDevRanks(t, layout, "", "0,200")
+			require.NoError(t, err, "%s", out)
+		})
+	}
+}
+
+// TestSameGPURanksOfOneProcess runs the ranks as goroutines of this process: the
+// launcher uses the others' buffers and events as they are (CUDA opens no handle in
+// the process that exported it).
+func TestSameGPURanksOfOneProcess(t *testing.T) {
+	d, f := open(t)
+	id, err := core.NewUniqueID()
+	require.NoError(t, err)
+	devs := []int{0, 0, 0}
+	var wg sync.WaitGroup
+	errs := make([]error, len(devs))
+	for r := range devs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = sameGPURank(d, f, id, r, devs, os.Stderr)
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		require.NoError(t, err, "rank %d", r)
+	}
+}
+
+// TestSameGPUTimeSliced runs the same script with the fake's contexts taking turns on
+// the device (a slice of 500 us): a path that waited on the GPU for another process
+// would hold its turn; this one never does, and its results are still right.
+func TestSameGPUTimeSliced(t *testing.T) {
+	open(t)
+	t.Setenv("GONCCL_DEVTEST_SCRIPT", "samegpu")
+	t.Setenv("FAKECUDA_TIMESLICE_US", "500")
+	key := fmt.Sprintf("samegpu-%d-%d", os.Getpid(), time.Now().UnixNano())
+	t.Setenv("FAKECUDA_TIMESLICE_KEY", key)
+	defer os.Remove("/dev/shm/fakecuda-ts-" + key + "-0")
+	out, err := runDevRanks(t, "0,0", "", "0,50")
+	require.NoError(t, err, "%s", out)
+	require.Regexp(t, `time-slice switches [1-9]`, out, "the contexts never took turns")
+}
+
+// TestSameGPUWrongStepFails shows the comparison catches a same-GPU path that gets
+// one step wrong: the launcher reads a peer's input without waiting for its stream
+// to reach the operation ("samegpu-skip-event": the input copies are late, so it reads
+// the previous contents), or one element off ("samegpu-offset").
+func TestSameGPUWrongStepFails(t *testing.T) {
+	open(t)
+	t.Setenv("GONCCL_DEVTEST_SCRIPT", "samegpu")
+	for _, f := range []string{"samegpu-skip-event", "samegpu-offset"} {
+		t.Run(f, func(t *testing.T) {
+			out, err := runDevRanks(t, "0,0", f, "300,3000")
+			require.Error(t, err, "the %s fault went unnoticed:\n%s", f, out)
+			require.Contains(t, out, "MISMATCH", "%s", out)
+		})
+	}
+}
+
+// TestSameGPUCountsStreamWaits shows the GPU-wait assertion can fail: with the
+// launcher's stream waiting on the peers' inter-process events (cuStreamWaitEvent)
+// instead of its host polling them, results are right but the waits are counted.
+func TestSameGPUCountsStreamWaits(t *testing.T) {
+	open(t)
+	t.Setenv("GONCCL_DEVTEST_SCRIPT", "samegpu")
+	out, err := runDevRanks(t, "0,0", "samegpu-stream-wait", "0,50")
+	require.Error(t, err, "%s", out)
+	require.Regexp(t, `(?m)^[1-9][0-9]* GPU-side waits across contexts`, out)
+	require.NotContains(t, out, "MISMATCH")
+}
+
+// TestSameGPUMismatch: ranks that call different operations all get an error (naming
+// rank 1 on the launcher), in the same operation, so the next one still runs.
+func TestSameGPUMismatch(t *testing.T) {
+	open(t)
+	t.Setenv("GONCCL_DEVTEST_SCRIPT", "samegpu-mismatch")
+	out, err := runDevRanks(t, "0,0,0", "", "0,50")
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, out, "rank 0: cuda: the ranks called different operations on the same-GPU path: same-GPU all_reduce 1: rank 1 called another operation than rank 0", out)
+}
+
+// TestGPUWaitCounterSeesTheDevicePath shows the counter the same-GPU tests assert is
+// zero does count: the device path (Shared) waits on the GPU for its peers' flags.
+func TestGPUWaitCounterSeesTheDevicePath(t *testing.T) {
+	open(t)
+	t.Setenv("GONCCL_DEVTEST_SCRIPT", "gpuwaits")
+	out, err := runDevRanks(t, "0,0", "", "0,50")
+	require.NoError(t, err, "%s", out)
+}
+
+// sameGPURank runs the same-GPU script as rank rank (GONCCL_DEVTEST_SCRIPT=samegpu),
+// or one all_reduce on the device path to show the GPU-wait counter counts its waits
+// (=gpuwaits).
+func sameGPURank(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank int, devs []int, log *os.File) error {
+	nranks := len(devs)
+	c, err := core.NewComm(id, nranks, rank, core.Options{Timeout: 60 * time.Second})
+	if err != nil {
+		return err
+	}
+	defer c.Destroy()
+	dev := devs[rank]
+	s := cuda.Stream(f.Stream(dev))
+	ctx, err := d.StreamContext(s)
+	if err != nil {
+		return err
+	}
+	exchange := func(rec []byte) ([]byte, error) {
+		all := make([]byte, len(rec)*nranks)
+		req, err := c.AllGather(rec, all, len(rec), core.Uint8)
+		if err == nil {
+			_, err = req.Wait(-1)
+		}
+		return all, err
+	}
+	red, err := reducerFor(d, ctx)
+	if err != nil {
+		return err
+	}
+	before := f.Counters()
+	if os.Getenv("GONCCL_DEVTEST_SCRIPT") == "gpuwaits" {
+		sh, err := cuda.NewShared(d, ctx, rank, nranks, devScratch, exchange)
+		if err != nil {
+			return err
+		}
+		buf := f.Malloc(dev, 4000)
+		if err := sh.AllReduce(s, red, buf, buf, 1000, core.Float32, core.Sum); err != nil {
+			return err
+		}
+		f.Drain(uintptr(s))
+		if err := sh.Close(time.Minute); err != nil {
+			return err
+		}
+		if n := f.Counters().GPUWaits - before.GPUWaits; n == 0 {
+			return fmt.Errorf("rank %d: the device path's all_reduce counted no GPU-side waits", rank)
+		}
+		return nil
+	}
+	g, err := cuda.NewSameGPU(d, ctx, rank, nranks, 30*time.Second, exchange)
+	if err != nil {
+		return err
+	}
+	if os.Getenv("GONCCL_DEVTEST_SCRIPT") == "samegpu-mismatch" {
+		// Rank 1 reduces one element more than the others.
+		buf, err := d.MemAlloc(ctx, 4*16)
+		if err != nil {
+			return err
+		}
+		err = g.AllReduce(s, red, buf, buf, 10+min(rank, 1), core.Float32, core.Sum)
+		fmt.Fprintf(log, "rank %d: %v\n", rank, err)
+		if !errors.Is(err, cuda.ErrSameGPUMismatch) {
+			return fmt.Errorf("rank %d: mismatched all_reduce returned %v", rank, err)
+		}
+		// Every rank saw the mismatch in the same operation: the next one runs.
+		if err := g.AllReduce(s, red, buf, buf, 10, core.Float32, core.Sum); err != nil {
+			return fmt.Errorf("rank %d: the operation after a mismatch: %w", rank, err)
+		}
+		f.Drain(uintptr(s))
+		return g.Close()
+	}
+	var bad []string
+	// The exported buffers are freed after Close: the launcher keeps its mappings of
+	// the ranks' allocations (the fake faults a free of memory another process maps).
+	var frees []func()
+	defer func() {
+		for _, free := range frees {
+			free()
+		}
+	}()
+	for i, dc := range sameGPUCases(nranks) {
+		got, want, err := runSameGPUCase(c, g, d, ctx, red, f, dev, s, rank, nranks, i+1, dc, &frees)
+		if err != nil {
+			return fmt.Errorf("case %d %+v: %w", i+1, dc, err)
+		}
+		if !bytes.Equal(got, want) {
+			bad = append(bad, fmt.Sprintf("MISMATCH case %d %+v (%s)", i+1, dc, devFirstDiff(got, want)))
+		}
+	}
+	if _, err := c.Barrier(); err != nil {
+		return err
+	}
+	if err := g.Close(); err != nil {
+		return err
+	}
+	after := f.Counters()
+	fmt.Fprintf(log, "rank %d: time-slice switches %d\n", rank, after.TSSwitches-before.TSSwitches)
+	if n := after.GPUWaits - before.GPUWaits; n != 0 {
+		bad = append(bad, fmt.Sprintf("%d GPU-side waits across contexts", n))
+	}
+	if n := after.BadAccess - before.BadAccess; n != 0 {
+		bad = append(bad, fmt.Sprintf("%d bad accesses", n))
+	}
+	if len(bad) > 0 {
+		fmt.Fprintln(log, strings.Join(bad, "\n"))
+		return fmt.Errorf("rank %d: %d check(s) failed", rank, len(bad))
+	}
+	return nil
+}
+
+// sameGPUCases: all_reduce and reduce_scatter for every dtype x reduction, all_gather
+// and broadcast for every dtype, at a few counts, in and out of place.
+func sameGPUCases(nranks int) []devCase {
+	var cs []devCase
+	for _, dt := range []core.DataType{core.Float32, core.Float16, core.Bfloat16, core.Int64} {
+		for _, op := range []core.RedOp{core.Sum, core.Prod, core.Min, core.Max, core.Avg} {
+			for _, count := range []int{1, 1000, 4099} {
+				cs = append(cs, devCase{coll: "all_reduce", dt: dt, op: op, count: count, inPlace: count == 1000})
+			}
+			cs = append(cs, devCase{coll: "reduce_scatter", dt: dt, op: op, count: 777, inPlace: op == core.Max})
+		}
+		for _, count := range []int{1, 999} {
+			cs = append(cs, devCase{coll: "all_gather", dt: dt, count: count, inPlace: count == 999})
+			cs = append(cs, devCase{coll: "broadcast", dt: dt, count: count, root: count % nranks, inPlace: count == 1})
+		}
+	}
+	return cs
+}
+
+// runSameGPUCase runs one case on the same-GPU path and on the host. The input reaches
+// the device buffer through a copy on the rank's stream, so it is there only once the
+// stream has run up to the operation. Cases alternate between buffers the driver
+// exports and buffers it does not, differently on each rank; the exported ones are
+// freed by the caller, after the path's Close (frees).
+func runSameGPUCase(c *core.Comm, g *cuda.SameGPU, d *cuda.Driver, ctx cuda.Context, red cuda.Reducer, f *cudatest.Fake,
+	dev int, s cuda.Stream, rank, nranks, i int, dc devCase, frees *[]func()) (got, want []byte, err error) {
+	es := dc.dt.Size()
+	inN, outN := dc.count, dc.count
+	switch dc.coll {
+	case "all_gather":
+		outN = dc.count * nranks
+	case "reduce_scatter":
+		inN = dc.count * nranks
+	}
+	in := devInput(dc.dt, dc.op, inN, rank, i)
+	want = make([]byte, outN*es)
+	var req *core.Request
+	switch dc.coll {
+	case "all_reduce":
+		req, err = c.AllReduce(in, want, dc.count, dc.dt, dc.op)
+	case "reduce_scatter":
+		req, err = c.ReduceScatter(in, want, dc.count, dc.dt, dc.op)
+	case "all_gather":
+		req, err = c.AllGather(in, want, dc.count, dc.dt)
+	case "broadcast":
+		req, err = c.Broadcast(in, want, dc.count, dc.dt, dc.root)
+	}
+	if err == nil {
+		_, err = req.Wait(-1)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("host reference: %w", err)
+	}
+	exported := (i+rank)%2 == 0
+	alloc := func(n int) (uintptr, func(), error) {
+		if !exported {
+			return f.Malloc(dev, n), func() {}, nil
+		}
+		p, err := d.MemAlloc(ctx, n)
+		if err == nil {
+			*frees = append(*frees, func() { d.MemFree(ctx, p) })
+		}
+		return p, func() {}, err
+	}
+	// In place: the input is the output (all_reduce, broadcast), the rank's block of
+	// the output (all_gather), or the output is the rank's block of the input
+	// (reduce_scatter).
+	var send, recv uintptr
+	switch {
+	case dc.inPlace && dc.coll == "reduce_scatter":
+		var free func()
+		if send, free, err = alloc(inN * es); err != nil {
+			return nil, nil, err
+		}
+		defer free()
+		recv = send + uintptr(rank*outN*es)
+	default:
+		var free func()
+		if recv, free, err = alloc(outN * es); err != nil {
+			return nil, nil, err
+		}
+		defer free()
+		switch {
+		case dc.inPlace && dc.coll == "all_gather":
+			send = recv + uintptr(rank*inN*es)
+		case dc.inPlace:
+			send = recv
+		default:
+			if send, free, err = alloc(inN * es); err != nil {
+				return nil, nil, err
+			}
+			defer free()
+		}
+	}
+	if !(dc.inPlace && dc.coll == "reduce_scatter") {
+		copy(f.Bytes(recv, outN*es), bytes.Repeat([]byte{0xEE}, outN*es))
+	}
+	src := f.Malloc(dev, inN*es)
+	copy(f.Bytes(src, inN*es), in)
+	if err := d.CopyDtoD(ctx, s, send, src, inN*es); err != nil {
+		return nil, nil, err
+	}
+	switch dc.coll {
+	case "all_reduce":
+		err = g.AllReduce(s, red, send, recv, dc.count, dc.dt, dc.op)
+	case "reduce_scatter":
+		err = g.ReduceScatter(s, red, send, recv, dc.count, dc.dt, dc.op)
+	case "all_gather":
+		err = g.AllGather(s, send, recv, dc.count*es)
+	case "broadcast":
+		err = g.Broadcast(s, send, recv, dc.count*es, dc.root)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	f.Drain(uintptr(s))
+	return append([]byte(nil), f.Bytes(recv, outN*es)...), want, nil
+}
