@@ -87,15 +87,22 @@ func (v *views) tryDeviceP2P(c *core.Comm, recv bool, dt core.DataType, b buf, p
 		req, err = enqueueP2P([]*deviceP2P{d})
 		return req, true, err
 	}
-	// On the side stream, after the work queued on the caller's stream so far.
+	// On the side stream, after the work queued on the caller's stream so far; its
+	// chunks enqueued by the host as the peer gets there (cuda/devp2plane.go), so the
+	// side stream never waits on the GPU for another rank.
 	sv := *v
 	sv.stream, d.op.Stream = side, side
-	req, err = sv.runDevice(c, devRecord{root: -1, p2p: []core.P2PRecord{d.rec}}, core.Uint8, func([]uintptr) error {
+	later := func(enqueued func(error)) error {
 		if err := sh.Follow(side, v.stream); err != nil {
 			return err
 		}
-		return p2pNoted(c, sh, []cuda.P2POp{d.op})
-	})
+		if err := sh.P2PLater(d.op, enqueued); err != nil {
+			return err
+		}
+		noteP2PSizes(c, []cuda.P2POp{d.op})
+		return nil
+	}
+	req, err = sv.runDevice(c, devRecord{root: -1, p2p: []core.P2PRecord{d.rec}, later: later}, core.Uint8, nil)
 	v.staging = sv.staging // the request's event: the end of the work on side
 	return req, true, err
 }

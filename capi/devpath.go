@@ -247,16 +247,19 @@ func (v *views) tryDevice(c *core.Comm, kind core.Kind, dt core.DataType, op *co
 	if err := c.Err(); err != nil {
 		return nil, false, err
 	}
-	sh, k, err := v.devicePath(c)
-	if err != nil || sh == nil {
-		return nil, false, err
-	}
 	rec := devRecord{kind: kind, root: -1, count: count}
 	if op != nil {
 		rec.redop = *op
 	}
 	if root != noRoot {
 		rec.root = root
+	}
+	if req, ok, err := v.tryOneRankCopy(c, rec, dt, bufs); ok {
+		return req, true, err
+	}
+	sh, k, err := v.devicePath(c)
+	if err != nil || sh == nil {
+		return nil, false, err
 	}
 	req, err = v.runDevice(c, rec, dt, func(ptrs []uintptr) error { return enqueue(sh, k, ptrs) }, bufs...)
 	return req, true, err
@@ -268,6 +271,11 @@ type devRecord struct {
 	redop       core.RedOp
 	root, count int
 	p2p         []core.P2PRecord
+	// later, if set, issues work that another goroutine enqueues afterwards (an async
+	// point-to-point lane, cuda/devp2plane.go) instead of enqueue: it calls its
+	// argument once the last of it is enqueued, or with why it will not be, unless it
+	// returns an error. The request then completes at that call.
+	later func(enqueued func(error)) error
 }
 
 // runDevice checks the device buffers bufs (as get does) and enqueues enqueue's
@@ -275,7 +283,7 @@ type devRecord struct {
 // recording it in c's flight recorder: issued here (its sequence number, in issue
 // order), on the GPU once enqueued, finished when the event recorded after its work
 // completes (the recorder asks when the trace is read). The returned request has
-// completed: the work is on the stream.
+// completed: the work is on the stream (with rec.later, once the last of it is).
 func (v *views) runDevice(c *core.Comm, rec devRecord, dt core.DataType, enqueue func(ptrs []uintptr) error, bufs ...buf) (*core.Request, error) {
 	if _, err := v.deviceBufs(dt, bufs); err != nil {
 		return nil, err
@@ -312,6 +320,11 @@ func (v *views) runDevice(c *core.Comm, rec devRecord, dt core.DataType, enqueue
 	e.devLast = mine
 	e.devMu.Unlock()
 	deadline := time.Now().Add(e.comm.Timeout())
+	var laterReq *core.Request
+	var laterDone func(error)
+	if rec.later != nil {
+		laterReq, laterDone = core.PendingRequest()
+	}
 	issue := func() error {
 		defer close(mine)
 		if err := st.BeginDevice(deadline); err != nil {
@@ -320,6 +333,9 @@ func (v *views) runDevice(c *core.Comm, rec devRecord, dt core.DataType, enqueue
 				dop.Failed(err)
 			}
 			return err
+		}
+		if rec.later != nil {
+			return issueLater(st, dop, rec.later, laterDone)
 		}
 		err := enqueue(ptrs)
 		if eerr := st.EndDevice(); err == nil {
@@ -339,12 +355,22 @@ func (v *views) runDevice(c *core.Comm, rec devRecord, dt core.DataType, enqueue
 		if err := issue(); err != nil {
 			return nil, err
 		}
+		if laterReq != nil {
+			return laterReq, nil
+		}
 		return core.CompletedRequest(nil), nil
 	}
 	// Behind a held operation (its follow-up not queued yet) or staged ones still
 	// running: enqueue once they are, without blocking the caller, who may be the
 	// one to release the hold.
 	req, done := core.PendingRequest()
+	if laterReq != nil {
+		req, done = laterReq, func(err error) {
+			if err != nil { // else the lane completes it
+				laterDone(err)
+			}
+		}
+	}
 	go func() {
 		if prev != nil {
 			<-prev
@@ -352,6 +378,35 @@ func (v *views) runDevice(c *core.Comm, rec devRecord, dt core.DataType, enqueue
 		done(issue())
 	}()
 	return req, nil
+}
+
+// issueLater issues work enqueued later (devRecord.later) as device operation st:
+// later operations need not wait for it (its stream's order is its lane's), and its
+// completion event is recorded, the flight recorder told and the request completed
+// (done) once the last of it is enqueued.
+func issueLater(st *cuda.Staging, dop *core.DeviceOp, later func(func(error)) error, done func(error)) error {
+	err := later(func(err error) {
+		if eerr := st.EndDevice(); err == nil {
+			err = eerr
+		}
+		switch {
+		case dop == nil:
+		case err != nil:
+			dop.Failed(err)
+		default:
+			dop.OnGPU(st.Done)
+		}
+		done(err)
+	})
+	if err != nil {
+		_ = st.EndDevice()
+		if dop != nil {
+			dop.Failed(err)
+		}
+		return err
+	}
+	st.EndLater()
+	return nil
 }
 
 // closed reports whether ch is nil or closed.

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"errors"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -43,3 +45,53 @@ func TestOneRankTakesNoDevicePath(t *testing.T) {
 	require.Zero(t, delta.DevAllocs, "device scratch allocated")
 	require.Zero(t, delta.IpcExports, "device scratch exported")
 }
+
+// TestOneRankCollectiveIsADeviceCopy: under auto a one-rank all_reduce on device
+// buffers is one device-to-device copy on the stream: the result is there once the
+// stream has run, and nothing went through host memory. Before, it staged (a copy to
+// pinned host memory and back), and tryDevice left it to the staged path (ok false).
+func TestOneRankCollectiveIsADeviceCopy(t *testing.T) {
+	path, err := cudatest.BuildIn(t.TempDir())
+	require.NoError(t, err)
+	d, err := cuda.Open(path)
+	require.NoError(t, err)
+	f, err := cudatest.Open(path)
+	require.NoError(t, err)
+	id, err := core.NewUniqueID()
+	require.NoError(t, err)
+	c, err := core.NewComm(id, 1, 0, core.Options{Timeout: 10 * time.Second})
+	require.NoError(t, err)
+	defer c.Destroy()
+	s := cuda.Stream(f.Stream(0))
+	ctx, err := d.StreamContext(s)
+	require.NoError(t, err)
+	e := &commEntry{comm: c, devState: devState{devMode: devAuto}}
+	defer func() { _ = e.closePool() }()
+	v := &views{e: e, stream: s, drv: d, ctx: ctx}
+	const n = 1000
+	src, dst := f.Malloc(0, 4*n), f.Malloc(0, 4*n)
+	vals := make([]float32, n)
+	for i := range vals {
+		vals[i] = float32(i) + 0.5
+	}
+	f.SetFloats(src, vals)
+	before := f.Counters()
+	op := core.Avg
+	sb := buf{"sendbuff", devPtr(src), n, true, false}
+	rb := buf{"recvbuff", devPtr(dst), n, false, true}
+	req, ok, err := v.tryDevice(c, core.KindAllReduce, core.Float32, &op, noRoot, n, func(*cuda.Shared, *cuda.Kernels, []uintptr) error {
+		return errors.New("the device path's all_reduce ran for one rank")
+	}, sb, rb)
+	require.NoError(t, err)
+	require.True(t, ok, "a one-rank all_reduce on device buffers was left to the staged path")
+	_, err = req.Wait(-1)
+	require.NoError(t, err)
+	f.Drain(uintptr(s))
+	require.Equal(t, vals, f.Floats(dst, n))
+	after := f.Counters()
+	require.Zero(t, after.DtoH-before.DtoH, "copies to host memory")
+	require.Zero(t, after.HtoD-before.HtoD, "copies from host memory")
+}
+
+// devPtr is the fake's device address p as the pointer the C ABI passes.
+func devPtr(p uintptr) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&p)) }

@@ -106,6 +106,19 @@ func (st *Staging) EndDevice() error {
 	return st.After(nil)
 }
 
+// EndLater marks a device operation whose work another goroutine enqueues afterwards
+// (an async point-to-point lane, devp2plane.go): the pool's later operations need not
+// wait for it, as its stream's order is the lane's. EndDevice records its completion
+// event once the last of its work is enqueued; until then Done says it is not done.
+func (st *Staging) EndLater() {
+	st.mu.Lock()
+	if !st.recorded {
+		st.finished, st.inFlight = true, true
+	}
+	st.mu.Unlock()
+	st.markQueued()
+}
+
 // Done reports whether the GPU has run all the work the staging captured: false until
 // EndDevice (or After) has recorded the completion event, then the event's state. Safe
 // on any goroutine, and cheap (a cuEventQuery): the flight recorder asks it when the

@@ -67,10 +67,11 @@ func p2pBytes(dataBytes, nranks int) int {
 
 // p2pState is the host's count of chunks per pair; s.mu guards it.
 type p2pState struct {
-	sendSeq []uint32 // chunks sent to each rank
-	recvSeq []uint32 // chunks received from each rank
-	forks   []event  // Follow's events, destroyed once they have run
-	group   p2pGroup // the group being enqueued (devp2pwatch.go)
+	sendSeq []uint32          // chunks sent to each rank
+	recvSeq []uint32          // chunks received from each rank
+	forks   []event           // Follow's events, destroyed once they have run
+	group   p2pGroup          // the group being enqueued (devp2pwatch.go)
+	lanes   map[laneKey]*lane // the async operations' lanes (devp2plane.go)
 }
 
 // p2pBase is rank r's point-to-point area (its slots after p2pFlagsBytes unused bytes);
@@ -192,11 +193,23 @@ func (s *Shared) P2P(ops []P2POp) error {
 	})
 }
 
-// sendChunk enqueues chunk c of a send to peer. s.mu held, context current.
+// sendChunk enqueues chunk c of a send to peer, the pair's next. s.mu held, context
+// current.
 func (s *Shared) sendChunk(peer int, c p2pChunk) error {
 	q := s.p2p.sendSeq[peer] + 1
+	if err := s.sendChunkAt(peer, c, q, true); err != nil {
+		return err
+	}
+	s.p2p.sendSeq[peer] = q
+	return nil
+}
+
+// sendChunkAt enqueues chunk c of a send to peer as the pair's chunk q; its stream
+// waits for the slot to be free if gpuWait (else the host has seen it is:
+// devp2plane.go). s.mu held, context current.
+func (s *Shared) sendChunkAt(peer int, c p2pChunk, q uint32, gpuWait bool) error {
 	st := c.op.Stream
-	if q > p2pSlots && !fault("p2p-skip-free-wait") {
+	if gpuWait && q > p2pSlots && !fault("p2p-skip-free-wait") {
 		if err := s.d.streamWaitValue32(st, s.p2pRecvdFlag(s.rank, peer), q-p2pSlots); err != nil {
 			return err
 		}
@@ -204,18 +217,26 @@ func (s *Shared) sendChunk(peer int, c p2pChunk) error {
 	if err := s.d.memcpyDtoD(s.p2pSlot(s.rank, peer, q), c.op.Buf+uintptr(c.off), c.n, st); err != nil {
 		return err
 	}
-	if err := s.d.streamWriteValue32(st, s.p2pSentFlag(peer, s.rank), q); err != nil {
+	return s.d.streamWriteValue32(st, s.p2pSentFlag(peer, s.rank), q)
+}
+
+// recvChunk enqueues chunk c of a receive from peer, the pair's next. s.mu held,
+// context current.
+func (s *Shared) recvChunk(peer int, c p2pChunk) error {
+	q := s.p2p.recvSeq[peer] + 1
+	if err := s.recvChunkAt(peer, c, q, true); err != nil {
 		return err
 	}
-	s.p2p.sendSeq[peer] = q
+	s.p2p.recvSeq[peer] = q
 	return nil
 }
 
-// recvChunk enqueues chunk c of a receive from peer. s.mu held, context current.
-func (s *Shared) recvChunk(peer int, c p2pChunk) error {
-	q := s.p2p.recvSeq[peer] + 1
+// recvChunkAt enqueues chunk c of a receive from peer as the pair's chunk q; its
+// stream waits for the sender's chunk if gpuWait (else the host has seen it there:
+// devp2plane.go). s.mu held, context current.
+func (s *Shared) recvChunkAt(peer int, c p2pChunk, q uint32, gpuWait bool) error {
 	st := c.op.Stream
-	if !fault("p2p-skip-sent-wait") {
+	if gpuWait && !fault("p2p-skip-sent-wait") {
 		if err := s.d.streamWaitValue32(st, s.p2pSentFlag(s.rank, peer), q); err != nil {
 			return err
 		}
@@ -230,11 +251,7 @@ func (s *Shared) recvChunk(peer int, c p2pChunk) error {
 	if err := s.d.streamWriteValue32(st, s.p2pRecvdFlag(peer, s.rank), q); err != nil {
 		return err
 	}
-	if err := s.d.streamWriteValue32(st, s.p2pDoneFlag(s.rank, peer), q); err != nil {
-		return err
-	}
-	s.p2p.recvSeq[peer] = q
-	return nil
+	return s.d.streamWriteValue32(st, s.p2pDoneFlag(s.rank, peer), q)
 }
 
 // Follow makes stream side wait for the work enqueued on stream main so far (an

@@ -83,6 +83,7 @@ type p2pCase struct {
 	msgs         []p2pMsg
 	group, split bool
 	recvFirst    bool // odd ranks issue their receives before their sends
+	later        bool // each operation alone, asynchronous (P2PLater), every rank receiving first
 }
 
 func p2pCases(n int) []p2pCase {
@@ -99,6 +100,9 @@ func p2pCases(n int) []p2pCase {
 			ring = append(ring, p2pMsg{r, (r + 1) % n, size + r})
 		}
 		cs = append(cs, p2pCase{name: fmt.Sprintf("ring %d", size), msgs: ring, group: true, split: size%2 == 0})
+		if size > 0 {
+			cs = append(cs, p2pCase{name: fmt.Sprintf("async ring %d", size), msgs: ring, later: true, split: true})
+		}
 	}
 	var multi []p2pMsg
 	for r := range n {
@@ -227,7 +231,26 @@ func runP2PCase(sh *cuda.Shared, f *cudatest.Fake, dev int, streams []cuda.Strea
 	if pc.recvFirst && rank%2 == 1 {
 		ops = append(append([]cuda.P2POp{}, recvs...), sends...)
 	}
-	if !pc.group {
+	if pc.later {
+		// As goncclRecvAsync then goncclSendAsync: receives first, on every rank.
+		ops = append(append([]cuda.P2POp{}, recvs...), sends...)
+		done := make(chan error, len(ops))
+		for _, op := range ops {
+			if err := sh.P2PLater(op, func(err error) { done <- err }); err != nil {
+				return nil, err
+			}
+		}
+		for range ops {
+			select {
+			case err := <-done:
+				if err != nil {
+					return nil, err
+				}
+			case <-time.After(time.Minute):
+				return nil, fmt.Errorf("an async operation was not enqueued within a minute")
+			}
+		}
+	} else if !pc.group {
 		// In the list's order, each operation alone.
 		ops = ops[:0]
 		si, ri := 0, 0

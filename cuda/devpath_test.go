@@ -158,6 +158,8 @@ func devChild() int {
 		run = timeSlicedRank // samegpu_bench_test.go
 	case "samegpu-hotpath":
 		run = sameGPUHotPathRank // samegpu_hotpath_test.go
+	case "one-context":
+		run = oneContextRanks // hwqueue_test.go
 	}
 	if err := run(d, f, id, rank, devs, os.Stdout); err != nil {
 		fmt.Println(err)

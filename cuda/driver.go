@@ -633,3 +633,9 @@ func (d *Driver) CanAccessPeer(dev, peer int) (bool, error) {
 	err := d.check("cuDeviceCanAccessPeer", C.gcDeviceCanAccessPeer(d.fns, &can, C.int(dev), C.int(peer)))
 	return can != 0, err
 }
+
+// CopyDevice enqueues a copy of n bytes of device memory from src to dst on stream s
+// (cuMemcpyDtoDAsync), in context ctx.
+func (d *Driver) CopyDevice(ctx Context, dst, src uintptr, n int, s Stream) error {
+	return d.do(ctx, func() error { return d.memcpyDtoD(dst, src, n, s) })
+}

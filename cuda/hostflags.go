@@ -139,12 +139,23 @@ func (s *Shared) loadOwn(off, n int) []uint32 {
 // fewer queues more streams wait behind each other's memory waits, which the device
 // path's host-written flags keep from ever deadlocking a release.
 func HardwareQueues() string {
+	n := hardwareQueueCount()
 	v, set := cenv.Lookup("CUDA_DEVICE_MAX_CONNECTIONS")
 	if !set || v == "" {
 		return "8 hardware queues per context (CUDA_DEVICE_MAX_CONNECTIONS unset)"
 	}
-	if n, err := strconv.Atoi(v); err == nil && n > 0 {
-		return fmt.Sprintf("%d hardware queue(s) per context (CUDA_DEVICE_MAX_CONNECTIONS=%d)", min(n, 32), n)
+	if c, err := strconv.Atoi(v); err == nil && c > 0 {
+		return fmt.Sprintf("%d hardware queue(s) per context (CUDA_DEVICE_MAX_CONNECTIONS=%d)", n, c)
 	}
 	return fmt.Sprintf("CUDA_DEVICE_MAX_CONNECTIONS=%q (not a count: the driver's default, 8, applies)", v)
+}
+
+// hardwareQueueCount is the number of hardware queues the driver gives each context's
+// streams: CUDA_DEVICE_MAX_CONNECTIONS, 1 to 32, 8 when unset or not a count.
+func hardwareQueueCount() int {
+	v, _ := cenv.Lookup("CUDA_DEVICE_MAX_CONNECTIONS")
+	if n, err := strconv.Atoi(v); err == nil && n > 0 {
+		return min(n, 32)
+	}
+	return 8
 }

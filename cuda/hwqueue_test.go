@@ -1,9 +1,18 @@
 package cuda_test
 
 import (
+	"errors"
+	"fmt"
+	"os"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gonccl/gonccl/core"
+	"github.com/gonccl/gonccl/cuda"
+	"github.com/gonccl/gonccl/cuda/cudatest"
 )
 
 // At one hardware queue per context (CUDA_DEVICE_MAX_CONNECTIONS=1, as Megatron-style
@@ -36,4 +45,86 @@ func TestDevicePathStalledPeerOneHardwareQueue(t *testing.T) {
 	require.Contains(t, line, "beyond the communicator's timeout", "%s", outs[0])
 	require.Contains(t, line, "rank 1 has not reached it", "%s", outs[0])
 	require.Contains(t, outs[0], "STREAM DRAINED", "%s", outs[0])
+}
+
+// TestRanksOfOneContextOneHardwareQueue: two ranks of one process on one device have
+// one context, so at one hardware queue a stream of one waiting on the GPU for the
+// other holds back the other's work it waits for: before the refusal, their first
+// collective hung until the communicator's timeout. Now every rank refuses the device
+// path (ErrNotShared, which sends callers to the staged path), saying why. The ranks
+// are goroutines of one child process, which inherits the variable.
+func TestRanksOfOneContextOneHardwareQueue(t *testing.T) {
+	open(t)
+	t.Setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1")
+	t.Setenv("GONCCL_DEVTEST_SCRIPT", "one-context")
+	out, err := runDevRanks(t, "0", "", "0,200")
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, out, "rank 0: staged: ", "%s", out)
+	require.Contains(t, out, "rank 1: staged: ", "%s", out)
+	require.Contains(t, out, "ranks 0 and 1 share one context, whose streams share 1 hardware queue", "%s", out)
+}
+
+// oneContextRanks runs two ranks on device 0 as goroutines of this process: each sets
+// up the device path and, if it is granted, runs the first cases of devRank's script
+// with a short timeout (which the hang this guards against would exceed); it prints
+// each rank's answer.
+func oneContextRanks(d *cuda.Driver, f *cudatest.Fake, _ core.UniqueID, _ int, _ []int, log *os.File) error {
+	id, err := core.NewUniqueID()
+	if err != nil {
+		return err
+	}
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = oneContextRank(d, f, id, r, log)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func oneContextRank(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank int, log *os.File) error {
+	c, err := core.NewComm(id, 2, rank, core.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		return err
+	}
+	defer c.Destroy()
+	s := cuda.Stream(f.Stream(0))
+	ctx, err := d.StreamContext(s)
+	if err != nil {
+		return err
+	}
+	sh, err := cuda.NewShared(d, ctx, rank, 2, devScratch, func(rec []byte) ([]byte, error) {
+		all := make([]byte, 2*len(rec))
+		req, err := c.AllGather(rec, all, len(rec), core.Uint8)
+		if err == nil {
+			_, err = req.Wait(-1)
+		}
+		return all, err
+	})
+	if errors.Is(err, cuda.ErrNotShared) {
+		fmt.Fprintf(log, "rank %d: staged: %v\n", rank, err)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	sh.Watch(cuda.WatchConfig{Timeout: c.Timeout, Err: c.Err, Fail: c.FailDevice})
+	red, err := reducerFor(d, ctx)
+	if err != nil {
+		return err
+	}
+	n := 1000
+	src, dst := f.Malloc(0, 4*n), f.Malloc(0, 4*n)
+	if err := sh.AllReduce(s, red, src, dst, n, core.Float32, core.Sum); err != nil {
+		return err
+	}
+	f.Drain(uintptr(s))
+	if err := sh.Err(); err != nil {
+		return fmt.Errorf("rank %d: the device path's all_reduce failed: %w", rank, err)
+	}
+	return sh.Close(5 * time.Second)
 }

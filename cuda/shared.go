@@ -268,6 +268,11 @@ func NewShared(d *Driver, ctx Context, rank, nranks, dataBytes int, exchange fun
 				}
 			}
 		}
+		if q := sameContextRank(recs, rank, me.proc, s.dev); q >= 0 && hardwareQueueCount() == 1 {
+			// Their streams share the context's one queue: a stream of one waiting on
+			// the GPU for the other would hold back the very work it waits for.
+			errs = append(errs, fmt.Errorf("ranks %d and %d share one context, whose streams share 1 hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1)", min(q, rank), max(q, rank)))
+		}
 		if len(errs) > 0 {
 			return nil
 		}
@@ -294,6 +299,17 @@ func NewShared(d *Driver, ctx Context, rank, nranks, dataBytes int, exchange fun
 	})
 	errs = append(errs, err)
 	return s.agreeMapped(errs)
+}
+
+// sameContextRank returns another rank of this process (proc) on device dev, whose
+// streams are then in this rank's context, or -1.
+func sameContextRank(recs []peerRecord, rank int, proc uint64, dev int) int {
+	for q, rec := range recs {
+		if q != rank && rec.proc == proc && rec.dev == dev {
+			return q
+		}
+	}
+	return -1
 }
 
 // allocate allocates and exports this rank's scratch (context current).
@@ -426,6 +442,11 @@ func (s *Shared) release() error {
 // (a rank died or stopped issuing), the memory is left mapped rather than freed under
 // a reader, and Close says so.
 func (s *Shared) Close(timeout time.Duration) error {
+	// The async point-to-point lanes enqueue the chunks Close's waits count.
+	lanesErr := s.drainLanes(time.Now().Add(timeout))
+	if lanesErr != nil {
+		s.laneFailed(fmt.Errorf("cuda: closing the device scratch: %w", lanesErr))
+	}
 	if s.Err() == nil {
 		s.stopWatch() // a released scratch's watcher goes on until the streams have drained
 	}

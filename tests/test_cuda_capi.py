@@ -150,7 +150,7 @@ def test_libgonccl_does_not_link_cuda(package_dir):
 
 @pytest.mark.timeout(RUN_TIMEOUT + 60)
 @pytest.mark.parametrize("path", ["staged", "staged-pipelined", "staged-pipelined-cpu", "auto", "device", "device-no-peer",
-                                  "auto-one-gpu", "samegpu-one-gpu"])
+                                  "device-one-queue", "auto-one-gpu", "samegpu-one-gpu"])
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
     """The same checks on the staged path (GONCCL_DEVICE_PATH=0) and on the device path
@@ -170,7 +170,11 @@ def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
     staged-pipelined-cpu on the host (GONCCL_STAGED_REDUCE=cpu). auto-one-gpu puts every
     rank on device 0, where auto stages; samegpu-one-gpu does the same with
     GONCCL_DEVICE_PATH=samegpu: all_reduce, all_gather, reduce_scatter and broadcast take
-    the same-GPU path, the rest stages."""
+    the same-GPU path, the rest stages. device-one-queue is the device path with one
+    hardware queue per context (CUDA_DEVICE_MAX_CONNECTIONS=1, as Megatron-style training
+    sets it), where a stream waiting at the head of the queue holds back every stream of
+    the rank: the async sends and receives, which every rank issues receive first, must
+    still progress."""
     id_file = str(tmp_path / "unique_id")
     dump = tmp_path / "trace"
     extra = {"GONCCL_DEBUG": "INFO", "GONCCL_DEBUG_SUBSYS": "INIT", "GONCCL_TRACE_DUMP_DIR": str(dump)}
@@ -181,6 +185,8 @@ def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
         extra["GONCCL_DEVICE_PATH"] = "0"
     if path == "device-no-peer":
         extra["FAKECUDA_NO_PEER"] = "1"
+    if path == "device-one-queue":
+        extra["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
     if path.startswith("staged-pipelined"):
         extra["GONCCL_STAGED_CHUNK"] = "1K"
     if path == "staged-pipelined-cpu":
@@ -191,7 +197,7 @@ def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
         extra["GONCCL_DEVICE_PATH"] = "samegpu"  # asked for: auto keeps ranks sharing a GPU staged
     run = _run_ranks(cuda_capi_binary, fakecuda, nranks, id_file, str(tmp_path), extra)
     run.assert_ok(f"cuda_capi_test with {nranks} ranks")
-    on_device = path == "device" or (path == "auto" and nranks == 2)
+    on_device = path in ("device", "device-one-queue") or (path == "auto" and nranks == 2)
     for r, proc in enumerate(run.procs):
         assert f"rank {r}:" in proc.stdout and "checks passed" in proc.stdout, proc.describe()
         log = proc.stderr + proc.stdout
