@@ -35,7 +35,7 @@ func TestGlobalCaptureOfAnotherThreadSurvivesDeviceOps(t *testing.T) {
 	<-started
 	id, err := core.NewUniqueID()
 	require.NoError(t, err)
-	devs := []int{0, 0}
+	devs := oneContextSafe(f, []int{0, 0})
 	var wg sync.WaitGroup
 	errs := make([]error, len(devs))
 	for r := range devs {

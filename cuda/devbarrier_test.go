@@ -18,9 +18,10 @@ import (
 // it does. Without the barrier's wait (the "skip-ready-wait" fault) the markers are
 // written at once, and the test fails.
 func TestDeviceBarrierHoldsEveryStream(t *testing.T) {
+	_, f := open(t)
 	for _, fault := range []string{"", "skip-ready-wait"} {
 		t.Run("fault="+fault, func(t *testing.T) {
-			held := barrierHolds(t, []int{0, 0, 1, 0}, fault)
+			held := barrierHolds(t, oneContextSafe(f, []int{0, 0, 1, 0}), fault)
 			if fault == "" {
 				require.True(t, held, "a stream passed the barrier before rank 0 reached it")
 			} else {

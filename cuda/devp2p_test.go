@@ -56,7 +56,7 @@ func TestDeviceP2PRanksOfOneProcess(t *testing.T) {
 	d, f := open(t)
 	id, err := core.NewUniqueID()
 	require.NoError(t, err)
-	devs := []int{0, 1, 0}
+	devs := oneContextSafe(f, []int{0, 1, 0})
 	var wg sync.WaitGroup
 	errs := make([]error, len(devs))
 	for r := range devs {

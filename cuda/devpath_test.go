@@ -64,7 +64,7 @@ func TestDevicePathRanksOfOneProcess(t *testing.T) {
 	d, f := open(t)
 	id, err := core.NewUniqueID()
 	require.NoError(t, err)
-	devs := []int{0, 0, 1}
+	devs := oneContextSafe(f, []int{0, 0, 1})
 	var wg sync.WaitGroup
 	errs := make([]error, len(devs))
 	for r := range devs {

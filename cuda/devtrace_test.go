@@ -28,6 +28,7 @@ type devTraceRank struct {
 	k       cuda.Reducer
 	pool    *cuda.Pool
 	ctx     cuda.Context
+	dev     int
 	s       uintptr
 	buf     uintptr
 	n       int
@@ -102,8 +103,9 @@ func TestDevicePathOpsInTheFlightRecorder(t *testing.T) {
 			require.NoError(t, err, "%s: rank %d", name, i)
 		}
 	}
+	devs := oneContextSafe(f, []int{0, 0})
 	for i := range ranks {
-		ranks[i] = &devTraceRank{n: n, dumpDir: dir, pool: cuda.NewPool(d), s: f.Stream(0)}
+		ranks[i] = &devTraceRank{n: n, dumpDir: dir, pool: cuda.NewPool(d), dev: devs[i], s: f.Stream(devs[i])}
 	}
 	phase("setup", func(rank int, r *devTraceRank) error {
 		c, err := core.NewComm(id, nranks, rank, core.Options{Timeout: 30 * time.Second})
@@ -128,7 +130,7 @@ func TestDevicePathOpsInTheFlightRecorder(t *testing.T) {
 		if r.k, err = reducerFor(d, r.ctx); err != nil {
 			return err
 		}
-		r.buf = f.Malloc(0, n*4)
+		r.buf = f.Malloc(r.dev, n*4)
 		f.SetFloats(r.buf, make([]float32, n))
 		return nil
 	})

@@ -128,3 +128,29 @@ func oneContextRank(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank int
 	}
 	return sh.Close(5 * time.Second)
 }
+
+// oneContextSafe returns devs as tests of ranks that are goroutines of this process
+// may use them: unchanged, unless the contexts' streams share one hardware queue
+// (this process runs the package at CUDA_DEVICE_MAX_CONNECTIONS=1), where ranks on one
+// device would share one context and the device path refuses them
+// (TestRanksOfOneContextOneHardwareQueue): then each rank gets a device of its own.
+func oneContextSafe(f *cudatest.Fake, devs []int) []int {
+	if f.HardwareQueues() > 1 {
+		return devs
+	}
+	out := make([]int, len(devs))
+	for r := range out {
+		out[r] = r
+	}
+	return out
+}
+
+// skipAtOneQueue skips a test of what streams on separate hardware queues do (copies
+// overlapping, one stream running while another is held) when this process runs the
+// package at one queue, where the fake, like the driver, serializes them.
+func skipAtOneQueue(t *testing.T, f *cudatest.Fake, what string) {
+	t.Helper()
+	if f.HardwareQueues() == 1 {
+		t.Skipf("at one hardware queue per context (CUDA_DEVICE_MAX_CONNECTIONS=1) %s cannot happen", what)
+	}
+}

@@ -26,6 +26,9 @@ func TestFakeLegacyStreamSemantics(t *testing.T) {
 		{"non-blocking", f.NonBlockingStream(2), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.stale {
+				skipAtOneQueue(t, f, "the legacy stream run ahead of a non-blocking stream's queued work")
+			}
 			// The default stream resolves against this thread's current context.
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()

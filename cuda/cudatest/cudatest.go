@@ -33,6 +33,7 @@ typedef struct {
   int (*RuntimeRelease)(int);
   void* (*PoolStream)(int);
   void (*SetCopyRate)(unsigned);
+  int (*HardwareQueues)(void);
 } hooks;
 
 static const char* hookNames[] = {
@@ -40,7 +41,7 @@ static const char* hookNames[] = {
   "fakecudaFillF32", "fakecudaAddF32", "fakecudaStreamDrain", "fakecudaGetCounters",
   "fakecudaStreamCreateWithFlags", "fakecudaBeginCapture", "fakecudaEndCapture", "fakecudaCheckF32",
   "cuCtxSetCurrent", "fakecudaRuntimeInit", "fakecudaRuntimeRelease", "fakecudaPoolStream",
-  "fakecudaSetCopyRate",
+  "fakecudaSetCopyRate", "fakecudaHardwareQueues",
 };
 
 static int openHooks(const char* path, hooks* h) {
@@ -56,6 +57,7 @@ static int openHooks(const char* path, hooks* h) {
 
 static uintptr_t hMalloc(hooks* h, int dev, size_t n) { return (uintptr_t)h->Malloc(dev, n); }
 static int hFree(hooks* h, uintptr_t p) { return h->Free((void*)p); }
+static int hQueues(hooks* h) { return h->HardwareQueues(); }
 static uintptr_t hStream(hooks* h, int dev) { return (uintptr_t)h->StreamCreate(dev); }
 static uintptr_t hContext(hooks* h, int dev) { return (uintptr_t)h->Context(dev); }
 static void hSetDelay(hooks* h, unsigned lo, unsigned hi) { h->SetDelay(lo, hi); }
@@ -161,6 +163,10 @@ func (f *Fake) Free(p uintptr) error {
 	}
 	return nil
 }
+
+// HardwareQueues is the number of hardware queues each context's streams share in
+// this process (CUDA_DEVICE_MAX_CONNECTIONS when the first stream was made, default 8).
+func (f *Fake) HardwareQueues() int { return int(C.hQueues(f.h)) }
 
 // Stream creates a stream on device dev.
 func (f *Fake) Stream(dev int) uintptr { return uintptr(C.hStream(f.h, C.int(dev))) }
