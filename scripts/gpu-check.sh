@@ -332,7 +332,7 @@ check_bench() { grep -qE '^#? *[0-9]+ ' "$1" && { echo "table written"; return 0
 check_mps() {
   local no; no=$(grep -m1 '^MPS: not started' "$1") && { echo "$no"; return 0; }
   check_bench "$1" >/dev/null || { echo "MPS started, but the bench under it wrote no table"; return 1; }
-  echo "table written under MPS; $(grep -m1 -o 'MPS active on [^:]*\|is not a client of an MPS server[^;]*' "$1" || echo 'no MPS line in the INIT log')"
+  echo "table written under MPS; $(grep -m1 -o 'MPS active on GPU [^ ]* ([^)]*)\|rank [0-9]* is not a client of an MPS server[^;]*' "$1" || echo 'no MPS line in the INIT log')"
 }
 
 # ---- the machine ----
@@ -686,7 +686,7 @@ else
     export CUDA_MPS_PIPE_DIRECTORY; CUDA_MPS_PIPE_DIRECTORY=$(mktemp -d /tmp/gonccl-mps.XXXXXX)
     export CUDA_MPS_LOG_DIRECTORY="$LOGS/mps-log"; mkdir -p "$CUDA_MPS_LOG_DIRECTORY"
     if ! "$ctl" -d; then echo "MPS: not started: $ctl -d failed"; exit 0; fi
-    trap "echo quit | \"$ctl\"; sleep 1; tail -5 \"$CUDA_MPS_LOG_DIRECTORY/control.log\" 2>/dev/null" EXIT
+    trap "echo quit | \"$ctl\"; sleep 1; tail -5 \"$CUDA_MPS_LOG_DIRECTORY/control.log\" 2>/dev/null; rm -rf \"$CUDA_MPS_PIPE_DIRECTORY\"" EXIT
     for _ in $(seq 50); do [[ -p "$CUDA_MPS_PIPE_DIRECTORY/control" ]] && break; sleep 0.1; done
     [[ -p "$CUDA_MPS_PIPE_DIRECTORY/control" ]] || { echo "MPS: not started: no control pipe in $CUDA_MPS_PIPE_DIRECTORY"; exit 0; }
     echo "MPS: daemon started (pipes in $CUDA_MPS_PIPE_DIRECTORY)"
