@@ -23,7 +23,8 @@ import (
 // buffers, from the settings read when it was created (devMode): by default the device
 // path, unless the communicator has one rank or two of its ranks run on one GPU
 // (decided from the bus ids before any scratch is allocated; then staged: see
-// cuda.StageWhenDeviceShared for the measurement); GONCCL_DEVICE_PATH=1 takes the device
+// cuda.StageWhenDeviceShared for the measurement) and they are not all clients of an
+// MPS server there (cuda.ShareUnderMPS: then the device path); GONCCL_DEVICE_PATH=1 takes the device
 // path wherever it can be set up, GONCCL_DEVICE_PATH=0 or GONCCL_P2P_DISABLE=1 never.
 // The settings must be the same on every rank, as NCCL's are: the first device
 // operation of a communicator exchanges the scratch handles with a host all-gather,
@@ -68,7 +69,7 @@ func parseScratch(v string) (int, error) {
 type devMode int
 
 const (
-	devAuto    devMode = iota // the device path unless two ranks share a GPU (the default)
+	devAuto    devMode = iota // the device path unless two ranks share a GPU without MPS (the default)
 	devOn                     // the device path wherever it can be set up: GONCCL_DEVICE_PATH=1
 	devOff                    // staged: GONCCL_DEVICE_PATH=0 or GONCCL_P2P_DISABLE=1
 	devSameGPU                // as devAuto, but ranks all on one GPU take the same-GPU path: GONCCL_DEVICE_PATH=samegpu
@@ -148,6 +149,11 @@ func (v *views) devicePath(c *core.Comm) (*cuda.Shared, *cuda.Kernels, error) {
 		if e.devMode.automatic() {
 			opts = append(opts, cuda.StageWhenDeviceShared())
 		}
+		if e.devMode == devAuto {
+			// Under MPS the ranks sharing a GPU do not take turns on it: the device
+			// path's GPU-side waits hold nobody back there.
+			opts = append(opts, cuda.ShareUnderMPS(cuda.LocalMPS))
+		}
 		k, kerr := v.drv.LoadKernels(v.ctx)
 		sh, err := cuda.NewShared(v.drv, v.ctx, c.Rank(), c.Size(), scratch, func(rec []byte) ([]byte, error) {
 			if kerr != nil { // tell the others this rank cannot take the device path
@@ -180,7 +186,11 @@ func (v *views) devicePath(c *core.Comm) (*cuda.Shared, *cuda.Kernels, error) {
 		// the watcher releases this rank's streams and breaks the communicator, so
 		// the next call (and the flight recorder) names the rank (cuda/devfault.go).
 		sh.Watch(cuda.WatchConfig{Timeout: c.Timeout, Err: c.Err, Fail: c.FailDevice})
-		logDevice(c, fmt.Sprintf("device path: same-host ranks share device memory through CUDA IPC; %d bytes of scratch on device %d; flags in host memory the GPU maps; %s", sh.Cap(), sh.Device(), cuda.HardwareQueues()))
+		msg := fmt.Sprintf("device path: same-host ranks share device memory through CUDA IPC; %d bytes of scratch on device %d; flags in host memory the GPU maps; %s", sh.Cap(), sh.Device(), cuda.HardwareQueues())
+		if m := sh.MPS(); m != "" {
+			msg = fmt.Sprintf("%s; %s (this rank: %s)", m, msg, sh.MPSDetail())
+		}
+		logDevice(c, msg)
 	}
 	if e.devShared == nil {
 		return nil, nil, nil

@@ -5,7 +5,7 @@ import (
 	"unsafe"
 )
 
-// KernelNames lists the name of every kernel ReduceInto and DivideBy launch.
+// KernelNames lists the name of every kernel ReduceInto, DivideBy and ReduceMany launch.
 func KernelNames() []string {
 	var names []string
 	for _, k := range kernelKeys() {

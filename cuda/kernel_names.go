@@ -6,8 +6,8 @@ import (
 	"github.com/gonccl/gonccl/internal/reduce"
 )
 
-// The kernels' names, as the table in cuda/kernels/reduce.cuh generates them:
-// gonccl_reduce_<op>_<dtype> and gonccl_divide_<dtype>.
+// The kernels' names, as the tables in cuda/kernels/reduce.cuh and multi.cuh generate
+// them: gonccl_reduce_<op>_<dtype>, gonccl_divide_<dtype> and gonccl_multi_<op>_<dtype>.
 
 // kernelDtypes gives each data type's name in kernel names; float8 has none (reductions
 // on it are not supported).
@@ -32,17 +32,31 @@ func reduceKey(dt reduce.DataType, op reduce.RedOp) kernelKey {
 	return kernelKey{dt: dt, op: op}
 }
 
+// multiKey is the one-pass kernel that reduces dt with op: reduceKey's kernel, except
+// that avg has its own (the sum, then the division, in the same pass).
+func multiKey(dt reduce.DataType, op reduce.RedOp) kernelKey {
+	k := reduceKey(dt, op)
+	if op == reduce.Avg {
+		k.op = reduce.Avg
+	}
+	k.multi = true
+	return k
+}
+
 // kernelName is k's name in the fatbin.
 func kernelName(k kernelKey) string {
-	if k.div {
+	switch {
+	case k.div:
 		return "gonccl_divide_" + kernelDtypes[k.dt]
+	case k.multi:
+		return "gonccl_multi_" + k.op.String() + "_" + kernelDtypes[k.dt]
 	}
 	return "gonccl_reduce_" + k.op.String() + "_" + kernelDtypes[k.dt]
 }
 
-// kernelKeys lists every kernel ReduceInto and DivideBy use, each once, in name order:
-// one per (dt, op) pair CheckReduction accepts, after reduceKey, and a division kernel
-// for every dt that supports avg.
+// kernelKeys lists every kernel ReduceInto, DivideBy and ReduceMany use, each once, in
+// name order: one per (dt, op) pair CheckReduction accepts, after reduceKey, a division
+// kernel for every dt that supports avg, and a one-pass kernel per pair after multiKey.
 func kernelKeys() []kernelKey {
 	seen := map[kernelKey]bool{}
 	var keys []kernelKey
@@ -57,6 +71,7 @@ func kernelKeys() []kernelKey {
 		for o := 0; o < 256; o++ {
 			if op := reduce.RedOp(o); reduce.CheckReduction(dt, op) == nil {
 				add(reduceKey(dt, op))
+				add(multiKey(dt, op))
 			}
 		}
 		if reduce.CheckReduction(dt, reduce.Avg) == nil {

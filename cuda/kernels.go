@@ -34,6 +34,30 @@ static CUresult gkLaunchReduce(void* fn, uintptr_t f, unsigned grid, unsigned bl
   void* params[3] = {&d, &sp, &c};
   return ((gkLaunchFn)fn)((void*)f, grid, 1, 1, block, 1, 1, 0, (void*)s, params, NULL);
 }
+// gkMultiArgs is gk::MultiArgs of cuda/kernels/multi.cuh, the one-pass kernels' only
+// parameter, passed by value.
+#define GK_MULTI_MAX 8
+typedef struct {
+  const void* in[GK_MULTI_MAX];
+  void* out[GK_MULTI_MAX];
+  unsigned long long count;
+  int nin, nout;
+  long long div;
+} gkMultiArgs;
+_Static_assert(sizeof(gkMultiArgs) == 152, "gkMultiArgs is not multi.cuh's MultiArgs");
+static CUresult gkLaunchMulti(void* fn, uintptr_t f, unsigned grid, unsigned block, uintptr_t s,
+                              const uintptr_t* ins, int nin, const uintptr_t* outs, int nout,
+                              unsigned long long count, long long div) {
+  gkMultiArgs a = {0};
+  for (int i = 0; i < nin; i++) a.in[i] = (const void*)ins[i];
+  for (int i = 0; i < nout; i++) a.out[i] = (void*)outs[i];
+  a.count = count;
+  a.nin = nin;
+  a.nout = nout;
+  a.div = div;
+  void* params[1] = {&a};
+  return ((gkLaunchFn)fn)((void*)f, grid, 1, 1, block, 1, 1, 0, (void*)s, params, NULL);
+}
 static CUresult gkLaunchDivide(void* fn, uintptr_t f, unsigned grid, unsigned block, uintptr_t s,
                                uintptr_t buf, unsigned long long count, long long n) {
   void* b = (void*)buf;
@@ -69,12 +93,18 @@ const (
 	maxBlocks    = 2048
 )
 
-// kernelKey names one kernel: a reduction (dt, op) or, with div, dt's division.
+// kernelKey names one kernel: a reduction (dt, op), with div dt's division, with
+// multi the one-pass reduction of many buffers (dt, op; avg its own).
 type kernelKey struct {
-	dt  reduce.DataType
-	op  reduce.RedOp
-	div bool
+	dt    reduce.DataType
+	op    reduce.RedOp
+	div   bool
+	multi bool
 }
+
+// MaxReduceOperands is how many inputs, and how many outputs, one ReduceMany takes
+// (GK_MULTI_MAX of cuda/kernels/multi.cuh).
+const MaxReduceOperands = 8
 
 // Kernels is gonccl's reduction kernels loaded into one CUDA context.
 type Kernels struct {
@@ -204,6 +234,41 @@ func (k *Kernels) DivideBy(s Stream, buf uintptr, count int, dt reduce.DataType,
 	grid := gridFor(count, dt.Size())
 	return k.d.check("cuLaunchKernel", C.gkLaunchDivide(unsafe.Pointer(k.d.fns.LaunchKernel), C.uintptr_t(f),
 		C.uint(grid), blockThreads, C.uintptr_t(s), C.uintptr_t(buf), C.ulonglong(count), C.longlong(n)))
+}
+
+// ReduceMany enqueues on s one pass over memory: every outs[j][i] = ins[0][i] op
+// ins[1][i] op ... op ins[len(ins)-1][i], i < count, folded in that order and rounded
+// at each step exactly as a chain of ReduceInto calls would (for avg: the sum, then
+// divided by len(ins), as DivideBy would), each input read once and each output written
+// once. 1 to MaxReduceOperands inputs, 1 to MaxReduceOperands outputs. An output may be
+// one of the inputs but must not partially overlap any other buffer. The caller has the
+// kernels' context current.
+func (k *Kernels) ReduceMany(s Stream, outs, ins []uintptr, count int, dt reduce.DataType, op reduce.RedOp) error {
+	if err := reduce.CheckReduction(dt, op); err != nil {
+		return fmt.Errorf("cuda: no %v one-pass reduction kernel for %v: %w", op, dt, err)
+	}
+	if len(ins) < 1 || len(ins) > MaxReduceOperands || len(outs) < 1 || len(outs) > MaxReduceOperands {
+		return fmt.Errorf("%w: cuda: ReduceMany: %d inputs and %d outputs (1 to %d of each)",
+			reduce.ErrInvalidArgument, len(ins), len(outs), MaxReduceOperands)
+	}
+	if err := checkRange("ReduceMany", count, ins...); err != nil || count == 0 {
+		return err
+	}
+	if err := checkRange("ReduceMany", count, outs...); err != nil {
+		return err
+	}
+	var in, out [MaxReduceOperands]C.uintptr_t
+	for i, p := range ins {
+		in[i] = C.uintptr_t(p)
+	}
+	for i, p := range outs {
+		out[i] = C.uintptr_t(p)
+	}
+	f := k.fns[multiKey(dt, op)]
+	grid := gridFor(count, dt.Size())
+	return k.d.check("cuLaunchKernel", C.gkLaunchMulti(unsafe.Pointer(k.d.fns.LaunchKernel), C.uintptr_t(f),
+		C.uint(grid), blockThreads, C.uintptr_t(s), &in[0], C.int(len(ins)), &out[0], C.int(len(outs)),
+		C.ulonglong(count), C.longlong(len(ins))))
 }
 
 // checkRange refuses a negative count and, for a non-empty range, null pointers.

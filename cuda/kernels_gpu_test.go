@@ -32,7 +32,7 @@ func (m realMem) free(p uintptr) {
 
 func (m realMem) drain(s cuda.Stream) { require.NoError(m.t, m.d.Sync(s)) }
 
-// TestKernelsOnARealGPU runs the value sweeps on GPU 0 through the real driver
+// TestKernelsOnARealGPU runs the value sweeps (two-operand, division, one-pass) on GPU 0 through the real driver
 // (libcuda.so.1), where there is one; elsewhere it skips. scripts/gpu-check.sh's
 // machines run it with `go test ./cuda -run OnARealGPU -v`.
 func TestKernelsOnARealGPU(t *testing.T) {
@@ -49,10 +49,14 @@ func TestKernelsOnARealGPU(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { require.NoError(t, d.UnloadKernels(ctx)) }()
 	require.NoError(t, d.Do(ctx, func() error {
-		b := newBench(realMem{t: t, d: d, ptrs: map[uintptr]unsafe.Pointer{}}, k, cuda.StreamLegacy)
+		mem := realMem{t: t, d: d, ptrs: map[uintptr]unsafe.Pointer{}}
+		b := newBench(mem, k, cuda.StreamLegacy)
 		defer b.free()
 		require.Equal(t, 97, b.sweepReduce(t))
 		b.sweepDivide(t)
+		mb := newMultiBench(mem, k, cuda.StreamLegacy, 4200)
+		defer mb.free()
+		require.Equal(t, 97, mb.sweepMulti(t), "the one-pass kernels")
 		return nil
 	}))
 }

@@ -74,7 +74,7 @@ func TestKernelsStamp(t *testing.T) {
 
 	require.Equal(t, uint32(0xba55ed50), binary.LittleEndian.Uint32(cuda.Fatbin), "not a fatbin")
 	names := cuda.KernelNames()
-	require.Len(t, names, 93)
+	require.Len(t, names, 186)
 	for _, name := range names {
 		require.True(t, bytes.Contains(cuda.Fatbin, append([]byte(name), 0)), "kernel %s is not in the fatbin"+rebuild, name)
 	}

@@ -18,7 +18,14 @@ typedef struct {
 } nvmlw_pci;
 
 enum { NVMLW_SUCCESS = 0, NVMLW_INVALID_ARGUMENT = 2, NVMLW_NOT_SUPPORTED = 3,
-       NVMLW_FUNCTION_NOT_FOUND = 13 };
+       NVMLW_INSUFFICIENT_SIZE = 7, NVMLW_FUNCTION_NOT_FOUND = 13 };
+
+// nvmlProcessInfo_t of nvmlDeviceGetMPSComputeRunningProcesses_v3 (and _v2).
+typedef struct {
+	unsigned int pid;
+	unsigned long long usedGpuMemory;
+	unsigned int gpuInstanceId, computeInstanceId;
+} nvmlw_proc;
 
 static void* nvmlw_handle;
 static nvmlw_ret (*nvmlw_init)(void);
@@ -33,6 +40,7 @@ static nvmlw_ret (*nvmlw_numa)(nvmlw_dev, unsigned int*);
 static nvmlw_ret (*nvmlw_link_state)(nvmlw_dev, unsigned int, int*);
 static nvmlw_ret (*nvmlw_link_pci)(nvmlw_dev, unsigned int, nvmlw_pci*);
 static nvmlw_ret (*nvmlw_link_type)(nvmlw_dev, unsigned int, int*);
+static nvmlw_ret (*nvmlw_mps_procs)(nvmlw_dev, unsigned int*, nvmlw_proc*);
 
 // Loads the library and its symbols once; returns NULL or why it could not.
 static const char* nvmlw_load(void) {
@@ -57,6 +65,8 @@ static const char* nvmlw_load(void) {
 	NVMLW_SYM(nvmlw_link_state, "nvmlDeviceGetNvLinkState");
 	NVMLW_SYM(nvmlw_link_pci, "nvmlDeviceGetNvLinkRemotePciInfo_v2");
 	NVMLW_SYM(nvmlw_link_type, "nvmlDeviceGetNvLinkRemoteDeviceType");
+	NVMLW_SYM(nvmlw_mps_procs, "nvmlDeviceGetMPSComputeRunningProcesses_v3");
+	if (nvmlw_mps_procs == NULL) NVMLW_SYM(nvmlw_mps_procs, "nvmlDeviceGetMPSComputeRunningProcesses_v2");
 #undef NVMLW_SYM
 	if (nvmlw_init == NULL || nvmlw_shutdown == NULL || nvmlw_count == NULL ||
 	    nvmlw_by_index == NULL || nvmlw_name == NULL || nvmlw_pci_info == NULL) {
@@ -110,6 +120,24 @@ static nvmlw_ret nvmlw_call_link_bus_id(nvmlw_dev d, unsigned int link, char* bu
 }
 static nvmlw_ret nvmlw_call_link_type(nvmlw_dev d, unsigned int link, int* kind) {
 	return nvmlw_link_type != NULL ? nvmlw_link_type(d, link, kind) : NVMLW_FUNCTION_NOT_FOUND;
+}
+// The pids of the MPS clients on d, up to cap of them, into pids; *n is how many
+// there are (more than cap: NVMLW_INSUFFICIENT_SIZE).
+static nvmlw_ret nvmlw_call_mps_pids(nvmlw_dev d, unsigned int cap, unsigned int* pids, unsigned int* n) {
+	if (nvmlw_mps_procs == NULL) {
+		return NVMLW_FUNCTION_NOT_FOUND;
+	}
+	nvmlw_proc* p = calloc(cap ? cap : 1, sizeof *p);
+	if (p == NULL) {
+		return NVMLW_INSUFFICIENT_SIZE;
+	}
+	*n = cap;
+	nvmlw_ret r = nvmlw_mps_procs(d, n, p);
+	for (unsigned int i = 0; r == NVMLW_SUCCESS && i < *n && i < cap; i++) {
+		pids[i] = p[i].pid;
+	}
+	free(p);
+	return r;
 }
 */
 import "C"
@@ -258,4 +286,25 @@ func (d dynamicDevice) NVLinkRemote(link int) (string, LinkPeer, error) {
 		return "", LinkPeerUnknown, err
 	}
 	return bus, LinkPeer(kind), nil
+}
+
+// MPSProcesses lists the pids of the MPS clients on the device
+// (nvmlDeviceGetMPSComputeRunningProcesses_v3, or _v2 on older drivers).
+func (d dynamicDevice) MPSProcesses() ([]int, error) {
+	for capacity := 64; ; capacity *= 4 {
+		pids := make([]C.uint, capacity)
+		var n C.uint
+		r := C.nvmlw_call_mps_pids(d.h, C.uint(capacity), &pids[0], &n)
+		if r == C.NVMLW_INSUFFICIENT_SIZE && capacity < 1<<16 {
+			continue
+		}
+		if err := nvmlError("nvmlDeviceGetMPSComputeRunningProcesses_v3", r); err != nil {
+			return nil, err
+		}
+		out := make([]int, 0, int(n))
+		for _, p := range pids[:min(int(n), capacity)] {
+			out = append(out, int(p))
+		}
+		return out, nil
+	}
 }

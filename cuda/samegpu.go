@@ -22,7 +22,7 @@ import (
 //	every rank:  [copy the input into its exchange buffer] | record ready_r; readySeq_r = n
 //	launcher:    for each peer p: wait readySeq_p >= n (shared memory), then poll
 //	             cuEventQuery(ready_p) (an inter-process event) until it has run
-//	             enqueue on its stream: recv_0 = send_0 op send_1 op ... ; recv_p = recv_0
+//	             enqueue on its stream one kernel: every recv_p = send_0 op send_1 op ...
 //	             record done; doneSeq = n
 //	other ranks: wait doneSeq >= n, then poll cuEventQuery(done) until it has run
 //	             [copy the output out of the exchange buffer] and return

@@ -46,7 +46,8 @@ func getSameOp(p []byte) sameOp {
 }
 
 // AllReduce runs recv = the reduction of every rank's send over the ranks, with s the
-// caller's stream. It returns once this rank's part is on its stream: the launcher
+// caller's stream: one launch of a one-pass kernel when k has them (Kernels.ReduceMany)
+// and there are at most MaxReduceOperands ranks. It returns once this rank's part is on its stream: the launcher
 // once its kernels are enqueued, the other ranks once the launcher's kernels have run
 // (their later stream work then sees the result without waiting on the GPU). send
 // and recv may be the same buffer.
@@ -75,10 +76,24 @@ func (g *SameGPU) AllGather(s Stream, send, recv uintptr, bytes int) error {
 }
 
 // ReduceScatter runs recv = the reduction over the ranks of their send's block r (count
-// elements each) on rank r. recv may be send's own block.
+// elements each) on rank r. recv may be send's own block. With the one-pass kernels it
+// is one launch per rank, each reading that rank's block of every input once.
 func (g *SameGPU) ReduceScatter(s Stream, k Reducer, send, recv uintptr, count int, dt reduce.DataType, op reduce.RedOp) error {
 	n := count * dt.Size()
 	return g.run(s, sameOp{kind: sameReduceScatter, dt: dt, op: op, count: count}, send, n*g.nranks, recv, n, func(ins, outs []uintptr) error {
+		if mr, ok := g.onePass(k); ok {
+			// Per rank p one pass: its block of every rank's input in, its output out.
+			blocks := make([]uintptr, g.nranks)
+			for p := range g.nranks {
+				for q := range g.nranks {
+					blocks[q] = ins[q] + uintptr(p*n)
+				}
+				if err := mr.ReduceMany(s, outs[p:p+1], blocks, count, dt, op); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
 		for p := range g.nranks {
 			// Rank p's own block first: its output may be that very block.
 			block := uintptr(p * n)
@@ -354,12 +369,34 @@ func peerSendBytes(o sameOp, p, launcherSend int) int {
 	return launcherSend
 }
 
-// enqueueAllReduce puts the operation's work on s: the launcher's output gets its own
-// input, then every peer's input folded in, rank order; then every peer's output gets
-// a copy of it. With a kernel that reads N inputs and writes N outputs this would be
-// one pass over memory; composed from the two-operand kernels it reads the launcher's
-// output once per peer.
+// manyReducer is a Reducer that also has the one-pass kernels (*Kernels does).
+type manyReducer interface {
+	ReduceMany(s Stream, outs, ins []uintptr, count int, dt reduce.DataType, op reduce.RedOp) error
+}
+
+// onePass returns k's one-pass kernels if it has them and they take this many ranks.
+func (g *SameGPU) onePass(k Reducer) (manyReducer, bool) {
+	mr, ok := k.(manyReducer)
+	return mr, ok && g.nranks <= MaxReduceOperands
+}
+
+// enqueueAllReduce puts the operation's work on s. With the one-pass kernels it is one
+// launch that reads every rank's input once and writes every rank's output once: 2NS
+// bytes of memory traffic for N ranks and S bytes. Otherwise (more ranks than one
+// launch takes, or a Reducer without them) it is composed from the two-operand
+// kernels: the launcher's output gets its own input, then every peer's input folded
+// in, rank order; then every peer's output gets a copy of it: (5N-3)S bytes.
 func (g *SameGPU) enqueueAllReduce(s Stream, k Reducer, ins, outs []uintptr, bytes, count int, dt reduce.DataType, op reduce.RedOp) error {
+	if mr, ok := g.onePass(k); ok {
+		if fault("samegpu-offset") {
+			// Read the last rank's input one element late (and one element fewer).
+			last := len(ins) - 1
+			ins = append([]uintptr(nil), ins...)
+			ins[last] += uintptr(dt.Size())
+			count--
+		}
+		return mr.ReduceMany(s, outs, ins, count, dt, op)
+	}
 	me := g.rank
 	if ins[me] != outs[me] {
 		if err := g.d.memcpyDtoD(outs[me], ins[me], bytes, s); err != nil {

@@ -37,24 +37,31 @@ func TestSameGPUAcrossProcesses(t *testing.T) {
 
 // TestSameGPURanksOfOneProcess runs the ranks as goroutines of this process: the
 // launcher uses the others' buffers and events as they are (CUDA opens no handle in
-// the process that exported it).
+// the process that exported it). "composed" runs it with a Reducer that has no
+// one-pass kernels: the path then composes each reduction from two-operand kernels, as
+// it does for more ranks than one launch takes.
 func TestSameGPURanksOfOneProcess(t *testing.T) {
-	d, f := open(t)
-	id, err := core.NewUniqueID()
-	require.NoError(t, err)
-	devs := []int{0, 0, 0}
-	var wg sync.WaitGroup
-	errs := make([]error, len(devs))
-	for r := range devs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[r] = sameGPURank(d, f, id, r, devs, os.Stderr)
-		}()
-	}
-	wg.Wait()
-	for r, err := range errs {
-		require.NoError(t, err, "rank %d", r)
+	for _, reducer := range []string{"one-pass", "composed"} {
+		t.Run(reducer, func(t *testing.T) {
+			t.Setenv("GONCCL_DEVTEST_REDUCER", reducer)
+			d, f := open(t)
+			id, err := core.NewUniqueID()
+			require.NoError(t, err)
+			devs := []int{0, 0, 0}
+			var wg sync.WaitGroup
+			errs := make([]error, len(devs))
+			for r := range devs {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					errs[r] = sameGPURank(d, f, id, r, devs, os.Stderr)
+				}()
+			}
+			wg.Wait()
+			for r, err := range errs {
+				require.NoError(t, err, "rank %d", r)
+			}
+		})
 	}
 }
 
@@ -198,13 +205,22 @@ func sameGPURank(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank int, d
 			free()
 		}
 	}()
+	composed := os.Getenv("GONCCL_DEVTEST_REDUCER") == "composed"
+	if composed {
+		red = twoOperandReducer{red}
+	}
 	for i, dc := range sameGPUCases(nranks) {
+		k0 := f.Counters().Kernels
 		got, want, err := runSameGPUCase(c, g, d, ctx, red, f, dev, s, rank, nranks, i+1, dc, &frees)
 		if err != nil {
 			return fmt.Errorf("case %d %+v: %w", i+1, dc, err)
 		}
 		if !bytes.Equal(got, want) {
 			bad = append(bad, fmt.Sprintf("MISMATCH case %d %+v (%s)", i+1, dc, devFirstDiff(got, want)))
+		}
+		// Only the launcher launches kernels (the ranks' own copies are not kernels).
+		if n, w := f.Counters().Kernels-k0, sameGPULaunches(dc, nranks, composed); rank == 0 && n != w {
+			bad = append(bad, fmt.Sprintf("LAUNCHES case %d %+v: %d kernels, want %d", i+1, dc, n, w))
 		}
 	}
 	if _, err := c.Barrier(); err != nil {
@@ -226,6 +242,32 @@ func sameGPURank(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank int, d
 		return fmt.Errorf("rank %d: %d check(s) failed", rank, len(bad))
 	}
 	return nil
+}
+
+// twoOperandReducer hides the one-pass kernels of the Reducer it holds, so the same-GPU
+// path composes its reductions from the two-operand kernels (as it does for more ranks
+// than one launch takes).
+type twoOperandReducer struct{ cuda.Reducer }
+
+// sameGPULaunches is how many kernels the launcher runs for dc: all_reduce is one
+// launch of a one-pass kernel, reduce_scatter one per rank; composed, every peer's
+// input is one two-operand reduction, and avg adds a division.
+func sameGPULaunches(dc devCase, nranks int, composed bool) int {
+	avg := 0
+	if dc.op == core.Avg {
+		avg = 1
+	}
+	switch {
+	case dc.coll == "all_reduce" && composed:
+		return nranks - 1 + avg
+	case dc.coll == "all_reduce":
+		return 1
+	case dc.coll == "reduce_scatter" && composed:
+		return nranks * (nranks - 1 + avg)
+	case dc.coll == "reduce_scatter":
+		return nranks
+	}
+	return 0
 }
 
 // sameGPUCases: all_reduce and reduce_scatter for every dtype x reduction, all_gather

@@ -54,6 +54,8 @@ type Shared struct {
 	spare      []event     // events of finished operations, for the next ones
 	watch      *watch      // the watcher, once Watch has started it
 	failed     error       // why the scratch was released, once it was
+	mpsLine    string      // ranks share a GPU under MPS: the INIT log's line (ShareUnderMPS)
+	mpsWhy     string      // ranks share a GPU (ShareUnderMPS): how this rank found out whether it is an MPS client
 }
 
 // A rank's header holds one slot per rank (its inbox for that rank's flags and
@@ -87,11 +89,16 @@ type peerRecord struct {
 	handle  [ipcHandleSize]byte
 	bus     string // its device's PCI bus id: names the GPU across processes
 	reason  string
+	mps     bool // a client of an MPS server on its GPU (asked only with ShareUnderMPS)
 }
 
 const busIDBytes = 32
 
-const recordBytes = 1 + 8 + 8 + 8 + 8 + ipcHandleSize + busIDBytes + 128 + 24
+const recordBytes = 1 + 8 + 8 + 8 + 8 + ipcHandleSize + busIDBytes + 128 + 24 + 1
+
+// recordTail is where the record's last fields start: pid, flag region fd and
+// address, MPS.
+const recordTail = recordBytes - 25
 
 func (r peerRecord) encode() []byte {
 	b := make([]byte, recordBytes)
@@ -104,10 +111,13 @@ func (r peerRecord) encode() []byte {
 	binary.LittleEndian.PutUint64(b[25:], uint64(r.cap))
 	copy(b[33:], r.handle[:])
 	copy(b[33+ipcHandleSize:33+ipcHandleSize+busIDBytes], r.bus)
-	copy(b[33+ipcHandleSize+busIDBytes:recordBytes-24], r.reason)
-	binary.LittleEndian.PutUint64(b[recordBytes-24:], uint64(r.pid))
-	binary.LittleEndian.PutUint64(b[recordBytes-16:], uint64(r.flagsFD))
-	binary.LittleEndian.PutUint64(b[recordBytes-8:], uint64(r.flags))
+	copy(b[33+ipcHandleSize+busIDBytes:recordTail], r.reason)
+	binary.LittleEndian.PutUint64(b[recordTail:], uint64(r.pid))
+	binary.LittleEndian.PutUint64(b[recordTail+8:], uint64(r.flagsFD))
+	binary.LittleEndian.PutUint64(b[recordTail+16:], uint64(r.flags))
+	if r.mps {
+		b[recordTail+24] = 1
+	}
 	return b
 }
 
@@ -130,10 +140,11 @@ func decodeRecord(b []byte) (peerRecord, error) {
 		cap: int(binary.LittleEndian.Uint64(b[25:]))}
 	copy(r.handle[:], b[33:])
 	r.bus = nulTerminated(b[33+ipcHandleSize : 33+ipcHandleSize+busIDBytes])
-	r.reason = nulTerminated(b[33+ipcHandleSize+busIDBytes : recordBytes-24])
-	r.pid = int(binary.LittleEndian.Uint64(b[recordBytes-24:]))
-	r.flagsFD = int(binary.LittleEndian.Uint64(b[recordBytes-16:]))
-	r.flags = uintptr(binary.LittleEndian.Uint64(b[recordBytes-8:]))
+	r.reason = nulTerminated(b[33+ipcHandleSize+busIDBytes : recordTail])
+	r.pid = int(binary.LittleEndian.Uint64(b[recordTail:]))
+	r.flagsFD = int(binary.LittleEndian.Uint64(b[recordTail+8:]))
+	r.flags = uintptr(binary.LittleEndian.Uint64(b[recordTail+16:]))
+	r.mps = b[recordTail+24] == 1
 	return r, nil
 }
 
@@ -152,7 +163,10 @@ var ErrDeviceShared = fmt.Errorf("%w: two ranks share one GPU", ErrNotShared)
 // SharedOption changes how NewShared decides.
 type SharedOption func(*sharedOptions)
 
-type sharedOptions struct{ stageWhenDeviceShared bool }
+type sharedOptions struct {
+	stageWhenDeviceShared bool
+	mps                   func(bus string) MPSStatus
+}
 
 // StageWhenDeviceShared makes NewShared refuse (ErrDeviceShared, every rank together)
 // when two ranks run on the same GPU. Without MPS two processes on one GPU take turns
@@ -162,6 +176,23 @@ type sharedOptions struct{ stageWhenDeviceShared bool }
 func StageWhenDeviceShared() SharedOption {
 	return func(o *sharedOptions) { o.stageWhenDeviceShared = true }
 }
+
+// ShareUnderMPS lets StageWhenDeviceShared's ranks that share a GPU take the device
+// path when every one of them is a client of an MPS server there (detect answers for
+// this rank's GPU, by bus id: LocalMPS on a real machine). Their contexts then do not
+// take turns on the GPU, and a stream that waits does not hold the others back.
+// Shared.MPS says so for the INIT log; a refusal names a rank that is not a client.
+func ShareUnderMPS(detect func(bus string) MPSStatus) SharedOption {
+	return func(o *sharedOptions) { o.mps = detect }
+}
+
+// MPS is, when ShareUnderMPS let ranks that share a GPU take the device path, the
+// line that says so ("MPS active on GPU ... : GPU-side waits allowed"), else "".
+func (s *Shared) MPS() string { return s.mpsLine }
+
+// MPSDetail is how this rank found out whether it is an MPS client (asked with
+// ShareUnderMPS when ranks share a GPU), else "".
+func (s *Shared) MPSDetail() string { return s.mpsWhy }
 
 // sharedGPU returns the first two ranks whose records name the same GPU, or -1, -1.
 func sharedGPU(recs []peerRecord) (int, int) {
@@ -206,7 +237,7 @@ func NewShared(d *Driver, ctx Context, rank, nranks, dataBytes int, exchange fun
 	})
 	if o.stageWhenDeviceShared {
 		// Decided from the bus ids before anything is allocated or exported.
-		if err := s.refuseSharedGPU(me, err); err != nil {
+		if err := s.refuseSharedGPU(me, err, o.mps); err != nil {
 			return nil, err
 		}
 	}
@@ -331,30 +362,64 @@ func (s *Shared) allocate(me *peerRecord) func() error {
 
 // refuseSharedGPU all-gathers the ranks' bus ids (me, with err if this rank could not
 // read its own) and returns ErrDeviceShared, every rank together, if two ranks are on
-// one GPU. Nothing is allocated yet.
-func (s *Shared) refuseSharedGPU(me peerRecord, err error) error {
+// one GPU, unless mps (ShareUnderMPS) says every rank sharing a GPU is an MPS client:
+// that is asked, and exchanged in a second round, only when a GPU is shared. Nothing
+// is allocated yet.
+func (s *Shared) refuseSharedGPU(me peerRecord, err error, mps func(bus string) MPSStatus) error {
 	me.ok = err == nil
 	if err != nil {
 		me.reason = err.Error()
 	}
-	all, xerr := s.exchange(me.encode())
-	if xerr == nil && len(all) != s.nranks*recordBytes {
-		xerr = fmt.Errorf("cuda: the scratch exchange returned %d bytes, want %d", len(all), s.nranks*recordBytes)
+	recs, err := s.exchangeRecords(me, "device bus ids")
+	if err != nil {
+		return err
 	}
-	if xerr != nil {
-		return fmt.Errorf("exchanging device bus ids: %w", xerr)
+	// Every rank judges every pair the same way, so they all agree.
+	q, r := sharedGPU(recs)
+	if q < 0 {
+		return nil
+	}
+	if mps == nil {
+		return fmt.Errorf("%w: ranks %d and %d are both on GPU %s", ErrDeviceShared, q, r, recs[q].bus)
+	}
+	sharing := 0
+	for _, rec := range recs {
+		if rec.bus == me.bus {
+			sharing++
+		}
+	}
+	if me.bus != "" && sharing > 1 {
+		st := mps(me.bus)
+		me.mps, s.mpsWhy = st.Client, st.Why
+	}
+	if recs, err = s.exchangeRecords(me, "MPS clients"); err != nil {
+		return err
+	}
+	line, nc := mpsVerdict(recs)
+	if nc >= 0 {
+		return fmt.Errorf("%w: ranks %d and %d are both on GPU %s, and rank %d is not a client of an MPS server there", ErrDeviceShared, q, r, recs[q].bus, nc)
+	}
+	s.mpsLine = line
+	return nil
+}
+
+// exchangeRecords all-gathers me and decodes every rank's record (what names the
+// round in an error).
+func (s *Shared) exchangeRecords(me peerRecord, what string) ([]peerRecord, error) {
+	all, err := s.exchange(me.encode())
+	if err == nil && len(all) != s.nranks*recordBytes {
+		err = fmt.Errorf("cuda: the scratch exchange returned %d bytes, want %d", len(all), s.nranks*recordBytes)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("exchanging %s: %w", what, err)
 	}
 	recs := make([]peerRecord, s.nranks)
 	for r := range recs {
 		if recs[r], err = decodeRecord(all[r*recordBytes : (r+1)*recordBytes]); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	// Every rank judges every pair the same way, so they all agree.
-	if q, r := sharedGPU(recs); q >= 0 {
-		return fmt.Errorf("%w: ranks %d and %d are both on GPU %s", ErrDeviceShared, q, r, recs[q].bus)
-	}
-	return nil
+	return recs, nil
 }
 
 // agreeMapped is NewShared's second round, so that a rank that could not map a peer's

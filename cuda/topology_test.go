@@ -61,6 +61,16 @@ func (g goDevice) NVLinkRemote(link int) (string, LinkPeer, error) {
 	return cString(p.BusId[:]), LinkPeer(k), nvmlErr(r)
 }
 
+// MPSProcesses makes the adapter an NVMLMPSDevice, as the dlopen backend is.
+func (g goDevice) MPSProcesses() ([]int, error) {
+	ps, r := g.d.GetMPSComputeRunningProcesses()
+	var pids []int
+	for _, p := range ps {
+		pids = append(pids, int(p.Pid))
+	}
+	return pids, nvmlErr(r)
+}
+
 func cString[T ~int8 | ~uint8](b []T) string {
 	var sb strings.Builder
 	for _, c := range b {

@@ -38,7 +38,9 @@
 #                (gonccl-device), its staged path (gonccl-staged) and gloo side by side in
 #                one run, and nccl with one rank per GPU (2+ GPUs): all_reduce 16 B to
 #                256 MiB, then 256 MiB with 256 MiB of scratch (one round; bench-paths); the
-#                lecture's DDP step (bench-ddp); small ops blocking (bench-small)
+#                lecture's DDP step (bench-ddp); small ops blocking (bench-small); the
+#                same-GPU rows again under a CUDA MPS daemon of its own, where one
+#                starts (bench-mps)
 #   pytest-cuda  the suite's CUDA cases on torch (pytest -k cuda), in parallel with
 #                pytest-xdist when installed; pytest-cuda-device: the collective and
 #                differential files' 2- and 3-rank CUDA cases with GONCCL_DEVICE_PATH=1;
@@ -130,12 +132,12 @@ mkdir -p "$LOGS" "$WORK"
 STEPS=(build install-wheel import capi-link capi-cuda-2ranks capi-cuda-3ranks capi-cuda-device-2ranks
   capi-cuda-device-3ranks capi-memcheck stream-cuda stream-cuda-expandable ddp-simple-shared-gpu0
   ddp-example-shared-gpu0 ddp-simple-per-gpu ddp-example-per-gpu pytest-smoke pytest-smoke-device
-  pytest-cuda pytest-cuda-device bench-paths bench-ddp bench-small)
+  pytest-cuda pytest-cuda-device bench-paths bench-mps bench-ddp bench-small)
 declare -A LIMIT=([build]=300 [install-wheel]=60 [import]=30 [capi-link]=30 [capi-cuda-2ranks]=30
   [capi-cuda-3ranks]=30 [capi-cuda-device-2ranks]=30 [capi-cuda-device-3ranks]=30 [capi-memcheck]=60
   [stream-cuda]=45 [stream-cuda-expandable]=45
   [ddp-simple-shared-gpu0]=45 [ddp-example-shared-gpu0]=45 [ddp-simple-per-gpu]=45
-  [ddp-example-per-gpu]=45 [bench-paths]=90 [bench-small]=90 [bench-ddp]=60
+  [ddp-example-per-gpu]=45 [bench-paths]=90 [bench-mps]=40 [bench-small]=90 [bench-ddp]=60
   [pytest-smoke]=90 [pytest-smoke-device]=60 [pytest-cuda]=250 [pytest-cuda-device]=60)
 # EXPECT: the step's seconds on the last real run (one H100, 2026-11-26, second run:
 # bench/results/h100-2026-11-26/gpu-check-report.md; first run:
@@ -144,7 +146,7 @@ declare -A EXPECT=([build]=67 [install-wheel]=10 [import]=5 [capi-link]=1 [capi-
   [capi-cuda-3ranks]=2 [capi-cuda-device-2ranks]=2 [capi-cuda-device-3ranks]=2 [capi-memcheck]=30
   [stream-cuda]=17 [stream-cuda-expandable]=14
   [ddp-simple-shared-gpu0]=17 [ddp-example-shared-gpu0]=19 [ddp-simple-per-gpu]=15
-  [ddp-example-per-gpu]=17 [bench-paths]=70 [bench-small]=44 [bench-ddp]=30
+  [ddp-example-per-gpu]=17 [bench-paths]=70 [bench-mps]=5 [bench-small]=44 [bench-ddp]=30
   [pytest-smoke]=60 [pytest-smoke-device]=30 [pytest-cuda]=230 [pytest-cuda-device]=45)
 declare -A SOURCE=([build]="measured (run 2)" [install-wheel]="estimate: pip install of a local wheel, no build"
   [import]="measured (run 2)" [capi-link]="measured (run 2)" [capi-cuda-2ranks]="measured (run 2)"
@@ -155,6 +157,7 @@ declare -A SOURCE=([build]="measured (run 2)" [install-wheel]="estimate: pip ins
   [ddp-simple-shared-gpu0]="measured (run 2)" [ddp-example-shared-gpu0]="measured (run 2)"
   [ddp-simple-per-gpu]="measured (run 1, 1 rank)" [ddp-example-per-gpu]="measured (run 1, 1 rank)"
   [bench-paths]="measured (run 2: bench-gloo (staged and gloo) 36 s + bench-device 24 s, now one run) + ~10 s for the 256 MiB device row"
+  [bench-mps]="estimate: the probe (nvidia-cuda-mps-control -d, then quit); its bench rows run only where the daemon starts, in what is left of the budget (up to the limit)"
   [bench-small]="measured (run 2)" [bench-ddp]="measured 49 s at -n 10 -w 3 --rounds 2 (run 2); now -n 5 -w 2, one round"
   [pytest-smoke]="estimate: 4 worker runs of 3 ranks and one of 2, side by side (run 1: 181 cases in 189 s on 12 workers)"
   [pytest-smoke-device]="estimate: 2 worker runs of 2 ranks, side by side"
@@ -165,7 +168,7 @@ declare -A WHERE=([build]=gd [install-wheel]=gd [import]=gd [capi-link]=gd [capi
   [capi-cuda-3ranks]=g [capi-cuda-device-2ranks]=g [capi-cuda-device-3ranks]=g [capi-memcheck]=g
   [stream-cuda]=g [stream-cuda-expandable]=g
   [ddp-simple-shared-gpu0]=g [ddp-example-shared-gpu0]=g [ddp-simple-per-gpu]=2
-  [ddp-example-per-gpu]=2 [bench-paths]=g [bench-small]=g [bench-ddp]=g
+  [ddp-example-per-gpu]=2 [bench-paths]=g [bench-mps]=g [bench-small]=g [bench-ddp]=g
   [pytest-smoke]=g [pytest-smoke-device]=g [pytest-cuda]=g [pytest-cuda-device]=g)
 # Which part each step belongs to; build and install-wheel run in whichever part needs them
 # (planned: the build in A, the install of A's wheel in B).
@@ -173,7 +176,7 @@ declare -A PART_OF=([import]=A [capi-link]=A [capi-cuda-2ranks]=A
   [capi-cuda-3ranks]=A [capi-cuda-device-2ranks]=A [capi-cuda-device-3ranks]=A [capi-memcheck]=A
   [stream-cuda]=A [stream-cuda-expandable]=A [ddp-simple-shared-gpu0]=A [ddp-example-shared-gpu0]=A
   [ddp-simple-per-gpu]=A [ddp-example-per-gpu]=A [pytest-smoke]=A [pytest-smoke-device]=A [bench-ddp]=A
-  [pytest-cuda]=B [pytest-cuda-device]=B [bench-paths]=B [bench-small]=B
+  [pytest-cuda]=B [pytest-cuda-device]=B [bench-paths]=B [bench-mps]=B [bench-small]=B
   [stream-cpu]=A [ddp-simple-cpu]=A)
 # Left out of a run on a GPU unless --extended, or --only names them.
 declare -A EXTRA=([capi-cuda-2ranks]=1 [capi-cuda-device-2ranks]=1 [stream-cuda-expandable]=1 [bench-small]=1)
@@ -324,6 +327,13 @@ check_ddp_example() {
 check_pytest() { tail -1 "$1" | grep -E 'passed|skipped' || { echo "no pytest summary"; return 1; }; }
 check_ddp_bench() { grep -q 'ms/step' "$1" && { grep -E '^ +(gonccl[a-z-]*|gloo|nccl) ' "$1" | tr -s ' ' | paste -sd';' -; return 0; }; echo "no ms/step"; return 1; }
 check_bench() { grep -qE '^#? *[0-9]+ ' "$1" && { echo "table written"; return 0; }; echo "no table"; return 1; }
+# bench-mps: passes when MPS could not start (saying why) or when the rows under it were
+# written; says what the INIT log said about MPS.
+check_mps() {
+  local no; no=$(grep -m1 '^MPS: not started' "$1") && { echo "$no"; return 0; }
+  check_bench "$1" >/dev/null || { echo "MPS started, but the bench under it wrote no table"; return 1; }
+  echo "table written under MPS; $(grep -m1 -o 'MPS active on GPU [^ ]* ([^)]*)\|rank [0-9]* is not a client of an MPS server[^;]*' "$1" || echo 'no MPS line in the INIT log')"
+}
 
 # ---- the machine ----
 gpus=0
@@ -653,9 +663,13 @@ fi
 NP=$((gpus >= 2 ? gpus : 2))
 BENCH=(-m gonccl.bench all_reduce --device cuda -b 16 -e 256M -f 16 -n 5 -w 2 -c 1)
 SMALL=(-m gonccl.bench all_reduce --device cuda -b 8 -e 4K -f 8 -n 200 -w 20 -c 1 -z 1)
+# Under MPS (if the machine lets us start its daemon): gonccl's own choice (the device
+# path when every rank sharing the GPU is an MPS client) and the same-GPU path, 16 B and
+# 256 MiB.
+MPSB=(-m gonccl.bench all_reduce --device cuda -b 16 -e 256M -f 16777216 -n 5 -w 2 -c 1 --backends gonccl-auto,gonccl-samegpu)
 DDPB=(-m gonccl.bench ddp --device cuda -n 5 -w 2)
 if [[ $DRY -eq 1 ]]; then
-  selected bench && skip bench "dry run: would run $PY ${BENCH[*]} -np 2 (gonccl-device, gonccl-staged and gloo; -np N with nccl on N>=2 GPUs), 256 MiB with GONCCL_DEVICE_SCRATCH=256M, the DDP step (${DDPB[*]}), small ops blocking (${SMALL[*]})"
+  selected bench && skip bench "dry run: would run $PY ${BENCH[*]} -np 2 (gonccl-device, gonccl-staged and gloo; -np N with nccl on N>=2 GPUs), 256 MiB with GONCCL_DEVICE_SCRATCH=256M, the DDP step (${DDPB[*]}), small ops blocking (${SMALL[*]}), and under MPS if nvidia-cuda-mps-control -d starts (${MPSB[*]})"
 elif [[ -z "$PKG" ]]; then
   selected bench && skip bench "$why"
 elif [[ $gpus -eq 0 ]]; then
@@ -664,6 +678,19 @@ else
   # the paths side by side with the default 8 MiB of scratch (a round per 8 MiB), then the
   # device path on 256 MiB with 256 MiB of scratch (one round)
   run bench-paths check_bench bash -c 'cd "$WORK" && GONCCL_DEBUG=INFO GONCCL_DEBUG_SUBSYS=INIT "$PY" "$@" --json "$LOGS/bench-paths.json" && GONCCL_DEVICE_SCRATCH=256M "$PY" "$@" -b 256M --backends gonccl-device --json "$LOGS/bench-device-256m.json"' bash "${BENCH[@]}" -np "$NP"
+  # MPS: start a daemon of our own (pipe and log directories of ours: no root needed),
+  # rerun gonccl's rows under it, stop it (also when the step is killed at its limit)
+  run bench-mps check_mps bash -c '
+    cd "$WORK"
+    ctl=$(command -v nvidia-cuda-mps-control) || { echo "MPS: not started: no nvidia-cuda-mps-control on PATH"; exit 0; }
+    export CUDA_MPS_PIPE_DIRECTORY; CUDA_MPS_PIPE_DIRECTORY=$(mktemp -d /tmp/gonccl-mps.XXXXXX)
+    export CUDA_MPS_LOG_DIRECTORY="$LOGS/mps-log"; mkdir -p "$CUDA_MPS_LOG_DIRECTORY"
+    if ! "$ctl" -d; then echo "MPS: not started: $ctl -d failed"; exit 0; fi
+    trap "echo quit | \"$ctl\"; sleep 1; tail -5 \"$CUDA_MPS_LOG_DIRECTORY/control.log\" 2>/dev/null; rm -rf \"$CUDA_MPS_PIPE_DIRECTORY\"" EXIT
+    for _ in $(seq 50); do [[ -p "$CUDA_MPS_PIPE_DIRECTORY/control" ]] && break; sleep 0.1; done
+    [[ -p "$CUDA_MPS_PIPE_DIRECTORY/control" ]] || { echo "MPS: not started: no control pipe in $CUDA_MPS_PIPE_DIRECTORY"; exit 0; }
+    echo "MPS: daemon started (pipes in $CUDA_MPS_PIPE_DIRECTORY)"
+    GONCCL_DEBUG=INFO GONCCL_DEBUG_SUBSYS=INIT timeout -k 3 30 "$PY" "$@" --json "$LOGS/bench-mps.json"' bash "${MPSB[@]}" -np 2
   # the lecture's DDP step (2 ranks sharing GPU 0, or one rank per GPU): both paths and gloo
   run bench-ddp check_ddp_bench bash -c 'cd "$WORK" && "$PY" "$@"' bash "${DDPB[@]}" -np "$NP"
   # small ops, blocking (-z 1; the rows of bench-paths are queued)

@@ -1,6 +1,6 @@
 /*
  * kernels_host.h: the host implementations of gonccl's reduction kernels
- * (kernels_host.cc, compiled from cuda/kernels/reduce.cuh) that module.c runs for
+ * (kernels_host.cc, compiled from cuda/kernels/reduce.cuh and multi.cuh) that module.c runs for
  * cuLaunchKernel, by kernel name.
  */
 #ifndef FAKECUDA_KERNELS_HOST_H_
@@ -12,8 +12,21 @@
 extern "C" {
 #endif
 
-/* One kernel: reduce(dst, src, count) or divide(buf, count, n), the kernel's parameters,
- * run as thread tid of a launch of nthreads threads (the device's grid-stride loop). */
+#define HOST_MULTI_MAX 8 /* GK_MULTI_MAX of cuda/kernels/multi.cuh */
+
+/* The one-pass kernels' parameter, gk::MultiArgs as C lays it out (kernels_host.cc
+ * checks the two agree). */
+typedef struct hostMultiArgs {
+  const void* in[HOST_MULTI_MAX];
+  void* out[HOST_MULTI_MAX];
+  unsigned long long count;
+  int nin, nout;
+  long long div;
+} hostMultiArgs;
+
+/* One kernel: reduce(dst, src, count), divide(buf, count, n) or multi(args), the
+ * kernel's parameters, run as thread tid of a launch of nthreads threads (the device's
+ * grid-stride loop). Exactly one of the three is set. */
 typedef struct hostKernel {
   const char* name;
   size_t elem; /* bytes per element */
@@ -21,6 +34,7 @@ typedef struct hostKernel {
                  unsigned long long nthreads);
   void (*divide)(void* buf, unsigned long long count, long long n, unsigned long long tid,
                  unsigned long long nthreads);
+  void (*multi)(const hostMultiArgs* args, unsigned long long tid, unsigned long long nthreads);
 } hostKernel;
 
 #pragma GCC visibility push(hidden)

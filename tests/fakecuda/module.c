@@ -4,7 +4,8 @@
  * header are checked, the image kept), cuModuleGetFunction finds a kernel whose name is
  * both in the image and in the table of host implementations (kernels_host.cc, compiled
  * from the same source as the device kernels), and cuLaunchKernel queues the host
- * implementation on the stream, reading kernelParams as the real launch does.
+ * implementation on the stream, reading kernelParams as the real launch does (the
+ * one-pass kernels' struct parameter is copied at the launch, as the driver copies it).
  *
  * A launch is two ordinary stream ops, so ordering, delays and the legacy stream's
  * synchronization apply to it as to copies: a record of a private start event, then a
@@ -48,6 +49,7 @@ typedef struct fakeFunction {
 typedef struct launch {
   const hostKernel* k;
   void *a, *b; /* reduce: dst, src; divide: buf */
+  hostMultiArgs m; /* multi: the parameter struct, copied at launch as the driver does */
   unsigned long long count, nthreads;
   long long n;
   int corrupt;
@@ -83,24 +85,44 @@ static const hostKernel* host_kernel(const char* name) {
   return NULL;
 }
 
+static int live_range(const void* p, size_t bytes) {
+  alloc* a = find((void*)p, bytes, 1);
+  return a != NULL && a->live;
+}
+
+/* multi_ok says whether a one-pass launch names 1..HOST_MULTI_MAX inputs and at most
+ * HOST_MULTI_MAX outputs, all live device memory for its count. */
+static int multi_ok(const launch* l) {
+  const hostMultiArgs* m = &l->m;
+  if (m->nin < 1 || m->nin > HOST_MULTI_MAX || m->nout < 0 || m->nout > HOST_MULTI_MAX) return 0;
+  size_t bytes = (size_t)m->count * l->k->elem;
+  for (int i = 0; i < m->nin; i++)
+    if (!live_range(m->in[i], bytes)) return 0;
+  for (int i = 0; i < m->nout; i++)
+    if (!live_range(m->out[i], bytes)) return 0;
+  return 1;
+}
+
 /* execute runs l's kernel: mu held on entry and exit, released while it computes. */
 static void execute(launch* l) {
   size_t bytes = (size_t)l->count * l->k->elem;
-  alloc* a = find(l->a, bytes, 1);
-  alloc* b = l->k->reduce ? find(l->b, bytes, 1) : a;
-  if (a == NULL || !a->live || b == NULL || !b->live) {
+  int ok = l->k->multi ? multi_ok(l) : live_range(l->a, bytes) && (!l->k->reduce || live_range(l->b, bytes));
+  if (!ok) {
     g_count.bad_access++;
     return;
   }
   g_count.kernels++;
   /* The deliberately wrong implementation (fakecudaCorruptKernel) misses the last element. */
   unsigned long long count = l->corrupt && l->count > 0 ? l->count - 1 : l->count;
+  l->m.count = count;
   pthread_mutex_unlock(&mu);
   for (unsigned long long tid = 0; tid < l->nthreads; tid++) {
     if (l->k->reduce)
       l->k->reduce(l->a, l->b, count, tid, l->nthreads);
-    else
+    else if (l->k->divide)
       l->k->divide(l->a, count, l->n, tid, l->nthreads);
+    else
+      l->k->multi(&l->m, tid, l->nthreads);
   }
   pthread_mutex_lock(&mu);
 }
@@ -256,11 +278,15 @@ CUresult cuLaunchKernel(void* function, unsigned gx, unsigned gy, unsigned gz, u
   launch* l = calloc(1, sizeof *l);
   l->k = f->k;
   l->nthreads = blocks * threads;
-  l->a = *(void**)params[0];
-  if (l->k->reduce) {
+  if (l->k->multi) {
+    memcpy(&l->m, params[0], sizeof l->m);
+    l->count = l->m.count;
+  } else if (l->k->reduce) {
+    l->a = *(void**)params[0];
     l->b = *(void**)params[1];
     l->count = *(unsigned long long*)params[2];
   } else {
+    l->a = *(void**)params[0];
     l->count = *(unsigned long long*)params[1];
     l->n = *(long long*)params[2];
   }
