@@ -134,6 +134,9 @@ def test_hooks_selftest(linked, standin, tmp_path, through):
         subprocess.run(["gcc", "-std=c11", "-D_DEFAULT_SOURCE", "-Wall", "-Werror", "-O1", f"-I{FAKE_DIR}", "-o", exe,
                         os.path.join(CAPI_DIR, "hooks_selftest.c"), f"-L{standin}", "-l:libcuda.so.1",
                         f"-Wl,-rpath,{standin}"], check=True, timeout=120)
-    run = _harness.run_processes([[exe]], timeout=60, cwd=str(tmp_path), names=[f"hooks_selftest ({through})"])
+    # The planted stale read needs the two streams on hardware queues of their own: at
+    # CUDA_DEVICE_MAX_CONNECTIONS=1 the fake, like the driver, runs them in one queue.
+    env = dict(os.environ, CUDA_DEVICE_MAX_CONNECTIONS="8")
+    run = _harness.run_processes([[exe]], timeout=60, envs=[env], cwd=str(tmp_path), names=[f"hooks_selftest ({through})"])
     run.assert_ok("hooks_selftest")
     assert "all checks passed (1 stale read, as planted)" in run.procs[0].stdout, run.procs[0].describe()
