@@ -339,26 +339,28 @@ func (w *DevWindow) alive(peer int) bool {
 	return i < 0 || i+2 >= len(b) || (b[i+2] != 'Z' && b[i+2] != 'X')
 }
 
-// Signal bumps peer's counter (bump) once every put to peer issued before it, and
-// every earlier signal to peer, has completed; it waits on the host, at most until
-// deadline. Call it on a goroutine of its own for an asynchronous signal: its place
-// in peer's order is taken when it is called.
-func (w *DevWindow) Signal(peer int, deadline time.Time, bump func() error) error {
+// Signal takes the next place in peer's order of signals and returns the function
+// that sends it: run waits on the host (at most until deadline) until every put to
+// peer issued before Signal, and every earlier signal to peer, has completed, then
+// bumps peer's counter (bump). Run it once, on any goroutine (its own, for an
+// asynchronous signal).
+func (w *DevWindow) Signal(peer int, deadline time.Time, bump func() error) (run func() error, err error) {
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	if w.closed {
-		w.mu.Unlock()
-		return fmt.Errorf("%w: signal to rank %d: the window's device memory was released", ErrWindowRefused, peer)
+		return nil, fmt.Errorf("%w: signal to rank %d: the window's device memory was released", ErrWindowRefused, peer)
 	}
 	evs, prev := w.pending[peer], w.last[peer]
 	w.pending[peer] = nil
 	link := &sigLink{done: make(chan struct{})}
 	w.last[peer] = link
 	w.links.Add(1)
-	w.mu.Unlock()
-	defer w.links.Done()
-	link.err = w.signal(peer, deadline, prev, evs, bump)
-	close(link.done)
-	return link.err
+	return func() error {
+		defer w.links.Done()
+		link.err = w.signal(peer, deadline, prev, evs, bump)
+		close(link.done)
+		return link.err
+	}, nil
 }
 
 func (w *DevWindow) signal(peer int, deadline time.Time, prev *sigLink, evs []event, bump func() error) error {

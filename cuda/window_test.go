@@ -157,13 +157,17 @@ func windowRank(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank int, de
 		return err
 	}
 	signal := func(q int) error {
-		return dw.Signal(q, time.Now().Add(timeout), func() error {
+		run, err := dw.Signal(q, time.Now().Add(timeout), func() error {
 			req, err := w.Signal(q)
 			if err == nil {
 				_, err = req.Wait(-1)
 			}
 			return err
 		})
+		if err != nil {
+			return err
+		}
+		return run()
 	}
 	if script == "window-dead" {
 		return windowDead(f, c, w, dw, s, src, rank, log)

@@ -3,7 +3,13 @@ separate processes on one host: workers/window_worker.py checks put + signal /
 wait_signal against values computed from the writing rank, map_remote_tensor aliasing a
 peer's window, the async forms, bad input, deregistration, and a wait for a signal that
 never comes failing at its timeout, naming the silent rank. Across two hosts:
-tests/test_two_hosts.py. On a torch without windows, gonccl.window.new_window says so."""
+tests/test_two_hosts.py. On a torch without windows, gonccl.window.new_window says so.
+
+Windows on device memory through the C ABI, against the fake CUDA driver:
+tests/capi/cuda_window_test.c (puts, signals, peer mappings and bad input at 2 and 3
+ranks, on distinct fake devices and on one shared device, and with every context's
+streams on one hardware queue). cuda/window_test.go checks the same path in Go,
+including a dead peer, mixed registrations, and faults the checks must catch."""
 
 from __future__ import annotations
 
@@ -15,6 +21,9 @@ import torch
 
 import _harness
 from _harness import WorkerRun
+from test_cuda_capi import _build_fake, _build_test, _run_ranks
+
+CUDA_WINDOW_SOURCE = _harness.TESTS_DIR + "/capi/cuda_window_test.c"
 
 RUN_TIMEOUT = 120
 SECTIONS = ("put_signal", "map_remote", "async_all_to_all", "bad_input", "wait_timeout", "deregister")
@@ -53,3 +62,29 @@ def test_window_support_matches_torch():
 
     assert w.torch_supports_windows() == (TORCH >= (2, 15))
     assert sys.modules["gonccl.window"].MIN_TORCH == (2, 15)
+
+
+@pytest.fixture(scope="module")
+def cuda_window_run(package_dir, tmp_path_factory):
+    """Builds the fake driver and cuda_window_test; returns a function that runs it."""
+    fake = _build_fake(tmp_path_factory, "fakecuda_win", [])
+    binary = _build_test(tmp_path_factory, CUDA_WINDOW_SOURCE, fake, package_dir, [])
+    return lambda nranks, cwd, extra: _run_ranks(binary, fake, nranks, cwd + "/unique_id", cwd, extra)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("layout", ["two-devices", "one-device", "one-queue"])
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_cuda_windows_capi(cuda_window_run, nranks, layout, tmp_path):
+    """Device windows through the C ABI: ranks on devices r % 2 (which map each other),
+    all on device 0, or with CUDA_DEVICE_MAX_CONNECTIONS=1 (one hardware queue per
+    context: a stream waiting on the GPU for another process would hold it)."""
+    extra = {}
+    if layout == "one-device":
+        extra["CUDA_WINDOW_TEST_ONE_DEVICE"] = "1"
+    if layout == "one-queue":
+        extra["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
+    run = cuda_window_run(nranks, str(tmp_path), extra)
+    run.assert_ok(f"cuda_window_test with {nranks} ranks ({layout})")
+    for r, proc in enumerate(run.procs):
+        assert f"rank {r}:" in proc.stdout and "window checks passed" in proc.stdout, proc.describe()
