@@ -40,6 +40,23 @@ def test_windows_on_one_host(tmp_path, world_size):
     run.run.assert_ok(f"windows on {world_size} ranks")
 
 
+@pytest.mark.skipif(TORCH < (2, 15), reason="one-sided windows came in torch 2.15")
+@pytest.mark.timeout(RUN_TIMEOUT + 60)
+def test_windows_on_cuda_tensors(tmp_path):
+    """A GPU machine's check (scripts/gpu-check.sh): windows over CUDA tensors of 2
+    ranks (one per GPU where there are two, else sharing GPU 0), through torch
+    (workers/window_worker.py, WINDOW_WORKER_CUDA=1). Without a GPU the same path runs
+    against the fake driver through the C ABI: test_cuda_windows_capi below."""
+    from test_contract import _no_gpu_reason
+
+    reason = _no_gpu_reason()
+    if reason:
+        pytest.skip(reason)
+    run = WorkerRun("window_worker.py", 2, str(tmp_path), timeout=RUN_TIMEOUT, env={"WINDOW_WORKER_CUDA": "1"})
+    run.section("cuda_windows")
+    run.run.assert_ok("windows on CUDA tensors")
+
+
 @pytest.mark.skipif(TORCH >= (2, 15), reason="this torch has windows (see the tests above)")
 def test_new_window_on_older_torch_says_why():
     code = (
@@ -73,18 +90,22 @@ def cuda_window_run(package_dir, tmp_path_factory):
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("layout", ["two-devices", "one-device", "one-queue"])
+@pytest.mark.parametrize("layout", ["two-devices", "one-device", "one-queue", "no-peer"])
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_cuda_windows_capi(cuda_window_run, nranks, layout, tmp_path):
     """Device windows through the C ABI: ranks on devices r % 2 (which map each other),
     all on device 0, or with CUDA_DEVICE_MAX_CONNECTIONS=1 (one hardware queue per
-    context: a stream waiting on the GPU for another process would hold it)."""
+    context: a stream waiting on the GPU for another process would hold it), or on
+    devices that cannot access each other (FAKECUDA_NO_PEER: every rank refused)."""
     extra = {}
     if layout == "one-device":
         extra["CUDA_WINDOW_TEST_ONE_DEVICE"] = "1"
     if layout == "one-queue":
         extra["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
+    if layout == "no-peer":
+        extra["FAKECUDA_NO_PEER"] = "1"  # registering is refused on every rank
     run = cuda_window_run(nranks, str(tmp_path), extra)
     run.assert_ok(f"cuda_window_test with {nranks} ranks ({layout})")
     for r, proc in enumerate(run.procs):
         assert f"rank {r}:" in proc.stdout and "window checks passed" in proc.stdout, proc.describe()
+        assert ("refused without peer access" in proc.stdout) == (layout == "no-peer"), proc.describe()

@@ -8,7 +8,8 @@
  * fills first, and signals (blocking and async); after goncclWaitSignal from a peer the
  * peer's values must be in the window. goncclWinMemory of a peer is a device address
  * aliasing its window (read back after the peer's signal to us). Then: a put from host
- * memory and a goncclPutOnStream on a host window are refused; deregistering unmaps
+ * memory and a goncclPutOnStream on a host window are refused, and with FAKECUDA_NO_PEER
+ * (GPUs that cannot access each other) registering is refused on every rank; deregistering unmaps
  * everywhere before the barrier, so each rank frees its memory after it (the fake checks
  * that no live process still maps memory it frees).
  */
@@ -68,6 +69,17 @@ int main(int argc, char** argv) {
   float* src = dalloc(ELEMS);
   goncclWindow_t win;
   OK(goncclWinCreate(comm, &win), comm);
+  if (getenv("FAKECUDA_NO_PEER") != NULL) {
+    /* GPUs that cannot access each other: every rank is refused, saying why. */
+    goncclResult_t rr = goncclWinRegister(win, win_mem, (size_t)nranks * ELEMS, goncclFloat32);
+    CHECK(rr == goncclInvalidArgument && strstr(goncclGetLastError(comm), "no peer access between them") != NULL,
+          "register on GPUs without peer access: %s", goncclGetLastError(comm));
+    OK(goncclWinFree(win), comm);
+    CHECK(cuMemFree_v2((unsigned long long)(uintptr_t)win_mem) == 0, "cuMemFree");
+    OK(goncclCommDestroy(comm), NULL);
+    printf("rank %d: refused without peer access; %d window checks passed\n", rank, checks);
+    return 0;
+  }
   OK(goncclWinRegister(win, win_mem, (size_t)nranks * ELEMS, goncclFloat32), comm);
   goncclWinAccess_t access;
   size_t count = 0;
