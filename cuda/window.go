@@ -365,13 +365,15 @@ func (w *DevWindow) Signal(peer int, deadline time.Time, bump func() error) (run
 
 func (w *DevWindow) signal(peer int, deadline time.Time, prev *sigLink, evs []event, bump func() error) error {
 	if prev != nil {
+		timer := time.NewTimer(time.Until(deadline))
+		defer timer.Stop()
 		select {
 		case <-prev.done:
 			if prev.err != nil {
 				w.retire(evs, false)
 				return fmt.Errorf("signal to rank %d: an earlier signal to it failed: %w", peer, prev.err)
 			}
-		case <-time.After(time.Until(deadline)):
+		case <-timer.C:
 			w.retire(evs, false)
 			return fmt.Errorf("%w: signal to rank %d: an earlier signal to it has not gone out after %v", ErrWindowTimeout, peer, w.timeout)
 		}
