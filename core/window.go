@@ -307,13 +307,6 @@ func firstDevice(all []winInfo) int {
 	return -1
 }
 
-// Device reports whether the registered memory is device memory (RegisterDevice).
-func (w *Window) Device() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.reg != nil && w.reg.device
-}
-
 // exchange all-gathers the ranks' window descriptions.
 func (w *Window) exchange(me *winInfo) ([]winInfo, error) {
 	c := w.c

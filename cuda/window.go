@@ -275,9 +275,6 @@ func (w *DevWindow) open(recs []winRecord) error {
 // Ptr is rank's window memory as this process addresses it (0 if it has no bytes).
 func (w *DevWindow) Ptr(rank int) uintptr { return w.ptrs[rank] }
 
-// Context is the context of the window's device.
-func (w *DevWindow) Context() Context { return w.ctx }
-
 // Put queues on stream s (of the window's context) a copy of n bytes from device
 // memory src into peer's window at byte off, and an event behind it for the next
 // signal to peer. The caller checked the bounds.
