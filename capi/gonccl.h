@@ -474,6 +474,17 @@ goncclResult_t goncclRequestFree(goncclRequest_t request);
  * peers on other hosts send puts and signals over their point-to-point connection.
  * A signal always arrives after the puts its sender issued to that rank before it.
  *
+ * Device memory: goncclWinRegister given a CUDA device pointer (memory from
+ * cudaMalloc/cuMemAlloc) makes a window over that memory itself, for ranks on one
+ * host (all ranks register device memory, or all host memory). Each rank maps the
+ * others' memory once, through CUDA IPC; a put is a device copy queued on a stream
+ * (goncclPutOnStream; goncclPut and goncclPutAsync use the legacy default stream);
+ * a signal goes out once the host has seen the puts before it complete, and
+ * goncclWaitSignal waits on the host, so no stream ever waits on the GPU for another
+ * process. goncclWinMemory returns device addresses, valid until
+ * goncclWinDeregister, which unmaps every peer's memory before its barrier: after
+ * it returns the memory may be freed.
+ *
  * goncclWinCreate, goncclWinRegister and goncclWinDeregister are collective: every
  * rank calls them in the same order, also relative to collectives. */
 goncclResult_t goncclWinCreate(goncclComm_t comm, goncclWindow_t* win);
@@ -509,6 +520,12 @@ goncclResult_t goncclPut(const void* src, size_t count, goncclDataType_t datatyp
 goncclResult_t goncclPutAsync(const void* src, size_t count, goncclDataType_t datatype,
                               int peer, size_t peerOffset, goncclWindow_t win,
                               goncclRequest_t* request);
+/* goncclPut from device memory into a window registered on device memory, queued on
+ * stream (NULL: the legacy default stream); it returns once queued, and src may be
+ * reused by work queued after it on stream. Refused for a window of host memory. */
+goncclResult_t goncclPutOnStream(const void* src, size_t count, goncclDataType_t datatype,
+                                 int peer, size_t peerOffset, goncclWindow_t win,
+                                 goncclStream_t stream);
 /* Adds one to peer's count of signals from this rank. */
 goncclResult_t goncclSignal(int peer, goncclWindow_t win);
 goncclResult_t goncclSignalAsync(int peer, goncclWindow_t win, goncclRequest_t* request);

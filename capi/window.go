@@ -6,25 +6,38 @@ import "C"
 import (
 	"fmt"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/gonccl/gonccl/core"
+	"github.com/gonccl/gonccl/cuda"
 )
 
 // One-sided windows (gonccl.h: goncclWin*, goncclPut, goncclSignal, goncclWaitSignal):
-// handles over core.Window, which does the work.
+// handles over core.Window, which does the work. A window registered on device memory
+// (goncclWinRegister given a CUDA device pointer) is also a cuda.DevWindow: core keeps
+// its signal counters, the DevWindow maps the ranks' device memory and queues puts.
 
 type winEntry struct {
 	win  *core.Window
 	comm *commEntry
+
+	mu  sync.Mutex
+	dev *cuda.DevWindow // set while device memory is registered
+}
+
+func (e *winEntry) device() *cuda.DevWindow {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.dev
 }
 
 var windows = struct {
 	sync.Mutex
 	next  uint64
 	m     map[uint64]*winEntry
-	holds map[uint64]*core.WindowHold
-}{m: map[uint64]*winEntry{}, holds: map[uint64]*core.WindowHold{}}
+	holds map[uint64]func() // releases a hold of goncclWinMemory
+}{m: map[uint64]*winEntry{}, holds: map[uint64]func(){}}
 
 func lookupWindow(h C.goncclWindow_t) (*winEntry, error) {
 	if h == nil {
@@ -79,6 +92,9 @@ func goncclWinRegister(h C.goncclWindow_t, init unsafe.Pointer, count C.size_t, 
 		return fail(e.comm, fmt.Errorf("%w: goncclWinRegister: count %d x %s overflows: more than the %d bytes any buffer can hold",
 			core.ErrInvalidArgument, uint64(count), d, uint64(core.MaxBufferBytes)))
 	}
+	if drv, dev, ok := devicePointer(init); ok {
+		return e.registerDevice(drv, dev, uintptr(init), int(count), d)
+	}
 	var b []byte
 	if init != nil {
 		if b, err = hostBytes("init", init, uint64(count), d); err != nil {
@@ -91,12 +107,71 @@ func goncclWinRegister(h C.goncclWindow_t, init unsafe.Pointer, count C.size_t, 
 	return C.goncclSuccess
 }
 
+// devicePointer reports whether p is CUDA device memory (and on which device), when
+// a CUDA driver is loaded or loads.
+func devicePointer(p unsafe.Pointer) (*cuda.Driver, int, bool) {
+	if p == nil {
+		return nil, 0, false
+	}
+	drv, err := cuda.Default()
+	if err != nil {
+		return nil, 0, false
+	}
+	dev, ok := drv.DevicePointer(uintptr(p))
+	return drv, dev, ok
+}
+
+// registerDevice registers count elements of dt of device memory at ptr (on device
+// dev) with the window: the memory stays the caller's and the peers map it.
+func (e *winEntry) registerDevice(drv *cuda.Driver, dev int, ptr uintptr, count int, dt core.DataType) C.goncclResult_t {
+	c := e.comm.comm
+	if err := e.win.RegisterDevice(count, dt); err != nil {
+		return fail(e.comm, err)
+	}
+	var problem error
+	for p := range c.Size() {
+		if a, err := e.win.Attr(p); err != nil || a != core.AccessUnified {
+			problem = fmt.Errorf("cannot map rank %d's signal counters (see the warning above)", p)
+		}
+	}
+	dw, err := cuda.NewDevWindow(drv, dev, c.Rank(), c.Size(), ptr, count*dt.Size(), c.Timeout(), problem,
+		func(rec []byte) ([]byte, error) { return hostAllGather(c, rec) })
+	if err != nil {
+		// Every rank got an error together: they deregister together.
+		if derr := e.win.Deregister(); derr != nil {
+			err = fmt.Errorf("%w (and deregistering: %v)", err, derr)
+		}
+		return fail(e.comm, fmt.Errorf("%w: goncclWinRegister on device memory: %w", core.ErrInvalidArgument, err))
+	}
+	e.mu.Lock()
+	e.dev = dw
+	e.mu.Unlock()
+	return C.goncclSuccess
+}
+
+// closeDevice unmaps the peers' device memory (waiting for this rank's puts first).
+func (e *winEntry) closeDevice() error {
+	e.mu.Lock()
+	dw := e.dev
+	e.dev = nil
+	e.mu.Unlock()
+	if dw == nil {
+		return nil
+	}
+	return dw.Close()
+}
+
 //export goncclWinDeregister
 func goncclWinDeregister(h C.goncclWindow_t) (res C.goncclResult_t) {
 	defer guard(&res)
 	e, err := lookupWindow(h)
 	if err != nil {
 		return fail(nil, err)
+	}
+	// Every rank unmaps the others' device memory before the barrier in Deregister;
+	// after it each may free its own.
+	if err := e.closeDevice(); err != nil {
+		return fail(e.comm, err)
 	}
 	if err := e.win.Deregister(); err != nil {
 		return fail(e.comm, err)
@@ -114,7 +189,10 @@ func goncclWinFree(h C.goncclWindow_t) (res C.goncclResult_t) {
 	windows.Lock()
 	delete(windows.m, uint64((*C.struct_goncclWindow)(unsafe.Pointer(h)).id))
 	windows.Unlock()
-	err = e.win.Free()
+	err = e.closeDevice()
+	if ferr := e.win.Free(); err == nil {
+		err = ferr
+	}
 	C.free(unsafe.Pointer(h))
 	if err != nil {
 		return fail(e.comm, err)
@@ -168,22 +246,34 @@ func goncclWinMemory(h C.goncclWindow_t, rank C.int, ptr *unsafe.Pointer, bytes 
 	if ptr == nil || bytes == nil {
 		return fail(e.comm, fmt.Errorf("%w: goncclWinMemory: ptr or bytes is NULL", core.ErrInvalidArgument))
 	}
-	mem, wh, err := e.win.Memory(int(rank))
-	if err != nil {
-		return fail(e.comm, err)
-	}
-	*ptr, *bytes = nil, C.size_t(len(mem))
-	if len(mem) > 0 {
-		*ptr = unsafe.Pointer(unsafe.SliceData(mem))
+	release := func() {}
+	if dw := e.device(); dw != nil {
+		// Device memory is mapped until goncclWinDeregister, whatever the holds.
+		n, dt, err := e.win.Info(int(rank))
+		if err != nil {
+			return fail(e.comm, err)
+		}
+		addr := dw.Ptr(int(rank))
+		*ptr, *bytes = *(*unsafe.Pointer)(unsafe.Pointer(&addr)), C.size_t(n*dt.Size()) // a device address
+	} else {
+		mem, wh, err := e.win.Memory(int(rank))
+		if err != nil {
+			return fail(e.comm, err)
+		}
+		*ptr, *bytes = nil, C.size_t(len(mem))
+		if len(mem) > 0 {
+			*ptr = unsafe.Pointer(unsafe.SliceData(mem))
+		}
+		release = wh.Release
 	}
 	if hold == nil {
-		wh.Release() // the registration's own reference keeps it until deregistered
+		release() // the registration's own reference keeps it until deregistered
 		return C.goncclSuccess
 	}
 	windows.Lock()
 	windows.next++
 	id := windows.next
-	windows.holds[id] = wh
+	windows.holds[id] = release
 	windows.Unlock()
 	*hold = C.goncclWinHold_t(id)
 	return C.goncclSuccess
@@ -199,7 +289,7 @@ func goncclWinHoldRelease(hold C.goncclWinHold_t) (res C.goncclResult_t) {
 	if wh == nil {
 		return fail(nil, fmt.Errorf("%w: window hold %d was released already or never given", errUsage, uint64(hold)))
 	}
-	wh.Release()
+	wh()
 	return C.goncclSuccess
 }
 
@@ -231,11 +321,24 @@ func winIssue(h C.goncclWindow_t, out *C.goncclRequest_t, async bool, start func
 }
 
 func put(src unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, peer C.int, off C.size_t, h C.goncclWindow_t,
-	out *C.goncclRequest_t, async bool) C.goncclResult_t {
+	stream *cuda.Stream, out *C.goncclRequest_t, async bool) C.goncclResult_t {
+	e, err := lookupWindow(h)
+	if err != nil {
+		return fail(nil, err)
+	}
 	return winIssue(h, out, async, func(w *core.Window) (*core.Request, error) {
 		d, err := dataType(dt)
 		if err != nil {
 			return nil, err
+		}
+		if uint64(off) > core.MaxBufferBytes || uint64(count) > core.MaxBufferBytes/uint64(d.Size()) {
+			return nil, fmt.Errorf("%w: put: count %d at offset %d is past any window", core.ErrInvalidArgument, uint64(count), uint64(off))
+		}
+		if dw := e.device(); dw != nil {
+			return putDevice(w, dw, src, int(count), d, int(peer), int(off), stream)
+		}
+		if stream != nil {
+			return nil, fmt.Errorf("%w: goncclPutOnStream: the window holds host memory; use goncclPut", core.ErrInvalidArgument)
 		}
 		b, err := hostBytes("src", src, uint64(count), d)
 		if err != nil {
@@ -251,26 +354,98 @@ func put(src unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, peer C.int, 
 //export goncclPut
 func goncclPut(src unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, peer C.int, off C.size_t, h C.goncclWindow_t) (res C.goncclResult_t) {
 	defer guard(&res)
-	return put(src, count, dt, peer, off, h, nil, false)
+	return put(src, count, dt, peer, off, h, nil, nil, false)
 }
 
 //export goncclPutAsync
 func goncclPutAsync(src unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, peer C.int, off C.size_t, h C.goncclWindow_t,
 	out *C.goncclRequest_t) (res C.goncclResult_t) {
 	defer guard(&res)
-	return put(src, count, dt, peer, off, h, out, true)
+	return put(src, count, dt, peer, off, h, nil, out, true)
+}
+
+//export goncclPutOnStream
+func goncclPutOnStream(src unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, peer C.int, off C.size_t, h C.goncclWindow_t,
+	stream C.goncclStream_t) (res C.goncclResult_t) {
+	defer guard(&res)
+	s := cuda.Stream(uintptr(unsafe.Pointer(stream)))
+	if s == 0 {
+		s = cuda.StreamLegacy // what NULL means to CUDA
+	}
+	return put(src, count, dt, peer, off, h, &s, nil, false)
+}
+
+// putDevice queues a put from device memory src into a device window on stream
+// (nil: the legacy default stream of the window's device). The request is complete
+// once the copy is queued: src may be reused by work queued after it on the stream.
+func putDevice(w *core.Window, dw *cuda.DevWindow, src unsafe.Pointer, count int, dt core.DataType, peer, off int,
+	stream *cuda.Stream) (*core.Request, error) {
+	what := fmt.Sprintf("put to rank %d's window %d", peer, w.ID())
+	if err := w.CheckPut(what, count, dt, peer, off); err != nil {
+		return nil, err
+	}
+	if count > 0 {
+		drv, _, ok := devicePointer(src)
+		if !ok {
+			return nil, fmt.Errorf("%w: %s: the window holds device memory and src %p is not device memory CUDA knows: copy it to the device first", core.ErrInvalidArgument, what, src)
+		}
+		s := cuda.StreamLegacy
+		if stream != nil {
+			s = *stream
+			if err := checkStream(drv, s); err != nil {
+				return nil, err
+			}
+		}
+		if err := dw.Put(s, uintptr(src), count*dt.Size(), peer, off*dt.Size()); err != nil {
+			return nil, err
+		}
+	}
+	return core.CompletedRequest(nil), nil
+}
+
+// signal is goncclSignal: on a device window it goes out once the puts before it
+// have landed (waited for on the host, on a goroutine of its own).
+func signal(e *winEntry, w *core.Window, peer int) (*core.Request, error) {
+	dw := e.device()
+	if dw == nil {
+		return w.Signal(peer)
+	}
+	if peer < 0 || peer >= e.comm.comm.Size() {
+		return w.Signal(peer) // core says what is wrong with it
+	}
+	run, err := dw.Signal(peer, time.Now().Add(e.comm.comm.Timeout()), func() error {
+		req, err := w.Signal(peer)
+		if err == nil {
+			_, err = req.Wait(-1)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	req, done := core.PendingRequest()
+	go func() { done(run()) }()
+	return req, nil
 }
 
 //export goncclSignal
 func goncclSignal(peer C.int, h C.goncclWindow_t) (res C.goncclResult_t) {
 	defer guard(&res)
-	return winIssue(h, nil, false, func(w *core.Window) (*core.Request, error) { return w.Signal(int(peer)) })
+	e, err := lookupWindow(h)
+	if err != nil {
+		return fail(nil, err)
+	}
+	return winIssue(h, nil, false, func(w *core.Window) (*core.Request, error) { return signal(e, w, int(peer)) })
 }
 
 //export goncclSignalAsync
 func goncclSignalAsync(peer C.int, h C.goncclWindow_t, out *C.goncclRequest_t) (res C.goncclResult_t) {
 	defer guard(&res)
-	return winIssue(h, out, true, func(w *core.Window) (*core.Request, error) { return w.Signal(int(peer)) })
+	e, err := lookupWindow(h)
+	if err != nil {
+		return fail(nil, err)
+	}
+	return winIssue(h, out, true, func(w *core.Window) (*core.Request, error) { return signal(e, w, int(peer)) })
 }
 
 //export goncclWaitSignal

@@ -70,6 +70,9 @@ type winReg struct {
 	peers  []*winMem // mapped windows of same-host peers (and this rank); nil: remote
 	bytes  []int     // each rank's window size in bytes
 	dtypes []DataType
+	// device: the window's memory is device memory that capi maps for the peers
+	// (RegisterDevice); the segments hold only the signal counters.
+	device bool
 	// waits counts the signals WaitSignal has claimed from each rank (per source).
 	waits []atomic.Uint32
 }
@@ -142,6 +145,7 @@ type winInfo struct {
 	pid, fd int
 	dtype   DataType
 	shm     bool
+	device  bool // the data is device memory outside the segment (RegisterDevice)
 	bytes   int
 	token   shm.WindowToken
 	host    [32]byte
@@ -155,6 +159,9 @@ func (i *winInfo) encode(b []byte) {
 	if i.shm {
 		b[13] = 1
 	}
+	if i.device {
+		b[14] = 1
+	}
 	binary.LittleEndian.PutUint64(b[16:], uint64(i.bytes))
 	copy(b[24:40], i.token[:])
 	copy(b[40:72], i.host[:])
@@ -165,7 +172,7 @@ func decodeWinInfo(b []byte) (winInfo, error) {
 		return winInfo{}, errors.New("not a window description")
 	}
 	i := winInfo{pid: int(binary.LittleEndian.Uint32(b[4:])), fd: int(int32(binary.LittleEndian.Uint32(b[8:]))),
-		dtype: DataType(b[12]), shm: b[13] == 1, bytes: int(binary.LittleEndian.Uint64(b[16:]))}
+		dtype: DataType(b[12]), shm: b[13] == 1, device: b[14] == 1, bytes: int(binary.LittleEndian.Uint64(b[16:]))}
 	copy(i.token[:], b[24:40])
 	copy(i.host[:], b[40:72])
 	return i, nil
@@ -176,6 +183,22 @@ func decodeWinInfo(b []byte) (winInfo, error) {
 // returns it. Peers on this host map each other's windows; the others are reached
 // through the point-to-point channel.
 func (w *Window) Register(init []byte, count int, dt DataType) error {
+	return w.register(init, count, dt, false)
+}
+
+// RegisterDevice registers a window of count elements of dt whose memory is device
+// memory the caller shares with the peers itself (capi maps it through CUDA IPC):
+// core keeps only the signal counters, in shared memory as for host windows, so Signal
+// and WaitSignal work as they do there, while Put and Memory are the caller's. Every
+// rank must register device memory, and every rank must be on this host: otherwise
+// every rank gets the same error, naming a rank that is not. A peer whose counters
+// cannot be mapped is reported by Attr as AccessSeparate; the caller refuses the
+// window then.
+func (w *Window) RegisterDevice(count int, dt DataType) error {
+	return w.register(nil, count, dt, true)
+}
+
+func (w *Window) register(init []byte, count int, dt DataType, device bool) error {
 	c := w.c
 	what := fmt.Sprintf("register window %d", w.id)
 	if !dt.Valid() {
@@ -202,20 +225,27 @@ func (w *Window) Register(init []byte, count int, dt DataType) error {
 	case w.reg != nil:
 		return fmt.Errorf("%w: %s: a buffer is registered already (deregister it first)", ErrInvalidArgument, what)
 	}
-	seg, fd, token, err := shm.CreateWindow(c.nranks, n, init)
+	segBytes := n
+	if device {
+		segBytes = 0 // the counters only: the data is the caller's device memory
+	}
+	seg, fd, token, err := shm.CreateWindow(c.nranks, segBytes, init)
 	if err != nil {
 		return &OpError{Rank: c.rank, Op: what, Peer: -1, Err: err}
 	}
 	local := &winMem{seg: seg}
 	local.refs.Store(1)
 	r := &winReg{local: local, fd: fd, peers: make([]*winMem, c.nranks), bytes: make([]int, c.nranks),
-		dtypes: make([]DataType, c.nranks), waits: make([]atomic.Uint32, c.nranks)}
+		dtypes: make([]DataType, c.nranks), waits: make([]atomic.Uint32, c.nranks), device: device}
 	// Published before the exchange: once a peer has this rank's description it may
 	// put at once, and the reader must find the memory.
 	w.reg = r
-	me := winInfo{pid: os.Getpid(), fd: fd, dtype: dt, shm: c.cfg == nil || !c.cfg.shmDisable, bytes: n, token: token,
-		host: sha256.Sum256([]byte(hostIdentity()))}
+	me := winInfo{pid: os.Getpid(), fd: fd, dtype: dt, shm: c.cfg == nil || !c.cfg.shmDisable, device: device, bytes: n,
+		token: token, host: sha256.Sum256([]byte(hostIdentity()))}
 	all, err := w.exchange(&me)
+	if err == nil && firstDevice(all) >= 0 {
+		err = deviceWindowPeers(all) // on every rank, host ones too: they all fail alike
+	}
 	if err != nil {
 		w.reg = nil
 		r.drop()
@@ -227,7 +257,11 @@ func (w *Window) Register(init []byte, count int, dt DataType) error {
 		case p == c.rank:
 			r.peers[p] = local.retain()
 		case pi.host == me.host && pi.shm && me.shm:
-			s, err := shm.OpenWindow(pi.pid, pi.fd, c.nranks, pi.bytes, pi.token)
+			size := pi.bytes
+			if device {
+				size = 0
+			}
+			s, err := shm.OpenWindow(pi.pid, pi.fd, c.nranks, size, pi.token)
 			if err != nil {
 				// Still reachable: through messages, as if it were on another host.
 				c.p2p.log.Warn(fmt.Sprintf("gonccl rank %d: %s: cannot map rank %d's window, reaching it through messages: %v", c.rank, what, p, err))
@@ -239,6 +273,38 @@ func (w *Window) Register(init []byte, count int, dt DataType) error {
 		}
 	}
 	return nil
+}
+
+// deviceWindowPeers checks that a device window's ranks all registered device memory
+// and all run on one host with shared memory; every rank sees the same descriptions,
+// so every rank returns the same error.
+func deviceWindowPeers(all []winInfo) error {
+	for p, pi := range all {
+		if !pi.device {
+			return fmt.Errorf("%w: rank %d registered host memory and rank %d device memory: a window's ranks must all register device (CUDA) memory or all host memory",
+				ErrMismatch, p, firstDevice(all))
+		}
+	}
+	for p, pi := range all {
+		switch {
+		case pi.host != all[0].host:
+			return fmt.Errorf("%w: rank %d runs on another host than rank 0: a window over device (CUDA) memory needs every rank on one host, where CUDA IPC maps the peers' memory (register host memory to reach other hosts)",
+				ErrNotSupported, p)
+		case !pi.shm:
+			return fmt.Errorf("%w: rank %d has shared memory disabled (GONCCL_SHM_DISABLE): a window over device (CUDA) memory keeps its signal counters in shared memory",
+				ErrNotSupported, p)
+		}
+	}
+	return nil
+}
+
+func firstDevice(all []winInfo) int {
+	for p, pi := range all {
+		if pi.device {
+			return p
+		}
+	}
+	return -1
 }
 
 // exchange all-gathers the ranks' window descriptions.
@@ -387,6 +453,9 @@ func (w *Window) Memory(rank int) ([]byte, *WindowHold, error) {
 	if w.freed || w.reg == nil {
 		return nil, nil, fmt.Errorf("%w: %s: no buffer is registered with the window", ErrInvalidArgument, what)
 	}
+	if w.reg.device {
+		return nil, nil, fmt.Errorf("%w: %s: the window holds device memory, which the CUDA layer maps", ErrInvalidArgument, what)
+	}
 	m := w.reg.peers[rank]
 	if m == nil {
 		return nil, nil, &OpError{Rank: w.c.rank, Op: what, Peer: rank, Err: fmt.Errorf(
@@ -423,11 +492,11 @@ func (w *Window) Put(src []byte, count int, dt DataType, peer int, dstOffset int
 	if err != nil {
 		return nil, err
 	}
-	if r.dtypes[peer] != dt {
-		return nil, fmt.Errorf("%w: %s: rank %d's window holds %s, the source is %s", ErrMismatch, what, peer, r.dtypes[peer], dt)
+	if r.device {
+		return nil, fmt.Errorf("%w: %s: the window holds device memory: put a device buffer through the CUDA layer", ErrInvalidArgument, what)
 	}
-	if total := r.bytes[peer] / es; dstOffset > total || count > total-dstOffset {
-		return nil, invalidf("%s: elements [%d, %d) do not fit in its window of %d elements", what, dstOffset, dstOffset+count, total)
+	if err := r.checkPut(what, count, dt, peer, dstOffset); err != nil {
+		return nil, err
 	}
 	off := dstOffset * es
 	if m := r.peers[peer]; m != nil {
@@ -437,6 +506,32 @@ func (w *Window) Put(src []byte, count int, dt DataType, peer int, dstOffset int
 		return req, nil
 	}
 	return w.sendFrame(what, peer, transport.MsgHeader{Kind: transport.MsgWinPut, DType: uint8(dt), Seq: uint64(off), Tag: w.id, Len: uint64(len(src))}, src)
+}
+
+// CheckPut checks a put of count elements of dt into peer's window at element
+// dstOffset against what peer registered: its type and its size.
+func (w *Window) CheckPut(what string, count int, dt DataType, peer, dstOffset int) error {
+	if err := w.checkPeer(what, peer); err != nil {
+		return err
+	}
+	if count < 0 || dstOffset < 0 {
+		return invalidf("%s: negative count %d or offset %d", what, count, dstOffset)
+	}
+	r, err := w.registered(what)
+	if err != nil {
+		return err
+	}
+	return r.checkPut(what, count, dt, peer, dstOffset)
+}
+
+func (r *winReg) checkPut(what string, count int, dt DataType, peer, dstOffset int) error {
+	if r.dtypes[peer] != dt {
+		return fmt.Errorf("%w: %s: rank %d's window holds %s, the source is %s", ErrMismatch, what, peer, r.dtypes[peer], dt)
+	}
+	if total := r.bytes[peer] / dt.Size(); dstOffset > total || count > total-dstOffset {
+		return invalidf("%s: elements [%d, %d) do not fit in its window of %d elements", what, dstOffset, dstOffset+count, total)
+	}
+	return nil
 }
 
 // Signal adds one to peer's count of signals from this rank, after every Put this rank

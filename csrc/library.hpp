@@ -65,6 +65,7 @@ namespace gonccl {
   X(winMemory, goncclWinMemory)                       \
   X(winHoldRelease, goncclWinHoldRelease)             \
   X(putAsync, goncclPutAsync)                         \
+  X(putOnStream, goncclPutOnStream)                   \
   X(signalAsync, goncclSignalAsync)                   \
   X(waitSignalAsync, goncclWaitSignalAsync)           \
   X(commEstimate, goncclCommEstimate)                 \

@@ -8,6 +8,7 @@
 
 #include "backend.hpp"
 #include "checks.hpp"
+#include "cuda.hpp"
 #include "gil.hpp"
 #include "library.hpp"
 
@@ -29,14 +30,14 @@ at::DataPtr heldPtr(void* ptr, goncclWinHold_t hold) {
       ptr, new goncclWinHold_t(hold), &releaseHold, at::Device(at::kCPU));
 }
 
-void checkCpu(const at::Tensor& t, const char* op) {
-  if (!t.device().is_cpu()) {
+// A window takes CPU tensors, and CUDA tensors (whose memory the ranks of a
+// host map through CUDA IPC).
+void checkDevice(const at::Tensor& t, const char* op) {
+  if (!t.device().is_cpu() && !t.device().is_cuda()) {
     fail<c10::ValueError>(
         op,
-        "gonccl windows hold CPU tensors; got a tensor on ",
-        t.device(),
-        " (move it to the CPU, or use the nccl backend's windows for GPU "
-        "memory)");
+        "gonccl windows hold CPU or CUDA tensors; got a tensor on ",
+        t.device());
   }
 }
 
@@ -46,7 +47,7 @@ c10::intrusive_ptr<c10d::Window> GoncclBackend::new_window(
     const std::optional<at::Tensor>& tensor) {
   constexpr const char* op = "new_window";
   if (tensor) {
-    checkCpu(*tensor, op);
+    checkDevice(*tensor, op);
   }
   goncclWindow_t win = nullptr;
   goncclComm_t comm = liveComm(op);
@@ -104,13 +105,17 @@ void GoncclWindow::checkRank(int64_t rank, const char* op) const {
 
 void GoncclWindow::tensor_register(const at::Tensor& tensor, bool owning) {
   constexpr const char* op = "tensor_register";
-  checkCpu(tensor, op);
+  checkDevice(tensor, op);
   const goncclDataType_t type = checkTensor(tensor, op);
   if (registered_) {
     fail<c10::ValueError>(
         op,
         "this window has a tensor registered already; call "
         "tensor_deregister first");
+  }
+  if (tensor.is_cuda()) {
+    registerCuda(tensor, type, owning);
+    return;
   }
   // The whole storage moves into window memory, so the tensor must be all of
   // it.
@@ -155,15 +160,42 @@ void GoncclWindow::tensor_register(const at::Tensor& tensor, bool owning) {
   }
 }
 
+void GoncclWindow::registerCuda(
+    const at::Tensor& tensor, goncclDataType_t type, bool owning) {
+  constexpr const char* op = "tensor_register";
+  if (tensor.numel() == 0) {
+    fail<c10::ValueError>(
+        op, "a window over CUDA memory needs a non-empty tensor");
+  }
+  // The tensor's memory is the window: the peers map the allocation holding
+  // it. What the caller queued to fill it comes first.
+  cuda::currentStream(tensor.device().index()).synchronize();
+  {
+    GilRelease noGil;
+    check(
+        lib().winRegister(
+            win_, tensor.data_ptr(), static_cast<size_t>(tensor.numel()), type),
+        op);
+  }
+  registered_ = true;
+  device_ = tensor.device();
+  if (owning) {
+    owned_ = tensor;
+  }
+}
+
 void GoncclWindow::tensor_deregister() {
   constexpr const char* op = "tensor_deregister";
   if (!registered_) {
     fail<c10::ValueError>(op, "this window has no tensor registered");
   }
   registered_ = false;
-  owned_.reset();
   GilRelease noGil;
+  // Unmaps the peers' memory everywhere before the barrier: then the tensor's
+  // memory may go back to torch's allocator.
   check(lib().winDeregister(win_), op);
+  owned_.reset();
+  device_ = c10::Device(c10::kCPU);
 }
 
 c10::intrusive_ptr<c10d::Work> GoncclWindow::finish(
@@ -181,8 +213,19 @@ c10::intrusive_ptr<c10d::Work> GoncclWindow::put(
     bool asyncOp,
     const c10d::PutOptions& opts) {
   constexpr OpName op = GONCCL_OP("put");
-  checkCpu(tensor, op);
+  checkDevice(tensor, op);
   const goncclDataType_t type = checkTensor(tensor, op);
+  if (registered_ && tensor.is_cuda() != device_.is_cuda()) {
+    fail<c10::ValueError>(
+        op,
+        "this window holds ",
+        device_.is_cuda() ? "CUDA" : "CPU",
+        " memory; put a tensor on the ",
+        device_.is_cuda() ? "GPU" : "CPU",
+        " (got one on ",
+        tensor.device(),
+        ")");
+  }
   checkRank(dstRank, op);
   if (targetOffsetNelems < 0) {
     fail<c10::ValueError>(op, "negative target offset ", targetOffsetNelems);
@@ -222,6 +265,19 @@ c10::intrusive_ptr<c10d::Work> GoncclWindow::put(
   auto work = backend_->issue(
       {c10d::OpType::SEND, op, {tensor}, {tensor}},
       [&](GoncclBackend::Parts& p) {
+        if (p.stream != nullptr) {
+          // Queued on the gonccl stream, after the caller's current stream:
+          // complete once queued (the Work orders the caller's stream after
+          // it), and in the peer's window by the next signal.
+          return lib().putOnStream(
+              tensor.const_data_ptr(),
+              static_cast<size_t>(tensor.numel()),
+              type,
+              static_cast<int>(dstRank),
+              static_cast<size_t>(targetOffsetNelems),
+              win_,
+              p.stream);
+        }
         return p.add(lib().putAsync(
             tensor.const_data_ptr(),
             static_cast<size_t>(tensor.numel()),
@@ -248,6 +304,19 @@ at::Tensor GoncclWindow::map_remote_tensor(int64_t rank) {
   if (count == 0) {
     lib().winHoldRelease(hold);
     return at::empty({0}, options);
+  }
+  if (device_.is_cuda()) {
+    // The peer's memory as mapped here, until tensor_deregister.
+    return at::from_blob(
+        ptr,
+        {static_cast<int64_t>(count)},
+        [hold](void*) {
+          if (libraryLoaded() && !isForkedChild()) {
+            lib().winHoldRelease(hold);
+          }
+        },
+        options.device(device_),
+        device_);  // this rank's GPU, which reaches the mapping (peer access)
   }
   at::DataPtr data = heldPtr(ptr, hold);
   at::Storage storage(

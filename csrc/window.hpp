@@ -1,4 +1,5 @@
-// window.hpp: one-sided windows (c10d::Window, torch 2.15) on CPU tensors.
+// window.hpp: one-sided windows (c10d::Window, torch 2.15) on CPU tensors,
+// and on CUDA tensors of ranks on one host.
 //
 // A registered tensor's storage moves into gonccl's shared memory (its bytes
 // are copied there and the storage then points there: every view of it stays
@@ -6,6 +7,13 @@
 // (UNIFIED: put is a copy into it, map_remote_tensor a tensor over it); peers
 // on other hosts reach it through messages on the point-to-point connection
 // (SEPARATE: map_remote_tensor refuses). core/window.go does the work.
+//
+// A CUDA tensor is registered as it is (its memory stays torch's): the C ABI
+// maps every rank's through CUDA IPC (capi/window.go, cuda/window.go); put
+// queues a device copy on the gonccl stream after the caller's current stream,
+// signal goes out once the puts have landed, and map_remote_tensor returns a
+// CUDA tensor over the peer's memory as mapped here, valid until
+// tensor_deregister.
 #pragma once
 
 #include "torch_compat.hpp"
@@ -54,6 +62,9 @@ class GoncclWindow : public c10d::Window {
   // Throws RuntimeError "gonccl: <op>: <Go's message>" unless rc is success.
   void check(goncclResult_t rc, const char* op) const;
   void checkRank(int64_t rank, const char* op) const;
+  // tensor_register of a CUDA tensor: its memory is the window.
+  void registerCuda(
+      const at::Tensor& tensor, goncclDataType_t type, bool owning);
   // Waits for work unless asyncOp; returns it.
   c10::intrusive_ptr<c10d::Work> finish(
       c10::intrusive_ptr<c10d::Work> work, bool asyncOp) const;
@@ -61,6 +72,9 @@ class GoncclWindow : public c10d::Window {
   c10::intrusive_ptr<GoncclBackend> backend_;
   goncclWindow_t win_;
   bool registered_ = false;
+  // The registered tensor's device: CPU, or the CUDA device of a window over
+  // device memory.
+  c10::Device device_{c10::kCPU};
   std::optional<at::Tensor> owned_;  // the registered tensor, when owning
 };
 

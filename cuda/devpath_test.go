@@ -156,6 +156,8 @@ func devChild() int {
 		run = sameGPURank // samegpu_test.go
 	case "timesliced":
 		run = timeSlicedRank // samegpu_bench_test.go
+	case "window", "window-dead", "window-mixed":
+		run = windowRank // window_test.go
 	case "samegpu-hotpath":
 		run = sameGPUHotPathRank // samegpu_hotpath_test.go
 	case "one-context":

@@ -2,7 +2,7 @@
 
 torch 2.15 added one-sided (RMA) windows to torch.distributed
 (`torch.distributed._new_window`, `c10d.Window`). gonccl implements them on CPU
-tensors: see docs/windows.md. `new_window` is the same call with one difference:
+tensors, and on CUDA tensors of ranks on one host: see docs/windows.md. `new_window` is the same call with one difference:
 on a torch that predates windows it raises an error that says so, instead of an
 AttributeError from deep inside torch.
 """
@@ -27,7 +27,8 @@ def new_window(tensor: torch.Tensor | None = None, group=None):
 
     tensor, if given, is registered with it (Window.tensor_register): a contiguous CPU
     tensor that spans its whole storage, whose memory then moves into gonccl's shared
-    memory. Returns torch's Window.
+    memory, or a contiguous CUDA tensor, whose memory the ranks of the host then map
+    (every rank registers CPU tensors, or every rank CUDA ones). Returns torch's Window.
     """
     if not torch_supports_windows():
         raise RuntimeError(

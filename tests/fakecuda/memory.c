@@ -73,6 +73,8 @@ CUresult cuPointerGetAttribute(void* data, int attr, CUdeviceptr ptr) {
   CUresult r = CUDA_SUCCESS;
   if (a == NULL || !a->live) {
     r = CUDA_ERROR_INVALID_VALUE;
+  } else if (attr == 2) { /* CU_POINTER_ATTRIBUTE_MEMORY_TYPE: HOST (pinned) or DEVICE */
+    *(unsigned*)data = a->dev < 0 ? 1 : 2;
   } else if (attr == 9) { /* CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL */
     *(int*)data = a->dev;
   } else if (attr == 1) { /* CU_POINTER_ATTRIBUTE_CONTEXT */

@@ -18,6 +18,14 @@ computed here from its rank. Sections:
 * deregister: after tensor_deregister the tensor keeps its values;
 * wait_timeout: rank 0 waits for a signal from the last rank, which never signals:
   DistBackendError within the per-call timeout, naming the rank.
+
+With WINDOW_WORKER_CUDA=1 (a GPU machine) the section is cuda_windows instead: rank r
+on GPU r % device_count registers a CUDA tensor; puts from CUDA tensors (written by a
+kernel queued just before) into every rank's window, signals, and after wait_signal
+the window holds each peer's values; map_remote_tensor is a CUDA tensor showing what
+this rank put into the peer's window; get_attr is UNIFIED; a CPU tensor put into the
+CUDA window is refused with a ValueError; after tensor_deregister the tensor is torch's
+memory again and keeps its values.
 """
 
 from __future__ import annotations
@@ -156,10 +164,49 @@ def window_checks(ck: Checker, same_host) -> None:
         ck.check(t[0].item() == want[0].item() + 1, "the tensor is not writable after deregister")
 
 
+def cuda_window_checks(ck: Checker) -> None:
+    from gonccl.window import new_window
+
+    with ck.section("cuda_windows"):
+        dev = torch.device("cuda", RANK % torch.cuda.device_count())
+        torch.cuda.set_device(dev)
+        n = 1 << 16
+        t = torch.full((n * WS,), -1.0, device=dev)
+        win = new_window(t)
+        for p in range(WS):
+            ck.check(win.get_attr(p).access_type == torch._C._distributed_c10d.WindowAccessType.UNIFIED,
+                     f"get_attr({p}) is not UNIFIED")
+        for k in range(3):
+            src = torch.zeros(n, device=dev)
+            src += torch.arange(n, device=dev, dtype=torch.float32) + 1000 * k + 100000 * RANK  # a kernel queued now
+            for q in range(WS):
+                win.put(src, q, n * RANK, False)
+                win.signal(q, False)
+            for p in range(WS):
+                win.wait_signal(p, False)
+                want = torch.arange(n, device=dev, dtype=torch.float32) + 1000 * k + 100000 * p
+                got = t[n * p:n * (p + 1)]
+                ck.check(torch.equal(got, want), lambda: f"round {k}: from rank {p}: {got[:4].tolist()}...")
+            nxt = (RANK + 1) % WS
+            remote = win.map_remote_tensor(nxt)
+            ck.check(remote.is_cuda and remote.numel() == n * WS, f"map_remote_tensor({nxt}): {remote.device}, {remote.numel()}")
+            ck.check(torch.equal(remote[n * RANK:n * (RANK + 1)], src), f"round {k}: rank {nxt}'s window as mapped here")
+            del remote
+            dist.barrier()
+        expect_raises(ck, "a CPU tensor into a CUDA window", lambda: win.put(torch.zeros(4), 0, 0, False),
+                      ValueError, "CUDA")
+        win.tensor_deregister()
+        t += 1
+        ck.check(t[0].item() == 2001.0, lambda: f"after deregister: t[0] = {t[0].item()}, want 2001 (rank 0's last put, + 1)")
+
+
 def main() -> None:
     ck = Checker(sys.argv[1], RANK)
     dist.init_process_group("gonccl", timeout=datetime.timedelta(seconds=60))
-    window_checks(ck, lambda peer: True)
+    if os.environ.get("WINDOW_WORKER_CUDA") == "1":
+        cuda_window_checks(ck)
+    else:
+        window_checks(ck, lambda peer: True)
     dist.destroy_process_group()
     ck.finish()
 
