@@ -467,7 +467,7 @@ ddp() { OMP_NUM_THREADS=1 torchrun "$1" "$ROOT/examples/$2"; }  # NPROC SCRIPT
 
 # The test files whose CUDA cases run on torch over a real GPU (the C ABI and fake-driver
 # tests, which build with Go and gcc, run in CI); GONCCL_CHECK_PYTEST_FILES overrides.
-PYTEST_FILES="${GONCCL_CHECK_PYTEST_FILES:-tests/test_collectives.py tests/test_ops_reference.py tests/test_groups_hooks.py tests/test_differential.py tests/test_contract.py tests/test_cuda_build.py}"
+PYTEST_FILES="${GONCCL_CHECK_PYTEST_FILES:-tests/test_collectives.py tests/test_ops_reference.py tests/test_groups_hooks.py tests/test_differential.py tests/test_contract.py tests/test_cuda_build.py tests/test_windows.py}"
 # The device path's run (GONCCL_DEVICE_PATH=1): its CUDA cases at 2 and 3 ranks.
 PYTEST_DEVICE_FILES="${GONCCL_CHECK_PYTEST_DEVICE_FILES:-tests/test_collectives.py tests/test_differential.py}"
 # Part A's pytest cases: one worker run of each class that crashed on the last real run
