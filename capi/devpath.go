@@ -347,18 +347,7 @@ func (v *views) runDevice(c *core.Comm, rec devRecord, dt core.DataType, enqueue
 		if rec.later != nil {
 			return issueLater(st, dop, rec.later, laterDone)
 		}
-		err := enqueue(ptrs)
-		if eerr := st.EndDevice(); err == nil {
-			err = eerr
-		}
-		switch {
-		case dop == nil:
-		case err != nil:
-			dop.Failed(err)
-		default:
-			dop.OnGPU(st.Done)
-		}
-		return err
+		return endDevice(st, dop, enqueue(ptrs))
 	}
 	if closed(prev) && pool.DeviceReady(st) {
 		// The usual case: enqueue now, on the calling thread, and return.
@@ -390,24 +379,29 @@ func (v *views) runDevice(c *core.Comm, rec devRecord, dt core.DataType, enqueue
 	return req, nil
 }
 
+// endDevice ends device operation st, whose work was enqueued (err nil) or not all
+// of it: records its completion event after it and tells the flight recorder (dop, if
+// any); returns err, or EndDevice's.
+func endDevice(st *cuda.Staging, dop *core.DeviceOp, err error) error {
+	if eerr := st.EndDevice(); err == nil {
+		err = eerr
+	}
+	switch {
+	case dop == nil:
+	case err != nil:
+		dop.Failed(err)
+	default:
+		dop.OnGPU(st.Done)
+	}
+	return err
+}
+
 // issueLater issues work enqueued later (devRecord.later) as device operation st:
 // later operations need not wait for it (its stream's order is its lane's), and its
 // completion event is recorded, the flight recorder told and the request completed
 // (done) once the last of it is enqueued.
 func issueLater(st *cuda.Staging, dop *core.DeviceOp, later func(func(error)) error, done func(error)) error {
-	err := later(func(err error) {
-		if eerr := st.EndDevice(); err == nil {
-			err = eerr
-		}
-		switch {
-		case dop == nil:
-		case err != nil:
-			dop.Failed(err)
-		default:
-			dop.OnGPU(st.Done)
-		}
-		done(err)
-	})
+	err := later(func(err error) { done(endDevice(st, dop, err)) })
 	if err != nil {
 		_ = st.EndDevice()
 		if dop != nil {

@@ -18,22 +18,7 @@ import (
 // starts a watcher: its collectives are a copy. Before, it set up the device path
 // (1 cuMemAlloc, 1 cuIpcGetMemHandle) for a communicator of one.
 func TestOneRankTakesNoDevicePath(t *testing.T) {
-	path, err := cudatest.BuildIn(t.TempDir())
-	require.NoError(t, err)
-	d, err := cuda.Open(path)
-	require.NoError(t, err)
-	f, err := cudatest.Open(path)
-	require.NoError(t, err)
-	id, err := core.NewUniqueID()
-	require.NoError(t, err)
-	c, err := core.NewComm(id, 1, 0, core.Options{Timeout: 10 * time.Second})
-	require.NoError(t, err)
-	defer c.Destroy()
-	s := cuda.Stream(f.Stream(0))
-	ctx, err := d.StreamContext(s)
-	require.NoError(t, err)
-	e := &commEntry{comm: c, devState: devState{devMode: devAuto}}
-	v := &views{e: e, stream: s, drv: d, ctx: ctx}
+	path, _, c, v := oneRankViews(t)
 	before, err := cudatest.StrictCountersAt(path)
 	require.NoError(t, err)
 	sh, _, err := v.devicePath(c)
@@ -51,23 +36,9 @@ func TestOneRankTakesNoDevicePath(t *testing.T) {
 // stream has run, and nothing went through host memory. Before, it staged (a copy to
 // pinned host memory and back), and tryDevice left it to the staged path (ok false).
 func TestOneRankCollectiveIsADeviceCopy(t *testing.T) {
-	path, err := cudatest.BuildIn(t.TempDir())
-	require.NoError(t, err)
-	d, err := cuda.Open(path)
-	require.NoError(t, err)
-	f, err := cudatest.Open(path)
-	require.NoError(t, err)
-	id, err := core.NewUniqueID()
-	require.NoError(t, err)
-	c, err := core.NewComm(id, 1, 0, core.Options{Timeout: 10 * time.Second})
-	require.NoError(t, err)
-	defer c.Destroy()
-	s := cuda.Stream(f.Stream(0))
-	ctx, err := d.StreamContext(s)
-	require.NoError(t, err)
-	e := &commEntry{comm: c, devState: devState{devMode: devAuto}}
-	defer func() { _ = e.closePool() }()
-	v := &views{e: e, stream: s, drv: d, ctx: ctx}
+	_, f, c, v := oneRankViews(t)
+	defer func() { _ = v.e.closePool() }()
+	s := v.stream
 	const n = 1000
 	src, dst := f.Malloc(0, 4*n), f.Malloc(0, 4*n)
 	vals := make([]float32, n)
@@ -95,3 +66,25 @@ func TestOneRankCollectiveIsADeviceCopy(t *testing.T) {
 
 // devPtr is the fake's device address p as the pointer the C ABI passes.
 func devPtr(p uintptr) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&p)) }
+
+// oneRankViews builds the fake driver and returns its path, its hooks, a communicator of
+// one rank (destroyed when the test ends) and the views of an operation of it under auto
+// on a stream of device 0.
+func oneRankViews(t *testing.T) (string, *cudatest.Fake, *core.Comm, *views) {
+	path, err := cudatest.BuildIn(t.TempDir())
+	require.NoError(t, err)
+	d, err := cuda.Open(path)
+	require.NoError(t, err)
+	f, err := cudatest.Open(path)
+	require.NoError(t, err)
+	id, err := core.NewUniqueID()
+	require.NoError(t, err)
+	c, err := core.NewComm(id, 1, 0, core.Options{Timeout: 10 * time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Destroy() })
+	s := cuda.Stream(f.Stream(0))
+	ctx, err := d.StreamContext(s)
+	require.NoError(t, err)
+	e := &commEntry{comm: c, devState: devState{devMode: devAuto}}
+	return path, f, c, &views{e: e, stream: s, drv: d, ctx: ctx}
+}

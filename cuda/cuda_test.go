@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gonccl/gonccl/core"
 	"github.com/gonccl/gonccl/cuda"
 	"github.com/gonccl/gonccl/cuda/cudatest"
 )
@@ -265,4 +266,16 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// hostExchange is NewShared's exchange over c: a host all-gather of each rank's record.
+func hostExchange(c *core.Comm) func([]byte) ([]byte, error) {
+	return func(rec []byte) ([]byte, error) {
+		all := make([]byte, len(rec)*c.Size())
+		req, err := c.AllGather(rec, all, len(rec), core.Uint8)
+		if err == nil {
+			_, err = req.Wait(-1)
+		}
+		return all, err
+	}
 }

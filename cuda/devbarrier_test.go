@@ -59,14 +59,7 @@ func barrierHolds(t *testing.T, devs []int, fault string) bool {
 				return
 			}
 			comms[r] = c
-			shs[r], errs[r] = cuda.NewShared(d, ctxs[r], r, n, devScratch, func(rec []byte) ([]byte, error) {
-				all := make([]byte, len(rec)*n)
-				req, err := c.AllGather(rec, all, len(rec), core.Uint8)
-				if err == nil {
-					_, err = req.Wait(-1)
-				}
-				return all, err
-			})
+			shs[r], errs[r] = cuda.NewShared(d, ctxs[r], r, n, devScratch, hostExchange(c))
 		}()
 	}
 	wg.Wait()

@@ -53,14 +53,7 @@ func benchP2PEnqueue(b *testing.B, record bool) {
 				errs[r] = err
 				return
 			}
-			sh, err := cuda.NewShared(d, ctx, r, nranks, 1<<20, func(rec []byte) ([]byte, error) {
-				all := make([]byte, len(rec)*nranks)
-				req, err := c.AllGather(rec, all, len(rec), core.Uint8)
-				if err == nil {
-					_, err = req.Wait(-1)
-				}
-				return all, err
-			})
+			sh, err := cuda.NewShared(d, ctx, r, nranks, 1<<20, hostExchange(c))
 			ranks[r] = rank{sh: sh, s: s, send: f.Malloc(0, 8), buf: f.Malloc(0, 8), comm: c}
 			errs[r] = err
 		}()

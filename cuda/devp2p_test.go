@@ -156,14 +156,7 @@ func devP2PRank(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank int, de
 	if err != nil {
 		return err
 	}
-	sh, err := cuda.NewShared(d, ctx, rank, nranks, devScratch, func(rec []byte) ([]byte, error) {
-		all := make([]byte, len(rec)*nranks)
-		req, err := c.AllGather(rec, all, len(rec), core.Uint8)
-		if err == nil {
-			_, err = req.Wait(-1)
-		}
-		return all, err
-	})
+	sh, err := cuda.NewShared(d, ctx, rank, nranks, devScratch, hostExchange(c))
 	if err != nil {
 		return err
 	}

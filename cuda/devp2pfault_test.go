@@ -155,14 +155,7 @@ func p2pShared(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank int, dev
 	ctx, err := d.StreamContext(cuda.Stream(f.Stream(devs[rank])))
 	if err == nil {
 		var sh *cuda.Shared
-		sh, err = cuda.NewShared(d, ctx, rank, nranks, devScratch, func(rec []byte) ([]byte, error) {
-			all := make([]byte, len(rec)*nranks)
-			req, err := c.AllGather(rec, all, len(rec), core.Uint8)
-			if err == nil {
-				_, err = req.Wait(-1)
-			}
-			return all, err
-		})
+		sh, err = cuda.NewShared(d, ctx, rank, nranks, devScratch, hostExchange(c))
 		if err == nil {
 			return c, sh, nil
 		}

@@ -46,14 +46,7 @@ func BenchmarkDevicePathEnqueue8B(b *testing.B) {
 				errs[r] = err
 				return
 			}
-			sh, err := cuda.NewShared(d, ctx, r, nranks, 1<<20, func(rec []byte) ([]byte, error) {
-				all := make([]byte, len(rec)*nranks)
-				req, err := c.AllGather(rec, all, len(rec), core.Uint8)
-				if err == nil {
-					_, err = req.Wait(-1)
-				}
-				return all, err
-			})
+			sh, err := cuda.NewShared(d, ctx, r, nranks, 1<<20, hostExchange(c))
 			if err != nil {
 				errs[r] = err
 				return

@@ -216,14 +216,7 @@ func devRank(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank int, devs 
 	if err != nil {
 		return err
 	}
-	exchange := func(rec []byte) ([]byte, error) {
-		all := make([]byte, len(rec)*nranks)
-		req, err := c.AllGather(rec, all, len(rec), core.Uint8)
-		if err == nil {
-			_, err = req.Wait(-1)
-		}
-		return all, err
-	}
+	exchange := hostExchange(c)
 	sh, err := cuda.NewShared(d, ctx, rank, nranks, devScratch, exchange)
 	if err != nil {
 		return err

@@ -97,14 +97,7 @@ func oneContextRank(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank int
 	if err != nil {
 		return err
 	}
-	sh, err := cuda.NewShared(d, ctx, rank, 2, devScratch, func(rec []byte) ([]byte, error) {
-		all := make([]byte, 2*len(rec))
-		req, err := c.AllGather(rec, all, len(rec), core.Uint8)
-		if err == nil {
-			_, err = req.Wait(-1)
-		}
-		return all, err
-	})
+	sh, err := cuda.NewShared(d, ctx, rank, 2, devScratch, hostExchange(c))
 	if errors.Is(err, cuda.ErrNotShared) {
 		fmt.Fprintf(log, "rank %d: staged: %v\n", rank, err)
 		return nil

@@ -45,14 +45,7 @@ func sameGPUHotPathRank(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank
 	if err != nil {
 		return err
 	}
-	g, err := cuda.NewSameGPU(d, ctx, rank, nranks, 30*time.Second, func(rec []byte) ([]byte, error) {
-		all := make([]byte, len(rec)*nranks)
-		req, err := c.AllGather(rec, all, len(rec), core.Uint8)
-		if err == nil {
-			_, err = req.Wait(-1)
-		}
-		return all, err
-	})
+	g, err := cuda.NewSameGPU(d, ctx, rank, nranks, 30*time.Second, hostExchange(c))
 	if err != nil {
 		return err
 	}

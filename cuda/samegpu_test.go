@@ -143,14 +143,7 @@ func sameGPURank(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank int, d
 	if err != nil {
 		return err
 	}
-	exchange := func(rec []byte) ([]byte, error) {
-		all := make([]byte, len(rec)*nranks)
-		req, err := c.AllGather(rec, all, len(rec), core.Uint8)
-		if err == nil {
-			_, err = req.Wait(-1)
-		}
-		return all, err
-	}
+	exchange := hostExchange(c)
 	red, err := reducerFor(d, ctx)
 	if err != nil {
 		return err

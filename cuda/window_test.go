@@ -144,14 +144,7 @@ func windowRank(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank int, de
 	if got, ok := d.DevicePointer(buf); !ok || got != dev {
 		return fmt.Errorf("rank %d: DevicePointer(%#x) = %d, %v; want device %d", rank, buf, got, ok, dev)
 	}
-	exchange := func(rec []byte) ([]byte, error) {
-		all := make([]byte, len(rec)*nranks)
-		req, err := c.AllGather(rec, all, len(rec), core.Uint8)
-		if err == nil {
-			_, err = req.Wait(-1)
-		}
-		return all, err
-	}
+	exchange := hostExchange(c)
 	dw, err := cuda.NewDevWindow(d, dev, rank, nranks, buf, bytes, timeout, problem, exchange)
 	if err != nil {
 		return err
