@@ -134,6 +134,10 @@ func (s *Shared) P2P(ops []P2POp) error {
 			return fmt.Errorf("cuda: a point-to-point message of %d bytes", op.Bytes)
 		}
 	}
+	follow, err := s.afterLanes(ops)
+	if err != nil {
+		return err
+	}
 	sb := p2pSlotBytes(s.cap, s.nranks)
 	// The chunks of each (direction, peer), in issue order.
 	var queues [2][][]p2pChunk
@@ -164,6 +168,13 @@ func (s *Shared) P2P(ops []P2POp) error {
 		if s.p2p.sendSeq == nil {
 			s.p2p.sendSeq = make([]uint32, s.nranks)
 			s.p2p.recvSeq = make([]uint32, s.nranks)
+		}
+		for st, lanes := range follow {
+			for _, ls := range lanes {
+				if err := s.followLocked(st, ls); err != nil {
+					return err
+				}
+			}
 		}
 		g, err := s.p2pBegin(queues)
 		if err != nil {
@@ -259,28 +270,31 @@ func (s *Shared) recvChunkAt(peer int, c p2pChunk, q uint32, gpuWait bool) error
 func (s *Shared) Follow(side, main Stream) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.d.do(s.ctx, func() error {
-		// The fake driver, like a careful reading of CUDA's, wants an event alive until
-		// its record has run: destroy the ones that have completed, keep the rest.
-		keep := s.p2p.forks[:0]
-		for _, ev := range s.p2p.forks {
-			if done, err := s.d.eventDone(ev); err == nil && done {
-				_ = s.d.eventDestroy(ev)
-			} else {
-				keep = append(keep, ev)
-			}
+	return s.d.do(s.ctx, func() error { return s.followLocked(side, main) })
+}
+
+// followLocked is Follow with s.mu held and the context current.
+func (s *Shared) followLocked(side, main Stream) error {
+	// The fake driver, like a careful reading of CUDA's, wants an event alive until
+	// its record has run: destroy the ones that have completed, keep the rest.
+	keep := s.p2p.forks[:0]
+	for _, ev := range s.p2p.forks {
+		if done, err := s.d.eventDone(ev); err == nil && done {
+			_ = s.d.eventDestroy(ev)
+		} else {
+			keep = append(keep, ev)
 		}
-		s.p2p.forks = keep
-		ev, err := s.d.eventCreate()
-		if err != nil {
-			return err
-		}
-		s.p2p.forks = append(s.p2p.forks, ev)
-		if err := s.d.eventRecord(ev, main); err != nil {
-			return err
-		}
-		return s.d.streamWaitEvent(side, ev)
-	})
+	}
+	s.p2p.forks = keep
+	ev, err := s.d.eventCreate()
+	if err != nil {
+		return err
+	}
+	s.p2p.forks = append(s.p2p.forks, ev)
+	if err := s.d.eventRecord(ev, main); err != nil {
+		return err
+	}
+	return s.d.streamWaitEvent(side, ev)
 }
 
 // p2pRelease destroys Follow's events (release, with the context current): once

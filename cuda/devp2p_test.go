@@ -84,6 +84,10 @@ type p2pCase struct {
 	group, split bool
 	recvFirst    bool // odd ranks issue their receives before their sends
 	later        bool // each operation alone, asynchronous (P2PLater), every rank receiving first
+	// mixed: the first half of the messages as in later, then the second half (to the
+	// same peers) in one group enqueued on the GPU's order (P2P) at once: it must come
+	// after the async ones of its pairs.
+	mixed bool
 }
 
 func p2pCases(n int) []p2pCase {
@@ -102,6 +106,10 @@ func p2pCases(n int) []p2pCase {
 		cs = append(cs, p2pCase{name: fmt.Sprintf("ring %d", size), msgs: ring, group: true, split: size%2 == 0})
 		if size > 0 {
 			cs = append(cs, p2pCase{name: fmt.Sprintf("async ring %d", size), msgs: ring, later: true, split: true})
+		}
+		if size >= 1000 {
+			twice := append(append([]p2pMsg{}, ring...), ring...)
+			cs = append(cs, p2pCase{name: fmt.Sprintf("async then grouped ring %d", size), msgs: twice, later: true, mixed: true, split: true})
 		}
 	}
 	var multi []p2pMsg
@@ -224,12 +232,26 @@ func runP2PCase(sh *cuda.Shared, f *cudatest.Fake, dev int, streams []cuda.Strea
 	if pc.recvFirst && rank%2 == 1 {
 		ops = append(append([]cuda.P2POp{}, recvs...), sends...)
 	}
+	var grouped []cuda.P2POp
+	if pc.mixed {
+		// The second message of each pair: sends on streams[0], receives moved there too.
+		grouped = append(append([]cuda.P2POp{}, sends[len(sends)/2:]...), recvs[len(recvs)/2:]...)
+		for i := range grouped {
+			grouped[i].Stream = streams[0]
+		}
+		sends, recvs = sends[:len(sends)/2], recvs[:len(recvs)/2]
+	}
 	if pc.later {
 		// As goncclRecvAsync then goncclSendAsync: receives first, on every rank.
 		ops = append(append([]cuda.P2POp{}, recvs...), sends...)
 		done := make(chan error, len(ops))
 		for _, op := range ops {
 			if err := sh.P2PLater(op, func(err error) { done <- err }); err != nil {
+				return nil, err
+			}
+		}
+		if len(grouped) > 0 {
+			if err := sh.P2P(grouped); err != nil {
 				return nil, err
 			}
 		}

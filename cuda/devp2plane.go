@@ -44,6 +44,7 @@ type lane struct {
 	ops     []*laneOp // in issue order; the head is being enqueued
 	running bool      // a goroutine is enqueueing its ops
 	idle    chan struct{}
+	stream  Stream // the stream of its latest op
 }
 
 // laneOp is one async operation: its chunks, numbered from first.
@@ -105,6 +106,7 @@ func (s *Shared) P2PLater(op P2POp, done func(error)) error {
 		s.p2p.lanes[k] = l
 	}
 	l.ops = append(l.ops, lo)
+	l.stream = op.Stream
 	if !l.running {
 		l.running, l.idle = true, make(chan struct{})
 		go s.runLane(k, l)
@@ -192,17 +194,7 @@ func (s *Shared) laneWait(k laneKey, q uint32, i, n int) error {
 		return nil
 	}
 	word := s.ownWord(flag)
-	timeout, commErr := LaneTimeout, func() error { return nil }
-	s.mu.Lock()
-	if w := s.watch; w != nil {
-		if w.cfg.Timeout != nil {
-			timeout = w.cfg.Timeout()
-		}
-		if w.cfg.Err != nil {
-			commErr = w.cfg.Err
-		}
-	}
-	s.mu.Unlock()
+	timeout, commErr := s.laneLimits()
 	deadline := time.Now().Add(timeout)
 	var w waiter
 	for atomic.LoadUint32(word) < want {
@@ -226,6 +218,69 @@ func (s *Shared) laneWait(k laneKey, q uint32, i, n int) error {
 		w.wait()
 	}
 	return nil
+}
+
+// laneLimits returns how long a lane waits for one chunk's peer and the
+// communicator's error (nil while it has not failed), from the watcher's configuration.
+func (s *Shared) laneLimits() (time.Duration, func() error) {
+	timeout, commErr := LaneTimeout, func() error { return nil }
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w := s.watch; w != nil {
+		if w.cfg.Timeout != nil {
+			timeout = w.cfg.Timeout()
+		}
+		if w.cfg.Err != nil {
+			commErr = w.cfg.Err
+		}
+	}
+	return timeout, commErr
+}
+
+// afterLanes orders a group that P2P enqueues after the async operations of the same
+// peers and directions issued before it: the chunks of one pair are numbered in issue
+// order, and two of them in flight on streams that do not order each other could
+// publish their counts out of order (a receiver would then read a slot not yet
+// written). It waits, on the host, until those lanes have enqueued their operations,
+// and returns, per stream of the group, the lane streams it must follow (Follow). s.mu
+// not held.
+func (s *Shared) afterLanes(ops []P2POp) (map[Stream][]Stream, error) {
+	timeout, _ := s.laneLimits()
+	deadline := time.Now().Add(timeout)
+	var follow map[Stream][]Stream
+	for _, op := range ops {
+		k := laneKey{op.Peer, op.Recv}
+		s.mu.Lock()
+		l := s.p2p.lanes[k]
+		var idle chan struct{}
+		if l != nil && l.running {
+			idle = l.idle
+		}
+		s.mu.Unlock()
+		if l == nil {
+			continue
+		}
+		if idle != nil {
+			t := time.NewTimer(time.Until(deadline))
+			select {
+			case <-idle:
+				t.Stop()
+			case <-t.C:
+				return nil, fmt.Errorf("cuda: the async %s issued before this one were not enqueued in time (is rank %d progressing?)",
+					map[bool]string{false: fmt.Sprintf("sends to rank %d", op.Peer), true: fmt.Sprintf("receives from rank %d", op.Peer)}[op.Recv], op.Peer)
+			}
+		}
+		s.mu.Lock()
+		ls := l.stream
+		s.mu.Unlock()
+		if ls != op.Stream {
+			if follow == nil {
+				follow = map[Stream][]Stream{}
+			}
+			follow[op.Stream] = append(follow[op.Stream], ls)
+		}
+	}
+	return follow, nil
 }
 
 // laneName describes chunk i of n of an operation of lane k.
