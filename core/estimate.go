@@ -11,7 +11,9 @@ import (
 // overlaps computation, so an estimate is the time from the caller's issue of the
 // operation to its completion: the chosen algorithm's modelled time (stretched where
 // this host's ranks outnumber its cores) plus the fixed cost of one call
-// (callOverheadUS).
+// (callOverheadUS). Where a calibration file has an entry for this host, size and
+// transport (calibration.go), the chosen algorithm is priced with the rates fitted to
+// it instead, and the fixed cost is the one fitted for the operation's kind.
 
 // KindSendRecv is not an operation kind on the wire: it names a point-to-point message
 // (one send matched by one receive) for Estimate.
@@ -38,6 +40,10 @@ func (c *Comm) Estimate(k Kind, bytes int) (float64, Algo, error) {
 		return 0, AlgoNone, fmt.Errorf("%w: estimate of %d bytes", ErrInvalidArgument, bytes)
 	}
 	if k == KindSendRecv {
+		if cal := c.calibrated(); cal != nil {
+			m := cal.rated(c.sel.m)
+			return cal.otherUS + callerBytes(k, c.nranks, bytes)/(cal.copyGBs*1e3) + m.xfer(float64(bytes)), AlgoNone, nil
+		}
 		return callOverheadUS + c.sel.m.xfer(float64(bytes)), AlgoNone, nil
 	}
 	if k.row() == nil || k == KindAlltoAllv {
@@ -55,7 +61,13 @@ func (c *Comm) Estimate(k Kind, bytes int) (float64, Algo, error) {
 		_, err := s.choose(k, bytes) // the same error the operation would get
 		return 0, AlgoNone, err
 	}
-	return callOverheadUS + ests[best].us*c.sharedCores(), ests[best].algo, nil
+	algo := ests[best].algo
+	if cal := c.calibrated(); cal != nil {
+		// Measured with this many ranks on this host: the rates include any sharing
+		// of cores.
+		return cal.price(c.sel.m, s.rows, k, algo, bytes), algo, nil
+	}
+	return callOverheadUS + ests[best].us*c.sharedCores(), algo, nil
 }
 
 // sharedCores is how many ranks of this host take turns on each core (at least 1):
