@@ -135,7 +135,7 @@ func TestCalibrationRatesChangeTheEstimate(t *testing.T) {
 func TestCalibrationFallsBack(t *testing.T) {
 	builtin := func(c *Comm, k Kind, b int) float64 {
 		best, ests := c.sel.evaluate(k, b)
-		return callOverheadUS + ests[best].us*c.sharedCores()
+		return c.builtin(k, b, ests[best].us)
 	}
 	garbled := func(text string) func(*Comm) string {
 		return func(*Comm) string {

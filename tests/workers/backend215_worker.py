@@ -148,7 +148,7 @@ def calibrated(builtin: dict) -> None:
             got[coll].append(us)
             want = synthetic_us(nbytes)
             # The model's shape is not the file's (one rate for every collective's
-            # bytes), so the fit is near, not exact; the built-in rates are 10x off.
+            # bytes), so the fit is near, not exact; the built-in rates are far off.
             CK.check(want / 2 < us < want * 2,
                      f"{coll} of {nbytes} bytes: calibrated estimate {us:.1f} us, the file says {want:.1f}")
             plain = estimate(groups["none"], coll, n)
