@@ -24,11 +24,11 @@ const KindSendRecv Kind = 64
 // dispatch and Work, handing the operation to the executor, waking it, completing the
 // request and waking the waiter. Fitted to `python -m gonccl.bench --calibrate -np 2`
 // on a 2-core x86-64 VM (C ABI callers pay less).
-const callOverheadUS = 150.0
+const callOverheadUS = 300.0
 
 // memcpyGBs is the speed of copying the caller's tensors in and out (callerBytes) and
 // of a local copy, fitted with callOverheadUS.
-const memcpyGBs = 5.0
+const memcpyGBs = 4.0
 
 // Estimate returns the modelled time, in microseconds, of one operation of kind k on a
 // message of bytes (the size the model takes: the per-rank buffer; for all_gather and

@@ -85,7 +85,7 @@ def _median_times(cases, group, args, rounds: int = 3) -> dict:
             t, out = _buffers(c[0], c[1], dist.get_world_size())
             for _ in range(args.warmup_iters):
                 _issue(c[0], t, out, group).wait()
-            for _ in range(max(2, _iters(c[1], args.iters) // rounds)):
+            for _ in range(max(3, _iters(c[1], args.iters) // rounds)):
                 s = time.perf_counter()
                 _issue(c[0], t, out, group).wait()
                 times[c].append(time.perf_counter() - s)
@@ -130,7 +130,7 @@ def run_calibrate(args) -> int:
         return 2
     g = dist.new_group(backend="gonccl", timeout=timedelta(seconds=args.pg_timeout))
     cases = [(coll, nbytes) for coll in ESTIMATED for nbytes in _within(CALIBRATE_SIZES, args)]
-    times = _median_times(cases, g, args)
+    times = _median_times(cases, g, args, rounds=5)
     points = [{"op": coll, "bytes": nbytes, "us": round(times[coll, nbytes], 2)} for coll, nbytes in cases]
     if rank == 0:
         load = os.getloadavg()[0]
