@@ -57,6 +57,8 @@ type Comm struct {
 	scratchBytes int             // its size (Resume maps it again)
 	work         []byte          // mmap'd, grown on demand: see workBuf
 	sel          *selector       // the cost model: picks each operation's algorithm
+	calOnce      sync.Once       // reads the estimator's calibration (calibration.go)
+	cal          *calibration    // the estimator's fitted rates; nil: the built-in ones
 	trace        *flightRecorder // recent operations (nil: off); see trace.go
 	epoch        uint32          // the generation; see epoch.go
 	guard        safego.Guard    // how its goroutines survive panics (see safety.go)

@@ -42,6 +42,18 @@ var Params = []settings.Param[config]{
 	{Name: "GONCCL_ALGO", Unset: "(cost model)",
 		Help:  "restrict the algorithms the cost model may pick, in NCCL's syntax: `allreduce:ring`, `allreduce:ring,rd;broadcast:chain`, `^direct` (exclude). Choices: " + algoChoices(),
 		Parse: func(c *config, _, v string) (err error) { c.algo, err = parseAlgo(v); return err }},
+	{Name: "GONCCL_CALIBRATION", Unset: "`~/.cache/gonccl/calibration.json`",
+		Help: "the file of measured times the time estimator (`dist._time_estimator`, `goncclCommEstimate`) fits its rates to: `python -m gonccl.bench --calibrate -np N` writes an entry per host, number of ranks and transport (`shm` or `tcp`). Read at a communicator's first estimate; a missing file, or one without an entry for the communicator, leaves the built-in rates (logged at `INFO`, subsystem `TUNING`; a garbled one at `WARN`). Algorithm choice never depends on it. `none`: the built-in rates",
+		Parse: text(func(c *config, v string) {
+			switch v {
+			case "":
+				c.calibration = DefaultCalibrationPath()
+			case "none":
+				c.calibration = ""
+			default:
+				c.calibration = v
+			}
+		})},
 	{Name: "GONCCL_GOMAXPROCS", Unset: "max(2, cores / local ranks)",
 		Help:  "threads for the Go runtime in each rank",
 		Parse: integer(1, 0, func(c *config, v int64) { c.gomaxprocs = int(v) })},
@@ -138,6 +150,7 @@ type config struct {
 	tlsKey             string        // GONCCL_TLS_KEY
 	tlsCA              string        // GONCCL_TLS_CA
 	tls                *tcp.TLS      // loaded when tlsOn; nil: plain TCP
+	calibration        string        // GONCCL_CALIBRATION's file ("": none)
 	set                []string      // "NAME=value" for every variable the user set
 
 	// injectPanic is a test hook, nil in production: called with the name of every

@@ -44,20 +44,21 @@ const opOverheadUS = 3.0
 type model struct {
 	n           int
 	link        linkCost
-	oneHost     bool // every peer is on this host (shared memory)
-	hosts       int  // hosts the ranks span (0: unknown, links made by tests)
-	maxLocal    int  // most ranks on one host
-	equalHosts  bool // every host has maxLocal ranks (see allReduceRails)
-	chunkBytes  int  // pipelining unit of the ring and chain algorithms
-	scratch     int  // bytes the latency algorithms may hold in scratch memory
-	llThreshold int  // largest message the latency algorithms are chosen for by default
+	oneHost     bool    // every peer is on this host (shared memory)
+	hosts       int     // hosts the ranks span (0: unknown, links made by tests)
+	maxLocal    int     // most ranks on one host
+	equalHosts  bool    // every host has maxLocal ranks (see allReduceRails)
+	chunkBytes  int     // pipelining unit of the ring and chain algorithms
+	scratch     int     // bytes the latency algorithms may hold in scratch memory
+	llThreshold int     // largest message the latency algorithms are chosen for by default
+	reduceGBs   float64 // speed of the reduction kernels (reduceGBs, or a calibration's)
 }
 
 // costModel describes this communicator to the model: its size and its links (shared
 // memory only when every peer is on this host and reached through it).
 func (c *Comm) costModel() model {
 	m := model{n: c.nranks, link: shmCost, oneHost: true, chunkBytes: c.cfg.chunkBytes,
-		scratch: len(c.scratch), llThreshold: c.cfg.llThreshold}
+		scratch: len(c.scratch), llThreshold: c.cfg.llThreshold, reduceGBs: reduceGBs}
 	if !c.peers.allShm() {
 		m.link, m.oneHost = tcpCost, false
 	}
@@ -98,12 +99,12 @@ func (m *model) log2n() float64 { return float64(bits.Len(uint(m.n - 1))) } // c
 func (m *model) xfer(b float64) float64 { return m.link.latencyUS + b/(m.link.bwGBs*1e3) }
 
 // red is the time to reduce b bytes.
-func red(b float64) float64 { return b / (reduceGBs * 1e3) }
+func (m *model) red(b float64) float64 { return b / (m.reduceGBs * 1e3) }
 
-// pipelinedOver is pipelined over links of cost l in chunks of chunkBytes.
-func pipelinedOver(l linkCost, chunkBytes, hops int, b float64, reduce bool) float64 {
-	m := model{link: l, chunkBytes: chunkBytes}
-	return m.pipelined(hops, b, reduce)
+// pipelinedOver is m.pipelined over links of cost l in chunks of chunkBytes.
+func (m *model) pipelinedOver(l linkCost, hops int, b float64, reduce bool) float64 {
+	o := model{link: l, chunkBytes: m.chunkBytes, reduceGBs: m.reduceGBs}
+	return o.pipelined(hops, b, reduce)
 }
 
 // pipelined is the time of a pipeline of `hops` links carrying b bytes in chunks: the
@@ -114,8 +115,8 @@ func (m *model) pipelined(hops int, b float64, reduce bool) float64 {
 	c := b / chunks
 	stage, fill := m.xfer(c), m.xfer(c)
 	if reduce {
-		stage = math.Max(stage, red(c))
-		fill += red(c)
+		stage = math.Max(stage, m.red(c))
+		fill += m.red(c)
 	}
 	return opOverheadUS + float64(hops)*fill + (chunks-1)*stage
 }
@@ -152,7 +153,7 @@ func (m *model) directWhy(bytes int, what string) string {
 func (m *model) allReduceRingCost(bytes int) (float64, string) {
 	n := float64(m.n)
 	seg := float64(bytes) / n
-	return opOverheadUS + 2*(n-1)*(m.link.latencyUS+seg/(m.link.bwGBs*1e3)) + (n-1)*red(seg), ""
+	return opOverheadUS + 2*(n-1)*(m.link.latencyUS+seg/(m.link.bwGBs*1e3)) + (n-1)*m.red(seg), ""
 }
 
 // allReduceHierCost: the hierarchical all_reduce (allReduceHier), for ranks on several
@@ -167,16 +168,16 @@ func (m *model) allReduceHierCost(bytes int) (float64, string) {
 		// over shared memory, and between them all L rails at once each all-reducing
 		// b/L in a ring over the network.
 		l := float64(m.maxLocal)
-		local := 2*(l-1)*(shmCost.latencyUS+b/l/(shmCost.bwGBs*1e3)) + (l-1)*red(b/l)
+		local := 2*(l-1)*(shmCost.latencyUS+b/l/(shmCost.bwGBs*1e3)) + (l-1)*m.red(b/l)
 		seg := b / l / h
-		return opOverheadUS + local + 2*(h-1)*(tcpCost.latencyUS+seg/(tcpCost.bwGBs*1e3)) + (h-1)*red(seg), ""
+		return opOverheadUS + local + 2*(h-1)*(tcpCost.latencyUS+seg/(tcpCost.bwGBs*1e3)) + (h-1)*m.red(seg), ""
 	}
 	// Chain-reduce into each host's leader and chain-broadcast back over shared
 	// memory; between them a ring of the leaders over the network, each byte
 	// crossing it 2(H-1)/H times instead of 2(n-1)/n.
-	local := pipelinedOver(shmCost, m.chunkBytes, m.maxLocal-1, b, true) + pipelinedOver(shmCost, m.chunkBytes, m.maxLocal-1, b, false)
+	local := m.pipelinedOver(shmCost, m.maxLocal-1, b, true) + m.pipelinedOver(shmCost, m.maxLocal-1, b, false)
 	seg := b / h
-	return local + opOverheadUS + 2*(h-1)*(tcpCost.latencyUS+seg/(tcpCost.bwGBs*1e3)) + (h-1)*red(seg), ""
+	return local + opOverheadUS + 2*(h-1)*(tcpCost.latencyUS+seg/(tcpCost.bwGBs*1e3)) + (h-1)*m.red(seg), ""
 }
 
 // allReduceRDCost: recursive doubling, log2(n) exchanges of the whole buffer, each
@@ -191,7 +192,7 @@ func (m *model) allReduceRDCost(bytes int) (float64, string) {
 		steps++
 		us += m.xfer(b)
 	}
-	return us + steps*(m.xfer(b)+red(b)), ""
+	return us + steps*(m.xfer(b)+m.red(b)), ""
 }
 
 // allReduceDirectCost: every rank sends its buffer to every peer, then reduces all n
@@ -201,7 +202,7 @@ func (m *model) allReduceDirectCost(bytes int) (float64, string) {
 		return 0, why
 	}
 	b, n := float64(bytes), float64(m.n)
-	return m.link.latencyUS + (n-1)*b/(m.link.bwGBs*1e3) + (n-1)*red(b), ""
+	return m.link.latencyUS + (n-1)*b/(m.link.bwGBs*1e3) + (n-1)*m.red(b), ""
 }
 
 func (m *model) broadcastTreeCost(bytes int) (float64, string) {
@@ -214,7 +215,7 @@ func (m *model) broadcastChainCost(bytes int) (float64, string) {
 
 func (m *model) reduceTreeCost(bytes int) (float64, string) {
 	b := float64(bytes)
-	return m.log2n() * (m.xfer(b) + red(b)), ""
+	return m.log2n() * (m.xfer(b) + m.red(b)), ""
 }
 
 func (m *model) reduceChainCost(bytes int) (float64, string) {
@@ -234,7 +235,7 @@ func (m *model) allGatherRingCost(bytes int) (float64, string) {
 
 func (m *model) reduceScatterRingCost(bytes int) (float64, string) {
 	b := float64(bytes)
-	return opOverheadUS + float64(m.n-1)*(m.xfer(b)+red(b)), ""
+	return opOverheadUS + float64(m.n-1)*(m.xfer(b)+m.red(b)), ""
 }
 
 // perPeerCost is one message to or from each peer (gather, scatter, alltoall).

@@ -13,7 +13,7 @@ import (
 
 func testSelector(n int, link linkCost, allow algoAllow) (*selector, *observer.ObservedLogs) {
 	obs, logs := observer.New(zapcore.InfoLevel)
-	m := model{n: n, link: link, oneHost: link == shmCost, chunkBytes: 512 << 10, scratch: 512 << 10, llThreshold: 64 << 10}
+	m := model{n: n, link: link, oneHost: link == shmCost, chunkBytes: 512 << 10, scratch: 512 << 10, llThreshold: 64 << 10, reduceGBs: reduceGBs}
 	return newSelector(m, allow, loggers{tune: zap.New(obs)}), logs
 }
 

@@ -21,8 +21,8 @@ import _harness
 TIMEOUT = 120
 
 
-def bench(tmp_path, *args, timeout=TIMEOUT):
-    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+def bench(tmp_path, *args, timeout=TIMEOUT, env_extra=None):
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", **(env_extra or {}))
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(k, None)
     run = _harness.run_processes(
@@ -121,6 +121,43 @@ def test_bench_paths_side_by_side(tmp_path):
         assert re.search(rf"# +{b}: Avg bus bandwidth +: [0-9.]+ GB/s", out), out
     doc = json.loads(out_json.read_text())
     assert doc["backends"] == list(names)
+
+
+@pytest.mark.timeout(TIMEOUT + 30)
+def test_bench_calibrate_then_estimate(tmp_path):
+    """--calibrate writes this host's entry for 2 ranks over shared memory to
+    GONCCL_CALIBRATION (a point per collective and size, replacing an older entry for
+    the same key, keeping others); --estimate then says it estimates from that entry and
+    prints a row per size. The tool, not the times: no time is checked."""
+    import socket
+
+    from gonccl.bench import calibration
+
+    cal = tmp_path / "cal.json"
+    other = {"host": "elsewhere", "nranks": 2, "transport": "shm", "points": []}
+    stale = {"host": socket.gethostname(), "nranks": 2, "transport": "shm", "points": [{"op": "all_reduce"}]}
+    cal.write_text(json.dumps({"format": calibration.FORMAT, "entries": [other, stale]}))
+    env = {"GONCCL_CALIBRATION": str(cal)}
+    run = bench(tmp_path, "--calibrate", "-e", "512", "-n", "1", "-w", "1", "-np", "2", env_extra=env)
+    run.assert_ok("gonccl.bench --calibrate")
+    data = json.loads(cal.read_text())
+    assert data["format"] == "gonccl-calibration/1", data
+    assert data["entries"][0] == other, data
+    assert len(data["entries"]) == 2, data
+    mine = data["entries"][1]
+    assert (mine["host"], mine["nranks"], mine["transport"]) == (socket.gethostname(), 2, "shm"), mine
+    assert [(p["op"], p["bytes"]) for p in mine["points"]] == [
+        (c, b) for c in ("all_reduce", "all_gather", "reduce_scatter") for b in (8, 64, 512)], mine
+    assert all(p["us"] > 0 for p in mine["points"]), mine
+
+    run = bench(tmp_path, "--estimate", "-e", "1K", "-n", "1", "-w", "1", "-np", "2", env_extra=env)
+    run.assert_ok("gonccl.bench --estimate")
+    out = run.procs[0].stdout
+    assert f"# calibration: {cal}, entry for host {socket.gethostname()}, 2 ranks, shm" in out, out
+    rows = table_rows(out)
+    assert [r[0] for r in rows] == ["8", "1024"] * 3, out
+    assert all(float(r[1]) > 0 and float(r[2]) > 0 for r in rows), out
+    assert re.search(r"# worst ratio \(either way\): [0-9.]+x", out), out
 
 
 def test_bench_default_backends():

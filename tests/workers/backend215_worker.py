@@ -5,7 +5,10 @@ WORLD_SIZE ranks, sections:
               tensors keep their values, the group stays in step: a real op after it
               is right); the estimate is positive, grows with the size, and two ops
               cost their sum. Before torch 2.15 torch refuses it (no
-              start/endTimeEstimate to call).
+              start/endTimeEstimate to call). A group made while
+              GONCCL_CALIBRATION names a file with an entry for this host and size
+              estimates from its times; GONCCL_CALIBRATION=none gives the built-in
+              rates.
   alloc       allocate_tensor on CPU returns a tensor in gonccl's shared memory (a
               memfd mapping named gonccl-alloc in /proc/self/maps); all_reduce,
               all_gather and reduce_scatter on such tensors equal local references.
@@ -29,12 +32,17 @@ import torch.distributed as dist
 
 import gonccl
 from _common import Checker
+from gonccl.bench import calibration
 from _torch_since import TORCH
 
+# The estimator's checks compare with the built-in rates: no calibration file of the
+# machine's own (the calibration section makes its own).
+os.environ["GONCCL_CALIBRATION"] = "none"
 RANK = int(os.environ["RANK"])
 WS = int(os.environ["WORLD_SIZE"])
 CPU = torch.device("cpu")
 CK: Checker
+CK_DIR = sys.argv[1] if len(sys.argv) > 1 else "."
 
 
 def values(rank: int, n: int) -> torch.Tensor:
@@ -88,6 +96,67 @@ def estimator() -> None:
     dist.all_reduce(t)
     want = sum(values(r, 1024) for r in range(WS))
     CK.check(torch.equal(t, want), "all_reduce after the estimator is wrong")
+    calibrated(series)
+
+
+# Synthetic measurements for the calibration check: far slower than anything the
+# built-in rates give (1 ms a call, 10 MB/s), so an estimate that ignored them shows.
+def synthetic_us(nbytes: int) -> float:
+    return 1000.0 + nbytes / 10.0
+
+
+def estimate(g, coll: str, n: int) -> float:
+    x = torch.ones(n * (WS if coll == "reduce_scatter" else 1))
+    out = torch.empty(n * WS) if coll == "all_gather" else torch.empty(n)
+    with dist._time_estimator(group=g) as e:
+        if coll == "all_reduce":
+            dist.all_reduce(x, group=g)
+        elif coll == "all_gather":
+            dist.all_gather_into_tensor(out, x, group=g)
+        else:
+            dist.reduce_scatter_tensor(out, x, group=g)
+    return e.estimated_time
+
+
+def calibrated(builtin: dict) -> None:
+    """A group made while GONCCL_CALIBRATION names a file with an entry for this host,
+    size and transport estimates from that file's times; an entry for another size
+    is ignored (the built-in rates)."""
+    file = os.path.join(CK_DIR, "calibration.json")
+    sizes = [4 << k for k in range(0, 23, 2)]  # 4 B .. 16 MiB
+    if RANK == 0:
+        for n in (WS, WS + 1):  # this group's entry, and one that must not be used
+            key = {**calibration.key(WS), "nranks": n}
+            calibration.write(file, {**key, "measured": "test", "points": [
+                {"op": c, "bytes": b, "us": synthetic_us(b) * (3 if n != WS else 1)}
+                for c in ("all_reduce", "all_gather", "reduce_scatter") for b in sizes]})
+    dist.barrier()
+    groups = {}
+    for name, value in (("calibrated", file), ("none", "none")):
+        os.environ["GONCCL_CALIBRATION"] = value
+        try:
+            groups[name] = dist.new_group(backend="gonccl")
+            dist.barrier(group=groups[name])  # the communicator exists, its settings read
+        finally:
+            os.environ["GONCCL_CALIBRATION"] = "none"
+    got = {}
+    for coll in ("all_reduce", "all_gather", "reduce_scatter"):
+        got[coll] = []
+        for i, n in enumerate((2, 256, 16384, 1 << 20)):
+            nbytes = 4 * n
+            us = estimate(groups["calibrated"], coll, n)
+            got[coll].append(us)
+            want = synthetic_us(nbytes)
+            # The model's shape is not the file's (one rate for every collective's
+            # bytes), so the fit is near, not exact; the built-in rates are far off.
+            CK.check(want / 2 < us < want * 2,
+                     f"{coll} of {nbytes} bytes: calibrated estimate {us:.1f} us, the file says {want:.1f}")
+            plain = estimate(groups["none"], coll, n)
+            CK.check(abs(plain - builtin[coll][i]) < 1e-3 * plain,
+                     f"{coll} of {nbytes} bytes with GONCCL_CALIBRATION=none: {plain}, built-in {builtin[coll][i]}")
+    CK.data("calibrated_us", got)
+    for g in groups.values():
+        dist.destroy_process_group(g)
 
 
 def in_shared_memory(t: torch.Tensor) -> bool:

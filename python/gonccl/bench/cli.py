@@ -82,7 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("contract")
     g.add_argument("--estimate", action="store_true",
                    help="compare dist._time_estimator's estimate (gonccl's cost model) with the measured time "
-                        "of all_reduce, all_gather and reduce_scatter at each size (torch 2.15+)")
+                        "of all_reduce, all_gather and reduce_scatter at 8, 1K, 64K, 1M, 16M and 64M bytes "
+                        "(within -b and -e; torch 2.15+)")
+    g.add_argument("--calibrate", action="store_true",
+                   help="time all_reduce, all_gather and reduce_scatter from 8 B to 64 MiB (within -b and -e) "
+                        "and write the times to the estimator's calibration file (GONCCL_CALIBRATION, default "
+                        "~/.cache/gonccl/calibration.json) as this host's entry for -np ranks")
     g.add_argument("--alloc", action="store_true",
                    help="time all_reduce, all_gather and reduce_scatter of -e bytes on tensors from gonccl's "
                         "allocate_tensor, on torch.empty tensors, and on Gloo, in one run")
@@ -105,8 +110,8 @@ def parse_args(argv=None):
             p.error("--backends is empty")
         if len(set(args.backends)) != len(args.backends):
             p.error("--backends names a backend twice")
-    if args.estimate and args.alloc:
-        p.error("--estimate and --alloc are two runs")
+    if sum((args.estimate, args.alloc, args.calibrate)) > 1:
+        p.error("--estimate, --calibrate and --alloc are separate runs")
     if args.minbytes > args.maxbytes:
         p.error("-b is larger than -e")
     if args.stepfactor < 1 or args.iters < 1 or args.warmup_iters < 0 or args.check < 0:
@@ -246,7 +251,7 @@ def main(argv=None) -> int:
                       file=sys.stderr)
                 return 2
         return launch(args, None if argv is None else list(argv))
-    if args.estimate or args.alloc:
+    if args.estimate or args.alloc or args.calibrate:
         from gonccl.bench import contract, worker
 
         return contract.run(args, worker.sizes(args))
