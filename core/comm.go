@@ -57,6 +57,7 @@ type Comm struct {
 	scratchBytes int             // its size (Resume maps it again)
 	work         []byte          // mmap'd, grown on demand: see workBuf
 	sel          *selector       // the cost model: picks each operation's algorithm
+	zc           *zcState        // zero-copy: peers' regions mapped here (see zerocopy.go); nil until used
 	trace        *flightRecorder // recent operations (nil: off); see trace.go
 	epoch        uint32          // the generation; see epoch.go
 	guard        safego.Guard    // how its goroutines survive panics (see safety.go)
@@ -539,6 +540,7 @@ func (c *Comm) Abort() error {
 }
 
 func (c *Comm) freeScratch() error {
+	c.zc.release()
 	werr := c.freeWork()
 	if c.scratch == nil {
 		return werr
