@@ -84,8 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="compare dist._time_estimator's estimate (gonccl's cost model) with the measured time "
                         "of all_reduce, all_gather and reduce_scatter at each size (torch 2.15+)")
     g.add_argument("--alloc", action="store_true",
-                   help="time all_reduce, all_gather and reduce_scatter of -e bytes on tensors from gonccl's "
-                        "allocate_tensor, on torch.empty tensors, and on Gloo, in one run")
+                   help="time all_reduce, all_gather and reduce_scatter at each size from -b to -e on tensors "
+                        "from gonccl's allocate_tensor (zero-copy collectives), on torch.empty tensors, and on "
+                        "Gloo, in one run (e.g. --alloc -b 1M -e 64M -f 8)")
     g = p.add_argument_group("ddp")
     g.add_argument("--size", type=int, default=4000, help="ToyModel width (the lecture's: 4000)")
     g.add_argument("--batch", type=int, default=1000, help="batch size (the lecture's: 1000)")
