@@ -346,3 +346,40 @@ func countMaps(t testing.TB) int {
 	require.NoError(t, err)
 	return strings.Count(string(m), shm.AllocName)
 }
+
+// BenchmarkZeroCopy times an in-place float32 all_reduce over shared-memory links, 2
+// ranks in this process: on ordinary buffers with the zero-copy path off, on ordinary
+// buffers with it on (what asking every peer costs), and on shared buffers.
+func BenchmarkZeroCopy(b *testing.B) {
+	for _, size := range []int{256 << 10, 1 << 20, 64 << 20} {
+		for _, v := range []struct {
+			name       string
+			on, shared bool
+		}{{"ordinary-off", false, false}, {"ordinary-on", true, false}, {"shared", true, true}} {
+			b.Run(fmt.Sprintf("%s/%dKiB", v.name, size>>10), func(b *testing.B) {
+				const n = 2
+				comms := zcComms(b, n, func(c *config) { c.zeroCopy, c.chunkBytes = v.on, 1<<19 })
+				bufs := make([][]byte, n)
+				for r := range bufs {
+					if v.shared {
+						bufs[r] = shared(b, size, 0)
+					} else {
+						bufs[r] = make([]byte, size)
+					}
+				}
+				b.SetBytes(int64(size))
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					errs := onAll(b, comms, func(c *Comm) (*Request, error) {
+						return c.AllReduce(bufs[c.rank], bufs[c.rank], size/4, Float32, Sum)
+					})
+					for _, err := range errs {
+						if err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+			})
+		}
+	}
+}
