@@ -142,6 +142,8 @@ type zcKey struct {
 
 type zcMap struct {
 	r    *shm.PeerRegion
+	pid  int
+	ref  shm.RegionRef
 	used uint64
 }
 
@@ -382,17 +384,16 @@ func (z *zcState) mapped(rank, pid int, ref shm.RegionRef, n int) ([]byte, error
 		if err != nil {
 			return nil, err
 		}
-		m = &zcMap{r: r}
+		m = &zcMap{r: r, pid: pid, ref: ref}
 		z.maps[k] = m
 	}
 	m.used = z.use
 	return m.r.Mem[ref.Off : ref.Off+n : ref.Off+n], nil
 }
 
-// evict unmaps the regions this operation does not use of every rank that freed
-// regions since this rank last looked (some of them may be gone: keeping them
-// mapped would keep their memory), and then the least recently used beyond
-// zcMaxMaps.
+// evict unmaps the regions that their owner freed (keeping them mapped would keep
+// their memory), checked for each rank that freed any since this rank last looked,
+// and then the least recently used beyond zcMaxMaps; never one this operation uses.
 func (z *zcState) evict(descs []zcDesc, o *op) {
 	inUse := map[zcKey]bool{}
 	for p, d := range descs {
@@ -406,7 +407,7 @@ func (z *zcState) evict(descs []zcDesc, o *op) {
 	for p, d := range descs {
 		if z.seen[p] && z.frees[p] != d.frees {
 			for k, m := range z.maps {
-				if k.rank == p && !inUse[k] {
+				if k.rank == p && !inUse[k] && !shm.RegionAlive(m.pid, m.ref) {
 					_ = m.r.Unmap()
 					delete(z.maps, k)
 				}

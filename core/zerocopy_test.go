@@ -309,34 +309,54 @@ func TestZeroCopyFaultIsCaught(t *testing.T) {
 }
 
 // Mappings of peers' regions do not pile up: a rank that frees regions makes its
-// peers let go of their mappings of them, and a communicator's end unmaps the rest.
+// peers let go of their mappings of them (and only of them: a region still alive stays
+// mapped), and a communicator's end unmaps the rest.
 func TestZeroCopyForgetsFreedRegions(t *testing.T) {
 	const n, count = 2, 4096
 	comms := zcComms(t, n, nil)
 	base := countMaps(t)
+	keep, other := make([][]byte, n), make([][]byte, n)
+	for r := range keep {
+		keep[r], other[r] = shared(t, count*4, 0), shared(t, count*4, 0)
+	}
+	allReduce := func(bufs [][]byte) {
+		t.Helper()
+		errs := onAll(t, comms, func(c *Comm) (*Request, error) {
+			return c.AllReduce(bufs[c.rank], bufs[c.rank], count, Float32, Sum)
+		})
+		for r := range comms {
+			require.NoError(t, errs[r])
+		}
+		require.Equal(t, AlgoZeroCopy, lastAlgo(comms[0]))
+	}
+	allReduce(keep)
+	ref, ok := shm.FindRegion(keep[1])
+	require.True(t, ok)
+	kept := comms[0].zc.maps[zcKey{1, ref.ID}]
+	require.NotNil(t, kept)
 	for i := 0; i < 3*zcMaxMaps/2; i++ {
 		regions := make([]*shm.Region, n)
+		temp := make([][]byte, n)
 		for r := range regions {
 			var err error
 			regions[r], err = shm.Alloc(count * 4)
 			require.NoError(t, err)
+			temp[r] = regions[r].Mem[:count*4]
 		}
-		errs := onAll(t, comms, func(c *Comm) (*Request, error) {
-			b := regions[c.rank].Mem[:count*4]
-			return c.AllReduce(b, b, count, Float32, Sum)
-		})
-		for r := range comms {
-			require.NoError(t, errs[r])
+		allReduce(temp)
+		for r := range regions {
 			require.NoError(t, regions[r].Free())
 		}
-		require.Equal(t, AlgoZeroCopy, lastAlgo(comms[0]))
-		// Each rank still maps the one peer region of the last operation at most.
-		require.LessOrEqual(t, countMaps(t)-base, n, "iteration %d", i)
+		allReduce(other) // frees seen while keep is not in use: keep stays mapped
+		allReduce(keep)
+		// Each rank's own two long-lived regions and its mappings of the peer's.
+		require.Equal(t, 4*n, countMaps(t)-base, "iteration %d", i)
+		require.Same(t, kept, comms[0].zc.maps[zcKey{1, ref.ID}], "iteration %d: a live region was mapped again", i)
 	}
 	for _, c := range comms {
 		require.NoError(t, c.Destroy())
 	}
-	require.Equal(t, base, countMaps(t), "mappings left after destroy")
+	require.Equal(t, 2*n, countMaps(t)-base, "peers' mappings left after destroy")
 }
 
 // countMaps counts this process's mappings of shared-memory regions.

@@ -149,6 +149,14 @@ func FindRegion(b []byte) (RegionRef, bool) {
 // change knows some of the regions it mapped may be gone (see core's zero-copy cache).
 func RegionsFreed() uint64 { return regionsFreed.Load() }
 
+// RegionAlive reports whether process pid still holds region ref (its fd is still
+// that memfd): a peer's mapping of a freed region keeps the memory until unmapped.
+func RegionAlive(pid int, ref RegionRef) bool {
+	var st unix.Stat_t
+	err := unix.Stat(fmt.Sprintf("/proc/%d/fd/%d", pid, ref.FD), &st)
+	return err == nil && st.Ino == ref.Ino && st.Size == int64(ref.Size)
+}
+
 // PeerRegion is a mapping of a region of another process on this host.
 type PeerRegion struct {
 	Mem []byte // the whole region (outside the Go heap)

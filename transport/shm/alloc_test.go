@@ -45,8 +45,10 @@ func TestFindAndOpenRegion(t *testing.T) {
 	_, err = OpenRegion(os.Getpid(), bad)
 	require.ErrorContains(t, err, "not the peer's shared-memory region")
 
+	require.True(t, RegionAlive(os.Getpid(), ref))
 	freed := RegionsFreed()
 	require.NoError(t, a.Free())
+	require.False(t, RegionAlive(os.Getpid(), ref))
 	require.Equal(t, freed+1, RegionsFreed())
 	require.ErrorIs(t, a.Free(), ErrFreed)
 	require.Nil(t, RegionAt(uintptr(ptrOf(a.Mem))))
