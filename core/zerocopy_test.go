@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -365,6 +366,30 @@ func countMaps(t testing.TB) int {
 	m, err := os.ReadFile("/proc/self/maps")
 	require.NoError(t, err)
 	return strings.Count(string(m), shm.AllocName)
+}
+
+// A rank that never calls the operation (after one that ran zero-copy): the others
+// fail at the deadline, naming it.
+func TestZeroCopyMissingRankTimesOut(t *testing.T) {
+	const n, count = 3, 4096
+	comms := zcComms(t, n, func(c *config) { c.timeout = 300 * time.Millisecond })
+	bufs := make([][]byte, n)
+	for r := range bufs {
+		bufs[r] = shared(t, count*4, 0)
+	}
+	errs := onAll(t, comms, func(c *Comm) (*Request, error) {
+		return c.AllReduce(bufs[c.rank], bufs[c.rank], count, Float32, Sum)
+	})
+	for r := range comms {
+		require.NoError(t, errs[r])
+	}
+	errs = onAll(t, comms[:n-1], func(c *Comm) (*Request, error) {
+		return c.AllReduce(bufs[c.rank], bufs[c.rank], count, Float32, Sum)
+	})
+	for r := range comms[:n-1] {
+		require.ErrorIs(t, errs[r], ErrTimeout, "rank %d", r)
+		require.ErrorContains(t, errs[r], fmt.Sprintf("rank %d", n-1), "rank %d", r)
+	}
 }
 
 // BenchmarkZeroCopy times an in-place float32 all_reduce over shared-memory links, 2
