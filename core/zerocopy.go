@@ -153,7 +153,7 @@ type zcBufs struct {
 	send, recv [][]byte
 }
 
-// zcMinBytes is the size that decides whether an operation may run zero-copy (the
+// zcBytes is the size that decides whether an operation may run zero-copy (the
 // same on every rank): the whole buffer of all_reduce and broadcast, every rank's
 // blocks of all_gather and reduce_scatter.
 func (c *Comm) zcBytes(o *op) (int, bool) {
