@@ -1,12 +1,10 @@
 package core
 
 import (
-	"encoding/binary"
 	"fmt"
 	"os"
 	"sync"
 
-	"github.com/gonccl/gonccl/transport"
 	"github.com/gonccl/gonccl/transport/shm"
 )
 
@@ -60,92 +58,6 @@ const zcMaxMaps = 64
 // zcChunkBytes is the piece a reduction works on at a time: small enough that the
 // running result stays in cache while every rank's input is folded into it.
 const zcChunkBytes = 64 << 10
-
-// zcDesc is one rank's descriptor for an operation.
-type zcDesc struct {
-	willing    bool   // GONCCL_ZEROCOPY and every link of the rank is shared memory
-	pid        int    // whose /proc/PID/fd the regions are mapped through
-	frees      uint64 // shm.RegionsFreed of the rank (see zcState.evict)
-	send, recv zcBuf
-}
-
-// zcBuf is where one buffer of a rank lies.
-type zcBuf struct {
-	shared bool // in a region (ref says where); false: ordinary memory, or not used
-	ref    shm.RegionRef
-}
-
-func (d *zcDesc) encode(b []byte) {
-	clear(b[:zcDescBytes])
-	binary.LittleEndian.PutUint32(b[0:], 0x44435a47) // "GZCD"
-	flags := byte(0)
-	if d.willing {
-		flags |= 1
-	}
-	if d.send.shared {
-		flags |= 2
-	}
-	if d.recv.shared {
-		flags |= 4
-	}
-	b[4] = flags
-	binary.LittleEndian.PutUint32(b[8:], uint32(d.pid))
-	binary.LittleEndian.PutUint64(b[16:], d.frees)
-	encodeRef(b[24:64], d.send.ref)
-	encodeRef(b[64:104], d.recv.ref)
-}
-
-func encodeRef(b []byte, r shm.RegionRef) {
-	binary.LittleEndian.PutUint64(b[0:], r.ID)
-	binary.LittleEndian.PutUint32(b[8:], uint32(int32(r.FD)))
-	binary.LittleEndian.PutUint64(b[16:], r.Ino)
-	binary.LittleEndian.PutUint64(b[24:], uint64(r.Size))
-	binary.LittleEndian.PutUint64(b[32:], uint64(r.Off))
-}
-
-func decodeRef(b []byte) shm.RegionRef {
-	return shm.RegionRef{ID: binary.LittleEndian.Uint64(b[0:]), FD: int(int32(binary.LittleEndian.Uint32(b[8:]))),
-		Ino: binary.LittleEndian.Uint64(b[16:]), Size: int(binary.LittleEndian.Uint64(b[24:])),
-		Off: int(binary.LittleEndian.Uint64(b[32:]))}
-}
-
-func decodeZCDesc(b []byte) (zcDesc, error) {
-	if binary.LittleEndian.Uint32(b[0:]) != 0x44435a47 {
-		return zcDesc{}, fmt.Errorf("not a zero-copy descriptor")
-	}
-	f := b[4]
-	return zcDesc{willing: f&1 != 0, pid: int(binary.LittleEndian.Uint32(b[8:])), frees: binary.LittleEndian.Uint64(b[16:]),
-		send: zcBuf{shared: f&2 != 0, ref: decodeRef(b[24:64])}, recv: zcBuf{shared: f&4 != 0, ref: decodeRef(b[64:104])}}, nil
-}
-
-// zcState is a communicator's zero-copy state: the peers' regions it has mapped and
-// the descriptors' buffers. Only the runner of operations uses it (one at a time);
-// freeScratch lets go of it.
-type zcState struct {
-	maps  map[zcKey]*zcMap
-	frees []uint64 // per rank: its RegionsFreed when this rank last looked
-	seen  []bool   // per rank: frees holds a value
-	use   uint64   // operations run, for least-recently-used eviction
-	mine  []byte   // this rank's descriptor
-	all   []byte   // every rank's
-	// owed: the ranks whose done messages the last operation did not wait for (test
-	// fault skip-done); the next operation receives them first (their header is
-	// owedHdr).
-	owed    []int
-	owedHdr transport.Header
-}
-
-type zcKey struct {
-	rank int
-	id   uint64
-}
-
-type zcMap struct {
-	r    *shm.PeerRegion
-	pid  int
-	ref  shm.RegionRef
-	used uint64
-}
 
 // zcBufs are the buffers of one zero-copy operation, per rank, as mapped here
 // (this rank's own are the caller's): nil where a rank's buffer is not used.
@@ -223,14 +135,6 @@ func (c *Comm) zeroCopy(e *exec, o *op) (bool, error) {
 		return true, err
 	}
 	return true, c.zcDone(e, o)
-}
-
-func (c *Comm) zcState() *zcState {
-	if c.zc == nil {
-		c.zc = &zcState{maps: map[zcKey]*zcMap{}, frees: make([]uint64, c.nranks), seen: make([]bool, c.nranks),
-			mine: make([]byte, zcDescBytes), all: make([]byte, c.nranks*zcDescBytes)}
-	}
-	return c.zc
 }
 
 // zcUses says which of a rank's buffers the peers touch in o: send (all_reduce,
@@ -334,113 +238,6 @@ func zcAgreed(descs []zcDesc, o *op) bool {
 		}
 	}
 	return true
-}
-
-// zcMap maps (or finds mapped) the peers' buffers that this rank touches in o.
-func (c *Comm) zcMap(o *op, descs []zcDesc) (zcBufs, error) {
-	z := c.zc
-	z.use++
-	z.evict(descs, o)
-	n := c.nranks
-	b := zcBufs{send: make([][]byte, n), recv: make([][]byte, n)}
-	b.send[c.rank], b.recv[c.rank] = c.zcExtents(o)
-	sendLen, recvLen := c.zcLens(o)
-	for p, d := range descs {
-		if p == c.rank {
-			continue
-		}
-		useSend, useRecv := zcUses(o, p)
-		if o.kind == KindBroadcast && c.rank == o.root {
-			useSend = false // the root reads nobody's
-		}
-		var err error
-		if useSend {
-			if b.send[p], err = z.mapped(p, d.pid, d.send.ref, sendLen); err != nil {
-				return b, c.zcMapErr(p, err)
-			}
-		}
-		if useRecv {
-			if b.recv[p], err = z.mapped(p, d.pid, d.recv.ref, recvLen); err != nil {
-				return b, c.zcMapErr(p, err)
-			}
-		}
-	}
-	return b, nil
-}
-
-func (c *Comm) zcMapErr(p int, err error) error {
-	return fmt.Errorf("zero-copy: cannot map rank %d's buffer in shared memory (GONCCL_ZEROCOPY=0 on every rank turns the path off): %w", p, err)
-}
-
-// mapped returns n bytes of rank's region ref, mapping the region on first use.
-func (z *zcState) mapped(rank, pid int, ref shm.RegionRef, n int) ([]byte, error) {
-	if ref.Off < 0 || n > ref.Size-ref.Off {
-		return nil, fmt.Errorf("bytes [%d, %d) are not inside its region of %d bytes", ref.Off, ref.Off+n, ref.Size)
-	}
-	k := zcKey{rank, ref.ID}
-	m := z.maps[k]
-	if m == nil {
-		r, err := shm.OpenRegion(pid, ref)
-		if err != nil {
-			return nil, err
-		}
-		m = &zcMap{r: r, pid: pid, ref: ref}
-		z.maps[k] = m
-	}
-	m.used = z.use
-	return m.r.Mem[ref.Off : ref.Off+n : ref.Off+n], nil
-}
-
-// evict unmaps the regions that their owner freed (keeping them mapped would keep
-// their memory), checked for each rank that freed any since this rank last looked,
-// and then the least recently used beyond zcMaxMaps; never one this operation uses.
-func (z *zcState) evict(descs []zcDesc, o *op) {
-	inUse := map[zcKey]bool{}
-	for p, d := range descs {
-		if d.send.shared {
-			inUse[zcKey{p, d.send.ref.ID}] = true
-		}
-		if d.recv.shared {
-			inUse[zcKey{p, d.recv.ref.ID}] = true
-		}
-	}
-	for p, d := range descs {
-		if z.seen[p] && z.frees[p] != d.frees {
-			for k, m := range z.maps {
-				if k.rank == p && !inUse[k] && !shm.RegionAlive(m.pid, m.ref) {
-					_ = m.r.Unmap()
-					delete(z.maps, k)
-				}
-			}
-		}
-		z.frees[p], z.seen[p] = d.frees, true
-	}
-	for len(z.maps) >= zcMaxMaps {
-		var oldest zcKey
-		var found bool
-		for k, m := range z.maps {
-			if !inUse[k] && (!found || m.used < z.maps[oldest].used) {
-				oldest, found = k, true
-			}
-		}
-		if !found {
-			return
-		}
-		_ = z.maps[oldest].r.Unmap()
-		delete(z.maps, oldest)
-	}
-}
-
-// release unmaps every peer region (the communicator's teardown and Suspend).
-func (z *zcState) release() {
-	if z == nil {
-		return
-	}
-	for k, m := range z.maps {
-		_ = m.r.Unmap()
-		delete(z.maps, k)
-	}
-	clear(z.seen)
 }
 
 // zcGather sends p to every peer (at frame offset off) and receives every peer's
