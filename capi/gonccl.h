@@ -242,7 +242,8 @@ goncclResult_t goncclCommConnectAll(goncclComm_t comm);
 goncclResult_t goncclCommConnectedPeers(const goncclComm_t comm, int* count);
 /* gonccl extension, in the spirit of ncclMemAlloc: *ptr gets size bytes (zeroed) of
  * shared memory (a memfd mapped MAP_SHARED) that gonccl allocated; free it with
- * goncclMemFree. */
+ * goncclMemFree. A collective whose buffers every rank of one host took from here runs
+ * zero-copy: the ranks read and write each other's buffers in place (GONCCL_ZEROCOPY). */
 goncclResult_t goncclMemAlloc(void** ptr, size_t size);
 /* gonccl extension: frees memory from goncclMemAlloc. */
 goncclResult_t goncclMemFree(void* ptr);

@@ -4,22 +4,18 @@ package main
 import "C"
 
 import (
+	"errors"
 	"fmt"
-	"sync"
 	"unsafe"
 
 	"github.com/gonccl/gonccl/core"
 	"github.com/gonccl/gonccl/transport/shm"
 )
 
-// The regions goncclMemAlloc handed out, by address.
-var regions = struct {
-	sync.Mutex
-	m map[uintptr]*shm.Region
-}{m: map[uintptr]*shm.Region{}}
-
 // goncclMemAlloc allocates size bytes of gonccl's shared memory (a memfd mapped
-// MAP_SHARED, see shm.Alloc), zeroed, in the spirit of ncclMemAlloc.
+// MAP_SHARED, see shm.Alloc), zeroed, in the spirit of ncclMemAlloc. Collectives whose
+// buffers all lie in such memory on one host run without copies through the rings
+// (core/zerocopy.go).
 //
 //export goncclMemAlloc
 func goncclMemAlloc(ptr *unsafe.Pointer, size C.size_t) (res C.goncclResult_t) {
@@ -34,11 +30,7 @@ func goncclMemAlloc(ptr *unsafe.Pointer, size C.size_t) (res C.goncclResult_t) {
 	if err != nil {
 		return fail(nil, fmt.Errorf("goncclMemAlloc: %w", err))
 	}
-	p := unsafe.Pointer(unsafe.SliceData(r.Mem))
-	regions.Lock()
-	regions.m[uintptr(p)] = r
-	regions.Unlock()
-	*ptr = p
+	*ptr = unsafe.Pointer(unsafe.SliceData(r.Mem))
 	return C.goncclSuccess
 }
 
@@ -47,14 +39,13 @@ func goncclMemAlloc(ptr *unsafe.Pointer, size C.size_t) (res C.goncclResult_t) {
 //export goncclMemFree
 func goncclMemFree(ptr unsafe.Pointer) (res C.goncclResult_t) {
 	defer guard(&res)
-	regions.Lock()
-	r := regions.m[uintptr(ptr)]
-	delete(regions.m, uintptr(ptr))
-	regions.Unlock()
+	r := shm.RegionAt(uintptr(ptr))
 	if r == nil {
 		return fail(nil, fmt.Errorf("%w: goncclMemFree: %p was not allocated by goncclMemAlloc (or was freed)", errUsage, ptr))
 	}
-	if err := r.Free(); err != nil {
+	if err := r.Free(); errors.Is(err, shm.ErrFreed) {
+		return fail(nil, fmt.Errorf("%w: goncclMemFree: %p was freed already", errUsage, ptr))
+	} else if err != nil {
 		return fail(nil, fmt.Errorf("goncclMemFree: %w", err))
 	}
 	return C.goncclSuccess

@@ -44,6 +44,10 @@ const (
 	AlgoDirect        Algo = 6 // gather, scatter: every rank to or from the root directly
 	AlgoPairwise      Algo = 7 // alltoall(v): step s sends to rank r+s, receives from r-s
 	AlgoHier          Algo = 8 // all_reduce across hosts: reduce in each host, ring of host leaders, broadcast in each host
+	// AlgoZeroCopy: all_reduce, all_gather, reduce_scatter, broadcast on buffers every
+	// rank of one host allocated in gonccl's shared memory, read and written where they
+	// lie (zerocopy.go). Not the cost model's choice: the buffers decide it.
+	AlgoZeroCopy Algo = 9
 )
 
 // algoNames spells every algorithm, the same in GONCCL_ALGO, logs, errors and the
@@ -58,6 +62,7 @@ var algoNames = [...]string{
 	AlgoDirect:        "direct",
 	AlgoPairwise:      "pairwise",
 	AlgoHier:          "hier",
+	AlgoZeroCopy:      "zerocopy",
 }
 
 func (a Algo) String() string {

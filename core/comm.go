@@ -59,6 +59,7 @@ type Comm struct {
 	sel          *selector       // the cost model: picks each operation's algorithm
 	calOnce      sync.Once       // reads the estimator's calibration (calibration.go)
 	cal          *calibration    // the estimator's fitted rates; nil: the built-in ones
+	zc           *zcState        // zero-copy: peers' regions mapped here (see zerocopy.go); nil until used
 	trace        *flightRecorder // recent operations (nil: off); see trace.go
 	epoch        uint32          // the generation; see epoch.go
 	guard        safego.Guard    // how its goroutines survive panics (see safety.go)
@@ -541,6 +542,7 @@ func (c *Comm) Abort() error {
 }
 
 func (c *Comm) freeScratch() error {
+	c.zc.release()
 	werr := c.freeWork()
 	if c.scratch == nil {
 		return werr

@@ -33,11 +33,14 @@ func (c *Comm) runAllReduce(e *exec, o *op) error {
 	if n == 1 {
 		return reduceAlone(buf, o.send[:len(buf)], o)
 	}
-	copyIfDistinct(buf, o.send[:len(buf)])
 	algo, err := c.pick(e, KindAllReduce, len(buf))
 	if err != nil {
 		return err
 	}
+	if done, err := c.zeroCopy(e, o); done {
+		return err
+	}
+	copyIfDistinct(buf, o.send[:len(buf)])
 	switch algo {
 	case AlgoHier:
 		work, err := c.workBuf(reduceWindow * (c.cfg.chunkBytes + es))
@@ -61,15 +64,19 @@ func (c *Comm) runAllReduce(e *exec, o *op) error {
 func (c *Comm) runBroadcast(e *exec, o *op) error {
 	n, es := c.nranks, o.dtype.Size()
 	buf := o.recv[:o.count*es]
-	if c.rank == o.root {
-		copyIfDistinct(buf, o.send[:o.count*es])
-	}
 	if n == 1 {
+		copyIfDistinct(buf, o.send[:o.count*es])
 		return nil
 	}
 	algo, err := c.pick(e, KindBroadcast, len(buf))
 	if err != nil {
 		return err
+	}
+	if done, err := c.zeroCopy(e, o); done {
+		return err
+	}
+	if c.rank == o.root {
+		copyIfDistinct(buf, o.send[:o.count*es])
 	}
 	if algo == AlgoTree {
 		return e.broadcastTree(buf, o.root)
@@ -81,14 +88,18 @@ func (c *Comm) runBroadcast(e *exec, o *op) error {
 func (c *Comm) runAllGather(e *exec, o *op) error {
 	n, es := c.nranks, o.dtype.Size()
 	block := o.count * es
-	copyIfDistinct(o.recv[c.rank*block:(c.rank+1)*block], o.send[:block])
 	if n == 1 {
+		copyIfDistinct(o.recv[:block], o.send[:block])
 		return nil
 	}
 	algo, err := c.pick(e, KindAllGather, block)
 	if err != nil {
 		return err
 	}
+	if done, err := c.zeroCopy(e, o); done {
+		return err
+	}
+	copyIfDistinct(o.recv[c.rank*block:(c.rank+1)*block], o.send[:block])
 	if algo == AlgoDirect {
 		return e.allGatherDirect(o.recv[:n*block], block)
 	}
@@ -142,6 +153,9 @@ func (c *Comm) runReduceScatter(e *exec, o *op) error {
 		return reduceAlone(o.recv[:block], o.send[:block], o)
 	}
 	if _, err := c.pick(e, KindReduceScatter, block); err != nil {
+		return err
+	}
+	if done, err := c.zeroCopy(e, o); done {
 		return err
 	}
 	work, err := c.workBuf(reduceWindow * (c.cfg.chunkBytes + es))

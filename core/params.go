@@ -74,6 +74,12 @@ var Params = []settings.Param[config]{
 	{Name: "GONCCL_SHM_DISABLE", Default: "0",
 		Help:  "`1`: ranks on the same host (same hostname, boot id and network namespace) talk over TCP instead of shared memory. Default: their collective traffic goes through memfd rings; the INIT log shows `shm` or `tcp` per peer",
 		Parse: zeroOne(func(c *config, on bool) { c.shmDisable = on })},
+	{Name: "GONCCL_ZEROCOPY", Default: "1",
+		Help:  "`1`: an `all_reduce`, `all_gather`, `reduce_scatter` or `broadcast` of at least `GONCCL_ZEROCOPY_THRESHOLD` bytes among ranks of one host whose buffers every rank allocated in gonccl's shared memory (`allocate_tensor`, `goncclMemAlloc`) runs on those buffers where they lie: each rank reads its peers' inputs and writes their results in place, with no copy through the shared-memory rings (the ranks first tell each other where their buffers are; if any rank's buffer is ordinary memory, every rank takes the usual path). `0`: such buffers are treated like any other. The same on every rank",
+		Parse: zeroOne(func(c *config, on bool) { c.zeroCopy = on })},
+	{Name: "GONCCL_ZEROCOPY_THRESHOLD", Default: "1048576",
+		Help:  "smallest collective (bytes: the whole buffer of `all_reduce` and `broadcast`, every rank's blocks together for `all_gather` and `reduce_scatter`) for which the ranks of one host check whether they can run it zero-copy (see `GONCCL_ZEROCOPY`); the check costs one exchange of a small message with every peer (tens of microseconds; a zero-copy `all_reduce` of 1 MiB saves hundreds). The same on every rank",
+		Parse: integer(0, 0, func(c *config, v int64) { c.zeroCopyMin = int(v) })},
 	{Name: "GONCCL_HEARTBEAT_TIMEOUT_MS", Default: "15000",
 		Help:  "a peer from which nothing at all (data or heartbeat; each rank sends one on the point-to-point channel to every peer it has not written to for a while) arrives for this long is declared gone: hung, stopped, or its network cut. Collectives waiting on it fail at once, naming it. `0` turns heartbeats off",
 		Parse: integer(0, 0, func(c *config, v int64) { c.heartbeatTimeout = time.Duration(v) * time.Millisecond })},
@@ -107,6 +113,15 @@ var Params = []settings.Param[config]{
 	{Name: "GONCCL_TEST_INJECT_PANIC", Unset: "(none)",
 		Help:  "**Test only: never set it in production.** `SITE` or `SITE@N` makes the N-th pass (default the first) of one goroutine site of every communicator created afterwards panic, so tests can prove that a panic fails that operation (or its link, or the communicator) with an error naming it (`goncclInternalError`, a `DistBackendError` in Python) while the process lives on. Sites: `executor`, `collective`, `op hook`, `sendrecv sender`, `pipeline sender`, `window sender`, `direct sender`, `p2p reader`, `p2p writer`, `p2p send timer`, `p2p recv timer`, `heartbeat`, `shm setup`, `shm watcher`, `tcp link sender`, `tcp link stripe` and the bootstrap sites listed in core/safety.go",
 		Parse: func(c *config, _, v string) (err error) { c.injectPanic, err = parseInjectPanic(v); return err }},
+	{Name: "GONCCL_TEST_ZEROCOPY_FAULT", Unset: "(none)",
+		Help: "**Test only: never set it in production.** Makes the zero-copy collectives (see `GONCCL_ZEROCOPY`) of every communicator created afterwards commit one fault, so tests can prove they catch it: `skip-peer` (leave one peer's data out of each result), `skip-done` (return without waiting for the peers to finish with this rank's buffers)",
+		Parse: func(c *config, name, v string) error {
+			if v != "" && v != "skip-peer" && v != "skip-done" {
+				return fmt.Errorf("%w: %s=%q: want skip-peer or skip-done", ErrInvalidArgument, name, v)
+			}
+			c.zeroCopyFault = v
+			return nil
+		}},
 	{Name: "GONCCL_TEST_INJECT_STALE", Default: "0",
 		Help:  "**Test only: never set it in production.** `COUNT` > 0 makes a rank that joins a communicator of generation (epoch) E > 0 first send every peer a frame of epoch E-1 shaped like an all_reduce of `COUNT` float32s (a late frame of the old generation, with a payload that would spoil a sum); the peers must drop and log it (tests/test_reconfigure.py)",
 		Parse: integer(0, 1<<20, func(c *config, v int64) { c.injectStale = int(v) })},
@@ -139,6 +154,9 @@ type config struct {
 	algo               algoAllow // GONCCL_ALGO: collective -> allowed algorithms
 	gomaxprocs         int
 	shmDisable         bool
+	zeroCopy           bool          // GONCCL_ZEROCOPY
+	zeroCopyMin        int           // GONCCL_ZEROCOPY_THRESHOLD
+	zeroCopyFault      string        // GONCCL_TEST_ZEROCOPY_FAULT (tests only; "" in production)
 	heartbeatTimeout   time.Duration // GONCCL_HEARTBEAT_TIMEOUT_MS; 0: off
 	traceSize          int           // GONCCL_TRACE_BUFFER_SIZE
 	traceDir           string        // GONCCL_TRACE_DUMP_DIR

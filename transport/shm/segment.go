@@ -79,30 +79,16 @@ func createSegment(ringSize uint64) (seg *segment, fd int, token [tokenSize]byte
 // openSegment maps the segment that process pid holds open as fd, through
 // /proc/pid/fd (same host, same user), and checks that it carries token.
 func openSegment(pid, fd int, ringSize uint64, token [tokenSize]byte) (*segment, error) {
-	path := fmt.Sprintf("/proc/%d/fd/%d", pid, fd)
-	f, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	mem, err := mapPeerFile(pid, fd, segmentSize(ringSize), nil)
 	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", path, err)
-	}
-	defer unix.Close(f)
-	var st unix.Stat_t
-	if err := unix.Fstat(f, &st); err != nil {
-		return nil, fmt.Errorf("stat %s: %w", path, err)
-	}
-	size := segmentSize(ringSize)
-	if st.Size != int64(size) {
-		return nil, fmt.Errorf("%s has %d bytes, expected %d: not the peer's segment", path, st.Size, size)
-	}
-	mem, err := unix.Mmap(f, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		return nil, fmt.Errorf("mapping %s: %w", path, err)
+		return nil, err
 	}
 	s := &segment{mem: mem, ringSize: ringSize}
 	if (*atomic.Uint64)(unsafe.Pointer(&mem[offMagic])).Load() != segMagic ||
 		binary.LittleEndian.Uint64(mem[offRingSize:]) != ringSize ||
 		[tokenSize]byte(mem[offToken:offToken+tokenSize]) != token {
 		s.unmap()
-		return nil, fmt.Errorf("%s is not the peer's segment (magic, size or token differ)", path)
+		return nil, fmt.Errorf("/proc/%d/fd/%d is not the peer's segment (magic, size or token differ)", pid, fd)
 	}
 	return s, nil
 }

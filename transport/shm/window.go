@@ -83,23 +83,9 @@ func CreateWindow(nranks, size int, init []byte) (w *WindowSegment, fd int, toke
 // same user, through /proc/pid/fd) and checks it is the one announced: its size,
 // ranks and token.
 func OpenWindow(pid, fd, nranks, size int, token WindowToken) (*WindowSegment, error) {
-	path := fmt.Sprintf("/proc/%d/fd/%d", pid, fd)
-	f, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	mem, err := mapPeerFile(pid, fd, windowHeader(nranks)+size, nil)
 	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", path, err)
-	}
-	defer unix.Close(f)
-	total := windowHeader(nranks) + size
-	var st unix.Stat_t
-	if err := unix.Fstat(f, &st); err != nil {
-		return nil, fmt.Errorf("stat %s: %w", path, err)
-	}
-	if st.Size != int64(total) {
-		return nil, fmt.Errorf("%s has %d bytes, expected %d: not the peer's window", path, st.Size, total)
-	}
-	mem, err := unix.Mmap(f, 0, total, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		return nil, fmt.Errorf("mapping %s: %w", path, err)
+		return nil, err
 	}
 	w := &WindowSegment{mem: mem, hdr: windowHeader(nranks), nranks: nranks}
 	if (*atomic.Uint64)(unsafe.Pointer(&mem[0])).Load() != winMagic ||
@@ -107,7 +93,7 @@ func OpenWindow(pid, fd, nranks, size int, token WindowToken) (*WindowSegment, e
 		binary.LittleEndian.Uint64(mem[winOffRanks:]) != uint64(nranks) ||
 		WindowToken(mem[winOffToken:winOffToken+tokenSize]) != token {
 		w.Unmap()
-		return nil, fmt.Errorf("%s is not the peer's window (magic, size, ranks or token differ)", path)
+		return nil, fmt.Errorf("/proc/%d/fd/%d is not the peer's window (magic, size, ranks or token differ)", pid, fd)
 	}
 	return w, nil
 }

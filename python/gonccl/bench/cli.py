@@ -89,8 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "and write the times to the estimator's calibration file (GONCCL_CALIBRATION, default "
                         "~/.cache/gonccl/calibration.json) as this host's entry for -np ranks")
     g.add_argument("--alloc", action="store_true",
-                   help="time all_reduce, all_gather and reduce_scatter of -e bytes on tensors from gonccl's "
-                        "allocate_tensor, on torch.empty tensors, and on Gloo, in one run")
+                   help="time all_reduce, all_gather and reduce_scatter at each size from -b to -e on tensors "
+                        "from gonccl's allocate_tensor (zero-copy collectives), on torch.empty tensors, and on "
+                        "Gloo, in one run (e.g. --alloc -b 1M -e 64M -f 8)")
     g = p.add_argument_group("ddp")
     g.add_argument("--size", type=int, default=4000, help="ToyModel width (the lecture's: 4000)")
     g.add_argument("--batch", type=int, default=1000, help="batch size (the lecture's: 1000)")

@@ -188,32 +188,50 @@ def run_estimate(args, sizes) -> int:
     return 0
 
 
-def run_alloc(args) -> int:
+ALLOC_BUSBW = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
+               "reduce_scatter": lambda n: (n - 1) / n}
+
+
+def run_alloc(args, sizes) -> int:
+    """Each collective at each size on allocate_tensor tensors (gonccl's shared memory:
+    zero-copy where every rank's tensors are such), on torch.empty tensors, and on Gloo.
+    Sizes as nccl-tests count them: all_reduce's buffer, all_gather's output and
+    reduce_scatter's input (every rank's blocks together)."""
     rank, nranks = dist.get_rank(), dist.get_world_size()
     timeout = timedelta(seconds=args.pg_timeout)
     g = dist.new_group(backend="gonccl", timeout=timeout)
     gloo = dist.new_group(backend="gloo", timeout=timeout)
     backend = g._get_backend(torch.device("cpu"))
-    nbytes = args.maxbytes
 
     def shared(k):
         return backend.allocate_tensor(k, dtype=torch.float32, device=torch.device("cpu"))
 
-    rows = []
-    for coll in ESTIMATED:
-        for label, group, alloc in (("gonccl allocate_tensor", g, shared), ("gonccl torch.empty", g, None),
-                                    ("gloo torch.empty", gloo, None)):
-            t, out = _buffers(coll, nbytes, nranks, alloc)
-            rows.append((coll, label, _time(coll, t, out, group, args.iters, args.warmup_iters) * 1e6))
+    variants = (("gonccl allocate_tensor", g, shared), ("gonccl torch.empty", g, None), ("gloo torch.empty", gloo, None))
     if rank == 0:
         report.print_lines([
-            f"# gonccl.bench --alloc: {nbytes} bytes, nranks {nranks}, float32, each op waited, "
+            f"# gonccl.bench --alloc: nranks {nranks}, float32, each op waited before the next, "
             f"time = max over ranks; torch {torch.__version__}",
-            f"# {'collective':<15} {'tensor':<24} {'time(us)':>10} {'vs torch.empty':>15}",
+            "# size: all_reduce's buffer, all_gather's output, reduce_scatter's input; busbw = size/time x "
+            "2(n-1)/n (all_reduce) or (n-1)/n (the others), as nccl-tests",
+            "# vs empty: time / gonccl's on torch.empty tensors; vs gloo: time / Gloo's (below 1: faster)",
+            f"# {'collective':<15} {'size':>10} {'tensor':<24} {'time(us)':>10} {'busbw(GB/s)':>11} "
+            f"{'vs empty':>9} {'vs gloo':>8}",
         ])
-        base = {c: us for c, label, us in rows if label == "gonccl torch.empty"}
-        for coll, label, us in rows:
-            print(f"  {coll:<15} {label:<24} {us:>10.0f} {us / base[coll]:>15.2f}")
+    for coll in ESTIMATED:
+        for nbytes in sizes:
+            per = nbytes if coll == "all_reduce" else max(4, nbytes // nranks)
+            size = per if coll == "all_reduce" else per * nranks
+            times = {}
+            for label, group, alloc in variants:
+                t, out = _buffers(coll, per, nranks, alloc)
+                times[label] = _time(coll, t, out, group, _iters(size, args.iters), args.warmup_iters) * 1e6
+                del t, out
+            if rank == 0:
+                for label, us in times.items():
+                    busbw = size / (us * 1e-6) / 1e9 * ALLOC_BUSBW[coll](nranks)
+                    print(f"  {coll:<15} {size:>10} {label:<24} {us:>10.0f} {busbw:>11.2f} "
+                          f"{us / times['gonccl torch.empty']:>9.2f} {us / times['gloo torch.empty']:>8.2f}",
+                          flush=True)
     return 0
 
 
@@ -226,6 +244,6 @@ def run(args, sizes) -> int:
             return run_calibrate(args)
         if args.estimate:
             return run_estimate(args, _within(ESTIMATE_SIZES, args))
-        return run_alloc(args)
+        return run_alloc(args, sizes)
     finally:
         dist.destroy_process_group()
