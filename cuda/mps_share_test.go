@@ -18,6 +18,10 @@ import (
 // does not, every rank refuses together, naming it. Rank 2 (alone on its GPU) is never
 // asked whether it is a client.
 func TestShareUnderMPS(t *testing.T) {
+	// The MPS decision, not the hardware-queue rule: these ranks are goroutines of one
+	// process on one device, so they share a context, which at one queue the device path
+	// refuses (TestRanksOfOneContextOneHardwareQueue); nothing runs on their streams here.
+	t.Setenv("CUDA_DEVICE_MAX_CONNECTIONS", "8")
 	d, f := open(t)
 	devs := []int{0, 0, 1}
 	for _, c := range []struct {
