@@ -125,9 +125,19 @@ func serveRoot(l *net.TCPListener, secret []byte, sec *tcp.TLS, deadline time.Ti
 		default:
 		}
 	}
+	// The accepting goroutine adds each join goroutine to wg; stopping flips under mu,
+	// so that no Add can race with the final Wait (a WaitGroup's rule).
 	var wg sync.WaitGroup
+	var mu sync.Mutex
+	stopped := false
 	stop := make(chan struct{})
-	defer func() { close(stop); wg.Wait() }()
+	defer func() {
+		mu.Lock()
+		stopped = true
+		close(stop)
+		mu.Unlock()
+		wg.Wait()
+	}()
 	g.Go("bootstrap root accept", nil, dying, func() {
 		for {
 			c, err := l.AcceptTCP()
@@ -135,6 +145,12 @@ func serveRoot(l *net.TCPListener, secret []byte, sec *tcp.TLS, deadline time.Ti
 				return
 			}
 			tcp.Accepted(c)
+			mu.Lock()
+			if stopped {
+				mu.Unlock()
+				c.Close()
+				return
+			}
 			g.Go("bootstrap root join", &wg, func(err error) { c.Close(); dying(err) }, func() {
 				sc, h, err := tcp.Accept(c, secret, sec, time.Now().Add(handshake))
 				if err == nil && h.To != tcp.RootRank {
@@ -163,6 +179,7 @@ func serveRoot(l *net.TCPListener, secret []byte, sec *tcp.TLS, deadline time.Ti
 					c.Close()
 				}
 			})
+			mu.Unlock()
 		}
 	})
 
