@@ -57,18 +57,7 @@ func windowRing(t *testing.T, comms []*Comm, want Access) {
 			if err := wait(t, put, "put"); err != nil {
 				return err
 			}
-			sig, err := w.Signal(next)
-			if err != nil {
-				return err
-			}
-			if err := wait(t, sig, "signal"); err != nil {
-				return err
-			}
-			ws, err := w.WaitSignal(prev)
-			if err != nil {
-				return err
-			}
-			if err := wait(t, ws, "wait_signal"); err != nil {
+			if err := signalThenWait(t, w, next, prev); err != nil {
 				return err
 			}
 			mem, hold, err := w.Memory(c.rank)
@@ -135,18 +124,7 @@ func TestWindowMemoryAliasesPeer(t *testing.T) {
 		}
 		holds[c.rank] = hold
 		copy(mem, f32bytes([]float32{float32(c.rank + 7)}))
-		s, err := w.Signal(peer)
-		if err != nil {
-			return err
-		}
-		if err := wait(t, s, "signal"); err != nil {
-			return err
-		}
-		ws, err := w.WaitSignal(peer)
-		if err != nil {
-			return err
-		}
-		if err := wait(t, ws, "wait_signal"); err != nil {
+		if err := signalThenWait(t, w, peer, peer); err != nil {
 			return err
 		}
 		own, h, err := w.Memory(c.rank)
@@ -281,4 +259,20 @@ func TestWindowBadArguments(t *testing.T) {
 	for r, err := range errs {
 		require.NoError(t, err, "rank %d", r)
 	}
+}
+
+// signalThenWait signals rank to, waits for that, then waits for a signal from rank from.
+func signalThenWait(t *testing.T, w *Window, to, from int) error {
+	sig, err := w.Signal(to)
+	if err != nil {
+		return err
+	}
+	if err := wait(t, sig, "signal"); err != nil {
+		return err
+	}
+	ws, err := w.WaitSignal(from)
+	if err != nil {
+		return err
+	}
+	return wait(t, ws, "wait_signal")
 }

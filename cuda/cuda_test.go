@@ -279,3 +279,22 @@ func hostExchange(c *core.Comm) func([]byte) ([]byte, error) {
 		return all, err
 	}
 }
+
+// inProcessRanks runs rank(r) for n ranks as goroutines of this process and requires
+// that none failed.
+func inProcessRanks(t *testing.T, n int, rank func(r int) error) {
+	t.Helper()
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = rank(r)
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		require.NoError(t, err, "rank %d", r)
+	}
+}

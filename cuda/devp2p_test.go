@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -57,19 +56,7 @@ func TestDeviceP2PRanksOfOneProcess(t *testing.T) {
 	id, err := core.NewUniqueID()
 	require.NoError(t, err)
 	devs := oneContextSafe(f, []int{0, 1, 0})
-	var wg sync.WaitGroup
-	errs := make([]error, len(devs))
-	for r := range devs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[r] = devP2PRank(d, f, id, r, devs, os.Stderr)
-		}()
-	}
-	wg.Wait()
-	for r, err := range errs {
-		require.NoError(t, err, "rank %d", r)
-	}
+	inProcessRanks(t, len(devs), func(r int) error { return devP2PRank(d, f, id, r, devs, os.Stderr) })
 }
 
 // p2pMsg is one message of a case: bytes from rank from to rank to.

@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -65,19 +64,7 @@ func TestDevicePathRanksOfOneProcess(t *testing.T) {
 	id, err := core.NewUniqueID()
 	require.NoError(t, err)
 	devs := oneContextSafe(f, []int{0, 0, 1})
-	var wg sync.WaitGroup
-	errs := make([]error, len(devs))
-	for r := range devs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[r] = devRank(d, f, id, r, devs, os.Stderr)
-		}()
-	}
-	wg.Wait()
-	for r, err := range errs {
-		require.NoError(t, err, "rank %d", r)
-	}
+	inProcessRanks(t, len(devs), func(r int) error { return devRank(d, f, id, r, devs, os.Stderr) })
 }
 
 // runDevRanks runs one child process per rank and returns their combined output and

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -48,19 +47,7 @@ func TestSameGPURanksOfOneProcess(t *testing.T) {
 			id, err := core.NewUniqueID()
 			require.NoError(t, err)
 			devs := []int{0, 0, 0}
-			var wg sync.WaitGroup
-			errs := make([]error, len(devs))
-			for r := range devs {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					errs[r] = sameGPURank(d, f, id, r, devs, os.Stderr)
-				}()
-			}
-			wg.Wait()
-			for r, err := range errs {
-				require.NoError(t, err, "rank %d", r)
-			}
+			inProcessRanks(t, len(devs), func(r int) error { return sameGPURank(d, f, id, r, devs, os.Stderr) })
 		})
 	}
 }
