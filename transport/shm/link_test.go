@@ -200,6 +200,33 @@ func TestPeerDeathWakesReceiver(t *testing.T) {
 	a.Close()
 }
 
+// A peer that writes its last frame and exits between the receiver's look for data and
+// its look at the peer (a rank that leaves a barrier first and closes) must not lose
+// that frame: the receiver looks for data once more before it reports the peer gone.
+func TestLastFrameBeforeExitIsRead(t *testing.T) {
+	noLeaks(t)
+	a, b := pair(t, 4096)
+	defer b.Close()
+	defer a.Close()
+	h := transport.Header{Seq: 5, Count: 4, Root: -1}
+	dl := time.Now().Add(testtime.D(20 * time.Second))
+	var once sync.Once
+	beforeStopCheck = func(l *Link) {
+		if l != b {
+			return
+		}
+		once.Do(func() {
+			require.NoError(t, a.Send(&h, []byte("bye!"), dl))
+			b.peerGone.Store(true) // as b's liveness watch does once a's process is gone
+		})
+	}
+	defer func() { beforeStopCheck = nil }()
+	got := make([]byte, 4)
+	require.NoError(t, b.Recv(&h, got, dl))
+	require.Equal(t, "bye!", string(got))
+	require.ErrorIs(t, b.Recv(&h, got, dl), transport.ErrPeerClosed)
+}
+
 // Frames written before the peer closed can still be read: a failed rank's last frame
 // reaches its peer, which can then report the mismatch itself.
 func TestFailDeliversFramesInGrace(t *testing.T) {
