@@ -141,11 +141,12 @@ func (v *views) devicePath(c *core.Comm) (*cuda.Shared, *cuda.Kernels, error) {
 			return nil, nil, nil
 		}
 		scratch, err := devScratch()
-		if err != nil {
+		ringFrom, rerr := devRingFrom()
+		if err = errors.Join(err, rerr); err != nil {
 			e.devDecided = false // refused before any exchange: every rank refuses the same way
 			return nil, nil, err
 		}
-		var opts []cuda.SharedOption
+		opts := []cuda.SharedOption{cuda.RingFrom(ringFrom)}
 		if e.devMode.automatic() {
 			opts = append(opts, cuda.StageWhenDeviceShared())
 		}
@@ -187,6 +188,9 @@ func (v *views) devicePath(c *core.Comm) (*cuda.Shared, *cuda.Kernels, error) {
 		// the next call (and the flight recorder) names the rank (cuda/devfault.go).
 		sh.Watch(cuda.WatchConfig{Timeout: c.Timeout, Err: c.Err, Fail: c.FailDevice})
 		msg := fmt.Sprintf("device path: same-host ranks share device memory through CUDA IPC; %d bytes of scratch on device %d; flags in host memory the GPU maps; %s", sh.Cap(), sh.Device(), cuda.HardwareQueues())
+		if ringFrom > 0 && c.Size() >= 3 {
+			msg += fmt.Sprintf("; all_reduce of %d bytes or more by the ring (GONCCL_DEVICE_RING_THRESHOLD)", ringFrom)
+		}
 		if m := sh.MPS(); m != "" {
 			msg = fmt.Sprintf("%s; %s (this rank: %s)", m, msg, sh.MPSDetail())
 		}

@@ -1,5 +1,7 @@
 package core
 
+import "github.com/gonccl/gonccl/internal/ringplan"
+
 // allReduceRing reduces buf (count elements) across all ranks in place: a ring
 // reduce-scatter followed by a ring all-gather, every segment cut into chunks so that
 // receiving, reducing and forwarding of different chunks overlap.
@@ -22,28 +24,11 @@ func (e *exec) allReduceRing(buf []byte, count int, dt DataType, op RedOp) error
 
 // ringSteps runs steps first..last-1 of allReduceRing: 0..n-2 alone are a ring
 // reduce-scatter (rank r then holds the reduction of segment r+1, split(count, n, r+1),
-// divided by n for Avg), n-1..2n-3 alone the matching all-gather.
+// divided by n for Avg), n-1..2n-3 alone the matching all-gather. The plan is
+// ringplan's (shared with cuda's device stepper); this is its host stepper.
 func (e *exec) ringSteps(buf []byte, count int, dt DataType, op RedOp, first, last int) error {
-	n, r, es := e.nranks, e.rank, dt.Size()
-	next, prev := mod(r+1, n), mod(r-1, n)
-	nch := max(1, ceilDiv(ceilDiv(count, n)*es, e.chunkBytes))
-	chunk := func(seg, j int) (lo, hi int) {
-		slo, shi := split(count, n, seg)
-		clo, chi := split(shi-slo, nch, j)
-		return (slo + clo) * es, (slo + chi) * es
-	}
-	sendSeg := func(s int) int {
-		if s < n-1 {
-			return mod(r-s, n)
-		}
-		return mod(r+1-(s-(n-1)), n)
-	}
-	recvSeg := func(s int) int {
-		if s < n-1 {
-			return mod(r-s-1, n)
-		}
-		return mod(r-(s-(n-1)), n)
-	}
+	p := ringplan.NewAllReduce(e.nranks, e.rank, count, dt.Size(), e.chunkBytes)
+	nch := p.Chunks
 	units := (last - first) * nch
 	base := first * nch
 	return e.pipeline(pipe{
@@ -51,22 +36,22 @@ func (e *exec) ringSteps(buf []byte, count int, dt DataType, op RedOp, first, la
 		need: func(u int) int { return u - nch + 1 },
 		send: func(u int) error {
 			u += base
-			lo, hi := chunk(sendSeg(u/nch), u%nch)
-			return e.send(next, lo, buf[lo:hi])
+			lo, hi := p.Chunk(p.SendSeg(u/nch), u%nch)
+			return e.send(p.Next(), lo, buf[lo:hi])
 		},
 		recv: func(u int) error {
 			u += base
 			s := u / nch
-			lo, hi := chunk(recvSeg(s), u%nch)
+			lo, hi := p.Chunk(p.RecvSeg(s), u%nch)
 			dst := buf[lo:hi]
-			if s >= n-1 {
-				return e.recv(prev, lo, dst)
+			if !p.Reduces(s) {
+				return e.recv(p.Prev(), lo, dst)
 			}
-			if err := e.recvReduce(prev, lo, dst, dt, op); err != nil {
+			if err := e.recvReduce(p.Prev(), lo, dst, dt, op); err != nil {
 				return err
 			}
-			if s == n-2 && op == Avg {
-				return DivideBy(dst, dt, n)
+			if p.Finishes(s) && op == Avg {
+				return DivideBy(dst, dt, p.N)
 			}
 			return nil
 		},

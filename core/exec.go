@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gonccl/gonccl/internal/ringplan"
 	"github.com/gonccl/gonccl/internal/safego"
 	"github.com/gonccl/gonccl/transport"
 )
@@ -226,10 +227,8 @@ func (e *exec) joinOnPanic(stop func(), wg *sync.WaitGroup) {
 
 // split returns the bounds [lo, hi) of part i when n items are cut into parts near-equal
 // parts.
-func split(n, parts, i int) (lo, hi int) {
-	return int(int64(n) * int64(i) / int64(parts)), int(int64(n) * int64(i+1) / int64(parts))
-}
+func split(n, parts, i int) (lo, hi int) { return ringplan.Split(n, parts, i) }
 
-func ceilDiv(a, b int) int { return (a + b - 1) / b }
+func ceilDiv(a, b int) int { return ringplan.CeilDiv(a, b) }
 
-func mod(a, n int) int { return ((a % n) + n) % n }
+func mod(a, n int) int { return ringplan.Mod(a, n) }

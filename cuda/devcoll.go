@@ -28,10 +28,9 @@ import (
 //	write readDone = n
 //
 // Each rank reads every other's scratch once per round: right for the 2-8 ranks of a
-// host and for small and medium messages. For large messages a ring over the same
-// scratch (each step: wait the previous rank's flag, reduce its chunk into the own,
-// flag the next) moves 2(N-1)/N of the bytes per rank instead of N-1 chunks; it would
-// replace the body of the loop in allReduce and reduceScatter.
+// host and for small and medium messages. A large all_reduce among three or more
+// ranks runs the ring instead (devring.go, RingFrom): the same bytes per rank, each
+// over the link to one neighbour.
 //
 // "Write a flag" writes it into every rank's header (post), "wait for rank p's flag"
 // reads p's slot of the own header (wait, waitAll): so a rank releases only its own
@@ -287,6 +286,9 @@ func (s *Shared) Reduce(st Stream, k Reducer, send, recv uintptr, count int, dt 
 
 func (s *Shared) allReduce(st Stream, k Reducer, send, recv uintptr, count int, dt reduce.DataType, op reduce.RedOp, root int) error {
 	es := dt.Size()
+	if s.ringFor(count*es, root) {
+		return s.allReduceRing(st, k, send, recv, count, dt, op)
+	}
 	per := s.cap / es
 	kind := kindAllReduce
 	if root >= 0 {

@@ -38,9 +38,10 @@ const (
 	kindAlltoAll
 	kindGather
 	kindScatter
+	kindAllReduceRing // all_reduce by the ring (devring.go): ranks that chose differently disagree
 )
 
-var kindNames = [16]string{"?", "all_gather", "broadcast", "all_reduce", "reduce", "reduce_scatter", "alltoall", "gather", "scatter"}
+var kindNames = [16]string{"?", "all_gather", "broadcast", "all_reduce", "reduce", "reduce_scatter", "alltoall", "gather", "scatter", "all_reduce (ring)"}
 
 func (k opKind) String() string {
 	if int(k) < len(kindNames) && kindNames[k] != "" {

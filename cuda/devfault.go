@@ -395,7 +395,7 @@ func (s *Shared) releaseLocked() error {
 		for _, w := range []struct {
 			off int
 			v   uint32
-		}{{flagReady, poison}, {flagReduced, poison}, {flagReadDone, poison},
+		}{{flagReady, poison}, {flagReduced, poison}, {flagReadDone, poison}, {flagRing, s.ringSeq + 1<<30},
 			{descShape, fieldMask}, {descShapeNeg, 0}, {descCount, fieldMask}, {descCountNeg, 0}} {
 			s.storeOwn(s.flag(p, w.off), w.v)
 		}

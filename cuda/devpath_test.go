@@ -204,7 +204,16 @@ func devRank(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank int, devs 
 		return err
 	}
 	exchange := hostExchange(c)
-	sh, err := cuda.NewShared(d, ctx, rank, nranks, devScratch, exchange)
+	var opts []cuda.SharedOption
+	if v := os.Getenv("GONCCL_DEVTEST_RING"); v != "" { // "from,chunk": devring_test.go
+		var from, chunk int
+		if _, err := fmt.Sscanf(v, "%d,%d", &from, &chunk); err != nil {
+			return fmt.Errorf("GONCCL_DEVTEST_RING=%q: %w", v, err)
+		}
+		opts = append(opts, cuda.RingFrom(from))
+		cuda.SetRingChunk(chunk)
+	}
+	sh, err := cuda.NewShared(d, ctx, rank, nranks, devScratch, exchange, opts...)
 	if err != nil {
 		return err
 	}
@@ -218,7 +227,11 @@ func devRank(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank int, devs 
 	sh.Watch(cuda.WatchConfig{Timeout: c.Timeout, Err: c.Err, CheckAfter: time.Millisecond,
 		Fail: func(err error) { watchErr <- err }})
 	var bad []string
+	only := os.Getenv("GONCCL_DEVTEST_ONLY") // one collective of the script (devring_test.go)
 	for i, dc := range devCases(nranks) {
+		if only != "" && dc.coll != only {
+			continue
+		}
 		got, want, err := runDevCase(c, sh, red, f, dev, cuda.Stream(streams[i%2]), rank, nranks, i, dc)
 		if err != nil {
 			return fmt.Errorf("case %d %+v: %w", i, dc, err)

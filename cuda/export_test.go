@@ -55,3 +55,6 @@ func (s *Staging) BackStream() Stream {
 	}
 	return s.stream
 }
+
+// SetRingChunk sets the size of the device ring's chunks (devring.go) in this process.
+func SetRingChunk(n int) { ringChunkBytes = n }

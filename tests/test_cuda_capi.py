@@ -150,7 +150,7 @@ def test_libgonccl_does_not_link_cuda(package_dir):
 
 @pytest.mark.timeout(RUN_TIMEOUT + 60)
 @pytest.mark.parametrize("path", ["staged", "staged-pipelined", "staged-pipelined-cpu", "auto", "device", "device-no-peer",
-                                  "device-one-queue", "auto-one-gpu", "samegpu-one-gpu"])
+                                  "device-one-queue", "device-ring", "auto-one-gpu", "samegpu-one-gpu"])
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
     """The same checks on the staged path (GONCCL_DEVICE_PATH=0) and on the device path
@@ -174,7 +174,10 @@ def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
     hardware queue per context (CUDA_DEVICE_MAX_CONNECTIONS=1, as Megatron-style training
     sets it), where a stream waiting at the head of the queue holds back every stream of
     the rank: the async sends and receives, which every rank issues receive first, must
-    still progress."""
+    still progress. device-ring (3 ranks) runs every all_reduce of 1 KiB or more by the
+    device path's ring (GONCCL_DEVICE_RING_THRESHOLD)."""
+    if path == "device-ring" and nranks < 3:
+        pytest.skip("the device ring runs among three or more ranks")
     id_file = str(tmp_path / "unique_id")
     dump = tmp_path / "trace"
     extra = {"GONCCL_DEBUG": "INFO", "GONCCL_DEBUG_SUBSYS": "INIT", "GONCCL_TRACE_DUMP_DIR": str(dump)}
@@ -187,6 +190,8 @@ def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
         extra["FAKECUDA_NO_PEER"] = "1"
     if path == "device-one-queue":
         extra["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
+    if path == "device-ring":
+        extra["GONCCL_DEVICE_RING_THRESHOLD"] = "1K"
     if path.startswith("staged-pipelined"):
         extra["GONCCL_STAGED_CHUNK"] = "1K"
     if path == "staged-pipelined-cpu":
@@ -197,12 +202,14 @@ def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
         extra["GONCCL_DEVICE_PATH"] = "samegpu"  # asked for: auto keeps ranks sharing a GPU staged
     run = _run_ranks(cuda_capi_binary, fakecuda, nranks, id_file, str(tmp_path), extra)
     run.assert_ok(f"cuda_capi_test with {nranks} ranks")
-    on_device = path in ("device", "device-one-queue") or (path == "auto" and nranks == 2)
+    on_device = path in ("device", "device-one-queue", "device-ring") or (path == "auto" and nranks == 2)
     for r, proc in enumerate(run.procs):
         assert f"rank {r}:" in proc.stdout and "checks passed" in proc.stdout, proc.describe()
         log = proc.stderr + proc.stdout
         chose = "device path: same-host ranks share device memory" in log
         assert chose == on_device, proc.describe()
+        ring = "all_reduce of 1024 bytes or more by the ring" in log
+        assert ring == (path == "device-ring"), proc.describe()
         if path == "device-no-peer":
             assert "staged path:" in log and "cannot access each other's memory" in log, proc.describe()
         if path == "staged":
