@@ -198,20 +198,40 @@ func share(count, r, nranks int) (int, int) {
 	return count * r / nranks, count * (r + 1) / nranks
 }
 
+// rounds enqueues an operation of total units (bytes or elements) in rounds of at most
+// per: each round begins (the peers have read what they needed of the previous one),
+// runs body on units [off, off+n), and says it has read what it needed.
+func (s *Shared) rounds(st Stream, total, per int, body func(r round, off, n int) error) error {
+	for off := 0; off < total; off += per {
+		r, err := s.begin(st)
+		if err != nil {
+			return err
+		}
+		if err := body(r, off, min(per, total-off)); err != nil {
+			return err
+		}
+		if err := r.post(flagReadDone); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// input copies n bytes from src into the own data area and says the round's
+// input is there (its ready flag).
+func (r round) input(src uintptr, n int) error {
+	if err := r.copy(r.s.data(r.s.rank), src, n); err != nil {
+		return err
+	}
+	return r.post(flagReady)
+}
+
 // AllGather enqueues on st: recv[r*bytes:(r+1)*bytes] = rank r's send, for every rank.
 func (s *Shared) AllGather(st Stream, send, recv uintptr, bytes int) error {
 	d := byteDesc(kindAllGather, bytes, -1)
 	return s.runOp(&d, func() error {
-		for off := 0; off < bytes; off += s.cap {
-			n := min(s.cap, bytes-off)
-			r, err := s.begin(st)
-			if err != nil {
-				return err
-			}
-			if err := r.copy(s.data(s.rank), send+uintptr(off), n); err != nil {
-				return err
-			}
-			if err := r.post(flagReady); err != nil {
+		return s.rounds(st, bytes, s.cap, func(r round, off, n int) error {
+			if err := r.input(send+uintptr(off), n); err != nil {
 				return err
 			}
 			if err := r.waitReady(); err != nil {
@@ -222,11 +242,8 @@ func (s *Shared) AllGather(st Stream, send, recv uintptr, bytes int) error {
 					return err
 				}
 			}
-			if err := r.post(flagReadDone); err != nil {
-				return err
-			}
-		}
-		return nil
+			return nil
+		})
 	})
 }
 
@@ -234,12 +251,7 @@ func (s *Shared) AllGather(st Stream, send, recv uintptr, bytes int) error {
 func (s *Shared) Broadcast(st Stream, send, recv uintptr, bytes, root int) error {
 	d := byteDesc(kindBroadcast, bytes, root)
 	return s.runOp(&d, func() error {
-		for off := 0; off < bytes; off += s.cap {
-			n := min(s.cap, bytes-off)
-			r, err := s.begin(st)
-			if err != nil {
-				return err
-			}
+		return s.rounds(st, bytes, s.cap, func(r round, off, n int) error {
 			if s.rank == root {
 				if err := r.copy(s.data(root), send+uintptr(off), n); err != nil {
 					return err
@@ -256,19 +268,14 @@ func (s *Shared) Broadcast(st Stream, send, recv uintptr, bytes, root int) error
 			if err := r.check(); err != nil { // the first round: every rank agrees
 				return err
 			}
-			if s.rank != root {
-				if err := r.wait(root, flagReady, r.n); err != nil {
-					return err
-				}
-				if err := r.copy(recv+uintptr(off), r.peerData(root, 1), n); err != nil {
-					return err
-				}
+			if s.rank == root {
+				return nil
 			}
-			if err := r.post(flagReadDone); err != nil {
+			if err := r.wait(root, flagReady, r.n); err != nil {
 				return err
 			}
-		}
-		return nil
+			return r.copy(recv+uintptr(off), r.peerData(root, 1), n)
+		})
 	})
 }
 
@@ -296,17 +303,9 @@ func (s *Shared) allReduce(st Stream, k Reducer, send, recv uintptr, count int, 
 	}
 	d := reduceDesc(kind, count, dt, op, root)
 	return s.runOp(&d, func() error {
-		for first := 0; first < count; first += per {
-			c := min(per, count-first)
+		return s.rounds(st, count, per, func(r round, first, c int) error {
 			off := uintptr(first * es)
-			r, err := s.begin(st)
-			if err != nil {
-				return err
-			}
-			if err := r.copy(s.data(s.rank), send+off, c*es); err != nil {
-				return err
-			}
-			if err := r.post(flagReady); err != nil {
+			if err := r.input(send+off, c*es); err != nil {
 				return err
 			}
 			if err := r.waitReady(); err != nil {
@@ -333,22 +332,20 @@ func (s *Shared) allReduce(st Stream, k Reducer, send, recv uintptr, count int, 
 			if err := r.post(flagReduced); err != nil {
 				return err
 			}
-			if root < 0 || root == s.rank {
-				if err := r.waitAll(flagReduced, r.n); err != nil {
-					return err
-				}
-				for p := range s.nranks {
-					plo, phi := share(c, p, s.nranks)
-					if err := r.copy(recv+off+uintptr(plo*es), s.data(p)+uintptr(plo*es), (phi-plo)*es); err != nil {
-						return err
-					}
-				}
+			if root >= 0 && root != s.rank {
+				return nil
 			}
-			if err := r.post(flagReadDone); err != nil {
+			if err := r.waitAll(flagReduced, r.n); err != nil {
 				return err
 			}
-		}
-		return nil
+			for p := range s.nranks {
+				plo, phi := share(c, p, s.nranks)
+				if err := r.copy(recv+off+uintptr(plo*es), s.data(p)+uintptr(plo*es), (phi-plo)*es); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
 	})
 }
 
@@ -362,12 +359,7 @@ func (s *Shared) ReduceScatter(st Stream, k Reducer, send, recv uintptr, recvCou
 	}
 	d := reduceDesc(kindReduceScatter, recvCount, dt, op, -1)
 	return s.runOp(&d, func() error {
-		for first := 0; first < recvCount; first += per {
-			c := min(per, recvCount-first)
-			r, err := s.begin(st)
-			if err != nil {
-				return err
-			}
+		return s.rounds(st, recvCount, per, func(r round, first, c int) error {
 			// The own data area holds block b's elements [first, first+c) at b*c.
 			for b := range s.nranks {
 				if err := r.copy(s.data(s.rank)+uintptr(b*c*es), send+uintptr((b*recvCount+first)*es), c*es); err != nil {
@@ -394,32 +386,32 @@ func (s *Shared) ReduceScatter(st Stream, k Reducer, send, recv uintptr, recvCou
 				}
 			}
 			if op == reduce.Avg {
-				if err := k.DivideBy(st, out, c, dt, s.nranks); err != nil {
-					return err
-				}
+				return k.DivideBy(st, out, c, dt, s.nranks)
 			}
-			if err := r.post(flagReadDone); err != nil {
-				return err
-			}
-		}
-		return nil
+			return nil
+		})
 	})
+}
+
+// blockRound is how many bytes of each of nranks blocks one round of the scratch
+// holds (a multiple of 16), or an error if it holds none.
+func (s *Shared) blockRound() (int, error) {
+	per := (s.cap / s.nranks) &^ 15
+	if per == 0 {
+		return 0, fmt.Errorf("cuda: the device scratch (%d bytes) is too small for %d ranks", s.cap, s.nranks)
+	}
+	return per, nil
 }
 
 // AlltoAll enqueues on st: block p (blockBytes) of recv = block rank of rank p's send.
 func (s *Shared) AlltoAll(st Stream, send, recv uintptr, blockBytes int) error {
-	per := (s.cap / s.nranks) &^ 15 // bytes of each block per round
-	if per == 0 {
-		return fmt.Errorf("cuda: the device scratch (%d bytes) is too small for %d ranks", s.cap, s.nranks)
+	per, err := s.blockRound()
+	if err != nil {
+		return err
 	}
 	d := byteDesc(kindAlltoAll, blockBytes, -1)
 	return s.runOp(&d, func() error {
-		for off := 0; off < blockBytes; off += per {
-			n := min(per, blockBytes-off)
-			r, err := s.begin(st)
-			if err != nil {
-				return err
-			}
+		return s.rounds(st, blockBytes, per, func(r round, off, n int) error {
 			// The own data area holds bytes [off, off+n) of block b at b*per.
 			for b := range s.nranks {
 				if err := r.copy(s.data(s.rank)+uintptr(b*per), send+uintptr(b*blockBytes+off), n); err != nil {
@@ -437,11 +429,8 @@ func (s *Shared) AlltoAll(st Stream, send, recv uintptr, blockBytes int) error {
 					return err
 				}
 			}
-			if err := r.post(flagReadDone); err != nil {
-				return err
-			}
-		}
-		return nil
+			return nil
+		})
 	})
 }
 
@@ -449,54 +438,35 @@ func (s *Shared) AlltoAll(st Stream, send, recv uintptr, blockBytes int) error {
 func (s *Shared) Gather(st Stream, send, recv uintptr, bytes, root int) error {
 	d := byteDesc(kindGather, bytes, root)
 	return s.runOp(&d, func() error {
-		for off := 0; off < bytes; off += s.cap {
-			n := min(s.cap, bytes-off)
-			r, err := s.begin(st)
-			if err != nil {
-				return err
-			}
-			if err := r.copy(s.data(s.rank), send+uintptr(off), n); err != nil {
-				return err
-			}
-			if err := r.post(flagReady); err != nil {
+		return s.rounds(st, bytes, s.cap, func(r round, off, n int) error {
+			if err := r.input(send+uintptr(off), n); err != nil {
 				return err
 			}
 			if s.rank != root {
-				if err := r.check(); err != nil { // the first round: every rank agrees
-					return err
-				}
-			} else {
-				if err := r.waitReady(); err != nil {
-					return err
-				}
-				for p := range s.nranks {
-					if err := r.copy(recv+uintptr(p*bytes+off), r.peerData(p, 1), n); err != nil {
-						return err
-					}
-				}
+				return r.check() // the first round: every rank agrees
 			}
-			if err := r.post(flagReadDone); err != nil {
+			if err := r.waitReady(); err != nil {
 				return err
 			}
-		}
-		return nil
+			for p := range s.nranks {
+				if err := r.copy(recv+uintptr(p*bytes+off), r.peerData(p, 1), n); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
 	})
 }
 
 // Scatter enqueues on st: every rank's recv = block rank (bytes) of root's send.
 func (s *Shared) Scatter(st Stream, send, recv uintptr, bytes, root int) error {
-	per := (s.cap / s.nranks) &^ 15 // bytes of each block per round
-	if per == 0 {
-		return fmt.Errorf("cuda: the device scratch (%d bytes) is too small for %d ranks", s.cap, s.nranks)
+	per, err := s.blockRound()
+	if err != nil {
+		return err
 	}
 	d := byteDesc(kindScatter, bytes, root)
 	return s.runOp(&d, func() error {
-		for off := 0; off < bytes; off += per {
-			n := min(per, bytes-off)
-			r, err := s.begin(st)
-			if err != nil {
-				return err
-			}
+		return s.rounds(st, bytes, per, func(r round, off, n int) error {
 			if s.rank == root {
 				for b := range s.nranks {
 					if err := r.copy(s.data(root)+uintptr(b*per), send+uintptr(b*bytes+off), n); err != nil {
@@ -513,13 +483,7 @@ func (s *Shared) Scatter(st Stream, send, recv uintptr, bytes, root int) error {
 			if err := r.wait(root, flagReady, r.n); err != nil {
 				return err
 			}
-			if err := r.copy(recv+uintptr(off), r.peerData(root, 1)+uintptr(s.rank*per), n); err != nil {
-				return err
-			}
-			if err := r.post(flagReadDone); err != nil {
-				return err
-			}
-		}
-		return nil
+			return r.copy(recv+uintptr(off), r.peerData(root, 1)+uintptr(s.rank*per), n)
+		})
 	})
 }

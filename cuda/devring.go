@@ -46,34 +46,19 @@ func (s *Shared) allReduceRing(st Stream, k Reducer, send, recv uintptr, count i
 	per := s.cap / es
 	d := reduceDesc(kindAllReduceRing, count, dt, op, -1)
 	return s.runOp(&d, func() error {
-		for first := 0; first < count; first += per {
-			c := min(per, count-first)
+		return s.rounds(st, count, per, func(r round, first, c int) error {
 			off := uintptr(first * es)
-			r, err := s.begin(st)
-			if err != nil {
-				return err
-			}
-			if err := r.copy(s.data(s.rank), send+off, c*es); err != nil {
-				return err
-			}
-			if err := r.post(flagReady); err != nil {
+			if err := r.input(send+off, c*es); err != nil {
 				return err
 			}
 			if err := r.check(); err != nil { // the first round: every rank agrees
 				return err
 			}
-			p := ringplan.NewAllReduce(s.nranks, s.rank, c, es, ringChunkBytes)
-			if err := r.ring(k, p, dt, op); err != nil {
+			if err := r.ring(k, ringplan.NewAllReduce(s.nranks, s.rank, c, es, ringChunkBytes), dt, op); err != nil {
 				return err
 			}
-			if err := r.copy(recv+off, s.data(s.rank), c*es); err != nil {
-				return err
-			}
-			if err := r.post(flagReadDone); err != nil {
-				return err
-			}
-		}
-		return nil
+			return r.copy(recv+off, s.data(s.rank), c*es)
+		})
 	})
 }
 
