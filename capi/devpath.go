@@ -189,7 +189,7 @@ func (v *views) devicePath(c *core.Comm) (*cuda.Shared, *cuda.Kernels, error) {
 		sh.Watch(cuda.WatchConfig{Timeout: c.Timeout, Err: c.Err, Fail: c.FailDevice})
 		msg := fmt.Sprintf("device path: same-host ranks share device memory through CUDA IPC; %d bytes of scratch on device %d; flags in host memory the GPU maps; %s", sh.Cap(), sh.Device(), cuda.HardwareQueues())
 		if ringFrom > 0 && c.Size() >= 3 {
-			msg += fmt.Sprintf("; all_reduce of %d bytes or more by the ring (GONCCL_DEVICE_RING_THRESHOLD)", ringFrom)
+			msg += fmt.Sprintf("; all_reduce and reduce_scatter of %d bytes or more by the ring (GONCCL_DEVICE_RING_THRESHOLD)", ringFrom)
 		}
 		if m := sh.MPS(); m != "" {
 			msg = fmt.Sprintf("%s; %s (this rank: %s)", m, msg, sh.MPSDetail())

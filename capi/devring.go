@@ -7,10 +7,10 @@ import (
 	"github.com/gonccl/gonccl/internal/cenv"
 )
 
-// devRingBytes is the all_reduce size from which the device path runs its ring
-// (cuda/devring.go) among three or more ranks, unless GONCCL_DEVICE_RING_THRESHOLD
-// says otherwise: below it, every rank reading every peer's scratch at once costs
-// fewer flag round trips than the ring's 2(N-1) steps.
+// devRingBytes is the all_reduce size (a reduce_scatter's input) from which the device
+// path runs its ring (cuda/devring.go) among three or more ranks, unless
+// GONCCL_DEVICE_RING_THRESHOLD says otherwise: below it, every rank reading every
+// peer's scratch at once costs fewer flag round trips than the ring's 2(N-1) steps.
 const devRingBytes = 4 << 20
 
 // devRingFrom is the threshold the settings ask for (0: never the ring).

@@ -357,6 +357,9 @@ func (s *Shared) ReduceScatter(st Stream, k Reducer, send, recv uintptr, recvCou
 	if per == 0 {
 		return fmt.Errorf("cuda: the device scratch (%d bytes) is too small for %d ranks", s.cap, s.nranks)
 	}
+	if s.ringFor(recvCount*s.nranks*es, -1) {
+		return s.reduceScatterRing(st, k, send, recv, recvCount, dt, op)
+	}
 	d := reduceDesc(kindReduceScatter, recvCount, dt, op, -1)
 	return s.runOp(&d, func() error {
 		return s.rounds(st, recvCount, per, func(r round, first, c int) error {

@@ -38,10 +38,12 @@ const (
 	kindAlltoAll
 	kindGather
 	kindScatter
-	kindAllReduceRing // all_reduce by the ring (devring.go): ranks that chose differently disagree
+	kindAllReduceRing     // all_reduce by the ring (devring.go): ranks that chose differently disagree
+	kindReduceScatterRing // reduce_scatter by the ring
 )
 
-var kindNames = [16]string{"?", "all_gather", "broadcast", "all_reduce", "reduce", "reduce_scatter", "alltoall", "gather", "scatter", "all_reduce (ring)"}
+var kindNames = [16]string{"?", "all_gather", "broadcast", "all_reduce", "reduce", "reduce_scatter", "alltoall", "gather", "scatter",
+	"all_reduce (ring)", "reduce_scatter (ring)"}
 
 func (k opKind) String() string {
 	if int(k) < len(kindNames) && kindNames[k] != "" {

@@ -5,7 +5,8 @@ import (
 	"github.com/gonccl/gonccl/internal/ringplan"
 )
 
-// The device ring: all_reduce of large messages among three or more ranks whose GPUs
+// The device ring: all_reduce (and reduce_scatter, its first half) of large messages
+// among three or more ranks whose GPUs
 // map each other, by the plan core's host ring follows (internal/ringplan), stepped on
 // the caller's stream. Each rank works in its own data area of the shared scratch; at
 // each step it reads one chunk of its predecessor's data area through the peer
@@ -35,7 +36,8 @@ import (
 // ringChunkBytes is the size of the chunks a ring step is cut into.
 var ringChunkBytes = 1 << 20
 
-// ringFor reports whether an all_reduce of bytes (per rank; root < 0) runs the ring.
+// ringFor reports whether an all_reduce of bytes (per rank; root < 0), or a
+// reduce_scatter of bytes of input per rank, runs the ring.
 func (s *Shared) ringFor(bytes, root int) bool {
 	return root < 0 && s.nranks >= 3 && s.ringFrom > 0 && bytes >= s.ringFrom
 }
@@ -54,7 +56,8 @@ func (s *Shared) allReduceRing(st Stream, k Reducer, send, recv uintptr, count i
 			if err := r.check(); err != nil { // the first round: every rank agrees
 				return err
 			}
-			if err := r.ring(k, ringplan.NewAllReduce(s.nranks, s.rank, c, es, ringChunkBytes), dt, op); err != nil {
+			p := ringplan.NewAllReduce(s.nranks, s.rank, c, es, ringChunkBytes)
+			if err := r.ring(k, p, dt, op, p.Units()); err != nil {
 				return err
 			}
 			return r.copy(recv+off, s.data(s.rank), c*es)
@@ -62,13 +65,44 @@ func (s *Shared) allReduceRing(st Stream, k Reducer, send, recv uintptr, count i
 	})
 }
 
-// ring steps plan p over the data areas (see above).
-func (r round) ring(k Reducer, p ringplan.AllReduce, dt reduce.DataType, op reduce.RedOp) error {
+// reduceScatterRing is ReduceScatter by the first half of the ring: the plan over
+// the n blocks of a round, block b as segment b+1, so that the segment rank r
+// finishes after the reduce-scatter steps, r+1, is its own block.
+func (s *Shared) reduceScatterRing(st Stream, k Reducer, send, recv uintptr, recvCount int, dt reduce.DataType, op reduce.RedOp) error {
+	es, n := dt.Size(), s.nranks
+	per := s.cap / (es * n) // elements of each block per round
+	d := reduceDesc(kindReduceScatterRing, recvCount, dt, op, -1)
+	return s.runOp(&d, func() error {
+		return s.rounds(st, recvCount, per, func(r round, first, c int) error {
+			seg := func(b int) uintptr { return uintptr((b + 1) % n * c * es) }
+			for b := range n {
+				if err := r.copy(s.data(s.rank)+seg(b), send+uintptr((b*recvCount+first)*es), c*es); err != nil {
+					return err
+				}
+			}
+			if err := r.post(flagReady); err != nil {
+				return err
+			}
+			if err := r.check(); err != nil { // the first round: every rank agrees
+				return err
+			}
+			p := ringplan.NewAllReduce(n, s.rank, n*c, es, ringChunkBytes)
+			if err := r.ring(k, p, dt, op, (n-1)*p.Chunks); err != nil {
+				return err
+			}
+			return r.copy(recv+uintptr(first*es), s.data(s.rank)+seg(s.rank), c*es)
+		})
+	})
+}
+
+// ring steps the first units of plan p over the data areas (see above): all of them
+// for an all_reduce, the reduce-scatter steps' for a reduce_scatter.
+func (r round) ring(k Reducer, p ringplan.AllReduce, dt reduce.DataType, op reduce.RedOp, units int) error {
 	s, es := r.s, p.ElemSize
 	base := s.ringSeq
 	own := s.data(s.rank)
 	prev, next := p.Prev(), p.Next()
-	for u := range p.Units() {
+	for u := range units {
 		t, j := u/p.Chunks, u%p.Chunks
 		var err error
 		if t == 0 {

@@ -172,8 +172,8 @@ type sharedOptions struct {
 	ringFrom              int
 }
 
-// RingFrom makes all_reduce of at least bytes (per rank) among three or more ranks run
-// the ring (devring.go) instead of the one-shot; 0 never does. Every rank must give
+// RingFrom makes all_reduce of at least bytes (per rank) among three or more ranks, and
+// reduce_scatter of as much input, run the ring (devring.go) instead of the one-shot; 0 never does. Every rank must give
 // the same value (a rank that differs is named by the descriptor check).
 func RingFrom(bytes int) SharedOption {
 	return func(o *sharedOptions) { o.ringFrom = max(0, bytes) }

@@ -174,8 +174,8 @@ def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
     hardware queue per context (CUDA_DEVICE_MAX_CONNECTIONS=1, as Megatron-style training
     sets it), where a stream waiting at the head of the queue holds back every stream of
     the rank: the async sends and receives, which every rank issues receive first, must
-    still progress. device-ring (3 ranks) runs every all_reduce of 1 KiB or more by the
-    device path's ring (GONCCL_DEVICE_RING_THRESHOLD)."""
+    still progress. device-ring (3 ranks) runs every all_reduce and reduce_scatter of 1 KiB
+    or more by the device path's ring (GONCCL_DEVICE_RING_THRESHOLD)."""
     if path == "device-ring" and nranks < 3:
         pytest.skip("the device ring runs among three or more ranks")
     id_file = str(tmp_path / "unique_id")
@@ -208,7 +208,7 @@ def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
         log = proc.stderr + proc.stdout
         chose = "device path: same-host ranks share device memory" in log
         assert chose == on_device, proc.describe()
-        ring = "all_reduce of 1024 bytes or more by the ring" in log
+        ring = "all_reduce and reduce_scatter of 1024 bytes or more by the ring" in log
         assert ring == (path == "device-ring"), proc.describe()
         if path == "device-no-peer":
             assert "staged path:" in log and "cannot access each other's memory" in log, proc.describe()
