@@ -25,7 +25,8 @@
 #                the real driver API) and tests/capi/cuda_capi_test.c linked against
 #                libcuda.so.1 with --no-undefined, every hook of fakecuda.h checked (nm)
 #   capi-cuda-*  that test on 2 ranks and on 3 (ranks sharing devices); again with
-#                GONCCL_DEVICE_PATH=1 (capi-cuda-device-*)
+#                GONCCL_DEVICE_PATH=1 (capi-cuda-device-*; at 3 ranks the device ring
+#                takes all_reduce and reduce_scatter from 1 KiB)
 #   capi-memcheck  the 2-rank run under compute-sanitizer --tool memcheck (if installed),
 #                with --report-api-errors no: the C test's deliberate bad pointer (test_bad)
 #                is an API error CUDA returns, not a memory error
@@ -574,7 +575,9 @@ if [[ $capi_ok -eq 1 ]]; then
     # The device path (GONCCL_DEVICE_PATH=1): scratch shared by CUDA IPC, copies, kernels
     # and stream memory operations; its INIT line says "device path" or why it staged.
     run capi-cuda-device-2ranks check_capi capi_ranks 2 env GONCCL_DEVICE_PATH=1
-    run capi-cuda-device-3ranks check_capi capi_ranks 3 env GONCCL_DEVICE_PATH=1
+    # At 3 ranks every all_reduce and reduce_scatter of 1 KiB or more runs the device ring
+    # (the 2-rank run keeps the one-shot).
+    run capi-cuda-device-3ranks check_capi capi_ranks 3 env GONCCL_DEVICE_PATH=1 GONCCL_DEVICE_RING_THRESHOLD=1K
     if [[ -n "$SANITIZER" ]]; then
       run capi-memcheck check_memcheck capi_ranks 2 "$SANITIZER" --tool memcheck --report-api-errors no --error-exitcode 7 --print-limit 20
     else
