@@ -228,11 +228,25 @@ func (r round) input(src uintptr, n int) error {
 
 // AllGather enqueues on st: recv[r*bytes:(r+1)*bytes] = rank r's send, for every rank.
 func (s *Shared) AllGather(st Stream, send, recv uintptr, bytes int) error {
-	d := byteDesc(kindAllGather, bytes, -1)
+	return s.gather(st, kindAllGather, send, recv, bytes, -1)
+}
+
+// Gather enqueues on st: block p (bytes) of root's recv = rank p's send.
+func (s *Shared) Gather(st Stream, send, recv uintptr, bytes, root int) error {
+	return s.gather(st, kindGather, send, recv, bytes, root)
+}
+
+// gather is AllGather (root < 0) and Gather: every rank publishes its input, and the
+// ranks that receive copy every rank's.
+func (s *Shared) gather(st Stream, kind opKind, send, recv uintptr, bytes, root int) error {
+	d := byteDesc(kind, bytes, root)
 	return s.runOp(&d, func() error {
 		return s.rounds(st, bytes, s.cap, func(r round, off, n int) error {
 			if err := r.input(send+uintptr(off), n); err != nil {
 				return err
+			}
+			if root >= 0 && s.rank != root {
+				return r.check() // the first round: every rank agrees
 			}
 			if err := r.waitReady(); err != nil {
 				return err
@@ -429,30 +443,6 @@ func (s *Shared) AlltoAll(st Stream, send, recv uintptr, blockBytes int) error {
 			}
 			for p := range s.nranks {
 				if err := r.copy(recv+uintptr(p*blockBytes+off), r.peerData(p, 1)+uintptr(s.rank*per), n); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-	})
-}
-
-// Gather enqueues on st: block p (bytes) of root's recv = rank p's send.
-func (s *Shared) Gather(st Stream, send, recv uintptr, bytes, root int) error {
-	d := byteDesc(kindGather, bytes, root)
-	return s.runOp(&d, func() error {
-		return s.rounds(st, bytes, s.cap, func(r round, off, n int) error {
-			if err := r.input(send+uintptr(off), n); err != nil {
-				return err
-			}
-			if s.rank != root {
-				return r.check() // the first round: every rank agrees
-			}
-			if err := r.waitReady(); err != nil {
-				return err
-			}
-			for p := range s.nranks {
-				if err := r.copy(recv+uintptr(p*bytes+off), r.peerData(p, 1), n); err != nil {
 					return err
 				}
 			}
