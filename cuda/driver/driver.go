@@ -76,7 +76,7 @@ static const char* gcSymbols[] = {
   "cuDeviceGetPCIBusId", "cuStreamDestroy_v2",
   // graph capture: gonccl's calls never invalidate a user's capture
   "cuThreadExchangeStreamCaptureMode",
-  // the device path's flags: host memory the GPU maps (hostflags.go)
+  // the device path's flags: host memory the GPU maps (cuda/hostflags.go)
   "cuMemHostRegister_v2", "cuMemHostUnregister", "cuMemHostGetDevicePointer_v2",
 };
 

@@ -11,13 +11,8 @@ import (
 	"github.com/gonccl/gonccl/cuda/driver"
 )
 
+// TestMain removes the fake driver cudatest.Load built.
 func TestMain(m *testing.M) { os.Exit(cudatest.Main(m)) }
-
-// open builds the fake driver once per test binary and loads it.
-func open(t testing.TB) (*driver.Driver, *cudatest.Fake) {
-	t.Helper()
-	return cudatest.Load(t)
-}
 
 func TestAbsentLibraryIsUnavailable(t *testing.T) {
 	_, err := driver.Open("/nonexistent/libcuda.so.1")
@@ -32,7 +27,7 @@ func TestLibraryWithoutTheSymbolsIsUnavailable(t *testing.T) {
 }
 
 func TestInitFailureNamesTheCUDAError(t *testing.T) {
-	d, _ := open(t)
+	d, _ := cudatest.Load(t)
 	t.Setenv("FAKECUDA_INIT_ERROR", "1")
 	_, err := driver.Open(d.Path())
 	require.ErrorIs(t, err, driver.ErrUnavailable)
@@ -44,7 +39,7 @@ func TestInitFailureNamesTheCUDAError(t *testing.T) {
 }
 
 func TestStreamContextAndPointerDevice(t *testing.T) {
-	d, f := open(t)
+	d, f := cudatest.Load(t)
 	s := f.Stream(3)
 	ctx, err := d.StreamContext(driver.Stream(s))
 	require.NoError(t, err)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gonccl/gonccl/cuda/cudatest"
 	"github.com/gonccl/gonccl/cuda/driver"
 )
 
@@ -15,7 +16,7 @@ import (
 // cannot be exported, and a handle cannot be opened in the process that exported it
 // (as CUDA refuses).
 func TestFakeDeviceMemoryUseAfterFree(t *testing.T) {
-	d, f := open(t)
+	d, f := cudatest.Load(t)
 	ctx := driver.Context(f.Context(0))
 	s := driver.Stream(f.Stream(0))
 	src, err := d.MemAllocIn(ctx, 4096)

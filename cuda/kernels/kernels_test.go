@@ -16,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gonccl/gonccl/cuda/cudatest"
 	"github.com/gonccl/gonccl/cuda/driver"
 	"github.com/gonccl/gonccl/cuda/kernels"
 	"github.com/gonccl/gonccl/internal/reduce"
@@ -26,9 +27,9 @@ import (
 // not the build script's, the fatbin is not the one the stamp describes, or a kernel
 // the Go side launches is missing from it.
 func TestKernelsStamp(t *testing.T) {
-	stamp, err := os.ReadFile(filepath.Join("kernels", "gonccl_kernels.stamp"))
+	stamp, err := os.ReadFile("gonccl_kernels.stamp")
 	require.NoError(t, err)
-	script, err := os.ReadFile(filepath.Join("..", "scripts", "build-kernels.sh"))
+	script, err := os.ReadFile(filepath.Join("..", "..", "scripts", "build-kernels.sh"))
 	require.NoError(t, err)
 	scriptVar := func(name string) string {
 		m := regexp.MustCompile(`(?m)^` + name + `="?([^"\n]*)"?$`).FindSubmatch(script)
@@ -50,7 +51,7 @@ func TestKernelsStamp(t *testing.T) {
 		case "source", "fatbin":
 			sum, file, ok := strings.Cut(rest, " ")
 			require.True(t, ok, "stamp line %q", line)
-			data, err := os.ReadFile(filepath.Join("kernels", file))
+			data, err := os.ReadFile(file)
 			require.NoError(t, err)
 			got := sha256.Sum256(data)
 			require.Equal(t, sum, hex.EncodeToString(got[:]), "%s changed since the fatbin was built"+rebuild, file)
@@ -63,7 +64,7 @@ func TestKernelsStamp(t *testing.T) {
 	}
 	var sources []string
 	for _, pat := range []string{"*.cu", "*.cuh"} {
-		m, err := filepath.Glob(filepath.Join("kernels", pat))
+		m, err := filepath.Glob(pat)
 		require.NoError(t, err)
 		for _, p := range m {
 			sources = append(sources, filepath.Base(p))
@@ -85,7 +86,7 @@ func TestKernelsStamp(t *testing.T) {
 // would, and returns the kernels loaded there and a stream of dev.
 func onDevice(t *testing.T, dev int, f func(k *kernels.Kernels, s driver.Stream)) {
 	t.Helper()
-	d, fk := open(t)
+	d, fk := cudatest.Load(t)
 	ctx := driver.Context(fk.Context(dev))
 	k, err := kernels.Load(d, ctx)
 	require.NoError(t, err)
@@ -100,7 +101,7 @@ func onDevice(t *testing.T, dev int, f func(k *kernels.Kernels, s driver.Stream)
 }
 
 func TestKernelsRefuseUnsupportedPairs(t *testing.T) {
-	_, fk := open(t)
+	_, fk := cudatest.Load(t)
 	onDevice(t, 0, func(k *kernels.Kernels, s driver.Stream) {
 		p := fk.Malloc(0, 64)
 		before := fk.Counters().Kernels
@@ -137,7 +138,7 @@ func TestKernelsRefuseUnsupportedPairs(t *testing.T) {
 // stream (a slow fill) and before what comes after (a check), like a copy; a kernel whose
 // buffer is freed before it runs is caught as a bad access and writes nothing.
 func TestKernelsRunInStreamOrder(t *testing.T) {
-	_, fk := open(t)
+	_, fk := cudatest.Load(t)
 	onDevice(t, 1, func(k *kernels.Kernels, s driver.Stream) {
 		const n = 1000
 		dst, src := fk.Malloc(1, 4*n), fk.Malloc(1, 4*n)
@@ -163,7 +164,7 @@ func TestKernelsRunInStreamOrder(t *testing.T) {
 }
 
 func TestKernelsLoadFailureSaysWhatTheyNeed(t *testing.T) {
-	d, fk := open(t)
+	d, fk := cudatest.Load(t)
 	t.Setenv("FAKECUDA_MODULE_ERROR", "222") // CUDA_ERROR_UNSUPPORTED_PTX_VERSION
 	_, err := kernels.Load(d, driver.Context(fk.Context(5)))
 	require.ErrorContains(t, err, "they need an R580 driver or newer")
@@ -176,7 +177,7 @@ func TestKernelsLoadFailureSaysWhatTheyNeed(t *testing.T) {
 }
 
 func TestKernelsUnloadAndReload(t *testing.T) {
-	d, fk := open(t)
+	d, fk := cudatest.Load(t)
 	ctx := driver.Context(fk.Context(2))
 	k, err := kernels.Load(d, ctx)
 	require.NoError(t, err)

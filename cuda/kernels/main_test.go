@@ -5,13 +5,7 @@ import (
 	"testing"
 
 	"github.com/gonccl/gonccl/cuda/cudatest"
-	"github.com/gonccl/gonccl/cuda/driver"
 )
 
+// TestMain removes the fake driver cudatest.Load built.
 func TestMain(m *testing.M) { os.Exit(cudatest.Main(m)) }
-
-// open builds the fake driver once per test binary and loads it.
-func open(t testing.TB) (*driver.Driver, *cudatest.Fake) {
-	t.Helper()
-	return cudatest.Load(t)
-}

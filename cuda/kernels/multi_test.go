@@ -224,7 +224,7 @@ func (b *multiBench) sweepMulti(t *testing.T) int {
 }
 
 func TestKernelsOnePassMatchesTheCPUReduction(t *testing.T) {
-	_, fk := open(t)
+	_, fk := cudatest.Load(t)
 	fk.SetDelay(0, 0) // a sweep of values, not of orderings
 	defer fk.SetDelay(0, 200)
 	onDevice(t, 0, func(k *kernels.Kernels, s driver.Stream) {
@@ -237,7 +237,7 @@ func TestKernelsOnePassMatchesTheCPUReduction(t *testing.T) {
 // TestKernelsOnePassGridStride: more elements than a launch has threads (2048 blocks of
 // 256, one complex128 each), so threads go round the grid-stride loop more than once.
 func TestKernelsOnePassGridStride(t *testing.T) {
-	_, fk := open(t)
+	_, fk := cudatest.Load(t)
 	onDevice(t, 0, func(k *kernels.Kernels, s driver.Stream) {
 		const count = 2048*256 + 1001
 		b := newMultiBench(fakeMem{fk}, k, s, count+8)
@@ -250,7 +250,7 @@ func TestKernelsOnePassGridStride(t *testing.T) {
 // TestKernelsOnePassRefusesBadCalls: unsupported pairs, operand counts out of range and
 // null pointers are refused before anything is launched.
 func TestKernelsOnePassRefusesBadCalls(t *testing.T) {
-	_, fk := open(t)
+	_, fk := cudatest.Load(t)
 	onDevice(t, 0, func(k *kernels.Kernels, s driver.Stream) {
 		p := fk.Malloc(0, 64)
 		before := fk.Counters().Kernels
@@ -278,7 +278,7 @@ func TestKernelsOnePassRefusesBadCalls(t *testing.T) {
 // kernel is wrong (the fake's deliberately wrong implementation misses the last
 // element, so every output keeps its old last element).
 func TestKernelsOnePassCorruptedKernelIsCaught(t *testing.T) {
-	_, fk := open(t)
+	_, fk := cudatest.Load(t)
 	onDevice(t, 0, func(k *kernels.Kernels, s driver.Stream) {
 		b := newMultiBench(fakeMem{fk}, k, s, 200)
 		defer b.free()

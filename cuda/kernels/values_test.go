@@ -309,7 +309,7 @@ func (b *bench) sweepDivide(t *testing.T) {
 }
 
 func TestKernelsMatchTheCPUReduction(t *testing.T) {
-	_, fk := open(t)
+	_, fk := cudatest.Load(t)
 	fk.SetDelay(0, 20)
 	defer fk.SetDelay(0, 200)
 	onDevice(t, 0, func(k *kernels.Kernels, s driver.Stream) {
@@ -320,7 +320,7 @@ func TestKernelsMatchTheCPUReduction(t *testing.T) {
 }
 
 func TestKernelsMatchTheCPUDivision(t *testing.T) {
-	_, fk := open(t)
+	_, fk := cudatest.Load(t)
 	fk.SetDelay(0, 20)
 	defer fk.SetDelay(0, 200)
 	onDevice(t, 0, func(k *kernels.Kernels, s driver.Stream) {
@@ -333,7 +333,7 @@ func TestKernelsMatchTheCPUDivision(t *testing.T) {
 // TestKernelsCorruptedKernelIsCaught: the comparison above must fail when one kernel is
 // wrong: the fake's deliberately wrong implementation misses the last element.
 func TestKernelsCorruptedKernelIsCaught(t *testing.T) {
-	_, fk := open(t)
+	_, fk := cudatest.Load(t)
 	onDevice(t, 0, func(k *kernels.Kernels, s driver.Stream) {
 		b := newBench(fakeMem{fk}, k, s)
 		defer b.free()

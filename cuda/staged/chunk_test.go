@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gonccl/gonccl/cuda"
+	"github.com/gonccl/gonccl/cuda/cudatest"
 	"github.com/gonccl/gonccl/cuda/driver"
 	"github.com/gonccl/gonccl/cuda/staged"
 )
@@ -21,7 +22,7 @@ import (
 // and that the pinned memory stays within limit (0: none).
 func chunkedGather(t *testing.T, count, per, limit int, inPlace bool) int {
 	t.Helper()
-	d, f := open(t)
+	d, f := cudatest.Load(t)
 	f.SetDelay(0, 50)
 	defer f.SetDelay(0, 200)
 	const blocks = 3
@@ -131,7 +132,7 @@ func TestChunkedStagingPinnedBounded(t *testing.T) {
 // 0's result would be chunk 2's input), and the fake sees no copy racing another on the
 // slot's memory.
 func TestChunkedStagingSlotWaitsForCopyBack(t *testing.T) {
-	d, f := open(t)
+	d, f := cudatest.Load(t)
 	f.SetCopyRate(1)
 	defer f.SetCopyRate(0)
 	s := f.Stream(2)
@@ -180,7 +181,7 @@ func TestChunkedStagingWrongOffsetFails(t *testing.T) {
 // TestChunkedStagingStopsAfterAFailure: once a chunk's host operation fails, nothing
 // more is copied back, and the staging still finishes (its blocks are reclaimed).
 func TestChunkedStagingStopsAfterAFailure(t *testing.T) {
-	d, f := open(t)
+	d, f := cudatest.Load(t)
 	s := f.Stream(2)
 	ctx, err := d.StreamContext(driver.Stream(s))
 	require.NoError(t, err)
@@ -221,7 +222,7 @@ func TestChunkedStagingStopsAfterAFailure(t *testing.T) {
 // copy to the host has run (capture: nothing queued on it starts), chunk 0's copy back
 // still completes. On one stream it would wait behind them (Drain would never return).
 func TestChunkedStagingCopiesBackBesideCopiesIn(t *testing.T) {
-	d, f := open(t)
+	d, f := cudatest.Load(t)
 	skipAtOneQueue(t, f, "a chunk's copy back run beside the copies in on another stream")
 	f.SetDelay(2000, 2000) // each copy to the host takes 2 ms: the hold comes before most
 	defer f.SetDelay(0, 200)
@@ -263,7 +264,7 @@ func TestChunkedStagingCopiesBackBesideCopiesIn(t *testing.T) {
 // operation; its copies back, on another stream, must still land after that work (a slow
 // kernel writing the same buffer), not be overwritten by it.
 func TestChunkedStagingCopiesBackAfterEarlierWork(t *testing.T) {
-	d, f := open(t)
+	d, f := cudatest.Load(t)
 	s := f.Stream(2)
 	ctx, err := d.StreamContext(driver.Stream(s))
 	require.NoError(t, err)
@@ -294,7 +295,7 @@ func TestChunkedStagingCopiesBackAfterEarlierWork(t *testing.T) {
 // still finishes. The pool is warmed first, as a communicator's is after its first
 // operations: allocating pinned memory would wait for the stuck stream.
 func TestChunkedStagingTimesOut(t *testing.T) {
-	d, f := open(t)
+	d, f := cudatest.Load(t)
 	s := f.Stream(2)
 	ctx, err := d.StreamContext(driver.Stream(s))
 	require.NoError(t, err)

@@ -69,7 +69,7 @@ func (h *hotRank) allReduce(t *testing.T, f *cudatest.Fake, rank, nranks, count,
 // memory come back from the pool. Before, each operation allocated its device scratch
 // and the next one freed it (1 cuMemAlloc and 1 cuMemFree per rank and operation).
 func TestStagedGPUReductionAllocatesOnlyOnce(t *testing.T) {
-	d, f := open(t)
+	d, f := cudatest.Load(t)
 	const nranks, count, per, ops = 2, 4096, 1024, 3
 	id, err := core.NewUniqueID()
 	require.NoError(t, err)
@@ -146,7 +146,7 @@ func TestStagedGPUReductionAllocatesOnlyOnce(t *testing.T) {
 // waiting on a peer's flag included (the fake drains the context there, as for a free).
 // LoadKernels loads every kernel up front (cuFuncLoad), so no launch loads one.
 func TestKernelsLoadedAtInit(t *testing.T) {
-	d, f := open(t)
+	d, f := cudatest.Load(t)
 	s := f.Stream(4) // a device no other test loads the kernels on
 	ctx, err := d.StreamContext(driver.Stream(s))
 	require.NoError(t, err)

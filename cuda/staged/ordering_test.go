@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gonccl/gonccl/cuda/cudatest"
 	"github.com/gonccl/gonccl/cuda/driver"
 	"github.com/gonccl/gonccl/cuda/staged"
 )
@@ -16,7 +17,7 @@ import (
 // but not for non-blocking ones (torch's), so a consumer there that is not ordered
 // after a non-blocking stream's late work reads stale data.
 func TestFakeLegacyStreamSemantics(t *testing.T) {
-	_, f := open(t)
+	_, f := cudatest.Load(t)
 	buf := f.Malloc(2, 4)
 	for _, tc := range []struct {
 		name  string
@@ -51,7 +52,7 @@ const cudatestLegacy = uintptr(driver.StreamLegacy)
 // TestPoolRetainsThePrimaryContext: pinned memory is freed in a context the pool holds
 // a reference on, so the runtime releasing its own at exit cannot pull it away.
 func TestPoolRetainsThePrimaryContext(t *testing.T) {
-	d, f := open(t)
+	d, f := cudatest.Load(t)
 	s := f.Stream(4)
 	ctx, err := d.StreamContext(driver.Stream(s))
 	require.NoError(t, err)
@@ -70,7 +71,7 @@ func TestPoolRetainsThePrimaryContext(t *testing.T) {
 // TestHoldKeepsTheNextStagingBack: after Hold, the next staging's Before queues
 // nothing until Release, so work the owner queues in between comes first.
 func TestHoldKeepsTheNextStagingBack(t *testing.T) {
-	d, f := open(t)
+	d, f := cudatest.Load(t)
 	f.SetDelay(0, 50)
 	s := f.Stream(5)
 	ctx, err := d.StreamContext(driver.Stream(s))
@@ -107,7 +108,7 @@ func TestHoldKeepsTheNextStagingBack(t *testing.T) {
 }
 
 func TestStreamCapturing(t *testing.T) {
-	d, f := open(t)
+	d, f := cudatest.Load(t)
 	s := f.NonBlockingStream(6)
 	on, err := d.StreamCapturing(driver.Stream(s))
 	require.NoError(t, err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gonccl/gonccl/core"
 	"github.com/gonccl/gonccl/cuda"
+	"github.com/gonccl/gonccl/cuda/cudatest"
 	"github.com/gonccl/gonccl/cuda/driver"
 	"github.com/gonccl/gonccl/cuda/kernels"
 	"github.com/gonccl/gonccl/cuda/staged"
@@ -52,7 +53,7 @@ func (tc gpuCase) want(x func(q int) float32) float32 {
 // the staging's hooks), and returns how many elements of the result differ from the
 // reference.
 func gpuReduceRank(t *testing.T, id core.UniqueID, rank int, tc gpuCase) (int, error) {
-	d, f := open(t)
+	d, f := cudatest.Load(t)
 	c, err := core.NewComm(id, tc.nranks, rank, core.Options{Timeout: 30 * time.Second})
 	if err != nil {
 		return 0, err
@@ -150,7 +151,7 @@ func gpuReduceRank(t *testing.T, id core.UniqueID, rank int, tc gpuCase) (int, e
 
 // gpuReduceRanks runs tc's ranks and returns the wrong elements of every rank.
 func gpuReduceRanks(t *testing.T, tc gpuCase) []int {
-	_, f := open(t)
+	_, f := cudatest.Load(t)
 	before := f.Counters()
 	id, err := core.NewUniqueID()
 	require.NoError(t, err)

@@ -18,7 +18,7 @@ import (
 // hooks as capi does: results are right, and no copy races on pinned memory, touches
 // freed memory or runs without the context current.
 func TestRanksShareADevice(t *testing.T) {
-	d, f := open(t)
+	d, f := cudatest.Load(t)
 	f.SetDelay(0, 200)
 	before := f.Counters()
 	const nranks, n, rounds = 3, 20000, 8

@@ -48,7 +48,7 @@ type Pool struct {
 	stats   PoolStats
 	back    driver.Stream // the pool's own stream in ctx for the copies back of pipelined stagings; 0: none yet
 	noBack  bool          // it could not be made: pipelined stagings copy back on their own stream
-	// Device scratch of staged GPU reductions (stagereduce.go), reused as the pinned
+	// Device scratch of staged GPU reductions (reduce.go), reused as the pinned
 	// blocks are, freed by Close: cuMemAlloc and cuMemFree wait for all work of the
 	// context, so they must not run per operation (every large op would wait for the
 	// GPU to go idle) nor while another stream of the process waits on a peer.

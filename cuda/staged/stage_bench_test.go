@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gonccl/gonccl/cuda/cudatest"
 	"github.com/gonccl/gonccl/cuda/driver"
 	"github.com/gonccl/gonccl/cuda/staged"
 )
@@ -14,7 +15,7 @@ import (
 // cuEventQuery loop), queue the copy back (After). What the wait costs beyond the
 // copies themselves is the loop's pacing: sleeping at once costs a timer's rounding.
 func BenchmarkStaged8B(b *testing.B) {
-	d, f := open(b)
+	d, f := cudatest.Load(b)
 	f.SetDelay(0, 0)
 	defer f.SetDelay(0, 200)
 	s := f.Stream(7)
@@ -81,7 +82,7 @@ func BenchmarkStagedPipelined(b *testing.B) {
 }
 
 func stagedBench(b *testing.B, rate uint, pipelined bool, limit int) {
-	d, f := open(b)
+	d, f := cudatest.Load(b)
 	f.SetDelay(0, 0)
 	f.SetCopyRate(rate)
 	defer f.SetDelay(0, 200)

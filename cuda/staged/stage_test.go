@@ -14,19 +14,14 @@ import (
 	"github.com/gonccl/gonccl/cuda/staged"
 )
 
+// TestMain removes the fake driver cudatest.Load built.
 func TestMain(m *testing.M) { os.Exit(cudatest.Main(m)) }
-
-// open builds the fake driver once per test binary and loads it.
-func open(t testing.TB) (*driver.Driver, *cudatest.Fake) {
-	t.Helper()
-	return cudatest.Load(t)
-}
 
 // TestStagingRoundTrip runs the whole contract on a stream whose operations are
 // delayed: a slow kernel queued before Before is seen by the host buffers, the host
 // result reaches the device after After, and a kernel queued after After sees it.
 func TestStagingRoundTrip(t *testing.T) {
-	d, f := open(t)
+	d, f := cudatest.Load(t)
 	f.SetDelay(0, 300)
 	const n = 1000
 	s := f.Stream(0)
@@ -70,7 +65,7 @@ func TestStagingRoundTrip(t *testing.T) {
 // TestWaitOnOrdersAnotherStream: a second stream that waits on the staging's event
 // sees the result, even though the H2D copy is slow.
 func TestWaitOnOrdersAnotherStream(t *testing.T) {
-	d, f := open(t)
+	d, f := cudatest.Load(t)
 	f.SetDelay(0, 100)
 	const n = 256
 	s, waiter := f.Stream(1), f.Stream(1)
@@ -97,7 +92,7 @@ func TestWaitOnOrdersAnotherStream(t *testing.T) {
 }
 
 func TestPoolReusesOnlyAfterTheEvent(t *testing.T) {
-	d, f := open(t)
+	d, f := cudatest.Load(t)
 	f.SetDelay(0, 50)
 	s := f.Stream(0)
 	ctx, err := d.StreamContext(driver.Stream(s))
@@ -138,7 +133,7 @@ func TestPoolReusesOnlyAfterTheEvent(t *testing.T) {
 }
 
 func TestInPlaceRegionsShareHostMemory(t *testing.T) {
-	d, f := open(t)
+	d, f := cudatest.Load(t)
 	s := f.Stream(0)
 	ctx, err := d.StreamContext(driver.Stream(s))
 	require.NoError(t, err)
@@ -158,7 +153,7 @@ func TestInPlaceRegionsShareHostMemory(t *testing.T) {
 }
 
 func TestCopyErrorNamesTheCUDAError(t *testing.T) {
-	d, f := open(t)
+	d, f := cudatest.Load(t)
 	s := f.Stream(0)
 	ctx, err := d.StreamContext(driver.Stream(s))
 	require.NoError(t, err)

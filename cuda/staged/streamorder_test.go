@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gonccl/gonccl/cuda/cudatest"
 	"github.com/gonccl/gonccl/cuda/driver"
 	"github.com/gonccl/gonccl/cuda/staged"
 )
@@ -15,7 +16,7 @@ import (
 // pool's staging waits until the first one's copies are queued and its hold is
 // released, so it reads what the first one's owner queued after it.
 func TestIssueOrderIsPerStream(t *testing.T) {
-	d, f := open(t)
+	d, f := cudatest.Load(t)
 	f.SetDelay(0, 50)
 	s := f.PoolStream(7)
 	ctx, err := d.StreamContext(driver.Stream(s))
@@ -64,7 +65,7 @@ func TestIssueOrderIsPerStream(t *testing.T) {
 // TestOwnStreams: gonccl's own streams are no one else's until given back, then reused,
 // and stay valid after the runtime's reference on the primary context is gone.
 func TestOwnStreams(t *testing.T) {
-	d, f := open(t)
+	d, f := cudatest.Load(t)
 	require.NoError(t, f.RuntimeInit(3))
 	a, err := d.OwnStream(3)
 	require.NoError(t, err)
@@ -91,7 +92,7 @@ func TestOwnStreams(t *testing.T) {
 // order their Before runs (the communicator's executor order), not the order they were
 // staged: two threads may stage and then enqueue in opposite orders.
 func TestPoolOrderIsItsExecutors(t *testing.T) {
-	d, f := open(t)
+	d, f := cudatest.Load(t)
 	s := f.PoolStream(2)
 	ctx, err := d.StreamContext(driver.Stream(s))
 	require.NoError(t, err)
