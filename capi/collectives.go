@@ -10,6 +10,9 @@ import (
 
 	"github.com/gonccl/gonccl/core"
 	"github.com/gonccl/gonccl/cuda"
+	"github.com/gonccl/gonccl/cuda/kernels"
+	"github.com/gonccl/gonccl/cuda/samegpu"
+	"github.com/gonccl/gonccl/cuda/staged"
 )
 
 // hostBytes views n elements of dt at p as a byte slice (no copy). A NULL pointer is
@@ -113,18 +116,18 @@ func allReduce(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t,
 		if err != nil {
 			return nil, err
 		}
-		if req, ok, err := v.trySameGPU(c, core.KindAllReduce, d, &rop, noRoot, int(count), func(g *cuda.SameGPU, k *cuda.Kernels, p []uintptr) error {
+		if req, ok, err := v.trySameGPU(c, core.KindAllReduce, d, &rop, noRoot, int(count), func(g *samegpu.SameGPU, k *kernels.Kernels, p []uintptr) error {
 			return g.AllReduce(v.stream, k, p[0], p[1], int(count), d, rop)
 		}, sb, rb); ok || err != nil {
 			return req, err
 		}
-		if req, ok, err := v.tryDevice(c, core.KindAllReduce, d, &rop, noRoot, int(count), func(sh *cuda.Shared, k *cuda.Kernels, p []uintptr) error {
+		if req, ok, err := v.tryDevice(c, core.KindAllReduce, d, &rop, noRoot, int(count), func(sh *cuda.Shared, k *kernels.Kernels, p []uintptr) error {
 			return sh.AllReduce(v.stream, k, p[0], p[1], int(count), d, rop)
 		}, sb, rb); ok || err != nil {
 			return req, err
 		}
 		blocks := []int{1, 1}
-		return v.reductionStaged(c, cuda.GPUAllReduce, d, rop, noRoot, int(count), blocks, func() (*core.Request, error) {
+		return v.reductionStaged(c, staged.GPUAllReduce, d, rop, noRoot, int(count), blocks, func() (*core.Request, error) {
 			return v.collective(c, d, int(count), blocks, func(b [][]byte, n int, o []core.OpOption) (*core.Request, error) {
 				return c.AllReduce(b[0], b[1], n, d, rop, o...)
 			}, sb, rb)
@@ -144,12 +147,12 @@ func broadcast(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t,
 			sb = buf{"sendbuff", send, uint64(count), true, false}
 		}
 		rb := buf{"recvbuff", recv, uint64(count), false, true}
-		if req, ok, err := v.trySameGPU(c, core.KindBroadcast, d, nil, int(root), int(count), func(g *cuda.SameGPU, _ *cuda.Kernels, p []uintptr) error {
+		if req, ok, err := v.trySameGPU(c, core.KindBroadcast, d, nil, int(root), int(count), func(g *samegpu.SameGPU, _ *kernels.Kernels, p []uintptr) error {
 			return g.Broadcast(v.stream, p[0], p[1], int(count)*d.Size(), int(root))
 		}, sb, rb); ok || err != nil {
 			return req, err
 		}
-		if req, ok, err := v.tryDevice(c, core.KindBroadcast, d, nil, int(root), int(count), func(sh *cuda.Shared, _ *cuda.Kernels, p []uintptr) error {
+		if req, ok, err := v.tryDevice(c, core.KindBroadcast, d, nil, int(root), int(count), func(sh *cuda.Shared, _ *kernels.Kernels, p []uintptr) error {
 			return sh.Broadcast(v.stream, p[0], p[1], int(count)*d.Size(), int(root))
 		}, sb, rb); ok || err != nil {
 			return req, err
@@ -172,12 +175,12 @@ func allGather(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t,
 			return nil, err
 		}
 		sb, rb := buf{"sendbuff", send, uint64(count), true, false}, buf{"recvbuff", recv, total, false, true}
-		if req, ok, err := v.trySameGPU(c, core.KindAllGather, d, nil, noRoot, int(count), func(g *cuda.SameGPU, _ *cuda.Kernels, p []uintptr) error {
+		if req, ok, err := v.trySameGPU(c, core.KindAllGather, d, nil, noRoot, int(count), func(g *samegpu.SameGPU, _ *kernels.Kernels, p []uintptr) error {
 			return g.AllGather(v.stream, p[0], p[1], int(count)*d.Size())
 		}, sb, rb); ok || err != nil {
 			return req, err
 		}
-		if req, ok, err := v.tryDevice(c, core.KindAllGather, d, nil, noRoot, int(count), func(sh *cuda.Shared, _ *cuda.Kernels, p []uintptr) error {
+		if req, ok, err := v.tryDevice(c, core.KindAllGather, d, nil, noRoot, int(count), func(sh *cuda.Shared, _ *kernels.Kernels, p []uintptr) error {
 			return sh.AllGather(v.stream, p[0], p[1], int(count)*d.Size())
 		}, sb, rb); ok || err != nil {
 			return req, err
@@ -190,7 +193,7 @@ func allGather(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t,
 
 func barrier(h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
 	return issue(h, stream, out, async, func(c *core.Comm, v *views) (*core.Request, error) {
-		if req, ok, err := v.tryDevice(c, core.KindBarrier, core.Int8, nil, noRoot, 0, func(sh *cuda.Shared, _ *cuda.Kernels, _ []uintptr) error {
+		if req, ok, err := v.tryDevice(c, core.KindBarrier, core.Int8, nil, noRoot, 0, func(sh *cuda.Shared, _ *kernels.Kernels, _ []uintptr) error {
 			return sh.Barrier(v.stream)
 		}); ok || err != nil {
 			return req, err
@@ -281,13 +284,13 @@ func reduce(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, op
 		if err != nil {
 			return nil, err
 		}
-		if req, ok, err := v.tryDevice(c, core.KindReduce, d, &rop, int(root), int(count), func(sh *cuda.Shared, k *cuda.Kernels, p []uintptr) error {
+		if req, ok, err := v.tryDevice(c, core.KindReduce, d, &rop, int(root), int(count), func(sh *cuda.Shared, k *kernels.Kernels, p []uintptr) error {
 			return sh.Reduce(v.stream, k, p[0], p[1], int(count), d, rop, int(root))
 		}, sb, rb); ok || err != nil {
 			return req, err
 		}
 		blocks := []int{1, 1}
-		return v.reductionStaged(c, cuda.GPUReduce, d, rop, int(root), int(count), blocks, func() (*core.Request, error) {
+		return v.reductionStaged(c, staged.GPUReduce, d, rop, int(root), int(count), blocks, func() (*core.Request, error) {
 			return v.collective(c, d, int(count), blocks, func(b [][]byte, n int, o []core.OpOption) (*core.Request, error) {
 				return c.Reduce(b[0], b[1], n, d, rop, int(root), o...)
 			}, sb, rb)
@@ -311,18 +314,18 @@ func reduceScatter(send, recv unsafe.Pointer, recvCount C.size_t, dt C.goncclDat
 		if err != nil {
 			return nil, err
 		}
-		if req, ok, err := v.trySameGPU(c, core.KindReduceScatter, d, &rop, noRoot, int(recvCount), func(g *cuda.SameGPU, k *cuda.Kernels, p []uintptr) error {
+		if req, ok, err := v.trySameGPU(c, core.KindReduceScatter, d, &rop, noRoot, int(recvCount), func(g *samegpu.SameGPU, k *kernels.Kernels, p []uintptr) error {
 			return g.ReduceScatter(v.stream, k, p[0], p[1], int(recvCount), d, rop)
 		}, sb, rb); ok || err != nil {
 			return req, err
 		}
-		if req, ok, err := v.tryDevice(c, core.KindReduceScatter, d, &rop, noRoot, int(recvCount), func(sh *cuda.Shared, k *cuda.Kernels, p []uintptr) error {
+		if req, ok, err := v.tryDevice(c, core.KindReduceScatter, d, &rop, noRoot, int(recvCount), func(sh *cuda.Shared, k *kernels.Kernels, p []uintptr) error {
 			return sh.ReduceScatter(v.stream, k, p[0], p[1], int(recvCount), d, rop)
 		}, sb, rb); ok || err != nil {
 			return req, err
 		}
 		blocks := []int{c.Size(), 1}
-		return v.reductionStaged(c, cuda.GPUReduceScatter, d, rop, noRoot, int(recvCount), blocks, func() (*core.Request, error) {
+		return v.reductionStaged(c, staged.GPUReduceScatter, d, rop, noRoot, int(recvCount), blocks, func() (*core.Request, error) {
 			return v.collective(c, d, int(recvCount), blocks, func(b [][]byte, n int, o []core.OpOption) (*core.Request, error) {
 				return c.ReduceScatter(b[0], b[1], n, d, rop, o...)
 			}, sb, rb)
@@ -346,7 +349,7 @@ func gather(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, ro
 			rb = buf{"recvbuff", recv, total, false, true}
 		}
 		sb := buf{"sendbuff", send, uint64(count), true, false}
-		if req, ok, err := v.tryDevice(c, core.KindGather, d, nil, int(root), int(count), func(sh *cuda.Shared, _ *cuda.Kernels, p []uintptr) error {
+		if req, ok, err := v.tryDevice(c, core.KindGather, d, nil, int(root), int(count), func(sh *cuda.Shared, _ *kernels.Kernels, p []uintptr) error {
 			return sh.Gather(v.stream, p[0], p[1], int(count)*d.Size(), int(root))
 		}, sb, rb); ok || err != nil {
 			return req, err
@@ -373,7 +376,7 @@ func scatter(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, r
 			sb = buf{"sendbuff", send, total, true, false}
 		}
 		rb := buf{"recvbuff", recv, uint64(count), false, true}
-		if req, ok, err := v.tryDevice(c, core.KindScatter, d, nil, int(root), int(count), func(sh *cuda.Shared, _ *cuda.Kernels, p []uintptr) error {
+		if req, ok, err := v.tryDevice(c, core.KindScatter, d, nil, int(root), int(count), func(sh *cuda.Shared, _ *kernels.Kernels, p []uintptr) error {
 			return sh.Scatter(v.stream, p[0], p[1], int(count)*d.Size(), int(root))
 		}, sb, rb); ok || err != nil {
 			return req, err
@@ -396,7 +399,7 @@ func alltoAll(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t,
 			return nil, err
 		}
 		sb, rb := buf{"sendbuff", send, total, true, false}, buf{"recvbuff", recv, total, false, true}
-		if req, ok, err := v.tryDevice(c, core.KindAlltoAll, d, nil, noRoot, int(count), func(sh *cuda.Shared, _ *cuda.Kernels, p []uintptr) error {
+		if req, ok, err := v.tryDevice(c, core.KindAlltoAll, d, nil, noRoot, int(count), func(sh *cuda.Shared, _ *kernels.Kernels, p []uintptr) error {
 			return sh.AlltoAll(v.stream, p[0], p[1], int(count)*d.Size())
 		}, sb, rb); ok || err != nil {
 			return req, err

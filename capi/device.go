@@ -11,7 +11,8 @@ import (
 	"unsafe"
 
 	"github.com/gonccl/gonccl/core"
-	"github.com/gonccl/gonccl/cuda"
+	"github.com/gonccl/gonccl/cuda/driver"
+	"github.com/gonccl/gonccl/cuda/staged"
 )
 
 // buf is one buffer argument of an operation.
@@ -28,11 +29,11 @@ type buf struct {
 // hooks the copies around the operation on the executor.
 type views struct {
 	e       *commEntry
-	stream  cuda.Stream // 0: host buffers
-	drv     *cuda.Driver
-	ctx     cuda.Context
-	dev     int           // the stream's device
-	staging *cuda.Staging // set by get with a stream
+	stream  driver.Stream // 0: host buffers
+	drv     *driver.Driver
+	ctx     driver.Context
+	dev     int             // the stream's device
+	staging *staged.Staging // set by get with a stream
 	opts    []core.OpOption
 	p2p     bool // point-to-point: staged outside the stream's issue order
 }
@@ -44,12 +45,12 @@ func newViews(e *commEntry, stream C.goncclStream_t) (*views, error) {
 	if stream == nil {
 		return v, nil
 	}
-	drv, err := cuda.Default()
+	drv, err := driver.Default()
 	if err != nil {
 		return nil, fmt.Errorf("%w: stream given but CUDA is not available: %w", errUsage, err)
 	}
-	v.drv, v.stream = drv, cuda.Stream(uintptr(unsafe.Pointer(stream)))
-	if v.stream == cuda.StreamPerThread {
+	v.drv, v.stream = drv, driver.Stream(uintptr(unsafe.Pointer(stream)))
+	if v.stream == driver.StreamPerThread {
 		return nil, errPerThread
 	}
 	if v.ctx, err = drv.StreamContext(v.stream); err != nil {
@@ -70,14 +71,14 @@ var errPerThread = fmt.Errorf("%w: stream is cudaStreamPerThread, which names a 
 // operation's copies on: cudaStreamPerThread (the copies run on gonccl's threads,
 // where that handle names another stream) and a stream under CUDA graph capture (the
 // staging waits on the host for the copies, which a graph being captured never runs).
-func checkStream(drv *cuda.Driver, s cuda.Stream) error {
+func checkStream(drv *driver.Driver, s driver.Stream) error {
 	return checkStreamOn(drv, s, -1)
 }
 
 // checkStreamOn is checkStream for a stream of device dev (-1: of the calling thread's
 // current context, which a special handle then needs).
-func checkStreamOn(drv *cuda.Driver, s cuda.Stream, dev int) error {
-	if s == cuda.StreamPerThread {
+func checkStreamOn(drv *driver.Driver, s driver.Stream, dev int) error {
+	if s == driver.StreamPerThread {
 		return errPerThread
 	}
 	var capturing bool
@@ -139,10 +140,10 @@ func (v *views) get(dt core.DataType, bufs ...buf) ([][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	regions := make([]cuda.Region, len(bufs))
+	regions := make([]staged.Region, len(bufs))
 	for i, b := range bufs {
 		if sizes[i] > 0 {
-			regions[i] = cuda.Region{Name: b.name, Ptr: uintptr(b.p), Bytes: sizes[i], In: b.in, Out: b.out}
+			regions[i] = staged.Region{Name: b.name, Ptr: uintptr(b.p), Bytes: sizes[i], In: b.in, Out: b.out}
 		}
 	}
 	pool, err := v.e.stagingPool(v.drv)
@@ -222,14 +223,14 @@ func waitChan(ch chan struct{}, deadline time.Time) error {
 }
 
 // stagingPool returns the communicator's pinned staging pool, creating it on first use.
-func (e *commEntry) stagingPool(d *cuda.Driver) (*cuda.Pool, error) {
+func (e *commEntry) stagingPool(d *driver.Driver) (*staged.Pool, error) {
 	e.poolMu.Lock()
 	defer e.poolMu.Unlock()
 	if e.poolClosed {
 		return nil, fmt.Errorf("gonccl: %w", core.ErrClosed)
 	}
 	if e.pool == nil {
-		e.pool = cuda.NewPool(d)
+		e.pool = staged.NewPool(d)
 	}
 	return e.pool, nil
 }
@@ -252,7 +253,7 @@ func (e *commEntry) closePool() error {
 // poolState is the part of commEntry that belongs to the CUDA path.
 type poolState struct {
 	poolMu     sync.Mutex
-	pool       *cuda.Pool
+	pool       *staged.Pool
 	poolClosed bool
 }
 
@@ -262,11 +263,11 @@ func goncclStreamCheck(stream C.goncclStream_t) (res C.goncclResult_t) {
 	if stream == nil {
 		return fail(nil, fmt.Errorf("%w: goncclStreamCheck: stream is NULL (pass cudaStreamLegacy for the default stream)", core.ErrInvalidArgument))
 	}
-	drv, err := cuda.Default()
+	drv, err := driver.Default()
 	if err != nil {
 		return fail(nil, fmt.Errorf("%w: stream given but CUDA is not available: %w", errUsage, err))
 	}
-	if err := checkStream(drv, cuda.Stream(uintptr(unsafe.Pointer(stream)))); err != nil {
+	if err := checkStream(drv, driver.Stream(uintptr(unsafe.Pointer(stream)))); err != nil {
 		return fail(nil, err)
 	}
 	return C.goncclSuccess
@@ -281,11 +282,11 @@ func goncclStreamCheckDevice(stream C.goncclStream_t, device C.int) (res C.goncc
 	if device < 0 {
 		return fail(nil, fmt.Errorf("%w: goncclStreamCheckDevice: device %d is not a CUDA device ordinal", core.ErrInvalidArgument, int(device)))
 	}
-	drv, err := cuda.Default()
+	drv, err := driver.Default()
 	if err != nil {
 		return fail(nil, fmt.Errorf("%w: stream given but CUDA is not available: %w", errUsage, err))
 	}
-	if err := checkStreamOn(drv, cuda.Stream(uintptr(unsafe.Pointer(stream))), int(device)); err != nil {
+	if err := checkStreamOn(drv, driver.Stream(uintptr(unsafe.Pointer(stream))), int(device)); err != nil {
 		return fail(nil, err)
 	}
 	return C.goncclSuccess
@@ -330,7 +331,7 @@ func goncclRequestWaitStream(h C.goncclRequest_t, waiter C.goncclStream_t) (res 
 	if waiter == nil || e.staging == nil {
 		return C.goncclSuccess
 	}
-	if err := e.staging.WaitOn(cuda.Stream(uintptr(unsafe.Pointer(waiter)))); err != nil {
+	if err := e.staging.WaitOn(driver.Stream(uintptr(unsafe.Pointer(waiter)))); err != nil {
 		return fail(e.comm, fmt.Errorf("goncclRequestWaitStream: %w", err))
 	}
 	return C.goncclSuccess
@@ -338,6 +339,6 @@ func goncclRequestWaitStream(h C.goncclRequest_t, waiter C.goncclStream_t) (res 
 
 // isCUDA reports whether err is a CUDA driver error.
 func isCUDA(err error) bool {
-	var ce *cuda.Error
+	var ce *driver.Error
 	return errors.As(err, &ce)
 }

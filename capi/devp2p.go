@@ -6,6 +6,8 @@ import (
 
 	"github.com/gonccl/gonccl/core"
 	"github.com/gonccl/gonccl/cuda"
+	"github.com/gonccl/gonccl/cuda/driver"
+	"github.com/gonccl/gonccl/cuda/kernels"
 )
 
 // Point-to-point on the device path (cuda.Shared.P2P). A send or receive with a
@@ -117,7 +119,7 @@ type sideKey struct {
 // receives from it), made on first use (gonccl's own, in the device's primary
 // context); 0 if the caller's stream is in another context, where the operation
 // stays on the caller's stream.
-func (v *views) sideStream(peer int, recv bool) (cuda.Stream, error) {
+func (v *views) sideStream(peer int, recv bool) (driver.Stream, error) {
 	e := v.e
 	e.devMu.Lock()
 	defer e.devMu.Unlock()
@@ -134,7 +136,7 @@ func (v *views) sideStream(peer int, recv bool) (cuda.Stream, error) {
 		s = 0
 	}
 	if e.devSide == nil {
-		e.devSide = map[sideKey]cuda.Stream{}
+		e.devSide = map[sideKey]driver.Stream{}
 	}
 	e.devSide[k] = s
 	return s, nil
@@ -142,8 +144,8 @@ func (v *views) sideStream(peer int, recv bool) (cuda.Stream, error) {
 
 // takeSideStreams empties the communicator's side streams and returns them (destroy
 // or abort). e.devMu held.
-func (e *commEntry) takeSideStreams() []cuda.Stream {
-	var out []cuda.Stream
+func (e *commEntry) takeSideStreams() []driver.Stream {
+	var out []driver.Stream
 	for k, s := range e.devSide {
 		if s != 0 {
 			out = append(out, s)
@@ -156,11 +158,11 @@ func (e *commEntry) takeSideStreams() []cuda.Stream {
 // returnStreams gives side streams back for later communicators, once the scratch's
 // Close has seen every rank's work done (what was queued on them has run; they are
 // never destroyed).
-func returnStreams(streams []cuda.Stream) {
+func returnStreams(streams []driver.Stream) {
 	if len(streams) == 0 {
 		return
 	}
-	drv, err := cuda.Default() // loaded: the streams came from it
+	drv, err := driver.Default() // loaded: the streams came from it
 	if err != nil {
 		return
 	}
@@ -220,7 +222,7 @@ func holdInGroup(d *deviceP2P) (*core.Request, bool) {
 func flushHeld(held []*deviceP2P) {
 	type key struct {
 		e *commEntry
-		s cuda.Stream
+		s driver.Stream
 	}
 	var order []key
 	batches := map[key][]*deviceP2P{}
@@ -266,7 +268,7 @@ func (v *views) deviceAlltoAllv(c *core.Comm, dt core.DataType, send unsafe.Poin
 		return out
 	}
 	// Count 0 in the flight recorder, as core records it: the counts differ per rank.
-	return v.tryDevice(c, core.KindAlltoAllv, dt, nil, noRoot, 0, func(sh *cuda.Shared, _ *cuda.Kernels, p []uintptr) error {
+	return v.tryDevice(c, core.KindAlltoAllv, dt, nil, noRoot, 0, func(sh *cuda.Shared, _ *kernels.Kernels, p []uintptr) error {
 		if err := sh.AlltoAllv(v.stream, p[0], bytes(sc), bytes(sd), p[1], bytes(rc), bytes(rd)); err != nil {
 			return err
 		}

@@ -9,6 +9,10 @@ import (
 
 	"github.com/gonccl/gonccl/core"
 	"github.com/gonccl/gonccl/cuda"
+	"github.com/gonccl/gonccl/cuda/driver"
+	"github.com/gonccl/gonccl/cuda/kernels"
+	"github.com/gonccl/gonccl/cuda/staged"
+	"github.com/gonccl/gonccl/cuda/topology"
 	"github.com/gonccl/gonccl/internal/cenv"
 )
 
@@ -112,17 +116,17 @@ type devState struct {
 	devMu      sync.Mutex
 	devDecided bool         // the first device-capable operation has chosen
 	devShared  *cuda.Shared // nil: this communicator stages
-	devKernels *cuda.Kernels
-	devCtx     cuda.Context
-	devLast    chan struct{}           // closed once the last device-path operation has enqueued its work
-	devSide    map[sideKey]cuda.Stream // async point-to-point's streams (devp2p.go)
+	devKernels *kernels.Kernels
+	devCtx     driver.Context
+	devLast    chan struct{}             // closed once the last device-path operation has enqueued its work
+	devSide    map[sideKey]driver.Stream // async point-to-point's streams (devp2p.go)
 	sameGPUState
 }
 
 // devicePath returns the communicator's shared scratch and kernels if operations
 // with stream v.stream take the device path, deciding (collectively, once) on first
 // use; nil if they stage.
-func (v *views) devicePath(c *core.Comm) (*cuda.Shared, *cuda.Kernels, error) {
+func (v *views) devicePath(c *core.Comm) (*cuda.Shared, *kernels.Kernels, error) {
 	e := v.e
 	if v.stream == 0 || e.devMode == devOff {
 		return nil, nil, nil
@@ -153,9 +157,9 @@ func (v *views) devicePath(c *core.Comm) (*cuda.Shared, *cuda.Kernels, error) {
 		if e.devMode == devAuto {
 			// Under MPS the ranks sharing a GPU do not take turns on it: the device
 			// path's GPU-side waits hold nobody back there.
-			opts = append(opts, cuda.ShareUnderMPS(cuda.LocalMPS))
+			opts = append(opts, cuda.ShareUnderMPS(topology.LocalMPS))
 		}
-		k, kerr := v.drv.LoadKernels(v.ctx)
+		k, kerr := kernels.Load(v.drv, v.ctx)
 		sh, err := cuda.NewShared(v.drv, v.ctx, c.Rank(), c.Size(), scratch, func(rec []byte) ([]byte, error) {
 			if kerr != nil { // tell the others this rank cannot take the device path
 				rec = make([]byte, len(rec))
@@ -239,7 +243,7 @@ const noRoot = -1 << 40
 // noRoot), the communicator's state. kind and count (as core counts it) are for the
 // flight recorder.
 func (v *views) tryDevice(c *core.Comm, kind core.Kind, dt core.DataType, op *core.RedOp, root, count int,
-	enqueue func(sh *cuda.Shared, k *cuda.Kernels, ptrs []uintptr) error, bufs ...buf) (req *core.Request, ok bool, err error) {
+	enqueue func(sh *cuda.Shared, k *kernels.Kernels, ptrs []uintptr) error, bufs ...buf) (req *core.Request, ok bool, err error) {
 	if v.stream == 0 {
 		return nil, false, nil
 	}
@@ -386,7 +390,7 @@ func (v *views) runDevice(c *core.Comm, rec devRecord, dt core.DataType, enqueue
 // endDevice ends device operation st, whose work was enqueued (err nil) or not all
 // of it: records its completion event after it and tells the flight recorder (dop, if
 // any); returns err, or EndDevice's.
-func endDevice(st *cuda.Staging, dop *core.DeviceOp, err error) error {
+func endDevice(st *staged.Staging, dop *core.DeviceOp, err error) error {
 	if eerr := st.EndDevice(); err == nil {
 		err = eerr
 	}
@@ -404,7 +408,7 @@ func endDevice(st *cuda.Staging, dop *core.DeviceOp, err error) error {
 // later operations need not wait for it (its stream's order is its lane's), and its
 // completion event is recorded, the flight recorder told and the request completed
 // (done) once the last of it is enqueued.
-func issueLater(st *cuda.Staging, dop *core.DeviceOp, later func(func(error)) error, done func(error)) error {
+func issueLater(st *staged.Staging, dop *core.DeviceOp, later func(func(error)) error, done func(error)) error {
 	err := later(func(err error) { done(endDevice(st, dop, err)) })
 	if err != nil {
 		_ = st.EndDevice()

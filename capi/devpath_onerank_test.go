@@ -11,6 +11,8 @@ import (
 	"github.com/gonccl/gonccl/core"
 	"github.com/gonccl/gonccl/cuda"
 	"github.com/gonccl/gonccl/cuda/cudatest"
+	"github.com/gonccl/gonccl/cuda/driver"
+	"github.com/gonccl/gonccl/cuda/kernels"
 )
 
 // TestOneRankTakesNoDevicePath: under auto a communicator of one rank has nothing to
@@ -50,7 +52,7 @@ func TestOneRankCollectiveIsADeviceCopy(t *testing.T) {
 	op := core.Avg
 	sb := buf{"sendbuff", devPtr(src), n, true, false}
 	rb := buf{"recvbuff", devPtr(dst), n, false, true}
-	req, ok, err := v.tryDevice(c, core.KindAllReduce, core.Float32, &op, noRoot, n, func(*cuda.Shared, *cuda.Kernels, []uintptr) error {
+	req, ok, err := v.tryDevice(c, core.KindAllReduce, core.Float32, &op, noRoot, n, func(*cuda.Shared, *kernels.Kernels, []uintptr) error {
 		return errors.New("the device path's all_reduce ran for one rank")
 	}, sb, rb)
 	require.NoError(t, err)
@@ -73,7 +75,7 @@ func devPtr(p uintptr) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer
 func oneRankViews(t *testing.T) (string, *cudatest.Fake, *core.Comm, *views) {
 	path, err := cudatest.BuildIn(t.TempDir())
 	require.NoError(t, err)
-	d, err := cuda.Open(path)
+	d, err := driver.Open(path)
 	require.NoError(t, err)
 	f, err := cudatest.Open(path)
 	require.NoError(t, err)
@@ -82,7 +84,7 @@ func oneRankViews(t *testing.T) (string, *cudatest.Fake, *core.Comm, *views) {
 	c, err := core.NewComm(id, 1, 0, core.Options{Timeout: 10 * time.Second})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Destroy() })
-	s := cuda.Stream(f.Stream(0))
+	s := driver.Stream(f.Stream(0))
 	ctx, err := d.StreamContext(s)
 	require.NoError(t, err)
 	e := &commEntry{comm: c, devState: devState{devMode: devAuto}}

@@ -10,14 +10,14 @@ import (
 	"unsafe"
 
 	"github.com/gonccl/gonccl/core"
-	"github.com/gonccl/gonccl/cuda"
+	"github.com/gonccl/gonccl/cuda/staged"
 )
 
 // reqEntry is what a goncclRequest_t refers to.
 type reqEntry struct {
 	req     *core.Request
 	comm    *commEntry
-	staging *cuda.Staging // device buffers: the op's completion event (nil: host buffers)
+	staging *staged.Staging // device buffers: the op's completion event (nil: host buffers)
 	mu      sync.Mutex
 	msg     *C.char // error message once failed
 }
@@ -29,7 +29,7 @@ var requests = struct {
 }{m: map[uint64]*reqEntry{}}
 
 // newRequestHandle registers req and returns the handle a C caller holds.
-func newRequestHandle(req *core.Request, ce *commEntry, st *cuda.Staging) C.goncclRequest_t {
+func newRequestHandle(req *core.Request, ce *commEntry, st *staged.Staging) C.goncclRequest_t {
 	e := &reqEntry{req: req, comm: ce, staging: st}
 	requests.Lock()
 	requests.next++

@@ -6,11 +6,13 @@ import (
 
 	"github.com/gonccl/gonccl/core"
 	"github.com/gonccl/gonccl/cuda"
+	"github.com/gonccl/gonccl/cuda/kernels"
+	"github.com/gonccl/gonccl/cuda/samegpu"
 )
 
 // The same-GPU path of the C ABI: when GONCCL_DEVICE_PATH=samegpu and every rank of the
 // communicator runs on one GPU, all_reduce, all_gather, reduce_scatter and broadcast
-// run through cuda.SameGPU (the ranks order
+// run through samegpu.SameGPU (the ranks order
 // each other on the host and the launcher enqueues the whole operation; no stream
 // waits on the GPU for another rank, which would hold the GPU for a time slice), and
 // the other operations stage through pinned host memory. Ranks spread over several
@@ -21,7 +23,7 @@ import (
 // sameGPUState is the part of commEntry that belongs to the same-GPU path. Guarded by
 // devMu.
 type sameGPUState struct {
-	devSame *cuda.SameGPU // nil: not on the same-GPU path
+	devSame *samegpu.SameGPU // nil: not on the same-GPU path
 }
 
 // setupSameGPU is devicePath's choice when NewShared refused because ranks share a
@@ -29,8 +31,8 @@ type sameGPUState struct {
 // the same-GPU path or stages, together. devMu held.
 func (v *views) setupSameGPU(c *core.Comm, why error) error {
 	e := v.e
-	k, kerr := v.drv.LoadKernels(v.ctx)
-	g, err := cuda.NewSameGPU(v.drv, v.ctx, c.Rank(), c.Size(), e.comm.Timeout(), func(rec []byte) ([]byte, error) {
+	k, kerr := kernels.Load(v.drv, v.ctx)
+	g, err := samegpu.NewSameGPU(v.drv, v.ctx, c.Rank(), c.Size(), e.comm.Timeout(), func(rec []byte) ([]byte, error) {
 		if kerr != nil { // tell the others this rank cannot take the path
 			rec = make([]byte, len(rec))
 		}
@@ -57,7 +59,7 @@ func (v *views) setupSameGPU(c *core.Comm, why error) error {
 // (unless noRoot), the communicator's state. kind and count are for the flight
 // recorder; enqueue gets the buffers' pointers in the order of bufs.
 func (v *views) trySameGPU(c *core.Comm, kind core.Kind, dt core.DataType, op *core.RedOp, root, count int,
-	enqueue func(g *cuda.SameGPU, k *cuda.Kernels, ptrs []uintptr) error, bufs ...buf) (req *core.Request, ok bool, err error) {
+	enqueue func(g *samegpu.SameGPU, k *kernels.Kernels, ptrs []uintptr) error, bufs ...buf) (req *core.Request, ok bool, err error) {
 	if v.stream == 0 || v.e.devMode != devSameGPU || v.e.devModeErr != nil {
 		return nil, false, nil
 	}
@@ -97,10 +99,10 @@ func (v *views) trySameGPU(c *core.Comm, kind core.Kind, dt core.DataType, op *c
 		switch {
 		case err == nil:
 			return nil
-		case errors.Is(err, cuda.ErrSameGPUMismatch):
+		case errors.Is(err, samegpu.ErrSameGPUMismatch):
 			// Every rank saw it in the same operation: the path goes on.
 			return fmt.Errorf("%w: %w", core.ErrMismatch, err)
-		case errors.Is(err, cuda.ErrSameGPUTimeout):
+		case errors.Is(err, samegpu.ErrSameGPUTimeout):
 			err = fmt.Errorf("%w: %w", core.ErrTimeout, err)
 		}
 		// The ranks' sequence numbers may disagree now: the communicator is broken,

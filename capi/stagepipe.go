@@ -6,13 +6,14 @@ import (
 	"time"
 
 	"github.com/gonccl/gonccl/core"
-	"github.com/gonccl/gonccl/cuda"
+	"github.com/gonccl/gonccl/cuda/kernels"
+	"github.com/gonccl/gonccl/cuda/staged"
 	"github.com/gonccl/gonccl/internal/cenv"
 )
 
 // The staged path pipelined by chunk: a collective on device buffers larger than one
 // chunk runs as one host operation per chunk (each rank splits it the same way, so
-// peers see the same sequence), staged by cuda.Pool.StageChunked: the copies to the
+// peers see the same sequence), staged by staged.Pool.StageChunked: the copies to the
 // host of later chunks and the copies back of earlier ones run while the host (and the
 // network) works on a chunk.
 
@@ -66,10 +67,10 @@ func stagedPlan(count int, dt core.DataType, maxBlocks, chunk int) (per, n int) 
 		return count, 1
 	}
 	per = max(1, chunk/(dt.Size()*max(1, maxBlocks)))
-	if cuda.ChunkCount(count, per) > maxStagedChunks {
+	if staged.ChunkCount(count, per) > maxStagedChunks {
 		per = (count + maxStagedChunks - 1) / maxStagedChunks
 	}
-	return per, cuda.ChunkCount(count, per)
+	return per, staged.ChunkCount(count, per)
 }
 
 // chunkOp issues the host operation of one chunk: bufs' host memory (in the order
@@ -127,15 +128,15 @@ func (v *views) collective(c *core.Comm, dt core.DataType, count int, blocks []i
 }
 
 // pieces checks the device buffers of a pipelined operation and describes them.
-func (v *views) pieces(dt core.DataType, blocks []int, bufs []buf) ([]cuda.Piece, error) {
+func (v *views) pieces(dt core.DataType, blocks []int, bufs []buf) ([]staged.Piece, error) {
 	sizes, err := v.deviceBufs(dt, bufs)
 	if err != nil {
 		return nil, err
 	}
-	pieces := make([]cuda.Piece, len(bufs))
+	pieces := make([]staged.Piece, len(bufs))
 	for i, b := range bufs {
 		if sizes[i] > 0 {
-			pieces[i] = cuda.Piece{Name: b.name, Ptr: uintptr(b.p), Blocks: blocks[i], In: b.in, Out: b.out}
+			pieces[i] = staged.Piece{Name: b.name, Ptr: uintptr(b.p), Blocks: blocks[i], In: b.in, Out: b.out}
 		}
 	}
 	return pieces, nil
@@ -149,7 +150,7 @@ func (v *views) pieces(dt core.DataType, blocks []int, bufs []buf) ([]cuda.Piece
 // whole count, or the GPU reduction's one-element operation of the caller's kind). It
 // returns one request for the whole operation: it completes with the last host
 // operation (they run in issue order), with the first one's error.
-func (v *views) issueChunks(st *cuda.Staging, n int, issue func(k int, before func(time.Time) error, group core.OpOption) ([]*core.Request, error)) (*core.Request, error) {
+func (v *views) issueChunks(st *staged.Staging, n int, issue func(k int, before func(time.Time) error, group core.OpOption) ([]*core.Request, error)) (*core.Request, error) {
 	v.staging = st
 	g := core.NewTraceGroup(n)
 	group := core.WithTraceGroup(g)
@@ -222,8 +223,8 @@ func stagedReduceOnGPU() (bool, error) {
 // elements per block, whose buffers hold blocks[i] blocks: on host memory, or staged and
 // pipelined by chunk with the reduction on the CPU (onHost: collective), or, for device
 // buffers of a pipelined size on several ranks, with the reduction on the GPU
-// (cuda.Pool.StageReduceGPU).
-func (v *views) reductionStaged(c *core.Comm, kind cuda.GPUReduceKind, d core.DataType, rop core.RedOp, root, count int, blocks []int,
+// (staged.Pool.StageReduceGPU).
+func (v *views) reductionStaged(c *core.Comm, kind staged.GPUReduceKind, d core.DataType, rop core.RedOp, root, count int, blocks []int,
 	onHost func() (*core.Request, error), sb, rb buf) (*core.Request, error) {
 	if v.stream == 0 || c.Size() < 2 {
 		return onHost()
@@ -247,13 +248,13 @@ func (v *views) reductionStaged(c *core.Comm, kind cuda.GPUReduceKind, d core.Da
 	if err := core.CheckReduction(d, rop); err != nil {
 		return nil, err
 	}
-	if kind == cuda.GPUReduce && (root < 0 || root >= c.Size()) {
+	if kind == staged.GPUReduce && (root < 0 || root >= c.Size()) {
 		return nil, fmt.Errorf("%w: root %d is not a rank of a communicator of %d", core.ErrInvalidArgument, root, c.Size())
 	}
 	if err := c.Err(); err != nil {
 		return nil, err
 	}
-	k, err := v.drv.LoadKernels(v.ctx)
+	k, err := kernels.Load(v.drv, v.ctx)
 	if err != nil {
 		return nil, fmt.Errorf("the staged path reduces on the GPU (GONCCL_STAGED_REDUCE=cpu reduces on the host): %w", err)
 	}
@@ -282,8 +283,8 @@ func (v *views) reductionStaged(c *core.Comm, kind cuda.GPUReduceKind, d core.Da
 			}
 			reqs = append(reqs, req)
 		}
-		steps := []cuda.Step{st.ReduceStep(i)}
-		if kind == cuda.GPUAllReduce {
+		steps := []staged.Step{st.ReduceStep(i)}
+		if kind == staged.GPUAllReduce {
 			steps = append(steps, st.GatherStep(i))
 		}
 		for j, step := range steps {
@@ -305,14 +306,14 @@ func (v *views) reductionStaged(c *core.Comm, kind cuda.GPUReduceKind, d core.Da
 // guardOp issues a one-element reduction of kind whose frames carry count (see
 // core.WithWireCount): peers that called something else fail it with a mismatch that
 // names both calls.
-func guardOp(c *core.Comm, kind cuda.GPUReduceKind, d core.DataType, rop core.RedOp, root, count int, hooks, group core.OpOption) (*core.Request, error) {
+func guardOp(c *core.Comm, kind staged.GPUReduceKind, d core.DataType, rop core.RedOp, root, count int, hooks, group core.OpOption) (*core.Request, error) {
 	es := d.Size()
 	send, recv := make([]byte, c.Size()*es), make([]byte, es)
 	wire := core.WithWireCount(count)
 	switch kind {
-	case cuda.GPUReduceScatter:
+	case staged.GPUReduceScatter:
 		return c.ReduceScatter(send, recv, 1, d, rop, wire, hooks, group)
-	case cuda.GPUReduce:
+	case staged.GPUReduce:
 		return c.Reduce(send[:es], recv, 1, d, rop, root, wire, hooks, group)
 	}
 	return c.AllReduce(send[:es], recv, 1, d, rop, wire, hooks, group)

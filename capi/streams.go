@@ -10,7 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/gonccl/gonccl/core"
-	"github.com/gonccl/gonccl/cuda"
+	"github.com/gonccl/gonccl/cuda/driver"
 )
 
 //export goncclStreamAcquire
@@ -23,7 +23,7 @@ func goncclStreamAcquire(device C.int, stream *C.goncclStream_t) (res C.goncclRe
 	if device < 0 {
 		return fail(nil, fmt.Errorf("%w: goncclStreamAcquire: device %d", core.ErrInvalidArgument, int(device)))
 	}
-	drv, err := cuda.Default()
+	drv, err := driver.Default()
 	if err != nil {
 		return fail(nil, fmt.Errorf("%w: goncclStreamAcquire: CUDA is not available: %w", errUsage, err))
 	}
@@ -38,11 +38,11 @@ func goncclStreamAcquire(device C.int, stream *C.goncclStream_t) (res C.goncclRe
 //export goncclStreamRelease
 func goncclStreamRelease(stream C.goncclStream_t) (res C.goncclResult_t) {
 	defer guard(&res)
-	drv, err := cuda.Default()
+	drv, err := driver.Default()
 	if err != nil {
 		return fail(nil, fmt.Errorf("%w: goncclStreamRelease: CUDA is not available: %w", errUsage, err))
 	}
-	if err := drv.ReturnStream(cuda.Stream(uintptr(unsafe.Pointer(stream)))); err != nil {
+	if err := drv.ReturnStream(driver.Stream(uintptr(unsafe.Pointer(stream)))); err != nil {
 		return fail(nil, fmt.Errorf("%w: goncclStreamRelease: %w", errUsage, err))
 	}
 	return C.goncclSuccess

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gonccl/gonccl/core"
 	"github.com/gonccl/gonccl/cuda"
+	"github.com/gonccl/gonccl/cuda/driver"
 )
 
 // One-sided windows (gonccl.h: goncclWin*, goncclPut, goncclSignal, goncclWaitSignal):
@@ -109,11 +110,11 @@ func goncclWinRegister(h C.goncclWindow_t, init unsafe.Pointer, count C.size_t, 
 
 // devicePointer reports whether p is CUDA device memory (and on which device), when
 // a CUDA driver is loaded or loads.
-func devicePointer(p unsafe.Pointer) (*cuda.Driver, int, bool) {
+func devicePointer(p unsafe.Pointer) (*driver.Driver, int, bool) {
 	if p == nil {
 		return nil, 0, false
 	}
-	drv, err := cuda.Default()
+	drv, err := driver.Default()
 	if err != nil {
 		return nil, 0, false
 	}
@@ -123,7 +124,7 @@ func devicePointer(p unsafe.Pointer) (*cuda.Driver, int, bool) {
 
 // registerDevice registers count elements of dt of device memory at ptr (on device
 // dev) with the window: the memory stays the caller's and the peers map it.
-func (e *winEntry) registerDevice(drv *cuda.Driver, dev int, ptr uintptr, count int, dt core.DataType) C.goncclResult_t {
+func (e *winEntry) registerDevice(drv *driver.Driver, dev int, ptr uintptr, count int, dt core.DataType) C.goncclResult_t {
 	c := e.comm.comm
 	if err := e.win.RegisterDevice(count, dt); err != nil {
 		return fail(e.comm, err)
@@ -321,7 +322,7 @@ func winIssue(h C.goncclWindow_t, out *C.goncclRequest_t, async bool, start func
 }
 
 func put(src unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, peer C.int, off C.size_t, h C.goncclWindow_t,
-	stream *cuda.Stream, out *C.goncclRequest_t, async bool) C.goncclResult_t {
+	stream *driver.Stream, out *C.goncclRequest_t, async bool) C.goncclResult_t {
 	e, err := lookupWindow(h)
 	if err != nil {
 		return fail(nil, err)
@@ -368,9 +369,9 @@ func goncclPutAsync(src unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, p
 func goncclPutOnStream(src unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, peer C.int, off C.size_t, h C.goncclWindow_t,
 	stream C.goncclStream_t) (res C.goncclResult_t) {
 	defer guard(&res)
-	s := cuda.Stream(uintptr(unsafe.Pointer(stream)))
+	s := driver.Stream(uintptr(unsafe.Pointer(stream)))
 	if s == 0 {
-		s = cuda.StreamLegacy // what NULL means to CUDA
+		s = driver.StreamLegacy // what NULL means to CUDA
 	}
 	return put(src, count, dt, peer, off, h, &s, nil, false)
 }
@@ -379,7 +380,7 @@ func goncclPutOnStream(src unsafe.Pointer, count C.size_t, dt C.goncclDataType_t
 // (nil: the legacy default stream of the window's device). The request is complete
 // once the copy is queued: src may be reused by work queued after it on the stream.
 func putDevice(w *core.Window, dw *cuda.DevWindow, src unsafe.Pointer, count int, dt core.DataType, peer, off int,
-	stream *cuda.Stream) (*core.Request, error) {
+	stream *driver.Stream) (*core.Request, error) {
 	what := fmt.Sprintf("put to rank %d's window %d", peer, w.ID())
 	if err := w.CheckPut(what, count, dt, peer, off); err != nil {
 		return nil, err
@@ -389,7 +390,7 @@ func putDevice(w *core.Window, dw *cuda.DevWindow, src unsafe.Pointer, count int
 		if !ok {
 			return nil, fmt.Errorf("%w: %s: the window holds device memory and src %p is not device memory CUDA knows: copy it to the device first", core.ErrInvalidArgument, what, src)
 		}
-		s := cuda.StreamLegacy
+		s := driver.StreamLegacy
 		if stream != nil {
 			s = *stream
 			if err := checkStream(drv, s); err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/gonccl/gonccl/core"
 	"github.com/gonccl/gonccl/cuda"
 	"github.com/gonccl/gonccl/cuda/cudatest"
+	"github.com/gonccl/gonccl/cuda/driver"
 )
 
 // TestGlobalCaptureOfAnotherThreadSurvivesDeviceOps: while a user thread captures a
@@ -55,7 +56,7 @@ func TestGlobalCaptureOfAnotherThreadSurvivesDeviceOps(t *testing.T) {
 
 // captureRank is devRank on every tenth case: the scratch exported, the watcher
 // querying events, device collectives of every kind, Close.
-func captureRank(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank int, devs []int) error {
+func captureRank(d *driver.Driver, f *cudatest.Fake, id core.UniqueID, rank int, devs []int) error {
 	nranks := len(devs)
 	c, err := core.NewComm(id, nranks, rank, core.Options{Timeout: 60 * time.Second})
 	if err != nil {
@@ -64,7 +65,7 @@ func captureRank(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank int, d
 	defer c.Destroy()
 	dev := devs[rank]
 	s := f.Stream(dev)
-	ctx, err := d.StreamContext(cuda.Stream(s))
+	ctx, err := d.StreamContext(driver.Stream(s))
 	if err != nil {
 		return err
 	}
@@ -84,7 +85,7 @@ func captureRank(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank int, d
 		if i%10 != 0 {
 			continue
 		}
-		got, want, err := runDevCase(c, sh, red, f, dev, cuda.Stream(s), rank, nranks, i, dc)
+		got, want, err := runDevCase(c, sh, red, f, dev, driver.Stream(s), rank, nranks, i, dc)
 		if err != nil {
 			return fmt.Errorf("case %d %+v: %w", i, dc, err)
 		}

@@ -1,255 +1,22 @@
 package cuda_test
 
 import (
-	"errors"
 	"os"
 	"sync"
 	"testing"
-	"time"
-	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/gonccl/gonccl/core"
-	"github.com/gonccl/gonccl/cuda"
 	"github.com/gonccl/gonccl/cuda/cudatest"
+	"github.com/gonccl/gonccl/cuda/driver"
 )
 
-var fake struct {
-	once sync.Once
-	path string
-	f    *cudatest.Fake
-	d    *cuda.Driver
-	err  error
-}
-
 // open builds the fake driver once per test binary and loads it.
-func open(t testing.TB) (*cuda.Driver, *cudatest.Fake) {
+func open(t testing.TB) (*driver.Driver, *cudatest.Fake) {
 	t.Helper()
-	fake.once.Do(func() {
-		if fake.path, fake.err = cudatest.BuildIn(tmpDir); fake.err != nil {
-			return
-		}
-		if fake.d, fake.err = cuda.Open(fake.path); fake.err != nil {
-			return
-		}
-		fake.f, fake.err = cudatest.Open(fake.path)
-	})
-	require.NoError(t, fake.err)
-	return fake.d, fake.f
+	return cudatest.Load(t)
 }
-
-func TestAbsentLibraryIsUnavailable(t *testing.T) {
-	_, err := cuda.Open("/nonexistent/libcuda.so.1")
-	require.ErrorIs(t, err, cuda.ErrUnavailable)
-	require.ErrorContains(t, err, "/nonexistent/libcuda.so.1")
-}
-
-func TestLibraryWithoutTheSymbolsIsUnavailable(t *testing.T) {
-	_, err := cuda.Open("libc.so.6")
-	require.ErrorIs(t, err, cuda.ErrUnavailable)
-	require.ErrorContains(t, err, "cuInit")
-}
-
-func TestInitFailureNamesTheCUDAError(t *testing.T) {
-	d, _ := open(t)
-	t.Setenv("FAKECUDA_INIT_ERROR", "1")
-	_, err := cuda.Open(d.Path())
-	require.ErrorIs(t, err, cuda.ErrUnavailable)
-	var ce *cuda.Error
-	require.True(t, errors.As(err, &ce), "%v", err)
-	require.Equal(t, "cuInit", ce.Func)
-	require.Equal(t, "CUDA_ERROR_NO_DEVICE", ce.Name)
-	require.Contains(t, err.Error(), "cuda: cuInit: CUDA_ERROR_NO_DEVICE")
-}
-
-func TestStreamContextAndPointerDevice(t *testing.T) {
-	d, f := open(t)
-	s := f.Stream(3)
-	ctx, err := d.StreamContext(cuda.Stream(s))
-	require.NoError(t, err)
-	require.Equal(t, f.Context(3), uintptr(ctx))
-	p := f.Malloc(3, 64)
-	dev, err := d.PointerDevice(ctx, p)
-	require.NoError(t, err)
-	require.Equal(t, 3, dev)
-
-	_, err = d.PointerDevice(ctx, uintptr(0x1000))
-	require.EqualError(t, err, "cuda: cuPointerGetAttribute: CUDA_ERROR_INVALID_VALUE")
-	_, err = d.StreamContext(cuda.Stream(0x1234))
-	require.EqualError(t, err, "cuda: cuStreamGetCtx: CUDA_ERROR_INVALID_HANDLE")
-}
-
-// TestStagingRoundTrip runs the whole contract on a stream whose operations are
-// delayed: a slow kernel queued before Before is seen by the host buffers, the host
-// result reaches the device after After, and a kernel queued after After sees it.
-func TestStagingRoundTrip(t *testing.T) {
-	d, f := open(t)
-	f.SetDelay(0, 300)
-	const n = 1000
-	s := f.Stream(0)
-	ctx, err := d.StreamContext(cuda.Stream(s))
-	require.NoError(t, err)
-	in, out := f.Malloc(0, 4*n), f.Malloc(0, 4*n)
-	require.NoError(t, f.Fill(s, in, n, 3, 20000)) // 20 ms: Before must wait for it
-	before := f.Counters()
-
-	pool := cuda.NewPool(d)
-	st, err := pool.Stage(ctx, cuda.Stream(s), []cuda.Region{
-		{Name: "sendbuff", Ptr: in, Bytes: 4 * n, In: true},
-		{Name: "recvbuff", Ptr: out, Bytes: 4 * n, Out: true},
-	})
-	require.NoError(t, err)
-	require.NoError(t, st.Before(time.Now().Add(10*time.Second)))
-	host := floats(st.Host[0])
-	for i := range host {
-		require.Equal(t, float32(3), host[i], "element %d: the staged input missed the kernel queued before it", i)
-	}
-	res := floats(st.Host[1])
-	for i := range res {
-		res[i] = 2 * host[i]
-	}
-	require.NoError(t, st.After(nil))
-	require.NoError(t, f.Add(s, out, n, 1, 0)) // later work sees the result
-	f.Drain(s)
-	for i, v := range f.Floats(out, n) {
-		require.Equal(t, float32(7), v, "element %d", i)
-	}
-	c := f.Counters()
-	require.Equal(t, 1, c.DtoH-before.DtoH)
-	require.Equal(t, 1, c.HtoD-before.HtoD)
-	require.Zero(t, c.BadAccess)
-	require.Zero(t, c.HostRaces)
-	require.Zero(t, c.ContextErrors, "a CUDA call ran without the stream's context current")
-	require.NoError(t, pool.Close(10*time.Second))
-	require.Equal(t, before.HostLive, f.Counters().HostLive, "Close must free every pinned block")
-}
-
-// TestWaitOnOrdersAnotherStream: a second stream that waits on the staging's event
-// sees the result, even though the H2D copy is slow.
-func TestWaitOnOrdersAnotherStream(t *testing.T) {
-	d, f := open(t)
-	f.SetDelay(0, 100)
-	const n = 256
-	s, waiter := f.Stream(1), f.Stream(1)
-	ctx, err := d.StreamContext(cuda.Stream(s))
-	require.NoError(t, err)
-	buf := f.Malloc(1, 4*n)
-	f.SetFloats(buf, make([]float32, n))
-	pool := cuda.NewPool(d)
-	defer pool.Close(10 * time.Second)
-	st, err := pool.Stage(ctx, cuda.Stream(s), []cuda.Region{{Name: "buf", Ptr: buf, Bytes: 4 * n, In: true, Out: true}})
-	require.NoError(t, err)
-	require.NoError(t, st.Before(time.Now().Add(10*time.Second)))
-	require.NoError(t, f.Fill(s, buf, 1, 0, 20000)) // delays the H2D copy queued next
-	res := floats(st.Host[0])
-	for i := range res {
-		res[i] = 5
-	}
-	require.NoError(t, st.After(nil))
-	require.NoError(t, st.WaitOn(cuda.Stream(waiter)))
-	require.NoError(t, f.Add(waiter, buf, n, 1, 0))
-	f.Drain(waiter)
-	f.Drain(s)
-	require.Equal(t, float32(6), f.Floats(buf, n)[n-1])
-}
-
-func TestPoolReusesOnlyAfterTheEvent(t *testing.T) {
-	d, f := open(t)
-	f.SetDelay(0, 50)
-	s := f.Stream(0)
-	ctx, err := d.StreamContext(cuda.Stream(s))
-	require.NoError(t, err)
-	buf := f.Malloc(0, 4096)
-	pool := cuda.NewPool(d)
-	regions := []cuda.Region{{Name: "buf", Ptr: buf, Bytes: 4096, In: true, Out: true}}
-	run := func() *cuda.Staging {
-		st, err := pool.Stage(ctx, cuda.Stream(s), regions)
-		require.NoError(t, err)
-		require.NoError(t, st.Before(time.Now().Add(10*time.Second)))
-		require.NoError(t, st.After(nil))
-		return st
-	}
-	run()
-	f.Drain(s)
-	run() // the first staging's event has completed: its block is reused
-	st := pool.Stats()
-	require.Equal(t, 1, st.Allocs)
-	require.Equal(t, 1, st.Reuses)
-
-	// Hold the stream with a slow kernel: the next staging's H2D is still queued, so
-	// the one after it must get a block of its own.
-	f.Drain(s)
-	require.NoError(t, f.Fill(s, buf, 1, 0, 0))
-	first, err := pool.Stage(ctx, cuda.Stream(s), regions)
-	require.NoError(t, err)
-	require.NoError(t, first.Before(time.Now().Add(10*time.Second)))
-	require.NoError(t, f.Fill(s, buf, 1, 0, 30000))
-	require.NoError(t, first.After(nil))
-	second, err := pool.Stage(ctx, cuda.Stream(s), regions)
-	require.NoError(t, err)
-	require.NotEqual(t, &first.Host[0][0], &second.Host[0][0], "a block was reused before its H2D copy ran")
-	second.Cancel()
-	require.Equal(t, 2, pool.Stats().Allocs)
-	require.NoError(t, pool.Close(10*time.Second))
-	require.Zero(t, f.Counters().BadAccess)
-}
-
-func TestInPlaceRegionsShareHostMemory(t *testing.T) {
-	d, f := open(t)
-	s := f.Stream(0)
-	ctx, err := d.StreamContext(cuda.Stream(s))
-	require.NoError(t, err)
-	buf := f.Malloc(0, 4*40)
-	pool := cuda.NewPool(d)
-	defer pool.Close(10 * time.Second)
-	// all_gather in place: the send block is recv's block 2 (of 4).
-	st, err := pool.Stage(ctx, cuda.Stream(s), []cuda.Region{
-		{Name: "sendbuff", Ptr: buf + 4*20, Bytes: 4 * 10, In: true},
-		{Name: "recvbuff", Ptr: buf, Bytes: 4 * 40, Out: true},
-		{Name: "unused"},
-	})
-	require.NoError(t, err)
-	require.Equal(t, &st.Host[1][80], &st.Host[0][0])
-	require.Len(t, st.Host[2], 0)
-	st.Cancel()
-}
-
-func TestCopyErrorNamesTheCUDAError(t *testing.T) {
-	d, f := open(t)
-	s := f.Stream(0)
-	ctx, err := d.StreamContext(cuda.Stream(s))
-	require.NoError(t, err)
-	before := f.Counters()
-	good, buf := f.Malloc(0, 64), f.Malloc(0, 64)
-	require.NoError(t, f.Free(buf))
-	f.SetDelay(5000, 5000) // the good copy is still queued when the bad one fails
-	defer f.SetDelay(0, 200)
-	pool := cuda.NewPool(d)
-	defer pool.Close(10 * time.Second)
-	regions := []cuda.Region{{Name: "good", Ptr: good, Bytes: 64, In: true}, {Name: "sendbuff", Ptr: buf, Bytes: 64, In: true}}
-	st, err := pool.Stage(ctx, cuda.Stream(s), regions)
-	require.NoError(t, err)
-	err = st.Before(time.Now().Add(10 * time.Second))
-	var ce *cuda.Error
-	require.True(t, errors.As(err, &ce), "%v", err)
-	require.Equal(t, "CUDA_ERROR_INVALID_VALUE", ce.Name)
-	require.Contains(t, err.Error(), "cuda: cuMemcpyDtoHAsync (sendbuff")
-	require.Equal(t, 1, f.Counters().DtoH-before.DtoH, "Before returned before the copy it had enqueued ran")
-	require.NoError(t, st.After(err))
-	f.Drain(s)
-	st2, err := pool.Stage(ctx, cuda.Stream(s), regions[:1])
-	require.NoError(t, err)
-	st2.Cancel()
-	require.Equal(t, 1, pool.Stats().Reuses, "the failed staging's block must be reused once its copy ran")
-}
-
-// floats views pinned host memory as float32s.
-func floats(b []byte) []float32 {
-	return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), len(b)/4)
-}
-
-var tmpDir string
 
 func TestMain(m *testing.M) {
 	if what := os.Getenv("GONCCL_FAULTTEST"); what != "" {
@@ -258,14 +25,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv("GONCCL_DEVTEST_RANK") != "" {
 		os.Exit(devChild()) // a rank of runDevRanks
 	}
-	dir, err := os.MkdirTemp("", "gonccl-cuda-test")
-	if err != nil {
-		panic(err)
-	}
-	tmpDir = dir
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(cudatest.Main(m))
 }
 
 // hostExchange is NewShared's exchange over c: a host all-gather of each rank's record.

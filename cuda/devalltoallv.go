@@ -40,8 +40,8 @@ func (s *Shared) AlltoAllv(st Stream, send uintptr, sendBytes, sendOff []int, re
 	if n == 0 {
 		return nil
 	}
-	return s.d.do(s.ctx, func() error {
-		return s.d.memcpyDtoD(recv+uintptr(recvOff[s.rank]), send+uintptr(sendOff[s.rank]), n, st)
+	return s.d.Do(s.ctx, func() error {
+		return s.d.MemcpyDtoD(recv+uintptr(recvOff[s.rank]), send+uintptr(sendOff[s.rank]), n, st)
 	})
 }
 

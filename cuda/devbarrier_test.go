@@ -10,6 +10,7 @@ import (
 
 	"github.com/gonccl/gonccl/core"
 	"github.com/gonccl/gonccl/cuda"
+	"github.com/gonccl/gonccl/cuda/driver"
 )
 
 // TestDeviceBarrierHoldsEveryStream: rank 0's stream is held before its barrier by a
@@ -41,13 +42,13 @@ func barrierHolds(t *testing.T, devs []int, fault string) bool {
 	id, err := core.NewUniqueID()
 	require.NoError(t, err)
 	shs := make([]*cuda.Shared, n)
-	streams := make([]cuda.Stream, n)
-	ctxs := make([]cuda.Context, n)
+	streams := make([]driver.Stream, n)
+	ctxs := make([]driver.Context, n)
 	comms := make([]*core.Comm, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for r := range n {
-		streams[r] = cuda.Stream(f.Stream(devs[r]))
+		streams[r] = driver.Stream(f.Stream(devs[r]))
 		ctxs[r], err = d.StreamContext(streams[r])
 		require.NoError(t, err)
 		wg.Add(1)

@@ -3,7 +3,6 @@ package cuda
 import (
 	"errors"
 	"fmt"
-	"sync/atomic"
 
 	"github.com/gonccl/gonccl/internal/reduce"
 )
@@ -38,26 +37,6 @@ import (
 // operation: run (or runOp with a descriptor) around the rounds; begin for each round;
 // post, wait, waitAll, waitReady (every rank's ready, and the descriptor check in the
 // first round) and check (the descriptor check alone) inside it.
-
-// Reducer is what the device path needs of the reduction kernels (*Kernels).
-type Reducer interface {
-	ReduceInto(s Stream, dst, src uintptr, count int, dt reduce.DataType, op reduce.RedOp) error
-	DivideBy(s Stream, buf uintptr, count int, dt reduce.DataType, n int) error
-}
-
-// testFault names a step the device path gets wrong on purpose, for the tests that
-// show a wrong step is caught: "skip-ready-wait" (read the peers' data areas without
-// waiting for their ready flags), "offset" (read each peer's data one element early).
-var testFault atomic.Value
-
-// SetTestFault makes every device collective of this process commit fault ("" for
-// none). For tests only.
-func SetTestFault(fault string) { testFault.Store(fault) }
-
-func fault(name string) bool {
-	f, _ := testFault.Load().(string)
-	return f == name
-}
 
 // round is one round of a device collective on stream st. Call with s.mu held and the
 // context current.
@@ -128,7 +107,7 @@ func (r round) wait(p, flag int, v uint32) error {
 	if flag == flagReady && fault("skip-ready-wait") {
 		return nil
 	}
-	return r.s.d.streamWaitValue32(r.st, r.s.flag(p, flag), v)
+	return r.s.d.StreamWaitValue32(r.st, r.s.flag(p, flag), v)
 }
 
 // post writes this round's number into this rank's flag, in every rank's header, its
@@ -142,14 +121,14 @@ func (r round) post(flag int) error {
 	}
 	for i := range r.s.nranks {
 		q := (r.s.rank + i) % r.s.nranks
-		if err := r.s.d.streamWriteValue32(r.st, r.s.inbox(q, r.s.rank, flag), r.n); err != nil {
+		if err := r.s.d.StreamWriteValue32(r.st, r.s.inbox(q, r.s.rank, flag), r.n); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (r round) copy(dst, src uintptr, n int) error { return r.s.d.memcpyDtoD(dst, src, n, r.st) }
+func (r round) copy(dst, src uintptr, n int) error { return r.s.d.MemcpyDtoD(dst, src, n, r.st) }
 
 // peerData is where rank p's data area is read from (one element early under the
 // "offset" fault, still inside the allocation).
@@ -179,7 +158,7 @@ func (s *Shared) runOp(d *opDesc, f func() error) error {
 	}
 	first := s.step + 1
 	s.cur, s.curFirst = d, first
-	err := s.d.do(s.ctx, func() error {
+	err := s.d.Do(s.ctx, func() error {
 		err := f()
 		if s.step != first-1 { // rounds were begun
 			err = errors.Join(err, s.track(d, first))

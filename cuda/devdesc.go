@@ -214,7 +214,7 @@ func (r round) publish(d opDesc) error {
 			off int
 			v   uint32
 		}{{descShape, shape}, {descShapeNeg, -shape}, {descCount, count}, {descCountNeg, -count}} {
-			if err := r.s.d.streamWriteValue32(r.st, r.s.inbox(q, r.s.rank, w.off), w.v); err != nil {
+			if err := r.s.d.StreamWriteValue32(r.st, r.s.inbox(q, r.s.rank, w.off), w.v); err != nil {
 				return err
 			}
 		}
@@ -237,7 +237,7 @@ func (r round) agree(d opDesc) error {
 			off int
 			v   uint32
 		}{{descShape, shape}, {descShapeNeg, -shape}, {descCount, count}, {descCountNeg, -count}} {
-			if err := r.s.d.streamWaitValue32(r.st, r.s.flag(p, w.off), w.v); err != nil {
+			if err := r.s.d.StreamWaitValue32(r.st, r.s.flag(p, w.off), w.v); err != nil {
 				return err
 			}
 		}

@@ -79,7 +79,7 @@ func (s *Shared) trackStart(st Stream) error {
 		return err
 	}
 	s.curStart = ev
-	return s.d.eventRecord(ev, st)
+	return s.d.EventRecord(ev, st)
 }
 
 // track records the operation whose rounds run from first to s.step, on s.lastStream.
@@ -101,7 +101,7 @@ func (s *Shared) track(d *opDesc, first uint32) error {
 		default:
 		}
 	}
-	return s.d.eventRecord(ev, s.lastStream)
+	return s.d.EventRecord(ev, s.lastStream)
 }
 
 func (s *Shared) event() (event, error) {
@@ -110,7 +110,7 @@ func (s *Shared) event() (event, error) {
 		s.spare = s.spare[:n-1]
 		return ev, nil
 	}
-	return s.d.eventCreate()
+	return s.d.EventCreate()
 }
 
 // Watch starts the watcher of this rank's device operations (see above); Close and
@@ -217,11 +217,11 @@ func (s *Shared) reap() (head pendingOp, pending bool, err error) {
 
 // reapLocked is reap with s.mu held.
 func (s *Shared) reapLocked() (head pendingOp, pending bool, err error) {
-	err = s.d.do(s.ctx, func() error {
+	err = s.d.Do(s.ctx, func() error {
 		for len(s.ops) > 0 {
 			op := &s.ops[0]
 			if op.started.IsZero() && op.start != 0 {
-				ok, err := s.d.eventDone(op.start)
+				ok, err := s.d.EventDone(op.start)
 				if err != nil {
 					return err
 				}
@@ -229,7 +229,7 @@ func (s *Shared) reapLocked() (head pendingOp, pending bool, err error) {
 					op.started = time.Now()
 				}
 			}
-			ok, err := s.d.eventDone(op.end)
+			ok, err := s.d.EventDone(op.end)
 			if err != nil || !ok {
 				return err
 			}
@@ -294,8 +294,8 @@ func (s *Shared) judge(w *watch, op pendingOp) error {
 
 // finished reports whether the GPU has run op.
 func (s *Shared) finished(op pendingOp) (done bool, err error) {
-	err = s.d.do(s.ctx, func() (err error) {
-		done, err = s.d.eventDone(op.end)
+	err = s.d.Do(s.ctx, func() (err error) {
+		done, err = s.d.EventDone(op.end)
 		return err
 	})
 	return done, err
@@ -440,12 +440,12 @@ func (s *Shared) destroyEvents(deadline time.Time) error {
 		if time.Now().After(deadline) {
 			return errors.New("the device operations' completion events did not complete in time")
 		}
-		w.wait()
+		w.Wait()
 	}
-	return s.d.do(s.ctx, func() error {
+	return s.d.Do(s.ctx, func() error {
 		var errs []error
 		for _, ev := range s.spare {
-			errs = append(errs, s.d.eventDestroy(ev))
+			errs = append(errs, s.d.EventDestroy(ev))
 		}
 		s.spare = nil
 		return errors.Join(errs...)

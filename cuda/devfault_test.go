@@ -21,6 +21,7 @@ import (
 	"github.com/gonccl/gonccl/core"
 	"github.com/gonccl/gonccl/cuda"
 	"github.com/gonccl/gonccl/cuda/cudatest"
+	"github.com/gonccl/gonccl/cuda/driver"
 )
 
 // A dead peer or ranks that disagree on the device path end in an error naming the
@@ -135,7 +136,7 @@ func runFaultRanks(t *testing.T, layout, what string) ([]string, time.Duration) 
 		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), "GONCCL_FAULTTEST="+what, "GONCCL_DEVTEST_RANK="+strconv.Itoa(r),
 			"GONCCL_DEVTEST_DEVS="+layout, "GONCCL_DEVTEST_ID="+hex.EncodeToString(id[:]),
-			"GONCCL_DEVTEST_FAKE="+fake.path, "FAKECUDA_DELAY_US=0,100")
+			"GONCCL_DEVTEST_FAKE="+cudatest.Path(t), "FAKECUDA_DELAY_US=0,100")
 		cmd.Stdout, cmd.Stderr = &outs[r], &outs[r]
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		require.NoError(t, cmd.Start())
@@ -183,7 +184,7 @@ func faultChild(what string) int {
 
 func faultRank(what string, id core.UniqueID, rank int, devs []int) error {
 	path := os.Getenv("GONCCL_DEVTEST_FAKE")
-	d, err := cuda.Open(path)
+	d, err := driver.Open(path)
 	if err != nil {
 		return err
 	}
@@ -203,7 +204,7 @@ func faultRank(what string, id core.UniqueID, rank int, devs []int) error {
 	defer c.Abort()
 	dev := devs[rank]
 	s := f.Stream(dev)
-	ctx, err := d.StreamContext(cuda.Stream(s))
+	ctx, err := d.StreamContext(driver.Stream(s))
 	if err != nil {
 		return err
 	}
@@ -229,7 +230,7 @@ func faultRank(what string, id core.UniqueID, rank int, devs []int) error {
 	}
 	// An operation every rank agrees on: it must just work.
 	ones(1000)
-	if err := sh.AllReduce(cuda.Stream(s), red, buf, buf, 1000, core.Float32, core.Sum); err != nil {
+	if err := sh.AllReduce(driver.Stream(s), red, buf, buf, 1000, core.Float32, core.Sum); err != nil {
 		return err
 	}
 	f.Drain(s)
@@ -240,7 +241,7 @@ func faultRank(what string, id core.UniqueID, rank int, devs []int) error {
 	issued := time.Now()
 	switch what {
 	case "kill":
-		err = sh.AllReduce(cuda.Stream(s), red, buf, buf, 3000, core.Float32, core.Sum)
+		err = sh.AllReduce(driver.Stream(s), red, buf, buf, 3000, core.Float32, core.Sum)
 		if rank == nranks-1 {
 			fmt.Println("victim: enqueued, dying")
 			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
@@ -250,15 +251,15 @@ func faultRank(what string, id core.UniqueID, rank int, devs []int) error {
 			time.Sleep(2 * stallTimeout) // alive, but issuing nothing
 			return nil
 		}
-		err = sh.AllReduce(cuda.Stream(s), red, buf, buf, 1000, core.Float32, core.Sum)
+		err = sh.AllReduce(driver.Stream(s), red, buf, buf, 1000, core.Float32, core.Sum)
 	case "count":
 		count := 1000
 		if rank == 1 {
 			count = 3000
 		}
-		err = sh.AllReduce(cuda.Stream(s), red, buf, buf, count, core.Float32, core.Sum)
+		err = sh.AllReduce(driver.Stream(s), red, buf, buf, count, core.Float32, core.Sum)
 	case "root":
-		err = sh.Broadcast(cuda.Stream(s), buf, buf, 4000, rank)
+		err = sh.Broadcast(driver.Stream(s), buf, buf, 4000, rank)
 	case "p2p-kill", "p2p-stall":
 		return faultP2P(what, sh, f, s, dev, rank, nranks, failed, c)
 	default:
@@ -285,7 +286,7 @@ func faultRank(what string, id core.UniqueID, rank int, devs []int) error {
 	case <-time.After(faultTimeout):
 		return errors.New("the stream is still waiting on a flag after the error")
 	}
-	if err := sh.AllReduce(cuda.Stream(s), red, buf, buf, 1, core.Float32, core.Sum); err != nil {
+	if err := sh.AllReduce(driver.Stream(s), red, buf, buf, 1, core.Float32, core.Sum); err != nil {
 		fmt.Printf("NEXT OP REFUSED: %v\n", err)
 	} else {
 		return errors.New("an operation after the failure was enqueued")

@@ -221,14 +221,14 @@ func (s *Shared) sendChunk(peer int, c p2pChunk) error {
 func (s *Shared) sendChunkAt(peer int, c p2pChunk, q uint32, gpuWait bool) error {
 	st := c.op.Stream
 	if gpuWait && q > p2pSlots && !fault("p2p-skip-free-wait") {
-		if err := s.d.streamWaitValue32(st, s.p2pRecvdFlag(s.rank, peer), q-p2pSlots); err != nil {
+		if err := s.d.StreamWaitValue32(st, s.p2pRecvdFlag(s.rank, peer), q-p2pSlots); err != nil {
 			return err
 		}
 	}
-	if err := s.d.memcpyDtoD(s.p2pSlot(s.rank, peer, q), c.op.Buf+uintptr(c.off), c.n, st); err != nil {
+	if err := s.d.MemcpyDtoD(s.p2pSlot(s.rank, peer, q), c.op.Buf+uintptr(c.off), c.n, st); err != nil {
 		return err
 	}
-	return s.d.streamWriteValue32(st, s.p2pSentFlag(peer, s.rank), q)
+	return s.d.StreamWriteValue32(st, s.p2pSentFlag(peer, s.rank), q)
 }
 
 // recvChunk enqueues chunk c of a receive from peer, the pair's next. s.mu held,
@@ -248,7 +248,7 @@ func (s *Shared) recvChunk(peer int, c p2pChunk) error {
 func (s *Shared) recvChunkAt(peer int, c p2pChunk, q uint32, gpuWait bool) error {
 	st := c.op.Stream
 	if gpuWait && !fault("p2p-skip-sent-wait") {
-		if err := s.d.streamWaitValue32(st, s.p2pSentFlag(s.rank, peer), q); err != nil {
+		if err := s.d.StreamWaitValue32(st, s.p2pSentFlag(s.rank, peer), q); err != nil {
 			return err
 		}
 	}
@@ -256,13 +256,13 @@ func (s *Shared) recvChunkAt(peer int, c p2pChunk, q uint32, gpuWait bool) error
 	if peer != s.rank && fault("p2p-offset") {
 		src-- // still inside the allocation: the flags page or the previous slot
 	}
-	if err := s.d.memcpyDtoD(c.op.Buf+uintptr(c.off), src, c.n, st); err != nil {
+	if err := s.d.MemcpyDtoD(c.op.Buf+uintptr(c.off), src, c.n, st); err != nil {
 		return err
 	}
-	if err := s.d.streamWriteValue32(st, s.p2pRecvdFlag(peer, s.rank), q); err != nil {
+	if err := s.d.StreamWriteValue32(st, s.p2pRecvdFlag(peer, s.rank), q); err != nil {
 		return err
 	}
-	return s.d.streamWriteValue32(st, s.p2pDoneFlag(s.rank, peer), q)
+	return s.d.StreamWriteValue32(st, s.p2pDoneFlag(s.rank, peer), q)
 }
 
 // Follow makes stream side wait for the work enqueued on stream main so far (an
@@ -270,7 +270,7 @@ func (s *Shared) recvChunkAt(peer int, c p2pChunk, q uint32, gpuWait bool) error
 func (s *Shared) Follow(side, main Stream) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.d.do(s.ctx, func() error { return s.followLocked(side, main) })
+	return s.d.Do(s.ctx, func() error { return s.followLocked(side, main) })
 }
 
 // followLocked is Follow with s.mu held and the context current.
@@ -279,22 +279,22 @@ func (s *Shared) followLocked(side, main Stream) error {
 	// its record has run: destroy the ones that have completed, keep the rest.
 	keep := s.p2p.forks[:0]
 	for _, ev := range s.p2p.forks {
-		if done, err := s.d.eventDone(ev); err == nil && done {
-			_ = s.d.eventDestroy(ev)
+		if done, err := s.d.EventDone(ev); err == nil && done {
+			_ = s.d.EventDestroy(ev)
 		} else {
 			keep = append(keep, ev)
 		}
 	}
 	s.p2p.forks = keep
-	ev, err := s.d.eventCreate()
+	ev, err := s.d.EventCreate()
 	if err != nil {
 		return err
 	}
 	s.p2p.forks = append(s.p2p.forks, ev)
-	if err := s.d.eventRecord(ev, main); err != nil {
+	if err := s.d.EventRecord(ev, main); err != nil {
 		return err
 	}
-	return s.d.streamWaitEvent(side, ev)
+	return s.d.StreamWaitEvent(side, ev)
 }
 
 // p2pRelease destroys Follow's events (release, with the context current): once
@@ -302,7 +302,7 @@ func (s *Shared) followLocked(side, main Stream) error {
 func (s *Shared) p2pRelease() error {
 	var errs []error
 	for _, ev := range s.p2p.forks {
-		errs = append(errs, s.d.eventDestroy(ev))
+		errs = append(errs, s.d.EventDestroy(ev))
 	}
 	s.p2p.forks = nil
 	return errors.Join(errs...)
@@ -320,12 +320,12 @@ func (s *Shared) p2pQuiesce() error {
 	}
 	for p := range s.nranks {
 		if q := s.p2p.sendSeq[p]; q > 0 {
-			if err := s.d.streamWaitValue32(StreamLegacy, s.p2pRecvdFlag(s.rank, p), q); err != nil {
+			if err := s.d.StreamWaitValue32(StreamLegacy, s.p2pRecvdFlag(s.rank, p), q); err != nil {
 				return err
 			}
 		}
 		if q := s.p2p.recvSeq[p]; q > 0 {
-			if err := s.d.streamWaitValue32(StreamLegacy, s.p2pDoneFlag(s.rank, p), q); err != nil {
+			if err := s.d.StreamWaitValue32(StreamLegacy, s.p2pDoneFlag(s.rank, p), q); err != nil {
 				return err
 			}
 		}

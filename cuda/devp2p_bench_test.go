@@ -7,6 +7,7 @@ import (
 
 	"github.com/gonccl/gonccl/core"
 	"github.com/gonccl/gonccl/cuda"
+	"github.com/gonccl/gonccl/cuda/driver"
 )
 
 // BenchmarkDeviceP2PEnqueue8B is the host cost of one 8-byte exchange on the device
@@ -31,7 +32,7 @@ func benchP2PEnqueue(b *testing.B, record bool) {
 	const nranks = 2
 	type rank struct {
 		sh        *cuda.Shared
-		s         cuda.Stream
+		s         driver.Stream
 		send, buf uintptr
 		comm      *core.Comm
 	}
@@ -47,7 +48,7 @@ func benchP2PEnqueue(b *testing.B, record bool) {
 				errs[r] = err
 				return
 			}
-			s := cuda.Stream(f.Stream(0))
+			s := driver.Stream(f.Stream(0))
 			ctx, err := d.StreamContext(s)
 			if err != nil {
 				errs[r] = err

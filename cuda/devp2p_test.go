@@ -14,6 +14,7 @@ import (
 	"github.com/gonccl/gonccl/core"
 	"github.com/gonccl/gonccl/cuda"
 	"github.com/gonccl/gonccl/cuda/cudatest"
+	"github.com/gonccl/gonccl/cuda/driver"
 )
 
 // Point-to-point, alltoallv and barrier on the device path against the fake driver:
@@ -138,7 +139,7 @@ const p2pGuard = 64
 
 // devP2PRank runs the point-to-point script as rank rank of devs, then the alltoallv
 // cases, and reports every message that differs.
-func devP2PRank(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank int, devs []int, log *os.File) error {
+func devP2PRank(d *driver.Driver, f *cudatest.Fake, id core.UniqueID, rank int, devs []int, log *os.File) error {
 	nranks := len(devs)
 	c, err := core.NewComm(id, nranks, rank, core.Options{Timeout: 60 * time.Second})
 	if err != nil {
@@ -146,7 +147,7 @@ func devP2PRank(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank int, de
 	}
 	defer c.Destroy()
 	dev := devs[rank]
-	streams := []cuda.Stream{cuda.Stream(f.Stream(dev)), cuda.Stream(f.Stream(dev))}
+	streams := []driver.Stream{driver.Stream(f.Stream(dev)), driver.Stream(f.Stream(dev))}
 	ctx, err := d.StreamContext(streams[0])
 	if err != nil {
 		return err
@@ -191,7 +192,7 @@ func devP2PRank(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank int, de
 }
 
 // runP2PCase issues this rank's part of case pc and checks what it received.
-func runP2PCase(sh *cuda.Shared, f *cudatest.Fake, dev int, streams []cuda.Stream, rank, i int, pc p2pCase) ([]string, error) {
+func runP2PCase(sh *cuda.Shared, f *cudatest.Fake, dev int, streams []driver.Stream, rank, i int, pc p2pCase) ([]string, error) {
 	type recv struct {
 		k, bytes int
 		buf      uintptr
@@ -290,7 +291,7 @@ func runP2PCase(sh *cuda.Shared, f *cudatest.Fake, dev int, streams []cuda.Strea
 
 // runAlltoAllvCase runs an alltoallv of float32 blocks of uneven sizes (some empty,
 // the displacements leaving gaps) on the device path and with core's host AlltoAllv.
-func runAlltoAllvCase(c *core.Comm, sh *cuda.Shared, f *cudatest.Fake, dev int, s cuda.Stream, rank, nranks, i int) (got, want []byte, err error) {
+func runAlltoAllvCase(c *core.Comm, sh *cuda.Shared, f *cudatest.Fake, dev int, s driver.Stream, rank, nranks, i int) (got, want []byte, err error) {
 	count := func(p, q int) int { return (p*3 + q*5 + i) % 7 * 113 * (1 + i%2) }
 	const es, gap = 4, 3
 	sc, sd, rc, rd := make([]int, nranks), make([]int, nranks), make([]int, nranks), make([]int, nranks)

@@ -14,6 +14,7 @@ import (
 	"github.com/gonccl/gonccl/core"
 	"github.com/gonccl/gonccl/cuda"
 	"github.com/gonccl/gonccl/cuda/cudatest"
+	"github.com/gonccl/gonccl/cuda/driver"
 )
 
 // A dead or stalled peer in the middle of a device-path send or receive ends in an
@@ -46,7 +47,7 @@ func TestDeviceP2PStalledPeerTimesOut(t *testing.T) {
 func faultP2P(what string, sh *cuda.Shared, f *cudatest.Fake, s uintptr, dev, rank, nranks int, failed <-chan error, c *core.Comm) error {
 	const big = 12000 // many chunks: the slots in flight cannot hold it
 	src, dst := f.Malloc(dev, big), f.Malloc(dev, big)
-	st := cuda.Stream(s)
+	st := driver.Stream(s)
 	var ops []cuda.P2POp
 	switch {
 	case what == "p2p-kill" && rank == nranks-1:
@@ -126,7 +127,7 @@ func TestDeviceP2PCloseReleasesAfterTimeout(t *testing.T) {
 	bad := f.Counters().BadAccess
 	s := f.Stream(0)
 	src := f.Malloc(0, 1000)
-	require.NoError(t, shs[0].P2P([]cuda.P2POp{{Peer: 1, Buf: src, Bytes: 1000, Stream: cuda.Stream(s)}}))
+	require.NoError(t, shs[0].P2P([]cuda.P2POp{{Peer: 1, Buf: src, Bytes: 1000, Stream: driver.Stream(s)}}))
 	f.Drain(s)
 	err = shs[0].Close(300 * time.Millisecond)
 	require.ErrorContains(t, err, "left mapped")
@@ -146,13 +147,13 @@ func TestDeviceP2PCloseReleasesAfterTimeout(t *testing.T) {
 }
 
 // p2pShared makes rank rank's communicator and device scratch (ranks of one process).
-func p2pShared(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank int, devs []int) (*core.Comm, *cuda.Shared, error) {
+func p2pShared(d *driver.Driver, f *cudatest.Fake, id core.UniqueID, rank int, devs []int) (*core.Comm, *cuda.Shared, error) {
 	nranks := len(devs)
 	c, err := core.NewComm(id, nranks, rank, core.Options{Timeout: 10 * time.Second})
 	if err != nil {
 		return nil, nil, err
 	}
-	ctx, err := d.StreamContext(cuda.Stream(f.Stream(devs[rank])))
+	ctx, err := d.StreamContext(driver.Stream(f.Stream(devs[rank])))
 	if err == nil {
 		var sh *cuda.Shared
 		sh, err = cuda.NewShared(d, ctx, rank, nranks, devScratch, hostExchange(c))

@@ -164,7 +164,7 @@ func (s *Shared) runLaneOp(k laneKey, o *laneOp) error {
 		s.mu.Lock()
 		err := s.usableLocked()
 		if err == nil {
-			err = s.d.do(s.ctx, func() error {
+			err = s.d.Do(s.ctx, func() error {
 				if k.recv {
 					return s.recvChunkAt(k.peer, c, q, false)
 				}
@@ -215,7 +215,7 @@ func (s *Shared) laneWait(k laneKey, q uint32, i, n int) error {
 			return fmt.Errorf("cuda: async %s waited beyond the communicator's timeout (%v): rank %d has not "+what,
 				laneName(k, i, n), timeout, k.peer, want)
 		}
-		w.wait()
+		w.Wait()
 	}
 	return nil
 }

@@ -47,7 +47,7 @@ func (s *Shared) p2pBegin(queues [2][][]p2pChunk) (*p2pGroup, error) {
 				}
 				ev, err := s.event()
 				if err == nil {
-					err = s.d.eventRecord(ev, c.op.Stream)
+					err = s.d.EventRecord(ev, c.op.Stream)
 				}
 				if err != nil {
 					s.spare = append(s.spare, g.starts...) // Close destroys them
@@ -96,7 +96,7 @@ func (s *Shared) p2pTrack(g *p2pGroup) error {
 	for i, st := range g.streams {
 		ev, err := s.event()
 		if err == nil {
-			err = s.d.eventRecord(ev, st)
+			err = s.d.EventRecord(ev, st)
 		}
 		if err != nil {
 			s.spare = append(s.spare, g.starts[i:]...) // untracked: Close destroys them

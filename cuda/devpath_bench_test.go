@@ -7,6 +7,8 @@ import (
 
 	"github.com/gonccl/gonccl/core"
 	"github.com/gonccl/gonccl/cuda"
+	"github.com/gonccl/gonccl/cuda/driver"
+	"github.com/gonccl/gonccl/cuda/kernels"
 )
 
 // BenchmarkDevicePathEnqueue8B is the host cost of one 8-byte all_reduce on the device
@@ -41,7 +43,7 @@ func BenchmarkDevicePathEnqueue8B(b *testing.B) {
 				return
 			}
 			s := f.Stream(0)
-			ctx, err := d.StreamContext(cuda.Stream(s))
+			ctx, err := d.StreamContext(driver.Stream(s))
 			if err != nil {
 				errs[r] = err
 				return
@@ -51,7 +53,7 @@ func BenchmarkDevicePathEnqueue8B(b *testing.B) {
 				errs[r] = err
 				return
 			}
-			k, err := d.LoadKernels(ctx)
+			k, err := kernels.Load(d, ctx)
 			ranks[r] = rank{sh: sh, k: k, s: s, buf: f.Malloc(0, 8), comm: c}
 			errs[r] = err
 		}()
@@ -69,7 +71,7 @@ func BenchmarkDevicePathEnqueue8B(b *testing.B) {
 			defer wg.Done()
 			rk := ranks[r]
 			for range b.N {
-				if err := rk.sh.AllReduce(cuda.Stream(rk.s), rk.k, rk.buf, rk.buf, 2, core.Float32, core.Sum); err != nil {
+				if err := rk.sh.AllReduce(driver.Stream(rk.s), rk.k, rk.buf, rk.buf, 2, core.Float32, core.Sum); err != nil {
 					errs[r] = err
 					return
 				}

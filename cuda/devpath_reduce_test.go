@@ -3,6 +3,8 @@ package cuda_test
 import (
 	"github.com/gonccl/gonccl/core"
 	"github.com/gonccl/gonccl/cuda"
+	"github.com/gonccl/gonccl/cuda/driver"
+	"github.com/gonccl/gonccl/cuda/kernels"
 )
 
 // reductionCases are the reducing collectives of the script for dt.
@@ -21,6 +23,6 @@ func reductionCases(dt core.DataType, nranks int, counts []int) []devCase {
 }
 
 // reducerFor returns the reduction kernels loaded in ctx.
-func reducerFor(d *cuda.Driver, ctx cuda.Context) (cuda.Reducer, error) {
-	return d.LoadKernels(ctx)
+func reducerFor(d *driver.Driver, ctx driver.Context) (cuda.Reducer, error) {
+	return kernels.Load(d, ctx)
 }

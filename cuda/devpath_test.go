@@ -21,6 +21,7 @@ import (
 	"github.com/gonccl/gonccl/core"
 	"github.com/gonccl/gonccl/cuda"
 	"github.com/gonccl/gonccl/cuda/cudatest"
+	"github.com/gonccl/gonccl/cuda/driver"
 )
 
 // The device path (cuda.Shared) against the fake driver, ranks in separate processes
@@ -88,7 +89,7 @@ func runDevRanksEnv(t testing.TB, layout, fault, delay string, env func(r int) [
 	for r := range n {
 		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), "GONCCL_DEVTEST_RANK="+strconv.Itoa(r), "GONCCL_DEVTEST_DEVS="+layout,
-			"GONCCL_DEVTEST_ID="+hex.EncodeToString(id[:]), "GONCCL_DEVTEST_FAKE="+fake.path,
+			"GONCCL_DEVTEST_ID="+hex.EncodeToString(id[:]), "GONCCL_DEVTEST_FAKE="+cudatest.Path(t),
 			"GONCCL_DEVTEST_FAULT="+fault, "FAKECUDA_DELAY_US="+delay)
 		if env != nil {
 			cmd.Env = append(cmd.Env, env(r)...)
@@ -126,7 +127,7 @@ func devChild() int {
 	copy(id[:], b)
 	cuda.SetTestFault(os.Getenv("GONCCL_DEVTEST_FAULT"))
 	path := os.Getenv("GONCCL_DEVTEST_FAKE")
-	d, err := cuda.Open(path)
+	d, err := driver.Open(path)
 	if err != nil {
 		fmt.Println(err)
 		return 2
@@ -189,7 +190,7 @@ func devCases(nranks int) []devCase {
 
 // devRank runs the script of cases as rank rank of a communicator whose ranks are on
 // devices devs, and reports the first result that differs from the host reference.
-func devRank(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank int, devs []int, log *os.File) error {
+func devRank(d *driver.Driver, f *cudatest.Fake, id core.UniqueID, rank int, devs []int, log *os.File) error {
 	nranks := len(devs)
 	c, err := core.NewComm(id, nranks, rank, core.Options{Timeout: 60 * time.Second})
 	if err != nil {
@@ -200,7 +201,7 @@ func devRank(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank int, devs 
 	// Two streams, taken in turn: consecutive rounds on different streams of a rank
 	// must still not overwrite scratch the previous one reads.
 	streams := []uintptr{f.Stream(dev), f.Stream(dev)}
-	ctx, err := d.StreamContext(cuda.Stream(streams[0]))
+	ctx, err := d.StreamContext(driver.Stream(streams[0]))
 	if err != nil {
 		return err
 	}
@@ -233,7 +234,7 @@ func devRank(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank int, devs 
 		if only != "" && !slices.Contains(strings.Split(only, ","), dc.coll) {
 			continue
 		}
-		got, want, err := runDevCase(c, sh, red, f, dev, cuda.Stream(streams[i%2]), rank, nranks, i, dc)
+		got, want, err := runDevCase(c, sh, red, f, dev, driver.Stream(streams[i%2]), rank, nranks, i, dc)
 		if err != nil {
 			return fmt.Errorf("case %d %+v: %w", i, dc, err)
 		}
@@ -300,7 +301,7 @@ func devInput(dt core.DataType, op core.RedOp, n, rank, i int) []byte {
 
 // runDevCase runs case dc on the device path and on the host, returning this rank's
 // device result and the host reference.
-func runDevCase(c *core.Comm, sh *cuda.Shared, red cuda.Reducer, f *cudatest.Fake, dev int, s cuda.Stream,
+func runDevCase(c *core.Comm, sh *cuda.Shared, red cuda.Reducer, f *cudatest.Fake, dev int, s driver.Stream,
 	rank, nranks, i int, dc devCase) (got, want []byte, err error) {
 	es := dc.dt.Size()
 	inN, outN := dc.count, dc.count

@@ -140,7 +140,7 @@ func (r round) ring(k Reducer, p ringplan.AllReduce, dt reduce.DataType, op redu
 // relies on it) and its successor's, the only rank that waits on it.
 func (r round) postRing(next int, v uint32) error {
 	for _, q := range []int{r.s.rank, next} {
-		if err := r.s.d.streamWriteValue32(r.st, r.s.inbox(q, r.s.rank, flagRing), v); err != nil {
+		if err := r.s.d.StreamWriteValue32(r.st, r.s.inbox(q, r.s.rank, flagRing), v); err != nil {
 			return err
 		}
 	}

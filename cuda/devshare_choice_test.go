@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gonccl/gonccl/cuda"
+	"github.com/gonccl/gonccl/cuda/driver"
 )
 
 // TestStageWhenDeviceSharedRefusesTogether: with StageWhenDeviceShared (the C ABI's
@@ -24,7 +25,7 @@ func TestStageWhenDeviceSharedRefusesTogether(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ctx, err := d.StreamContext(cuda.Stream(f.Stream(dev)))
+			ctx, err := d.StreamContext(driver.Stream(f.Stream(dev)))
 			if err != nil {
 				errs[r] = err
 				return

@@ -14,6 +14,8 @@ import (
 
 	"github.com/gonccl/gonccl/core"
 	"github.com/gonccl/gonccl/cuda"
+	"github.com/gonccl/gonccl/cuda/driver"
+	"github.com/gonccl/gonccl/cuda/staged"
 )
 
 // Device-path operations in the communicator's flight recorder, against the fake
@@ -26,8 +28,8 @@ type devTraceRank struct {
 	c       *core.Comm
 	sh      *cuda.Shared
 	k       cuda.Reducer
-	pool    *cuda.Pool
-	ctx     cuda.Context
+	pool    *staged.Pool
+	ctx     driver.Context
 	dev     int
 	s       uintptr
 	buf     uintptr
@@ -42,7 +44,7 @@ func (r *devTraceRank) allReduce() error {
 	if err != nil {
 		return err
 	}
-	st, err := r.pool.NewDevice(r.ctx, cuda.Stream(r.s))
+	st, err := r.pool.NewDevice(r.ctx, driver.Stream(r.s))
 	if err != nil {
 		return err
 	}
@@ -51,7 +53,7 @@ func (r *devTraceRank) allReduce() error {
 		dop.Failed(err)
 		return err
 	}
-	err = r.sh.AllReduce(cuda.Stream(r.s), r.k, r.buf, r.buf, r.n, core.Float32, core.Sum)
+	err = r.sh.AllReduce(driver.Stream(r.s), r.k, r.buf, r.buf, r.n, core.Float32, core.Sum)
 	if eerr := st.EndDevice(); err == nil {
 		err = eerr
 	}
@@ -105,7 +107,7 @@ func TestDevicePathOpsInTheFlightRecorder(t *testing.T) {
 	}
 	devs := oneContextSafe(f, []int{0, 0})
 	for i := range ranks {
-		ranks[i] = &devTraceRank{n: n, dumpDir: dir, pool: cuda.NewPool(d), dev: devs[i], s: f.Stream(devs[i])}
+		ranks[i] = &devTraceRank{n: n, dumpDir: dir, pool: staged.NewPool(d), dev: devs[i], s: f.Stream(devs[i])}
 	}
 	phase("setup", func(rank int, r *devTraceRank) error {
 		c, err := core.NewComm(id, nranks, rank, core.Options{Timeout: 30 * time.Second})
@@ -113,7 +115,7 @@ func TestDevicePathOpsInTheFlightRecorder(t *testing.T) {
 			return err
 		}
 		r.c = c
-		if r.ctx, err = d.StreamContext(cuda.Stream(r.s)); err != nil {
+		if r.ctx, err = d.StreamContext(driver.Stream(r.s)); err != nil {
 			return err
 		}
 		exchange := func(rec []byte) ([]byte, error) { // host all_gathers

@@ -1,50 +1,27 @@
-// Package cuda is gonccl's device side: the CUDA driver API loaded with dlopen (never
-// linked, so libgonccl.so loads and works on machines without CUDA), and the staging
-// of device buffers through a pinned host pool around a host collective.
+// Package cuda is the device path: collectives among the ranks of one host whose
+// bytes stay on the GPU. Go plans each step and enqueues it on the caller's stream:
+// device-to-device copies into and out of a scratch the ranks share (Shared, mapped
+// with IPC handles), the reduction kernels, and the flags that order the ranks (stream
+// memory operations on host-mapped flag pages); a watcher on the host (devfault.go)
+// turns a dead or wrong peer into an error. Point-to-point (devp2p*.go) and one-sided
+// windows (window.go) use the same scratch and flags.
 //
-// The staging contract, for an operation given device buffers and a stream:
+// cuda/ is split into rooms, each a package whose doc says what it is for and what it
+// must not do; imports only go down:
 //
-//	stream: ... earlier work | D2H inputs | (host algorithm) | H2D outputs, event | later work
+//	cuda/samegpu    the same-GPU path: ranks on one GPU, ordered on the host, one kernel
+//	cuda            the device path (this package)
+//	cuda/staged     the staged path: device buffers through a pinned host pool
+//	cuda/kernels    the reduction kernels (sources, fatbin, launches)
+//	cuda/topology   the machine: GPUs, NVLink, CUDA_VISIBLE_DEVICES, MPS
+//	cuda/driver     the CUDA driver API behind dlopen: contexts, streams, events, copies
+//	cuda/cudatest   the fake driver (tests/fakecuda) for Go tests
 //
-// Stage allocates pinned host buffers (Staging.Host) for the operation's device regions
-// when it is issued. When the operation runs, Before enqueues the device->host copies
-// on the caller's stream and waits for them (so the operation sees everything queued
-// on the stream before it ran); the host algorithm then runs on the pinned buffers;
-// After enqueues the host->device copies and records a completion event on the stream
-// (so later work on the stream sees the result). The pinned buffers go back to the
-// pool and are reused only once that event has completed. WaitOn makes another
-// stream wait on the event.
-//
-// A large operation is pipelined by chunk instead (StageChunked, stagechunk.go), through
-// a ring of W chunks' pinned memory (as many as the staging's limit holds, at least two):
-// the first W chunks' device->host copies are queued at once, each chunk with an event;
-// one host operation per chunk runs once its event has completed, and its host->device
-// copies go at once on the pool's own stream, which waited for the caller's stream's
-// earlier work and which the caller's stream waits for at the end; behind them (an event
-// on the back stream the caller's stream waits for) go the copies to the host of the
-// chunk W later, which reuses the memory:
-//
-//	stream:      ... earlier work | D2H chunk 0, ev0 | D2H chunk 1, ev1 | wait(rel0) | D2H chunk W, evW | ... | wait(back), event | later work
-//	back stream: wait(earlier work) | H2D chunk 0, rel0 | H2D chunk 1, rel1 | ...
-//
-// StageReduceGPU (stagereduce.go) is the same for all_reduce, reduce_scatter and
-// reduce with the reduction on the GPU: the host only moves each rank's part to it, and
-// gonccl's kernels fold the peers' pieces on the back stream.
-//
-// Stream work stays in issue order: an operation whose owner queues follow-up work on
-// the stream after it completes (Hold) keeps the next staging's Before from queueing
-// anything until Release. Point-to-point stagings do not run on the executor: a send
-// copies in on the issuing thread (CopyIn), a receive copies out when its data is in.
-//
-// The special stream handles (CU_STREAM_PER_THREAD, and the legacy stream) name
-// different streams on different threads or contexts; capi refuses the per-thread one
-// for an operation's copies, which run on gonccl's threads, and streams under graph
-// capture. A pool retains the primary context it allocates in until Close.
-//
-// Every CUDA call runs on a goroutine locked to its OS thread, with the stream's
-// context current for the duration of the call and the thread's previous context
-// restored afterwards.
+// The device path speaks the driver's types (rooms.go names them here). It must not
+// stage through host memory (that is cuda/staged) nor call CUDA but through
+// cuda/driver; a call returns once its work is enqueued, and nothing waits on the
+// host but the watcher.
 //
 // The package must not assume one rank per device: several communicators (ranks) may
-// share a device, each with its own pool.
+// share a device, each with its own scratch.
 package cuda

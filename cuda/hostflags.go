@@ -44,7 +44,7 @@ func flagRegionBytes(hdr, nranks int) int {
 
 // newFlagRegion makes this rank's zeroed flag region of n bytes and registers it.
 // Context current.
-func (d *Driver) newFlagRegion(n int) (flagRegion, error) {
+func newFlagRegion(d *Driver, n int) (flagRegion, error) {
 	fd, err := unix.MemfdCreate("gonccl-device-flags", 0)
 	if err != nil {
 		return flagRegion{fd: -1}, fmt.Errorf("cuda: memfd_create for the device flags: %w", err)
@@ -53,7 +53,7 @@ func (d *Driver) newFlagRegion(n int) (flagRegion, error) {
 		_ = unix.Close(fd)
 		return flagRegion{fd: -1}, fmt.Errorf("cuda: sizing the device flags' memfd: %w", err)
 	}
-	r, err := d.mapFlagRegion(fd, n)
+	r, err := mapFlagRegion(d, fd, n)
 	if err != nil {
 		_ = unix.Close(fd)
 		return flagRegion{fd: -1}, err
@@ -64,29 +64,29 @@ func (d *Driver) newFlagRegion(n int) (flagRegion, error) {
 
 // openFlagRegion maps and registers the flag region of process pid's memfd fd.
 // Context current.
-func (d *Driver) openFlagRegion(pid, fd, n int) (flagRegion, error) {
+func openFlagRegion(d *Driver, pid, fd, n int) (flagRegion, error) {
 	path := fmt.Sprintf("/proc/%d/fd/%d", pid, fd)
 	f, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return flagRegion{fd: -1}, fmt.Errorf("cuda: opening a peer's device flags (%s): %w", path, err)
 	}
 	defer unix.Close(f)
-	return d.mapFlagRegion(f, n)
+	return mapFlagRegion(d, f, n)
 }
 
-func (d *Driver) mapFlagRegion(fd, n int) (flagRegion, error) {
+func mapFlagRegion(d *Driver, fd, n int) (flagRegion, error) {
 	host, err := unix.Mmap(fd, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		return flagRegion{fd: -1}, fmt.Errorf("cuda: mapping the device flags: %w", err)
 	}
 	p := unsafe.Pointer(&host[0])
-	if err := d.hostRegister(p, n, hostRegFlags); err != nil {
+	if err := d.HostRegister(p, n, hostRegFlags); err != nil {
 		_ = unix.Munmap(host)
 		return flagRegion{fd: -1}, err
 	}
-	dev, err := d.hostDevicePointer(p)
+	dev, err := d.HostDevicePointer(p)
 	if err != nil {
-		_ = d.hostUnregister(p)
+		_ = d.HostUnregister(p)
 		_ = unix.Munmap(host)
 		return flagRegion{fd: -1}, err
 	}
@@ -97,7 +97,7 @@ func (d *Driver) mapFlagRegion(fd, n int) (flagRegion, error) {
 func (r *flagRegion) close(d *Driver) error {
 	var err error
 	if r.host != nil {
-		err = d.hostUnregister(unsafe.Pointer(&r.host[0]))
+		err = d.HostUnregister(unsafe.Pointer(&r.host[0]))
 		if uerr := unix.Munmap(r.host); err == nil {
 			err = uerr
 		}

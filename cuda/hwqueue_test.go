@@ -13,6 +13,7 @@ import (
 	"github.com/gonccl/gonccl/core"
 	"github.com/gonccl/gonccl/cuda"
 	"github.com/gonccl/gonccl/cuda/cudatest"
+	"github.com/gonccl/gonccl/cuda/driver"
 )
 
 // At one hardware queue per context (CUDA_DEVICE_MAX_CONNECTIONS=1, as Megatron-style
@@ -68,7 +69,7 @@ func TestRanksOfOneContextOneHardwareQueue(t *testing.T) {
 // up the device path and, if it is granted, runs the first cases of devRank's script
 // with a short timeout (which the hang this guards against would exceed); it prints
 // each rank's answer.
-func oneContextRanks(d *cuda.Driver, f *cudatest.Fake, _ core.UniqueID, _ int, _ []int, log *os.File) error {
+func oneContextRanks(d *driver.Driver, f *cudatest.Fake, _ core.UniqueID, _ int, _ []int, log *os.File) error {
 	id, err := core.NewUniqueID()
 	if err != nil {
 		return err
@@ -86,13 +87,13 @@ func oneContextRanks(d *cuda.Driver, f *cudatest.Fake, _ core.UniqueID, _ int, _
 	return errors.Join(errs...)
 }
 
-func oneContextRank(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank int, log *os.File) error {
+func oneContextRank(d *driver.Driver, f *cudatest.Fake, id core.UniqueID, rank int, log *os.File) error {
 	c, err := core.NewComm(id, 2, rank, core.Options{Timeout: 5 * time.Second})
 	if err != nil {
 		return err
 	}
 	defer c.Destroy()
-	s := cuda.Stream(f.Stream(0))
+	s := driver.Stream(f.Stream(0))
 	ctx, err := d.StreamContext(s)
 	if err != nil {
 		return err
@@ -136,14 +137,4 @@ func oneContextSafe(f *cudatest.Fake, devs []int) []int {
 		out[r] = r
 	}
 	return out
-}
-
-// skipAtOneQueue skips a test of what streams on separate hardware queues do (copies
-// overlapping, one stream running while another is held) when this process runs the
-// package at one queue, where the fake, like the driver, serializes them.
-func skipAtOneQueue(t *testing.T, f *cudatest.Fake, what string) {
-	t.Helper()
-	if f.HardwareQueues() == 1 {
-		t.Skipf("at one hardware queue per context (CUDA_DEVICE_MAX_CONNECTIONS=1) %s cannot happen", what)
-	}
 }

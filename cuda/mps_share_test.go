@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gonccl/gonccl/cuda"
+	"github.com/gonccl/gonccl/cuda/driver"
+	"github.com/gonccl/gonccl/cuda/topology"
 )
 
 // TestShareUnderMPS: ranks 0 and 1 on one fake GPU (and rank 2 on another) with
@@ -39,14 +41,14 @@ func TestShareUnderMPS(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					ctx, err := d.StreamContext(cuda.Stream(f.Stream(dev)))
+					ctx, err := d.StreamContext(driver.Stream(f.Stream(dev)))
 					if err != nil {
 						errs[r] = err
 						return
 					}
-					detect := func(bus string) cuda.MPSStatus {
+					detect := func(bus string) topology.MPSStatus {
 						asked[r] = bus
-						return cuda.MPSStatus{Client: c.clients[r], Why: fmt.Sprintf("rank %d's stand-in", r)}
+						return topology.MPSStatus{Client: c.clients[r], Why: fmt.Sprintf("rank %d's stand-in", r)}
 					}
 					sh, err := cuda.NewShared(d, ctx, r, len(devs), 1<<20, ex.rank(r), cuda.StageWhenDeviceShared(), cuda.ShareUnderMPS(detect))
 					if sh != nil {

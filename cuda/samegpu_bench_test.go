@@ -11,6 +11,8 @@ import (
 	"github.com/gonccl/gonccl/core"
 	"github.com/gonccl/gonccl/cuda"
 	"github.com/gonccl/gonccl/cuda/cudatest"
+	"github.com/gonccl/gonccl/cuda/driver"
+	"github.com/gonccl/gonccl/cuda/samegpu"
 )
 
 // BenchmarkTimeSlicedAllReduce compares, on the fake driver with its contexts taking
@@ -43,7 +45,7 @@ func BenchmarkTimeSlicedAllReduce(b *testing.B) {
 }
 
 // timeSlicedRank is a rank of BenchmarkTimeSlicedAllReduce.
-func timeSlicedRank(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank int, devs []int, log *os.File) error {
+func timeSlicedRank(d *driver.Driver, f *cudatest.Fake, id core.UniqueID, rank int, devs []int, log *os.File) error {
 	nranks := len(devs)
 	ops, _ := strconv.Atoi(os.Getenv("GONCCL_DEVTEST_OPS"))
 	c, err := core.NewComm(id, nranks, rank, core.Options{Timeout: 60 * time.Second})
@@ -51,7 +53,7 @@ func timeSlicedRank(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank int
 		return err
 	}
 	defer c.Destroy()
-	s := cuda.Stream(f.Stream(devs[rank]))
+	s := driver.Stream(f.Stream(devs[rank]))
 	ctx, err := d.StreamContext(s)
 	if err != nil {
 		return err
@@ -62,17 +64,17 @@ func timeSlicedRank(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank int
 		return err
 	}
 	const count = 4096
-	buf, err := d.MemAlloc(ctx, 4*count)
+	buf, err := d.MemAllocIn(ctx, 4*count)
 	if err != nil {
 		return err
 	}
-	defer d.MemFree(ctx, buf)
+	defer d.MemFreeIn(ctx, buf)
 	sh, err := cuda.NewShared(d, ctx, rank, nranks, 1<<20, exchange)
 	if err != nil {
 		return err
 	}
 	defer sh.Close(time.Minute)
-	g, err := cuda.NewSameGPU(d, ctx, rank, nranks, time.Minute, exchange)
+	g, err := samegpu.NewSameGPU(d, ctx, rank, nranks, time.Minute, exchange)
 	if err != nil {
 		return err
 	}

@@ -9,8 +9,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gonccl/gonccl/core"
-	"github.com/gonccl/gonccl/cuda"
 	"github.com/gonccl/gonccl/cuda/cudatest"
+	"github.com/gonccl/gonccl/cuda/driver"
+	"github.com/gonccl/gonccl/cuda/samegpu"
 )
 
 // TestSameGPUHotPathAllocatesNothing: once an operation of each size has run, the
@@ -28,7 +29,7 @@ func TestSameGPUHotPathAllocatesNothing(t *testing.T) {
 }
 
 // sameGPUHotPathRank is one rank of TestSameGPUHotPathAllocatesNothing.
-func sameGPUHotPathRank(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank int, devs []int, log *os.File) error {
+func sameGPUHotPathRank(d *driver.Driver, f *cudatest.Fake, id core.UniqueID, rank int, devs []int, log *os.File) error {
 	nranks := len(devs)
 	c, err := core.NewComm(id, nranks, rank, core.Options{Timeout: 60 * time.Second})
 	if err != nil {
@@ -36,7 +37,7 @@ func sameGPUHotPathRank(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank
 	}
 	defer c.Destroy()
 	dev := devs[rank]
-	s := cuda.Stream(f.Stream(dev))
+	s := driver.Stream(f.Stream(dev))
 	ctx, err := d.StreamContext(s)
 	if err != nil {
 		return err
@@ -45,20 +46,20 @@ func sameGPUHotPathRank(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank
 	if err != nil {
 		return err
 	}
-	g, err := cuda.NewSameGPU(d, ctx, rank, nranks, 30*time.Second, hostExchange(c))
+	g, err := samegpu.NewSameGPU(d, ctx, rank, nranks, 30*time.Second, hostExchange(c))
 	if err != nil {
 		return err
 	}
 	const count = 4096
 	var exported [2]uintptr // send, recv
 	for i := range exported {
-		if exported[i], err = d.MemAlloc(ctx, 4*count*nranks); err != nil {
+		if exported[i], err = d.MemAllocIn(ctx, 4*count*nranks); err != nil {
 			return err
 		}
 	}
 	defer func() { // after Close: the launcher maps them until then
 		for _, p := range exported {
-			d.MemFree(ctx, p)
+			d.MemFreeIn(ctx, p)
 		}
 	}()
 	plain := [2]uintptr{f.Malloc(dev, 4*count*nranks), f.Malloc(dev, 4*count*nranks)}

@@ -14,9 +14,11 @@ import (
 	"github.com/gonccl/gonccl/core"
 	"github.com/gonccl/gonccl/cuda"
 	"github.com/gonccl/gonccl/cuda/cudatest"
+	"github.com/gonccl/gonccl/cuda/driver"
+	"github.com/gonccl/gonccl/cuda/samegpu"
 )
 
-// The same-GPU path (cuda.SameGPU) against the fake driver, ranks in separate
+// The same-GPU path (samegpu.SameGPU) against the fake driver, ranks in separate
 // processes on one fake device: all_reduce for every dtype x reduction, buffers the
 // driver exports (mapped by the launcher) and buffers it does not (through the rank's
 // exchange buffer), in and out of place, each result compared byte for byte with
@@ -117,7 +119,7 @@ func TestGPUWaitCounterSeesTheDevicePath(t *testing.T) {
 // sameGPURank runs the same-GPU script as rank rank (GONCCL_DEVTEST_SCRIPT=samegpu),
 // or one all_reduce on the device path to show the GPU-wait counter counts its waits
 // (=gpuwaits).
-func sameGPURank(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank int, devs []int, log *os.File) error {
+func sameGPURank(d *driver.Driver, f *cudatest.Fake, id core.UniqueID, rank int, devs []int, log *os.File) error {
 	nranks := len(devs)
 	c, err := core.NewComm(id, nranks, rank, core.Options{Timeout: 60 * time.Second})
 	if err != nil {
@@ -125,7 +127,7 @@ func sameGPURank(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank int, d
 	}
 	defer c.Destroy()
 	dev := devs[rank]
-	s := cuda.Stream(f.Stream(dev))
+	s := driver.Stream(f.Stream(dev))
 	ctx, err := d.StreamContext(s)
 	if err != nil {
 		return err
@@ -154,19 +156,19 @@ func sameGPURank(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank int, d
 		}
 		return nil
 	}
-	g, err := cuda.NewSameGPU(d, ctx, rank, nranks, 30*time.Second, exchange)
+	g, err := samegpu.NewSameGPU(d, ctx, rank, nranks, 30*time.Second, exchange)
 	if err != nil {
 		return err
 	}
 	if os.Getenv("GONCCL_DEVTEST_SCRIPT") == "samegpu-mismatch" {
 		// Rank 1 reduces one element more than the others.
-		buf, err := d.MemAlloc(ctx, 4*16)
+		buf, err := d.MemAllocIn(ctx, 4*16)
 		if err != nil {
 			return err
 		}
 		err = g.AllReduce(s, red, buf, buf, 10+min(rank, 1), core.Float32, core.Sum)
 		fmt.Fprintf(log, "rank %d: %v\n", rank, err)
-		if !errors.Is(err, cuda.ErrSameGPUMismatch) {
+		if !errors.Is(err, samegpu.ErrSameGPUMismatch) {
 			return fmt.Errorf("rank %d: mismatched all_reduce returned %v", rank, err)
 		}
 		// Every rank saw the mismatch in the same operation: the next one runs.
@@ -274,8 +276,8 @@ func sameGPUCases(nranks int) []devCase {
 // stream has run up to the operation. Cases alternate between buffers the driver
 // exports and buffers it does not, differently on each rank; the exported ones are
 // freed by the caller, after the path's Close (frees).
-func runSameGPUCase(c *core.Comm, g *cuda.SameGPU, d *cuda.Driver, ctx cuda.Context, red cuda.Reducer, f *cudatest.Fake,
-	dev int, s cuda.Stream, rank, nranks, i int, dc devCase, frees *[]func()) (got, want []byte, err error) {
+func runSameGPUCase(c *core.Comm, g *samegpu.SameGPU, d *driver.Driver, ctx driver.Context, red cuda.Reducer, f *cudatest.Fake,
+	dev int, s driver.Stream, rank, nranks, i int, dc devCase, frees *[]func()) (got, want []byte, err error) {
 	es := dc.dt.Size()
 	inN, outN := dc.count, dc.count
 	switch dc.coll {
@@ -308,9 +310,9 @@ func runSameGPUCase(c *core.Comm, g *cuda.SameGPU, d *cuda.Driver, ctx cuda.Cont
 		if !exported {
 			return f.Malloc(dev, n), func() {}, nil
 		}
-		p, err := d.MemAlloc(ctx, n)
+		p, err := d.MemAllocIn(ctx, n)
 		if err == nil {
-			*frees = append(*frees, func() { d.MemFree(ctx, p) })
+			*frees = append(*frees, func() { d.MemFreeIn(ctx, p) })
 		}
 		return p, func() {}, err
 	}
@@ -349,7 +351,7 @@ func runSameGPUCase(c *core.Comm, g *cuda.SameGPU, d *cuda.Driver, ctx cuda.Cont
 	}
 	src := f.Malloc(dev, inN*es)
 	copy(f.Bytes(src, inN*es), in)
-	if err := d.CopyDtoD(ctx, s, send, src, inN*es); err != nil {
+	if err := d.CopyDevice(ctx, send, src, inN*es, s); err != nil {
 		return nil, nil, err
 	}
 	switch dc.coll {

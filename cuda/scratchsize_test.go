@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gonccl/gonccl/cuda"
+	"github.com/gonccl/gonccl/cuda/driver"
 )
 
 // memExchange is a one-shot all-gather between goroutines.
@@ -45,7 +46,7 @@ func TestSharedScratchSizesMustMatch(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ctx, err := d.StreamContext(cuda.Stream(f.Stream(0)))
+			ctx, err := d.StreamContext(driver.Stream(f.Stream(0)))
 			if err != nil {
 				errs[r] = err
 				return

@@ -95,8 +95,6 @@ type peerRecord struct {
 	mps     bool // a client of an MPS server on its GPU (asked only with ShareUnderMPS)
 }
 
-const busIDBytes = 32
-
 const recordBytes = 1 + 8 + 8 + 8 + 8 + ipcHandleSize + busIDBytes + 128 + 24 + 1
 
 // recordTail is where the record's last fields start: pid, flag region fd and
@@ -122,16 +120,6 @@ func (r peerRecord) encode() []byte {
 		b[recordTail+24] = 1
 	}
 	return b
-}
-
-// nulTerminated is b up to its first NUL.
-func nulTerminated(b []byte) string {
-	for i, c := range b {
-		if c == 0 {
-			return string(b[:i])
-		}
-	}
-	return string(b)
 }
 
 func decodeRecord(b []byte) (peerRecord, error) {
@@ -239,7 +227,7 @@ func NewShared(d *Driver, ctx Context, rank, nranks, dataBytes int, exchange fun
 		s.flags[r].fd = -1
 	}
 	me := peerRecord{proc: processID, pid: os.Getpid()}
-	err := d.do(ctx, func() (err error) {
+	err := d.Do(ctx, func() (err error) {
 		if s.dev, err = d.ContextDevice(ctx); err != nil {
 			return err
 		}
@@ -253,7 +241,7 @@ func NewShared(d *Driver, ctx Context, rank, nranks, dataBytes int, exchange fun
 		}
 	}
 	if err == nil {
-		err = d.do(ctx, s.allocate(&me))
+		err = d.Do(ctx, s.allocate(&me))
 	}
 	if err == nil {
 		// The zeroed flags must be in place before any peer's stream reads them.
@@ -290,7 +278,7 @@ func NewShared(d *Driver, ctx Context, rank, nranks, dataBytes int, exchange fun
 		}
 	}
 	var errs []error
-	err = d.do(ctx, func() error {
+	err = d.Do(ctx, func() error {
 		for r, rec := range recs {
 			if r == rank || rec.bus == me.bus {
 				continue // the same GPU: nothing to ask
@@ -299,7 +287,7 @@ func NewShared(d *Driver, ctx Context, rank, nranks, dataBytes int, exchange fun
 			// each process sees from 0): a peer's GPU is found by its bus id. One this
 			// process does not see is left to cuIpcOpenMemHandle, whose refusal takes
 			// every rank to the staged path below.
-			if peer, ok := d.deviceByBusID(rec.bus); ok {
+			if peer, ok := d.DeviceByBusID(rec.bus); ok {
 				if can, err := d.CanAccessPeer(s.dev, peer); err != nil || !can {
 					// Short: the reason travels in a record of 128 bytes.
 					why := fmt.Sprintf("GPUs %s (rank %d) and %s (rank %d) cannot access each other's memory", me.bus, rank, rec.bus, r)
@@ -326,13 +314,13 @@ func NewShared(d *Driver, ctx Context, rank, nranks, dataBytes int, exchange fun
 				// a rank of this process: the same address space
 				s.bases[r], s.flags[r].dev = rec.base, rec.flags
 			default:
-				p, err := d.ipcOpenMemHandle(rec.handle)
+				p, err := d.IpcOpenMemHandle(rec.handle)
 				if err != nil {
 					errs = append(errs, fmt.Errorf("rank %d: %w", r, err))
 					continue
 				}
 				s.bases[r], s.opened[r] = p, true
-				if s.flags[r], err = d.openFlagRegion(rec.pid, rec.flagsFD, flagRegionBytes(s.hdr, nranks)); err != nil {
+				if s.flags[r], err = openFlagRegion(d, rec.pid, rec.flagsFD, flagRegionBytes(s.hdr, nranks)); err != nil {
 					errs = append(errs, fmt.Errorf("rank %d: %w", r, err))
 				}
 			}
@@ -358,15 +346,15 @@ func sameContextRank(recs []peerRecord, rank int, proc uint64, dev int) int {
 func (s *Shared) allocate(me *peerRecord) func() error {
 	return func() (err error) {
 		d := s.d
-		if s.own, err = d.memAlloc(s.hdr + s.cap + p2pBytes(s.cap, s.nranks)); err != nil {
+		if s.own, err = d.MemAlloc(s.hdr + s.cap + p2pBytes(s.cap, s.nranks)); err != nil {
 			return err
 		}
 		// The flags start at 0 (a new memfd is zeroed).
-		if s.flags[s.rank], err = d.newFlagRegion(flagRegionBytes(s.hdr, s.nranks)); err != nil {
+		if s.flags[s.rank], err = newFlagRegion(d, flagRegionBytes(s.hdr, s.nranks)); err != nil {
 			return err
 		}
 		me.flagsFD, me.flags = s.flags[s.rank].fd, s.flags[s.rank].dev
-		me.handle, err = d.ipcGetMemHandle(s.own)
+		me.handle, err = d.IpcGetMemHandle(s.own)
 		return err
 	}
 }
@@ -473,7 +461,7 @@ func (s *Shared) unmapPeers() error {
 	var errs []error
 	for r, p := range s.bases {
 		if s.opened[r] {
-			errs = append(errs, s.d.ipcCloseMemHandle(p))
+			errs = append(errs, s.d.IpcCloseMemHandle(p))
 			s.opened[r] = false
 		}
 		s.bases[r] = 0
@@ -491,10 +479,10 @@ func (s *Shared) unmapPeers() error {
 // release closes the mappings and frees the allocation.
 func (s *Shared) release() error {
 	var errs []error
-	err := s.d.do(s.ctx, func() error {
+	err := s.d.Do(s.ctx, func() error {
 		errs = append(errs, s.unmapPeers())
 		if s.own != 0 {
-			errs = append(errs, s.d.memFree(s.own))
+			errs = append(errs, s.d.MemFree(s.own))
 			s.own = 0
 		}
 		if f := &s.flags[s.rank]; f.host != nil || f.fd >= 0 {
@@ -540,7 +528,7 @@ func (s *Shared) Close(timeout time.Duration) error {
 	step := s.step
 	pending, err := s.syncLegacy(func() error {
 		for p := range s.nranks {
-			if err := s.d.streamWaitValue32(StreamLegacy, s.flag(p, flagReadDone), step); err != nil {
+			if err := s.d.StreamWaitValue32(StreamLegacy, s.flag(p, flagReadDone), step); err != nil {
 				return err
 			}
 		}
@@ -553,7 +541,7 @@ func (s *Shared) Close(timeout time.Duration) error {
 	if _, err = s.exchange(peerRecord{ok: true}.encode()); err != nil {
 		return fmt.Errorf("cuda: device scratch left mapped: %w", err)
 	}
-	uerr := s.d.do(s.ctx, s.unmapPeers)
+	uerr := s.d.Do(s.ctx, s.unmapPeers)
 	if _, err = s.exchange(peerRecord{ok: true}.encode()); err != nil {
 		return errors.Join(uerr, fmt.Errorf("cuda: device scratch left allocated (the peers may still map it): %w", err))
 	}
@@ -575,17 +563,17 @@ func (s *Shared) releaseClose(why error, pending event) {
 	var w waiter
 	for s.releaseLocked() == nil && pending != 0 {
 		var done bool
-		if err := s.d.do(s.ctx, func() (err error) { done, err = s.d.eventDone(pending); return err }); err != nil {
+		if err := s.d.Do(s.ctx, func() (err error) { done, err = s.d.EventDone(pending); return err }); err != nil {
 			break
 		}
 		if done {
-			_ = s.d.do(s.ctx, func() error { return s.d.eventDestroy(pending) })
+			_ = s.d.Do(s.ctx, func() error { return s.d.EventDestroy(pending) })
 			break
 		}
 		if time.Now().After(deadline) {
 			break // pending is left: its record has not run
 		}
-		w.wait()
+		w.Wait()
 	}
 }
 
@@ -605,16 +593,16 @@ func (s *Shared) Abandon() {
 // reading of CUDA's rules); releaseClose waits on it.
 func (s *Shared) syncLegacy(f func() error, deadline time.Time) (pending event, err error) {
 	var ev event
-	err = s.d.do(s.ctx, func() (err error) {
+	err = s.d.Do(s.ctx, func() (err error) {
 		if f != nil {
 			if err = f(); err != nil {
 				return err
 			}
 		}
-		if ev, err = s.d.eventCreate(); err != nil {
+		if ev, err = s.d.EventCreate(); err != nil {
 			return err
 		}
-		return s.d.eventRecord(ev, StreamLegacy)
+		return s.d.EventRecord(ev, StreamLegacy)
 	})
 	if err != nil {
 		return 0, err
@@ -622,14 +610,14 @@ func (s *Shared) syncLegacy(f func() error, deadline time.Time) (pending event, 
 	var w waiter
 	for {
 		var ok bool
-		if err := s.d.do(s.ctx, func() (err error) { ok, err = s.d.eventDone(ev); return err }); err != nil || ok {
-			_ = s.d.do(s.ctx, func() error { return s.d.eventDestroy(ev) })
+		if err := s.d.Do(s.ctx, func() (err error) { ok, err = s.d.EventDone(ev); return err }); err != nil || ok {
+			_ = s.d.Do(s.ctx, func() error { return s.d.EventDestroy(ev) })
 			return 0, err
 		}
 		if time.Now().After(deadline) {
 			return ev, fmt.Errorf("the other ranks' device work did not reach this point in time")
 		}
-		w.wait()
+		w.Wait()
 	}
 }
 

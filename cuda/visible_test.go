@@ -9,6 +9,7 @@ import (
 
 	"github.com/gonccl/gonccl/cuda"
 	"github.com/gonccl/gonccl/cuda/cudatest"
+	"github.com/gonccl/gonccl/cuda/driver"
 )
 
 // TestDevicePathOrdinalsAreProcessLocal: with a per-rank CUDA_VISIBLE_DEVICES a
@@ -47,7 +48,7 @@ func TestSharedGPUDecidedBeforeAllocating(t *testing.T) {
 	d, f := open(t)
 	devs := []int{0, 1, 0}
 	ex := &memExchange{recs: make([][]byte, len(devs)), done: make(chan struct{})}
-	before, err := cudatest.StrictCountersAt(fakePath(t))
+	before, err := cudatest.StrictCountersAt(cudatest.Path(t))
 	require.NoError(t, err)
 	hostBefore := f.Counters().HostAllocs
 	errs := make([]error, len(devs))
@@ -56,7 +57,7 @@ func TestSharedGPUDecidedBeforeAllocating(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ctx, err := d.StreamContext(cuda.Stream(f.Stream(dev)))
+			ctx, err := d.StreamContext(driver.Stream(f.Stream(dev)))
 			if err != nil {
 				errs[r] = err
 				return
@@ -72,7 +73,7 @@ func TestSharedGPUDecidedBeforeAllocating(t *testing.T) {
 	for r, err := range errs {
 		require.True(t, errors.Is(err, cuda.ErrDeviceShared), "rank %d: %v", r, err)
 	}
-	after, err := cudatest.StrictCountersAt(fakePath(t))
+	after, err := cudatest.StrictCountersAt(cudatest.Path(t))
 	require.NoError(t, err)
 	delta := after.Sub(before)
 	require.Zero(t, delta.DevAllocs, "device scratch allocated before deciding")

@@ -212,7 +212,7 @@ func (w *DevWindow) export(ptr uintptr, bytes int, me *winRecord) error {
 		return err
 	}
 	w.g = g
-	return w.d.do(w.ctx, func() error {
+	return w.d.Do(w.ctx, func() error {
 		var err error
 		if me.bus, err = w.d.BusID(w.dev); err != nil {
 			return err
@@ -220,7 +220,7 @@ func (w *DevWindow) export(ptr uintptr, bytes int, me *winRecord) error {
 		if bytes == 0 {
 			return nil // nothing to map: puts into it are refused by their bounds
 		}
-		_, base, size, err := g.allocation(ptr)
+		_, base, size, err := g.Allocation(ptr)
 		if err != nil {
 			return fmt.Errorf("the window's memory at %#x is not device memory CUDA knows: %w", ptr, err)
 		}
@@ -228,7 +228,7 @@ func (w *DevWindow) export(ptr uintptr, bytes int, me *winRecord) error {
 			return fmt.Errorf("the window's %d bytes at %#x run past the end of the allocation holding them (%d bytes at %#x)", bytes, ptr, size, base)
 		}
 		me.off = int(ptr - base)
-		if me.handle, err = w.d.ipcGetMemHandle(base); err != nil {
+		if me.handle, err = w.d.IpcGetMemHandle(base); err != nil {
 			return fmt.Errorf("CUDA will not export the allocation holding the window (memory from cuMemCreate, e.g. PyTorch's expandable segments, cannot be shared through CUDA IPC; allocate it with cudaMalloc): %w", err)
 		}
 		return nil
@@ -239,7 +239,7 @@ func (w *DevWindow) export(ptr uintptr, bytes int, me *winRecord) error {
 // can access.
 func (w *DevWindow) open(recs []winRecord) error {
 	me := recs[w.rank]
-	return w.d.do(w.ctx, func() error {
+	return w.d.Do(w.ctx, func() error {
 		for r, rec := range recs {
 			w.bytes[r], w.pids[r] = rec.bytes, rec.pid
 			switch {
@@ -250,7 +250,7 @@ func (w *DevWindow) open(recs []winRecord) error {
 				continue
 			}
 			if rec.bus != me.bus {
-				peerDev, seen := w.d.deviceByBusID(rec.bus)
+				peerDev, seen := w.d.DeviceByBusID(rec.bus)
 				if !seen {
 					return fmt.Errorf("rank %d's GPU %s is not visible to rank %d (CUDA_VISIBLE_DEVICES?), so its window cannot be mapped", r, rec.bus, w.rank)
 				}
@@ -262,7 +262,7 @@ func (w *DevWindow) open(recs []winRecord) error {
 					return fmt.Errorf("rank %d's GPU %s cannot access rank %d's GPU %s (no peer access between them), so their windows cannot be mapped", w.rank, me.bus, r, rec.bus)
 				}
 			}
-			base, err := w.d.ipcOpenMemHandle(rec.handle)
+			base, err := w.d.IpcOpenMemHandle(rec.handle)
 			if err != nil {
 				return fmt.Errorf("mapping rank %d's window memory: %w", r, err)
 			}
@@ -297,8 +297,8 @@ func (w *DevWindow) Put(s Stream, src uintptr, n, peer, off int) error {
 			off -= 4
 		}
 	}
-	return w.d.do(w.ctx, func() error {
-		if err := w.d.memcpyDtoD(w.ptrs[peer]+uintptr(off), src, n, s); err != nil {
+	return w.d.Do(w.ctx, func() error {
+		if err := w.d.MemcpyDtoD(w.ptrs[peer]+uintptr(off), src, n, s); err != nil {
 			return fmt.Errorf("put to rank %d: %w", peer, err)
 		}
 		var e event
@@ -306,11 +306,11 @@ func (w *DevWindow) Put(s Stream, src uintptr, n, peer, off int) error {
 			e, w.pool = w.pool[k-1], w.pool[:k-1]
 		} else {
 			var err error
-			if e, err = w.d.eventCreate(); err != nil {
+			if e, err = w.d.EventCreate(); err != nil {
 				return fmt.Errorf("put to rank %d: %w", peer, err)
 			}
 		}
-		if err := w.d.eventRecord(e, s); err != nil {
+		if err := w.d.EventRecord(e, s); err != nil {
 			w.pool = append(w.pool, e)
 			return fmt.Errorf("put to rank %d: %w", peer, err)
 		}
@@ -392,9 +392,9 @@ func (w *DevWindow) waitEvents(evs []event, deadline time.Time) error {
 	sleep := 2 * time.Microsecond
 	for len(evs) > 0 {
 		var done bool
-		err := w.d.do(w.ctx, func() error {
+		err := w.d.Do(w.ctx, func() error {
 			for len(evs) > 0 {
-				ok, err := w.d.eventDone(evs[0])
+				ok, err := w.d.EventDone(evs[0])
 				if err != nil || !ok {
 					return err
 				}
@@ -454,9 +454,9 @@ func (w *DevWindow) Close() error {
 		return fmt.Errorf("closing the window: %w; its mappings of the peers' memory stay open", err)
 	}
 	first := w.closeMappings()
-	if err := w.d.do(w.ctx, func() error {
+	if err := w.d.Do(w.ctx, func() error {
 		for _, e := range append(pool, evs...) {
-			if err := w.d.eventDestroy(e); err != nil {
+			if err := w.d.EventDestroy(e); err != nil {
 				return err
 			}
 		}
@@ -476,12 +476,12 @@ func (w *DevWindow) closeMappings() error {
 		return nil
 	}
 	var first error
-	err := w.d.do(w.ctx, func() error {
+	err := w.d.Do(w.ctx, func() error {
 		for r, base := range w.here {
 			if base == 0 {
 				continue
 			}
-			if err := w.d.ipcCloseMemHandle(base); err != nil && first == nil {
+			if err := w.d.IpcCloseMemHandle(base); err != nil && first == nil {
 				first = fmt.Errorf("unmapping rank %d's window memory: %w", r, err)
 			}
 			w.here[r], w.ptrs[r] = 0, 0

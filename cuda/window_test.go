@@ -13,6 +13,7 @@ import (
 	"github.com/gonccl/gonccl/core"
 	"github.com/gonccl/gonccl/cuda"
 	"github.com/gonccl/gonccl/cuda/cudatest"
+	"github.com/gonccl/gonccl/cuda/driver"
 )
 
 // One-sided windows over device memory (core.Window.RegisterDevice + cuda.DevWindow)
@@ -89,7 +90,7 @@ func TestDevWindowMixedRefused(t *testing.T) {
 func winValue(from, k, i int) float32 { return float32(from*100000 + k*1000 + i) }
 
 // windowRank is one rank of the window scripts.
-func windowRank(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank int, devs []int, log *os.File) error {
+func windowRank(d *driver.Driver, f *cudatest.Fake, id core.UniqueID, rank int, devs []int, log *os.File) error {
 	nranks := len(devs)
 	script := os.Getenv("GONCCL_DEVTEST_SCRIPT")
 	timeout := 60 * time.Second
@@ -102,17 +103,17 @@ func windowRank(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank int, de
 	}
 	defer c.Destroy()
 	dev := devs[rank]
-	s := cuda.Stream(f.Stream(dev))
+	s := driver.Stream(f.Stream(dev))
 	ctx, err := d.StreamContext(s)
 	if err != nil {
 		return err
 	}
 	bytes := nranks * winElems * 4
-	buf, err := d.MemAlloc(ctx, bytes)
+	buf, err := d.MemAllocIn(ctx, bytes)
 	if err != nil {
 		return err
 	}
-	src, err := d.MemAlloc(ctx, winElems*4)
+	src, err := d.MemAllocIn(ctx, winElems*4)
 	if err != nil {
 		return err
 	}
@@ -218,10 +219,10 @@ func windowRank(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank int, de
 		return err
 	}
 	// Every peer has unmapped this rank's memory: the fake checks as it frees.
-	if err := d.MemFree(ctx, buf); err != nil {
+	if err := d.MemFreeIn(ctx, buf); err != nil {
 		return err
 	}
-	if err := d.MemFree(ctx, src); err != nil {
+	if err := d.MemFreeIn(ctx, src); err != nil {
 		return err
 	}
 	if n := f.Counters().BadAccess; n != 0 {
@@ -236,7 +237,7 @@ func windowRank(d *cuda.Driver, f *cudatest.Fake, id core.UniqueID, rank int, de
 }
 
 // windowDead: rank 1 exits; rank 0 waits for its signal, then puts to it.
-func windowDead(f *cudatest.Fake, c *core.Comm, w *core.Window, dw *cuda.DevWindow, s cuda.Stream, src uintptr, rank int, log *os.File) error {
+func windowDead(f *cudatest.Fake, c *core.Comm, w *core.Window, dw *cuda.DevWindow, s driver.Stream, src uintptr, rank int, log *os.File) error {
 	if rank == 1 {
 		os.Exit(7)
 	}

@@ -3,7 +3,7 @@
 # pinned nvcc from PyPI, installed once into a tool venv under ~/.cache/gonccl/, and
 # writes cuda/kernels/gonccl_kernels.stamp (sha256 of every source, the nvcc version and
 # the flags). Commit both: libgonccl.so embeds the fatbin, so nobody else needs nvcc, and
-# cuda's TestKernelsStamp fails when the sources no longer match the stamp.
+# cuda/kernels' TestKernelsStamp fails when the sources no longer match the stamp.
 #
 # The fatbin holds SASS for sm_80 (A100) and sm_90 (H100/H200) and PTX for compute_90,
 # which the driver JIT-compiles for newer GPUs. CUDA 13.0 is the newest toolkit whose
@@ -46,7 +46,7 @@ cd "$SRC"
 "$NVCC" $NVCC_FLAGS -o "$OUT.tmp" reduce.cu
 mv "$OUT.tmp" "$OUT"
 {
-  echo "# written by scripts/build-kernels.sh (make kernels); checked by cuda's TestKernelsStamp"
+  echo "# written by scripts/build-kernels.sh (make kernels); checked by cuda/kernels' TestKernelsStamp"
   echo "nvcc $NVCC_VERSION"
   echo "flags $NVCC_FLAGS"
   for f in $(ls -- *.cu *.cuh | LC_ALL=C sort); do

@@ -107,7 +107,7 @@ def test_no_info_log_by_default(worker_runs):
 
 
 def test_library_leaves_no_nvml_symbol_undefined(package_dir):
-    """GPU topology reads NVML through cuda/nvml.go's dlopen backend, not go-nvml's
+    """GPU topology reads NVML through cuda/topology/nvml.go's dlopen backend, not go-nvml's
     bindings, whose undefined nvml* symbols would break RTLD_NOW loads (ctypes' default)
     and linking a C program with -lgonccl (DESIGN.md, hazards)."""
     import shutil

@@ -1,0 +1,64 @@
+package driver
+
+/*
+#cgo LDFLAGS: -ldl
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+typedef CUresult (*winAttrFn)(void*, int, CUdeviceptr);
+
+// winAttrOpen resolves cuPointerGetAttribute from the driver at path (already loaded:
+// dlopen hands back the same copy); NULL if it cannot.
+static void* winAttrOpen(const char* path) {
+  void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  return h ? dlsym(h, "cuPointerGetAttribute") : NULL;
+}
+
+// winPointer reads p's memory type (CU_POINTER_ATTRIBUTE_MEMORY_TYPE) and, for device
+// memory, its device ordinal (CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL).
+static CUresult winPointer(void* fn, uintptr_t p, unsigned* type, int* dev) {
+  CUresult r = ((winAttrFn)fn)(type, 2, (CUdeviceptr)p);
+  if (r || *type != 2) return r; // 2: CU_MEMORYTYPE_DEVICE
+  return ((winAttrFn)fn)(dev, 9, (CUdeviceptr)p);
+}
+*/
+import "C"
+
+import (
+	"sync"
+	"unsafe"
+)
+
+var winAttr struct {
+	sync.Mutex
+	m map[*Driver]unsafe.Pointer
+}
+
+// DevicePointer reports whether p is device memory (not host memory, pinned or not,
+// and not a pointer CUDA does not know), and if so on which device.
+func (d *Driver) DevicePointer(p uintptr) (dev int, ok bool) {
+	winAttr.Lock()
+	fn, seen := winAttr.m[d]
+	if !seen {
+		cpath := C.CString(d.path)
+		fn = C.winAttrOpen(cpath)
+		C.free(unsafe.Pointer(cpath))
+		if winAttr.m == nil {
+			winAttr.m = map[*Driver]unsafe.Pointer{}
+		}
+		winAttr.m[d] = fn
+	}
+	winAttr.Unlock()
+	if fn == nil || p == 0 {
+		return 0, false
+	}
+	var typ C.unsigned
+	var ord C.int
+	if C.winPointer(fn, C.uintptr_t(p), &typ, &ord) != 0 || typ != 2 {
+		return 0, false
+	}
+	return int(ord), true
+}

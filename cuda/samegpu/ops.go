@@ -1,0 +1,493 @@
+package samegpu
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gonccl/gonccl/cuda/driver"
+	"github.com/gonccl/gonccl/cuda/kernels"
+	"github.com/gonccl/gonccl/internal/reduce"
+)
+
+func closeFD(fd int) error { return unix.Close(fd) }
+
+// sameOp is an operation of the same-GPU path as the ranks compare it.
+type sameOp struct {
+	kind  uint32 // sameAllReduce, ...
+	dt    reduce.DataType
+	op    reduce.RedOp
+	root  int
+	count int
+}
+
+const (
+	sameAllReduce = iota + 1
+	sameAllGather
+	sameReduceScatter
+	sameBroadcast
+)
+
+var sameNames = map[uint32]string{sameAllReduce: "all_reduce", sameAllGather: "all_gather",
+	sameReduceScatter: "reduce_scatter", sameBroadcast: "broadcast"}
+
+func (o sameOp) put(p []byte) {
+	binary.LittleEndian.PutUint32(p[0:], o.kind)
+	binary.LittleEndian.PutUint32(p[4:], uint32(o.dt))
+	binary.LittleEndian.PutUint32(p[8:], uint32(o.op))
+	binary.LittleEndian.PutUint32(p[12:], uint32(int32(o.root)))
+	binary.LittleEndian.PutUint64(p[16:], uint64(o.count))
+}
+
+func getSameOp(p []byte) sameOp {
+	return sameOp{kind: binary.LittleEndian.Uint32(p[0:]), dt: reduce.DataType(binary.LittleEndian.Uint32(p[4:])),
+		op: reduce.RedOp(binary.LittleEndian.Uint32(p[8:])), root: int(int32(binary.LittleEndian.Uint32(p[12:]))),
+		count: int(binary.LittleEndian.Uint64(p[16:]))}
+}
+
+// AllReduce runs recv = the reduction of every rank's send over the ranks, with s the
+// caller's stream: one launch of a one-pass kernel when k has them (Kernels.ReduceMany)
+// and there are at most kernels.MaxReduceOperands ranks. It returns once this rank's part is on its stream: the launcher
+// once its kernels are enqueued, the other ranks once the launcher's kernels have run
+// (their later stream work then sees the result without waiting on the GPU). send
+// and recv may be the same buffer.
+func (g *SameGPU) AllReduce(s driver.Stream, k kernels.Reducer, send, recv uintptr, count int, dt reduce.DataType, op reduce.RedOp) error {
+	n := count * dt.Size()
+	return g.run(s, sameOp{kind: sameAllReduce, dt: dt, op: op, count: count}, send, n, recv, n, func(ins, outs []uintptr) error {
+		return g.enqueueAllReduce(s, k, ins, outs, n, count, dt, op)
+	})
+}
+
+// AllGather runs recv[r*bytes:(r+1)*bytes] = rank r's send of bytes, on every rank. send
+// may be recv's own block.
+func (g *SameGPU) AllGather(s driver.Stream, send, recv uintptr, bytes int) error {
+	return g.run(s, sameOp{kind: sameAllGather, count: bytes}, send, bytes, recv, bytes*g.nranks, func(ins, outs []uintptr) error {
+		for p := range g.nranks {
+			for q := range g.nranks {
+				if dst := outs[p] + uintptr(q*bytes); dst != ins[q] {
+					if err := g.d.MemcpyDtoD(dst, ins[q], bytes, s); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// ReduceScatter runs recv = the reduction over the ranks of their send's block r (count
+// elements each) on rank r. recv may be send's own block. With the one-pass kernels it
+// is one launch per rank, each reading that rank's block of every input once.
+func (g *SameGPU) ReduceScatter(s driver.Stream, k kernels.Reducer, send, recv uintptr, count int, dt reduce.DataType, op reduce.RedOp) error {
+	n := count * dt.Size()
+	return g.run(s, sameOp{kind: sameReduceScatter, dt: dt, op: op, count: count}, send, n*g.nranks, recv, n, func(ins, outs []uintptr) error {
+		if mr, ok := g.onePass(k); ok {
+			// Per rank p one pass: its block of every rank's input in, its output out.
+			blocks := make([]uintptr, g.nranks)
+			for p := range g.nranks {
+				for q := range g.nranks {
+					blocks[q] = ins[q] + uintptr(p*n)
+				}
+				if err := mr.ReduceMany(s, outs[p:p+1], blocks, count, dt, op); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		for p := range g.nranks {
+			// Rank p's own block first: its output may be that very block.
+			block := uintptr(p * n)
+			if outs[p] != ins[p]+block {
+				if err := g.d.MemcpyDtoD(outs[p], ins[p]+block, n, s); err != nil {
+					return err
+				}
+			}
+			for q := range g.nranks {
+				if q == p {
+					continue
+				}
+				if err := k.ReduceInto(s, outs[p], ins[q]+block, count, dt, op); err != nil {
+					return err
+				}
+			}
+			if op == reduce.Avg {
+				if err := k.DivideBy(s, outs[p], count, dt, g.nranks); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// Broadcast runs recv = root's send of bytes, on every rank (send is read on the root
+// only, and may be its recv).
+func (g *SameGPU) Broadcast(s driver.Stream, send, recv uintptr, bytes, root int) error {
+	if root < 0 || root >= g.nranks {
+		return fmt.Errorf("cuda: same-GPU broadcast: root %d is not a rank of %d", root, g.nranks)
+	}
+	sendBytes := 0
+	if g.rank == root {
+		sendBytes = bytes
+	}
+	return g.run(s, sameOp{kind: sameBroadcast, root: root, count: bytes}, send, sendBytes, recv, bytes, func(ins, outs []uintptr) error {
+		for p := range g.nranks {
+			if outs[p] != ins[root] {
+				if err := g.d.MemcpyDtoD(outs[p], ins[root], bytes, s); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// run is one operation of the protocol (see SameGPU): this rank's send (sendBytes, 0
+// if it has none) and recv (recvBytes); enqueue puts the launcher's work on s given
+// every rank's buffers as the launcher addresses them.
+func (g *SameGPU) run(s driver.Stream, o sameOp, send uintptr, sendBytes int, recv uintptr, recvBytes int, enqueue func(ins, outs []uintptr) error) error {
+	if recvBytes == 0 {
+		return nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return fmt.Errorf("cuda: the same-GPU path is closed")
+	}
+	if g.failed != nil {
+		return fmt.Errorf("cuda: the same-GPU path failed earlier, and its ranks may no longer agree on which operation is which: %w", g.failed)
+	}
+	g.n++
+	n := g.n
+	deadline := time.Now().Add(g.timeout)
+	err := g.d.Do(g.ctx, func() error {
+		if g.rank != launcher {
+			return g.follow(s, n, deadline, o, send, sendBytes, recv, recvBytes)
+		}
+		return g.lead(s, n, deadline, o, send, sendBytes, recv, recvBytes, enqueue)
+	})
+	if err != nil && !errors.Is(err, ErrSameGPUMismatch) {
+		// A mismatch is seen by every rank in the same operation, so their sequence
+		// numbers still agree; any other failure may have left them apart.
+		g.failed = err
+	}
+	return err
+}
+
+// export describes the allocation holding this rank's buffer p, exported once per
+// allocation: ok false if the driver will not export it.
+func (g *SameGPU) export(p uintptr) (d bufDesc, ok bool, err error) {
+	id, base, size, err := g.g.Allocation(p)
+	if err != nil {
+		return d, false, err
+	}
+	if g.noExport[id] {
+		return d, false, nil
+	}
+	h, ok := g.exported[id]
+	if !ok {
+		var herr error
+		if h, herr = g.d.IpcGetMemHandle(base); herr != nil {
+			if len(g.noExport) > 4096 { // ids of freed allocations never come back
+				g.noExport = map[uint64]bool{}
+			}
+			g.noExport[id] = true // asked once per allocation, not per operation
+			return d, false, nil
+		}
+		if len(g.exported) > 4096 {
+			g.exported = map[uint64][driver.IPCHandleSize]byte{}
+		}
+		g.exported[id] = h
+	}
+	return bufDesc{id: id, base: base, size: size, off: int(p - base), handle: h}, true, nil
+}
+
+// growExchange makes the exchange buffer hold at least n bytes (at least twice its
+// old size, so it grows a few times at most). It runs on this rank's thread before the
+// rank publishes anything for the operation, so nobody reads the old buffer any more,
+// but the launcher may still map it: it is kept until Close, which frees it once the
+// launcher has closed its mappings (a free here would also wait for the whole context).
+func (g *SameGPU) growExchange(n int) error {
+	if g.xcap >= n {
+		return nil
+	}
+	c := max(n, 2*g.xcap, 1<<20)
+	p, err := g.d.MemAlloc(c)
+	if err != nil {
+		return err
+	}
+	if g.xbuf != 0 {
+		g.retired = append(g.retired, g.xbuf)
+	}
+	g.xbuf, g.xcap = p, c
+	return nil
+}
+
+// follow is a rank's part other than the launcher's.
+func (g *SameGPU) follow(s driver.Stream, n uint64, deadline time.Time, o sameOp, send uintptr, sendBytes int, recv uintptr, recvBytes int) error {
+	// Both buffers are described first: a failure comes before anything is
+	// published, and the launcher times out naming this rank.
+	var in, out bufDesc
+	inOK, outOK := true, false
+	var err error
+	if sendBytes > 0 {
+		in, inOK, err = g.export(send)
+	}
+	if err == nil {
+		out, outOK, err = g.export(recv)
+	}
+	if err == nil && (!inOK || !outOK) {
+		err = g.growExchange(sendBytes + recvBytes)
+		if err == nil && !inOK {
+			in, inOK, err = g.export(g.xbuf)
+		}
+		if err == nil && !outOK {
+			out, outOK, err = g.export(g.xbuf)
+			out.off += sendBytes
+		}
+		if err == nil && (!inOK || !outOK) {
+			err = fmt.Errorf("the driver exports neither the buffers nor the exchange buffer")
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("cuda: same-GPU %s on rank %d: %w", sameNames[o.kind], g.rank, err)
+	}
+	inStaged := sendBytes > 0 && in.base+uintptr(in.off) != send
+	outStaged := out.base+uintptr(out.off) != recv
+	if inStaged {
+		if err := g.d.MemcpyDtoD(g.xbuf, send, sendBytes, s); err != nil {
+			return err
+		}
+	}
+	if err := g.d.EventRecord(g.ready, s); err != nil {
+		return err
+	}
+	o.put(g.own.mem[seqDesc:])
+	in.put(g.own.mem[seqIn:])
+	out.put(g.own.mem[seqOut:])
+	g.own.word(seqReady).Store(n)
+
+	lead := g.peers[launcher]
+	if err := spinThenBackoff(deadline, func() string {
+		return fmt.Sprintf("rank %d waited for rank %d to enqueue same-GPU %s %d", g.rank, launcher, sameNames[o.kind], n)
+	}, func() (bool, error) { return lead.word(seqDone).Load() >= n, nil }); err != nil {
+		return err
+	}
+	if st := lead.word(seqStatus).Load(); st == statusMismatch {
+		return fmt.Errorf("%w: same-GPU %s %d: rank %d reports that the ranks called different operations, or could not enqueue this one", ErrSameGPUMismatch, sameNames[o.kind], n, launcher)
+	}
+	if err := spinThenBackoff(deadline, func() string {
+		return fmt.Sprintf("rank %d waited for rank %d's same-GPU %s %d to run on the GPU", g.rank, launcher, sameNames[o.kind], n)
+	}, func() (bool, error) { return g.d.EventDone(g.done) }); err != nil {
+		return err
+	}
+	if outStaged {
+		return g.d.MemcpyDtoD(recv, g.xbuf+uintptr(sendBytes), recvBytes, s)
+	}
+	return nil
+}
+
+// lead is the launcher's part: it waits for every peer's input on the host, then
+// enqueues the whole operation on its own stream.
+func (g *SameGPU) lead(s driver.Stream, n uint64, deadline time.Time, o sameOp, send uintptr, sendBytes int, recv uintptr, recvBytes int, enqueue func(ins, outs []uintptr) error) error {
+	ins := make([]uintptr, g.nranks)
+	outs := make([]uintptr, g.nranks)
+	ins[g.rank], outs[g.rank] = send, recv
+	name := sameNames[o.kind]
+	mismatch := -1
+	for p := range g.nranks {
+		if p == g.rank {
+			continue
+		}
+		pg := g.peers[p]
+		if err := spinThenBackoff(deadline, func() string {
+			return fmt.Sprintf("rank %d waited for rank %d's input of same-GPU %s %d", g.rank, p, name, n)
+		}, func() (bool, error) { return pg.word(seqReady).Load() >= n, nil }); err != nil {
+			return err
+		}
+		if driver.TestFault("samegpu-stream-wait") {
+			// The alternative to polling: the launcher's stream waits on the GPU for
+			// the peer's event, a wait across contexts that keeps the GPU's turn.
+			if err := g.d.StreamWaitEvent(s, g.peerEv[p]); err != nil {
+				return err
+			}
+		} else if !driver.TestFault("samegpu-skip-event") {
+			if err := spinThenBackoff(deadline, func() string {
+				return fmt.Sprintf("rank %d waited for rank %d's stream to reach same-GPU %s %d", g.rank, p, name, n)
+			}, func() (bool, error) { return g.d.EventDone(g.peerEv[p]) }); err != nil {
+				return err
+			}
+		}
+		if getSameOp(pg.mem[seqDesc:]) != o {
+			if mismatch < 0 {
+				mismatch = p // the first rank that differs is named
+			}
+			continue
+		}
+		var err error
+		if psend := peerSendBytes(o, p, sendBytes); psend > 0 {
+			if ins[p], err = g.peerPtr(p, getBufDesc(pg.mem[seqIn:]), psend); err != nil {
+				return err
+			}
+		}
+		if outs[p], err = g.peerPtr(p, getBufDesc(pg.mem[seqOut:]), recvBytes); err != nil {
+			return err
+		}
+	}
+	if mismatch >= 0 {
+		g.own.word(seqStatus).Store(statusMismatch)
+		g.own.word(seqDone).Store(n)
+		return fmt.Errorf("%w: same-GPU %s %d: rank %d called another operation than rank %d (collective, count, type, reduction or root)", ErrSameGPUMismatch, name, n, mismatch, g.rank)
+	}
+	err := g.evict(n)
+	if err == nil {
+		err = enqueue(ins, outs)
+	}
+	if err == nil {
+		err = g.d.EventRecord(g.done, s)
+	}
+	if err != nil {
+		// The peers must not take the outputs for a result: the work may be
+		// half-enqueued. They see the failure as a mismatch of this operation.
+		g.own.word(seqStatus).Store(statusMismatch)
+		g.own.word(seqDone).Store(n)
+		return err
+	}
+	g.own.word(seqStatus).Store(0)
+	g.own.word(seqDone).Store(n)
+	return nil
+}
+
+// peerSendBytes is the size of rank p's send in operation o, given the launcher's.
+func peerSendBytes(o sameOp, p, launcherSend int) int {
+	if o.kind == sameBroadcast {
+		if p == o.root {
+			return o.count
+		}
+		return 0
+	}
+	return launcherSend
+}
+
+// manyReducer is a Reducer that also has the one-pass kernels (*Kernels does).
+type manyReducer interface {
+	ReduceMany(s driver.Stream, outs, ins []uintptr, count int, dt reduce.DataType, op reduce.RedOp) error
+}
+
+// onePass returns k's one-pass kernels if it has them and they take this many ranks.
+func (g *SameGPU) onePass(k kernels.Reducer) (manyReducer, bool) {
+	mr, ok := k.(manyReducer)
+	return mr, ok && g.nranks <= kernels.MaxReduceOperands
+}
+
+// enqueueAllReduce puts the operation's work on s. With the one-pass kernels it is one
+// launch that reads every rank's input once and writes every rank's output once: 2NS
+// bytes of memory traffic for N ranks and S bytes. Otherwise (more ranks than one
+// launch takes, or a Reducer without them) it is composed from the two-operand
+// kernels: the launcher's output gets its own input, then every peer's input folded
+// in, rank order; then every peer's output gets a copy of it: (5N-3)S bytes.
+func (g *SameGPU) enqueueAllReduce(s driver.Stream, k kernels.Reducer, ins, outs []uintptr, bytes, count int, dt reduce.DataType, op reduce.RedOp) error {
+	if mr, ok := g.onePass(k); ok {
+		if driver.TestFault("samegpu-offset") {
+			// Read the last rank's input one element late (and one element fewer).
+			last := len(ins) - 1
+			ins = append([]uintptr(nil), ins...)
+			ins[last] += uintptr(dt.Size())
+			count--
+		}
+		return mr.ReduceMany(s, outs, ins, count, dt, op)
+	}
+	me := g.rank
+	if ins[me] != outs[me] {
+		if err := g.d.MemcpyDtoD(outs[me], ins[me], bytes, s); err != nil {
+			return err
+		}
+	}
+	for p := range g.nranks {
+		if p == me {
+			continue
+		}
+		src := ins[p]
+		if driver.TestFault("samegpu-offset") && p == g.nranks-1 {
+			src += uintptr(dt.Size())
+			count--
+		}
+		if err := k.ReduceInto(s, outs[me], src, count, dt, op); err != nil {
+			return err
+		}
+	}
+	if op == reduce.Avg {
+		if err := k.DivideBy(s, outs[me], count, dt, g.nranks); err != nil {
+			return err
+		}
+	}
+	for p := range g.nranks {
+		if p != me && outs[p] != outs[me] {
+			if err := g.d.MemcpyDtoD(outs[p], outs[me], bytes, s); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// peerPtr is rank p's buffer described by b (bytes long) as this process addresses
+// it, mapping its allocation on first use. A new allocation over the range of one
+// mapped before means the old one was freed: its mapping is closed (every operation
+// that used it has finished, since the peer published this one).
+func (g *SameGPU) peerPtr(p int, b bufDesc, bytes int) (uintptr, error) {
+	if b.off < 0 || b.off+bytes > b.size {
+		return 0, fmt.Errorf("cuda: rank %d's same-GPU buffer (%d bytes at offset %d) lies outside its allocation of %d bytes", p, bytes, b.off, b.size)
+	}
+	if g.samePID[p] {
+		return b.base + uintptr(b.off), nil
+	}
+	m := g.maps[p]
+	if mp, ok := m[b.id]; ok {
+		mp.used = g.n
+		m[b.id] = mp
+		return mp.here + uintptr(b.off), nil
+	}
+	for id, mp := range m {
+		if mp.base < b.base+uintptr(b.size) && b.base < mp.base+uintptr(mp.size) {
+			if mp.opened {
+				if err := g.d.IpcCloseMemHandle(mp.here); err != nil {
+					return 0, err
+				}
+			}
+			delete(m, id)
+		}
+	}
+	here, err := g.d.IpcOpenMemHandle(b.handle)
+	if err != nil {
+		return 0, fmt.Errorf("cuda: mapping rank %d's buffer for the same-GPU path: %w", p, err)
+	}
+	m[b.id] = mapping{base: b.base, size: b.size, here: here, opened: true, used: g.n}
+	return here + uintptr(b.off), nil
+}
+
+// evict closes, for each peer with more than maxMappings allocations mapped, the
+// mappings operation n does not use. That is safe once every peer has published n:
+// each did so only after the launcher's operation n-1 had run, and so every earlier one.
+func (g *SameGPU) evict(n uint64) error {
+	for _, m := range g.maps {
+		if len(m) <= maxMappings {
+			continue
+		}
+		for id, mp := range m {
+			if mp.used == n {
+				continue
+			}
+			if mp.opened {
+				if err := g.d.IpcCloseMemHandle(mp.here); err != nil {
+					return err
+				}
+			}
+			delete(m, id)
+		}
+	}
+	return nil
+}

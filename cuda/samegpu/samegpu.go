@@ -1,0 +1,354 @@
+package samegpu
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gonccl/gonccl/cuda"
+	"github.com/gonccl/gonccl/cuda/driver"
+)
+
+// SameGPU is the same-GPU path: collectives among ranks (processes, or communicators
+// of one process) whose streams all run on one GPU. Without MPS the contexts of
+// several processes take turns on a GPU, and a stream that waits on the GPU for a flag
+// another context writes keeps its turn while it waits: the device path (Shared)
+// would then lose about a time slice per round. So here no stream ever waits on the
+// GPU for another rank. The ranks order each other on the host, and an operation is
+// one launch by one rank, the launcher (rank 0):
+//
+//	every rank:  [copy the input into its exchange buffer] | record ready_r; readySeq_r = n
+//	launcher:    for each peer p: wait readySeq_p >= n (shared memory), then poll
+//	             cuEventQuery(ready_p) (an inter-process event) until it has run
+//	             enqueue on its stream one kernel: every recv_p = send_0 op send_1 op ...
+//	             record done; doneSeq = n
+//	other ranks: wait doneSeq >= n, then poll cuEventQuery(done) until it has run
+//	             [copy the output out of the exchange buffer] and return
+//
+// Polls spin briefly, then back off (spinThenBackoff). An event is recorded again
+// only after the op that waited for it has finished, so a rank that saw the sequence
+// number reach n and then the event complete knows record n has run.
+//
+// The launcher reads and writes the other ranks' buffers through cached IPC mappings
+// of the allocations that hold them (keyed by CU_POINTER_ATTRIBUTE_BUFFER_ID: an
+// allocation freed and another made at the same address has a new id, and the old
+// mapping is closed once a rank names a new allocation over its range). A buffer the
+// driver will not export (torch's expandable segments are cuMemCreate memory, which
+// cuIpcGetMemHandle refuses; so is the fake's fakecudaMalloc memory) goes through the
+// rank's own exchange buffer instead, as large as the largest message so far, so the
+// operation is still one round.
+//
+// Nothing is allocated or freed once the sizes have been seen: the exchange buffer
+// grows only for a larger message (geometrically), and a buffer it outgrew is freed
+// only at Close, once the launcher has closed its mapping of it (freeing memory another
+// process still maps is undefined). The mappings are cached per allocation: a rank must
+// not free a buffer it gave this path while the path is open (torch's caching allocator
+// keeps its blocks; torch.cuda.empty_cache() would free them), as the launcher may
+// still map it.
+type SameGPU struct {
+	d        *driver.Driver
+	g        *driver.IPCEvents
+	ctx      driver.Context
+	rank     int
+	nranks   int
+	timeout  time.Duration
+	mu       sync.Mutex
+	n        uint64
+	own      *seqPage
+	ownFD    int
+	peers    []*seqPage     // every rank's page (own included)
+	samePID  []bool         // rank r is in this process: its pointers are usable as they are
+	ready    driver.Event   // this rank's inter-process event, recorded when its input is ready
+	done     driver.Event   // the launcher's, recorded after its kernels (imported on the others)
+	peerEv   []driver.Event // launcher: every peer's ready event, as this process names it
+	exported map[uint64][driver.IPCHandleSize]byte
+	maps     []map[uint64]mapping // launcher: per peer, its allocations mapped here
+	xbuf     uintptr              // the exchange buffer (0: none yet)
+	xcap     int
+	retired  []uintptr       // exchange buffers outgrown, freed at Close (the launcher may map them)
+	noExport map[uint64]bool // allocations the driver would not export (asked once)
+	leadPID  int             // the launcher's process, to stop waiting in Close if it is gone
+	closed   bool
+	failed   error // the first operation that failed: the ranks' sequence numbers may disagree since
+}
+
+// mapping is a peer's allocation as this process addresses it.
+type mapping struct {
+	base   uintptr // in the peer's process
+	size   int
+	here   uintptr
+	opened bool   // by cuIpcOpenMemHandle (closed by Close, when replaced, or when evicted)
+	used   uint64 // the last operation that used it
+}
+
+// maxMappings is how many of a peer's allocations the launcher keeps mapped: beyond it,
+// mappings the current operation does not use are closed (a mapping keeps a freed
+// allocation's memory alive).
+const maxMappings = 16
+
+// ErrSameGPUTimeout means a rank of the same-GPU path waited past the communicator's
+// timeout for another rank's part of an operation; the error names the rank.
+var ErrSameGPUTimeout = errors.New("cuda: timed out on the same-GPU path")
+
+// ErrSameGPUMismatch means the ranks of the same-GPU path called different operations
+// (count, type or reduction) at the same point; the error names the rank.
+var ErrSameGPUMismatch = errors.New("cuda: the ranks called different operations on the same-GPU path")
+
+// launcher is the rank that enqueues every operation's work.
+const launcher = 0
+
+// sameRecord is what each rank tells the others, once, in NewSameGPU's exchange.
+type sameRecord struct {
+	ok      bool
+	pid, fd int
+	proc    uint64 // processID: ranks of one process use each other's pointers as they are
+	bus     string
+	ready   [driver.IPCEventHandleSize]byte
+	raw     uint64 // the ready event's handle, for ranks of the same process
+	done    [driver.IPCEventHandleSize]byte
+	rawDone uint64
+	reason  string
+}
+
+const sameRecordBytes = 1 + 8 + 8 + 8 + driver.BusIDBytes + 2*(driver.IPCEventHandleSize+8) + 96
+
+// SameRecordBytes is the size of each rank's record in NewSameGPU's exchange.
+const SameRecordBytes = sameRecordBytes
+
+func (r sameRecord) encode() []byte {
+	b := make([]byte, sameRecordBytes)
+	if r.ok {
+		b[0] = 1
+	}
+	binary.LittleEndian.PutUint64(b[1:], uint64(r.pid))
+	binary.LittleEndian.PutUint64(b[9:], uint64(r.fd))
+	binary.LittleEndian.PutUint64(b[17:], r.proc)
+	o := 25
+	copy(b[o:o+driver.BusIDBytes], r.bus)
+	o += driver.BusIDBytes
+	copy(b[o:], r.ready[:])
+	binary.LittleEndian.PutUint64(b[o+driver.IPCEventHandleSize:], r.raw)
+	o += driver.IPCEventHandleSize + 8
+	copy(b[o:], r.done[:])
+	binary.LittleEndian.PutUint64(b[o+driver.IPCEventHandleSize:], r.rawDone)
+	o += driver.IPCEventHandleSize + 8
+	copy(b[o:], r.reason)
+	return b
+}
+
+func decodeSameRecord(b []byte) sameRecord {
+	r := sameRecord{ok: b[0] == 1, pid: int(binary.LittleEndian.Uint64(b[1:])), fd: int(binary.LittleEndian.Uint64(b[9:])),
+		proc: binary.LittleEndian.Uint64(b[17:])}
+	o := 25
+	r.bus = driver.NulTerminated(b[o : o+driver.BusIDBytes])
+	o += driver.BusIDBytes
+	copy(r.ready[:], b[o:])
+	r.raw = binary.LittleEndian.Uint64(b[o+driver.IPCEventHandleSize:])
+	o += driver.IPCEventHandleSize + 8
+	copy(r.done[:], b[o:])
+	r.rawDone = binary.LittleEndian.Uint64(b[o+driver.IPCEventHandleSize:])
+	o += driver.IPCEventHandleSize + 8
+	r.reason = driver.NulTerminated(b[o:])
+	return r
+}
+
+// NewSameGPU sets up the same-GPU path for rank of nranks in context ctx. exchange
+// must all-gather each rank's SameRecordBytes-byte record over the communicator (it
+// runs once). Every rank gets the same answer: a *SameGPU, or an error wrapping
+// ErrNotShared when the ranks are not all on one GPU or one of them cannot take part.
+func NewSameGPU(d *driver.Driver, ctx driver.Context, rank, nranks int, timeout time.Duration, exchange func([]byte) ([]byte, error)) (*SameGPU, error) {
+	g := &SameGPU{d: d, ctx: ctx, rank: rank, nranks: nranks, timeout: timeout, ownFD: -1,
+		peers: make([]*seqPage, nranks), samePID: make([]bool, nranks), peerEv: make([]driver.Event, nranks),
+		exported: map[uint64][driver.IPCHandleSize]byte{}, noExport: map[uint64]bool{}, maps: make([]map[uint64]mapping, nranks)}
+	me := sameRecord{pid: os.Getpid(), proc: driver.ProcessID}
+	err := g.setupOwn(&me)
+	if err != nil {
+		me.reason = err.Error()
+	} else {
+		me.ok = true
+	}
+	all, xerr := exchange(me.encode())
+	if xerr != nil {
+		g.Close()
+		return nil, fmt.Errorf("cuda: same-GPU setup exchange: %w", xerr)
+	}
+	if len(all) != nranks*sameRecordBytes {
+		g.Close()
+		return nil, fmt.Errorf("cuda: same-GPU setup exchange returned %d bytes, want %d", len(all), nranks*sameRecordBytes)
+	}
+	recs := make([]sameRecord, nranks)
+	for r := range recs {
+		recs[r] = decodeSameRecord(all[r*sameRecordBytes : (r+1)*sameRecordBytes])
+	}
+	for r, rec := range recs {
+		if !rec.ok {
+			g.Close()
+			return nil, fmt.Errorf("%w: rank %d cannot take the same-GPU path: %s", cuda.ErrNotShared, r, rec.reason)
+		}
+		if rec.bus != recs[0].bus {
+			g.Close()
+			return nil, fmt.Errorf("%w: rank %d is on GPU %s and rank 0 on %s: the same-GPU path needs every rank on one GPU", cuda.ErrNotShared, r, rec.bus, recs[0].bus)
+		}
+	}
+	// Every rank can; a failure from here on is a failure of the machine, not a choice.
+	if err := g.connect(recs); err != nil {
+		g.Close()
+		return nil, err
+	}
+	return g, nil
+}
+
+// setupOwn makes this rank's page and events.
+func (g *SameGPU) setupOwn(me *sameRecord) error {
+	sg, err := driver.OpenIPCEvents(g.d)
+	if err != nil {
+		return fmt.Errorf("%w: %w", cuda.ErrNotShared, err)
+	}
+	g.g = sg
+	page, fd, err := newSeqPage()
+	if err != nil {
+		return err
+	}
+	g.own, g.ownFD, me.fd = page, fd, fd
+	return g.d.Do(g.ctx, func() error {
+		dev, err := g.d.ContextDevice(g.ctx)
+		if err != nil {
+			return err
+		}
+		if me.bus, err = g.d.BusID(dev); err != nil {
+			return err
+		}
+		if g.ready, err = sg.EventCreateIPC(); err != nil {
+			return err
+		}
+		me.raw = uint64(g.ready)
+		if me.ready, err = sg.IpcGetEventHandle(g.ready); err != nil {
+			return err
+		}
+		if g.rank == launcher {
+			if g.done, err = sg.EventCreateIPC(); err != nil {
+				return err
+			}
+			me.rawDone = uint64(g.done)
+			me.done, err = sg.IpcGetEventHandle(g.done)
+		}
+		return err
+	})
+}
+
+// connect maps the peers' pages and opens the events this rank polls.
+func (g *SameGPU) connect(recs []sameRecord) error {
+	g.leadPID = recs[launcher].pid
+	for r, rec := range recs {
+		g.samePID[r] = rec.proc == driver.ProcessID
+		if r == g.rank {
+			g.peers[r] = g.own
+			continue
+		}
+		p, err := openSeqPage(rec.pid, rec.fd)
+		if err != nil {
+			return err
+		}
+		g.peers[r] = p
+		g.maps[r] = map[uint64]mapping{}
+	}
+	return g.d.Do(g.ctx, func() error {
+		open := func(r int, h [driver.IPCEventHandleSize]byte, raw uint64) (driver.Event, error) {
+			if g.samePID[r] {
+				return driver.Event(raw), nil // CUDA opens no handle in the process that exported it
+			}
+			return g.g.IpcOpenEventHandle(h)
+		}
+		var err error
+		if g.rank != launcher {
+			g.done, err = open(launcher, recs[launcher].done, recs[launcher].rawDone)
+			return err
+		}
+		for r, rec := range recs {
+			if r == g.rank {
+				continue
+			}
+			if g.peerEv[r], err = open(r, rec.ready, rec.raw); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// Close unmaps the peers' pages and buffers and frees the exchange buffers (the
+// launcher first waits for its last operation's kernels, then closes its mappings and
+// says so on its page; the other ranks free their exchange buffers only once it has,
+// or once its process is gone). Call it once no rank will start another operation of
+// this path.
+func (g *SameGPU) Close() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return nil
+	}
+	g.closed = true
+	var first error
+	keep := func(err error) {
+		if first == nil {
+			first = err
+		}
+	}
+	keep(g.d.Do(g.ctx, func() error {
+		if g.rank == launcher && g.n > 0 && g.done != 0 {
+			// Its last kernels may still read and write through the mappings.
+			keep(spinThenBackoff(time.Now().Add(g.timeout), func() string {
+				return fmt.Sprintf("rank %d waited for its last same-GPU operation to finish before closing", g.rank)
+			}, func() (bool, error) { return g.d.EventDone(g.done) }))
+		}
+		for _, m := range g.maps {
+			for _, mp := range m {
+				if mp.opened {
+					keep(g.d.IpcCloseMemHandle(mp.here))
+				}
+			}
+		}
+		if g.rank == launcher && g.own != nil {
+			g.own.word(seqClosed).Store(1)
+		}
+		bufs := g.retired
+		if g.xbuf != 0 {
+			bufs = append(bufs, g.xbuf)
+		}
+		if len(bufs) == 0 {
+			return nil
+		}
+		if lead := g.peers[launcher]; g.rank != launcher && lead != nil && !g.samePID[launcher] {
+			err := spinThenBackoff(time.Now().Add(g.timeout), func() string {
+				return fmt.Sprintf("rank %d waited for rank %d to close its mappings of its exchange buffers (left allocated)", g.rank, launcher)
+			}, func() (bool, error) {
+				return lead.word(seqClosed).Load() != 0 || unix.Kill(g.leadPID, 0) == unix.ESRCH, nil
+			})
+			if err != nil {
+				return err // freeing memory the launcher still maps is undefined: leave it
+			}
+		}
+		for _, p := range bufs {
+			keep(g.d.MemFree(p))
+		}
+		g.xbuf, g.retired = 0, nil
+		return nil
+	}))
+	for r, p := range g.peers {
+		if p != nil && r != g.rank {
+			keep(p.unmap())
+		}
+	}
+	if g.own != nil {
+		keep(g.own.unmap())
+	}
+	if g.ownFD >= 0 {
+		keep(closeFD(g.ownFD))
+	}
+	return first
+}

@@ -1,0 +1,123 @@
+package samegpu
+
+import (
+	"encoding/binary"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gonccl/gonccl/cuda/driver"
+)
+
+// seqPage is a rank's page of host shared memory on the same-GPU path (a memfd the
+// peers map through /proc/<pid>/fd): the sequence numbers that order the ranks on the
+// host, and the description of the rank's buffers for the current operation. Only its
+// owner writes it; the descriptor is written before the sequence number that
+// publishes it.
+type seqPage struct{ mem []byte }
+
+// The page's layout.
+const (
+	seqReady  = 0  // uint64: the last operation whose input is ready (its event recorded)
+	seqDone   = 8  // uint64 (launcher): the last operation whose kernels are enqueued and event recorded
+	seqStatus = 16 // uint64 (launcher): 0, or why the last operation failed (statusMismatch)
+	seqDesc   = 24 // the operation (sameOp): kind, dtype, reduction, root (4 bytes each), count (8)
+	seqIn     = 48 // the input buffer (bufDesc)
+	seqOut    = 48 + bufDescBytes
+	seqClosed = seqOut + bufDescBytes // uint64 (launcher): 1 once Close has closed its mappings of the others' memory
+	seqBytes  = 4096
+)
+
+// statusMismatch: the ranks called different operations.
+const statusMismatch = 1
+
+// bufDesc is where a rank's buffer lives, for the launcher to map it: the allocation
+// (buffer id, base and size in the owner's process, its IPC handle) and the offset.
+type bufDesc struct {
+	id     uint64
+	base   uintptr
+	size   int
+	off    int
+	handle [driver.IPCHandleSize]byte
+}
+
+const bufDescBytes = 8 + 8 + 8 + 8 + driver.IPCHandleSize
+
+func (b bufDesc) put(p []byte) {
+	binary.LittleEndian.PutUint64(p[0:], b.id)
+	binary.LittleEndian.PutUint64(p[8:], uint64(b.base))
+	binary.LittleEndian.PutUint64(p[16:], uint64(b.size))
+	binary.LittleEndian.PutUint64(p[24:], uint64(b.off))
+	copy(p[32:], b.handle[:])
+}
+
+func getBufDesc(p []byte) bufDesc {
+	b := bufDesc{id: binary.LittleEndian.Uint64(p[0:]), base: uintptr(binary.LittleEndian.Uint64(p[8:])),
+		size: int(binary.LittleEndian.Uint64(p[16:])), off: int(binary.LittleEndian.Uint64(p[24:]))}
+	copy(b.handle[:], p[32:])
+	return b
+}
+
+// newSeqPage makes this rank's page: it returns the page and the fd the peers open.
+func newSeqPage() (*seqPage, int, error) {
+	fd, err := unix.MemfdCreate("gonccl-samegpu", unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, -1, fmt.Errorf("cuda: same-GPU sequence page: memfd_create: %w", err)
+	}
+	if err := unix.Ftruncate(fd, seqBytes); err != nil {
+		unix.Close(fd)
+		return nil, -1, fmt.Errorf("cuda: same-GPU sequence page: ftruncate: %w", err)
+	}
+	mem, err := unix.Mmap(fd, 0, seqBytes, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		unix.Close(fd)
+		return nil, -1, fmt.Errorf("cuda: same-GPU sequence page: mmap: %w", err)
+	}
+	return &seqPage{mem: mem}, fd, nil
+}
+
+// openSeqPage maps a peer's page.
+func openSeqPage(pid, fd int) (*seqPage, error) {
+	f, err := unix.Open(fmt.Sprintf("/proc/%d/fd/%d", pid, fd), unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("cuda: opening the same-GPU sequence page of process %d: %w", pid, err)
+	}
+	defer unix.Close(f)
+	mem, err := unix.Mmap(f, 0, seqBytes, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("cuda: mapping the same-GPU sequence page of process %d: %w", pid, err)
+	}
+	return &seqPage{mem: mem}, nil
+}
+
+func (p *seqPage) word(off int) *atomic.Uint64 { return (*atomic.Uint64)(unsafe.Pointer(&p.mem[off])) }
+
+func (p *seqPage) unmap() error { return unix.Munmap(p.mem) }
+
+// spinThenBackoff calls ready until it reports true: a few thousand tight tries (an
+// answer within microseconds is the common case), then sleeps that double from 2 us to
+// 200 us. It gives up at deadline with what's error.
+func spinThenBackoff(deadline time.Time, what func() string, ready func() (bool, error)) error {
+	sleep := 2 * time.Microsecond
+	for i := 0; ; i++ {
+		ok, err := ready()
+		if err != nil || ok {
+			return err
+		}
+		if i < 2000 {
+			if i%64 == 63 {
+				runtime.Gosched()
+			}
+			continue
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: %s", ErrSameGPUTimeout, what())
+		}
+		time.Sleep(sleep)
+		sleep = min(2*sleep, 200*time.Microsecond)
+	}
+}
