@@ -112,6 +112,8 @@ type devState struct {
 	devMu      sync.Mutex
 	devDecided bool         // the first device-capable operation has chosen
 	devShared  *cuda.Shared // nil: this communicator stages
+	devCosts   gpuCosts     // GONCCL_DEVICE_PATH_COST, read when the communicator was created
+	devChoice  *pathChooser // auto: the paths set up and the model choosing between them (devauto.go)
 	devKernels *cuda.Kernels
 	devCtx     cuda.Context
 	devLast    chan struct{}           // closed once the last device-path operation has enqueued its work
@@ -145,14 +147,16 @@ func (v *views) devicePath(c *core.Comm) (*cuda.Shared, *cuda.Kernels, error) {
 			e.devDecided = false // refused before any exchange: every rank refuses the same way
 			return nil, nil, err
 		}
+		if e.devMode == devAuto {
+			e.devChoice = nil
+			if err := v.setupAuto(c, scratch, cuda.LocalMPS); err != nil {
+				return nil, nil, err
+			}
+			return v.devShared()
+		}
 		var opts []cuda.SharedOption
 		if e.devMode.automatic() {
 			opts = append(opts, cuda.StageWhenDeviceShared())
-		}
-		if e.devMode == devAuto {
-			// Under MPS the ranks sharing a GPU do not take turns on it: the device
-			// path's GPU-side waits hold nobody back there.
-			opts = append(opts, cuda.ShareUnderMPS(cuda.LocalMPS))
 		}
 		k, kerr := v.drv.LoadKernels(v.ctx)
 		sh, err := cuda.NewShared(v.drv, v.ctx, c.Rank(), c.Size(), scratch, func(rec []byte) ([]byte, error) {
@@ -192,6 +196,13 @@ func (v *views) devicePath(c *core.Comm) (*cuda.Shared, *cuda.Kernels, error) {
 		}
 		logDevice(c, msg)
 	}
+	return v.devShared()
+}
+
+// devShared returns the communicator's device path, nil if it has none (devMu held),
+// refusing a stream of another context than the one it was set up in.
+func (v *views) devShared() (*cuda.Shared, *cuda.Kernels, error) {
+	e := v.e
 	if e.devShared == nil {
 		return nil, nil, nil
 	}
@@ -270,6 +281,9 @@ func (v *views) tryDevice(c *core.Comm, kind core.Kind, dt core.DataType, op *co
 	sh, k, err := v.devicePath(c)
 	if err != nil || sh == nil {
 		return nil, false, err
+	}
+	if !v.e.autoChooses(pathDevice, kind, count*dt.Size()) {
+		return nil, false, nil // auto: the model prices the staged path lower for this size
 	}
 	req, err = v.runDevice(c, rec, dt, func(ptrs []uintptr) error { return enqueue(sh, k, ptrs) }, bufs...)
 	return req, true, err

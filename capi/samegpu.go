@@ -58,7 +58,7 @@ func (v *views) setupSameGPU(c *core.Comm, why error) error {
 // recorder; enqueue gets the buffers' pointers in the order of bufs.
 func (v *views) trySameGPU(c *core.Comm, kind core.Kind, dt core.DataType, op *core.RedOp, root, count int,
 	enqueue func(g *cuda.SameGPU, k *cuda.Kernels, ptrs []uintptr) error, bufs ...buf) (req *core.Request, ok bool, err error) {
-	if v.stream == 0 || v.e.devMode != devSameGPU || v.e.devModeErr != nil {
+	if v.stream == 0 || !v.e.devMode.automatic() || v.e.devModeErr != nil || c.Size() == 1 {
 		return nil, false, nil
 	}
 	if op != nil {
@@ -79,7 +79,7 @@ func (v *views) trySameGPU(c *core.Comm, kind core.Kind, dt core.DataType, op *c
 	e.devMu.Lock()
 	g, k := e.devSame, e.devKernels
 	e.devMu.Unlock()
-	if g == nil {
+	if g == nil || !e.autoChooses(pathSameGPU, kind, count*dt.Size()) {
 		return nil, false, nil
 	}
 	if v.ctx != e.devCtx {
