@@ -237,22 +237,35 @@ func (v *views) setupPath(c *core.Comm, p gpuPath, scratch int, k *cuda.Kernels)
 // mpsText is the INIT log's word on MPS where ranks share a GPU (why: how this rank
 // found out whether it is a client, "" if it shares no GPU).
 func mpsText(recs []autoRecord, t gpuTopo, why string) string {
-	s := "ranks share a GPU"
-	if t.mps {
-		s += ", all of them MPS clients there: GPU-side waits do not take turns"
-	} else {
-		for r, rec := range recs {
-			n := 0
-			for _, q := range recs {
-				if q.bus == rec.bus {
-					n++
-				}
-			}
-			if n > 1 && !rec.mps {
-				s += fmt.Sprintf(", rank %d not an MPS client on GPU %s: contexts take turns on it (time-slicing), so GPU-side waits between them cost slices", r, rec.bus)
+	var buses []string
+	byBus := map[string][]int{}
+	for r, rec := range recs {
+		if byBus[rec.bus] == nil {
+			buses = append(buses, rec.bus)
+		}
+		byBus[rec.bus] = append(byBus[rec.bus], r)
+	}
+	var parts []string
+	for _, bus := range buses {
+		ranks := byBus[bus]
+		if len(ranks) < 2 {
+			continue
+		}
+		if t.mps {
+			parts = append(parts, fmt.Sprintf("MPS active on GPU %s (all %d ranks on it are clients)", bus, len(ranks)))
+			continue
+		}
+		for _, r := range ranks {
+			if !recs[r].mps {
+				parts = append(parts, fmt.Sprintf("rank %d is not a client of an MPS server on GPU %s, which %d ranks share: their contexts take turns on it, so a GPU-side wait between them costs a time slice", r, bus, len(ranks)))
 				break
 			}
 		}
+		break
+	}
+	s := strings.Join(parts, ", ")
+	if t.mps {
+		s += ": GPU-side waits allowed"
 	}
 	if why != "" {
 		s += " (this rank: " + why + ")"
