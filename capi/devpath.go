@@ -19,13 +19,15 @@ import (
 // returns without waiting. Everything else (alltoallv, barrier, point-to-point, ranks
 // on several hosts, GONCCL_P2P_DISABLE=1) stages through pinned host memory.
 //
-// Which path a communicator takes is decided once, at its first operation on device
-// buffers, from the settings read when it was created (devMode): by default the device
-// path, unless the communicator has one rank or two of its ranks run on one GPU
-// (decided from the bus ids before any scratch is allocated; then staged: see
-// cuda.StageWhenDeviceShared for the measurement) and they are not all clients of an
-// MPS server there (cuda.ShareUnderMPS: then the device path); GONCCL_DEVICE_PATH=1 takes the device
-// path wherever it can be set up, GONCCL_DEVICE_PATH=0 or GONCCL_P2P_DISABLE=1 never.
+// Which paths a communicator has is decided once, at its first operation on device
+// buffers, from the settings read when it was created (devMode). By default (auto,
+// devauto.go) it sets up the paths its ranks' GPUs allow that the cost model
+// (devcost.go) chooses for some operation, and each collective takes the one the model
+// prices lowest for its kind and size; a communicator of one rank copies (onerank.go).
+// GONCCL_DEVICE_PATH=samegpu takes the same-GPU path when every rank is on one GPU,
+// else the device path unless two ranks share a GPU (cuda.StageWhenDeviceShared);
+// GONCCL_DEVICE_PATH=1 takes the device path wherever it can be set up,
+// GONCCL_DEVICE_PATH=0 or GONCCL_P2P_DISABLE=1 never.
 // The settings must be the same on every rank, as NCCL's are: the first device
 // operation of a communicator exchanges the scratch handles with a host all-gather,
 // which every rank must join.
@@ -69,10 +71,10 @@ func parseScratch(v string) (int, error) {
 type devMode int
 
 const (
-	devAuto    devMode = iota // the device path unless two ranks share a GPU without MPS (the default)
+	devAuto    devMode = iota // the cost model's path per operation (the default; devauto.go)
 	devOn                     // the device path wherever it can be set up: GONCCL_DEVICE_PATH=1
 	devOff                    // staged: GONCCL_DEVICE_PATH=0 or GONCCL_P2P_DISABLE=1
-	devSameGPU                // as devAuto, but ranks all on one GPU take the same-GPU path: GONCCL_DEVICE_PATH=samegpu
+	devSameGPU                // ranks all on one GPU take the same-GPU path, else the device path unless a GPU is shared: GONCCL_DEVICE_PATH=samegpu
 )
 
 // automatic reports whether the mode chooses by the ranks' devices (auto, samegpu)
@@ -155,7 +157,7 @@ func (v *views) devicePath(c *core.Comm) (*cuda.Shared, *cuda.Kernels, error) {
 			return v.devShared()
 		}
 		var opts []cuda.SharedOption
-		if e.devMode.automatic() {
+		if e.devMode == devSameGPU {
 			opts = append(opts, cuda.StageWhenDeviceShared())
 		}
 		k, kerr := v.drv.LoadKernels(v.ctx)
@@ -172,12 +174,8 @@ func (v *views) devicePath(c *core.Comm) (*cuda.Shared, *cuda.Kernels, error) {
 			if sh != nil {
 				sh.Abandon()
 			}
-			if errors.Is(err, cuda.ErrDeviceShared) && e.devMode == devSameGPU {
+			if errors.Is(err, cuda.ErrDeviceShared) { // samegpu: auto decided above
 				return nil, nil, v.setupSameGPU(c, err)
-			}
-			if errors.Is(err, cuda.ErrDeviceShared) {
-				logDevice(c, fmt.Sprintf("staged path: %v; waiting on the GPU would hold it from the other rank's compute (GONCCL_DEVICE_PATH=1 takes the device path anyway; GONCCL_DEVICE_PATH=samegpu the same-GPU path, when every rank is on that GPU)", err))
-				return nil, nil, nil
 			}
 			if errors.Is(err, cuda.ErrNotShared) || kerr != nil {
 				logDevice(c, fmt.Sprintf("staged path: %v", err))
@@ -190,11 +188,7 @@ func (v *views) devicePath(c *core.Comm) (*cuda.Shared, *cuda.Kernels, error) {
 		// the watcher releases this rank's streams and breaks the communicator, so
 		// the next call (and the flight recorder) names the rank (cuda/devfault.go).
 		sh.Watch(cuda.WatchConfig{Timeout: c.Timeout, Err: c.Err, Fail: c.FailDevice})
-		msg := fmt.Sprintf("device path: same-host ranks share device memory through CUDA IPC; %d bytes of scratch on device %d; flags in host memory the GPU maps; %s", sh.Cap(), sh.Device(), cuda.HardwareQueues())
-		if m := sh.MPS(); m != "" {
-			msg = fmt.Sprintf("%s; %s (this rank: %s)", m, msg, sh.MPSDetail())
-		}
-		logDevice(c, msg)
+		logDevice(c, fmt.Sprintf("device path: same-host ranks share device memory through CUDA IPC; %d bytes of scratch on device %d; flags in host memory the GPU maps; %s", sh.Cap(), sh.Device(), cuda.HardwareQueues()))
 	}
 	return v.devShared()
 }

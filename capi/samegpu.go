@@ -8,15 +8,14 @@ import (
 	"github.com/gonccl/gonccl/cuda"
 )
 
-// The same-GPU path of the C ABI: when GONCCL_DEVICE_PATH=samegpu and every rank of the
-// communicator runs on one GPU, all_reduce, all_gather, reduce_scatter and broadcast
-// run through cuda.SameGPU (the ranks order
-// each other on the host and the launcher enqueues the whole operation; no stream
-// waits on the GPU for another rank, which would hold the GPU for a time slice), and
-// the other operations stage through pinned host memory. Ranks spread over several
-// GPUs with two on one still stage, as before. Under GONCCL_DEVICE_PATH=auto, ranks that
-// share a GPU stage: the staged path has run on a GPU shared by two ranks, this one not
-// yet, so it is taken only when asked for.
+// The same-GPU path of the C ABI: when every rank of the communicator runs on one GPU,
+// all_reduce, all_gather, reduce_scatter and broadcast can run through cuda.SameGPU (the
+// ranks order each other on the host and the launcher enqueues the whole operation; no
+// stream waits on the GPU for another rank, which would hold the GPU for a time slice).
+// GONCCL_DEVICE_PATH=samegpu takes it for those four at every size and stages the other
+// operations; under auto (devauto.go) it is set up when the cost model chooses it for
+// some size, and each operation takes it where the model says. Ranks spread over
+// several GPUs with two on one never take it.
 
 // sameGPUState is the part of commEntry that belongs to the same-GPU path. Guarded by
 // devMu.
