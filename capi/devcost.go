@@ -357,7 +357,7 @@ func (pc *pathChooser) describe() []string {
 	for _, g := range groups {
 		parts := make([]string, len(g.spans))
 		for i, s := range g.spans {
-			at := s.lo
+			var at int // the size whose times the log shows
 			switch {
 			case len(g.spans) == 1:
 				at = 16
