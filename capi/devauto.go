@@ -155,6 +155,9 @@ func (v *views) setupAuto(c *core.Comm, scratch int, detect func(bus string) cud
 	}
 	pc := &pathChooser{costs: e.devCosts, topo: topo}
 	pc.avail[pathStaged] = true
+	// Set at once: a setup that fails below leaves the paths set up before it chosen by
+	// the model, not taken for every operation.
+	e.devChoice, e.devKernels, e.devCtx = pc, k, v.ctx
 	var notes []string
 	refused := [numPaths]bool{}
 	candidate := func(p gpuPath) bool {
@@ -174,7 +177,7 @@ func (v *views) setupAuto(c *core.Comm, scratch int, detect func(bus string) cud
 			if !try.uses(p) {
 				continue
 			}
-			ok, note, err := v.setupPath(c, p, scratch, k)
+			ok, note, err := v.setupPath(c, p, scratch)
 			if err != nil {
 				return err
 			}
@@ -184,7 +187,6 @@ func (v *views) setupAuto(c *core.Comm, scratch int, detect func(bus string) cud
 			pc.avail[p], refused[p] = ok, !ok
 		}
 	}
-	e.devChoice, e.devKernels, e.devCtx = pc, k, v.ctx
 	if e.devShared != nil {
 		// A peer lost, an operation on the GPU past the timeout, ranks that disagree:
 		// the watcher releases this rank's streams and breaks the communicator, so
@@ -200,7 +202,7 @@ func (v *views) setupAuto(c *core.Comm, scratch int, detect func(bus string) cud
 
 // setupPath sets up path p together with the other ranks: ok if it runs, else why not
 // (note, for the log); err for a failure that is not a refusal.
-func (v *views) setupPath(c *core.Comm, p gpuPath, scratch int, k *cuda.Kernels) (ok bool, note string, err error) {
+func (v *views) setupPath(c *core.Comm, p gpuPath, scratch int) (ok bool, note string, err error) {
 	e := v.e
 	switch p {
 	case pathSameGPU:
