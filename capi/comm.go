@@ -140,6 +140,11 @@ func register(c *core.Comm) C.goncclComm_t {
 	idn := comms.next
 	e := &commEntry{comm: c}
 	e.devMode, e.devOffWhy, e.devModeErr = readDevMode()
+	if costs, err := readGPUCosts(); err != nil && e.devModeErr == nil {
+		e.devModeErr = err
+	} else {
+		e.devCosts = costs
+	}
 	comms.m[idn] = e
 	comms.Unlock()
 	h := (*C.struct_goncclComm)(C.malloc(C.size_t(unsafe.Sizeof(C.struct_goncclComm{}))))

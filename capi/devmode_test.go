@@ -7,8 +7,8 @@ import (
 )
 
 // GONCCL_DEVICE_PATH's values: samegpu is a mode of its own (ranks all on one GPU take
-// the same-GPU path; auto keeps them staged), and a value it does not know is refused
-// naming the accepted ones.
+// the same-GPU path at every size; auto lets the cost model choose), and a value it does
+// not know is refused naming the accepted ones.
 func TestReadDevMode(t *testing.T) {
 	t.Setenv("GONCCL_P2P_DISABLE", "")
 	for v, want := range map[string]devMode{"": devAuto, "auto": devAuto, " AUTO ": devAuto, "samegpu": devSameGPU,

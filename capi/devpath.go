@@ -23,13 +23,15 @@ import (
 // returns without waiting. Everything else (alltoallv, barrier, point-to-point, ranks
 // on several hosts, GONCCL_P2P_DISABLE=1) stages through pinned host memory.
 //
-// Which path a communicator takes is decided once, at its first operation on device
-// buffers, from the settings read when it was created (devMode): by default the device
-// path, unless the communicator has one rank or two of its ranks run on one GPU
-// (decided from the bus ids before any scratch is allocated; then staged: see
-// cuda.StageWhenDeviceShared for the measurement) and they are not all clients of an
-// MPS server there (cuda.ShareUnderMPS: then the device path); GONCCL_DEVICE_PATH=1 takes the device
-// path wherever it can be set up, GONCCL_DEVICE_PATH=0 or GONCCL_P2P_DISABLE=1 never.
+// Which paths a communicator has is decided once, at its first operation on device
+// buffers, from the settings read when it was created (devMode). By default (auto,
+// devauto.go) it sets up the paths its ranks' GPUs allow that the cost model
+// (devcost.go) chooses for some operation, and each collective takes the one the model
+// prices lowest for its kind and size; a communicator of one rank copies (onerank.go).
+// GONCCL_DEVICE_PATH=samegpu takes the same-GPU path when every rank is on one GPU,
+// else the device path unless two ranks share a GPU (cuda.StageWhenDeviceShared);
+// GONCCL_DEVICE_PATH=1 takes the device path wherever it can be set up,
+// GONCCL_DEVICE_PATH=0 or GONCCL_P2P_DISABLE=1 never.
 // The settings must be the same on every rank, as NCCL's are: the first device
 // operation of a communicator exchanges the scratch handles with a host all-gather,
 // which every rank must join.
@@ -73,10 +75,10 @@ func parseScratch(v string) (int, error) {
 type devMode int
 
 const (
-	devAuto    devMode = iota // the device path unless two ranks share a GPU without MPS (the default)
+	devAuto    devMode = iota // the cost model's path per operation (the default; devauto.go)
 	devOn                     // the device path wherever it can be set up: GONCCL_DEVICE_PATH=1
 	devOff                    // staged: GONCCL_DEVICE_PATH=0 or GONCCL_P2P_DISABLE=1
-	devSameGPU                // as devAuto, but ranks all on one GPU take the same-GPU path: GONCCL_DEVICE_PATH=samegpu
+	devSameGPU                // ranks all on one GPU take the same-GPU path, else the device path unless a GPU is shared: GONCCL_DEVICE_PATH=samegpu
 )
 
 // automatic reports whether the mode chooses by the ranks' devices (auto, samegpu)
@@ -116,6 +118,9 @@ type devState struct {
 	devMu      sync.Mutex
 	devDecided bool         // the first device-capable operation has chosen
 	devShared  *cuda.Shared // nil: this communicator stages
+	devCosts   gpuCosts     // GONCCL_DEVICE_PATH_COST, read when the communicator was created
+	devChoice  *pathChooser // auto: the paths set up and the model choosing between them (devauto.go)
+	devRingTo  int          // GONCCL_DEVICE_RING_THRESHOLD, read at the first device operation
 	devKernels *kernels.Kernels
 	devCtx     driver.Context
 	devLast    chan struct{}             // closed once the last device-path operation has enqueued its work
@@ -150,14 +155,17 @@ func (v *views) devicePath(c *core.Comm) (*cuda.Shared, *kernels.Kernels, error)
 			e.devDecided = false // refused before any exchange: every rank refuses the same way
 			return nil, nil, err
 		}
-		opts := []cuda.SharedOption{cuda.RingFrom(ringFrom)}
-		if e.devMode.automatic() {
-			opts = append(opts, cuda.StageWhenDeviceShared())
-		}
+		e.devRingTo = ringFrom
 		if e.devMode == devAuto {
-			// Under MPS the ranks sharing a GPU do not take turns on it: the device
-			// path's GPU-side waits hold nobody back there.
-			opts = append(opts, cuda.ShareUnderMPS(topology.LocalMPS))
+			e.devChoice = nil
+			if err := v.setupAuto(c, scratch, topology.LocalMPS); err != nil {
+				return nil, nil, err
+			}
+			return v.devShared()
+		}
+		opts := []cuda.SharedOption{cuda.RingFrom(ringFrom)}
+		if e.devMode == devSameGPU {
+			opts = append(opts, cuda.StageWhenDeviceShared())
 		}
 		k, kerr := kernels.Load(v.drv, v.ctx)
 		sh, err := cuda.NewShared(v.drv, v.ctx, c.Rank(), c.Size(), scratch, func(rec []byte) ([]byte, error) {
@@ -173,12 +181,8 @@ func (v *views) devicePath(c *core.Comm) (*cuda.Shared, *kernels.Kernels, error)
 			if sh != nil {
 				sh.Abandon()
 			}
-			if errors.Is(err, cuda.ErrDeviceShared) && e.devMode == devSameGPU {
+			if errors.Is(err, cuda.ErrDeviceShared) { // samegpu: auto decided above
 				return nil, nil, v.setupSameGPU(c, err)
-			}
-			if errors.Is(err, cuda.ErrDeviceShared) {
-				logDevice(c, fmt.Sprintf("staged path: %v; waiting on the GPU would hold it from the other rank's compute (GONCCL_DEVICE_PATH=1 takes the device path anyway; GONCCL_DEVICE_PATH=samegpu the same-GPU path, when every rank is on that GPU)", err))
-				return nil, nil, nil
 			}
 			if errors.Is(err, cuda.ErrNotShared) || kerr != nil {
 				logDevice(c, fmt.Sprintf("staged path: %v", err))
@@ -191,15 +195,24 @@ func (v *views) devicePath(c *core.Comm) (*cuda.Shared, *kernels.Kernels, error)
 		// the watcher releases this rank's streams and breaks the communicator, so
 		// the next call (and the flight recorder) names the rank (cuda/devfault.go).
 		sh.Watch(cuda.WatchConfig{Timeout: c.Timeout, Err: c.Err, Fail: c.FailDevice})
-		msg := fmt.Sprintf("device path: same-host ranks share device memory through CUDA IPC; %d bytes of scratch on device %d; flags in host memory the GPU maps; %s", sh.Cap(), sh.Device(), cuda.HardwareQueues())
-		if ringFrom > 0 && c.Size() >= 3 {
-			msg += fmt.Sprintf("; all_reduce and reduce_scatter of %d bytes or more by the ring (GONCCL_DEVICE_RING_THRESHOLD)", ringFrom)
-		}
-		if m := sh.MPS(); m != "" {
-			msg = fmt.Sprintf("%s; %s (this rank: %s)", m, msg, sh.MPSDetail())
-		}
-		logDevice(c, msg)
+		logDevice(c, deviceLine(sh, c.Size(), ringFrom))
 	}
+	return v.devShared()
+}
+
+// deviceLine is the INIT log's line for a device path set up on sh among n ranks.
+func deviceLine(sh *cuda.Shared, n, ringFrom int) string {
+	msg := fmt.Sprintf("device path: same-host ranks share device memory through CUDA IPC; %d bytes of scratch on device %d; flags in host memory the GPU maps; %s", sh.Cap(), sh.Device(), cuda.HardwareQueues())
+	if ringFrom > 0 && n >= 3 {
+		msg += fmt.Sprintf("; all_reduce and reduce_scatter of %d bytes or more by the ring (GONCCL_DEVICE_RING_THRESHOLD)", ringFrom)
+	}
+	return msg
+}
+
+// devShared returns the communicator's device path, nil if it has none (devMu held),
+// refusing a stream of another context than the one it was set up in.
+func (v *views) devShared() (*cuda.Shared, *kernels.Kernels, error) {
+	e := v.e
 	if e.devShared == nil {
 		return nil, nil, nil
 	}
@@ -278,6 +291,9 @@ func (v *views) tryDevice(c *core.Comm, kind core.Kind, dt core.DataType, op *co
 	sh, k, err := v.devicePath(c)
 	if err != nil || sh == nil {
 		return nil, false, err
+	}
+	if !v.e.autoChooses(pathDevice, kind, count*dt.Size()) {
+		return nil, false, nil // auto: the model prices the staged path lower for this size
 	}
 	req, err = v.runDevice(c, rec, dt, func(ptrs []uintptr) error { return enqueue(sh, k, ptrs) }, bufs...)
 	return req, true, err

@@ -10,15 +10,14 @@ import (
 	"github.com/gonccl/gonccl/cuda/samegpu"
 )
 
-// The same-GPU path of the C ABI: when GONCCL_DEVICE_PATH=samegpu and every rank of the
-// communicator runs on one GPU, all_reduce, all_gather, reduce_scatter and broadcast
-// run through samegpu.SameGPU (the ranks order
-// each other on the host and the launcher enqueues the whole operation; no stream
-// waits on the GPU for another rank, which would hold the GPU for a time slice), and
-// the other operations stage through pinned host memory. Ranks spread over several
-// GPUs with two on one still stage, as before. Under GONCCL_DEVICE_PATH=auto, ranks that
-// share a GPU stage: the staged path has run on a GPU shared by two ranks, this one not
-// yet, so it is taken only when asked for.
+// The same-GPU path of the C ABI: when every rank of the communicator runs on one GPU,
+// all_reduce, all_gather, reduce_scatter and broadcast can run through samegpu.SameGPU (the
+// ranks order each other on the host and the launcher enqueues the whole operation; no
+// stream waits on the GPU for another rank, which would hold the GPU for a time slice).
+// GONCCL_DEVICE_PATH=samegpu takes it for those four at every size and stages the other
+// operations; under auto (devauto.go) it is set up when the cost model chooses it for
+// some size, and each operation takes it where the model says. Ranks spread over
+// several GPUs with two on one never take it.
 
 // sameGPUState is the part of commEntry that belongs to the same-GPU path. Guarded by
 // devMu.
@@ -60,7 +59,7 @@ func (v *views) setupSameGPU(c *core.Comm, why error) error {
 // recorder; enqueue gets the buffers' pointers in the order of bufs.
 func (v *views) trySameGPU(c *core.Comm, kind core.Kind, dt core.DataType, op *core.RedOp, root, count int,
 	enqueue func(g *samegpu.SameGPU, k *kernels.Kernels, ptrs []uintptr) error, bufs ...buf) (req *core.Request, ok bool, err error) {
-	if v.stream == 0 || v.e.devMode != devSameGPU || v.e.devModeErr != nil {
+	if v.stream == 0 || !v.e.devMode.automatic() || v.e.devModeErr != nil || c.Size() == 1 {
 		return nil, false, nil
 	}
 	if op != nil {
@@ -81,7 +80,7 @@ func (v *views) trySameGPU(c *core.Comm, kind core.Kind, dt core.DataType, op *c
 	e.devMu.Lock()
 	g, k := e.devSame, e.devKernels
 	e.devMu.Unlock()
-	if g == nil {
+	if g == nil || !e.autoChooses(pathSameGPU, kind, count*dt.Size()) {
 		return nil, false, nil
 	}
 	if v.ctx != e.devCtx {

@@ -33,6 +33,7 @@ This is the only place the CUDA path runs in CI: no real GPU is involved.
 
 import glob
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -168,9 +169,10 @@ def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
     collective but the smallest runs pipelined by chunk (sizes that are not a multiple of
     the chunk, in place, async, mismatched counts), its reductions on the GPU, or with
     staged-pipelined-cpu on the host (GONCCL_STAGED_REDUCE=cpu). auto-one-gpu puts every
-    rank on device 0, where auto stages; samegpu-one-gpu does the same with
-    GONCCL_DEVICE_PATH=samegpu: all_reduce, all_gather, reduce_scatter and broadcast take
-    the same-GPU path, the rest stages. device-one-queue is the device path with one
+    rank on device 0, where auto's cost model sends all_reduce, all_gather, reduce_scatter
+    and broadcast to the same-GPU path at every size and the rest to staging (the device
+    path's waits would time-slice: it is not even set up); samegpu-one-gpu forces the
+    same with GONCCL_DEVICE_PATH=samegpu. device-one-queue is the device path with one
     hardware queue per context (CUDA_DEVICE_MAX_CONNECTIONS=1, as Megatron-style training
     sets it), where a stream waiting at the head of the queue holds back every stream of
     the rank: the async sends and receives, which every rank issues receive first, must
@@ -199,14 +201,15 @@ def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
     if path.endswith("one-gpu"):
         extra["CUDA_CAPI_TEST_ONE_DEVICE"] = "1"  # every rank on device 0
     if path == "samegpu-one-gpu":
-        extra["GONCCL_DEVICE_PATH"] = "samegpu"  # asked for: auto keeps ranks sharing a GPU staged
+        extra["GONCCL_DEVICE_PATH"] = "samegpu"
     run = _run_ranks(cuda_capi_binary, fakecuda, nranks, id_file, str(tmp_path), extra)
     run.assert_ok(f"cuda_capi_test with {nranks} ranks")
     on_device = path in ("device", "device-one-queue", "device-ring") or (path == "auto" and nranks == 2)
     for r, proc in enumerate(run.procs):
         assert f"rank {r}:" in proc.stdout and "checks passed" in proc.stdout, proc.describe()
         log = proc.stderr + proc.stdout
-        chose = "device path: same-host ranks share device memory" in log
+        chose = "device path: same-host ranks share device memory" in log or (
+            f"rank {r}/{nranks}: auto: paths set up: staged, device (" in log)
         assert chose == on_device, proc.describe()
         ring = "all_reduce and reduce_scatter of 1024 bytes or more by the ring" in log
         assert ring == (path == "device-ring"), proc.describe()
@@ -217,15 +220,21 @@ def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
         same = f"rank {r}/{nranks}: same-GPU path: all {nranks} ranks run on one GPU" in log
         assert same == (path == "samegpu-one-gpu"), proc.describe()
         if path == "auto-one-gpu":
-            assert f"rank {r}/{nranks}: staged path:" in log and "GONCCL_DEVICE_PATH=samegpu the same-GPU path" in log, \
+            assert f"rank {r}/{nranks}: auto: paths set up: staged, same-GPU (all {nranks} ranks on one GPU; " in log, \
                 proc.describe()
+            assert (f"rank {r}/{nranks}: auto: all_reduce, all_gather, reduce_scatter, broadcast: at every size "
+                    "same-GPU (model at 16 B: 25 us vs staged 899 us)") in log, proc.describe()
         if path == "auto" and nranks == 3:
-            assert "staged path:" in log and "ranks 0 and 2 are both on GPU 0000:10:00.0" in log, proc.describe()
+            # Ranks 0 and 2 share GPU 0 without MPS: the device path's waits would take
+            # turns there, so the model never chooses it and it is not set up.
+            assert f"rank {r}/{nranks}: auto: paths set up: staged (ranks on several GPUs, some sharing one; " in log, \
+                proc.describe()
+            assert "rank 0 is not a client of an MPS server on GPU 0000:10:00.0, which 2 ranks share" in log, proc.describe()
         # The bad-input cases only the fake can check (cuda_capi_test.c, test_bad) ran.
         assert f"rank {r}: fake-only bad-input checks ran" in proc.stdout, proc.describe()
         assert f"CUDA driver loaded from {fakecuda}" in proc.stderr, proc.describe()
     # The same-GPU path's collectives are device-path entries; its sends and receives stage.
-    _check_flight_recorder(str(dump), nranks, on_device or path == "samegpu-one-gpu", p2p=on_device)
+    _check_flight_recorder(str(dump), nranks, on_device or path.endswith("one-gpu"), p2p=on_device)
     if path.startswith("staged"):
         _check_pipelined(str(dump), path)
 
@@ -343,8 +352,8 @@ def test_cuda_multicomm(multicomm_binary, fakecuda, nranks, path, tmp_path):
     each operation sees the copy-out of the one issued before it on the stream, by
     whichever communicator (on 02dd7a2 the second communicator read the first one's
     input: 'the next communicator's all_reduce of that result (round 0): [0] = 2.000000,
-    want 8.000000'). Every rank is on one device: auto stages, samegpu takes the same-GPU
-    path."""
+    want 8.000000'). Every rank is on one device: auto and samegpu take the same-GPU path
+    (auto by its cost model; the one-rank communicator is a copy either way)."""
     extra = {"GONCCL_DEVICE_PATH": {"device": "1", "auto": "auto", "samegpu": "samegpu"}.get(path, "0"),
              "GONCCL_DEBUG": "INFO", "GONCCL_DEBUG_SUBSYS": "INIT"}
     if path == "staged-pipelined":
@@ -356,7 +365,44 @@ def test_cuda_multicomm(multicomm_binary, fakecuda, nranks, path, tmp_path):
         same = f"rank {r}/{nranks}: same-GPU path: all {nranks} ranks run on one GPU" in proc.stderr
         assert same == (path == "samegpu"), proc.describe()
         if path == "auto":
-            assert f"rank {r}/{nranks}: staged path:" in proc.stderr, proc.describe()
+            assert f"rank {r}/{nranks}: auto: paths set up: staged, same-GPU (all {nranks} ranks on one GPU" in \
+                proc.stderr, proc.describe()
+
+
+AUTO_SOURCE = os.path.join(_harness.TESTS_DIR, "capi", "cuda_auto_test.c")
+
+
+@pytest.fixture(scope="module")
+def auto_binary(package_dir, fakecuda, tmp_path_factory):
+    return _build_test(tmp_path_factory, AUTO_SOURCE, fakecuda, package_dir, [])
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("large", ["device", "samegpu"], ids=["own-gpus", "one-gpu"])
+def test_cuda_auto_chooses_per_size(auto_binary, fakecuda, large, tmp_path):
+    """Under auto one communicator runs a small all_reduce (1 KiB) and a large one (4 MiB)
+    on different paths, chosen per operation by the cost model: with the staged path's
+    latency set to 1 us (GONCCL_DEVICE_PATH_COST), the small one stages and the large one
+    takes the device path (ranks on devices 0 and 1) or the same-GPU path (both on device
+    0); a small one after it stages again. tests/capi/cuda_auto_test.c proves each path
+    from the fake's counters (only staging copies host to device; only the device path
+    waits on the GPU) and checks every result against the CPU's sum; the INIT log says
+    where the crossover is and why."""
+    extra = {"GONCCL_DEBUG": "INFO", "GONCCL_DEBUG_SUBSYS": "INIT", "GONCCL_DEVICE_PATH_COST": "staged.latency=1"}
+    if large == "samegpu":
+        extra["CUDA_AUTO_TEST_ONE_DEVICE"] = "1"
+    env = _env(fakecuda, extra)
+    run = _harness.run_processes([[auto_binary, str(r), "2", str(tmp_path / "unique_id"), large] for r in range(2)],
+                                 timeout=90, envs=[env] * 2, cwd=str(tmp_path), names=["rank 0", "rank 1"])
+    run.assert_ok(f"cuda_auto_test ({large})")
+    name = {"device": "device", "samegpu": "same-GPU"}[large]
+    pattern = (r"rank {r}/2: auto: all_reduce, all_gather, reduce_scatter, broadcast[a-z_, ]*: "
+               r"<= ([0-9.]+) KiB staged \(model at 16 B: 1 us vs [^)]*\), > \1 KiB {name} \(model at 256 MiB: ")
+    for r, proc in enumerate(run.procs):
+        assert f"rank {r}: " in proc.stdout and "checks passed" in proc.stdout, proc.describe()
+        assert f"rank {r}/2: auto: paths set up: staged, {name} (" in proc.stderr, proc.describe()
+        m = re.search(pattern.format(r=r, name=re.escape(name)), proc.stderr)
+        assert m and 1 < float(m.group(1)) < 4096, proc.describe()
 
 
 @pytest.mark.timeout(2 * RUN_TIMEOUT + 120)
