@@ -2,6 +2,7 @@ package cuda_test
 
 import (
 	"os"
+	"strings"
 	"sync"
 	"testing"
 
@@ -42,7 +43,7 @@ func hostExchange(c *core.Comm) func([]byte) ([]byte, error) {
 
 // inProcessRanks runs rank(r) for n ranks as goroutines of this process and requires
 // that none failed.
-func inProcessRanks(t *testing.T, n int, rank func(r int) error) {
+func inProcessRanks(t testing.TB, n int, rank func(r int) error) {
 	t.Helper()
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -56,5 +57,29 @@ func inProcessRanks(t *testing.T, n int, rank func(r int) error) {
 	wg.Wait()
 	for r, err := range errs {
 		require.NoError(t, err, "rank %d", r)
+	}
+}
+
+// requireFaultsCaught runs the ranks of layout (runDevRanks, the fake's delays as
+// given) once per fault, each in a subtest, and requires that every run fails with a
+// MISMATCH: the checks of the script notice that step done wrong.
+func requireFaultsCaught(t *testing.T, layout, delay string, faults ...string) {
+	for _, f := range faults {
+		t.Run(f, func(t *testing.T) {
+			out, err := runDevRanks(t, layout, f, delay)
+			require.Error(t, err, "the %s fault went unnoticed:\n%s", f, out)
+			require.Contains(t, out, "MISMATCH", "%s", out)
+		})
+	}
+}
+
+// requireLayoutsPass runs the ranks of each layout (runDevRanks, short fake delays),
+// each in a subtest named after it, and requires that every rank passes.
+func requireLayoutsPass(t *testing.T, layouts ...string) {
+	for _, layout := range layouts {
+		t.Run(strings.ReplaceAll(layout, ",", "-"), func(t *testing.T) {
+			out, err := runDevRanks(t, layout, "", "0,200")
+			require.NoError(t, err, "%s", out)
+		})
 	}
 }

@@ -29,12 +29,7 @@ var p2pLayouts = []string{"0", "0,0", "0,1", "0,0,1", "0,0,0,0", "0,1,2,3"}
 func TestDeviceP2PAcrossProcesses(t *testing.T) {
 	open(t)
 	t.Setenv("GONCCL_DEVTEST_SCRIPT", "p2p")
-	for _, layout := range p2pLayouts {
-		t.Run(strings.ReplaceAll(layout, ",", "-"), func(t *testing.T) {
-			out, err := runDevRanks(t, layout, "", "0,200")
-			require.NoError(t, err, "%s", out)
-		})
-	}
+	requireLayoutsPass(t, p2pLayouts...)
 }
 
 // TestDeviceP2PWrongStepFails shows the checks catch a point-to-point step done
@@ -43,13 +38,7 @@ func TestDeviceP2PAcrossProcesses(t *testing.T) {
 func TestDeviceP2PWrongStepFails(t *testing.T) {
 	open(t)
 	t.Setenv("GONCCL_DEVTEST_SCRIPT", "p2p")
-	for _, f := range []string{"p2p-skip-sent-wait", "p2p-offset", "p2p-skip-free-wait"} {
-		t.Run(f, func(t *testing.T) {
-			out, err := runDevRanks(t, "0,0,1", f, "300,3000")
-			require.Error(t, err, "the %s fault went unnoticed:\n%s", f, out)
-			require.Contains(t, out, "MISMATCH", "%s", out)
-		})
-	}
+	requireFaultsCaught(t, "0,0,1", "300,3000", "p2p-skip-sent-wait", "p2p-offset", "p2p-skip-free-wait")
 }
 
 func TestDeviceP2PRanksOfOneProcess(t *testing.T) {

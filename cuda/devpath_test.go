@@ -37,25 +37,14 @@ var devLayouts = []string{"0", "0,0", "0,1", "0,0,1", "0,0,0,0", "0,1,2,3"}
 
 func TestDevicePathAcrossProcesses(t *testing.T) {
 	open(t)
-	for _, layout := range devLayouts {
-		t.Run(strings.ReplaceAll(layout, ",", "-"), func(t *testing.T) {
-			out, err := runDevRanks(t, layout, "", "0,200")
-			require.NoError(t, err, "%s", out)
-		})
-	}
+	requireLayoutsPass(t, devLayouts...)
 }
 
 // TestDevicePathWrongStepFails shows the comparison catches a device path that gets
 // one step wrong: a missing wait for the peers' ready flags, a wrong offset.
 func TestDevicePathWrongStepFails(t *testing.T) {
 	open(t)
-	for _, f := range []string{"skip-ready-wait", "offset"} {
-		t.Run(f, func(t *testing.T) {
-			out, err := runDevRanks(t, "0,0,1", f, "300,3000")
-			require.Error(t, err, "the %s fault went unnoticed:\n%s", f, out)
-			require.Contains(t, out, "MISMATCH", "%s", out)
-		})
-	}
+	requireFaultsCaught(t, "0,0,1", "300,3000", "skip-ready-wait", "offset")
 }
 
 // TestDevicePathRanksOfOneProcess runs the ranks as goroutines of this process: they
@@ -319,30 +308,8 @@ func runDevCase(c *core.Comm, sh *cuda.Shared, red cuda.Reducer, f *cudatest.Fak
 	}
 	in := devInput(dc.dt, dc.op, inN, rank, i)
 	want = make([]byte, outN*es)
-	var req *core.Request
-	switch dc.coll {
-	case "all_gather":
-		req, err = c.AllGather(in, want, dc.count, dc.dt)
-	case "broadcast":
-		req, err = c.Broadcast(in, want, dc.count, dc.dt, dc.root)
-	case "all_reduce":
-		req, err = c.AllReduce(in, want, dc.count, dc.dt, dc.op)
-	case "reduce":
-		req, err = c.Reduce(in, want, dc.count, dc.dt, dc.op, dc.root)
-	case "reduce_scatter":
-		req, err = c.ReduceScatter(in, want, dc.count, dc.dt, dc.op)
-	case "all_to_all":
-		req, err = c.AlltoAll(in, want, dc.count, dc.dt)
-	case "gather":
-		req, err = c.Gather(in, want, dc.count, dc.dt, dc.root)
-	case "scatter":
-		req, err = c.Scatter(in, want, dc.count, dc.dt, dc.root)
-	}
-	if err == nil {
-		_, err = req.Wait(-1)
-	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("host reference: %w", err)
+	if err := hostReference(c, dc, in, want); err != nil {
+		return nil, nil, err
 	}
 	recv := f.Malloc(dev, max(outN*es, 1))
 	for j := range f.Bytes(recv, outN*es) {
@@ -388,4 +355,38 @@ func runDevCase(c *core.Comm, sh *cuda.Shared, red cuda.Reducer, f *cudatest.Fak
 		got, want = nil, nil // recv is not written off the root
 	}
 	return got, want, nil
+}
+
+// hostReference runs case dc on core's host collectives: in is this rank's input,
+// want receives the result.
+func hostReference(c *core.Comm, dc devCase, in, want []byte) error {
+	var req *core.Request
+	var err error
+	switch dc.coll {
+	case "all_gather":
+		req, err = c.AllGather(in, want, dc.count, dc.dt)
+	case "broadcast":
+		req, err = c.Broadcast(in, want, dc.count, dc.dt, dc.root)
+	case "all_reduce":
+		req, err = c.AllReduce(in, want, dc.count, dc.dt, dc.op)
+	case "reduce":
+		req, err = c.Reduce(in, want, dc.count, dc.dt, dc.op, dc.root)
+	case "reduce_scatter":
+		req, err = c.ReduceScatter(in, want, dc.count, dc.dt, dc.op)
+	case "all_to_all":
+		req, err = c.AlltoAll(in, want, dc.count, dc.dt)
+	case "gather":
+		req, err = c.Gather(in, want, dc.count, dc.dt, dc.root)
+	case "scatter":
+		req, err = c.Scatter(in, want, dc.count, dc.dt, dc.root)
+	default:
+		return fmt.Errorf("host reference: no collective %q", dc.coll)
+	}
+	if err == nil {
+		_, err = req.Wait(-1)
+	}
+	if err != nil {
+		return fmt.Errorf("host reference: %w", err)
+	}
+	return nil
 }

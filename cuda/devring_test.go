@@ -1,11 +1,6 @@
 package cuda_test
 
-import (
-	"strings"
-	"testing"
-
-	"github.com/stretchr/testify/require"
-)
+import "testing"
 
 // The device ring (devring.go) against the fake driver, ranks in separate processes on
 // separate devices (and, at 0,0,1,2, two of them on one): the all_reduce and
@@ -17,12 +12,7 @@ func TestDeviceRingAcrossProcesses(t *testing.T) {
 	open(t)
 	t.Setenv("GONCCL_DEVTEST_RING", "1,256")
 	t.Setenv("GONCCL_DEVTEST_ONLY", "all_reduce,reduce_scatter")
-	for _, layout := range []string{"0,1,2", "0,0,1,2"} {
-		t.Run(strings.ReplaceAll(layout, ",", "-"), func(t *testing.T) {
-			out, err := runDevRanks(t, layout, "", "0,200")
-			require.NoError(t, err, "%s", out)
-		})
-	}
+	requireLayoutsPass(t, "0,1,2", "0,0,1,2")
 }
 
 // TestDeviceRingWrongStepFails shows the comparison sees a ring that reads its
@@ -32,7 +22,5 @@ func TestDeviceRingWrongStepFails(t *testing.T) {
 	open(t)
 	t.Setenv("GONCCL_DEVTEST_RING", "1,256")
 	t.Setenv("GONCCL_DEVTEST_ONLY", "all_reduce")
-	out, err := runDevRanks(t, "0,1,2", "skip-ring-wait", "50,500")
-	require.Error(t, err, "the skip-ring-wait fault went unnoticed:\n%s", out)
-	require.Contains(t, out, "MISMATCH", "%s", out)
+	requireFaultsCaught(t, "0,1,2", "50,500", "skip-ring-wait")
 }

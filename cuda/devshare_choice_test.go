@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gonccl/gonccl/cuda"
+	"github.com/gonccl/gonccl/cuda/cudatest"
 	"github.com/gonccl/gonccl/cuda/driver"
 )
 
@@ -19,25 +20,7 @@ func TestStageWhenDeviceSharedRefusesTogether(t *testing.T) {
 	d, f := open(t)
 	devs := []int{0, 1, 0}
 	ex := &memExchange{recs: make([][]byte, len(devs)), done: make(chan struct{})}
-	errs := make([]error, len(devs))
-	var wg sync.WaitGroup
-	for r, dev := range devs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, err := d.StreamContext(driver.Stream(f.Stream(dev)))
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			sh, err := cuda.NewShared(d, ctx, r, len(devs), 1<<20, ex.rank(r), cuda.StageWhenDeviceShared())
-			if sh != nil {
-				sh.Abandon()
-			}
-			errs[r] = err
-		}()
-	}
-	wg.Wait()
+	errs := setUpShared(d, f, devs, ex.rank, stageWhenShared, nil)
 	for r, err := range errs {
 		require.Error(t, err, "rank %d", r)
 		require.True(t, errors.Is(err, cuda.ErrDeviceShared) && errors.Is(err, cuda.ErrNotShared), "rank %d: %v", r, err)
@@ -56,4 +39,39 @@ func TestBusIDNamesTheDevice(t *testing.T) {
 	require.Equal(t, "0000:11:00.0", b)
 	_, err = d.BusID(99)
 	require.ErrorContains(t, err, "cuDeviceGetPCIBusId")
+}
+
+// setUpShared runs NewShared for goroutine ranks on devices devs, the records
+// exchanged through exchange(r), with opts(r); look (if not nil) sees each rank's
+// Shared, nil where refused, before it is abandoned. It returns each rank's error.
+func setUpShared(d *driver.Driver, f *cudatest.Fake, devs []int, exchange func(r int) func([]byte) ([]byte, error),
+	opts func(r int) []cuda.SharedOption, look func(r int, sh *cuda.Shared)) []error {
+	errs := make([]error, len(devs))
+	var wg sync.WaitGroup
+	for r, dev := range devs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, err := d.StreamContext(driver.Stream(f.Stream(dev)))
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			sh, err := cuda.NewShared(d, ctx, r, len(devs), 1<<20, exchange(r), opts(r)...)
+			if look != nil {
+				look(r, sh)
+			}
+			if sh != nil {
+				sh.Abandon()
+			}
+			errs[r] = err
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+// stageWhenShared is the options of a rank asked to stage when ranks share a device.
+func stageWhenShared(int) []cuda.SharedOption {
+	return []cuda.SharedOption{cuda.StageWhenDeviceShared()}
 }

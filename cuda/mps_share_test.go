@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gonccl/gonccl/cuda"
-	"github.com/gonccl/gonccl/cuda/driver"
 	"github.com/gonccl/gonccl/cuda/topology"
 )
 
@@ -32,33 +31,21 @@ func TestShareUnderMPS(t *testing.T) {
 	}{{"all clients", []bool{true, true, false}}, {"rank 1 not a client", []bool{true, false, true}}} {
 		t.Run(c.name, func(t *testing.T) {
 			ex := newRoundsExchange(len(devs))
-			errs := make([]error, len(devs))
 			lines := make([]string, len(devs))
 			asked := make([]string, len(devs))
 			details := make([]string, len(devs))
-			var wg sync.WaitGroup
-			for r, dev := range devs {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					ctx, err := d.StreamContext(driver.Stream(f.Stream(dev)))
-					if err != nil {
-						errs[r] = err
-						return
-					}
-					detect := func(bus string) topology.MPSStatus {
-						asked[r] = bus
-						return topology.MPSStatus{Client: c.clients[r], Why: fmt.Sprintf("rank %d's stand-in", r)}
-					}
-					sh, err := cuda.NewShared(d, ctx, r, len(devs), 1<<20, ex.rank(r), cuda.StageWhenDeviceShared(), cuda.ShareUnderMPS(detect))
-					if sh != nil {
-						lines[r], details[r] = sh.MPS(), sh.MPSDetail()
-						sh.Abandon()
-					}
-					errs[r] = err
-				}()
+			opts := func(r int) []cuda.SharedOption {
+				detect := func(bus string) topology.MPSStatus {
+					asked[r] = bus
+					return topology.MPSStatus{Client: c.clients[r], Why: fmt.Sprintf("rank %d's stand-in", r)}
+				}
+				return []cuda.SharedOption{cuda.StageWhenDeviceShared(), cuda.ShareUnderMPS(detect)}
 			}
-			wg.Wait()
+			errs := setUpShared(d, f, devs, ex.rank, opts, func(r int, sh *cuda.Shared) {
+				if sh != nil {
+					lines[r], details[r] = sh.MPS(), sh.MPSDetail()
+				}
+			})
 			require.Equal(t, []string{"0000:10:00.0", "0000:10:00.0", ""}, asked,
 				"asked once a GPU is shared, by the ranks that share it (every rank takes part in the second round)")
 			for r, err := range errs {

@@ -76,13 +76,7 @@ func TestSameGPUTimeSliced(t *testing.T) {
 func TestSameGPUWrongStepFails(t *testing.T) {
 	open(t)
 	t.Setenv("GONCCL_DEVTEST_SCRIPT", "samegpu")
-	for _, f := range []string{"samegpu-skip-event", "samegpu-offset"} {
-		t.Run(f, func(t *testing.T) {
-			out, err := runDevRanks(t, "0,0", f, "300,3000")
-			require.Error(t, err, "the %s fault went unnoticed:\n%s", f, out)
-			require.Contains(t, out, "MISMATCH", "%s", out)
-		})
-	}
+	requireFaultsCaught(t, "0,0", "300,3000", "samegpu-skip-event", "samegpu-offset")
 }
 
 // TestSameGPUCountsStreamWaits shows the GPU-wait assertion can fail: with the
@@ -288,22 +282,8 @@ func runSameGPUCase(c *core.Comm, g *samegpu.SameGPU, d *driver.Driver, ctx driv
 	}
 	in := devInput(dc.dt, dc.op, inN, rank, i)
 	want = make([]byte, outN*es)
-	var req *core.Request
-	switch dc.coll {
-	case "all_reduce":
-		req, err = c.AllReduce(in, want, dc.count, dc.dt, dc.op)
-	case "reduce_scatter":
-		req, err = c.ReduceScatter(in, want, dc.count, dc.dt, dc.op)
-	case "all_gather":
-		req, err = c.AllGather(in, want, dc.count, dc.dt)
-	case "broadcast":
-		req, err = c.Broadcast(in, want, dc.count, dc.dt, dc.root)
-	}
-	if err == nil {
-		_, err = req.Wait(-1)
-	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("host reference: %w", err)
+	if err := hostReference(c, dc, in, want); err != nil {
+		return nil, nil, err
 	}
 	exported := (i+rank)%2 == 0
 	alloc := func(n int) (uintptr, func(), error) {

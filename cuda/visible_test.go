@@ -2,14 +2,12 @@ package cuda_test
 
 import (
 	"errors"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/gonccl/gonccl/cuda"
 	"github.com/gonccl/gonccl/cuda/cudatest"
-	"github.com/gonccl/gonccl/cuda/driver"
 )
 
 // TestDevicePathOrdinalsAreProcessLocal: with a per-rank CUDA_VISIBLE_DEVICES a
@@ -51,25 +49,7 @@ func TestSharedGPUDecidedBeforeAllocating(t *testing.T) {
 	before, err := cudatest.StrictCountersAt(cudatest.Path(t))
 	require.NoError(t, err)
 	hostBefore := f.Counters().HostAllocs
-	errs := make([]error, len(devs))
-	var wg sync.WaitGroup
-	for r, dev := range devs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, err := d.StreamContext(driver.Stream(f.Stream(dev)))
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			sh, err := cuda.NewShared(d, ctx, r, len(devs), 1<<20, ex.rank(r), cuda.StageWhenDeviceShared())
-			if sh != nil {
-				sh.Abandon()
-			}
-			errs[r] = err
-		}()
-	}
-	wg.Wait()
+	errs := setUpShared(d, f, devs, ex.rank, stageWhenShared, nil)
 	for r, err := range errs {
 		require.True(t, errors.Is(err, cuda.ErrDeviceShared), "rank %d: %v", r, err)
 	}

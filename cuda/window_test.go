@@ -54,13 +54,7 @@ func TestDevWindowAcrossProcesses(t *testing.T) {
 func TestDevWindowEarlySignalFails(t *testing.T) {
 	open(t)
 	t.Setenv("GONCCL_DEVTEST_SCRIPT", "window")
-	for _, f := range []string{"window-signal-early", "window-put-offset"} {
-		t.Run(f, func(t *testing.T) {
-			out, err := runDevRanks(t, "0,1", f, "2000,5000")
-			require.Error(t, err, "the %s fault went unnoticed:\n%s", f, out)
-			require.Contains(t, out, "MISMATCH", "%s", out)
-		})
-	}
+	requireFaultsCaught(t, "0,1", "2000,5000", "window-signal-early", "window-put-offset")
 }
 
 // TestDevWindowDeadPeer: rank 1 dies after registering; rank 0's wait_signal fails at
