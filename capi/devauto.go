@@ -242,27 +242,19 @@ func (v *views) setupPath(c *core.Comm, p gpuPath, scratch int) (ok bool, note s
 // mpsText is the INIT log's word on MPS where ranks share a GPU (why: how this rank
 // found out whether it is a client, "" if it shares no GPU).
 func mpsText(recs []autoRecord, t gpuTopo, why string) string {
-	var buses []string
-	byBus := map[string][]int{}
+	buses := make([]string, len(recs))
 	for r, rec := range recs {
-		if byBus[rec.bus] == nil {
-			buses = append(buses, rec.bus)
-		}
-		byBus[rec.bus] = append(byBus[rec.bus], r)
+		buses[r] = rec.bus
 	}
 	var parts []string
-	for _, bus := range buses {
-		ranks := byBus[bus]
-		if len(ranks) < 2 {
-			continue
-		}
+	for _, g := range topology.SharedGPUs(buses) {
 		if t.mps {
-			parts = append(parts, fmt.Sprintf("MPS active on GPU %s (all %d ranks on it are clients)", bus, len(ranks)))
+			parts = append(parts, fmt.Sprintf("MPS active on GPU %s (all %d ranks on it are clients)", g.Bus, len(g.Ranks)))
 			continue
 		}
-		for _, r := range ranks {
+		for _, r := range g.Ranks {
 			if !recs[r].mps {
-				parts = append(parts, fmt.Sprintf("rank %d is not a client of an MPS server on GPU %s, which %d ranks share: their contexts take turns on it, so a GPU-side wait between them costs a time slice", r, bus, len(ranks)))
+				parts = append(parts, fmt.Sprintf("rank %d is not a client of an MPS server on GPU %s, which %d ranks share: their contexts take turns on it, so a GPU-side wait between them costs a time slice", r, g.Bus, len(g.Ranks)))
 				break
 			}
 		}

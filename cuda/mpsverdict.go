@@ -3,35 +3,26 @@ package cuda
 import (
 	"fmt"
 	"strings"
+
+	"github.com/gonccl/gonccl/cuda/topology"
 )
 
 // mpsVerdict judges, from every rank's record, the ranks that share a GPU: "" and ok
 // when every one of them is an MPS client (line then says so, for the INIT log), or
 // the first that is not, for the refusal.
 func mpsVerdict(recs []peerRecord) (line string, notClient int) {
-	byBus := map[string][]int{}
-	var buses []string
+	buses := make([]string, len(recs))
 	for r, rec := range recs {
-		if rec.bus == "" {
-			continue
-		}
-		if byBus[rec.bus] == nil {
-			buses = append(buses, rec.bus)
-		}
-		byBus[rec.bus] = append(byBus[rec.bus], r)
+		buses[r] = rec.bus
 	}
 	var parts []string
-	for _, bus := range buses {
-		ranks := byBus[bus]
-		if len(ranks) < 2 {
-			continue
-		}
-		for _, r := range ranks {
+	for _, g := range topology.SharedGPUs(buses) {
+		for _, r := range g.Ranks {
 			if !recs[r].mps {
 				return "", r
 			}
 		}
-		parts = append(parts, fmt.Sprintf("GPU %s (all %d ranks on it are clients)", bus, len(ranks)))
+		parts = append(parts, fmt.Sprintf("GPU %s (all %d ranks on it are clients)", g.Bus, len(g.Ranks)))
 	}
 	return "MPS active on " + strings.Join(parts, ", ") + ": GPU-side waits allowed", -1
 }
