@@ -117,3 +117,12 @@ func TestConfigTLSNamesEveryMissingFile(t *testing.T) {
 	require.ErrorContains(t, err, "not set: GONCCL_TLS_KEY and GONCCL_TLS_CA")
 	require.NotContains(t, err.Error(), "GONCCL_TLS=1: GONCCL_TLS=1")
 }
+
+// A GONCCL_SOCKET_IFNAME that matches nothing is refused with the interfaces there are.
+func TestSocketIfnameListsInterfaces(t *testing.T) {
+	t.Setenv("GONCCL_SOCKET_IFNAME", "=nosuchif0")
+	_, err := NewUniqueID()
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	require.ErrorContains(t, err, `GONCCL_SOCKET_IFNAME="=nosuchif0"`)
+	require.ErrorContains(t, err, "lo (127.0.0.1)")
+}

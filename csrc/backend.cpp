@@ -138,20 +138,29 @@ GoncclBackend::GoncclBackend(
       TORCH_CHECK_VALUE(
           false, "gonccl: invalid GoncclOptions", rankNote_, ": ", detail);
     }
+    // The library's own message names the rank and the step already.
+    if (detail.rfind("gonccl rank ", 0) == 0) {
+      C10_THROW_ERROR(DistBackendError, c10::str(detail, rankNote_));
+    }
     C10_THROW_ERROR(
         DistBackendError,
         c10::str(
-            "gonccl: communicator init failed on rank ",
+            "gonccl rank ",
             rank,
             " of ",
             size,
             rankNote_,
-            ": ",
+            ": communicator init failed: ",
             detail));
   }
   queue_ = CompletionQueue::create();
   init();
 }
+
+// kIdFailed leads what rank 0 stores instead of the unique id when it could not
+// make one (a bad setting, no usable interface): the other ranks, waiting for
+// the id, fail at once with rank 0's reason instead of at the store's timeout.
+static const std::string kIdFailed = "gonccl: no unique id: ";
 
 goncclUniqueId GoncclBackend::shareUniqueId(
     c10d::Store& store, const std::string& key, int rank, const char* what) {
@@ -160,18 +169,27 @@ goncclUniqueId GoncclBackend::shareUniqueId(
   if (rank == 0) {
     goncclResult_t rc = L.getUniqueId(&id);
     if (rc != goncclSuccess) {
-      C10_THROW_ERROR(
-          DistBackendError,
-          c10::str(
-              "gonccl: ",
-              what,
-              "goncclGetUniqueId failed: ",
-              errorString(rc, L.getLastError(nullptr))));
+      const std::string why = errorString(rc, L.getLastError(nullptr));
+      store.set(key, std::vector<uint8_t>(kIdFailed.begin(), kIdFailed.end()));
+      store.set(key + "/why", std::vector<uint8_t>(why.begin(), why.end()));
+      C10_THROW_ERROR(DistBackendError, c10::str("gonccl rank 0: ", what, why));
     }
     const auto* bytes = reinterpret_cast<const uint8_t*>(id.internal);
     store.set(key, std::vector<uint8_t>(bytes, bytes + sizeof(id.internal)));
   } else {
     std::vector<uint8_t> bytes = store.get(key);
+    if (std::string(bytes.begin(), bytes.end()) == kIdFailed) {
+      const std::vector<uint8_t> why = store.get(key + "/why");
+      C10_THROW_ERROR(
+          DistBackendError,
+          c10::str(
+              "gonccl rank ",
+              rank,
+              ": ",
+              what,
+              "rank 0 could not start the group: ",
+              std::string(why.begin(), why.end())));
+    }
     TORCH_CHECK(
         bytes.size() == sizeof(id.internal),
         "gonccl: ",
