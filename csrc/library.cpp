@@ -141,9 +141,9 @@ std::string opFailure(
   // the op and the rank already, and take no second prefix.
   const bool named = why.rfind("gonccl rank ", 0) == 0;
   if (result == goncclTimeout) {
-    // Every timeout says "Timed out" or "timeout" once, spaces around it: what
-    // torch's tests and the users' scripts look for. The library's waits for a
-    // peer say "Timed out" themselves, with the limit and the rank waited for.
+    // Every timeout says "Timed out", spaces around it: what torch's tests and
+    // the users' scripts look for. The library's waits for a peer say it
+    // themselves, with the limit and the rank waited for.
     const bool said = why.find(" Timed out ") != std::string::npos;
     const bool rankNamed = why.find("waiting for rank ") != std::string::npos;
     if (named && said) {
@@ -152,7 +152,7 @@ std::string opFailure(
     if (named) {
       return c10::str(
           why,
-          "; the op's timeout is ",
+          "; Timed out after ",
           timeout.count(),
           " ms",
           traceHint(rankNamed));
