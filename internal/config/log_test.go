@@ -119,7 +119,9 @@ func TestLoggers(t *testing.T) {
 	})
 	require.Equal(t, "T host:7:TID GONCCL ERROR ENV failed\n", lines(out))
 
-	out = stderrOf(t, func() { Loggers(Logging{Level: "TRACE", Subsys: "COLL"}, Who{Host: "h", Pid: 1, Rank: 3}, nil)("COLL").Debug("one op") })
+	out = stderrOf(t, func() {
+		Loggers(Logging{Level: "TRACE", Subsys: "COLL"}, Who{Host: "h", Pid: 1, Rank: 3}, nil)("COLL").Debug("one op")
+	})
 	require.Equal(t, "T h:1:TID [3] GONCCL DEBUG COLL one op\n", lines(out))
 	require.Regexp(t, `^\d{4}-.*Z h:1:\d+ \[3\]`, out, "a timestamp and the thread id lead the line")
 }
