@@ -98,7 +98,7 @@ func (c *Comm) diagnose(o *op, failed error) string {
 			notes = append(notes, fmt.Sprintf("rank %d is still in %s", p, r.Running))
 		case theirs != "" && theirs != mine && !namesMismatchWith(failed, p):
 			notes = append(notes, fmt.Sprintf("rank %d called %s but rank %d called %s", p, theirs, c.rank, mine))
-		case r.Err != "":
+		case r.Err != "" && !namesMismatchWith(failed, p):
 			notes = append(notes, fmt.Sprintf("rank %d failed: %s", p, r.Err))
 		}
 	}
@@ -346,7 +346,8 @@ func (c *Comm) idle() bool {
 }
 
 // namesMismatchWith reports whether err is a mismatch that already says what rank
-// peer called (mismatchText), so that the diagnosis need not say it again.
+// peer called (mismatchText), so that the diagnosis need not say it again, nor the
+// peer's own failure, which is the same mismatch seen from its side.
 func namesMismatchWith(err error, peer int) bool {
 	return errors.Is(err, ErrMismatch) && strings.Contains(err.Error(), fmt.Sprintf("rank %d called ", peer))
 }
