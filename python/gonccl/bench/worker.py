@@ -256,8 +256,8 @@ def _run(args, rank: int, nranks: int, timeout) -> int:
             f"# {convention}",
             ("# forms torch lacks print N/A" if oop_form else
              f"# in-place only: torch has no out-of-place {coll}")
-            + ("; ratio = gonccl busbw / gloo busbw (in-place if the collective has it, else out-of-place)"
-               if with_ratio else ""),
+            + (("; ratio = gonccl busbw / gloo busbw (in-place if the collective has it, else out-of-place)"
+                if oop_form else "; ratio = gonccl busbw / gloo busbw") if with_ratio else ""),
             *([f"# gonccl-auto / gonccl-samegpu / gonccl-device / gonccl-staged: gonccl with "
                f"GONCCL_DEVICE_PATH=auto / samegpu / 1 / 0 "
                f"(gonccl's choice, logged at INIT / same-GPU path where every rank shares one GPU / device path / "
