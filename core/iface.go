@@ -15,9 +15,8 @@ func selectInterface(spec string) (tcp.Interface, error) {
 	if err == nil || spec == "" {
 		return ifc, err
 	}
-	return ifc, fmt.Errorf("%w: %v; this host's interfaces that are up with an address: %s "+
-		"(set GONCCL_SOCKET_IFNAME to one that every rank can reach, e.g. =eth0, or unset it)",
-		ErrInvalidArgument, err, upInterfaces())
+	return ifc, invalidSetting(fmt.Sprintf("%v; this host's interfaces that are up with an address: %s "+
+		"(set GONCCL_SOCKET_IFNAME to one that every rank can reach, e.g. =eth0, or unset it)", err, upInterfaces()))
 }
 
 // upInterfaces lists the interfaces that are up and have an address, with it:

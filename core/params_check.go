@@ -62,7 +62,16 @@ func checkTLSFiles(c *config) error {
 	if len(missing) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%w: GONCCL_TLS=1 needs three PEM files: GONCCL_TLS_CERT (this rank's certificate), "+
+	return invalidSetting(fmt.Sprintf("GONCCL_TLS=1 needs three PEM files: GONCCL_TLS_CERT (this rank's certificate), "+
 		"GONCCL_TLS_KEY (its private key) and GONCCL_TLS_CA (the CA bundle that signed every rank's certificate); "+
-		"not set: %s (see docs/security.md)", ErrInvalidArgument, settings.JoinWords(missing, "and"))
+		"not set: %s (see docs/security.md)", settings.JoinWords(missing, "and")))
 }
+
+// settingProblem is a setting that cannot work as set, in words that say so and what
+// to do; it matches ErrInvalidArgument without that sentinel's words in the message.
+type settingProblem string
+
+func (e settingProblem) Error() string { return string(e) }
+func (e settingProblem) Unwrap() error { return ErrInvalidArgument }
+
+func invalidSetting(msg string) error { return settingProblem(msg) }

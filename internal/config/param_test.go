@@ -67,13 +67,13 @@ func TestLoadErrors(t *testing.T) {
 		name, value, msg string
 		sentinel         bool // the error wraps Parsers.Invalid
 	}{
-		{"GONCCL_CFGTEST_ON", "yes", `GONCCL_CFGTEST_ON="yes" is not a valid setting: it takes 0 or 1 (unset it for the default)`, true},
-		{"GONCCL_CFGTEST_N", "many", `GONCCL_CFGTEST_N="many" is not a valid setting: it takes an integer from 2 to 10 (unset it for the default)`, true},
-		{"GONCCL_CFGTEST_N", "1", `GONCCL_CFGTEST_N="1" is not a valid setting: it takes an integer from 2 to 10 (unset it for the default)`, true},
-		{"GONCCL_CFGTEST_N", "11", `GONCCL_CFGTEST_N="11" is not a valid setting: it takes an integer from 2 to 10 (unset it for the default)`, true},
-		{"GONCCL_CFGTEST_LEVEL", "bogus", `GONCCL_CFGTEST_LEVEL="bogus" is not a valid setting: it takes WARN, INFO or TRACE (in any case) (unset it for the default)`, true},
-		{"GONCCL_CFGTEST_SIZE", "3X", `GONCCL_CFGTEST_SIZE="3X" is not a valid setting: it takes bytes from 1M to 16G (e.g. 4194304 or 4M; K, M, G suffixes) (unset it for the default)`, true},
-		{"GONCCL_CFGTEST_SIZE", "1023K", `GONCCL_CFGTEST_SIZE="1023K" is not a valid setting: it takes bytes from 1M to 16G (e.g. 4194304 or 4M; K, M, G suffixes) (unset it for the default)`, true},
+		{"GONCCL_CFGTEST_ON", "yes", `GONCCL_CFGTEST_ON="yes" is not a valid setting: it takes 0 or 1; unset it for the default`, true},
+		{"GONCCL_CFGTEST_N", "many", `GONCCL_CFGTEST_N="many" is not a valid setting: it takes an integer from 2 to 10; unset it for the default`, true},
+		{"GONCCL_CFGTEST_N", "1", `GONCCL_CFGTEST_N="1" is not a valid setting: it takes an integer from 2 to 10; unset it for the default`, true},
+		{"GONCCL_CFGTEST_N", "11", `GONCCL_CFGTEST_N="11" is not a valid setting: it takes an integer from 2 to 10; unset it for the default`, true},
+		{"GONCCL_CFGTEST_LEVEL", "bogus", `GONCCL_CFGTEST_LEVEL="bogus" is not a valid setting: it takes WARN, INFO or TRACE, in any case; unset it for the default`, true},
+		{"GONCCL_CFGTEST_SIZE", "3X", `GONCCL_CFGTEST_SIZE="3X" is not a valid setting: it takes bytes from 1M to 16G (e.g. 4194304 or 4M; K, M, G suffixes); unset it for the default`, true},
+		{"GONCCL_CFGTEST_SIZE", "1023K", `GONCCL_CFGTEST_SIZE="1023K" is not a valid setting: it takes bytes from 1M to 16G (e.g. 4194304 or 4M; K, M, G suffixes); unset it for the default`, true},
 		{"GONCCL_CFGTEST_CUSTOM", "no", "GONCCL_CFGTEST_CUSTOM refused", false},
 	}
 	for _, c := range cases {

@@ -28,7 +28,7 @@ type SettingError struct {
 }
 
 func (e *SettingError) Error() string {
-	return fmt.Sprintf("%s=%q is not a valid setting: it takes %s (unset it for the default)", e.Name, e.Value, e.Want)
+	return fmt.Sprintf("%s=%q is not a valid setting: it takes %s; unset it for the default", e.Name, e.Value, e.Want)
 }
 
 // Unwrap returns the sentinel, so that errors.Is classifies the error.
@@ -73,7 +73,7 @@ func (p Parsers[C]) OneOf(allowed []string, set func(c *C, v string)) func(*C, s
 				return nil
 			}
 		}
-		return p.refuse(name, v, Alternatives(allowed)+" (in any case)")
+		return p.refuse(name, v, Alternatives(allowed)+", in any case")
 	}
 }
 
