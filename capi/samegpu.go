@@ -8,6 +8,7 @@ import (
 	"github.com/gonccl/gonccl/cuda"
 	"github.com/gonccl/gonccl/cuda/kernels"
 	"github.com/gonccl/gonccl/cuda/samegpu"
+	"github.com/gonccl/gonccl/internal/route"
 )
 
 // The same-GPU path of the C ABI: when every rank of the communicator runs on one GPU,
@@ -80,7 +81,7 @@ func (v *views) trySameGPU(c *core.Comm, kind core.Kind, dt core.DataType, op *c
 	e.devMu.Lock()
 	g, k := e.devSame, e.devKernels
 	e.devMu.Unlock()
-	if g == nil || !e.autoChooses(pathSameGPU, kind, count*dt.Size()) {
+	if g == nil || !e.autoChooses(route.SameGPU, kind, count*dt.Size()) {
 		return nil, false, nil
 	}
 	if v.ctx != e.devCtx {
