@@ -106,8 +106,8 @@ func TestAutoSetsUpOnlyProvenPaths(t *testing.T) {
 		}
 		es := autoRanks(t, devAuto, c.devs, cheap)
 		for r, e := range es {
-			require.Nil(t, e.devShared, "rank %d (%s): auto set up the device path", r, c.setup)
-			require.Nil(t, e.devSame, "rank %d (%s): auto set up the same-GPU path", r, c.setup)
+			require.True(t, e.devShared == nil, "rank %d (%s): auto set up the device path", r, c.setup)
+			require.True(t, e.devSame == nil, "rank %d (%s): auto set up the same-GPU path", r, c.setup)
 			require.True(t, e.devSetupKnown)
 			require.Equal(t, c.setup, e.devSetup, "rank %d", r)
 			require.False(t, e.pipelined(), "rank %d (%s): auto pipelines staging", r, c.setup)
