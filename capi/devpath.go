@@ -262,11 +262,11 @@ func hostAllGather(c *core.Comm, rec []byte) ([]byte, error) {
 }
 
 // noRoot is tryDevice's root for the collectives that have none.
-const noRoot = -1 << 40
+const noRoot = core.NoRoot
 
 // tryDevice runs a collective on the device path if it applies to this call (ok),
-// after the checks core would make: the reduction (op, if not nil), the root (unless
-// noRoot), the communicator's state. kind and count (as core counts it) are for the
+// after core's checks (core.Comm.CheckOp: the reduction, if op is not nil, the root,
+// unless noRoot, the communicator's state). kind and count (as core counts it) are for the
 // flight recorder.
 func (v *views) tryDevice(c *core.Comm, kind core.Kind, dt core.DataType, op *core.RedOp, root, count int,
 	enqueue func(sh *cuda.Shared, k *kernels.Kernels, ptrs []uintptr) error, bufs ...buf) (req *core.Request, ok bool, err error) {
@@ -280,15 +280,7 @@ func (v *views) tryDevice(c *core.Comm, kind core.Kind, dt core.DataType, op *co
 		v.e.logStagedOnce(c)
 		return nil, false, nil
 	}
-	if op != nil {
-		if err := core.CheckReduction(dt, *op); err != nil {
-			return nil, false, err
-		}
-	}
-	if root != noRoot && (root < 0 || root >= c.Size()) {
-		return nil, false, fmt.Errorf("%w: root %d is not a rank of a communicator of %d", core.ErrInvalidArgument, root, c.Size())
-	}
-	if err := c.Err(); err != nil {
+	if err := c.CheckOp(kind, dt, op, root); err != nil {
 		return nil, false, err
 	}
 	rec := devRecord{kind: kind, root: -1, count: count}

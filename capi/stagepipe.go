@@ -281,13 +281,14 @@ func (v *views) reductionStaged(c *core.Comm, kind staged.GPUReduceKind, d core.
 	if err != nil {
 		return nil, err
 	}
-	if err := core.CheckReduction(d, rop); err != nil {
-		return nil, err
+	ck, r := core.KindAllReduce, noRoot
+	switch kind {
+	case staged.GPUReduceScatter:
+		ck = core.KindReduceScatter
+	case staged.GPUReduce:
+		ck, r = core.KindReduce, root
 	}
-	if kind == staged.GPUReduce && (root < 0 || root >= c.Size()) {
-		return nil, fmt.Errorf("%w: root %d is not a rank of a communicator of %d", core.ErrInvalidArgument, root, c.Size())
-	}
-	if err := c.Err(); err != nil {
+	if err := c.CheckOp(ck, d, &rop, r); err != nil {
 		return nil, err
 	}
 	k, err := kernels.Load(v.drv, v.ctx)
