@@ -156,6 +156,12 @@ func (v *views) setupPath(c *core.Comm, p route.Path, scratch int, gather route.
 		}
 		serr = err
 	}
+	if serr == nil && e.devSetupFault != nil {
+		if serr = e.devSetupFault(p); serr != nil && undo != nil {
+			undo()
+			undo = nil
+		}
+	}
 	why := ""
 	if serr != nil {
 		why = serr.Error()

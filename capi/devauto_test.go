@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -18,6 +19,12 @@ import (
 // GONCCL_DEVICE_PATH_COST=cost, each rank deciding on its own goroutine; returns each
 // rank's entry (closed when the test ends).
 func autoRanks(t *testing.T, mode devMode, devs [2]int, cost string) []*commEntry {
+	return autoRanksFault(t, mode, devs, cost, nil)
+}
+
+// autoRanksFault is autoRanks where fault, if not nil, fails rank r's setup of a path
+// after the path's own exchange (commEntry.devSetupFault).
+func autoRanksFault(t *testing.T, mode devMode, devs [2]int, cost string, fault func(r int, p route.Path) error) []*commEntry {
 	path, err := cudatest.BuildIn(t.TempDir())
 	require.NoError(t, err)
 	d, err := driver.Open(path)
@@ -48,6 +55,9 @@ func autoRanks(t *testing.T, mode devMode, devs [2]int, cost string) []*commEntr
 				return
 			}
 			e := &commEntry{comm: c, devState: devState{devMode: mode, devCosts: costs}}
+			if fault != nil {
+				e.devSetupFault = func(p route.Path) error { return fault(r, p) }
+			}
 			entries[r] = e
 			v := &views{e: e, stream: s, drv: d, ctx: ctx, dev: devs[r]}
 			_, _, errs[r] = v.devicePath(c)
@@ -134,6 +144,27 @@ func TestAutoNeverChoosesARefusedPath(t *testing.T) {
 			for _, b := range []int{0, 1, 1000, 4 << 20, 1 << 30} {
 				require.Equal(t, route.Staged, pc.Pick(k, b), "rank %d: %s of %d bytes", r, k, b)
 			}
+		}
+	}
+}
+
+// TestSetupIsAllOrNothing: where one rank cannot finish a path's setup after the
+// path's own exchange (rank 1 here cannot open the same-GPU path's peer resources),
+// every rank leaves that path out and stages, together, and the INIT note names the
+// rank and why. Before, rank 1 failed its operation while rank 0 took the same-GPU
+// path and waited for it.
+func TestSetupIsAllOrNothing(t *testing.T) {
+	es := autoRanksFault(t, devModel, [2]int{0, 0}, "", func(r int, p route.Path) error {
+		if r == 1 && p == route.SameGPU {
+			return errors.New("opening rank 0's event: no such process")
+		}
+		return nil
+	})
+	for r, e := range es {
+		require.True(t, e.devSame == nil, "rank %d kept the same-GPU path rank 1 could not set up", r)
+		require.False(t, e.devChoice.Has(route.SameGPU), "rank %d", r)
+		for _, k := range route.ChosenKinds {
+			require.NotEqual(t, route.SameGPU, e.devChoice.Pick(k, 64<<20), "rank %d: %s", r, k)
 		}
 	}
 }

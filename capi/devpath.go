@@ -132,6 +132,9 @@ type devState struct {
 	// devSetup is the ranks' setup as auto's agreement step found it (devSetupKnown).
 	devSetup      route.Setup
 	devSetupKnown bool
+	// devSetupFault, set by tests only, fails this rank's setup of a path after the
+	// path's own exchange (as a peer's event or page it cannot open would).
+	devSetupFault func(route.Path) error
 	devRingTo     int // GONCCL_DEVICE_RING_THRESHOLD, read at the first device operation
 	devKernels    *kernels.Kernels
 	devCtx        driver.Context
