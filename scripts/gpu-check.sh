@@ -718,10 +718,11 @@ fi
 NP=$((gpus >= 2 ? gpus : 2))
 BENCH=(-m gonccl.bench all_reduce --device cuda -b 16 -e 256M -f 16 -n 5 -w 2 -c 1)
 SMALL=(-m gonccl.bench all_reduce --device cuda -b 8 -e 4K -f 8 -n 200 -w 20 -c 1 -z 1)
-# Under MPS (if the machine lets us start its daemon): gonccl's own choice (the device
-# path when every rank sharing the GPU is an MPS client) and the same-GPU path, 16 B and
-# 256 MiB.
-MPSB=(-m gonccl.bench all_reduce --device cuda -b 16 -e 256M -f 16777216 -n 5 -w 2 -c 1 --backends gonccl-auto,gonccl-samegpu)
+# Under MPS (if the machine lets us start its daemon): the cost model's choice among every
+# path (GONCCL_DEVICE_PATH=model: the device path when every rank sharing the GPU is an MPS
+# client; auto takes it only once a GPU check has proven it there) and the same-GPU path,
+# 16 B and 256 MiB.
+MPSB=(-m gonccl.bench all_reduce --device cuda -b 16 -e 256M -f 16777216 -n 5 -w 2 -c 1 --backends gonccl-model,gonccl-samegpu)
 DDPB=(-m gonccl.bench ddp --device cuda -n 5 -w 2)
 if [[ $DRY -eq 1 ]]; then
   selected bench && skip bench "dry run: would run $PY ${BENCH[*]} -np 2 (gonccl-device, gonccl-staged and gloo; -np N with nccl on N>=2 GPUs), 256 MiB with GONCCL_DEVICE_SCRATCH=256M, the DDP step (${DDPB[*]}), small ops blocking (${SMALL[*]}), and under MPS if nvidia-cuda-mps-control -d starts (${MPSB[*]})"
