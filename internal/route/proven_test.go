@@ -18,6 +18,9 @@ func checkProof(root string, s Setup, r Route, p *Proof) error {
 		return fmt.Errorf("%s %s cites a report that cannot be read: %w", s, r, err)
 	}
 	rep := string(text)
+	if first, _, _ := strings.Cut(rep, "\n"); strings.Contains(first, "dry run") {
+		return fmt.Errorf("%s %s: %s is a dry run, which ran no GPU", s, r, p.Report)
+	}
 	for _, want := range []struct{ what, text string }{
 		{"date", "- date: " + p.Date}, {"GPU", p.GPU}, {"driver", p.Driver}, {"torch", "- torch: " + p.Torch},
 	} {
@@ -74,6 +77,7 @@ func TestProofCheckFails(t *testing.T) {
 		PathsHeader + "\n|---|---|---|\n| shared-gpu | device | failed |\n| shared-gpu | staged | passed |\n"
 	require.NoError(t, os.MkdirAll(filepath.Join(root, "r"), 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(root, "r", "report.md"), []byte(report), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(root, "r", "dry.md"), []byte("# gonccl GPU check (dry run: no GPU used)\n"+report), 0o644))
 	good := Proof{Report: "r/report.md", Date: "2026-12-01", GPU: "NVIDIA H200", Driver: "580.1", Torch: "2.11.0+cu130", Commit: "abc1234"}
 	require.NoError(t, checkProof(root, SharedGPU, RouteStaged, &good))
 	for name, c := range map[string]struct {
@@ -88,6 +92,7 @@ func TestProofCheckFails(t *testing.T) {
 		"path failed":  {RouteDevice, func(*Proof) {}},
 		"path absent":  {RouteSameGPU, func(*Proof) {}},
 		"no INIT line": {RouteStaged, func(p *Proof) { p.Shows = []string{"staged path"} }},
+		"dry run":      {RouteStaged, func(p *Proof) { p.Report = "r/dry.md" }},
 	} {
 		p := good
 		c.mod(&p)
