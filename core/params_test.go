@@ -80,7 +80,7 @@ func TestConfigRefusesBadValues(t *testing.T) {
 		{"GONCCL_DEBUG", "VERSION", `GONCCL_DEBUG="VERSION" is not a valid setting`},
 		{"GONCCL_DEBUG_SUBSYS", "INIT,NETWORK", `GONCCL_DEBUG_SUBSYS="INIT,NETWORK" is not a valid setting: it takes names of INIT, COLL, NET, SHM, ENV, TUNING or ALL`},
 		{"GONCCL_DEBUG_FILE", "/tmp/x.%r", `GONCCL_DEBUG_FILE="/tmp/x.%r" is not a valid setting`},
-		{"GONCCL_DEVICE_PATH", "bogus", `GONCCL_DEVICE_PATH="bogus" is not a valid setting: it takes auto, samegpu, 1 or 0`},
+		{"GONCCL_DEVICE_PATH", "bogus", `GONCCL_DEVICE_PATH="bogus" is not a valid setting: it takes auto, model, samegpu, 1 or 0`},
 		{"GONCCL_P2P_DISABLE", "yes", `GONCCL_P2P_DISABLE="yes" is not a valid setting: it takes 0 or 1`},
 		{"GONCCL_DEVICE_SCRATCH", "1K", `GONCCL_DEVICE_SCRATCH="1K" is not a valid setting: it takes bytes from 1M to 16G`},
 		{"GONCCL_DEVICE_RING_THRESHOLD", "big", `GONCCL_DEVICE_RING_THRESHOLD="big" is not a valid setting`},

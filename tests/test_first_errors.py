@@ -44,7 +44,7 @@ def said_once(msg: str) -> None:
 
 SETTINGS = [
     ("GONCCL_DEBUG", "bogus", ["WARN, INFO or TRACE"]),
-    ("GONCCL_DEVICE_PATH", "bogus", ["auto, samegpu, 1 or 0"]),
+    ("GONCCL_DEVICE_PATH", "bogus", ["auto, model, samegpu, 1 or 0"]),
     ("GONCCL_TIMEOUT_MS", "soon", ["an integer of at least 1"]),
     ("GONCCL_DEBUG_SUBSYS", "INIT,NETWORK", ["NETWORK", "INIT, COLL, NET"]),
 ]

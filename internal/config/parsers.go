@@ -103,10 +103,16 @@ func (p Parsers[C]) Integer(least, most int64, set func(c *C, v int64)) func(*C,
 }
 
 // Bytes parses a size in bytes from least to most: decimal, or with a K, M or G
-// suffix (2^10, 2^20, 2^30, in any case).
+// suffix (2^10, 2^20, 2^30, in any case); empty (no default) gives 0.
 func (p Parsers[C]) Bytes(least, most int64, set func(c *C, v int64)) func(*C, string, string) error {
 	want := fmt.Sprintf("bytes from %s to %s (e.g. 4194304 or 4M; K, M, G suffixes)", sizeText(least), sizeText(most))
 	return func(c *C, name, s string) error {
+		if s == "" {
+			if set != nil {
+				set(c, 0)
+			}
+			return nil
+		}
 		n, ok := ParseBytes(s, most)
 		if !ok || n < least {
 			return p.refuse(name, s, want)
