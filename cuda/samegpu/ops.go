@@ -271,7 +271,7 @@ func (g *SameGPU) follow(s driver.Stream, n uint64, deadline time.Time, o sameOp
 	g.own.word(seqReady).Store(n)
 
 	lead := g.peers[launcher]
-	if err := spinThenBackoff(deadline, func() string {
+	if err := g.wait(deadline, func() string {
 		return fmt.Sprintf("rank %d waited for rank %d to enqueue same-GPU %s %d", g.rank, launcher, sameNames[o.kind], n)
 	}, func() (bool, error) { return lead.word(seqDone).Load() >= n, nil }); err != nil {
 		return err
@@ -279,7 +279,7 @@ func (g *SameGPU) follow(s driver.Stream, n uint64, deadline time.Time, o sameOp
 	if st := lead.word(seqStatus).Load(); st == statusMismatch {
 		return fmt.Errorf("%w: same-GPU %s %d: rank %d reports that the ranks called different operations, or could not enqueue this one", ErrSameGPUMismatch, sameNames[o.kind], n, launcher)
 	}
-	if err := spinThenBackoff(deadline, func() string {
+	if err := g.wait(deadline, func() string {
 		return fmt.Sprintf("rank %d waited for rank %d's same-GPU %s %d to run on the GPU", g.rank, launcher, sameNames[o.kind], n)
 	}, func() (bool, error) { return g.d.EventDone(g.done) }); err != nil {
 		return err
@@ -303,7 +303,7 @@ func (g *SameGPU) lead(s driver.Stream, n uint64, deadline time.Time, o sameOp, 
 			continue
 		}
 		pg := g.peers[p]
-		if err := spinThenBackoff(deadline, func() string {
+		if err := g.wait(deadline, func() string {
 			return fmt.Sprintf("rank %d waited for rank %d's input of same-GPU %s %d", g.rank, p, name, n)
 		}, func() (bool, error) { return pg.word(seqReady).Load() >= n, nil }); err != nil {
 			return err
@@ -315,7 +315,7 @@ func (g *SameGPU) lead(s driver.Stream, n uint64, deadline time.Time, o sameOp, 
 				return err
 			}
 		} else if !driver.TestFault("samegpu-skip-event") {
-			if err := spinThenBackoff(deadline, func() string {
+			if err := g.wait(deadline, func() string {
 				return fmt.Sprintf("rank %d waited for rank %d's stream to reach same-GPU %s %d", g.rank, p, name, n)
 			}, func() (bool, error) { return g.d.EventDone(g.peerEv[p]) }); err != nil {
 				return err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -30,7 +31,8 @@ import (
 //	other ranks: wait doneSeq >= n, then poll cuEventQuery(done) until it has run
 //	             [copy the output out of the exchange buffer] and return
 //
-// Polls spin briefly, then back off (spinThenBackoff). An event is recorded again
+// Polls spin briefly, then back off (wait), and give up once the communicator has
+// failed (Watch). An event is recorded again
 // only after the op that waited for it has finished, so a rank that saw the sequence
 // number reach n and then the event complete knows record n has run.
 //
@@ -70,9 +72,10 @@ type SameGPU struct {
 	maps     []map[uint64]mapping // launcher: per peer, its allocations mapped here
 	xbuf     uintptr              // the exchange buffer (0: none yet)
 	xcap     int
-	retired  []uintptr       // exchange buffers outgrown, freed at Close (the launcher may map them)
-	noExport map[uint64]bool // allocations the driver would not export (asked once)
-	leadPID  int             // the launcher's process, to stop waiting in Close if it is gone
+	retired  []uintptr                    // exchange buffers outgrown, freed at Close (the launcher may map them)
+	noExport map[uint64]bool              // allocations the driver would not export (asked once)
+	leadPID  int                          // the launcher's process, to stop waiting in Close if it is gone
+	errf     atomic.Pointer[func() error] // the communicator's error (Watch)
 	closed   bool
 	failed   error // the first operation that failed: the ranks' sequence numbers may disagree since
 }
@@ -98,6 +101,13 @@ var ErrSameGPUTimeout = errors.New("cuda: timed out on the same-GPU path")
 // ErrSameGPUMismatch means the ranks of the same-GPU path called different operations
 // (count, type or reduction) at the same point; the error names the rank.
 var ErrSameGPUMismatch = errors.New("cuda: the ranks called different operations on the same-GPU path")
+
+// ErrRefused means this rank could not connect to the others' part of the same-GPU
+// path (open a peer's sequence page or inter-process event) after every rank had said
+// it could take part: only this rank knows, so the caller must agree with the other
+// ranks before any takes the path (every rank stages if one was refused). The error
+// names the rank and wraps the cause.
+var ErrRefused = errors.New("cuda: a rank could not connect to the same-GPU path")
 
 // launcher is the rank that enqueues every operation's work.
 const launcher = 0
@@ -198,9 +208,20 @@ func NewSameGPU(d *driver.Driver, ctx driver.Context, rank, nranks int, timeout 
 	// Every rank can; a failure from here on is a failure of the machine, not a choice.
 	if err := g.connect(recs); err != nil {
 		g.Close()
-		return nil, err
+		return nil, fmt.Errorf("%w: rank %d: %w", ErrRefused, rank, err)
 	}
 	return g, nil
+}
+
+// Watch makes every wait of this path for another rank give up as soon as commErr
+// (the communicator's error: a lost peer, missed heartbeats, an abort) returns one,
+// rather than at the operation's timeout. The error says what the rank waited for and
+// wraps commErr's, which names the rank that failed. Call it before the first
+// operation; without it, waits end only at the timeout.
+func (g *SameGPU) Watch(commErr func() error) {
+	if commErr != nil {
+		g.errf.Store(&commErr)
+	}
 }
 
 // setupOwn makes this rank's page and events.
@@ -302,7 +323,7 @@ func (g *SameGPU) Close() error {
 	keep(g.d.Do(g.ctx, func() error {
 		if g.rank == launcher && g.n > 0 && g.done != 0 {
 			// Its last kernels may still read and write through the mappings.
-			keep(spinThenBackoff(time.Now().Add(g.timeout), func() string {
+			keep(g.waitGPU(time.Now().Add(g.timeout), func() string {
 				return fmt.Sprintf("rank %d waited for its last same-GPU operation to finish before closing", g.rank)
 			}, func() (bool, error) { return g.d.EventDone(g.done) }))
 		}
@@ -324,7 +345,7 @@ func (g *SameGPU) Close() error {
 			return nil
 		}
 		if lead := g.peers[launcher]; g.rank != launcher && lead != nil && !g.samePID[launcher] {
-			err := spinThenBackoff(time.Now().Add(g.timeout), func() string {
+			err := g.wait(time.Now().Add(g.timeout), func() string {
 				return fmt.Sprintf("rank %d waited for rank %d to close its mappings of its exchange buffers (left allocated)", g.rank, launcher)
 			}, func() (bool, error) {
 				return lead.word(seqClosed).Load() != 0 || unix.Kill(g.leadPID, 0) == unix.ESRCH, nil

@@ -98,17 +98,36 @@ func (p *seqPage) word(off int) *atomic.Uint64 { return (*atomic.Uint64)(unsafe.
 
 func (p *seqPage) unmap() error { return unix.Munmap(p.mem) }
 
-// spinThenBackoff calls ready until it reports true: a few thousand tight tries (an
-// answer within microseconds is the common case), then sleeps that double from 2 us to
-// 200 us. It gives up at deadline with what's error.
-func spinThenBackoff(deadline time.Time, what func() string, ready func() (bool, error)) error {
+// wait calls ready until it reports true: a few thousand tight tries (an answer
+// within microseconds is the common case), then sleeps that double from 2 us to 200
+// us. It gives up, with what's error, at deadline (ErrSameGPUTimeout) or as soon as
+// the communicator has failed (Watch: a lost peer, missed heartbeats, an abort),
+// which it asks every 64 tries and before every sleep: a rank waiting for a peer that
+// died or stopped ends within the heartbeat timeout, not the operation's timeout.
+func (g *SameGPU) wait(deadline time.Time, what func() string, ready func() (bool, error)) error {
+	return poll(deadline, g.commErr, what, ready)
+}
+
+// waitGPU is wait for this rank's own GPU work, which no peer holds up: it gives up
+// only at deadline, whatever the communicator's state (Close waits so for the
+// launcher's last kernels, which may still use the mappings it is about to close).
+func (g *SameGPU) waitGPU(deadline time.Time, what func() string, ready func() (bool, error)) error {
+	return poll(deadline, func() error { return nil }, what, ready)
+}
+
+func poll(deadline time.Time, commErr func() error, what func() string, ready func() (bool, error)) error {
 	sleep := 2 * time.Microsecond
 	for i := 0; ; i++ {
 		ok, err := ready()
 		if err != nil || ok {
 			return err
 		}
-		if i < 2000 {
+		if i%64 == 63 || i >= spinTries {
+			if err := commErr(); err != nil {
+				return fmt.Errorf("%s, and gave up: the communicator failed: %w", what(), err)
+			}
+		}
+		if i < spinTries {
 			if i%64 == 63 {
 				runtime.Gosched()
 			}
@@ -120,4 +139,16 @@ func spinThenBackoff(deadline time.Time, what func() string, ready func() (bool,
 		time.Sleep(sleep)
 		sleep = min(2*sleep, 200*time.Microsecond)
 	}
+}
+
+// spinTries is how many times wait asks before it starts to sleep.
+const spinTries = 2000
+
+// commErr is the communicator's error (Watch), nil while it has not failed or when
+// nothing watches it.
+func (g *SameGPU) commErr() error {
+	if f := g.errf.Load(); f != nil {
+		return (*f)()
+	}
+	return nil
 }

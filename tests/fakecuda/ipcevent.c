@@ -7,7 +7,8 @@
  *   page as well as in the event, published whenever they change (ev_sync);
  * - cuIpcGetEventHandle names that page (pid, fd); cuIpcOpenEventHandle maps it in
  *   another process (through /proc/<pid>/fd/<fd>; refused in the exporting process, as
- *   the real driver refuses it) as an imported event of the caller's context;
+ *   the real driver refuses it) as an imported event of the caller's context
+ *   (FAKECUDA_IPC_EVENT_OPEN_ERROR=<CUresult> refuses every open in this process);
  * - an imported event can be queried (cuEventQuery: the exporter's last record has
  *   run), synchronized on, waited on by a stream (cuStreamWaitEvent: a GPU-side wait
  *   across contexts, counted in gpu_waits, which polls the page) and destroyed.
@@ -94,6 +95,10 @@ CUresult cuIpcOpenEventHandle(void** out, CUipcEventHandle handle) {
   memcpy(&h, &handle, sizeof h);
   if (h.magic != IPC_EVENT_MAGIC) return CUDA_ERROR_INVALID_VALUE;
   if (h.pid == getpid()) return CUDA_ERROR_INVALID_CONTEXT; /* as the real driver: not in the exporter */
+  /* A process that cannot open another's handles (another container's pid namespace,
+   * a driver that refuses): the CUresult to return, for tests of a refusal on one rank. */
+  const char* fail = getenv("FAKECUDA_IPC_EVENT_OPEN_ERROR");
+  if (fail != NULL && *fail != 0) return (CUresult)atoi(fail);
   char path[64];
   snprintf(path, sizeof path, "/proc/%d/fd/%d", h.pid, h.fd);
   int fd = open(path, O_RDWR | O_CLOEXEC);
