@@ -218,6 +218,7 @@ func (v *views) setupPath(c *core.Comm, p gpuPath, scratch int) (ok bool, note s
 		if err != nil {
 			return false, "", fmt.Errorf("setting up the same-GPU path: %w", err)
 		}
+		g.Watch(c.Err) // a dead, stopped or aborted rank ends every wait, not the timeout
 		e.devSame = g
 		return true, "", nil
 	case pathDevice:
