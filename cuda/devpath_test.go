@@ -107,6 +107,8 @@ func devChild() int {
 		run = sameGPUHotPathRank // samegpu_hotpath_test.go
 	case "one-context":
 		run = oneContextRanks // hwqueue_test.go
+	case "ipc-refcount":
+		run = ipcRefcountRank // fakeipc_test.go
 	case "samegpu-fault", "samegpu-refused":
 		run = sameGPUFaultRank // samegpu_fault_test.go
 	}

@@ -262,7 +262,7 @@ func (g *SameGPU) follow(s driver.Stream, n uint64, deadline time.Time, o sameOp
 			return err
 		}
 	}
-	if err := g.d.EventRecord(g.ready, s); err != nil {
+	if err := g.d.StreamWriteValue32(s, g.own.dev+seqStream, uint32(n)); err != nil {
 		return err
 	}
 	o.put(g.own.mem[seqDesc:])
@@ -281,7 +281,7 @@ func (g *SameGPU) follow(s driver.Stream, n uint64, deadline time.Time, o sameOp
 	}
 	if err := g.wait(deadline, func() string {
 		return fmt.Sprintf("rank %d waited for rank %d's same-GPU %s %d to run on the GPU", g.rank, launcher, sameNames[o.kind], n)
-	}, func() (bool, error) { return g.d.EventDone(g.done) }); err != nil {
+	}, func() (bool, error) { return lead.streamReached(n), nil }); err != nil {
 		return err
 	}
 	if outStaged {
@@ -310,14 +310,19 @@ func (g *SameGPU) lead(s driver.Stream, n uint64, deadline time.Time, o sameOp, 
 		}
 		if driver.TestFault("samegpu-stream-wait") {
 			// The alternative to polling: the launcher's stream waits on the GPU for
-			// the peer's event, a wait across contexts that keeps the GPU's turn.
-			if err := g.d.StreamWaitEvent(s, g.peerEv[p]); err != nil {
+			// the peer's stream word, a wait across contexts that keeps the GPU's turn.
+			if pg.dev == 0 {
+				if err := pg.register(g.d); err != nil {
+					return err
+				}
+			}
+			if err := g.d.StreamWaitValue32(s, pg.dev+seqStream, uint32(n)); err != nil {
 				return err
 			}
-		} else if !driver.TestFault("samegpu-skip-event") {
+		} else if !driver.TestFault("samegpu-skip-stream-wait") {
 			if err := g.wait(deadline, func() string {
 				return fmt.Sprintf("rank %d waited for rank %d's stream to reach same-GPU %s %d", g.rank, p, name, n)
-			}, func() (bool, error) { return g.d.EventDone(g.peerEv[p]) }); err != nil {
+			}, func() (bool, error) { return pg.streamReached(n), nil }); err != nil {
 				return err
 			}
 		}
@@ -347,7 +352,10 @@ func (g *SameGPU) lead(s driver.Stream, n uint64, deadline time.Time, o sameOp, 
 		err = enqueue(ins, outs)
 	}
 	if err == nil {
-		err = g.d.EventRecord(g.done, s)
+		err = g.d.StreamWriteValue32(s, g.own.dev+seqStream, uint32(n))
+	}
+	if err == nil {
+		g.written = n
 	}
 	if err != nil {
 		// The peers must not take the outputs for a result: the work may be
