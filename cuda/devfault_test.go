@@ -2,12 +2,10 @@ package cuda_test
 
 import (
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
 	"os"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -143,32 +141,12 @@ func runFaultRanks(t *testing.T, layout, what string) ([]string, time.Duration) 
 
 // faultChild is a child process's main for runFaultRanks.
 func faultChild(what string) int {
-	rank, _ := strconv.Atoi(os.Getenv("GONCCL_DEVTEST_RANK"))
-	var devs []int
-	for _, s := range strings.Split(os.Getenv("GONCCL_DEVTEST_DEVS"), ",") {
-		v, _ := strconv.Atoi(s)
-		devs = append(devs, v)
-	}
-	var id core.UniqueID
-	b, _ := hex.DecodeString(os.Getenv("GONCCL_DEVTEST_ID"))
-	copy(id[:], b)
-	if err := faultRank(what, id, rank, devs); err != nil {
-		fmt.Println("FAILED:", err)
-		return 3
-	}
-	return 0
+	return childMain(func(d *driver.Driver, f *cudatest.Fake, id core.UniqueID, rank int, devs []int, _ *os.File) error {
+		return faultRank(what, d, f, id, rank, devs)
+	})
 }
 
-func faultRank(what string, id core.UniqueID, rank int, devs []int) error {
-	path := os.Getenv("GONCCL_DEVTEST_FAKE")
-	d, err := driver.Open(path)
-	if err != nil {
-		return err
-	}
-	f, err := cudatest.Open(path)
-	if err != nil {
-		return err
-	}
+func faultRank(what string, d *driver.Driver, f *cudatest.Fake, id core.UniqueID, rank int, devs []int) error {
 	nranks := len(devs)
 	timeout := faultTimeout
 	if what == "stall" || what == "p2p-stall" {

@@ -3,13 +3,11 @@ package cuda_test
 import (
 	"bytes"
 	"encoding/binary"
-	"encoding/hex"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -68,55 +66,6 @@ func runDevRanksEnv(t testing.TB, layout, fault, delay string, env func(r int) [
 	t.Helper()
 	res := ranks{layout: layout, env: []string{"GONCCL_DEVTEST_FAULT=" + fault, "FAKECUDA_DELAY_US=" + delay}, rankEnv: env}.run(t)
 	return res.all(), res.err()
-}
-
-// devChild is a child process's main: one rank of runDevRanks.
-func devChild() int {
-	rank, _ := strconv.Atoi(os.Getenv("GONCCL_DEVTEST_RANK"))
-	var devs []int
-	for _, s := range strings.Split(os.Getenv("GONCCL_DEVTEST_DEVS"), ",") {
-		v, _ := strconv.Atoi(s)
-		devs = append(devs, v)
-	}
-	var id core.UniqueID
-	b, _ := hex.DecodeString(os.Getenv("GONCCL_DEVTEST_ID"))
-	copy(id[:], b)
-	cuda.SetTestFault(os.Getenv("GONCCL_DEVTEST_FAULT"))
-	path := os.Getenv("GONCCL_DEVTEST_FAKE")
-	d, err := driver.Open(path)
-	if err != nil {
-		fmt.Println(err)
-		return 2
-	}
-	f, err := cudatest.Open(path)
-	if err != nil {
-		fmt.Println(err)
-		return 2
-	}
-	run := devRank
-	switch os.Getenv("GONCCL_DEVTEST_SCRIPT") {
-	case "p2p":
-		run = devP2PRank // devp2p_test.go
-	case "samegpu", "samegpu-mismatch", "gpuwaits":
-		run = sameGPURank // samegpu_test.go
-	case "timesliced":
-		run = timeSlicedRank // samegpu_bench_test.go
-	case "window", "window-dead", "window-mixed":
-		run = windowRank // window_test.go
-	case "samegpu-hotpath":
-		run = sameGPUHotPathRank // samegpu_hotpath_test.go
-	case "one-context":
-		run = oneContextRanks // hwqueue_test.go
-	case "ipc-refcount":
-		run = ipcRefcountRank // fakeipc_test.go
-	case "samegpu-fault", "samegpu-refused":
-		run = sameGPUFaultRank // samegpu_fault_test.go
-	}
-	if err := run(d, f, id, rank, devs, os.Stdout); err != nil {
-		fmt.Println(err)
-		return 3
-	}
-	return 0
 }
 
 // devCase is one collective of a rank's script.

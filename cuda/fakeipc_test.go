@@ -30,16 +30,12 @@ func TestFakeIpcOpenIsReferenceCounted(t *testing.T) {
 
 // ipcRefcountRank is one rank of TestFakeIpcOpenIsReferenceCounted.
 func ipcRefcountRank(d *driver.Driver, f *cudatest.Fake, id core.UniqueID, rank int, devs []int, log *os.File) error {
-	c, err := core.NewComm(id, len(devs), rank, core.Options{Timeout: 30 * time.Second})
+	r, err := openRank(d, f, id, rank, devs, 30*time.Second)
 	if err != nil {
 		return err
 	}
-	defer c.Destroy()
-	s := driver.Stream(f.Stream(devs[rank]))
-	ctx, err := d.StreamContext(s)
-	if err != nil {
-		return err
-	}
+	defer r.c.Destroy()
+	c, s, ctx := r.c, r.s, r.ctx
 	const n = 4096
 	var mine uintptr
 	var h [driver.IPCHandleSize]byte

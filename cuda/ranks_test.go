@@ -17,7 +17,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gonccl/gonccl/core"
+	"github.com/gonccl/gonccl/cuda"
 	"github.com/gonccl/gonccl/cuda/cudatest"
+	"github.com/gonccl/gonccl/cuda/driver"
 )
 
 // ranks is one run of a test's ranks as child processes of the test binary, the one
@@ -116,4 +118,97 @@ func (res ranksResult) err() error {
 		}
 	}
 	return nil
+}
+
+// rankScript is one rank's part of a multi-process test: rank of len(devs), on its
+// device devs[rank], in the communicator id; it prints what the test reads to log.
+type rankScript func(d *driver.Driver, f *cudatest.Fake, id core.UniqueID, rank int, devs []int, log *os.File) error
+
+// rankScripts are the scripts a child runs, by GONCCL_DEVTEST_SCRIPT (devRank when it is
+// unset): a new multi-process test is a row here, its script, and a ranks{} run.
+var rankScripts = map[string]rankScript{
+	"p2p":              devP2PRank,         // devp2p_test.go
+	"samegpu":          sameGPURank,        // samegpu_test.go
+	"samegpu-mismatch": sameGPURank,        //
+	"gpuwaits":         sameGPURank,        //
+	"timesliced":       timeSlicedRank,     // samegpu_bench_test.go
+	"window":           windowRank,         // window_test.go
+	"window-dead":      windowRank,         //
+	"window-mixed":     windowRank,         //
+	"samegpu-hotpath":  sameGPUHotPathRank, // samegpu_hotpath_test.go
+	"one-context":      oneContextRanks,    // hwqueue_test.go
+	"ipc-refcount":     ipcRefcountRank,    // fakeipc_test.go
+	"samegpu-fault":    sameGPUFaultRank,   // samegpu_fault_test.go
+	"samegpu-refused":  sameGPUFaultRank,   //
+}
+
+// devChild is a child process's main: one rank of a ranks{} run, running the script
+// GONCCL_DEVTEST_SCRIPT names.
+func devChild() int {
+	run := devRank
+	if name := os.Getenv("GONCCL_DEVTEST_SCRIPT"); name != "" {
+		if run = rankScripts[name]; run == nil {
+			fmt.Printf("GONCCL_DEVTEST_SCRIPT=%s: no such script\n", name)
+			return 2
+		}
+	}
+	return childMain(run)
+}
+
+// childMain runs script as the rank the environment names (ranks.run sets it): it
+// parses the rank, the layout and the id, sets the test fault, loads the driver and
+// the fake; 2 when that fails, 3 when the script does, else 0.
+func childMain(script rankScript) int {
+	rank, _ := strconv.Atoi(os.Getenv("GONCCL_DEVTEST_RANK"))
+	var devs []int
+	for _, s := range strings.Split(os.Getenv("GONCCL_DEVTEST_DEVS"), ",") {
+		v, _ := strconv.Atoi(s)
+		devs = append(devs, v)
+	}
+	var id core.UniqueID
+	b, _ := hex.DecodeString(os.Getenv("GONCCL_DEVTEST_ID"))
+	copy(id[:], b)
+	cuda.SetTestFault(os.Getenv("GONCCL_DEVTEST_FAULT"))
+	path := os.Getenv("GONCCL_DEVTEST_FAKE")
+	d, err := driver.Open(path)
+	if err != nil {
+		fmt.Println(err)
+		return 2
+	}
+	f, err := cudatest.Open(path)
+	if err != nil {
+		fmt.Println(err)
+		return 2
+	}
+	if err := script(d, f, id, rank, devs, os.Stdout); err != nil {
+		fmt.Println(err)
+		return 3
+	}
+	return 0
+}
+
+// openedRank is what most scripts start from: the rank's communicator, its device, a
+// stream of that device and the stream's context.
+type openedRank struct {
+	c   *core.Comm
+	dev int
+	s   driver.Stream
+	ctx driver.Context
+}
+
+// openRank joins rank to the communicator id, its operations' timeout given, and takes
+// a stream of its device. The caller destroys (or aborts) r.c.
+func openRank(d *driver.Driver, f *cudatest.Fake, id core.UniqueID, rank int, devs []int, timeout time.Duration) (*openedRank, error) {
+	c, err := core.NewComm(id, len(devs), rank, core.Options{Timeout: timeout})
+	if err != nil {
+		return nil, err
+	}
+	dev := devs[rank]
+	s := driver.Stream(f.Stream(dev))
+	ctx, err := d.StreamContext(s)
+	if err != nil {
+		c.Destroy()
+		return nil, err
+	}
+	return &openedRank{c: c, dev: dev, s: s, ctx: ctx}, nil
 }

@@ -137,17 +137,12 @@ func sameGPUFaultRank(d *driver.Driver, f *cudatest.Fake, id core.UniqueID, rank
 	if err != nil {
 		timeout = sameFaultTimeout
 	}
-	c, err := core.NewComm(id, nranks, rank, core.Options{Timeout: timeout})
+	r, err := openRank(d, f, id, rank, devs, timeout)
 	if err != nil {
 		return err
 	}
-	defer c.Abort()
-	dev := devs[rank]
-	s := driver.Stream(f.Stream(dev))
-	ctx, err := d.StreamContext(s)
-	if err != nil {
-		return err
-	}
+	defer r.c.Abort()
+	c, dev, s, ctx := r.c, r.dev, r.s, r.ctx
 	g, err := samegpu.NewSameGPU(d, ctx, rank, nranks, timeout, hostExchange(c))
 	if os.Getenv("GONCCL_DEVTEST_SCRIPT") == "samegpu-refused" {
 		switch {

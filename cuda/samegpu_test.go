@@ -115,17 +115,12 @@ func TestGPUWaitCounterSeesTheDevicePath(t *testing.T) {
 // (=gpuwaits).
 func sameGPURank(d *driver.Driver, f *cudatest.Fake, id core.UniqueID, rank int, devs []int, log *os.File) error {
 	nranks := len(devs)
-	c, err := core.NewComm(id, nranks, rank, core.Options{Timeout: 60 * time.Second})
+	r, err := openRank(d, f, id, rank, devs, 60*time.Second)
 	if err != nil {
 		return err
 	}
-	defer c.Destroy()
-	dev := devs[rank]
-	s := driver.Stream(f.Stream(dev))
-	ctx, err := d.StreamContext(s)
-	if err != nil {
-		return err
-	}
+	defer r.c.Destroy()
+	c, dev, s, ctx := r.c, r.dev, r.s, r.ctx
 	exchange := hostExchange(c)
 	red, err := reducerFor(d, ctx)
 	if err != nil {
