@@ -106,7 +106,7 @@ var ErrSameGPUTimeout = errors.New("cuda: timed out on the same-GPU path")
 var ErrSameGPUMismatch = errors.New("cuda: the ranks called different operations on the same-GPU path")
 
 // ErrRefused means this rank could not connect to the others' part of the same-GPU
-// path (open a peer's sequence page or inter-process event) after every rank had said
+// path (open a peer's sequence page) after every rank had said
 // it could take part. The others may have connected (or been refused too: a refused
 // rank closes its page), so the caller must agree with them before any takes the path:
 // every rank stages if one was refused. The error names the rank and wraps the cause.
