@@ -19,6 +19,11 @@
 
 #include "gonccl.h"
 
+/* Weak, so that the probe also runs against libraries from before goncclMemAlloc (without
+ * ALLOC): a comparison across commits. */
+#pragma weak goncclMemAlloc
+#pragma weak goncclMemFree
+
 #define BIG_COUNT ((size_t)(1 << 20) / sizeof(int64_t)) /* 1 MiB of int64 */
 
 static double now(void) {
@@ -118,6 +123,10 @@ int main(int argc, char** argv) {
     ok &= exact(big, BIG_COUNT, nranks);
   }
   free(big);
+  if (alloc && !goncclMemAlloc) {
+    fprintf(stderr, "rank %d: this library has no goncclMemAlloc: run without ALLOC\n", rank);
+    return 1;
+  }
   if (alloc) {
     void *abig, *asmall;
     if ((r = goncclMemAlloc(&abig, BIG_COUNT * sizeof(int64_t))) != goncclSuccess) return fail(rank, "goncclMemAlloc", r, comm);

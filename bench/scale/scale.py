@@ -44,7 +44,7 @@ def run(exe, n, timeout, alloc=False):
             for p in procs:
                 out, err = p.communicate(timeout=max(1, deadline - time.time()))
                 if p.returncode != 0:
-                    errs.append(err.decode(errors="replace").strip()[-400:])
+                    errs.append(err.decode(errors="replace").strip())
                 for line in out.decode().splitlines():
                     rows.append(json.loads(line))
         finally:
@@ -98,8 +98,11 @@ def main():
             rows, errs = run(exe, n, a.timeout, a.alloc)
             wall = time.time() - t0
             if errs or len(rows) != n:
+                # The earliest logged line of any rank is closest to the cause.
+                logged = sorted(ln for e in errs for ln in e.splitlines() if ln[:2] == "20")
+                first = (logged or [e.splitlines()[-1] for e in errs if e] or [""])[0]
                 print(f"{n:>6} FAILED after {wall:.1f} s: {len(rows)} of {n} ranks reported; "
-                      f"{len(errs)} errors, first: {errs[:1]}")
+                      f"{len(errs)} errors, the earliest: {first[:600]}")
                 summary.append({"ranks": n, "failed": True, "wall_s": wall})
                 continue
             s = summarize(n, rows)

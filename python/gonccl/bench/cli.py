@@ -58,8 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="time across ranks: 0 rank 0, 1 average, 2 min, 3 max (nccl-tests' default is 1)")
     p.add_argument("--backends", default=None,
                    help="comma-separated backends to measure in this run: torch backends (gonccl, gloo, nccl) "
-                        "and gonccl-auto / gonccl-samegpu / gonccl-device / gonccl-staged "
-                        "(gonccl with GONCCL_DEVICE_PATH=auto / =samegpu / =1 / =0), "
+                        "and gonccl-auto / gonccl-samegpu / gonccl-model / gonccl-device / gonccl-staged "
+                        "(gonccl with GONCCL_DEVICE_PATH=auto / =samegpu / =model / =1 / =0), "
                         "gonccl-plain / gonccl-tls (gonccl with GONCCL_TLS=0 / =1). "
                         "Default: gonccl,gloo on cpu; gonccl-auto,gonccl-samegpu,gonccl-device,gonccl-staged,gloo on cuda, "
                         "and nccl where every rank has a GPU of its own")
