@@ -13,6 +13,7 @@
 #   make test-torch TORCH=2.11.0 [FILES=...] [PYTEST_ARGS=...]  Python tests on another torch (own venv)
 #   make test-torch-ci  what CI runs on torch 2.11 after make test (TORCH_CI_FILES)
 #   make gpu-check-dry  scripts/gpu-check.sh --dry-run (what needs no GPU; part of make test)
+#   make gpu-check-kernels  the kernels' real-GPU test as a binary for the GPU check (no Go there)
 #   make fuzz-short  run each wire fuzz target briefly (part of make test)
 #   make kernels rebuild the CUDA reduction kernels (cuda/kernels/) with a pinned nvcc
 #   make lint    gofmt, go vet, staticcheck, clang-format (csrc), ruff (Python)
@@ -23,7 +24,7 @@ PY = $(shell scripts/python-env.sh)
 GO ?= go
 NPROC ?= 2
 
-.PHONY: kernels setup build lib wheel test-wheel csrc-compat test-torch test-torch-ci gpu-check-dry demo test test-go test-race test-exhaustive test-py soak fuzz-short lint clean torch-suite
+.PHONY: kernels setup build lib wheel test-wheel csrc-compat test-torch test-torch-ci gpu-check-kernels gpu-check-dry demo test test-go test-race test-exhaustive test-py soak fuzz-short lint clean torch-suite
 
 setup:
 	@scripts/python-env.sh >/dev/null
@@ -92,11 +93,18 @@ TORCH_CI_SELECT ?= -k 'not cuda and not ws1 and not ws4 and not ring'
 test-torch-ci:
 	$(MAKE) test-torch TORCH=$(TORCH_CI) FILES="$(TORCH_CI_FILES)" PYTEST_ARGS="$(PYTEST_PAR) $(TORCH_CI_SELECT)"
 
+# make gpu-check-kernels: the reduction kernels' real-GPU test (cuda/kernels/gpu_test.go) as
+# a test binary the GPU check runs in part A (its machines have no Go): bring
+# build/gpu-check/kernels-gpu.test with the tree.
+gpu-check-kernels:
+	mkdir -p build/gpu-check
+	CGO_ENABLED=1 $(GO) test -c -o build/gpu-check/kernels-gpu.test ./cuda/kernels
+
 # make gpu-check-dry: the GPU check's dry run against the library make lib built: prints the
 # plan (each step's limit and expected time on one H100, within the 480 s budget), builds the
 # extension around the library (no Go), links and runs the C test through realcuda.c against
 # the fake driver built as libcuda.so.1, runs the CPU parts.
-gpu-check-dry: lib
+gpu-check-dry: lib gpu-check-kernels
 	GONCCL_PYTHON=$(PY) scripts/gpu-check.sh --dry-run --library $(CURDIR)/build/lib/libgonccl.so \
 	  --report build/gpu-check/report-dry-run.md
 

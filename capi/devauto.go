@@ -141,6 +141,7 @@ func (v *views) setupPath(c *core.Comm, p route.Path, scratch int, gather route.
 	case route.SameGPU:
 		g, err := samegpu.NewSameGPU(v.drv, v.ctx, c.Rank(), c.Size(), e.comm.Timeout(), gather)
 		if err == nil {
+			g.Watch(c.Err) // a dead, stopped or aborted rank ends every wait, not the timeout
 			e.devSame = g
 			undo = func() { _ = g.Close(); e.devSame = nil }
 		}

@@ -49,8 +49,9 @@ func (v *views) setupSameGPU(c *core.Comm, why error) error {
 		}
 		return fmt.Errorf("setting up the same-GPU path: %w", err)
 	}
+	g.Watch(c.Err) // a dead, stopped or aborted rank ends every wait, not the timeout
 	e.devSame, e.devKernels, e.devCtx = g, k, v.ctx
-	logDevice(c, fmt.Sprintf("same-GPU path: all %d ranks run on one GPU (%v; GONCCL_DEVICE_PATH=samegpu); all_reduce, all_gather, reduce_scatter and broadcast are ordered on the host with inter-process events and enqueued by rank 0 through IPC mappings of the ranks' buffers, so no stream waits on the GPU for another rank's context (without MPS they take turns on the GPU); other operations stage", c.Size(), why))
+	logDevice(c, fmt.Sprintf("same-GPU path: all %d ranks run on one GPU (%v; GONCCL_DEVICE_PATH=samegpu); all_reduce, all_gather, reduce_scatter and broadcast are ordered on the host (each rank's stream posts its progress to a shared page) and enqueued by rank 0 through IPC mappings of the ranks' buffers, so no stream waits on the GPU for another rank's context (without MPS they take turns on the GPU); other operations stage", c.Size(), why))
 	return nil
 }
 

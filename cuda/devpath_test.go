@@ -2,16 +2,12 @@ package cuda_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/binary"
-	"encoding/hex"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -68,84 +64,8 @@ func runDevRanks(t testing.TB, layout, fault, delay string) (string, error) {
 // runDevRanksEnv is runDevRanks with more environment for rank r's process: env(r).
 func runDevRanksEnv(t testing.TB, layout, fault, delay string, env func(r int) []string) (string, error) {
 	t.Helper()
-	id, err := core.NewUniqueID()
-	require.NoError(t, err)
-	n := len(strings.Split(layout, ","))
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	outs := make([]bytes.Buffer, n)
-	cmds := make([]*exec.Cmd, n)
-	for r := range n {
-		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), "GONCCL_DEVTEST_RANK="+strconv.Itoa(r), "GONCCL_DEVTEST_DEVS="+layout,
-			"GONCCL_DEVTEST_ID="+hex.EncodeToString(id[:]), "GONCCL_DEVTEST_FAKE="+cudatest.Path(t),
-			"GONCCL_DEVTEST_FAULT="+fault, "FAKECUDA_DELAY_US="+delay)
-		if env != nil {
-			cmd.Env = append(cmd.Env, env(r)...)
-		}
-		cmd.Stdout, cmd.Stderr = &outs[r], &outs[r]
-		require.NoError(t, cmd.Start())
-		cmds[r] = cmd
-	}
-	var first error
-	for r, cmd := range cmds {
-		if err := cmd.Wait(); err != nil && first == nil {
-			first = fmt.Errorf("rank %d: %w", r, err)
-		}
-	}
-	var all strings.Builder
-	for r := range outs {
-		fmt.Fprintf(&all, "--- rank %d\n%s", r, outs[r].String())
-	}
-	if ctx.Err() != nil {
-		first = fmt.Errorf("ranks timed out: %w", ctx.Err())
-	}
-	return all.String(), first
-}
-
-// devChild is a child process's main: one rank of runDevRanks.
-func devChild() int {
-	rank, _ := strconv.Atoi(os.Getenv("GONCCL_DEVTEST_RANK"))
-	var devs []int
-	for _, s := range strings.Split(os.Getenv("GONCCL_DEVTEST_DEVS"), ",") {
-		v, _ := strconv.Atoi(s)
-		devs = append(devs, v)
-	}
-	var id core.UniqueID
-	b, _ := hex.DecodeString(os.Getenv("GONCCL_DEVTEST_ID"))
-	copy(id[:], b)
-	cuda.SetTestFault(os.Getenv("GONCCL_DEVTEST_FAULT"))
-	path := os.Getenv("GONCCL_DEVTEST_FAKE")
-	d, err := driver.Open(path)
-	if err != nil {
-		fmt.Println(err)
-		return 2
-	}
-	f, err := cudatest.Open(path)
-	if err != nil {
-		fmt.Println(err)
-		return 2
-	}
-	run := devRank
-	switch os.Getenv("GONCCL_DEVTEST_SCRIPT") {
-	case "p2p":
-		run = devP2PRank // devp2p_test.go
-	case "samegpu", "samegpu-mismatch", "gpuwaits":
-		run = sameGPURank // samegpu_test.go
-	case "timesliced":
-		run = timeSlicedRank // samegpu_bench_test.go
-	case "window", "window-dead", "window-mixed":
-		run = windowRank // window_test.go
-	case "samegpu-hotpath":
-		run = sameGPUHotPathRank // samegpu_hotpath_test.go
-	case "one-context":
-		run = oneContextRanks // hwqueue_test.go
-	}
-	if err := run(d, f, id, rank, devs, os.Stdout); err != nil {
-		fmt.Println(err)
-		return 3
-	}
-	return 0
+	res := ranks{layout: layout, env: []string{"GONCCL_DEVTEST_FAULT=" + fault, "FAKECUDA_DELAY_US=" + delay}, rankEnv: env}.run(t)
+	return res.all(), res.err()
 }
 
 // devCase is one collective of a rank's script.

@@ -48,16 +48,12 @@ func BenchmarkTimeSlicedAllReduce(b *testing.B) {
 func timeSlicedRank(d *driver.Driver, f *cudatest.Fake, id core.UniqueID, rank int, devs []int, log *os.File) error {
 	nranks := len(devs)
 	ops, _ := strconv.Atoi(os.Getenv("GONCCL_DEVTEST_OPS"))
-	c, err := core.NewComm(id, nranks, rank, core.Options{Timeout: 60 * time.Second})
+	r, err := openRank(d, f, id, rank, devs, 60*time.Second)
 	if err != nil {
 		return err
 	}
-	defer c.Destroy()
-	s := driver.Stream(f.Stream(devs[rank]))
-	ctx, err := d.StreamContext(s)
-	if err != nil {
-		return err
-	}
+	defer r.c.Destroy()
+	c, s, ctx := r.c, r.s, r.ctx
 	exchange := hostExchange(c)
 	red, err := reducerFor(d, ctx)
 	if err != nil {

@@ -31,17 +31,12 @@ func TestSameGPUHotPathAllocatesNothing(t *testing.T) {
 // sameGPUHotPathRank is one rank of TestSameGPUHotPathAllocatesNothing.
 func sameGPUHotPathRank(d *driver.Driver, f *cudatest.Fake, id core.UniqueID, rank int, devs []int, log *os.File) error {
 	nranks := len(devs)
-	c, err := core.NewComm(id, nranks, rank, core.Options{Timeout: 60 * time.Second})
+	r, err := openRank(d, f, id, rank, devs, 60*time.Second)
 	if err != nil {
 		return err
 	}
-	defer c.Destroy()
-	dev := devs[rank]
-	s := driver.Stream(f.Stream(dev))
-	ctx, err := d.StreamContext(s)
-	if err != nil {
-		return err
-	}
+	defer r.c.Destroy()
+	c, dev, s, ctx := r.c, r.dev, r.s, r.ctx
 	red, err := reducerFor(d, ctx)
 	if err != nil {
 		return err

@@ -71,17 +71,17 @@ func TestSameGPUTimeSliced(t *testing.T) {
 
 // TestSameGPUWrongStepFails shows the comparison catches a same-GPU path that gets
 // one step wrong: the launcher reads a peer's input without waiting for its stream
-// to reach the operation ("samegpu-skip-event": the input copies are late, so it reads
+// to reach the operation ("samegpu-skip-stream-wait": the input copies are late, so it reads
 // the previous contents), or one element off ("samegpu-offset").
 func TestSameGPUWrongStepFails(t *testing.T) {
 	open(t)
 	t.Setenv("GONCCL_DEVTEST_SCRIPT", "samegpu")
-	requireFaultsCaught(t, "0,0", "300,3000", "samegpu-skip-event", "samegpu-offset")
+	requireFaultsCaught(t, "0,0", "300,3000", "samegpu-skip-stream-wait", "samegpu-offset")
 }
 
 // TestSameGPUCountsStreamWaits shows the GPU-wait assertion can fail: with the
-// launcher's stream waiting on the peers' inter-process events (cuStreamWaitEvent)
-// instead of its host polling them, results are right but the waits are counted.
+// launcher's stream waiting on the peers' stream words (cuStreamWaitValue32) instead
+// of its host polling them, results are right but the waits are counted.
 func TestSameGPUCountsStreamWaits(t *testing.T) {
 	open(t)
 	t.Setenv("GONCCL_DEVTEST_SCRIPT", "samegpu")
@@ -115,17 +115,12 @@ func TestGPUWaitCounterSeesTheDevicePath(t *testing.T) {
 // (=gpuwaits).
 func sameGPURank(d *driver.Driver, f *cudatest.Fake, id core.UniqueID, rank int, devs []int, log *os.File) error {
 	nranks := len(devs)
-	c, err := core.NewComm(id, nranks, rank, core.Options{Timeout: 60 * time.Second})
+	r, err := openRank(d, f, id, rank, devs, 60*time.Second)
 	if err != nil {
 		return err
 	}
-	defer c.Destroy()
-	dev := devs[rank]
-	s := driver.Stream(f.Stream(dev))
-	ctx, err := d.StreamContext(s)
-	if err != nil {
-		return err
-	}
+	defer r.c.Destroy()
+	c, dev, s, ctx := r.c, r.dev, r.s, r.ctx
 	exchange := hostExchange(c)
 	red, err := reducerFor(d, ctx)
 	if err != nil {

@@ -91,17 +91,12 @@ func windowRank(d *driver.Driver, f *cudatest.Fake, id core.UniqueID, rank int, 
 	if script == "window-dead" {
 		timeout = 2 * time.Second
 	}
-	c, err := core.NewComm(id, nranks, rank, core.Options{Timeout: timeout})
+	r, err := openRank(d, f, id, rank, devs, timeout)
 	if err != nil {
 		return err
 	}
-	defer c.Destroy()
-	dev := devs[rank]
-	s := driver.Stream(f.Stream(dev))
-	ctx, err := d.StreamContext(s)
-	if err != nil {
-		return err
-	}
+	defer r.c.Destroy()
+	c, dev, s, ctx := r.c, r.dev, r.s, r.ctx
 	bytes := nranks * winElems * 4
 	buf, err := d.MemAllocIn(ctx, bytes)
 	if err != nil {

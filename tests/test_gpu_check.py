@@ -84,24 +84,66 @@ def test_dry_run_only_capi_links_and_runs_over_the_fake(tmp_path, package_dir):
     assert "| setup | path | result |" not in report, report
     assert "stream" not in report.split("## The plan")[0].split("| step | result")[1], report
     plan = report.split("## The plan on one GPU")[1]
-    assert "| capi-memcheck | yes | no | 60 | 30 |" in plan, plan
+    assert "| capi-memcheck | yes | no | 60 | 30 | 36 |" in plan, plan
     assert "| capi-link | yes | yes (fake libcuda.so.1) |" in plan, plan
-    # Two parts, each within its budget on one GPU, planned from the last real run's
-    # step times; what does not fit is left to --extended, and the plan says so.
+    # Two parts, each within its budget on one GPU (240 s and 300 s, of a lent machine's
+    # 15 minutes with its start and transfers), planned from the last real run's step
+    # times plus a 20% margin and the script's own time; what does not fit is left to
+    # --extended, and the plan says so.
     part_a, part_b = plan.split("part B:")
     assert "| build | yes |" in part_a and "| install-wheel |" not in part_a, part_a
     assert "| install-wheel | yes |" in part_b and "| build |" not in part_b, part_b
-    assert "| pytest-smoke | yes |" in part_a and "| pytest-cuda | yes |" in part_b, plan
-    assert "| build | yes | yes | 300 | 67 | measured (run 2) |" in part_a, part_a
-    for part, budget, text in (("A", 300, part_a), ("B", 360, part_b)):
-        m = re.search(rf"part {part} planned: (\d+)s of its {budget}s budget on 1 GPU\(s\): fits", text)
+    assert "| kernels-gpu | yes | yes |" in part_a and "estimate: never ran on a GPU" in part_a, part_a
+    assert "| pytest-smoke | yes |" in part_b and "| pytest-cuda | no (--extended) |" in part_b, plan
+    assert "| build | yes | yes | 300 | 67 | 81 | measured (run 2) |" in part_a, part_a
+    assert "| bench-ddp | yes | no | 75 | 49 | 59 | measured (run 2: 49 s with three backends" in part_b, part_b
+    assert "| (the script itself) | yes | yes | - | 16 | 20 |" in part_a, part_a
+    for part, budget, text in (("A", 240, part_a), ("B", 300, part_b)):
+        m = re.search(rf"part {part} planned: (\d+)s of its {budget}s budget on 1 GPU\(s\), with a 20% margin: fits", text)
         assert m and int(m.group(1)) <= budget, text
+        cols = [[c.strip() for c in r.strip().strip("|").split("|")] for r in text.splitlines() if r.startswith("| ")]
+        planned = [int(c[5]) for c in cols if c[1] == "yes" and c[5].isdigit()]
+        assert sum(planned) == int(m.group(1)), (planned, text)
+    # Part B: the benchmarks, each naming its backends, before the suite's cases.
+    assert part_b.index("| bench-paths |") < part_b.index("| bench-ddp |") < part_b.index("| pytest-smoke |"), part_b
     assert "| bench-small | no (--extended) |" in part_b and "| capi-cuda-device-2ranks | no (--extended) |" in part_a, plan
     assert "DOES NOT FIT" not in plan, plan
     # Every rank the check starts has the crash tracer preloaded.
     log = (tmp_path / "report" / "report.logs" / "capi-cuda-2ranks.log").read_text()
     assert "(crash tracer: " in log and "crashtrace.so; LD_PRELOAD=" in log, log[:400]
     assert "checks passed" in report, report
+
+
+@pytest.mark.timeout(120)
+def test_dry_run_fails_on_a_plan_over_budget(tmp_path, package_dir):
+    """CI's dry run fails when a part's planned steps do not fit its budget: here part A
+    given 150 s (--part-budget), less than its plan; the run says so and exits non-zero."""
+    proc, report = gpu_check(tmp_path, "--part", "A", "--part-budget", "A=150", "--only", "import")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out + report
+    assert re.search(r"part A planned: \d+s of its 150s budget on 1 GPU\(s\), with a 20% margin: DOES NOT FIT", out), out
+    assert "| plan | fail | 0 | a part's steps do not fit its budget" in report, report
+    assert "| import | pass |" in report, report
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("output,ok", [
+    ("=== RUN   TestKernelsOnARealGPU\n--- SKIP: TestKernelsOnARealGPU (0.00s)\n    gpu_test.go:43: no CUDA driver here\nPASS\n", True),
+    ("=== RUN   TestKernelsOnARealGPU\n--- FAIL: TestKernelsOnARealGPU (0.10s)\nFAIL\n", False),
+    ("testing: warning: no tests to run\nPASS\n", False),
+])
+def test_kernels_step_runs_the_prebuilt_test_binary(tmp_path, package_dir, output, ok):
+    """kernels-gpu runs the kernels' test binary (--kernels-test; built by make
+    gpu-check-kernels where Go is) for TestKernelsOnARealGPU alone: a dry run accepts its
+    skip (no GPU here), a failure or a binary that ran no such test fails the step."""
+    binary = tmp_path / "kernels-gpu.test"
+    binary.write_text("#!/bin/sh\necho \"args: $*\"\nprintf '%s' '" + output.replace("'", "") + "'\n")
+    binary.chmod(0o755)
+    proc, report = gpu_check(tmp_path, "--only", "kernels-gpu", "--kernels-test", str(binary))
+    log = (tmp_path / "report" / "report.logs" / "kernels-gpu.log").read_text()
+    assert "args: -test.run ^TestKernelsOnARealGPU$ -test.v -test.count=1" in log, log
+    assert (proc.returncode == 0) == ok, proc.stdout + proc.stderr + report
+    assert ("| kernels-gpu | pass |" in report) == ok, report
 
 
 @pytest.mark.timeout(120)
@@ -126,6 +168,7 @@ def test_budget_skips_what_no_longer_fits(tmp_path, package_dir):
     (["--only", "nosuch"], "--only nosuch: no such step"),
     (["--part", "C"], "--part C: A or B"),
     (["--budget", "soon"], "--budget soon: not a number"),
+    (["--part-budget", "C=10"], "--part-budget C=10: PART=SECONDS, PART A or B"),
     (["--wheel", "/nonexistent"], "--wheel: no gonccl wheel there"),
 ])
 def test_bad_arguments_are_refused(tmp_path, args, msg):

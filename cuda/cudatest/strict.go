@@ -6,7 +6,7 @@ package cudatest
 #include <stdlib.h>
 
 typedef struct {
-  long dev_allocs, dev_frees, ipc_exports, ipc_opens, ipc_closes, drains, lazy_loads, dead_peer_writes;
+  long dev_allocs, dev_frees, ipc_exports, ipc_opens, ipc_closes, drains, lazy_loads, dead_peer_writes, dead_peer_reads;
 } strictCounters;
 
 static int strictCountersAt(const char* path, strictCounters* out) {

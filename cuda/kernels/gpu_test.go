@@ -34,8 +34,9 @@ func (m realMem) free(p uintptr) {
 func (m realMem) drain(s driver.Stream) { require.NoError(m.t, m.d.Sync(s)) }
 
 // TestKernelsOnARealGPU runs the value sweeps (two-operand, division, one-pass) on GPU 0 through the real driver
-// (libcuda.so.1), where there is one; elsewhere it skips. scripts/gpu-check.sh's
-// machines run it with `go test ./cuda -run OnARealGPU -v`.
+// (libcuda.so.1), where there is one; elsewhere it skips. The GPU check's machines have
+// no Go: `make gpu-check-kernels` builds this package's test binary, and
+// scripts/gpu-check.sh runs it there (its kernels-gpu step, part A) for this test alone.
 func TestKernelsOnARealGPU(t *testing.T) {
 	d, err := driver.Open(driver.DefaultLibrary)
 	if err != nil {

@@ -1,6 +1,7 @@
 // Package samegpu is the same-GPU path: collectives among ranks (processes, or
 // communicators of one process) whose buffers are all on one GPU. The ranks order
-// themselves on the host (a shared sequence page and inter-process events, polled),
+// themselves on the host (a shared sequence page per rank, its stream word written by
+// the rank's stream and read by the peers' hosts, polled),
 // never with GPU-side waits between contexts that time-slice the GPU; then one rank
 // launches one kernel that reads every rank's input and writes every rank's output
 // through IPC mappings of the callers' buffers.

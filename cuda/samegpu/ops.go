@@ -262,7 +262,7 @@ func (g *SameGPU) follow(s driver.Stream, n uint64, deadline time.Time, o sameOp
 			return err
 		}
 	}
-	if err := g.d.EventRecord(g.ready, s); err != nil {
+	if err := g.d.StreamWriteValue32(s, g.own.dev+seqStream, uint32(n)); err != nil {
 		return err
 	}
 	o.put(g.own.mem[seqDesc:])
@@ -271,7 +271,7 @@ func (g *SameGPU) follow(s driver.Stream, n uint64, deadline time.Time, o sameOp
 	g.own.word(seqReady).Store(n)
 
 	lead := g.peers[launcher]
-	if err := spinThenBackoff(deadline, func() string {
+	if err := g.wait(deadline, func() string {
 		return fmt.Sprintf("rank %d waited for rank %d to enqueue same-GPU %s %d", g.rank, launcher, sameNames[o.kind], n)
 	}, func() (bool, error) { return lead.word(seqDone).Load() >= n, nil }); err != nil {
 		return err
@@ -279,9 +279,9 @@ func (g *SameGPU) follow(s driver.Stream, n uint64, deadline time.Time, o sameOp
 	if st := lead.word(seqStatus).Load(); st == statusMismatch {
 		return fmt.Errorf("%w: same-GPU %s %d: rank %d reports that the ranks called different operations, or could not enqueue this one", ErrSameGPUMismatch, sameNames[o.kind], n, launcher)
 	}
-	if err := spinThenBackoff(deadline, func() string {
+	if err := g.wait(deadline, func() string {
 		return fmt.Sprintf("rank %d waited for rank %d's same-GPU %s %d to run on the GPU", g.rank, launcher, sameNames[o.kind], n)
-	}, func() (bool, error) { return g.d.EventDone(g.done) }); err != nil {
+	}, func() (bool, error) { return lead.streamReached(n), nil }); err != nil {
 		return err
 	}
 	if outStaged {
@@ -303,21 +303,26 @@ func (g *SameGPU) lead(s driver.Stream, n uint64, deadline time.Time, o sameOp, 
 			continue
 		}
 		pg := g.peers[p]
-		if err := spinThenBackoff(deadline, func() string {
+		if err := g.wait(deadline, func() string {
 			return fmt.Sprintf("rank %d waited for rank %d's input of same-GPU %s %d", g.rank, p, name, n)
 		}, func() (bool, error) { return pg.word(seqReady).Load() >= n, nil }); err != nil {
 			return err
 		}
 		if driver.TestFault("samegpu-stream-wait") {
 			// The alternative to polling: the launcher's stream waits on the GPU for
-			// the peer's event, a wait across contexts that keeps the GPU's turn.
-			if err := g.d.StreamWaitEvent(s, g.peerEv[p]); err != nil {
+			// the peer's stream word, a wait across contexts that keeps the GPU's turn.
+			if pg.dev == 0 {
+				if err := pg.register(g.d); err != nil {
+					return err
+				}
+			}
+			if err := g.d.StreamWaitValue32(s, pg.dev+seqStream, uint32(n)); err != nil {
 				return err
 			}
-		} else if !driver.TestFault("samegpu-skip-event") {
-			if err := spinThenBackoff(deadline, func() string {
+		} else if !driver.TestFault("samegpu-skip-stream-wait") {
+			if err := g.wait(deadline, func() string {
 				return fmt.Sprintf("rank %d waited for rank %d's stream to reach same-GPU %s %d", g.rank, p, name, n)
-			}, func() (bool, error) { return g.d.EventDone(g.peerEv[p]) }); err != nil {
+			}, func() (bool, error) { return pg.streamReached(n), nil }); err != nil {
 				return err
 			}
 		}
@@ -347,7 +352,10 @@ func (g *SameGPU) lead(s driver.Stream, n uint64, deadline time.Time, o sameOp, 
 		err = enqueue(ins, outs)
 	}
 	if err == nil {
-		err = g.d.EventRecord(g.done, s)
+		err = g.d.StreamWriteValue32(s, g.own.dev+seqStream, uint32(n))
+	}
+	if err == nil {
+		g.written = n
 	}
 	if err != nil {
 		// The peers must not take the outputs for a result: the work may be

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -22,17 +23,23 @@ import (
 // GPU for another rank. The ranks order each other on the host, and an operation is
 // one launch by one rank, the launcher (rank 0):
 //
-//	every rank:  [copy the input into its exchange buffer] | record ready_r; readySeq_r = n
-//	launcher:    for each peer p: wait readySeq_p >= n (shared memory), then poll
-//	             cuEventQuery(ready_p) (an inter-process event) until it has run
+//	every rank:  [copy the input into its exchange buffer] | stream writes stream_r = n;
+//	             host writes readySeq_r = n (shared memory)
+//	launcher:    for each peer p: wait readySeq_p >= n, then stream_p >= n (its stream
+//	             has run up to the operation)
 //	             enqueue on its stream one kernel: every recv_p = send_0 op send_1 op ...
-//	             record done; doneSeq = n
-//	other ranks: wait doneSeq >= n, then poll cuEventQuery(done) until it has run
+//	             | stream writes stream_0 = n; host writes doneSeq = n
+//	other ranks: wait doneSeq >= n, then stream_0 >= n
 //	             [copy the output out of the exchange buffer] and return
 //
-// Polls spin briefly, then back off (spinThenBackoff). An event is recorded again
-// only after the op that waited for it has finished, so a rank that saw the sequence
-// number reach n and then the event complete knows record n has run.
+// stream_r is a word of rank r's page that its own stream writes with a stream memory
+// operation (the page is host memory registered with the GPU), read by the host: the
+// word is the stream's progress itself. An inter-process event would say less: the
+// driver does not bound how soon another process's query sees a newer record, so a
+// query just after the record may still report the previous one, completed, and the
+// launcher would read an input not yet in place (the fake driver's event lag shows
+// it). Polls spin briefly, then back off (wait), and give up once the communicator has
+// failed (Watch).
 //
 // The launcher reads and writes the other ranks' buffers through cached IPC mappings
 // of the allocations that hold them (keyed by CU_POINTER_ATTRIBUTE_BUFFER_ID: an
@@ -52,27 +59,26 @@ import (
 // still map it.
 type SameGPU struct {
 	d        *driver.Driver
-	g        *driver.IPCEvents
+	g        *driver.IPCEvents // for the allocations' buffer ids
 	ctx      driver.Context
 	rank     int
 	nranks   int
 	timeout  time.Duration
 	mu       sync.Mutex
 	n        uint64
+	written  uint64 // launcher: the last operation whose stream word its stream was given to write
 	own      *seqPage
 	ownFD    int
-	peers    []*seqPage     // every rank's page (own included)
-	samePID  []bool         // rank r is in this process: its pointers are usable as they are
-	ready    driver.Event   // this rank's inter-process event, recorded when its input is ready
-	done     driver.Event   // the launcher's, recorded after its kernels (imported on the others)
-	peerEv   []driver.Event // launcher: every peer's ready event, as this process names it
+	peers    []*seqPage // every rank's page (own included)
+	samePID  []bool     // rank r is in this process: its pointers are usable as they are
 	exported map[uint64][driver.IPCHandleSize]byte
 	maps     []map[uint64]mapping // launcher: per peer, its allocations mapped here
 	xbuf     uintptr              // the exchange buffer (0: none yet)
 	xcap     int
-	retired  []uintptr       // exchange buffers outgrown, freed at Close (the launcher may map them)
-	noExport map[uint64]bool // allocations the driver would not export (asked once)
-	leadPID  int             // the launcher's process, to stop waiting in Close if it is gone
+	retired  []uintptr                    // exchange buffers outgrown, freed at Close (the launcher may map them)
+	noExport map[uint64]bool              // allocations the driver would not export (asked once)
+	leadPID  int                          // the launcher's process, to stop waiting in Close if it is gone
+	errf     atomic.Pointer[func() error] // the communicator's error (Watch)
 	closed   bool
 	failed   error // the first operation that failed: the ranks' sequence numbers may disagree since
 }
@@ -99,6 +105,13 @@ var ErrSameGPUTimeout = errors.New("cuda: timed out on the same-GPU path")
 // (count, type or reduction) at the same point; the error names the rank.
 var ErrSameGPUMismatch = errors.New("cuda: the ranks called different operations on the same-GPU path")
 
+// ErrRefused means this rank could not connect to the others' part of the same-GPU
+// path (open a peer's sequence page) after every rank had said
+// it could take part. The others may have connected (or been refused too: a refused
+// rank closes its page), so the caller must agree with them before any takes the path:
+// every rank stages if one was refused. The error names the rank and wraps the cause.
+var ErrRefused = errors.New("cuda: a rank could not connect to the same-GPU path")
+
 // launcher is the rank that enqueues every operation's work.
 const launcher = 0
 
@@ -108,14 +121,10 @@ type sameRecord struct {
 	pid, fd int
 	proc    uint64 // processID: ranks of one process use each other's pointers as they are
 	bus     string
-	ready   [driver.IPCEventHandleSize]byte
-	raw     uint64 // the ready event's handle, for ranks of the same process
-	done    [driver.IPCEventHandleSize]byte
-	rawDone uint64
 	reason  string
 }
 
-const sameRecordBytes = 1 + 8 + 8 + 8 + driver.BusIDBytes + 2*(driver.IPCEventHandleSize+8) + 96
+const sameRecordBytes = 1 + 8 + 8 + 8 + driver.BusIDBytes + 96
 
 // SameRecordBytes is the size of each rank's record in NewSameGPU's exchange.
 const SameRecordBytes = sameRecordBytes
@@ -131,13 +140,7 @@ func (r sameRecord) encode() []byte {
 	o := 25
 	copy(b[o:o+driver.BusIDBytes], r.bus)
 	o += driver.BusIDBytes
-	copy(b[o:], r.ready[:])
-	binary.LittleEndian.PutUint64(b[o+driver.IPCEventHandleSize:], r.raw)
-	o += driver.IPCEventHandleSize + 8
-	copy(b[o:], r.done[:])
-	binary.LittleEndian.PutUint64(b[o+driver.IPCEventHandleSize:], r.rawDone)
-	o += driver.IPCEventHandleSize + 8
-	copy(b[o:], r.reason)
+	copy(b[o:len(b)-1], r.reason)
 	return b
 }
 
@@ -147,12 +150,6 @@ func decodeSameRecord(b []byte) sameRecord {
 	o := 25
 	r.bus = driver.NulTerminated(b[o : o+driver.BusIDBytes])
 	o += driver.BusIDBytes
-	copy(r.ready[:], b[o:])
-	r.raw = binary.LittleEndian.Uint64(b[o+driver.IPCEventHandleSize:])
-	o += driver.IPCEventHandleSize + 8
-	copy(r.done[:], b[o:])
-	r.rawDone = binary.LittleEndian.Uint64(b[o+driver.IPCEventHandleSize:])
-	o += driver.IPCEventHandleSize + 8
 	r.reason = driver.NulTerminated(b[o:])
 	return r
 }
@@ -163,7 +160,7 @@ func decodeSameRecord(b []byte) sameRecord {
 // ErrNotShared when the ranks are not all on one GPU or one of them cannot take part.
 func NewSameGPU(d *driver.Driver, ctx driver.Context, rank, nranks int, timeout time.Duration, exchange func([]byte) ([]byte, error)) (*SameGPU, error) {
 	g := &SameGPU{d: d, ctx: ctx, rank: rank, nranks: nranks, timeout: timeout, ownFD: -1,
-		peers: make([]*seqPage, nranks), samePID: make([]bool, nranks), peerEv: make([]driver.Event, nranks),
+		peers: make([]*seqPage, nranks), samePID: make([]bool, nranks),
 		exported: map[uint64][driver.IPCHandleSize]byte{}, noExport: map[uint64]bool{}, maps: make([]map[uint64]mapping, nranks)}
 	me := sameRecord{pid: os.Getpid(), proc: driver.ProcessID}
 	err := g.setupOwn(&me)
@@ -198,12 +195,23 @@ func NewSameGPU(d *driver.Driver, ctx driver.Context, rank, nranks int, timeout 
 	// Every rank can; a failure from here on is a failure of the machine, not a choice.
 	if err := g.connect(recs); err != nil {
 		g.Close()
-		return nil, err
+		return nil, fmt.Errorf("%w: rank %d: %w", ErrRefused, rank, err)
 	}
 	return g, nil
 }
 
-// setupOwn makes this rank's page and events.
+// Watch makes every wait of this path for another rank give up as soon as commErr
+// (the communicator's error: a lost peer, missed heartbeats, an abort) returns one,
+// rather than at the operation's timeout. The error says what the rank waited for and
+// wraps commErr's, which names the rank that failed. Call it before the first
+// operation; without it, waits end only at the timeout.
+func (g *SameGPU) Watch(commErr func() error) {
+	if commErr != nil {
+		g.errf.Store(&commErr)
+	}
+}
+
+// setupOwn makes this rank's page and registers it for its stream.
 func (g *SameGPU) setupOwn(me *sameRecord) error {
 	sg, err := driver.OpenIPCEvents(g.d)
 	if err != nil {
@@ -223,25 +231,11 @@ func (g *SameGPU) setupOwn(me *sameRecord) error {
 		if me.bus, err = g.d.BusID(dev); err != nil {
 			return err
 		}
-		if g.ready, err = sg.EventCreateIPC(); err != nil {
-			return err
-		}
-		me.raw = uint64(g.ready)
-		if me.ready, err = sg.IpcGetEventHandle(g.ready); err != nil {
-			return err
-		}
-		if g.rank == launcher {
-			if g.done, err = sg.EventCreateIPC(); err != nil {
-				return err
-			}
-			me.rawDone = uint64(g.done)
-			me.done, err = sg.IpcGetEventHandle(g.done)
-		}
-		return err
+		return page.register(g.d)
 	})
 }
 
-// connect maps the peers' pages and opens the events this rank polls.
+// connect maps the peers' pages.
 func (g *SameGPU) connect(recs []sameRecord) error {
 	g.leadPID = recs[launcher].pid
 	for r, rec := range recs {
@@ -251,34 +245,19 @@ func (g *SameGPU) connect(recs []sameRecord) error {
 			continue
 		}
 		p, err := openSeqPage(rec.pid, rec.fd)
+		if err == nil && driver.TestFault("samegpu-page-refused") {
+			// As where /proc/<pid>/fd of another process is closed to this one (a
+			// non-dumpable process, another container).
+			_ = p.unmap(g.d)
+			p, err = nil, fmt.Errorf("cuda: opening the same-GPU sequence page of process %d: %w (test fault)", rec.pid, unix.EACCES)
+		}
 		if err != nil {
-			return err
+			return fmt.Errorf("rank %d's page: %w", r, err)
 		}
 		g.peers[r] = p
 		g.maps[r] = map[uint64]mapping{}
 	}
-	return g.d.Do(g.ctx, func() error {
-		open := func(r int, h [driver.IPCEventHandleSize]byte, raw uint64) (driver.Event, error) {
-			if g.samePID[r] {
-				return driver.Event(raw), nil // CUDA opens no handle in the process that exported it
-			}
-			return g.g.IpcOpenEventHandle(h)
-		}
-		var err error
-		if g.rank != launcher {
-			g.done, err = open(launcher, recs[launcher].done, recs[launcher].rawDone)
-			return err
-		}
-		for r, rec := range recs {
-			if r == g.rank {
-				continue
-			}
-			if g.peerEv[r], err = open(r, rec.ready, rec.raw); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	return nil
 }
 
 // Close unmaps the peers' pages and buffers and frees the exchange buffers (the
@@ -300,11 +279,11 @@ func (g *SameGPU) Close() error {
 		}
 	}
 	keep(g.d.Do(g.ctx, func() error {
-		if g.rank == launcher && g.n > 0 && g.done != 0 {
+		if g.rank == launcher && g.written > 0 {
 			// Its last kernels may still read and write through the mappings.
-			keep(spinThenBackoff(time.Now().Add(g.timeout), func() string {
+			keep(g.waitGPU(time.Now().Add(g.timeout), func() string {
 				return fmt.Sprintf("rank %d waited for its last same-GPU operation to finish before closing", g.rank)
-			}, func() (bool, error) { return g.d.EventDone(g.done) }))
+			}, func() (bool, error) { return g.own.streamReached(g.written), nil }))
 		}
 		for _, m := range g.maps {
 			for _, mp := range m {
@@ -324,7 +303,7 @@ func (g *SameGPU) Close() error {
 			return nil
 		}
 		if lead := g.peers[launcher]; g.rank != launcher && lead != nil && !g.samePID[launcher] {
-			err := spinThenBackoff(time.Now().Add(g.timeout), func() string {
+			err := g.wait(time.Now().Add(g.timeout), func() string {
 				return fmt.Sprintf("rank %d waited for rank %d to close its mappings of its exchange buffers (left allocated)", g.rank, launcher)
 			}, func() (bool, error) {
 				return lead.word(seqClosed).Load() != 0 || unix.Kill(g.leadPID, 0) == unix.ESRCH, nil
@@ -339,14 +318,17 @@ func (g *SameGPU) Close() error {
 		g.xbuf, g.retired = 0, nil
 		return nil
 	}))
-	for r, p := range g.peers {
-		if p != nil && r != g.rank {
-			keep(p.unmap())
+	keep(g.d.Do(g.ctx, func() error {
+		for r, p := range g.peers {
+			if p != nil && r != g.rank {
+				keep(p.unmap(g.d))
+			}
 		}
-	}
-	if g.own != nil {
-		keep(g.own.unmap())
-	}
+		if g.own != nil {
+			keep(g.own.unmap(g.d))
+		}
+		return nil
+	}))
 	if g.ownFD >= 0 {
 		keep(closeFD(g.ownFD))
 	}

@@ -16,9 +16,15 @@ import (
 // seqPage is a rank's page of host shared memory on the same-GPU path (a memfd the
 // peers map through /proc/<pid>/fd): the sequence numbers that order the ranks on the
 // host, and the description of the rank's buffers for the current operation. Only its
-// owner writes it; the descriptor is written before the sequence number that
-// publishes it.
-type seqPage struct{ mem []byte }
+// owner writes it, its host or its stream: the descriptor is written before the
+// sequence number that publishes it, and the stream word (seqStream) by a stream
+// memory operation on the owner's stream, the page being registered with the GPU
+// (cuMemHostRegister) in the owner's process (and, under the stream-wait test fault,
+// in the launcher's).
+type seqPage struct {
+	mem []byte
+	dev uintptr // its device address where registered here, else 0
+}
 
 // The page's layout.
 const (
@@ -29,6 +35,7 @@ const (
 	seqIn     = 48 // the input buffer (bufDesc)
 	seqOut    = 48 + bufDescBytes
 	seqClosed = seqOut + bufDescBytes // uint64 (launcher): 1 once Close has closed its mappings of the others' memory
+	seqStream = seqClosed + 8         // uint32, written by the owner's stream: the last operation it has run up to (a follower: its input in place; the launcher: its kernels)
 	seqBytes  = 4096
 )
 
@@ -96,19 +103,77 @@ func openSeqPage(pid, fd int) (*seqPage, error) {
 
 func (p *seqPage) word(off int) *atomic.Uint64 { return (*atomic.Uint64)(unsafe.Pointer(&p.mem[off])) }
 
-func (p *seqPage) unmap() error { return unix.Munmap(p.mem) }
+// streamReached says whether the owner's stream has run up to operation n (the word
+// wraps at 2^32, compared as the driver's stream waits compare).
+func (p *seqPage) streamReached(n uint64) bool {
+	v := (*atomic.Uint32)(unsafe.Pointer(&p.mem[seqStream])).Load()
+	return int32(v-uint32(n)) >= 0
+}
 
-// spinThenBackoff calls ready until it reports true: a few thousand tight tries (an
-// answer within microseconds is the common case), then sleeps that double from 2 us to
-// 200 us. It gives up at deadline with what's error.
-func spinThenBackoff(deadline time.Time, what func() string, ready func() (bool, error)) error {
+// hostRegFlags: CU_MEMHOSTREGISTER_PORTABLE (every context) and
+// CU_MEMHOSTREGISTER_DEVICEMAP (a device address for it).
+const hostRegFlags = 0x1 | 0x2
+
+// register maps the page for the GPU (cuMemHostRegister), so that a stream writes
+// or waits on its words with stream memory operations. Context current.
+func (p *seqPage) register(d *driver.Driver) error {
+	ptr := unsafe.Pointer(&p.mem[0])
+	if err := d.HostRegister(ptr, seqBytes, hostRegFlags); err != nil {
+		return fmt.Errorf("cuda: registering a same-GPU sequence page with the GPU: %w", err)
+	}
+	dev, err := d.HostDevicePointer(ptr)
+	if err != nil {
+		_ = d.HostUnregister(ptr)
+		return fmt.Errorf("cuda: the device address of a same-GPU sequence page: %w", err)
+	}
+	p.dev = dev
+	return nil
+}
+
+// unmap unregisters the page if it was registered here (context current: the
+// unregister waits for the context's work) and unmaps it.
+func (p *seqPage) unmap(d *driver.Driver) error {
+	var err error
+	if p.dev != 0 {
+		err = d.HostUnregister(unsafe.Pointer(&p.mem[0]))
+		p.dev = 0
+	}
+	if uerr := unix.Munmap(p.mem); err == nil {
+		err = uerr
+	}
+	return err
+}
+
+// wait calls ready until it reports true: a few thousand tight tries (an answer
+// within microseconds is the common case), then sleeps that double from 2 us to 200
+// us. It gives up, with what's error, at deadline (ErrSameGPUTimeout) or as soon as
+// the communicator has failed (Watch: a lost peer, missed heartbeats, an abort),
+// which it asks every 64 tries and before every sleep: a rank waiting for a peer that
+// died or stopped ends within the heartbeat timeout, not the operation's timeout.
+func (g *SameGPU) wait(deadline time.Time, what func() string, ready func() (bool, error)) error {
+	return poll(deadline, g.commErr, what, ready)
+}
+
+// waitGPU is wait for this rank's own GPU work, which no peer holds up: it gives up
+// only at deadline, whatever the communicator's state (Close waits so for the
+// launcher's last kernels, which may still use the mappings it is about to close).
+func (g *SameGPU) waitGPU(deadline time.Time, what func() string, ready func() (bool, error)) error {
+	return poll(deadline, func() error { return nil }, what, ready)
+}
+
+func poll(deadline time.Time, commErr func() error, what func() string, ready func() (bool, error)) error {
 	sleep := 2 * time.Microsecond
 	for i := 0; ; i++ {
 		ok, err := ready()
 		if err != nil || ok {
 			return err
 		}
-		if i < 2000 {
+		if i%64 == 63 || i >= spinTries {
+			if err := commErr(); err != nil {
+				return fmt.Errorf("%s, and gave up: the communicator failed: %w", what(), err)
+			}
+		}
+		if i < spinTries {
 			if i%64 == 63 {
 				runtime.Gosched()
 			}
@@ -120,4 +185,16 @@ func spinThenBackoff(deadline time.Time, what func() string, ready func() (bool,
 		time.Sleep(sleep)
 		sleep = min(2*sleep, 200*time.Microsecond)
 	}
+}
+
+// spinTries is how many times wait asks before it starts to sleep.
+const spinTries = 2000
+
+// commErr is the communicator's error (Watch), nil while it has not failed or when
+// nothing watches it.
+func (g *SameGPU) commErr() error {
+	if f := g.errf.Load(); f != nil {
+		return (*f)()
+	}
+	return nil
 }

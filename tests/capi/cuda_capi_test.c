@@ -643,8 +643,11 @@ int main(int argc, char** argv) {
   rank = atoi(argv[1]);
   nranks = atoi(argv[2]);
   CHECK(getenv("GONCCL_CUDA_LIBRARY") != NULL, "GONCCL_CUDA_LIBRARY must name the fake driver");
+  /* Every rank on device 0: asked for, or on a real driver with one GPU, where the
+   * test's devices 0 and 1 would be that one GPU anyway (the ranks share it, and take
+   * the paths ranks sharing a GPU take). */
   const char* one = getenv("CUDA_CAPI_TEST_ONE_DEVICE");
-  int one_device = one != NULL && strcmp(one, "1") == 0;
+  int one_device = (one != NULL && strcmp(one, "1") == 0) || (real_driver() && realcudaDeviceCount() == 1);
   dev = one_device ? 0 : rank % 2;
   /* The device path is taken when asked for (GONCCL_DEVICE_PATH=1), and under
    * GONCCL_DEVICE_PATH=model or samegpu when no two ranks share a device (rank r is on

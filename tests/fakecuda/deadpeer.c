@@ -6,9 +6,13 @@
  * sticky error that poisons its whole context. The fake keeps the memory (a memfd)
  * but faults instead:
  *
- * - a write by a stream operation (cuStreamWriteValue32, a device copy's destination)
- *   into a mapping whose exporter has died, when queued or when it runs, faults
- *   (and is counted in dead_peer_writes). gonccl's streams post their flags into host
+ * - a write by a stream operation (cuStreamWriteValue32, a device copy's destination,
+ *   a kernel's output) into a mapping whose exporter has died, when queued or when it
+ *   runs, faults (and is counted in dead_peer_writes); so does a read (a device copy's
+ *   source, a kernel's input, a stream wait's flag: dead_peer_reads), as a survivor's
+ *   released stream that reads a dead peer's buffer can fault on a GPU. A test of a
+ *   path known to read so (the device path's released streams read the dead peer's
+ *   scratch) sets FAKECUDA_DEAD_PEER_READS=allow, which counts such reads only; gonccl's streams post their flags into host
  *   memory every rank maps (cuda/hostflags.go), which outlives any one process, so a
  *   survivor's queued posts to a dead peer land safely; before that, the device
  *   path's kill tests died here;
@@ -86,18 +90,30 @@ void mapping_closed(char* p) {
   }
 }
 
-void check_write(const void* p, size_t n, const char* what, int queued) {
+/* check_access is check_write and check_read: write says which. */
+static void check_access(const void* p, size_t n, const char* what, int queued, int write) {
   for (mapping* m = g_mappings; m; m = m->next) {
-    if ((const char*)p < m->p || (const char*)p + n > m->p + m->n) continue;
+    if ((const char*)p >= m->p + m->n || (const char*)p + n <= m->p) continue;
     if (!m->dead && !alive(m->pid)) m->dead = 1;
     if (!m->dead) return;
-    g_strict.dead_peer_writes++;
+    if (write) {
+      g_strict.dead_peer_writes++;
+    } else {
+      g_strict.dead_peer_reads++;
+      const char* allow = getenv("FAKECUDA_DEAD_PEER_READS");
+      if (allow != NULL && strcmp(allow, "allow") == 0) return; /* counted only */
+    }
     fault("%s %s device memory %p mapped (cuIpcOpenMemHandle) from process %d, which has died: "
-          "on a GPU that memory went with its context, and the write leaves a sticky error in this one",
-          what, queued ? "is queued to write into" : "writes into", p, m->pid);
+          "on a GPU that memory went with its context, and the access leaves a sticky error in this one",
+          what, queued ? (write ? "is queued to write into" : "is queued to read") : (write ? "writes into" : "reads"), p,
+          m->pid);
     return;
   }
 }
+
+void check_write(const void* p, size_t n, const char* what, int queued) { check_access(p, n, what, queued, 1); }
+
+void check_read(const void* p, size_t n, const char* what, int queued) { check_access(p, n, what, queued, 0); }
 
 void check_no_mappers(const unsigned* ctl, const void* p) {
   unsigned me = (unsigned)getpid();

@@ -1,7 +1,8 @@
 /*
  * drain.c: allocation and free synchronize (see strict.h). On a real GPU cuMemFree,
  * cuMemHostAlloc and cuMemFreeHost (and, in practice, cuMemAlloc when it must return
- * memory to the device first) wait for all work of the context, and so does the first
+ * memory to the device first), cuMemHostRegister, cuMemHostUnregister and
+ * cuIpcCloseMemHandle wait for all work of the context, and so does the first
  * launch of a kernel the driver loads lazily: code that allocates or frees while a
  * stream of the process waits on a flag deadlocks there. The fake does the same, and
  * says which stream held it up instead of hanging silently.

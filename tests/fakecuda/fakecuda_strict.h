@@ -15,14 +15,15 @@ extern "C" {
  * and frees (cuMemAlloc / cuMemFree), exports (cuIpcGetMemHandle), mappings opened and
  * closed (cuIpcOpenMemHandle / cuIpcCloseMemHandle), drains (allocations and frees of
  * any kind, and lazy loads, each waits for the whole context), lazy loads (the first
- * launch of a kernel neither loaded eagerly nor by cuFuncLoad) and writes that reached
- * a dead exporter's memory (deadpeer.c). */
+ * launch of a kernel neither loaded eagerly nor by cuFuncLoad) and writes and reads
+ * that reached a dead exporter's memory (deadpeer.c). */
 typedef struct {
   long dev_allocs, dev_frees;
   long ipc_exports, ipc_opens, ipc_closes;
   long drains;
   long lazy_loads;
   long dead_peer_writes; /* stream writes into a dead exporter's memory */
+  long dead_peer_reads;  /* stream reads of a dead exporter's memory */
 } fakecudaStrictCounters;
 void fakecudaGetStrictCounters(fakecudaStrictCounters* out);
 

@@ -6,10 +6,13 @@
  * the host address (host memory plays device memory). A range registered twice, or
  * unregistered when it was not, is CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED /
  * _NOT_REGISTERED, as on the real driver; after cuMemHostUnregister the stream
- * operations that reach it count bad_access.
+ * operations that reach it count bad_access. Both calls wait for all work of the
+ * context first (drain.c), as the driver's do: a register or unregister while a stream
+ * of the process waits on a flag deadlocks on a GPU, and faults here.
  */
 #define _GNU_SOURCE
 #include "fakecuda_internal.h"
+#include "strict.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -42,6 +45,7 @@ CUresult cuMemHostRegister_v2(void* p, size_t n, unsigned int flags) {
   CUresult r = need_ctx();
   if (r) return r;
   if (p == NULL || n == 0 || ((uintptr_t)p % (uintptr_t)sysconf(_SC_PAGESIZE)) != 0) return CUDA_ERROR_INVALID_VALUE;
+  drain_ctx("cuMemHostRegister");
   pthread_mutex_lock(&mu);
   for (reg* g = g_regs; g; g = g->next) {
     if ((char*)p < g->p + g->n && (char*)p + n > g->p) {
@@ -61,6 +65,7 @@ CUresult cuMemHostRegister_v2(void* p, size_t n, unsigned int flags) {
 CUresult cuMemHostUnregister(void* p) {
   CUresult r = need_ctx();
   if (r) return r;
+  drain_ctx("cuMemHostUnregister");
   pthread_mutex_lock(&mu);
   for (reg** g = &g_regs; *g; g = &(*g)->next) {
     if ((*g)->p == p) {

@@ -6,11 +6,13 @@
  *   table (so pointer attributes and the staging copies know it); cuMemFree poisons
  *   it (0xDB, which peers that still map it see) and replaces the mapping with an
  *   inaccessible one, so a later touch from the host faults;
- * - cuIpcGetMemHandle names an allocation (pid, fd, size); cuIpcOpenMemHandle maps
- *   it in another process through /proc/<pid>/fd/<fd> (refused in the exporting
- *   process, as the real driver refuses it); cuIpcCloseMemHandle unmaps it the same
- *   way, so a use after close faults, and queued operations that reach it count
- *   bad_access;
+ * - cuIpcGetMemHandle names an allocation (pid, fd, size, serial); cuIpcOpenMemHandle
+ *   maps it in another process through /proc/<pid>/fd/<fd> (refused in the exporting
+ *   process, as the real driver refuses it), or, for a handle the context has open
+ *   already, returns the same pointer with its reference count raised, as the driver
+ *   does; cuIpcCloseMemHandle waits for all work of the context (drain.c), as the
+ *   driver's does, and the last close unmaps it as cuMemFree does, so a use after
+ *   close faults, and queued operations that reach it count bad_access;
  * - cuMemcpyDtoDAsync: a copy between device ranges (either may be a peer's mapping),
  *   checked when queued and when it runs;
  * - cuStreamWaitValue32 / cuStreamWriteValue32: stream memory operations on 32-bit
@@ -42,7 +44,8 @@ typedef struct {
   int fd;
   int dev;
   unsigned long long size;
-  char pad[40];
+  unsigned long long serial; /* the allocation, among the exporter's */
+  char pad[32];
 } ipcHandle;
 
 _Static_assert(sizeof(ipcHandle) == 64, "CUipcMemHandle is 64 bytes");
@@ -57,8 +60,14 @@ typedef struct shared {
   int imported; /* opened with cuIpcOpenMemHandle */
   int live;
   unsigned* ctl; /* the mapper table after the allocation (deadpeer.c) */
+  unsigned long long serial; /* made here: its number; opened: the exporter's */
+  int src_pid;               /* opened: the exporter */
+  fakeCtx* ctx;              /* opened: the context that opened it */
+  int refs;                  /* opened: cuIpcOpenMemHandle calls not yet closed */
   struct shared* next;
 } shared;
+
+static unsigned long long g_serial; /* guarded by mu */
 
 static shared* g_shared; /* guarded by mu */
 
@@ -122,6 +131,7 @@ CUresult cuMemAlloc_v2(CUdeviceptr* out, size_t n) {
   s->ctl = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)size);
   pthread_mutex_lock(&mu);
   g_strict.dev_allocs++;
+  s->serial = ++g_serial;
   track(p, n, t_current->dev);
   s->next = g_shared;
   g_shared = s;
@@ -170,7 +180,7 @@ CUresult cuIpcGetMemHandle(void* handle, CUdeviceptr ptr) {
     pthread_mutex_unlock(&mu);
     return CUDA_ERROR_INVALID_VALUE; /* not the base of a live cuMemAlloc allocation */
   }
-  ipcHandle h = {IPC_MAGIC, getpid(), s->fd, physical(a->dev), s->n, {0}}; /* dev: the physical GPU */
+  ipcHandle h = {IPC_MAGIC, getpid(), s->fd, physical(a->dev), s->n, s->serial, {0}}; /* dev: the physical GPU */
   g_strict.ipc_exports++;
   pthread_mutex_unlock(&mu);
   memcpy(handle, &h, sizeof h);
@@ -191,6 +201,19 @@ CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* out, CUipcMemHandle handle, unsigned
   if (h.magic != IPC_MAGIC || h.size == 0 || h.dev < 0 || h.dev >= NDEV) return CUDA_ERROR_INVALID_VALUE;
   if (h.pid == getpid()) return CUDA_ERROR_INVALID_CONTEXT; /* as the real driver: not in the exporter */
   if (h.dev != physical(t_current->dev) && getenv("FAKECUDA_NO_PEER") != NULL) return CUDA_ERROR_INVALID_DEVICE;
+  /* As the driver documents: a handle this context has open already gives the same
+   * pointer, its reference count raised (one cuIpcCloseMemHandle no longer unmaps it). */
+  pthread_mutex_lock(&mu);
+  for (shared* o = g_shared; o; o = o->next) {
+    if (o->imported && o->live && o->src_pid == h.pid && o->serial == h.serial && o->ctx == t_current) {
+      o->refs++;
+      g_strict.ipc_opens++;
+      pthread_mutex_unlock(&mu);
+      *out = (CUdeviceptr)(uintptr_t)o->p;
+      return CUDA_SUCCESS;
+    }
+  }
+  pthread_mutex_unlock(&mu);
   char path[64];
   snprintf(path, sizeof path, "/proc/%d/fd/%d", h.pid, h.fd);
   int fd = open(path, O_RDWR | O_CLOEXEC);
@@ -205,6 +228,10 @@ CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* out, CUipcMemHandle handle, unsigned
   s->fd = -1;
   s->imported = 1;
   s->live = 1;
+  s->serial = h.serial;
+  s->src_pid = h.pid;
+  s->ctx = t_current;
+  s->refs = 1;
   pthread_mutex_lock(&mu);
   g_strict.ipc_opens++;
   mapping_opened(p, h.size, h.pid, ctl);
@@ -220,6 +247,7 @@ CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* out, CUipcMemHandle handle, unsigned
 CUresult cuIpcCloseMemHandle(CUdeviceptr ptr) {
   CUresult r = need_ctx();
   if (r) return r;
+  drain_ctx("cuIpcCloseMemHandle"); /* as the driver: it waits for the context's work */
   char* p = (char*)(uintptr_t)ptr;
   pthread_mutex_lock(&mu);
   shared* s = find_shared(p);
@@ -227,8 +255,12 @@ CUresult cuIpcCloseMemHandle(CUdeviceptr ptr) {
     pthread_mutex_unlock(&mu);
     return CUDA_ERROR_INVALID_VALUE;
   }
-  s->live = 0;
   g_strict.ipc_closes++;
+  if (--s->refs > 0) { /* opened again since: still mapped */
+    pthread_mutex_unlock(&mu);
+    return CUDA_SUCCESS;
+  }
+  s->live = 0;
   mapping_closed(p);
   mark_dead(p);
   retire(p, s->n);
@@ -267,6 +299,7 @@ static void run_dtod(op* o) {
     return;
   }
   check_write(o->dst, o->n, "a device copy (cuMemcpyDtoDAsync)", 0);
+  check_read(o->src, o->n, "a device copy (cuMemcpyDtoDAsync)", 0);
   memmove(o->dst, o->src, o->n);
 }
 
@@ -279,6 +312,7 @@ CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, void* 
     r = CUDA_ERROR_INVALID_VALUE;
   if (r == CUDA_SUCCESS && n > 0) {
     check_write((void*)(uintptr_t)dst, n, "a device copy (cuMemcpyDtoDAsync)", 1);
+    check_read((void*)(uintptr_t)src, n, "a device copy (cuMemcpyDtoDAsync)", 1);
     op* o = calloc(1, sizeof *o);
     o->kind = OP_CALL;
     o->call = run_dtod;
@@ -312,6 +346,7 @@ static void run_wait(op* o) {
       g_count.bad_access++;
       return;
     }
+    check_read(flag, 4, "cuStreamWaitValue32", 0);
     ts_hold(o->stream->ctx->dev); /* a waiting stream keeps (or takes back) its turn */
     if (wait_met(__atomic_load_n(flag, __ATOMIC_ACQUIRE), (unsigned)o->arg[0], (unsigned)o->arg[1])) return;
     pthread_mutex_unlock(&mu);
@@ -336,7 +371,10 @@ static CUresult mem_op(void* stream, CUdeviceptr addr, unsigned value, unsigned 
   CUresult r = stream_for(stream, &s);
   if (r == CUDA_SUCCESS && ((addr & 3) != 0 || !live_dev((void*)(uintptr_t)addr, 4))) r = CUDA_ERROR_INVALID_VALUE;
   if (r == CUDA_SUCCESS) {
-    if (call == run_write) check_write((void*)(uintptr_t)addr, 4, "cuStreamWriteValue32", 1);
+    if (call == run_write)
+      check_write((void*)(uintptr_t)addr, 4, "cuStreamWriteValue32", 1);
+    else
+      check_read((void*)(uintptr_t)addr, 4, "cuStreamWaitValue32", 1);
     op* o = calloc(1, sizeof *o);
     o->kind = OP_CALL;
     o->call = call;

@@ -10,7 +10,12 @@
  *   the real driver refuses it) as an imported event of the caller's context;
  * - an imported event can be queried (cuEventQuery: the exporter's last record has
  *   run), synchronized on, waited on by a stream (cuStreamWaitEvent: a GPU-side wait
- *   across contexts, counted in gpu_waits, which polls the page) and destroyed.
+ *   across contexts, counted in gpu_waits, which polls the page) and destroyed;
+ * - for FAKECUDA_IPC_EVENT_LAG_US (default 2000) after the exporter changes the event's
+ *   state (a record enqueued, a record run), another process still sees the state
+ *   before: the driver documents no bound on how soon another process's query sees a
+ *   newer record, so one that still reports the previous, completed record must not be
+ *   taken to mean the newest has run.
  */
 #define _GNU_SOURCE
 #include "fakecuda_internal.h"
@@ -38,15 +43,62 @@ _Static_assert(sizeof(ipcEventHandle) == 64, "CUipcEventHandle is 64 bytes");
 #define IPC_EVENT_MAGIC 0xfa4ee7e7U
 #define PAGE 4096
 
+/* The shared page of an inter-process event: [0] recorded, [1] completed (the newest
+ * state), [2] and [3] the state before it, [4] when the newest was published
+ * (CLOCK_MONOTONIC ns, one clock for every process), [5] a sequence count, odd while
+ * the exporter writes. */
+enum { SH_REC, SH_DONE, SH_PREV_REC, SH_PREV_DONE, SH_STAMP, SH_SEQ };
+
+static unsigned long long mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
+}
+
+/* ipc_lag_ns: how long another process may still see an event's previous state
+ * (FAKECUDA_IPC_EVENT_LAG_US, default 2000; 0: at once). The driver documents no bound
+ * on how soon a query in another process sees a newer record: a query just after
+ * cuEventRecord may still report the previous record, completed. */
+static unsigned long long ipc_lag_ns(void) {
+  static long lag = -1;
+  if (lag < 0) {
+    const char* v = getenv("FAKECUDA_IPC_EVENT_LAG_US");
+    lag = (v != NULL && *v != 0) ? strtol(v, NULL, 10) : 2000;
+    if (lag < 0) lag = 0;
+  }
+  return (unsigned long long)lag * 1000ull;
+}
+
 void ev_sync(fakeEvent* e) {
   if (e->shm == NULL) return;
+  unsigned long* sh = e->shm;
   if (e->imported) {
-    e->recorded = __atomic_load_n(&e->shm[0], __ATOMIC_ACQUIRE);
-    e->completed = __atomic_load_n(&e->shm[1], __ATOMIC_ACQUIRE);
-  } else {
-    __atomic_store_n(&e->shm[0], e->recorded, __ATOMIC_RELEASE);
-    __atomic_store_n(&e->shm[1], e->completed, __ATOMIC_RELEASE);
+    for (;;) {
+      unsigned long seq = __atomic_load_n(&sh[SH_SEQ], __ATOMIC_ACQUIRE);
+      if (seq & 1) continue; /* being written */
+      unsigned long rec = __atomic_load_n(&sh[SH_REC], __ATOMIC_ACQUIRE);
+      unsigned long done = __atomic_load_n(&sh[SH_DONE], __ATOMIC_ACQUIRE);
+      unsigned long prec = __atomic_load_n(&sh[SH_PREV_REC], __ATOMIC_ACQUIRE);
+      unsigned long pdone = __atomic_load_n(&sh[SH_PREV_DONE], __ATOMIC_ACQUIRE);
+      unsigned long stamp = __atomic_load_n(&sh[SH_STAMP], __ATOMIC_ACQUIRE);
+      if (__atomic_load_n(&sh[SH_SEQ], __ATOMIC_ACQUIRE) != seq) continue;
+      if (mono_ns() - stamp < ipc_lag_ns()) { /* this process does not see the newest yet */
+        rec = prec;
+        done = pdone;
+      }
+      e->recorded = rec;
+      e->completed = done;
+      return;
+    }
   }
+  if (sh[SH_REC] == e->recorded && sh[SH_DONE] == e->completed) return;
+  __atomic_add_fetch(&sh[SH_SEQ], 1, __ATOMIC_ACQ_REL);
+  __atomic_store_n(&sh[SH_PREV_REC], sh[SH_REC], __ATOMIC_RELEASE);
+  __atomic_store_n(&sh[SH_PREV_DONE], sh[SH_DONE], __ATOMIC_RELEASE);
+  __atomic_store_n(&sh[SH_REC], e->recorded, __ATOMIC_RELEASE);
+  __atomic_store_n(&sh[SH_DONE], e->completed, __ATOMIC_RELEASE);
+  __atomic_store_n(&sh[SH_STAMP], mono_ns(), __ATOMIC_RELEASE);
+  __atomic_add_fetch(&sh[SH_SEQ], 1, __ATOMIC_ACQ_REL);
 }
 
 CUresult ipc_event_create(fakeEvent* e) {

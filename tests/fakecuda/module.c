@@ -111,6 +111,14 @@ static void execute(launch* l) {
     g_count.bad_access++;
     return;
   }
+  if (l->k->multi) {
+    for (int i = 0; i < l->m.nin; i++) check_read(l->m.in[i], bytes, "a kernel launch (its input)", 0);
+    for (int i = 0; i < l->m.nout; i++) check_write(l->m.out[i], bytes, "a kernel launch (its output)", 0);
+  } else {
+    check_write(l->a, bytes, "a kernel launch (its output)", 0);
+    check_read(l->a, bytes, "a kernel launch (its input)", 0);
+    if (l->k->reduce) check_read(l->b, bytes, "a kernel launch (its input)", 0);
+  }
   g_count.kernels++;
   /* The deliberately wrong implementation (fakecudaCorruptKernel) misses the last element. */
   unsigned long long count = l->corrupt && l->count > 0 ? l->count - 1 : l->count;

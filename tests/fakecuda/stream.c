@@ -6,6 +6,7 @@
  */
 #define _GNU_SOURCE
 #include "fakecuda_internal.h"
+#include "strict.h"
 
 #include <pthread.h>
 #include <stdint.h>
@@ -137,6 +138,10 @@ static void run(op* o) {
         g_count.bad_access++;
         break;
       }
+      if (o->dtoh)
+        check_read(dev, o->n, "a device->host copy", 0);
+      else
+        check_write(dev, o->n, "a host->device copy", 0);
       memcpy(o->dst, o->src, o->n);
       if (o->dtoh) g_count.dtoh++; else g_count.htod++;
       break;

@@ -38,6 +38,9 @@ void mapping_closed(char* p);
  * poison this one) it counts dead_peer_writes and faults. what names the write. mu
  * held. */
 void check_write(const void* p, size_t n, const char* what, int queued);
+/* check_read is check_write for a read (a copy's source, a kernel's input, a wait's
+ * flag), counted in dead_peer_reads. mu held. */
+void check_read(const void* p, size_t n, const char* what, int queued);
 /* check_no_mappers faults if a live process other than this one still maps the
  * allocation whose mapper table is ctl: freeing it pulls the memory from under that
  * process's streams. mu held. */
