@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/gonccl/gonccl/core"
-	"github.com/gonccl/gonccl/cuda"
 	"github.com/gonccl/gonccl/cuda/kernels"
 	"github.com/gonccl/gonccl/cuda/samegpu"
 	"github.com/gonccl/gonccl/internal/route"
@@ -42,12 +41,28 @@ func (v *views) setupSameGPU(c *core.Comm, why error) error {
 		g.Close()
 		err = kerr
 	}
+	// All or nothing: a rank that could not connect (samegpu.ErrRefused, or anything
+	// else) makes every rank stage, rather than erring alone while the others wait.
+	reason := ""
 	if err != nil {
-		if errors.Is(err, cuda.ErrNotShared) || kerr != nil {
-			logDevice(c, fmt.Sprintf("staged path: %v; waiting on the GPU would hold it from the other rank's compute (GONCCL_DEVICE_PATH=1 takes the device path anyway), and the same-GPU path does not apply: %v", why, err))
-			return nil
+		reason = err.Error()
+	}
+	all, who, aerr := route.Agree(route.HostGather(c), err == nil, reason)
+	if aerr != nil {
+		if g != nil && err == nil {
+			g.Close()
 		}
-		return fmt.Errorf("setting up the same-GPU path: %w", err)
+		return fmt.Errorf("agreeing on the same-GPU path's setup: %w", aerr)
+	}
+	if !all {
+		if g != nil && err == nil {
+			g.Close()
+		}
+		if err == nil {
+			err = errors.New(who)
+		}
+		logDevice(c, fmt.Sprintf("staged path: %v; waiting on the GPU would hold it from the other rank's compute (GONCCL_DEVICE_PATH=1 takes the device path anyway), and the same-GPU path is not set up: %s (%v)", why, who, err))
+		return nil
 	}
 	g.Watch(c.Err) // a dead, stopped or aborted rank ends every wait, not the timeout
 	e.devSame, e.devKernels, e.devCtx = g, k, v.ctx
