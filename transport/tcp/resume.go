@@ -1,0 +1,149 @@
+package tcp
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+)
+
+// The reconnect protocol around a Session (session.go). After the handshake of a
+// connection whose Hello has Resume set:
+//
+//	data channel: acceptor -> dialler: "GNCS", its delivered count (8 bytes),
+//	              or a refusal (ErrStaleLink, ErrCountMismatch, a closed link);
+//	              then both resend what the other lacks and the stream goes on
+//	ChannelCall:  nothing; the dialler reconnects the link if its generation is the
+//	              one that broke
+const resumeMagic = 0x53434e47 // "GNCS"
+
+// Registry holds a rank's sessions, so that a reconnect finds the one it resumes.
+type Registry struct {
+	mu sync.Mutex
+	m  map[regKey]*Session
+}
+
+type regKey struct {
+	peer int
+	link uint64
+}
+
+// Add files s, the session to peer with id link.
+func (r *Registry) Add(peer int, link uint64, s *Session) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil {
+		r.m = map[regKey]*Session{}
+	}
+	r.m[regKey{peer, link}] = s
+}
+
+// Remove forgets every session to peer.
+func (r *Registry) Remove(peer int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for k := range r.m {
+		if k.peer == peer {
+			delete(r.m, k)
+		}
+	}
+}
+
+// Sessions lists the sessions to peer.
+func (r *Registry) Sessions(peer int) []*Session {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var ss []*Session
+	for k, s := range r.m {
+		if k.peer == peer {
+			ss = append(ss, s)
+		}
+	}
+	return ss
+}
+
+// Serve handles conn, an authenticated connection whose Hello h has Resume set: a
+// reconnect of one of this rank's sessions (the acceptor's side), or a call asking
+// this rank to reconnect one (the dialler's side). It returns why it refused, and
+// owns conn either way.
+func (r *Registry) Serve(conn net.Conn, h Hello) error {
+	r.mu.Lock()
+	s := r.m[regKey{h.From, h.Link}]
+	r.mu.Unlock()
+	if h.Channel == ChannelCall {
+		conn.Close()
+		if s == nil || s.cfg.Redial == nil {
+			return fmt.Errorf("rank %d asks this rank to reconnect link %#x, which it does not dial: %w", h.From, h.Link, ErrStaleLink)
+		}
+		s.kick(h.Count)
+		return nil
+	}
+	if s == nil || s.cfg.Channel != h.Channel || s.cfg.Redial != nil {
+		err := fmt.Errorf("rank %d reconnects link %#x on channel %d, which this rank does not have: %w", h.From, h.Link, h.Channel, ErrStaleLink)
+		refuse(conn, err.Error())
+		conn.Close()
+		return err
+	}
+	err := s.Resume(conn, h.Count, func(delivered uint64) error {
+		var b [12]byte
+		binary.LittleEndian.PutUint32(b[0:], resumeMagic)
+		binary.LittleEndian.PutUint64(b[4:], delivered)
+		_ = conn.SetWriteDeadline(time.Now().Add(s.cfg.Retry))
+		_, err := conn.Write(b[:])
+		_ = conn.SetWriteDeadline(time.Time{})
+		return err
+	})
+	if err != nil {
+		refuse(conn, err.Error())
+		conn.Close()
+	}
+	return err
+}
+
+// kick breaks generation gen of the session, which the acceptor reports broken,
+// unless this side has moved past it (or is reconnecting already).
+func (s *Session) kick(gen uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gen == gen && !s.down {
+		s.breakLocked(gen, fmt.Errorf("rank %d reports the connection broken", s.cfg.Peer))
+	}
+}
+
+// DialResume reconnects session h.Link (h.Resume set, h.Count this side's delivered
+// count) at addr, and returns the new connection and the acceptor's delivered count.
+func DialResume(addr string, secret []byte, t *TLS, h Hello, deadline time.Time) (net.Conn, uint64, error) {
+	c, err := DialOnce(addr, secret, t, h, deadline)
+	if err != nil {
+		return nil, 0, err
+	}
+	n, err := readResumeAnswer(c, deadline)
+	if err != nil {
+		abort(c)
+		return nil, 0, fmt.Errorf("reconnect to %s: %w", addr, err)
+	}
+	return c, n, nil
+}
+
+// readResumeAnswer reads the acceptor's answer to a reconnect.
+func readResumeAnswer(c net.Conn, deadline time.Time) (uint64, error) {
+	_ = c.SetReadDeadline(deadline)
+	defer c.SetReadDeadline(time.Time{})
+	var b [12]byte
+	if _, err := io.ReadFull(c, b[:5]); err != nil {
+		return 0, err
+	}
+	if isRefusal(b[:]) {
+		return 0, readRefusal(c, b[:5])
+	}
+	if binary.LittleEndian.Uint32(b[0:]) != resumeMagic {
+		return 0, errors.New("not a reconnect answer (bad magic)")
+	}
+	if _, err := io.ReadFull(c, b[5:]); err != nil {
+		return 0, err
+	}
+	return binary.LittleEndian.Uint64(b[4:]), nil
+}

@@ -1,0 +1,592 @@
+package tcp
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/gonccl/gonccl/internal/safego"
+)
+
+// A Session is a net.Conn between two ranks that outlives the TCP connection under it:
+// when that connection breaks (reset or aborted by anything between the hosts) while
+// both processes live, the session connects again, authenticated as at first, and
+// resumes the byte stream where it stopped, with nothing lost, repeated or reordered.
+// The links above it (StreamLink, StripedLink, transport.MsgConn) see only a read or
+// write that took longer.
+//
+//	dialler (higher rank)                      acceptor (lower rank)
+//	  breaks: redials ─── hello{Resume, link, delivered} ──►  checks link id, counts
+//	          ◄────────── resume answer{delivered} ──────────
+//	  both: resend from the peer's delivered count, then carry on
+//
+// Each side counts the bytes it has written into the stream (sent) and handed to its
+// reader (delivered), and keeps the last bytes it wrote in a ring (retained). Bytes
+// the peer has not yet read are in this host's send buffer, the network or the peer's
+// receive buffer (kernel buffers: at most about SO_SNDBUF + the peer's SO_RCVBUF), so
+// a ring of that size holds every byte a reconnect can ask for; the ring is filled
+// from the tail of each write after the write returns, so a large write costs a copy
+// of at most the ring's size, not of the whole write. A reconnect asking for bytes the
+// ring no longer holds is refused (ErrCountMismatch): the link fails, it is never
+// resumed wrong.
+//
+// Only the dialler reconnects (as at first: the higher rank of a pair dials); an
+// acceptor that sees the break first asks the dialler to, with a call (ChannelCall,
+// Resume). A peer whose process has exited refuses the connection at once (no
+// listener), and the session fails then and there; one that closed its end on
+// purpose sends a FIN, read as the end of the stream (io.EOF), never retried. A break
+// that does not heal within the retry window fails the session with ErrLinkDown,
+// naming the rank.
+
+// Reconnect errors, each matched with errors.Is.
+var (
+	// ErrLinkDown means a broken connection did not come back within the retry window.
+	ErrLinkDown = errors.New("link down past the retry window")
+	// ErrPeerGone means the peer's host refused the reconnect: its process has exited.
+	ErrPeerGone = errors.New("peer gone: its host refused the reconnect")
+	// ErrStaleLink means a reconnect named a link this rank does not have (an old one,
+	// or one made up).
+	ErrStaleLink = errors.New("stale link id")
+	// ErrCountMismatch means a reconnect's delivered count lies outside what the other
+	// side sent and still holds.
+	ErrCountMismatch = errors.New("delivered byte counts do not match")
+)
+
+// SessionConfig says how a Session reconnects.
+type SessionConfig struct {
+	Peer    int    // the rank at the other end, for messages
+	Channel uint8  // the connection's channel, for messages
+	Link    uint64 // the session's id (Hello.Link)
+	// Retry is how long a broken connection may take to come back.
+	Retry time.Duration
+	// Redial (the dialler's side) connects again and returns the new connection and
+	// the count the acceptor has delivered (see DialResume).
+	Redial func(delivered uint64, deadline time.Time) (net.Conn, uint64, error)
+	// Call (the acceptor's side) asks the dialler to reconnect generation gen.
+	Call func(gen uint64, deadline time.Time) error
+	// Log reports breaks and resumes (INFO).
+	Log func(msg string)
+	// Guard runs the reconnecting goroutine.
+	Guard safego.Guard
+}
+
+// Session implements net.Conn over a sequence of connections (see above).
+type Session struct {
+	cfg SessionConfig
+
+	mu       sync.Mutex
+	idle     *sync.Cond // inflight dropped to zero
+	conn     net.Conn   // the current connection
+	gen      uint64     // connections installed so far - 1
+	down     bool       // the current connection broke; reads and writes wait
+	resend   bool       // the new connection is being filled from the ring; writes wait
+	since    time.Time  // when it broke
+	err      error      // the session failed: every call returns it
+	closed   bool
+	inflight int           // reads and writes running on conn
+	changed  chan struct{} // closed and replaced at every change of the above or a deadline
+	rdl, wdl time.Time
+
+	sent, delivered uint64
+	unsent          int    // bytes left of a write that broke (the peer may have some)
+	skip            uint64 // bytes of that write the peer turned out to have
+	ring            ring
+	resumes         int
+	resumeMu        sync.Mutex // one resume at a time
+}
+
+// NewSession makes a session over conn (authenticated, with hello.Link set) that
+// retains up to retain bytes for resends (RetainFor gives the size for a connection).
+func NewSession(conn net.Conn, retain int, cfg SessionConfig) *Session {
+	s := &Session{cfg: cfg, conn: conn, changed: make(chan struct{})}
+	s.idle = sync.NewCond(&s.mu)
+	s.ring.max = retain
+	return s
+}
+
+// RetainFor is the ring size a session over conn needs: what this host's send buffer
+// and the peer's receive buffer can hold (the kernel reports both as allocated, twice
+// what was asked), with peerRcvbuf assumed equal to this side's, plus 1 MiB for
+// what a TLS reader buffers and for the kernel's overshoot.
+func RetainFor(conn net.Conn) int {
+	snd, rcv := 8<<20, 8<<20
+	if tc := rawTCP(conn); tc != nil {
+		if sc, err := tc.SyscallConn(); err == nil {
+			_ = sc.Control(func(fd uintptr) {
+				if v, err := syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_SNDBUF); err == nil {
+					snd = v
+				}
+				if v, err := syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF); err == nil {
+					rcv = v
+				}
+			})
+		}
+	}
+	return snd + rcv + 1<<20
+}
+
+// rawTCP is the TCP connection under c (plain or TLS), or nil.
+func rawTCP(c net.Conn) *net.TCPConn {
+	switch c := c.(type) {
+	case *net.TCPConn:
+		return c
+	case *tlsConn:
+		tc, _ := c.raw.Conn.(*net.TCPConn)
+		return tc
+	}
+	return nil
+}
+
+// abort drops c with a reset, never a FIN: the peer must not read the end of its
+// stream (io.EOF) where this side only gave up on one connection.
+func abort(c net.Conn) {
+	if tc := rawTCP(c); tc != nil {
+		_ = tc.SetLinger(0)
+		_ = tc.Close()
+		return
+	}
+	_ = c.Close()
+}
+
+// Conn returns the current connection (for PeerName and tests).
+func (s *Session) Conn() net.Conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conn
+}
+
+// Resumes is how many times the session has reconnected.
+func (s *Session) Resumes() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.resumes
+}
+
+// Down reports whether the session is reconnecting, and since when.
+func (s *Session) Down() (bool, time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.down && s.err == nil, s.since
+}
+
+// Counts returns the bytes written into and delivered out of the stream so far.
+func (s *Session) Counts() (sent, delivered uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sent, s.delivered
+}
+
+// notify wakes every waiter (s.mu held).
+func (s *Session) notify() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// acquire waits until the session has a connection to read (or write) on, within the
+// read (write) deadline, and counts the caller in flight on it.
+func (s *Session) acquire(write bool) (net.Conn, uint64, error) {
+	s.mu.Lock()
+	for {
+		if s.err != nil {
+			err := s.err
+			s.mu.Unlock()
+			return nil, 0, err
+		}
+		if !s.down && !(write && s.resend) {
+			s.inflight++
+			c, gen := s.conn, s.gen
+			s.mu.Unlock()
+			return c, gen, nil
+		}
+		dl := s.rdl
+		if write {
+			dl = s.wdl
+		}
+		ch := s.changed
+		s.mu.Unlock()
+		var timer <-chan time.Time
+		if !dl.IsZero() {
+			d := time.Until(dl)
+			if d <= 0 {
+				return nil, 0, os.ErrDeadlineExceeded
+			}
+			t := time.NewTimer(d)
+			timer = t.C
+			defer t.Stop()
+		}
+		select {
+		case <-ch:
+		case <-timer:
+		}
+		s.mu.Lock()
+	}
+}
+
+// release ends an operation that acquire started (s.mu held).
+func (s *Session) release() {
+	s.inflight--
+	if s.inflight == 0 {
+		s.idle.Broadcast()
+	}
+}
+
+// isTimeout reports a passed deadline (which the caller asked for, never a break).
+func isTimeout(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }
+
+// Read implements net.Conn.
+func (s *Session) Read(p []byte) (int, error) {
+	for {
+		c, gen, err := s.acquire(false)
+		if err != nil {
+			return 0, err
+		}
+		n, err := c.Read(p)
+		s.mu.Lock()
+		s.delivered += uint64(n)
+		s.release()
+		switch {
+		case err == nil:
+		case isTimeout(err):
+		case gen != s.gen || s.down:
+			err = nil // a connection given up already: read on the next one
+		case errors.Is(err, io.EOF) && !s.closed:
+			// The peer closed its end: the stream is over, nothing to resume.
+			s.err = io.EOF
+			s.notify()
+		default:
+			s.breakLocked(gen, err)
+			err = nil
+		}
+		s.mu.Unlock()
+		if n > 0 || err != nil {
+			return n, err
+		}
+	}
+}
+
+// Write implements net.Conn.
+func (s *Session) Write(b []byte) (int, error) {
+	total := 0
+	for {
+		c, gen, err := s.acquire(true)
+		if err != nil {
+			s.mu.Lock()
+			s.unsent = 0
+			s.mu.Unlock()
+			return total, err
+		}
+		s.mu.Lock()
+		if k := int(min(s.skip, uint64(len(b)))); k > 0 { // the peer has these already
+			s.record(b[:k])
+			b, total, s.skip = b[k:], total+k, s.skip-uint64(k)
+		}
+		s.unsent = 0
+		s.mu.Unlock()
+		n := 0
+		if len(b) > 0 || total == 0 {
+			n, err = c.Write(b)
+		}
+		s.mu.Lock()
+		s.record(b[:n])
+		s.release()
+		b, total = b[n:], total+n
+		switch {
+		case err == nil || isTimeout(err):
+			s.mu.Unlock()
+			return total, err
+		case gen == s.gen && !s.down:
+			s.breakLocked(gen, err)
+		}
+		s.unsent = len(b)
+		s.mu.Unlock()
+	}
+}
+
+// record appends written bytes to the stream's count and ring (s.mu held).
+func (s *Session) record(b []byte) {
+	s.sent += uint64(len(b))
+	s.ring.write(b)
+}
+
+// breakLocked starts the reconnect after connection gen failed with cause (s.mu held).
+func (s *Session) breakLocked(gen uint64, cause error) {
+	if gen != s.gen || s.down || s.err != nil || s.closed {
+		return
+	}
+	s.down, s.since = true, time.Now()
+	abort(s.conn)
+	s.notify()
+	s.cfg.Log(fmt.Sprintf("link to rank %d (channel %d) broke: %v; reconnecting for up to %v",
+		s.cfg.Peer, s.cfg.Channel, cause, s.cfg.Retry))
+	s.cfg.Guard.Go("tcp reconnect", nil, func(err error) { s.fail(err) }, func() { s.reconnect(gen) })
+}
+
+// fail ends the session with err.
+func (s *Session) fail(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err == nil {
+		s.err = err
+		abort(s.conn)
+		s.notify()
+	}
+}
+
+// reconnect brings generation gen's session back (the dialler redials; the acceptor
+// calls and waits), or fails it when the retry window closes.
+func (s *Session) reconnect(gen uint64) {
+	s.mu.Lock()
+	for s.inflight > 0 {
+		s.idle.Wait()
+	}
+	deadline := s.since.Add(s.cfg.Retry)
+	s.mu.Unlock()
+	backoff := 20 * time.Millisecond
+	for {
+		s.mu.Lock()
+		done, failed := s.gen != gen || !s.down, s.err != nil || s.closed
+		ch := s.changed
+		s.mu.Unlock()
+		if done || failed {
+			return
+		}
+		now := time.Now()
+		if !now.Before(deadline) {
+			s.fail(fmt.Errorf("rank %d: %w: the connection (channel %d) broke %v ago and did not come back within GONCCL_LINK_RETRY_MS=%d",
+				s.cfg.Peer, ErrLinkDown, s.cfg.Channel, now.Sub(s.since).Round(time.Millisecond), s.cfg.Retry.Milliseconds()))
+			return
+		}
+		try := now.Add(2 * time.Second)
+		if try.After(deadline) {
+			try = deadline
+		}
+		var err error
+		if s.cfg.Redial != nil {
+			s.resumeMu.Lock()
+			s.mu.Lock()
+			delivered := s.delivered
+			s.mu.Unlock()
+			var c net.Conn
+			var peerDelivered uint64
+			if c, peerDelivered, err = s.cfg.Redial(delivered, try); err == nil {
+				if err = s.install(c, peerDelivered, deadline); err != nil {
+					abort(c)
+					s.fail(err)
+				}
+			}
+			s.resumeMu.Unlock()
+		} else {
+			err = s.cfg.Call(gen, try)
+		}
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			s.fail(fmt.Errorf("rank %d: %w (its process has exited): %v", s.cfg.Peer, ErrPeerGone, err))
+			return
+		}
+		var refused *RefusedError
+		if errors.As(err, &refused) || errors.Is(err, ErrAuth) {
+			s.fail(fmt.Errorf("rank %d: the reconnect was refused: %w", s.cfg.Peer, err))
+			return
+		}
+		if err == nil && s.cfg.Redial != nil {
+			continue
+		}
+		t := time.NewTimer(backoff)
+		select { // a call's answer is the dialler's reconnect: wait for it a while
+		case <-ch:
+		case <-t.C:
+		}
+		t.Stop()
+		backoff = min(2*backoff, 500*time.Millisecond)
+	}
+}
+
+// Resume takes over conn, a reconnect of this session whose dialler has delivered
+// peerDelivered bytes (hello.Count): the acceptor's side. answer writes this side's
+// delivered count to the dialler (see ResumeAnswer). A session that still thinks its
+// connection is healthy (the break reached only the dialler) gives it up first.
+func (s *Session) Resume(conn net.Conn, peerDelivered uint64, answer func(delivered uint64) error) error {
+	s.resumeMu.Lock()
+	defer s.resumeMu.Unlock()
+	s.mu.Lock()
+	if s.err != nil || s.closed {
+		err := s.err
+		s.mu.Unlock()
+		return fmt.Errorf("link to rank %d is closed (%v): %w", s.cfg.Peer, err, ErrStaleLink)
+	}
+	if !s.down { // the break reached only the dialler: give up the old connection too
+		s.breakLocked(s.gen, errors.New("the peer reconnected"))
+	}
+	for s.inflight > 0 {
+		s.idle.Wait()
+	}
+	if err := s.checkLocked(peerDelivered); err != nil {
+		s.mu.Unlock()
+		return err
+	}
+	delivered := s.delivered
+	s.mu.Unlock()
+	if err := answer(delivered); err != nil {
+		return err
+	}
+	return s.install(conn, peerDelivered, time.Now().Add(s.cfg.Retry))
+}
+
+// checkLocked refuses a peer's delivered count that this side did not send or no
+// longer holds (s.mu held).
+func (s *Session) checkLocked(peer uint64) error {
+	lo := s.sent - uint64(s.ring.n)
+	hi := s.sent + uint64(s.unsent)
+	if peer < lo || peer > hi {
+		return fmt.Errorf("rank %d says it has %d bytes of the link (channel %d); this rank sent %d and still holds bytes from %d: %w",
+			s.cfg.Peer, peer, s.cfg.Channel, s.sent, lo, ErrCountMismatch)
+	}
+	return nil
+}
+
+// install makes conn the session's connection: reads go on at once, writes once the
+// bytes the peer lacks (from its delivered count) are resent.
+func (s *Session) install(conn net.Conn, peerDelivered uint64, deadline time.Time) error {
+	s.mu.Lock()
+	if err := s.checkLocked(peerDelivered); err != nil {
+		s.mu.Unlock()
+		return err
+	}
+	if s.err != nil || s.closed {
+		s.mu.Unlock()
+		abort(conn)
+		return nil
+	}
+	var missing []byte
+	if peerDelivered > s.sent {
+		s.skip = peerDelivered - s.sent
+	} else {
+		missing = s.ring.since(peerDelivered)
+	}
+	s.conn, s.gen = conn, s.gen+1
+	_ = conn.SetReadDeadline(s.rdl)
+	s.down, s.resend = false, true
+	s.resumes++
+	s.inflight++ // the resend below
+	took := time.Since(s.since)
+	s.notify()
+	s.mu.Unlock()
+	s.cfg.Log(fmt.Sprintf("link to rank %d (channel %d) resumed after %v: %d bytes resent",
+		s.cfg.Peer, s.cfg.Channel, took.Round(time.Millisecond), len(missing)))
+	_ = conn.SetWriteDeadline(deadline)
+	_, err := conn.Write(missing)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.release()
+	s.resend = false
+	_ = conn.SetWriteDeadline(s.wdl)
+	s.notify()
+	if err != nil {
+		s.breakLocked(s.gen, err)
+	}
+	return nil
+}
+
+// Close implements net.Conn: the peer reads the end of the stream.
+func (s *Session) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	if s.err == nil {
+		s.err = net.ErrClosed
+	}
+	s.notify()
+	return s.conn.Close()
+}
+
+// LocalAddr implements net.Conn.
+func (s *Session) LocalAddr() net.Addr { return s.Conn().LocalAddr() }
+
+// RemoteAddr implements net.Conn.
+func (s *Session) RemoteAddr() net.Addr { return s.Conn().RemoteAddr() }
+
+// SetDeadline implements net.Conn.
+func (s *Session) SetDeadline(t time.Time) error {
+	_ = s.SetReadDeadline(t)
+	return s.SetWriteDeadline(t)
+}
+
+// SetReadDeadline implements net.Conn; it holds across reconnects.
+func (s *Session) SetReadDeadline(t time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rdl = t
+	s.notify()
+	if !s.down {
+		_ = s.conn.SetReadDeadline(t) // a broken connection's error is the reconnect's
+	}
+	return nil
+}
+
+// SetWriteDeadline implements net.Conn; it holds across reconnects.
+func (s *Session) SetWriteDeadline(t time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.wdl = t
+	s.notify()
+	if !s.down && !s.resend { // a resend keeps its own deadline until it is done
+		_ = s.conn.SetWriteDeadline(t)
+	}
+	return nil
+}
+
+// ring holds the last bytes written into a stream: stream bytes [end-n, end), the
+// byte at offset o in buf[o % len(buf)]. It grows to max as the stream does.
+type ring struct {
+	buf []byte
+	max int
+	n   int
+	end uint64
+}
+
+func (r *ring) write(p []byte) {
+	switch {
+	case r.max == 0:
+		r.end += uint64(len(p))
+		return
+	case len(p) >= r.max: // only its tail can be asked for
+		if len(r.buf) < r.max {
+			r.buf = make([]byte, r.max)
+		}
+		r.end += uint64(len(p) - r.max)
+		p = p[len(p)-r.max:]
+	case r.n+len(p) > len(r.buf) && len(r.buf) < r.max:
+		old := r.since(r.end - uint64(r.n))
+		r.buf = make([]byte, min(r.max, max(2*len(r.buf), r.n+len(p), 64<<10)))
+		r.place(r.end-uint64(len(old)), old)
+	}
+	r.place(r.end, p)
+	r.end += uint64(len(p))
+	r.n = min(r.n+len(p), len(r.buf))
+}
+
+// place copies p to stream offset at (len(p) <= len(buf)).
+func (r *ring) place(at uint64, p []byte) {
+	i := int(at % uint64(len(r.buf)))
+	k := copy(r.buf[i:], p)
+	copy(r.buf, p[k:])
+}
+
+// since returns a copy of the stream bytes [from, end) (from >= end-n).
+func (r *ring) since(from uint64) []byte {
+	out := make([]byte, r.end-from)
+	if len(out) == 0 {
+		return out
+	}
+	i := int(from % uint64(len(r.buf)))
+	k := copy(out, r.buf[i:])
+	copy(out[k:], r.buf)
+	return out
+}

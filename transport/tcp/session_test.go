@@ -1,0 +1,215 @@
+package tcp
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"math/rand"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Sessions over real loopback sockets: two "ranks", each with a listener and a
+// registry as core has them; rank 1 dials (the higher rank of a pair), rank 0 accepts.
+
+type sessRank struct {
+	rank   int
+	l      *net.TCPListener
+	reg    Registry
+	tls    *TLS
+	secret []byte
+	accept chan *Session // rank 0: sessions made from first connects
+	logs   chan string
+	served chan error // what Serve answered each reconnect
+}
+
+func newSessRank(t *testing.T, rank int, sec *TLS) *sessRank {
+	l, err := Listen(Interface{Name: "lo", IP: net.IPv4(127, 0, 0, 1)})
+	require.NoError(t, err)
+	r := &sessRank{rank: rank, l: l, tls: sec, secret: tlsSecret, accept: make(chan *Session, 4),
+		logs: make(chan string, 1000), served: make(chan error, 100)}
+	t.Cleanup(func() { l.Close() })
+	return r
+}
+
+func (r *sessRank) log(m string) {
+	select {
+	case r.logs <- m:
+	default:
+	}
+}
+
+// serve accepts until the listener closes: reconnects go to the registry, first
+// connects become acceptor sessions that call peer back at callAddr.
+func (r *sessRank) serve(retry time.Duration, callAddr string) {
+	for {
+		raw, err := r.l.AcceptTCP()
+		if err != nil {
+			return
+		}
+		Accepted(raw)
+		go func() {
+			c, h, err := Accept(raw, r.secret, r.tls, time.Now().Add(2*time.Second))
+			if err != nil {
+				r.served <- err
+				raw.Close()
+				return
+			}
+			if h.Resume {
+				r.served <- r.reg.Serve(c, h)
+				return
+			}
+			s := NewSession(c, RetainFor(c), SessionConfig{Peer: h.From, Channel: h.Channel, Link: h.Link, Retry: retry, Log: r.log,
+				Call: func(gen uint64, deadline time.Time) error {
+					cc, err := DialOnce(callAddr, r.secret, r.tls, Hello{From: r.rank, To: h.From, Channel: ChannelCall, Link: h.Link, Resume: true, Count: gen}, deadline)
+					if err == nil {
+						cc.Close()
+					}
+					return err
+				}})
+			r.reg.Add(h.From, h.Link, s)
+			r.accept <- s
+		}()
+	}
+}
+
+// sessionPair connects rank 1's session to rank 0's (channel 0, link id 7).
+func sessionPair(t *testing.T, retry time.Duration, sec0, sec1 *TLS) (dial, acc *Session, r0, r1 *sessRank) {
+	r0, r1 = newSessRank(t, 0, sec0), newSessRank(t, 1, sec1)
+	addr0 := r0.l.Addr().String()
+	go r0.serve(retry, r1.l.Addr().String())
+	go r1.serve(retry, "")
+	h := Hello{From: 1, To: 0, Channel: ChannelColl, Link: 7}
+	c, err := DialOnce(addr0, tlsSecret, sec1, h, time.Now().Add(5*time.Second))
+	require.NoError(t, err)
+	dial = NewSession(c, RetainFor(c), SessionConfig{Peer: 0, Channel: ChannelColl, Link: 7, Retry: retry, Log: r1.log,
+		Redial: func(delivered uint64, deadline time.Time) (net.Conn, uint64, error) {
+			rh := h
+			rh.Resume, rh.Count = true, delivered
+			return DialResume(addr0, tlsSecret, sec1, rh, deadline)
+		}})
+	r1.reg.Add(0, 7, dial)
+	select {
+	case acc = <-r0.accept:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no session accepted")
+	}
+	t.Cleanup(func() { dial.Close(); acc.Close() })
+	return dial, acc, r0, r1
+}
+
+// pump streams n random bytes each way between a and b in random pieces, and checks
+// what arrives; strike(i) runs after every 4 MiB b reads.
+func pump(t *testing.T, a, b *Session, n int, strike func(i int)) {
+	rng := rand.New(rand.NewSource(1))
+	ab, ba := make([]byte, n), make([]byte, n)
+	rng.Read(ab)
+	rng.Read(ba)
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	write := func(w io.Writer, data []byte, seed int64) {
+		defer wg.Done()
+		rng := rand.New(rand.NewSource(seed))
+		for len(data) > 0 {
+			k := min(len(data), 1+rng.Intn(3<<20))
+			if _, err := w.Write(data[:k]); err != nil {
+				errs <- err
+				return
+			}
+			data = data[k:]
+		}
+	}
+	read := func(r io.Reader, want []byte, strike func(i int)) {
+		defer wg.Done()
+		got := make([]byte, len(want))
+		for off, i := 0, 0; off < len(got); i++ {
+			k := min(len(got)-off, 1<<20)
+			if _, err := io.ReadFull(r, got[off:off+k]); err != nil {
+				errs <- err
+				return
+			}
+			off += k
+			if strike != nil && i%4 == 3 {
+				strike(i / 4)
+			}
+		}
+		if !bytes.Equal(got, want) {
+			i := 0
+			for got[i] == want[i] {
+				i++
+			}
+			errs <- fmt.Errorf("stream differs from byte %d", i)
+		}
+	}
+	for _, s := range []*Session{a, b} {
+		_ = s.SetDeadline(time.Now().Add(60 * time.Second))
+	}
+	wg.Add(4)
+	go write(a, ab, 2)
+	go write(b, ba, 3)
+	go read(b, ab, strike)
+	go read(a, ba, nil)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+// TestSessionSurvivesResets resets the connection under a session over and over (as
+// ss -K does: a RST, from either side) while both directions stream; every byte
+// arrives once and in order, and both sides log the breaks and resumes.
+func TestSessionSurvivesResets(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		tls  bool
+	}{{"plain", false}, {"tls", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var s0, s1 *TLS
+			if tc.tls {
+				_, secs := groupTLS(t, 2)
+				s0, s1 = secs[0], secs[1]
+			}
+			dial, acc, r0, r1 := sessionPair(t, 5*time.Second, s0, s1)
+			pump(t, dial, acc, 48<<20, func(i int) {
+				s := []*Session{dial, acc}[i%2]
+				if down, _ := s.Down(); !down {
+					abort(s.Conn()) // a reset seen first by one side, then the other
+				}
+			})
+			require.GreaterOrEqual(t, dial.Resumes(), 4, "resumes")
+			require.Equal(t, dial.Resumes(), acc.Resumes())
+			sent, _ := dial.Counts()
+			_, got := acc.Counts()
+			require.Equal(t, uint64(48<<20), sent)
+			require.Equal(t, sent, got)
+			if tc.tls {
+				require.True(t, strings.HasPrefix(PeerName(dial), "CN=rank-0 "), "the resumed link is TLS to the same peer: %q", PeerName(dial))
+				require.True(t, strings.HasPrefix(PeerName(acc), "CN=rank-1 "), "%q", PeerName(acc))
+			}
+			requireLogged(t, r1.logs, "link to rank 0 (channel 0) resumed after")
+			requireLogged(t, r0.logs, "link to rank 1 (channel 0) resumed after")
+		})
+	}
+}
+
+func requireLogged(t *testing.T, logs chan string, what string) {
+	t.Helper()
+	var all []string
+	for {
+		select {
+		case m := <-logs:
+			if strings.Contains(m, what) {
+				return
+			}
+			all = append(all, m)
+		default:
+			t.Fatalf("no log line with %q in:\n%s", what, strings.Join(all, "\n"))
+		}
+	}
+}
