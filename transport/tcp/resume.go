@@ -74,11 +74,12 @@ func (r *Registry) Serve(conn net.Conn, h Hello) error {
 	s := r.m[regKey{h.From, h.Link}]
 	r.mu.Unlock()
 	if h.Channel == ChannelCall {
-		conn.Close()
-		if s == nil || s.cfg.Redial == nil {
-			return fmt.Errorf("rank %d asks this rank to reconnect link %#x, which it does not dial: %w", h.From, h.Link, ErrStaleLink)
+		defer conn.Close()
+		if s == nil || s.cfg.Redial == nil || !s.kick(h.Count) {
+			err := fmt.Errorf("rank %d asks this rank to reconnect link %#x, which it does not have (any more): %w", h.From, h.Link, ErrStaleLink)
+			refuse(conn, err.Error())
+			return err
 		}
-		s.kick(h.Count)
 		return nil
 	}
 	if s == nil || s.cfg.Channel != h.Channel || s.cfg.Redial != nil {
@@ -104,13 +105,34 @@ func (r *Registry) Serve(conn net.Conn, h Hello) error {
 }
 
 // kick breaks generation gen of the session, which the acceptor reports broken,
-// unless this side has moved past it (or is reconnecting already).
-func (s *Session) kick(gen uint64) {
+// unless this side has moved past it (or is reconnecting already). It reports false
+// for a session that has failed or closed: it will never reconnect.
+func (s *Session) kick(gen uint64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.err != nil || s.closed {
+		return false
+	}
 	if s.gen == gen && !s.down {
 		s.breakLocked(gen, fmt.Errorf("rank %d reports the connection broken", s.cfg.Peer))
 	}
+	return true
+}
+
+// CallResume asks the dialler of session h.Link at addr to reconnect it (h.Channel
+// ChannelCall, h.Resume set, h.Count the generation that broke): the acceptor's side.
+// A dialler that no longer has the session refuses (a *RefusedError).
+func CallResume(addr string, secret []byte, t *TLS, h Hello, deadline time.Time) error {
+	c, err := DialOnce(addr, secret, t, h, deadline)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_, err = readResumeAnswer(c, deadline)
+	if errors.Is(err, io.EOF) {
+		return nil // taken: the dialler hangs up
+	}
+	return err
 }
 
 // DialResume reconnects session h.Link (h.Resume set, h.Count this side's delivered

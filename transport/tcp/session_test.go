@@ -66,11 +66,7 @@ func (r *sessRank) serve(retry time.Duration, callAddr string) {
 			}
 			s := NewSession(c, RetainFor(c), SessionConfig{Peer: h.From, Channel: h.Channel, Link: h.Link, Retry: retry, Log: r.log,
 				Call: func(gen uint64, deadline time.Time) error {
-					cc, err := DialOnce(callAddr, r.secret, r.tls, Hello{From: r.rank, To: h.From, Channel: ChannelCall, Link: h.Link, Resume: true, Count: gen}, deadline)
-					if err == nil {
-						cc.Close()
-					}
-					return err
+					return CallResume(callAddr, r.secret, r.tls, Hello{From: r.rank, To: h.From, Channel: ChannelCall, Link: h.Link, Resume: true, Count: gen}, deadline)
 				}})
 			r.reg.Add(h.From, h.Link, s)
 			r.accept <- s
