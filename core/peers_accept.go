@@ -63,9 +63,6 @@ func (s *peerSet) accepted(raw net.Conn) error {
 	}
 	p := h.From
 	if h.Resume {
-		if s.retry == 0 {
-			return fmt.Errorf("rank %d reconnects, but GONCCL_LINK_RETRY_MS=0 here", p)
-		}
 		return s.sess.Serve(c, h)
 	}
 	if h.Channel == tcp.ChannelCall {

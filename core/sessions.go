@@ -19,10 +19,14 @@ import (
 // do. A session that does not come back within the window fails, naming the peer, and
 // the link above fails with it as a dead connection does.
 
+// With GONCCL_CHECKSUM=1 the sessions also carry a CRC32C per record (see
+// transport/tcp/checksum.go); with GONCCL_LINK_RETRY_MS=0 and checksums on, they are
+// sessions that never reconnect, so that a corrupted record fails the link.
+
 // sessions reports whether the connections to peer are sessions.
 func (s *peerSet) sessions(peer int) bool {
 	me, ri := s.ranks[s.rank], s.ranks[peer]
-	return s.retry > 0 && !(me.Host == ri.Host && me.Shm && ri.Shm)
+	return (s.retry > 0 || s.checksum) && !(me.Host == ri.Host && me.Shm && ri.Shm)
 }
 
 // newLinkID returns a fresh session id for a connection to peer, or 0 where the
@@ -44,14 +48,14 @@ func (s *peerSet) newLinkID(peer int) uint64 {
 // hello h (dialled by this rank if h.From is this rank), in a session if h asks for
 // one and this rank reconnects at all.
 func (s *peerSet) session(c net.Conn, h tcp.Hello) net.Conn {
-	if h.Link == 0 || s.retry == 0 {
+	if h.Link == 0 || (s.retry == 0 && !h.Checksum) {
 		return c
 	}
 	peer, dialler := h.From, h.From == s.rank
 	if dialler {
 		peer = h.To
 	}
-	cfg := tcp.SessionConfig{Peer: peer, Channel: h.Channel, Link: h.Link, Retry: s.retry, Guard: s.guard,
+	cfg := tcp.SessionConfig{Peer: peer, Channel: h.Channel, Link: h.Link, Retry: s.retry, Guard: s.guard, Checksum: h.Checksum,
 		Log: func(m string) { s.logs.net.Info(m) }}
 	addr := s.ranks[peer].Addr
 	if dialler {

@@ -84,6 +84,9 @@ type Hello struct {
 	// session's generation that broke.
 	Resume bool
 	Count  uint64
+	// Checksum: the session's bytes travel in records with a CRC32C each (see
+	// checksum.go); the dialler's setting decides for the connection.
+	Checksum bool
 }
 
 // The handshake, both ends proving knowledge of the secret without revealing it:
@@ -198,12 +201,16 @@ func AcceptHandshake(conn net.Conn, secret []byte, deadline time.Time) (Hello, e
 	return h, nil
 }
 
-// putResume writes h's session fields (link, flags, count: 20 bytes) into b.
+// putResume writes h's session fields (link, flags, count: 20 bytes) into b; flags:
+// 1 Resume, 2 Checksum.
 func putResume(b []byte, h Hello) {
 	binary.LittleEndian.PutUint64(b[0:], h.Link)
 	var flags uint32
 	if h.Resume {
-		flags = 1
+		flags |= 1
+	}
+	if h.Checksum {
+		flags |= 2
 	}
 	binary.LittleEndian.PutUint32(b[8:], flags)
 	binary.LittleEndian.PutUint64(b[12:], h.Count)
@@ -213,10 +220,10 @@ func putResume(b []byte, h Hello) {
 func getResume(b []byte, h *Hello) error {
 	h.Link = binary.LittleEndian.Uint64(b[0:])
 	flags := binary.LittleEndian.Uint32(b[8:])
-	if flags > 1 || (flags == 1 && h.Link == 0) {
-		return fmt.Errorf("handshake: bad reconnect flags %#x for link %#x", flags, h.Link)
+	if flags > 3 || (flags != 0 && h.Link == 0) {
+		return fmt.Errorf("handshake: bad session flags %#x for link %#x", flags, h.Link)
 	}
-	h.Resume = flags == 1
+	h.Resume, h.Checksum = flags&1 != 0, flags&2 != 0
 	h.Count = binary.LittleEndian.Uint64(b[12:])
 	return nil
 }

@@ -82,7 +82,7 @@ func (r *Registry) Serve(conn net.Conn, h Hello) error {
 		}
 		return nil
 	}
-	if s == nil || s.cfg.Channel != h.Channel || s.cfg.Redial != nil {
+	if s == nil || s.cfg.Channel != h.Channel || s.cfg.Redial != nil || s.cfg.Checksum != h.Checksum {
 		err := fmt.Errorf("rank %d reconnects link %#x on channel %d, which this rank does not have: %w", h.From, h.Link, h.Channel, ErrStaleLink)
 		refuse(conn, err.Error())
 		conn.Close()

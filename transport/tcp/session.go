@@ -73,11 +73,14 @@ type SessionConfig struct {
 	Log func(msg string)
 	// Guard runs the reconnecting goroutine.
 	Guard safego.Guard
+	// Checksum frames the stream in records with a CRC32C each (checksum.go).
+	Checksum bool
 }
 
 // Session implements net.Conn over a sequence of connections (see above).
 type Session struct {
-	cfg SessionConfig
+	cfg      SessionConfig
+	peerName string // the peer's TLS certificate ("" over plain TCP): a reconnect must show the same
 
 	mu       sync.Mutex
 	idle     *sync.Cond // inflight dropped to zero
@@ -96,6 +99,8 @@ type Session struct {
 	unsent          int    // bytes left of a write that broke (the peer may have some)
 	skip            uint64 // bytes of that write the peer turned out to have
 	ring            ring
+	rec             recordReader // Checksum: the record being read
+	crcFails        int          // records that failed their checksum
 	resumes         int
 	resumeMu        sync.Mutex // one resume at a time
 }
@@ -103,7 +108,7 @@ type Session struct {
 // NewSession makes a session over conn (authenticated, with hello.Link set) that
 // retains up to retain bytes for resends (RetainFor gives the size for a connection).
 func NewSession(conn net.Conn, retain int, cfg SessionConfig) *Session {
-	s := &Session{cfg: cfg, conn: conn, changed: make(chan struct{})}
+	s := &Session{cfg: cfg, conn: conn, changed: make(chan struct{}), peerName: PeerName(conn)}
 	s.idle = sync.NewCond(&s.mu)
 	s.ring.max = retain
 	return s
@@ -132,6 +137,9 @@ func RetainFor(conn net.Conn) int {
 
 // rawTCP is the TCP connection under c (plain or TLS), or nil.
 func rawTCP(c net.Conn) *net.TCPConn {
+	if w, ok := c.(interface{ raw() net.Conn }); ok { // a test's wrapper
+		c = w.raw()
+	}
 	switch c := c.(type) {
 	case *net.TCPConn:
 		return c
@@ -245,7 +253,7 @@ func (s *Session) Read(p []byte) (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		n, err := c.Read(p)
+		n, err := s.readFrom(c, p)
 		s.mu.Lock()
 		s.delivered += uint64(n)
 		s.release()
@@ -289,7 +297,7 @@ func (s *Session) Write(b []byte) (int, error) {
 		s.mu.Unlock()
 		n := 0
 		if len(b) > 0 || total == 0 {
-			n, err = c.Write(b)
+			n, err = s.writeTo(c, b)
 		}
 		s.mu.Lock()
 		s.record(b[:n])
@@ -316,6 +324,22 @@ func (s *Session) record(b []byte) {
 // breakLocked starts the reconnect after connection gen failed with cause (s.mu held).
 func (s *Session) breakLocked(gen uint64, cause error) {
 	if gen != s.gen || s.down || s.err != nil || s.closed {
+		return
+	}
+	if errors.Is(cause, ErrChecksum) {
+		s.crcFails++
+		if s.cfg.Retry == 0 || s.crcFails > maxChecksumFails {
+			s.err = fmt.Errorf("rank %d, link channel %d: %w (%d records failed it)", s.cfg.Peer, s.cfg.Channel, cause, s.crcFails)
+			abort(s.conn)
+			s.notify()
+			s.cfg.Log(s.err.Error())
+			return
+		}
+	}
+	if s.cfg.Retry == 0 {
+		s.err = fmt.Errorf("rank %d, link channel %d: %w", s.cfg.Peer, s.cfg.Channel, cause)
+		abort(s.conn)
+		s.notify()
 		return
 	}
 	s.down, s.since = true, time.Now()
@@ -451,6 +475,10 @@ func (s *Session) checkLocked(peer uint64) error {
 // install makes conn the session's connection: reads go on at once, writes once the
 // bytes the peer lacks (from its delivered count) are resent.
 func (s *Session) install(conn net.Conn, peerDelivered uint64, deadline time.Time) error {
+	name := PeerName(conn)
+	if name != s.peerName {
+		return fmt.Errorf("rank %d reconnected with certificate %q, not %q: %w", s.cfg.Peer, name, s.peerName, ErrStaleLink)
+	}
 	s.mu.Lock()
 	if err := s.checkLocked(peerDelivered); err != nil {
 		s.mu.Unlock()
@@ -468,6 +496,7 @@ func (s *Session) install(conn net.Conn, peerDelivered uint64, deadline time.Tim
 		missing = s.ring.since(peerDelivered)
 	}
 	s.conn, s.gen = conn, s.gen+1
+	s.rec = recordReader{} // records start afresh on the new connection
 	_ = conn.SetReadDeadline(s.rdl)
 	s.down, s.resend = false, true
 	s.resumes++
@@ -475,10 +504,14 @@ func (s *Session) install(conn net.Conn, peerDelivered uint64, deadline time.Tim
 	took := time.Since(s.since)
 	s.notify()
 	s.mu.Unlock()
-	s.cfg.Log(fmt.Sprintf("link to rank %d (channel %d) resumed after %v: %d bytes resent",
-		s.cfg.Peer, s.cfg.Channel, took.Round(time.Millisecond), len(missing)))
+	tlsNote := ""
+	if name != "" {
+		tlsNote = ", TLS 1.3, peer certificate " + name
+	}
+	s.cfg.Log(fmt.Sprintf("link to rank %d (channel %d) resumed after %v: %d bytes resent%s",
+		s.cfg.Peer, s.cfg.Channel, took.Round(time.Millisecond), len(missing), tlsNote))
 	_ = conn.SetWriteDeadline(deadline)
-	_, err := conn.Write(missing)
+	_, err := s.writeTo(conn, missing)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.release()
@@ -553,6 +586,8 @@ type ring struct {
 
 func (r *ring) write(p []byte) {
 	switch {
+	case len(p) == 0:
+		return
 	case r.max == 0:
 		r.end += uint64(len(p))
 		return

@@ -8,6 +8,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -47,6 +48,19 @@ func (r *sessRank) log(m string) {
 // serve accepts until the listener closes: reconnects go to the registry, first
 // connects become acceptor sessions that call peer back at callAddr.
 func (r *sessRank) serve(retry time.Duration, callAddr string) {
+	r.serveWith(sessOpts{retry: retry}, callAddr)
+}
+
+// sessOpts vary a test's sessions: checksums, and a wrapper around every connection
+// rank 1 dials (a corrupting one, say).
+type sessOpts struct {
+	retry    time.Duration
+	checksum bool
+	wrap     func(net.Conn) net.Conn
+}
+
+func (r *sessRank) serveWith(o sessOpts, callAddr string) {
+	retry := o.retry
 	for {
 		raw, err := r.l.AcceptTCP()
 		if err != nil {
@@ -64,7 +78,7 @@ func (r *sessRank) serve(retry time.Duration, callAddr string) {
 				r.served <- r.reg.Serve(c, h)
 				return
 			}
-			s := NewSession(c, RetainFor(c), SessionConfig{Peer: h.From, Channel: h.Channel, Link: h.Link, Retry: retry, Log: r.log,
+			s := NewSession(c, RetainFor(c), SessionConfig{Peer: h.From, Channel: h.Channel, Link: h.Link, Retry: retry, Log: r.log, Checksum: h.Checksum,
 				Call: func(gen uint64, deadline time.Time) error {
 					return CallResume(callAddr, r.secret, r.tls, Hello{From: r.rank, To: h.From, Channel: ChannelCall, Link: h.Link, Resume: true, Count: gen}, deadline)
 				}})
@@ -76,18 +90,30 @@ func (r *sessRank) serve(retry time.Duration, callAddr string) {
 
 // sessionPair connects rank 1's session to rank 0's (channel 0, link id 7).
 func sessionPair(t *testing.T, retry time.Duration, sec0, sec1 *TLS) (dial, acc *Session, r0, r1 *sessRank) {
+	return sessionPairWith(t, sessOpts{retry: retry}, sec0, sec1)
+}
+
+func sessionPairWith(t *testing.T, o sessOpts, sec0, sec1 *TLS) (dial, acc *Session, r0, r1 *sessRank) {
 	r0, r1 = newSessRank(t, 0, sec0), newSessRank(t, 1, sec1)
 	addr0 := r0.l.Addr().String()
-	go r0.serve(retry, r1.l.Addr().String())
-	go r1.serve(retry, "")
-	h := Hello{From: 1, To: 0, Channel: ChannelColl, Link: 7}
+	go r0.serveWith(o, r1.l.Addr().String())
+	go r1.serveWith(o, "")
+	wrap := func(c net.Conn) net.Conn { return c }
+	if o.wrap != nil {
+		wrap = o.wrap
+	}
+	h := Hello{From: 1, To: 0, Channel: ChannelColl, Link: 7, Checksum: o.checksum}
 	c, err := DialOnce(addr0, tlsSecret, sec1, h, time.Now().Add(5*time.Second))
 	require.NoError(t, err)
-	dial = NewSession(c, RetainFor(c), SessionConfig{Peer: 0, Channel: ChannelColl, Link: 7, Retry: retry, Log: r1.log,
+	dial = NewSession(wrap(c), RetainFor(c), SessionConfig{Peer: 0, Channel: ChannelColl, Link: 7, Retry: o.retry, Log: r1.log, Checksum: o.checksum,
 		Redial: func(delivered uint64, deadline time.Time) (net.Conn, uint64, error) {
 			rh := h
 			rh.Resume, rh.Count = true, delivered
-			return DialResume(addr0, tlsSecret, sec1, rh, deadline)
+			c, n, err := DialResume(addr0, tlsSecret, sec1, rh, deadline)
+			if err != nil {
+				return nil, 0, err
+			}
+			return wrap(c), n, nil
 		}})
 	r1.reg.Add(0, 7, dial)
 	select {
@@ -206,6 +232,94 @@ func requireLogged(t *testing.T, logs chan string, what string) {
 			all = append(all, m)
 		default:
 			t.Fatalf("no log line with %q in:\n%s", what, strings.Join(all, "\n"))
+		}
+	}
+}
+
+// flipConn flips one bit of the payload of every every-th large write: corruption on
+// the way that TCP's checksum does not see (it is made before TCP computes its own).
+type flipConn struct {
+	net.Conn
+	every, n int
+	flipped  *atomic.Int64
+}
+
+func (c *flipConn) Write(p []byte) (int, error) {
+	if len(p) > 4096 {
+		c.n++
+		if c.n%c.every == 0 {
+			q := append([]byte(nil), p...)
+			q[len(q)/2] ^= 0x10
+			c.flipped.Add(1)
+			return c.Conn.Write(q)
+		}
+	}
+	return c.Conn.Write(p)
+}
+
+// abort must reach the TCP connection under the wrapper.
+func (c *flipConn) raw() net.Conn { return c.Conn }
+
+// TestChecksumCatchesCorruption: with checksums, bytes corrupted on the way never
+// reach the reader: each bad record is resent over a resumed connection and the
+// stream arrives exact; without them, the same corruption arrives as it is.
+func TestChecksumCatchesCorruption(t *testing.T) {
+	var flipped atomic.Int64
+	wrap := func(c net.Conn) net.Conn { return &flipConn{Conn: c, every: 7, flipped: &flipped} }
+	dial, acc, r0, _ := sessionPairWith(t, sessOpts{retry: 5 * time.Second, checksum: true, wrap: wrap}, nil, nil)
+	pump(t, dial, acc, 24<<20, func(int) {})
+	require.Greater(t, flipped.Load(), int64(2), "the corrupter flipped nothing")
+	require.GreaterOrEqual(t, acc.Resumes(), 1)
+	requireLogged(t, r0.logs, "frame checksum (CRC32C) mismatch")
+
+	flipped.Store(0)
+	wrap = func(c net.Conn) net.Conn { return &flipConn{Conn: c, every: 1, flipped: &flipped} }
+	dial, acc, _, _ = sessionPairWith(t, sessOpts{retry: 5 * time.Second, wrap: wrap}, nil, nil)
+	data := make([]byte, 4<<20)
+	rand.New(rand.NewSource(5)).Read(data)
+	go func() { _, _ = dial.Write(data) }()
+	got := make([]byte, len(data))
+	_ = acc.SetReadDeadline(time.Now().Add(20 * time.Second))
+	_, err := io.ReadFull(acc, got)
+	require.NoError(t, err)
+	require.Positive(t, flipped.Load())
+	require.False(t, bytes.Equal(data, got), "without checksums the corruption goes through unseen")
+}
+
+// TestChecksumWithoutRetryFailsNamingRank: with no retry window a corrupted record
+// fails the session, naming the rank and the connection, and is never handed out.
+func TestChecksumWithoutRetryFailsNamingRank(t *testing.T) {
+	var flipped atomic.Int64
+	wrap := func(c net.Conn) net.Conn { return &flipConn{Conn: c, every: 1, flipped: &flipped} }
+	dial, acc, _, _ := sessionPairWith(t, sessOpts{checksum: true, wrap: wrap}, nil, nil)
+	data := make([]byte, 64<<10)
+	go func() { _, _ = dial.Write(data) }()
+	_ = acc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	n, err := acc.Read(make([]byte, len(data)))
+	require.Zero(t, n)
+	require.ErrorIs(t, err, ErrChecksum)
+	require.ErrorContains(t, err, "rank 1, link channel 0")
+}
+
+// TestRingKeepsTheTail checks the ring against the stream it was fed: empty writes
+// first (a zero-byte frame), growth, wrap-around and writes larger than the ring.
+func TestRingKeepsTheTail(t *testing.T) {
+	rng := rand.New(rand.NewSource(9))
+	for _, max := range []int{0, 100, 64 << 10, 1 << 20} {
+		r := ring{max: max}
+		var stream []byte
+		for i := 0; i < 300; i++ {
+			p := make([]byte, []int{0, 1, 7, 1000, 70000, 2 << 20}[rng.Intn(6)])
+			rng.Read(p)
+			r.write(p)
+			stream = append(stream, p...)
+			require.Equal(t, uint64(len(stream)), r.end)
+			require.LessOrEqual(t, r.n, max)
+			from := len(stream) - r.n
+			if r.n > 0 {
+				from = len(stream) - rng.Intn(r.n+1)
+			}
+			require.Equal(t, stream[from:], r.since(uint64(from)), "max %d, write %d", max, i)
 		}
 	}
 }
