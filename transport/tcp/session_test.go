@@ -323,3 +323,58 @@ func TestRingKeepsTheTail(t *testing.T) {
 		}
 	}
 }
+
+// TestReconnectBadInput: reconnects that must be refused, each with its named error
+// on the accepting side, and the link carries on after them.
+func TestReconnectBadInput(t *testing.T) {
+	dial, acc, r0, _ := sessionPair(t, 5*time.Second, nil, nil)
+	addr0 := r0.l.Addr().String()
+	dl := func() time.Time { return time.Now().Add(3 * time.Second) }
+	served := func() error {
+		select {
+		case err := <-r0.served:
+			return err
+		case <-time.After(10 * time.Second):
+			t.Fatal("the acceptor answered nothing")
+		}
+		return nil
+	}
+	h := Hello{From: 1, To: 0, Channel: ChannelColl, Link: 7, Resume: true}
+
+	_, _, err := DialResume(addr0, []byte("not the secret!!"), nil, h, dl())
+	require.ErrorIs(t, err, ErrAuth, "wrong secret")
+	require.ErrorContains(t, served(), "proof of the secret") // the dialler hung up: rank 0 proved its secret, it did not
+
+	stale := h
+	stale.Link = 8
+	_, _, err = DialResume(addr0, tlsSecret, nil, stale, dl())
+	var refused *RefusedError
+	require.ErrorAs(t, err, &refused, "stale link id")
+	require.ErrorIs(t, served(), ErrStaleLink)
+
+	other := h
+	other.Channel = ChannelP2P
+	_, _, err = DialResume(addr0, tlsSecret, nil, other, dl())
+	require.ErrorAs(t, err, &refused, "the link's id on another channel")
+	require.ErrorIs(t, served(), ErrStaleLink)
+
+	counts := h
+	counts.Count = 1 << 40 // far more than rank 0 ever sent
+	_, _, err = DialResume(addr0, tlsSecret, nil, counts, dl())
+	require.ErrorAs(t, err, &refused, "mismatched counts")
+	require.Contains(t, refused.Reason, "delivered byte counts do not match")
+	require.ErrorIs(t, served(), ErrCountMismatch)
+
+	raw, err := net.Dial("tcp", addr0) // half-open: part of a hello, then silence
+	require.NoError(t, err)
+	_, _ = raw.Write(resumeHello(1, 0, ChannelColl, 7, 0)[:20])
+	err = served()
+	for err == nil { // the real dialler's reconnect, after the refused one gave up the connection
+		err = served()
+	}
+	require.ErrorIs(t, err, ErrHalfOpen)
+	raw.Close()
+
+	// The refusals broke nothing for good: the real dialler resumes, the stream is exact.
+	pump(t, dial, acc, 4<<20, func(int) {})
+}
