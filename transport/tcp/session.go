@@ -599,7 +599,7 @@ func (r *ring) write(p []byte) {
 		p = p[len(p)-r.max:]
 	case r.n+len(p) > len(r.buf) && len(r.buf) < r.max:
 		old := r.since(r.end - uint64(r.n))
-		r.buf = make([]byte, min(r.max, max(2*len(r.buf), r.n+len(p), 64<<10)))
+		r.buf = make([]byte, min(r.max, max(2*len(r.buf), r.n+len(p), 4<<10)))
 		r.place(r.end-uint64(len(old)), old)
 	}
 	r.place(r.end, p)

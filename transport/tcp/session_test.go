@@ -29,7 +29,7 @@ type sessRank struct {
 	served chan error // what Serve answered each reconnect
 }
 
-func newSessRank(t *testing.T, rank int, sec *TLS) *sessRank {
+func newSessRank(t testing.TB, rank int, sec *TLS) *sessRank {
 	l, err := Listen(Interface{Name: "lo", IP: net.IPv4(127, 0, 0, 1)})
 	require.NoError(t, err)
 	r := &sessRank{rank: rank, l: l, tls: sec, secret: tlsSecret, accept: make(chan *Session, 4),
@@ -93,7 +93,7 @@ func sessionPair(t *testing.T, retry time.Duration, sec0, sec1 *TLS) (dial, acc 
 	return sessionPairWith(t, sessOpts{retry: retry}, sec0, sec1)
 }
 
-func sessionPairWith(t *testing.T, o sessOpts, sec0, sec1 *TLS) (dial, acc *Session, r0, r1 *sessRank) {
+func sessionPairWith(t testing.TB, o sessOpts, sec0, sec1 *TLS) (dial, acc *Session, r0, r1 *sessRank) {
 	r0, r1 = newSessRank(t, 0, sec0), newSessRank(t, 1, sec1)
 	addr0 := r0.l.Addr().String()
 	go r0.serveWith(o, r1.l.Addr().String())
