@@ -10,10 +10,18 @@ chaos):
 * past the retry window: the link goes down with its connections reset and stays
   down longer than GONCCL_LINK_RETRY_MS: every rank fails, naming a rank of the other
   host, within the bound;
-* a stopped rank: one rank of host 1 is SIGSTOPped for 3 s (below the heartbeat
-  timeout), then continued: the loop goes on, exact;
 * a reset under TLS: resumed, and the resumed connections are TLS with the same peer
-  certificate (the log says so).
+  certificate (the log says so);
+* a slow link: a relay of our own (scripts/netfault-relay.py, one per host, each taking
+  its host's packets to the other through a TUN device) adds 20 ms +- 10 ms each way and
+  a 1 s stall every 4 s, and tbf caps the veth at 100 Mbit/s: exact, and the slowdown is
+  printed;
+* a corrupting relay (one bit of a TCP payload flipped every 3,000 packets, the TCP
+  checksum fixed): with GONCCL_CHECKSUM=1 no wrong result reaches the caller and the log
+  shows the caught records;
+* longer cases, run with GONCCL_CHAOS_ALL=1 (make test leaves them out to keep within its
+  time): a rank of host 1 SIGSTOPped for 3 s (below the heartbeat timeout), then
+  continued: exact; the corrupting relay without checksums: what happens is printed.
 
 Each case is bounded (the loop ends when the test says, or after its own limit; the
 harness kills every rank at its timeout). Needs root and `ip netns`; skipped
@@ -26,11 +34,18 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
 
-from test_two_hosts import TIMEOUT, TwoHostRun, _host1_pids, _strike, hosts, pytestmark, tls_env  # noqa: F401
+from test_two_hosts import SCRIPT, TIMEOUT, TwoHostRun, _host1_pids, _strike, pytestmark  # noqa: F401
+from test_two_hosts import hosts as _hosts_fixture  # noqa: F401 (registered under its own name, hosts)
+from test_two_hosts import tls_env as _tls_env_fixture  # noqa: F401 (tls_env)
+
+RELAY = os.path.join(os.path.dirname(SCRIPT), "netfault-relay.py")
+LONG = os.environ.get("GONCCL_CHAOS_ALL") == "1"
+long_case = pytest.mark.skipif(not LONG, reason="a longer network-fault case: set GONCCL_CHAOS_ALL=1 to run it")
 
 
 def _ns(prefix: str, host: int, *cmd: str) -> None:
@@ -130,6 +145,7 @@ def test_link_down_past_retry_window_names_the_other_host(hosts, tmp_path):
         print(f"rank {r}: failed {err['after_fault_s']:.1f} s after the cut", flush=True)
 
 
+@long_case
 @pytest.mark.timeout(TIMEOUT + 60)
 def test_stopped_rank_is_waited_for(hosts, tmp_path):
     report_dir = str(tmp_path)
@@ -150,7 +166,7 @@ def test_stopped_rank_is_waited_for(hosts, tmp_path):
 
 
 @pytest.mark.timeout(TIMEOUT + 60)
-def test_reset_under_tls_resumes_over_tls(hosts, tmp_path, tls_env):  # noqa: F811
+def test_reset_under_tls_resumes_over_tls(hosts, tmp_path, tls_env):
     report_dir = str(tmp_path)
 
     def cut():
@@ -175,3 +191,122 @@ def test_reset_under_tls_resumes_over_tls(hosts, tmp_path, tls_env):  # noqa: F8
     assert resumed, f"rank 0 logged no resume:\n{log0[-4000:]}"
     for line in resumed:
         assert "TLS 1.3, peer certificate CN=host1" in line, f"not resumed over TLS with host 1's certificate: {line}"
+
+
+
+
+class Relays:
+    """scripts/netfault-relay.py in both hosts (each relays what its host sends), and
+    optionally tbf on both ends of the veth; stop() ends them and returns their counts."""
+
+    def __init__(self, prefix: str, args: list[str], tbf: str | None = None):
+        self.prefix, self.tbf, self.procs = prefix, tbf, []
+        for h in (0, 1):
+            p = subprocess.Popen(["ip", "netns", "exec", f"{prefix}{h}", sys.executable, RELAY, "--host", str(h), *args],
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            self.procs.append(p)
+            line = p.stdout.readline()
+            assert "relay ready" in line, f"relay in host {h} did not start: {line}{p.stdout.read() if p.poll() else ''}"
+        if tbf:
+            for h in (0, 1):
+                _ns(prefix, h, "tc", "qdisc", "replace", "dev", "gnc", "root", "tbf", "rate", tbf, "burst", "64kb",
+                    "latency", "2s")
+
+    def stop(self) -> list[str]:
+        out = []
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+            try:
+                out.append(p.communicate(timeout=10)[0].strip().splitlines()[-1])
+            except subprocess.TimeoutExpired:
+                p.kill()
+                out.append("(killed)")
+        if self.tbf:
+            for h in (0, 1):
+                subprocess.run(["ip", "netns", "exec", f"{self.prefix}{h}", "tc", "qdisc", "del", "dev", "gnc", "root"],
+                               capture_output=True)
+        return out
+
+
+def _mean_iteration(res: list[dict], lo: float, hi: float) -> float:
+    """Rank 0's mean iteration time over iterations that started in [lo, hi)."""
+    ts = [d for t, d in res[0]["times"] if lo <= t < hi]
+    return sum(ts) / len(ts) if ts else float("nan")
+
+
+@pytest.mark.timeout(TIMEOUT + 60)
+def test_slow_stalling_link_changes_no_result(hosts, tmp_path):
+    """20 ms +- 10 ms each way, a 1 s stall every 4 s, tbf at 100 Mbit/s: exact; the
+    slowdown against the same loop's iterations before the relays came in."""
+    report_dir = str(tmp_path)
+    relays: list[Relays] = []
+    marks = {}
+
+    def slow():
+        time.sleep(4)
+        marks["on"] = time.time()
+        relays.append(Relays(hosts, ["--delay", "20", "--jitter", "10", "--stall-every", "4", "--stall", "1000"],
+                             tbf="100mbit"))
+        time.sleep(10)
+        marks["off"] = time.time()
+        _stop(report_dir)
+
+    try:
+        wr = TwoHostRun(hosts, report_dir, ["chaos", "120"], during=lambda: _strike(report_dir, slow))
+    finally:
+        counts = relays[0].stop() if relays else []
+    res = _assert_exact(wr, "a slow, stalling, capped link")
+    before = _mean_iteration(res, 0, marks["on"])
+    during = _mean_iteration(res, marks["on"] + 0.5, marks["off"])
+    print(f"\nslow link: iteration {before * 1000:.0f} ms before, {during * 1000:.0f} ms through the relays "
+          f"({during / before:.1f}x); relays: {counts}", flush=True)
+    assert during > before, "the relays slowed nothing: are the ranks' packets going through them?"
+
+
+def _corrupt_run(hosts, tmp_path, checksum: bool):
+    report_dir = str(tmp_path)
+    relays: list[Relays] = []
+
+    def corrupt():
+        time.sleep(1)
+        relays.append(Relays(hosts, ["--corrupt-every", "3000"]))
+        time.sleep(10)
+        _stop(report_dir)
+
+    env = {"GONCCL_CHECKSUM": "1" if checksum else "0", "GONCCL_DEBUG_SUBSYS": "INIT,NET"}
+    try:
+        wr = TwoHostRun(hosts, report_dir, ["chaos", "120"], extra_env=env, during=lambda: _strike(report_dir, corrupt))
+    finally:
+        counts = relays[0].stop() if relays else []
+    return wr, counts
+
+
+@pytest.mark.timeout(TIMEOUT + 60)
+def test_corrupted_frames_never_reach_the_caller_with_checksums(hosts, tmp_path):
+    wr, counts = _corrupt_run(hosts, tmp_path, True)
+    flipped = sum(int(re.search(r"flipped=(\d+)", c).group(1)) for c in counts if "flipped=" in c)
+    print(f"\ncorrupting relay with checksums: {counts}", flush=True)
+    res = _results(wr)
+    for r, x in enumerate(res):
+        assert not x["wrong"], f"rank {r}: a corrupted frame reached the caller: {x['wrong']}"
+        if x["error"] is not None:  # allowed only as the named checksum failure
+            assert "checksum" in x["error"]["message"], f"rank {r}: {x['error']}"
+    assert flipped > 0, f"the relay flipped nothing: {counts}"
+    logs = "".join(p.stderr for p in wr.run.procs)
+    assert "frame checksum (CRC32C) mismatch" in logs, "no rank caught a corrupted record"
+    assert all(x["error"] is None for x in res), [x["error"] for x in res]
+
+
+@long_case
+@pytest.mark.timeout(TIMEOUT + 60)
+def test_corrupted_frames_without_checksums(hosts, tmp_path):
+    """What happens without checksums: reported, not asserted either way beyond that the
+    relay did corrupt frames."""
+    wr, counts = _corrupt_run(hosts, tmp_path, False)
+    res = _results(wr)
+    wrong = sum(len(x["wrong"]) for x in res)
+    errors = [x["error"]["message"][:200] for x in res if x["error"]]
+    print(f"\ncorrupting relay without checksums: {counts}; {wrong} iterations with wrong results; errors: {errors}",
+          flush=True)
+    assert any("flipped=" in c and not c.endswith("flipped=0") for c in counts), counts

@@ -17,8 +17,9 @@ chaos (tests/test_network_faults.py): a mixed loop of all_reduce, all_gather,
 broadcast (every root in turn) and send/recv with the rank at the same place on the
 other host, of 1 to 300,000 elements, each result checked against plain torch, until
 the test writes REPORT_DIR/stop (rank 0 reads it and broadcasts the verdict) or
-SECONDS pass. Every rank records its iterations, the time each took at most, every
-wrong result, and the error it got if any (how long after REPORT_DIR/fault_at).
+SECONDS pass. Every rank records its iterations (when each started and how long it
+took), every wrong result, and the error it got if any (how long after
+REPORT_DIR/fault_at).
 
 collectives: all_reduce, all_gather, send/recv (with the rank at the same place on
 the other host) and broadcast of sizes from one element to
@@ -167,7 +168,7 @@ def chaos(ck: Checker, report_dir: str, seconds: float) -> None:
     dist.init_process_group("gonccl", timeout=timedelta(seconds=90))
     other = (RANK + WS // 2) % WS
     flag = torch.zeros(1)
-    res: dict = {"iterations": 0, "wrong": [], "error": None, "slowest_s": 0.0}
+    res: dict = {"iterations": 0, "wrong": [], "error": None, "slowest_s": 0.0, "times": []}
     start = time.time()
     with ck.section("chaos"):
         try:
@@ -206,6 +207,8 @@ def chaos(ck: Checker, report_dir: str, seconds: float) -> None:
                     res["wrong"].append({"iteration": i, "what": wrong[:4]})
                 ck.check(not wrong, f"iteration {i}: {wrong[:2]}")
                 res["slowest_s"] = max(res["slowest_s"], time.time() - t0)
+                if len(res["times"]) < 5000:
+                    res["times"].append((round(t0, 3), round(time.time() - t0, 4)))
                 i += 1
                 res["iterations"] = i
                 if RANK == 0 and i == 3:
