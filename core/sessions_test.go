@@ -38,6 +38,7 @@ func resetLinks(c *Comm) int {
 func TestCollectivesSurviveResets(t *testing.T) {
 	t.Setenv("GONCCL_NSOCKS_PERTHREAD", "2")
 	comms := initComms(t, 3, "", 60*time.Second)
+	require.NotEmpty(t, comms[0].peers.sess.Sessions(1), "the links are no sessions (GONCCL_LINK_RETRY_MS=0?)")
 	var resets atomic.Int64
 	stop := make(chan struct{})
 	defer close(stop)
@@ -52,7 +53,7 @@ func TestCollectivesSurviveResets(t *testing.T) {
 		}
 	}()
 	deadline := time.Now().Add(4 * time.Second)
-	for i := 0; time.Now().Before(deadline) || resets.Load() < 20; i++ {
+	for i := 0; time.Now().Before(deadline) || (resets.Load() < 20 && time.Now().Before(deadline.Add(30*time.Second))); i++ {
 		count := []int{1, 1000, 300 << 10}[i%3]
 		errs, outs, want := allReduceFloat32(t, comms, count, int64(i))
 		for r := range comms {
