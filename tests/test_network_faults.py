@@ -40,8 +40,7 @@ import time
 import pytest
 
 from test_two_hosts import SCRIPT, TIMEOUT, TwoHostRun, _host1_pids, _strike, pytestmark  # noqa: F401
-from test_two_hosts import hosts as _hosts_fixture  # noqa: F401 (registered under its own name, hosts)
-from test_two_hosts import tls_env as _tls_env_fixture  # noqa: F401 (tls_env)
+from test_two_hosts import hosts, tls_env  # noqa: F401 (the fixtures, used by name)
 
 RELAY = os.path.join(os.path.dirname(SCRIPT), "netfault-relay.py")
 LONG = os.environ.get("GONCCL_CHAOS_ALL") == "1"
@@ -92,7 +91,7 @@ def _summary(what: str, res: list[dict]) -> None:
 
 
 @pytest.mark.timeout(TIMEOUT + 60)
-def test_resets_during_cuts_are_survived(hosts, tmp_path):
+def test_resets_during_cuts_are_survived(hosts, tmp_path):  # noqa: F811
     report_dir = str(tmp_path)
 
     def cuts():
@@ -120,7 +119,7 @@ def test_resets_during_cuts_are_survived(hosts, tmp_path):
 
 
 @pytest.mark.timeout(TIMEOUT + 60)
-def test_link_down_past_retry_window_names_the_other_host(hosts, tmp_path):
+def test_link_down_past_retry_window_names_the_other_host(hosts, tmp_path):  # noqa: F811
     report_dir = str(tmp_path)
 
     def cut():
@@ -147,7 +146,7 @@ def test_link_down_past_retry_window_names_the_other_host(hosts, tmp_path):
 
 @long_case
 @pytest.mark.timeout(TIMEOUT + 60)
-def test_stopped_rank_is_waited_for(hosts, tmp_path):
+def test_stopped_rank_is_waited_for(hosts, tmp_path):  # noqa: F811
     report_dir = str(tmp_path)
 
     def pause():
@@ -166,7 +165,7 @@ def test_stopped_rank_is_waited_for(hosts, tmp_path):
 
 
 @pytest.mark.timeout(TIMEOUT + 60)
-def test_reset_under_tls_resumes_over_tls(hosts, tmp_path, tls_env):
+def test_reset_under_tls_resumes_over_tls(hosts, tmp_path, tls_env):  # noqa: F811
     report_dir = str(tmp_path)
 
     def cut():
@@ -236,7 +235,7 @@ def _mean_iteration(res: list[dict], lo: float, hi: float) -> float:
 
 
 @pytest.mark.timeout(TIMEOUT + 60)
-def test_slow_stalling_link_changes_no_result(hosts, tmp_path):
+def test_slow_stalling_link_changes_no_result(hosts, tmp_path):  # noqa: F811
     """20 ms +- 10 ms each way, a 1 s stall every 4 s, tbf at 100 Mbit/s: exact; the
     slowdown against the same loop's iterations before the relays came in."""
     report_dir = str(tmp_path)
@@ -264,7 +263,7 @@ def test_slow_stalling_link_changes_no_result(hosts, tmp_path):
     assert during > before, "the relays slowed nothing: are the ranks' packets going through them?"
 
 
-def _corrupt_run(hosts, tmp_path, checksum: bool):
+def _corrupt_run(hosts, tmp_path, checksum: bool):  # noqa: F811
     report_dir = str(tmp_path)
     relays: list[Relays] = []
 
@@ -283,7 +282,7 @@ def _corrupt_run(hosts, tmp_path, checksum: bool):
 
 
 @pytest.mark.timeout(TIMEOUT + 60)
-def test_corrupted_frames_never_reach_the_caller_with_checksums(hosts, tmp_path):
+def test_corrupted_frames_never_reach_the_caller_with_checksums(hosts, tmp_path):  # noqa: F811
     wr, counts = _corrupt_run(hosts, tmp_path, True)
     flipped = sum(int(re.search(r"flipped=(\d+)", c).group(1)) for c in counts if "flipped=" in c)
     print(f"\ncorrupting relay with checksums: {counts}", flush=True)
@@ -300,7 +299,7 @@ def test_corrupted_frames_never_reach_the_caller_with_checksums(hosts, tmp_path)
 
 @long_case
 @pytest.mark.timeout(TIMEOUT + 60)
-def test_corrupted_frames_without_checksums(hosts, tmp_path):
+def test_corrupted_frames_without_checksums(hosts, tmp_path):  # noqa: F811
     """What happens without checksums: reported, not asserted either way beyond that the
     relay did corrupt frames."""
     wr, counts = _corrupt_run(hosts, tmp_path, False)

@@ -188,7 +188,7 @@ def chaos(ck: Checker, report_dir: str, seconds: float) -> None:
                 if (bad := exact_mismatch(t, sum(rank_input(r, n) for r in range(WS)))) is not None:
                     wrong.append(f"all_reduce {n}: {bad}")
                 outs = [torch.empty(n) for _ in range(WS)]
-                dist.all_gather(outs, rank_input(RANK, n + 1)[:n])
+                dist.all_gather(outs, rank_input(RANK, n + 1)[:n].clone())
                 for r in range(WS):
                     if (bad := exact_mismatch(outs[r], rank_input(r, n + 1)[:n])) is not None:
                         wrong.append(f"all_gather {n} from rank {r}: {bad}")
@@ -198,10 +198,10 @@ def chaos(ck: Checker, report_dir: str, seconds: float) -> None:
                 if (bad := exact_mismatch(b, rank_input(root, n + 2))) is not None:
                     wrong.append(f"broadcast {n} from rank {root}: {bad}")
                 got = torch.empty(n)
-                reqs = [dist.isend(rank_input(RANK, n + 3), other), dist.irecv(got, other)]
+                reqs = [dist.isend(rank_input(RANK, n + 3)[:n].clone(), other), dist.irecv(got, other)]
                 for q in reqs:
                     q.wait()
-                if (bad := exact_mismatch(got, rank_input(other, n + 3))) is not None:
+                if (bad := exact_mismatch(got, rank_input(other, n + 3)[:n])) is not None:
                     wrong.append(f"recv {n} from rank {other}: {bad}")
                 if wrong:
                     res["wrong"].append({"iteration": i, "what": wrong[:4]})
