@@ -41,7 +41,7 @@ func (s *Session) writeTo(c net.Conn, b []byte) (int, error) {
 	}
 	var hdr [recordHeader]byte
 	done := 0
-	for {
+	for done < len(b) { // an empty write sends nothing: a record is never empty
 		k := min(len(b)-done, sessRecordMax)
 		p := b[done : done+k]
 		binary.LittleEndian.PutUint32(hdr[0:], uint32(k))
@@ -51,10 +51,8 @@ func (s *Session) writeTo(c net.Conn, b []byte) (int, error) {
 			return done, err
 		}
 		done += k
-		if done == len(b) {
-			return done, nil
-		}
 	}
+	return done, nil
 }
 
 // recordReader is the state of the record being read: its header, and the bytes of

@@ -373,3 +373,20 @@ func TestReconnectBadInput(t *testing.T) {
 	// The refusals broke nothing for good: the real dialler resumes, the stream is exact.
 	pump(t, dial, acc, 4<<20, func(int) {})
 }
+
+// TestChecksumEmptyWrite: an empty write (a zero-byte frame's stripe) sends no record,
+// and the stream goes on.
+func TestChecksumEmptyWrite(t *testing.T) {
+	dial, acc, _, _ := sessionPairWith(t, sessOpts{retry: 5 * time.Second, checksum: true}, nil, nil)
+	n, err := dial.Write(nil)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	_, err = dial.Write([]byte("after"))
+	require.NoError(t, err)
+	got := make([]byte, 5)
+	_ = acc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, err = io.ReadFull(acc, got)
+	require.NoError(t, err)
+	require.Equal(t, "after", string(got))
+	require.Zero(t, acc.Resumes())
+}
