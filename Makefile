@@ -214,7 +214,7 @@ BENCH_PLOT = $(shell $(PY) -c "import matplotlib" >/dev/null 2>&1 && echo 1)
 # make bench-targets: issue 4's targets (all_reduce 2/4 ranks, all_gather and
 # reduce_scatter 2/4 ranks at 64 MiB, 8 B latency, memcpy fraction, DDP step) and issue
 # 14's small-op targets (8 B all_reduce, 1,000 ops, blocking: vs Gloo and vs the C ABI
-# floor; queued: throughput vs Gloo), 256 C ABI ranks' init time and fds (bench/scale)
+# floor; queued: throughput vs Gloo), 256 C ABI ranks' init, fds and 1 MiB all_reduces (bench/scale)
 # and the 64 MiB all_reduce on 2 hosts x 2 ranks (scripts/two-hosts.sh; root) as a
 # markdown table (median of 3 runs) and the 2-rank all_reduce plot in bench/results/.
 # make bench-latency: only issue 14's small-op targets.
@@ -234,13 +234,15 @@ bench: build
 	$(PY) -m gonccl.bench ddp -np $(BENCH_NP) --backends gonccl,gloo --rounds 2 --json build/bench/ddp.json
 
 # make bench-scale: N ranks as plain C processes through the C ABI (bench/scale): init time,
-# fds per rank, first all_reduce, for SCALE_NP ranks. Table on stdout, JSON in build/bench/.
+# fds per rank, all_reduces of 8 B and 1 MiB in ordinary and goncclMemAlloc memory, for
+# SCALE_NP ranks. Table on stdout, JSON in build/bench/. (make test runs 128 of them:
+# tests/test_scale.py.)
 SCALE_NP ?= 64 128 256
 
 .PHONY: bench-scale
 bench-scale: lib
 	mkdir -p build/bench
-	$(PY) bench/scale/scale.py -np $(SCALE_NP) --json build/bench/scale.json
+	$(PY) bench/scale/scale.py -np $(SCALE_NP) --alloc --json build/bench/scale.json
 
 # make bench-2hosts: all_reduce 8 B..64 MiB, gonccl against Gloo, on 2 "hosts" x 2 ranks
 # (network namespaces joined by a veth: scripts/two-hosts.sh; needs root). Ranks of one

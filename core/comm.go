@@ -144,6 +144,9 @@ func NewComm(id UniqueID, nranks, rank int, opts Options) (*Comm, error) {
 		}
 		cfg.set = append(cfg.set, "algorithm restriction (communicator option) "+opts.Algo)
 	}
+	if opts.Epoch > transport.MaxEpoch {
+		return nil, invalidf("the communicator's generation %d is beyond the largest, %d (each shrink or reconfigure adds one)", opts.Epoch, transport.MaxEpoch)
+	}
 	if opts.ChunkBytes != 0 {
 		if opts.ChunkBytes < 4096 {
 			return nil, invalidf("the communicator's chunk size must be at least 4096 bytes, got %d", opts.ChunkBytes)
@@ -450,6 +453,7 @@ func (c *Comm) execute(o *op) error {
 	})
 	o.algo = Algo(e.hdr.Algo)
 	if err == nil {
+		c.zcLearned(e)
 		c.logs.coll.Debug(o.String(), zap.String("algo", Algo(e.hdr.Algo).String()), zap.Duration("took", time.Since(start)))
 		return nil
 	}

@@ -33,6 +33,10 @@ type exec struct {
 	sendHdrs, recvHdrs []transport.Header
 	sinks              []reduceSink
 
+	// zc is what the operation learns for the zero-copy path from the flags its frames
+	// carry (zerocopy_learn.go); not learning unless zeroCopy said so.
+	zc zcLearning
+
 	errMu sync.Mutex
 	err   error // the operation's first error
 }
@@ -87,6 +91,7 @@ func (e *exec) linkSend(peer int, h *transport.Header, p []byte) error {
 	if err != nil {
 		return err
 	}
+	h.Flags = e.zcFlags()
 	return l.Send(h, p, e.deadline)
 }
 
@@ -95,7 +100,11 @@ func (e *exec) linkRecv(peer int, h *transport.Header, p []byte) error {
 	if err != nil {
 		return err
 	}
-	return l.Recv(h, p, e.deadline)
+	if err := l.Recv(h, p, e.deadline); err != nil {
+		return err
+	}
+	e.zcHeard(h.Flags)
+	return nil
 }
 
 // send sends p to peer in one frame of the operation, at byte offset off.
@@ -151,6 +160,7 @@ func (e *exec) recvReduce(peer int, off int, dst []byte, dt DataType, op RedOp) 
 		if err != nil {
 			return e.linkErr(peer, err)
 		}
+		e.zcHeard(h.Flags)
 		return nil
 	}
 	if len(dst) > len(e.scratch) {

@@ -3,7 +3,6 @@ package core
 import (
 	"fmt"
 	"os"
-	"sync"
 
 	"github.com/gonccl/gonccl/transport/shm"
 )
@@ -15,33 +14,47 @@ import (
 // them where they lie (zerocopy_algos.go).
 //
 // The ranks must agree on taking this path, and a rank must not touch a peer's buffer
-// before the peer has handed it over or after the peer has taken it back. So an
-// operation the path may take (one host, GONCCL_ZEROCOPY, at least
-// GONCCL_ZEROCOPY_THRESHOLD bytes: the same decision on every rank, made from what
-// every rank knows) runs in three steps, each message a frame over the links with the
-// operation's header and algorithm "zerocopy":
+// before the peer has handed it over or after the peer has taken it back. An operation
+// the path may take (zcCandidate: one host, GONCCL_ZEROCOPY, at least
+// GONCCL_ZEROCOPY_THRESHOLD bytes, at most zcMaxRanks ranks: the same decision on
+// every rank, made from what every rank knows) first asks what the communicator has
+// learned of operations like it (zcSig: kind, type, count, op, root):
 //
-//	1. describe   every rank sends every peer a descriptor (zcDesc): whether it can
-//	              take the path (its links are all shared memory) and, for each of
-//	              its buffers, the region and offset it lies at (or "ordinary
-//	              memory"). Sending it hands the buffers over: the caller wrote its
-//	              input before issuing the operation. Every rank decides from the
-//	              same n descriptors, so all take the path or none does (then the
-//	              operation runs its usual algorithm).
+//   - learned "not ready" (some rank's buffer was ordinary memory last time): the
+//     operation runs its usual algorithm at once, with no message of its own. Every
+//     frame it sends carries transport.FlagZeroCopyReady while this rank, and every
+//     rank whose frames it has received in this operation, could have run it
+//     zero-copy. Every rank's result depends on every other rank's input (broadcast:
+//     on the root's, the only buffer the path would read), so by the end every rank
+//     has heard, through frames the algorithm sent anyway, from every rank that
+//     matters, and learns the same verdict for the next operation like this one.
+//   - learned "ready", or nothing yet: three steps, each message a frame over the
+//     links of a binomial tree (gatherTree, broadcastTree: log2(n) rounds, and only
+//     the tree's links), with the operation's header and algorithm "zerocopy":
+//
+//	1. describe   every rank's descriptor (zcDesc: for each of its buffers the
+//	              region and offset it lies at, or "ordinary memory") is gathered
+//	              up the tree to rank 0 and the whole set broadcast back down.
+//	              Sending it hands the buffers over: the caller wrote its input
+//	              before issuing the operation. Every rank decides from the same n
+//	              descriptors, so all take the path or none does (then the
+//	              operation runs its usual algorithm, and "not ready" is learned).
 //	2. run        each rank maps what it needs of its peers' buffers and does its
 //	              part: all_reduce reduces its shard of every rank's input (in rank
 //	              order, so every rank's result is bit-identical) and writes it into
 //	              every rank's output; reduce_scatter reduces its block into its own
 //	              output; all_gather and broadcast copy what they need from the peers'
 //	              inputs into their own output.
-//	3. done       every rank tells every peer it is finished with the peer's buffers
-//	              and waits until every peer has said so (broadcast: only the root
-//	              waits, for every other rank) before the operation completes: the
-//	              caller may then reuse its buffers at once, and its output is
-//	              whole.
+//	3. done       every rank's "finished with the peers' buffers" is gathered up the
+//	              tree and a release sent back down (broadcast: gathered to the root
+//	              only, which alone waits) before the operation completes: the caller
+//	              may then reuse its buffers at once, and its output is whole.
 //
-// Deadlines, mismatched calls and dead peers are the links' business, as in any
-// algorithm: the frames of steps 1 and 3 carry them.
+// So a job whose buffers are ordinary memory pays one tree round per kind of
+// operation, the first time, and nothing after; a job whose buffers are all gonccl's
+// pays two tree rounds of small frames per operation, instead of copying its data
+// through the rings. Deadlines, mismatched calls and dead peers are the links'
+// business, as in any algorithm: the frames of steps 1 and 3 carry them.
 
 // zcDescBytes is the size of one rank's descriptor on the wire.
 const zcDescBytes = 128
@@ -54,6 +67,12 @@ const (
 
 // zcMaxMaps bounds the peers' regions a communicator keeps mapped.
 const zcMaxMaps = 64
+
+// zcMaxRanks is the most ranks among which an operation runs zero-copy: an all_reduce
+// maps two buffers of every peer, so up to zcMaxRanks the regions one operation needs
+// (2*(n-1)) fit the zcMaxMaps a communicator keeps; beyond it every operation would
+// map and unmap, and the ranks' rings are as fast (see docs/performance.md).
+const zcMaxRanks = 32
 
 // zcChunkBytes is the piece a reduction works on at a time: small enough that the
 // running result stays in cache while every rank's input is folded into it.
@@ -79,11 +98,12 @@ func (c *Comm) zcBytes(o *op) (int, bool) {
 	return 0, false
 }
 
-// zcCandidate says whether o asks its ranks whether they can run it zero-copy: a
-// decision every rank makes alike, from the settings (the same on every rank), the
-// host layout and the operation's kind and size.
+// zcCandidate says whether o may run zero-copy: a decision every rank makes alike,
+// from the settings (the same on every rank), the host layout and the operation's
+// kind and size.
 func (c *Comm) zcCandidate(e *exec, o *op) bool {
-	if c.cfg == nil || !c.cfg.zeroCopy || e.group != nil || c.nranks < 2 || len(c.hosts) != 1 {
+	if c.cfg == nil || !c.cfg.zeroCopy || e.group != nil || c.nranks < 2 || c.nranks > zcMaxRanks ||
+		len(c.hosts) != 1 || !c.peers.allShm() {
 		return false
 	}
 	n, ok := c.zcBytes(o)
@@ -91,14 +111,13 @@ func (c *Comm) zcCandidate(e *exec, o *op) bool {
 }
 
 // zeroCopy runs o zero-copy if its ranks can, and reports whether it did; if not, the
-// caller runs the algorithm it picked (whose check of the operation came first).
+// caller runs the algorithm it picked (whose check of the operation came first), and
+// the communicator learns from its frames whether the next one like it can.
 func (c *Comm) zeroCopy(e *exec, o *op) (bool, error) {
 	if !c.zcCandidate(e, o) {
 		return false, nil
 	}
 	z := c.zcState()
-	picked := e.hdr.Algo
-	e.hdr.Algo = uint8(AlgoZeroCopy)
 	if len(z.owed) > 0 {
 		hdr := e.hdr
 		e.hdr = z.owedHdr
@@ -109,21 +128,33 @@ func (c *Comm) zeroCopy(e *exec, o *op) (bool, error) {
 		}
 		e.hdr, z.owed = hdr, nil
 	}
-	me, err := c.zcDescribe(e, o)
-	if err != nil {
+	me := c.zcDescribe(o)
+	sig := zcSigOf(o)
+	if ready, known := z.learned.get(sig); known && !ready {
+		e.zcLearn(sig, me.ready(o, c.rank))
+		return false, nil
+	}
+	picked := e.hdr.Algo
+	e.hdr.Algo = uint8(AlgoZeroCopy)
+	z.asks++
+	me.encode(z.mine)
+	copy(z.all[c.rank*zcDescBytes:], z.mine)
+	if err := e.gatherTree(zcOffDescribe, z.all, zcDescBytes, 0); err != nil {
 		return true, err
 	}
-	me.encode(z.mine)
-	if err := e.zcGather(zcOffDescribe, z.mine, z.all); err != nil {
+	if err := e.broadcastTree(z.all, 0); err != nil {
 		return true, err
 	}
 	descs := make([]zcDesc, c.nranks)
 	for p := range descs {
+		var err error
 		if descs[p], err = decodeZCDesc(z.all[p*zcDescBytes:]); err != nil {
 			return true, fmt.Errorf("rank %d's zero-copy descriptor: %w", p, err)
 		}
 	}
-	if !zcAgreed(descs, o) {
+	agreed := zcAgreed(descs, o)
+	z.learned.put(sig, agreed)
+	if !agreed {
 		e.hdr.Algo = picked
 		return false, nil
 	}
@@ -180,24 +211,14 @@ func (c *Comm) zcLens(o *op) (send, recv int) {
 
 // zcDescribe says where this rank's buffers of o lie. A buffer that overlaps the
 // other one except in the operation's in-place layout is described as ordinary
-// memory (the usual algorithms handle whatever the caller passes).
-func (c *Comm) zcDescribe(e *exec, o *op) (zcDesc, error) {
+// memory (the usual algorithms handle whatever the caller passes). It opens no link:
+// zcCandidate has checked, from what every rank announced, that every peer is
+// reached through shared memory.
+func (c *Comm) zcDescribe(o *op) zcDesc {
 	d := zcDesc{willing: true, pid: os.Getpid(), frees: shm.RegionsFreed()}
-	for p := 0; p < c.nranks; p++ {
-		if p == c.rank {
-			continue
-		}
-		l, err := e.link(p)
-		if err != nil {
-			return d, e.linkErr(p, err)
-		}
-		if _, ok := l.(*shm.Link); !ok {
-			d.willing = false
-		}
-	}
 	send, recv := c.zcExtents(o)
 	if !zcLayoutOK(o, c.rank, send, recv) {
-		return d, nil
+		return d
 	}
 	useSend, useRecv := zcUses(o, c.rank)
 	if useSend {
@@ -206,7 +227,14 @@ func (c *Comm) zcDescribe(e *exec, o *op) (zcDesc, error) {
 	if useRecv {
 		d.recv.ref, d.recv.shared = shm.FindRegion(recv)
 	}
-	return d, nil
+	return d
+}
+
+// ready says whether d lets rank run o zero-copy: it can, and every buffer of its that
+// a peer touches lies in a region.
+func (d *zcDesc) ready(o *op, rank int) bool {
+	useSend, useRecv := zcUses(o, rank)
+	return d.willing && (!useSend || d.send.shared) && (!useRecv || d.recv.shared)
 }
 
 // zcLayoutOK says whether send and recv are apart, or overlap only as o's in-place
@@ -229,85 +257,40 @@ func zcLayoutOK(o *op, rank int, send, recv []byte) bool {
 }
 
 // zcAgreed decides, from every rank's descriptor, whether o runs zero-copy: every rank
-// can, and every buffer a peer touches lies in a region.
+// is ready (zcDesc.ready).
 func zcAgreed(descs []zcDesc, o *op) bool {
-	for p, d := range descs {
-		useSend, useRecv := zcUses(o, p)
-		if !d.willing || useSend && !d.send.shared || useRecv && !d.recv.shared {
+	for p := range descs {
+		if !descs[p].ready(o, p) {
 			return false
 		}
 	}
 	return true
 }
 
-// zcGather sends p to every peer (at frame offset off) and receives every peer's
-// into its slot of all (this rank's own included): the describe and done steps.
-func (e *exec) zcGather(off int, p, all []byte) error {
-	var wg sync.WaitGroup
-	defer e.joinOnPanic(nil, &wg)
-	e.sendToAll(&wg, off, p)
-	if all != nil {
-		copy(all[e.rank*len(p):], p)
-	}
-	for i := 1; i < e.nranks && e.result() == nil; i++ {
-		j := mod(e.rank-i, e.nranks)
-		var slot []byte
-		if all != nil {
-			slot = all[j*len(p) : (j+1)*len(p)]
-		}
-		if err := e.recv(j, off, slot); err != nil {
-			e.fail(err)
-		}
-	}
-	wg.Wait()
-	return e.result()
-}
-
 // zcDone is step 3: this rank is finished with its peers' buffers; it returns once
-// the peers are finished with its own (broadcast: the root waits for all the others,
-// and they for nobody).
+// the peers are finished with its own. Every rank's "done" is gathered up a binomial
+// tree, and (but for broadcast, whose root alone waits) a release sent back down.
 func (c *Comm) zcDone(e *exec, o *op) error {
-	var from []int // the ranks this rank waits for
-	if o.kind != KindBroadcast || c.rank == o.root {
-		for p := 0; p < c.nranks; p++ {
-			if p != c.rank {
-				from = append(from, p)
-			}
-		}
+	root := 0
+	if o.kind == KindBroadcast {
+		root = o.root
 	}
 	if c.cfg.zeroCopyFault == "skip-done" {
-		if err := e.zcSendDone(o); err != nil {
-			return err
+		// Send this rank's done messages without waiting for anyone's: every peer
+		// whose done this rank would have received is owed, and the next operation
+		// receives them first.
+		// (Every rank commits the fault, so no rank sends a release, and none is owed.)
+		c.zc.owed, c.zc.owedHdr = e.treeChildren(root), e.hdr
+		if p, ok := e.treeParent(root); ok {
+			return e.send(p, zcOffDone, nil)
 		}
-		c.zc.owed, c.zc.owedHdr = from, e.hdr
 		return nil
 	}
-	switch {
-	case o.kind != KindBroadcast:
-		return e.zcGather(zcOffDone, nil, nil)
-	case c.rank != o.root:
-		return e.send(o.root, zcOffDone, nil)
+	if err := e.gatherTree(zcOffDone, nil, 0, root); err != nil {
+		return err
 	}
-	for _, p := range from {
-		if err := e.recv(p, zcOffDone, nil); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// zcSendDone sends the done messages alone (the skip-done fault).
-func (e *exec) zcSendDone(o *op) error {
 	if o.kind == KindBroadcast {
-		if e.rank != o.root {
-			return e.send(o.root, zcOffDone, nil)
-		}
 		return nil
 	}
-	for i := 1; i < e.nranks; i++ {
-		if err := e.send(mod(e.rank+i, e.nranks), zcOffDone, nil); err != nil {
-			return err
-		}
-	}
-	return nil
+	return e.broadcastTree(nil, root)
 }

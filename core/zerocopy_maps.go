@@ -26,6 +26,10 @@ type zcState struct {
 	// owedHdr).
 	owed    []int
 	owedHdr transport.Header
+	// learned: what the communicator knows of each kind of candidate operation
+	// (zerocopy_learn.go); asks: describe steps run (tests read it).
+	learned zcLearned
+	asks    uint64
 }
 
 type zcKey struct {

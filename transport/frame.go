@@ -25,7 +25,8 @@ const SmallFrame = 4096
 
 // EncodeHeader writes h, with payload length n, into b (at least HeaderSize bytes).
 // Bytes 40..43 are a reserved word, written as zero; the tcp package's striped link
-// puts a stripe's offset there.
+// puts a stripe's offset there. Bytes 44..47 hold the epoch in their low 24 bits and
+// the flags in the top byte.
 func EncodeHeader(b []byte, h *Header, n uint32) {
 	binary.LittleEndian.PutUint32(b[0:], frameMagic)
 	b[4], b[5], b[6], b[7] = h.Kind, h.DType, h.Op, h.Algo
@@ -35,7 +36,7 @@ func EncodeHeader(b []byte, h *Header, n uint32) {
 	binary.LittleEndian.PutUint64(b[24:], h.Count)
 	binary.LittleEndian.PutUint64(b[32:], h.Offset)
 	binary.LittleEndian.PutUint32(b[40:], 0) // reserved (the striped link: the stripe's offset)
-	binary.LittleEndian.PutUint32(b[44:], h.Epoch)
+	binary.LittleEndian.PutUint32(b[44:], h.Epoch&MaxEpoch|uint32(h.Flags)<<24)
 }
 
 // DecodeHeader parses a header written by EncodeHeader (b holds at least HeaderSize
@@ -54,7 +55,8 @@ func DecodeHeader(b []byte) (Header, error) {
 		Len:    binary.LittleEndian.Uint32(b[20:]),
 		Count:  binary.LittleEndian.Uint64(b[24:]),
 		Offset: binary.LittleEndian.Uint64(b[32:]),
-		Epoch:  binary.LittleEndian.Uint32(b[44:]),
+		Epoch:  binary.LittleEndian.Uint32(b[44:]) & MaxEpoch,
+		Flags:  b[47],
 	}, nil
 }
 

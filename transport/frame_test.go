@@ -6,11 +6,34 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestHeaderCarriesEpoch(t *testing.T) {
-	h := Header{Seq: 1, Kind: 2, Root: -1, Epoch: 0xdeadbeef}
-	b := make([]byte, HeaderSize)
-	EncodeHeader(b, &h, 0)
-	got, err := DecodeHeader(b)
-	require.NoError(t, err)
-	require.Equal(t, h, got)
+func TestHeaderCarriesEpochAndFlags(t *testing.T) {
+	for _, h := range []Header{
+		{Seq: 1, Kind: 2, Root: -1, Epoch: MaxEpoch, Flags: FlagZeroCopyReady},
+		{Seq: 1, Kind: 2, Root: -1, Epoch: 0xbeef12},
+		{Seq: 3, Kind: 2, Root: 7, Epoch: 0, Flags: 0xff},
+	} {
+		b := make([]byte, HeaderSize)
+		EncodeHeader(b, &h, 0)
+		got, err := DecodeHeader(b)
+		require.NoError(t, err)
+		require.Equal(t, h, got)
+	}
+}
+
+// Flags are not part of a frame's match; every other field is.
+func TestMatchesIgnoresOnlyFlags(t *testing.T) {
+	want := Header{Seq: 5, Kind: 1, DType: 7, Op: 2, Algo: 3, Root: -1, Count: 9, Offset: 4, Len: 8, Epoch: 2}
+	got := want
+	got.Flags = FlagZeroCopyReady
+	require.True(t, got.Matches(&want))
+	for _, change := range []func(h *Header){
+		func(h *Header) { h.Seq++ }, func(h *Header) { h.Kind++ }, func(h *Header) { h.DType++ },
+		func(h *Header) { h.Op++ }, func(h *Header) { h.Algo++ }, func(h *Header) { h.Root++ },
+		func(h *Header) { h.Count++ }, func(h *Header) { h.Offset++ }, func(h *Header) { h.Len++ },
+		func(h *Header) { h.Epoch++ },
+	} {
+		g := got
+		change(&g)
+		require.False(t, g.Matches(&want), "%+v matched %+v", g, want)
+	}
 }

@@ -19,7 +19,9 @@ var (
 
 // Header describes one frame. The sender fills every field; the receiver states the
 // header it expects, and a frame whose header differs is a mismatch (the peer is
-// running a different collective, dtype, size, op or root).
+// running a different collective, dtype, size, op or root). Flags alone is not part of
+// the match: it carries what the sender knew when it sent the frame, and a successful
+// Recv hands the frame's Flags back in want.Flags.
 type Header struct {
 	Seq    uint64 // operation sequence number on the communicator
 	Kind   uint8  // operation kind (values defined by core)
@@ -32,7 +34,26 @@ type Header struct {
 	Len    uint32 // payload length in bytes
 	// Epoch is the communicator generation that sent the frame. A receiver drops a
 	// frame of an older generation (see StaleHandler) and never mixes it into its own.
+	// At most MaxEpoch.
 	Epoch uint32
+	// Flags are facts about the sender that ride on the frame (FlagZeroCopyReady).
+	Flags uint8
+}
+
+// MaxEpoch is the largest Epoch a frame carries (its word on the wire shares the top
+// byte with Flags).
+const MaxEpoch = 1<<24 - 1
+
+// FlagZeroCopyReady says that the sender, and every rank whose frames of this
+// operation it had received when it sent this one, could run the operation on its
+// buffers where they lie (core's zero-copy collectives learn from it).
+const FlagZeroCopyReady uint8 = 1
+
+// Matches reports whether got is the frame want describes: every field but Flags equal.
+func (got *Header) Matches(want *Header) bool {
+	g, w := *got, *want
+	g.Flags, w.Flags = 0, 0
+	return g == w
 }
 
 // StaleHandler is told about each frame a link dropped because it came from an older

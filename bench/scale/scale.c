@@ -1,18 +1,30 @@
 /* One rank of the scale benchmark (bench/scale/scale.py starts N of them): a plain C
- * process that joins an N-rank communicator through the C ABI, reports how long init
- * took, how many fds it holds after init, how long its first 8-byte all_reduce took
- * (connections made on demand included) and whether the result was exact, as one line
- * of JSON on stdout. Usage: scale RANK NRANKS ID_FILE */
+ * process that joins an N-rank communicator through the C ABI and reports, as one line
+ * of JSON on stdout: how long init took and how many fds it holds after it; the first
+ * and second all_reduce of 8 bytes and of 1 MiB in ordinary (calloc) memory (the first
+ * of each includes the connections made on demand); with ALLOC=1 the same two sizes
+ * again in buffers from goncclMemAlloc (the zero-copy path's memory); the fds it holds
+ * at the end; and whether every result was exact.
+ * Usage: scale RANK NRANKS ID_FILE [ALLOC] */
 #include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "gonccl.h"
+
+/* Weak, so that the probe also runs against libraries from before goncclMemAlloc (without
+ * ALLOC): a comparison across commits. */
+#pragma weak goncclMemAlloc
+#pragma weak goncclMemFree
+
+#define BIG_COUNT ((size_t)(1 << 20) / sizeof(int64_t)) /* 1 MiB of int64 */
 
 static double now(void) {
   struct timespec ts;
@@ -35,12 +47,35 @@ static int fail(int rank, const char* what, goncclResult_t r, goncclComm_t comm)
   return 1;
 }
 
+/* Rank r's element i is (r + 1) * (i % 5 + 1); the sum over n ranks is exact in int64. */
+static void fill(int64_t* buf, size_t count, int rank) {
+  for (size_t i = 0; i < count; i++) buf[i] = (int64_t)(rank + 1) * (int64_t)(i % 5 + 1);
+}
+
+static int exact(const int64_t* buf, size_t count, int nranks) {
+  int64_t total = (int64_t)nranks * (nranks + 1) / 2;
+  for (size_t i = 0; i < count; i++)
+    if (buf[i] != total * (int64_t)(i % 5 + 1)) return 0;
+  return 1;
+}
+
+/* all_reduce (in place) count int64 of buf, filled afresh; its time in *secs. */
+static goncclResult_t timed_sum(int64_t* buf, size_t count, int rank, goncclComm_t comm, double* secs) {
+  fill(buf, count, rank);
+  double t0 = now();
+  goncclResult_t r = goncclAllReduce(buf, buf, count, goncclInt64, goncclSum, comm, NULL);
+  *secs = now() - t0;
+  return r;
+}
+
 int main(int argc, char** argv) {
-  if (argc != 4) {
-    fprintf(stderr, "usage: %s RANK NRANKS ID_FILE\n", argv[0]);
+  if (argc != 4 && argc != 5) {
+    fprintf(stderr, "usage: %s RANK NRANKS ID_FILE [ALLOC]\n", argv[0]);
     return 2;
   }
+  prctl(PR_SET_PDEATHSIG, SIGKILL); /* die with the script that started this rank */
   int rank = atoi(argv[1]), nranks = atoi(argv[2]);
+  int alloc = argc == 5 && atoi(argv[4]) != 0;
   goncclUniqueId id;
   if (rank == 0) {
     goncclResult_t r = goncclGetUniqueId(&id);
@@ -73,21 +108,47 @@ int main(int argc, char** argv) {
   double init = now() - t0;
   if (r != goncclSuccess) return fail(rank, "init", r, NULL);
   int fds = count_fds();
-  int64_t v = rank + 1;
-  t0 = now();
-  r = goncclAllReduce(&v, &v, 1, goncclInt64, goncclSum, comm, NULL);
-  double first = now() - t0;
-  if (r != goncclSuccess) return fail(rank, "all_reduce", r, comm);
-  int64_t want = (int64_t)nranks * (nranks + 1) / 2;
-  t0 = now();
-  int64_t w = rank + 1;
-  r = goncclAllReduce(&w, &w, 1, goncclInt64, goncclSum, comm, NULL);
-  double second = now() - t0;
-  if (r != goncclSuccess) return fail(rank, "all_reduce", r, comm);
+  int ok = 1;
+  int64_t small[1];
+  double t_small[2], t_big[2], t_asmall[2] = {0, 0}, t_abig[2] = {0, 0};
+  for (int k = 0; k < 2; k++) {
+    if ((r = timed_sum(small, 1, rank, comm, &t_small[k])) != goncclSuccess) return fail(rank, "all_reduce 8 B", r, comm);
+    ok &= exact(small, 1, nranks);
+  }
+  int64_t* big = calloc(BIG_COUNT, sizeof(int64_t));
+  if (!big) return fail(rank, "calloc", goncclSystemError, NULL);
+  for (int k = 0; k < 2; k++) {
+    if ((r = timed_sum(big, BIG_COUNT, rank, comm, &t_big[k])) != goncclSuccess)
+      return fail(rank, "all_reduce 1 MiB", r, comm);
+    ok &= exact(big, BIG_COUNT, nranks);
+  }
+  free(big);
+  if (alloc && !goncclMemAlloc) {
+    fprintf(stderr, "rank %d: this library has no goncclMemAlloc: run without ALLOC\n", rank);
+    return 1;
+  }
+  if (alloc) {
+    void *abig, *asmall;
+    if ((r = goncclMemAlloc(&abig, BIG_COUNT * sizeof(int64_t))) != goncclSuccess) return fail(rank, "goncclMemAlloc", r, comm);
+    if ((r = goncclMemAlloc(&asmall, sizeof(int64_t))) != goncclSuccess) return fail(rank, "goncclMemAlloc", r, comm);
+    for (int k = 0; k < 2; k++) {
+      if ((r = timed_sum(asmall, 1, rank, comm, &t_asmall[k])) != goncclSuccess)
+        return fail(rank, "all_reduce 8 B (goncclMemAlloc)", r, comm);
+      ok &= exact(asmall, 1, nranks);
+      if ((r = timed_sum(abig, BIG_COUNT, rank, comm, &t_abig[k])) != goncclSuccess)
+        return fail(rank, "all_reduce 1 MiB (goncclMemAlloc)", r, comm);
+      ok &= exact(abig, BIG_COUNT, nranks);
+    }
+    goncclMemFree(abig);
+    goncclMemFree(asmall);
+  }
   int fds_after = count_fds();
   printf("{\"rank\": %d, \"init_s\": %.6f, \"fds_init\": %d, \"first_allreduce_s\": %.6f, "
-         "\"second_allreduce_s\": %.6f, \"fds_after\": %d, \"exact\": %s}\n",
-         rank, init, fds, first, second, fds_after, v == want && w == want ? "true" : "false");
+         "\"second_allreduce_s\": %.6f, \"first_1mib_s\": %.6f, \"second_1mib_s\": %.6f, "
+         "\"alloc_first_8b_s\": %.6f, \"alloc_second_8b_s\": %.6f, \"alloc_first_1mib_s\": %.6f, "
+         "\"alloc_second_1mib_s\": %.6f, \"fds_after\": %d, \"exact\": %s}\n",
+         rank, init, fds, t_small[0], t_small[1], t_big[0], t_big[1], t_asmall[0], t_asmall[1], t_abig[0], t_abig[1],
+         fds_after, ok ? "true" : "false");
   fflush(stdout);
   r = goncclCommDestroy(comm);
   if (r != goncclSuccess) return fail(rank, "destroy", r, NULL);

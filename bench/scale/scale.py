@@ -4,8 +4,10 @@
 
 Compiles bench/scale/scale.c against gonccl.h and the library, starts N processes per
 size (each a plain C program: no torch, no Python per rank), and prints per size the
-init time (max and median over ranks), the fds each rank holds after init (max), the
-first and second 8-byte all_reduce (max; the first includes connections made on demand)
+init time (max and median over ranks), the fds each rank holds after init and at the
+end (max), the first and second all_reduce of 8 bytes and of 1 MiB in ordinary memory
+(max over ranks; the first of each includes the connections made on demand), with
+--alloc the same again in buffers from goncclMemAlloc (the zero-copy path's memory),
 and whether every result was exact. Every child dies with this script (timeout 600 s).
 """
 
@@ -30,11 +32,11 @@ def build(lib, out):
     subprocess.run(cmd, check=True)
 
 
-def run(exe, n, timeout):
+def run(exe, n, timeout, alloc=False):
     with tempfile.TemporaryDirectory() as d:
         idf = os.path.join(d, "id")
         env = dict(os.environ)
-        procs = [subprocess.Popen([exe, str(r), str(n), idf], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        procs = [subprocess.Popen([exe, str(r), str(n), idf, "1" if alloc else "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   env=env, start_new_session=True) for r in range(n)]
         deadline = time.time() + timeout
         rows, errs = [], []
@@ -42,7 +44,7 @@ def run(exe, n, timeout):
             for p in procs:
                 out, err = p.communicate(timeout=max(1, deadline - time.time()))
                 if p.returncode != 0:
-                    errs.append(err.decode(errors="replace").strip()[:400])
+                    errs.append(err.decode(errors="replace").strip())
                 for line in out.decode().splitlines():
                     rows.append(json.loads(line))
         finally:
@@ -53,40 +55,60 @@ def run(exe, n, timeout):
         return rows, errs
 
 
+# The columns of the table: (summary key, per-rank key, header, format); max over ranks.
+COLUMNS = [
+    ("init_max_s", "init_s", "init s", ".2f"),
+    ("fds_max", "fds_init", "fds", "d"),
+    ("first_allreduce_max_s", "first_allreduce_s", "8B 1st s", ".3f"),
+    ("second_allreduce_max_s", "second_allreduce_s", "8B 2nd s", ".3f"),
+    ("first_1mib_max_s", "first_1mib_s", "1M 1st s", ".3f"),
+    ("second_1mib_max_s", "second_1mib_s", "1M 2nd s", ".3f"),
+    ("alloc_first_1mib_max_s", "alloc_first_1mib_s", "1M alloc 1st", ".3f"),
+    ("alloc_second_1mib_max_s", "alloc_second_1mib_s", "1M alloc 2nd", ".3f"),
+    ("fds_after_max", "fds_after", "fds end", "d"),
+]
+
+
+def summarize(n, rows):
+    """The per-size summary: each column's max over ranks, the median init and fds, exactness."""
+    s = {"ranks": n, "init_median_s": statistics.median(r["init_s"] for r in rows),
+         "fds_median": statistics.median(r["fds_init"] for r in rows), "exact": all(r["exact"] for r in rows)}
+    for key, per_rank, _, _ in COLUMNS:
+        s[key] = max(r[per_rank] for r in rows)
+    return s
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-np", type=int, nargs="+", default=[64, 128, 256])
     ap.add_argument("--lib", default=os.path.join(ROOT, "build", "lib", "libgonccl.so"))
     ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--alloc", action="store_true", help="also all_reduce 8 B and 1 MiB in goncclMemAlloc buffers")
     ap.add_argument("--json", help="write the per-size summary here")
     a = ap.parse_args()
+    cols = [c for c in COLUMNS if a.alloc or not c[0].startswith("alloc_")]
     with tempfile.TemporaryDirectory() as d:
         exe = os.path.join(d, "scale")
         build(a.lib, exe)
-        print(f"{'ranks':>6} {'init max s':>10} {'init med s':>10} {'fds max':>8} {'fds med':>8} "
-              f"{'1st ar max s':>12} {'2nd ar max s':>12} {'fds end':>8} exact")
+        print("# times: seconds, max over ranks; fds: max over ranks; 1st includes connections made on demand")
+        print(f"{'ranks':>6} " + " ".join(f"{c[2]:>12}" for c in cols) + f" {'wall s':>7} exact")
         summary = []
         for n in a.np:
-            rows, errs = run(exe, n, a.timeout)
+            t0 = time.time()
+            rows, errs = run(exe, n, a.timeout, a.alloc)
+            wall = time.time() - t0
             if errs or len(rows) != n:
-                print(f"{n:>6} FAILED: {len(rows)} of {n} ranks reported; {len(errs)} errors, first: {errs[:1]}")
-                summary.append({"ranks": n, "failed": True})
+                # The earliest logged line of any rank is closest to the cause.
+                logged = sorted(ln for e in errs for ln in e.splitlines() if ln[:2] == "20")
+                first = (logged or [e.splitlines()[-1] for e in errs if e] or [""])[0]
+                print(f"{n:>6} FAILED after {wall:.1f} s: {len(rows)} of {n} ranks reported; "
+                      f"{len(errs)} errors, the earliest: {first[:600]}")
+                summary.append({"ranks": n, "failed": True, "wall_s": wall})
                 continue
-            s = {
-                "ranks": n,
-                "init_max_s": max(r["init_s"] for r in rows),
-                "init_median_s": statistics.median(r["init_s"] for r in rows),
-                "fds_max": max(r["fds_init"] for r in rows),
-                "fds_median": statistics.median(r["fds_init"] for r in rows),
-                "first_allreduce_max_s": max(r["first_allreduce_s"] for r in rows),
-                "second_allreduce_max_s": max(r["second_allreduce_s"] for r in rows),
-                "fds_after_max": max(r["fds_after"] for r in rows),
-                "exact": all(r["exact"] for r in rows),
-            }
+            s = summarize(n, rows)
+            s["wall_s"] = wall
             summary.append(s)
-            print(f"{n:>6} {s['init_max_s']:>10.3f} {s['init_median_s']:>10.3f} {s['fds_max']:>8} "
-                  f"{s['fds_median']:>8.0f} {s['first_allreduce_max_s']:>12.3f} "
-                  f"{s['second_allreduce_max_s']:>12.3f} {s['fds_after_max']:>8} {s['exact']}")
+            print(f"{n:>6} " + " ".join(f"{s[c[0]]:>12{c[3]}}" for c in cols) + f" {wall:>7.1f} {s['exact']}")
             sys.stdout.flush()
         if a.json:
             with open(a.json, "w") as f:

@@ -338,9 +338,10 @@ func (l *Link) recvHeader(want *transport.Header, n int, deadline time.Time) err
 	}
 	w := *want
 	w.Len = uint32(n)
-	if got != w {
+	if !got.Matches(&w) {
 		return &transport.MismatchError{Peer: l.peer, Want: w, Got: got}
 	}
+	want.Flags = got.Flags
 	return nil
 }
 

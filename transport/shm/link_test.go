@@ -72,11 +72,15 @@ func TestRoundTrip(t *testing.T) {
 			payload := pattern(n, byte(i))
 			dl := time.Now().Add(testtime.D(20 * time.Second))
 			errc := make(chan error, 1)
-			go func() { errc <- a.Send(&h, payload, dl) }()
+			sent := h
+			sent.Flags = byte(1 + i%2) // not part of the match: handed back to the receiver
+			go func() { errc <- a.Send(&sent, payload, dl) }()
 			got := make([]byte, n)
 			require.NoError(t, b.Recv(&h, got, dl), "ring %d size %d", ring, n)
 			require.NoError(t, <-errc)
 			require.True(t, bytes.Equal(payload, got), "ring %d size %d", ring, n)
+			require.Equal(t, sent.Flags, h.Flags, "ring %d size %d", ring, n)
+			h.Flags = 0
 			// and back
 			go func() { errc <- b.Send(&h, payload, dl) }()
 			clear(got)

@@ -121,9 +121,10 @@ func (l *StreamLink) Recv(want *transport.Header, p []byte, deadline time.Time) 
 	}
 	w := *want
 	w.Len = uint32(len(p))
-	if got != w {
+	if !got.Matches(&w) {
 		return &transport.MismatchError{Peer: l.peer, Want: w, Got: got}
 	}
+	want.Flags = got.Flags
 	_, err := io.ReadFull(l.conn, p)
 	return l.wrap("receive from", err)
 }

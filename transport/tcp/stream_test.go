@@ -26,11 +26,14 @@ func TestStreamLinkRoundTrip(t *testing.T) {
 		}
 		dl := time.Now().Add(5 * time.Second)
 		errc := make(chan error, 1)
-		go func() { errc <- a.Send(&h, payload, dl) }()
+		sent := h
+		sent.Flags = byte(n % 2) // not part of the match: handed back to the receiver
+		go func() { errc <- a.Send(&sent, payload, dl) }()
 		got := make([]byte, n)
 		require.NoError(t, b.Recv(&h, got, dl))
 		require.NoError(t, <-errc)
 		require.Equal(t, payload, got)
+		require.Equal(t, sent.Flags, h.Flags)
 		a.Close()
 		b.Close()
 	}

@@ -77,6 +77,7 @@ type stripeDir struct {
 
 	// The current operation, set before helpers start.
 	hdr      transport.Header // want (Recv) or what to send (Send), Len = whole frame
+	flags    uint8            // Recv: the frame's Flags (from stripe 0's header)
 	n        int              // stripes in use
 	deadline time.Time
 	socks    []stripeSock
@@ -187,7 +188,11 @@ func (l *StripedLink) Recv(want *transport.Header, p []byte, deadline time.Time)
 	if l.failed.Load() {
 		return errFailed
 	}
-	return l.run(&l.rx, want, p, deadline)
+	err := l.run(&l.rx, want, p, deadline)
+	if err == nil {
+		want.Flags = l.rx.flags
+	}
+	return err
 }
 
 // stripes returns how many stripes a frame of n bytes is cut into over socks
@@ -365,8 +370,11 @@ func (l *StripedLink) recvStep(d *stripeDir, s int, st *stripeSock) error {
 		if err != nil {
 			return err
 		}
-		if got != d.hdr {
+		if !got.Matches(&d.hdr) {
 			return &transport.MismatchError{Peer: l.peer, Want: d.hdr, Got: got}
+		}
+		if s == 0 {
+			d.flags = got.Flags
 		}
 		if lo := binary.LittleEndian.Uint32(st.hdr[40:]); int(lo) != st.lo {
 			return fmt.Errorf("receive from rank %d: connection %d carries the stripe at byte %d, expected %d: %w",

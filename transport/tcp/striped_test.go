@@ -107,13 +107,18 @@ func TestStripedRoundTrip(t *testing.T) {
 					ab, ba := randomBytes(rng, n), randomBytes(rng, n)
 					gotAB, gotBA := make([]byte, n), make([]byte, n)
 					errc := make(chan error, 3)
-					go func() { errc <- a.Send(&h, ab, dl) }()
-					go func() { errc <- b.Send(&h, ba, dl) }()
-					go func() { errc <- a.Recv(&h, gotBA, dl) }()
-					require.NoError(t, b.Recv(&h, gotAB, dl), "size %d", n)
+					sent := h
+					sent.Flags = byte(1 + i%2) // not part of the match: handed back to the receiver
+					wantA, wantB := h, h
+					go func() { errc <- a.Send(&sent, ab, dl) }()
+					go func() { errc <- b.Send(&sent, ba, dl) }()
+					go func() { errc <- a.Recv(&wantA, gotBA, dl) }()
+					require.NoError(t, b.Recv(&wantB, gotAB, dl), "size %d", n)
 					for j := 0; j < 3; j++ {
 						require.NoError(t, <-errc, "size %d", n)
 					}
+					require.Equal(t, sent.Flags, wantA.Flags, "size %d", n)
+					require.Equal(t, sent.Flags, wantB.Flags, "size %d", n)
 					require.Equal(t, ab, gotAB, "size %d a->b", n)
 					require.Equal(t, ba, gotBA, "size %d b->a", n)
 				}
