@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -168,4 +169,167 @@ func readResumeAnswer(c net.Conn, deadline time.Time) (uint64, error) {
 		return 0, err
 	}
 	return binary.LittleEndian.Uint64(b[4:]), nil
+}
+
+// reconnect brings generation gen's session back (the dialler redials; the acceptor
+// calls and waits), or fails it when the retry window closes.
+func (s *Session) reconnect(gen uint64) {
+	s.mu.Lock()
+	for s.inflight > 0 {
+		s.idle.Wait()
+	}
+	deadline := s.since.Add(s.cfg.Retry)
+	s.mu.Unlock()
+	backoff := 20 * time.Millisecond
+	for {
+		s.mu.Lock()
+		done, failed := s.gen != gen || !s.down, s.err != nil || s.closed
+		ch := s.changed
+		s.mu.Unlock()
+		if done || failed {
+			return
+		}
+		now := time.Now()
+		if !now.Before(deadline) {
+			s.fail(fmt.Errorf("rank %d: %w: the connection (channel %d) broke %v ago and did not come back within GONCCL_LINK_RETRY_MS=%d",
+				s.cfg.Peer, ErrLinkDown, s.cfg.Channel, now.Sub(s.since).Round(time.Millisecond), s.cfg.Retry.Milliseconds()))
+			return
+		}
+		try := now.Add(2 * time.Second)
+		if try.After(deadline) {
+			try = deadline
+		}
+		var err error
+		if s.cfg.Redial != nil {
+			s.resumeMu.Lock()
+			s.mu.Lock()
+			delivered := s.delivered
+			s.mu.Unlock()
+			var c net.Conn
+			var peerDelivered uint64
+			if c, peerDelivered, err = s.cfg.Redial(delivered, try); err == nil {
+				if err = s.install(c, peerDelivered, deadline); err != nil {
+					abort(c)
+					s.fail(err)
+				}
+			}
+			s.resumeMu.Unlock()
+		} else {
+			err = s.cfg.Call(gen, try)
+		}
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			s.fail(fmt.Errorf("rank %d: %w (its process has exited): %v", s.cfg.Peer, ErrPeerGone, err))
+			return
+		}
+		var refused *RefusedError
+		if errors.As(err, &refused) || errors.Is(err, ErrAuth) {
+			s.fail(fmt.Errorf("rank %d: the reconnect was refused: %w", s.cfg.Peer, err))
+			return
+		}
+		if err == nil && s.cfg.Redial != nil {
+			continue
+		}
+		t := time.NewTimer(backoff)
+		select { // a call's answer is the dialler's reconnect: wait for it a while
+		case <-ch:
+		case <-t.C:
+		}
+		t.Stop()
+		backoff = min(2*backoff, 500*time.Millisecond)
+	}
+}
+
+// Resume takes over conn, a reconnect of this session whose dialler has delivered
+// peerDelivered bytes (hello.Count): the acceptor's side. answer writes this side's
+// delivered count to the dialler (see ResumeAnswer). A session that still thinks its
+// connection is healthy (the break reached only the dialler) gives it up first.
+func (s *Session) Resume(conn net.Conn, peerDelivered uint64, answer func(delivered uint64) error) error {
+	s.resumeMu.Lock()
+	defer s.resumeMu.Unlock()
+	s.mu.Lock()
+	if s.err != nil || s.closed {
+		err := s.err
+		s.mu.Unlock()
+		return fmt.Errorf("link to rank %d is closed (%v): %w", s.cfg.Peer, err, ErrStaleLink)
+	}
+	if !s.down { // the break reached only the dialler: give up the old connection too
+		s.breakLocked(s.gen, errors.New("the peer reconnected"))
+	}
+	for s.inflight > 0 {
+		s.idle.Wait()
+	}
+	if err := s.checkLocked(peerDelivered); err != nil {
+		s.mu.Unlock()
+		return err
+	}
+	delivered := s.delivered
+	s.mu.Unlock()
+	if err := answer(delivered); err != nil {
+		return err
+	}
+	return s.install(conn, peerDelivered, time.Now().Add(s.cfg.Retry))
+}
+
+// checkLocked refuses a peer's delivered count that this side did not send or no
+// longer holds (s.mu held).
+func (s *Session) checkLocked(peer uint64) error {
+	lo := s.sent - uint64(s.ring.n)
+	hi := s.sent + uint64(s.unsent)
+	if peer < lo || peer > hi {
+		return fmt.Errorf("rank %d says it has %d bytes of the link (channel %d); this rank sent %d and still holds bytes from %d: %w",
+			s.cfg.Peer, peer, s.cfg.Channel, s.sent, lo, ErrCountMismatch)
+	}
+	return nil
+}
+
+// install makes conn the session's connection: reads go on at once, writes once the
+// bytes the peer lacks (from its delivered count) are resent.
+func (s *Session) install(conn net.Conn, peerDelivered uint64, deadline time.Time) error {
+	name := PeerName(conn)
+	if name != s.peerName {
+		return fmt.Errorf("rank %d reconnected with certificate %q, not %q: %w", s.cfg.Peer, name, s.peerName, ErrStaleLink)
+	}
+	s.mu.Lock()
+	if err := s.checkLocked(peerDelivered); err != nil {
+		s.mu.Unlock()
+		return err
+	}
+	if s.err != nil || s.closed {
+		s.mu.Unlock()
+		abort(conn)
+		return nil
+	}
+	var missing []byte
+	if peerDelivered > s.sent {
+		s.skip = peerDelivered - s.sent
+	} else {
+		missing = s.ring.since(peerDelivered)
+	}
+	s.conn, s.gen = conn, s.gen+1
+	s.rec = recordReader{} // records start afresh on the new connection
+	_ = conn.SetReadDeadline(s.rdl)
+	s.down, s.resend = false, true
+	s.resumes++
+	s.inflight++ // the resend below
+	took := time.Since(s.since)
+	s.notify()
+	s.mu.Unlock()
+	tlsNote := ""
+	if name != "" {
+		tlsNote = ", TLS 1.3, peer certificate " + name
+	}
+	s.cfg.Log(fmt.Sprintf("link to rank %d (channel %d) resumed after %v: %d bytes resent%s",
+		s.cfg.Peer, s.cfg.Channel, took.Round(time.Millisecond), len(missing), tlsNote))
+	_ = conn.SetWriteDeadline(deadline)
+	_, err := s.writeTo(conn, missing)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.release()
+	s.resend = false
+	_ = conn.SetWriteDeadline(s.wdl)
+	s.notify()
+	if err != nil {
+		s.breakLocked(s.gen, err)
+	}
+	return nil
 }
