@@ -104,3 +104,32 @@ func TestBrokenLinkThatCannotResume(t *testing.T) {
 	require.Less(t, took, 1400*time.Millisecond, "a refused reconnect must not wait for the window")
 	require.Error(t, errs[0], "rank 0 learns that rank 1 gave the link up")
 }
+
+// TestRetryWindowAboveHeartbeat: with GONCCL_LINK_RETRY_MS above the heartbeat timeout,
+// a link that is down and being made again is not declared lost by the heartbeat; the
+// window decides, and names the rank with its own cause.
+func TestRetryWindowAboveHeartbeat(t *testing.T) {
+	t.Setenv("GONCCL_LINK_RETRY_MS", "3000")
+	t.Setenv("GONCCL_HEARTBEAT_TIMEOUT_MS", "800")
+	comms := initComms(t, 2, "", 30*time.Second)
+	errs, _, _ := allReduceFloat32(t, comms, 1000, 1)
+	require.NoError(t, errors.Join(errs...))
+	// Rank 0's address answers TCP but nobody speaks: reconnects time out, the link
+	// stays down (as when a switch reboots) without being refused.
+	addr := comms[0].peers.l.Addr().(*net.TCPAddr)
+	comms[0].peers.l.Close()
+	mute, err := net.ListenTCP("tcp", addr)
+	require.NoError(t, err)
+	defer mute.Close()
+	start := time.Now()
+	resetLinks(comms[1])
+	errs, _, _ = allReduceFloat32(t, comms, 1000, 2)
+	took := time.Since(start)
+	for r, err := range errs {
+		require.Error(t, err, "rank %d", r)
+		require.NotContains(t, err.Error(), "missed heartbeats", "rank %d: the heartbeat gave up on a link that was reconnecting", r)
+	}
+	require.ErrorContains(t, errs[1], tcp.ErrLinkDown.Error())
+	require.ErrorContains(t, errs[1], "rank 0")
+	require.Greater(t, took, 2500*time.Millisecond, "failed before the window closed")
+}
