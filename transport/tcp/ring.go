@@ -34,6 +34,16 @@ func (r *ring) write(p []byte) {
 	r.n = min(r.n+len(p), len(r.buf))
 }
 
+// rewind takes the stream back to end (at most the current end): the bytes after it
+// were written here but never went out. Those before it stay as they are.
+func (r *ring) rewind(end uint64) {
+	if end >= r.end {
+		return
+	}
+	r.n = max(0, r.n-int(r.end-end))
+	r.end = end
+}
+
 // place copies p to stream offset at (len(p) <= len(buf)).
 func (r *ring) place(at uint64, p []byte) {
 	i := int(at % uint64(len(r.buf)))

@@ -110,9 +110,12 @@ type Session struct {
 func NewSession(conn net.Conn, retain int, cfg SessionConfig) *Session {
 	s := &Session{cfg: cfg, conn: conn, changed: make(chan struct{}), peerName: PeerName(conn)}
 	s.idle = sync.NewCond(&s.mu)
-	s.ring.max = retain
+	s.ring.max = retain + writePiece
 	return s
 }
+
+// writePiece is the most a Session writes per system call (see Write).
+const writePiece = 4 << 20
 
 // RetainFor is the ring size a session over conn needs: what this host's send buffer
 // and the peer's receive buffer can hold (the kernel reports both as allocated, twice
@@ -295,15 +298,28 @@ func (s *Session) Write(b []byte) (int, error) {
 		}
 		s.unsent = 0
 		s.mu.Unlock()
+		// Into the ring before the bytes go out, never after: once they are out, the
+		// peer may answer, and the caller may reuse b for the answer before Write
+		// returns (an all-reduce forwards into what it sent). Only this writer touches
+		// the ring while it is in flight.
+		// A write goes out in pieces of at most writePiece, each copied first; the ring
+		// holds writePiece more than the retained size, so that a piece that went out
+		// only in part never costs a byte of what must stay held.
+		piece := b[:min(len(b), writePiece)]
+		s.ring.write(piece)
 		n := 0
 		if len(b) > 0 || total == 0 {
-			n, err = s.writeTo(c, b)
+			n, err = s.writeTo(c, piece)
 		}
 		s.mu.Lock()
-		s.record(b[:n])
+		s.sent += uint64(n)
+		s.ring.rewind(s.sent) // what did not go out is not in the stream
 		s.release()
 		b, total = b[n:], total+n
 		switch {
+		case err == nil && len(b) > 0:
+			s.mu.Unlock()
+			continue
 		case err == nil || isTimeout(err):
 			s.mu.Unlock()
 			return total, err
@@ -315,7 +331,7 @@ func (s *Session) Write(b []byte) (int, error) {
 	}
 }
 
-// record appends written bytes to the stream's count and ring (s.mu held).
+// record appends bytes the peer has to the stream's count and ring (s.mu held).
 func (s *Session) record(b []byte) {
 	s.sent += uint64(len(b))
 	s.ring.write(b)

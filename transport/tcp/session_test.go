@@ -390,3 +390,24 @@ func TestChecksumEmptyWrite(t *testing.T) {
 	require.Equal(t, "after", string(got))
 	require.Zero(t, acc.Resumes())
 }
+
+// TestRingRewind: bytes written into the ring that never went out are dropped; the
+// ones before them stay exact, and none is claimed that a longer write overwrote.
+func TestRingRewind(t *testing.T) {
+	stream := make([]byte, 400)
+	for i := range stream {
+		stream[i] = byte(i)
+	}
+	r := ring{max: 100}
+	r.write(stream[:90])
+	r.write(stream[90:120]) // written whole, then only 10 of it went out
+	r.rewind(100)
+	require.Equal(t, uint64(100), r.end)
+	require.Equal(t, 80, r.n)
+	require.Equal(t, stream[20:100], r.since(20))
+	r.write(stream[100:350]) // longer than the ring, 30 of it out: nothing older is left
+	r.rewind(130)
+	require.Equal(t, 0, r.n)
+	r.write(stream[130:140])
+	require.Equal(t, stream[130:140], r.since(130))
+}
