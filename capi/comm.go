@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/gonccl/gonccl/core"
+	"github.com/gonccl/gonccl/internal/route"
 )
 
 // commEntry is what a goncclComm_t refers to.
@@ -140,7 +141,7 @@ func register(c *core.Comm) C.goncclComm_t {
 	idn := comms.next
 	e := &commEntry{comm: c}
 	e.devMode, e.devOffWhy, e.devModeErr = readDevMode()
-	if costs, err := readGPUCosts(); err != nil && e.devModeErr == nil {
+	if costs, err := route.ReadCosts(); err != nil && e.devModeErr == nil {
 		e.devModeErr = err
 	} else {
 		e.devCosts = costs

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -10,19 +11,27 @@ import (
 	"github.com/gonccl/gonccl/core"
 	"github.com/gonccl/gonccl/cuda/cudatest"
 	"github.com/gonccl/gonccl/cuda/driver"
+	"github.com/gonccl/gonccl/internal/route"
 )
 
-// autoRanks sets up auto's paths for a communicator of two ranks of this process on
-// the fake's devices 0 and 1, with GONCCL_DEVICE_PATH_COST=cost, each rank deciding on
-// its own goroutine; returns each rank's entry (closed when the test ends).
-func autoRanks(t *testing.T, cost string) []*commEntry {
+// autoRanks sets up the paths of mode (auto or model) for a communicator of two ranks
+// of this process on the fake's devices devs[0] and devs[1], with
+// GONCCL_DEVICE_PATH_COST=cost, each rank deciding on its own goroutine; returns each
+// rank's entry (closed when the test ends).
+func autoRanks(t *testing.T, mode devMode, devs [2]int, cost string) []*commEntry {
+	return autoRanksFault(t, mode, devs, cost, nil)
+}
+
+// autoRanksFault is autoRanks where fault, if not nil, fails rank r's setup of a path
+// after the path's own exchange (commEntry.devSetupFault).
+func autoRanksFault(t *testing.T, mode devMode, devs [2]int, cost string, fault func(r int, p route.Path) error) []*commEntry {
 	path, err := cudatest.BuildIn(t.TempDir())
 	require.NoError(t, err)
 	d, err := driver.Open(path)
 	require.NoError(t, err)
 	f, err := cudatest.Open(path)
 	require.NoError(t, err)
-	costs, err := parseGPUCosts(cost)
+	costs, err := route.ParseCosts(cost)
 	require.NoError(t, err)
 	id, err := core.NewUniqueID()
 	require.NoError(t, err)
@@ -39,15 +48,18 @@ func autoRanks(t *testing.T, cost string) []*commEntry {
 				errs[r] = err
 				return
 			}
-			s := driver.Stream(f.Stream(r))
+			s := driver.Stream(f.Stream(devs[r]))
 			ctx, err := d.StreamContext(s)
 			if err != nil {
 				errs[r] = err
 				return
 			}
-			e := &commEntry{comm: c, devState: devState{devMode: devAuto, devCosts: costs}}
+			e := &commEntry{comm: c, devState: devState{devMode: mode, devCosts: costs}}
+			if fault != nil {
+				e.devSetupFault = func(p route.Path) error { return fault(r, p) }
+			}
 			entries[r] = e
-			v := &views{e: e, stream: s, drv: d, ctx: ctx, dev: r}
+			v := &views{e: e, stream: s, drv: d, ctx: ctx, dev: devs[r]}
 			_, _, errs[r] = v.devicePath(c)
 		}()
 	}
@@ -73,18 +85,46 @@ func autoRanks(t *testing.T, cost string) []*commEntry {
 	return entries
 }
 
-// TestAutoSetsUpWhatTheModelChooses: on GPUs of their own that map each other, auto
-// sets up the device path and both ranks choose alike, by size (here staged below a
-// crossover the figures put at tens of KiB, the device path above).
-func TestAutoSetsUpWhatTheModelChooses(t *testing.T) {
-	es := autoRanks(t, "staged.latency=1")
+// TestModelSetsUpWhatTheModelChooses: on GPUs of their own that map each other,
+// GONCCL_DEVICE_PATH=model sets up the device path and both ranks choose alike, by size
+// (here staged below a crossover the figures put at tens of KiB, the device path above).
+func TestModelSetsUpWhatTheModelChooses(t *testing.T) {
+	es := autoRanks(t, devModel, [2]int{0, 1}, "staged.latency=1")
 	for r, e := range es {
 		require.NotNil(t, e.devShared, "rank %d: no device path", r)
 		require.Nil(t, e.devSame, "rank %d: the same-GPU path on two GPUs", r)
-		require.True(t, e.devChoice.avail[pathDevice])
-		require.Equal(t, pathStaged, e.devChoice.path(core.KindAllReduce, 1024))
-		require.Equal(t, pathDevice, e.devChoice.path(core.KindAllReduce, 4<<20))
-		require.Equal(t, es[0].devChoice.describe(), e.devChoice.describe(), "rank %d", r)
+		require.True(t, e.devChoice.Has(route.Device))
+		require.Equal(t, route.Staged, e.devChoice.Pick(core.KindAllReduce, 1024))
+		require.Equal(t, route.Device, e.devChoice.Pick(core.KindAllReduce, 4<<20))
+		require.Equal(t, es[0].devChoice.Describe(), e.devChoice.Describe(), "rank %d", r)
+	}
+}
+
+// TestAutoSetsUpOnlyProvenPaths: auto sets up only what the GPU check has proven on
+// the ranks' setup, however cheap the model makes the rest: one rank per GPU (nothing
+// proven: staged, the fallback) and two ranks sharing a GPU without MPS (staged,
+// proven) stage every operation of every size, unpipelined. Before, auto set up the
+// device path on GPUs of their own and the same-GPU path on a shared one.
+func TestAutoSetsUpOnlyProvenPaths(t *testing.T) {
+	const cheap = "device.latency=0,device.busbw=100000,samegpu.latency=0,samegpu.busbw=100000,staged.latency=100000"
+	for _, c := range []struct {
+		devs  [2]int
+		setup route.Setup
+	}{{[2]int{0, 1}, route.GPUPerRank}, {[2]int{0, 0}, route.SharedGPU}} {
+		for _, p := range []route.Path{route.Device, route.SameGPU} {
+			require.False(t, route.IsProven(c.setup, route.RouteOf(p, false)), "the table proves %s on %s now: this test's premise is gone", p, c.setup)
+		}
+		es := autoRanks(t, devAuto, c.devs, cheap)
+		for r, e := range es {
+			require.True(t, e.devShared == nil, "rank %d (%s): auto set up the device path", r, c.setup)
+			require.True(t, e.devSame == nil, "rank %d (%s): auto set up the same-GPU path", r, c.setup)
+			require.True(t, e.devSetupKnown)
+			require.Equal(t, c.setup, e.devSetup, "rank %d", r)
+			require.False(t, e.pipelined(), "rank %d (%s): auto pipelines staging", r, c.setup)
+			for _, k := range route.ChosenKinds {
+				require.Equal(t, route.Staged, e.devChoice.Pick(k, 64<<20), "rank %d (%s): %s", r, c.setup, k)
+			}
+		}
 	}
 }
 
@@ -93,17 +133,38 @@ func TestAutoSetsUpWhatTheModelChooses(t *testing.T) {
 // operation of any size is sent to it, though the figures make it the cheapest by far.
 func TestAutoNeverChoosesARefusedPath(t *testing.T) {
 	t.Setenv("FAKECUDA_NO_PEER", "1")
-	es := autoRanks(t, "device.latency=0,device.busbw=100000,staged.latency=100000")
+	es := autoRanks(t, devModel, [2]int{0, 1}, "device.latency=0,device.busbw=100000,staged.latency=100000")
 	for r, e := range es {
 		require.Nil(t, e.devShared, "rank %d: a device path over GPUs that cannot map each other", r)
 		pc := e.devChoice
 		require.NotNil(t, pc, "rank %d", r)
-		require.False(t, pc.avail[pathDevice] || pc.avail[pathSameGPU], "rank %d: %v", r, pc.avail)
-		require.False(t, pc.uses(pathDevice), "rank %d", r)
-		for _, k := range chosenKinds {
-			for _, b := range modelSizes() {
-				require.Equal(t, pathStaged, pc.path(k, b), "rank %d: %s of %d bytes", r, k, b)
+		require.False(t, pc.Has(route.Device) || pc.Has(route.SameGPU), "rank %d", r)
+		require.False(t, pc.Uses(route.Device), "rank %d", r)
+		for _, k := range route.ChosenKinds {
+			for _, b := range []int{0, 1, 1000, 4 << 20, 1 << 30} {
+				require.Equal(t, route.Staged, pc.Pick(k, b), "rank %d: %s of %d bytes", r, k, b)
 			}
+		}
+	}
+}
+
+// TestSetupIsAllOrNothing: where one rank cannot finish a path's setup after the
+// path's own exchange (rank 1 here cannot open the same-GPU path's peer resources),
+// every rank leaves that path out and stages, together, and the INIT note names the
+// rank and why. Before, rank 1 failed its operation while rank 0 took the same-GPU
+// path and waited for it.
+func TestSetupIsAllOrNothing(t *testing.T) {
+	es := autoRanksFault(t, devModel, [2]int{0, 0}, "", func(r int, p route.Path) error {
+		if r == 1 && p == route.SameGPU {
+			return errors.New("opening rank 0's event: no such process")
+		}
+		return nil
+	})
+	for r, e := range es {
+		require.True(t, e.devSame == nil, "rank %d kept the same-GPU path rank 1 could not set up", r)
+		require.False(t, e.devChoice.Has(route.SameGPU), "rank %d", r)
+		for _, k := range route.ChosenKinds {
+			require.NotEqual(t, route.SameGPU, e.devChoice.Pick(k, 64<<20), "rank %d: %s", r, k)
 		}
 	}
 }

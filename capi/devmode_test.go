@@ -12,7 +12,7 @@ import (
 func TestReadDevMode(t *testing.T) {
 	t.Setenv("GONCCL_P2P_DISABLE", "")
 	for v, want := range map[string]devMode{"": devAuto, "auto": devAuto, " AUTO ": devAuto, "samegpu": devSameGPU,
-		"SameGPU": devSameGPU, "1": devOn, "0": devOff} {
+		"SameGPU": devSameGPU, "model": devModel, " Model": devModel, "1": devOn, "0": devOff} {
 		t.Setenv("GONCCL_DEVICE_PATH", v)
 		got, _, err := readDevMode()
 		require.NoError(t, err, v)
@@ -20,11 +20,12 @@ func TestReadDevMode(t *testing.T) {
 	}
 	require.True(t, devSameGPU.automatic())
 	require.True(t, devAuto.automatic())
+	require.True(t, devModel.automatic() && devModel.byModel() && devAuto.byModel() && !devSameGPU.byModel())
 	require.False(t, devOn.automatic())
 	for _, v := range []string{"same-gpu", "2", "yes", "device"} {
 		t.Setenv("GONCCL_DEVICE_PATH", v)
 		_, _, err := readDevMode()
 		require.ErrorIs(t, err, errUsage, v)
-		require.ErrorContains(t, err, `GONCCL_DEVICE_PATH="`+v+`": want auto (the default), samegpu, 1 or 0`)
+		require.ErrorContains(t, err, `GONCCL_DEVICE_PATH="`+v+`": want auto (the default), model, samegpu, 1 or 0`)
 	}
 }

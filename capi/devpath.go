@@ -14,6 +14,7 @@ import (
 	"github.com/gonccl/gonccl/cuda/staged"
 	"github.com/gonccl/gonccl/cuda/topology"
 	"github.com/gonccl/gonccl/internal/cenv"
+	"github.com/gonccl/gonccl/internal/route"
 )
 
 // The GPU-resident data path of the C ABI: with a stream, when every rank of the
@@ -25,9 +26,11 @@ import (
 //
 // Which paths a communicator has is decided once, at its first operation on device
 // buffers, from the settings read when it was created (devMode). By default (auto,
-// devauto.go) it sets up the paths its ranks' GPUs allow that the cost model
-// (devcost.go) chooses for some operation, and each collective takes the one the model
-// prices lowest for its kind and size; a communicator of one rank copies (onerank.go).
+// devauto.go) it sets up only the paths the GPU check has proven on its ranks' setup
+// (package route's table), which today is staging alone, unpipelined; model sets up the
+// paths its ranks' GPUs allow that the cost model (route/cost.go) chooses for some
+// operation, and each collective takes the one the model prices lowest for its kind and
+// size; there a communicator of one rank copies (onerank.go).
 // GONCCL_DEVICE_PATH=samegpu takes the same-GPU path when every rank is on one GPU,
 // else the device path unless two ranks share a GPU (cuda.StageWhenDeviceShared);
 // GONCCL_DEVICE_PATH=1 takes the device path wherever it can be set up,
@@ -75,15 +78,19 @@ func parseScratch(v string) (int, error) {
 type devMode int
 
 const (
-	devAuto    devMode = iota // the cost model's path per operation (the default; devauto.go)
+	devAuto    devMode = iota // the paths proven on the ranks' setup, the cost model's per operation among them (the default; devauto.go)
 	devOn                     // the device path wherever it can be set up: GONCCL_DEVICE_PATH=1
 	devOff                    // staged: GONCCL_DEVICE_PATH=0 or GONCCL_P2P_DISABLE=1
 	devSameGPU                // ranks all on one GPU take the same-GPU path, else the device path unless a GPU is shared: GONCCL_DEVICE_PATH=samegpu
+	devModel                  // as auto, among every path the GPUs allow, proven or not: GONCCL_DEVICE_PATH=model
 )
 
-// automatic reports whether the mode chooses by the ranks' devices (auto, samegpu)
-// rather than forcing the device path.
-func (m devMode) automatic() bool { return m == devAuto || m == devSameGPU }
+// automatic reports whether the mode chooses by the ranks' devices (auto, model,
+// samegpu) rather than forcing the device path.
+func (m devMode) automatic() bool { return m == devAuto || m == devSameGPU || m == devModel }
+
+// byModel reports whether the mode sets up paths by the cost model (auto, model).
+func (m devMode) byModel() bool { return m == devAuto || m == devModel }
 
 // readDevMode reads the settings (when a communicator is created): the mode, why it
 // is devOff, or an error naming a value it does not know.
@@ -102,12 +109,14 @@ func readDevMode() (devMode, string, error) {
 		return devAuto, "", nil
 	case "samegpu":
 		return devSameGPU, "", nil
+	case "model":
+		return devModel, "", nil
 	case "1":
 		return devOn, "", nil
 	case "0":
 		return devOff, "GONCCL_DEVICE_PATH=0", nil
 	}
-	return devOff, "", fmt.Errorf("%w: GONCCL_DEVICE_PATH=%q: want auto (the default), samegpu, 1 or 0", errUsage, on)
+	return devOff, "", fmt.Errorf("%w: GONCCL_DEVICE_PATH=%q: want auto (the default), model, samegpu, 1 or 0", errUsage, on)
 }
 
 // devState is the part of commEntry that belongs to the device path.
@@ -116,15 +125,21 @@ type devState struct {
 	devOffWhy  string  // the setting that made it devOff
 	devModeErr error   // a setting it could not read: the first device operation fails with it
 	devMu      sync.Mutex
-	devDecided bool         // the first device-capable operation has chosen
-	devShared  *cuda.Shared // nil: this communicator stages
-	devCosts   gpuCosts     // GONCCL_DEVICE_PATH_COST, read when the communicator was created
-	devChoice  *pathChooser // auto: the paths set up and the model choosing between them (devauto.go)
-	devRingTo  int          // GONCCL_DEVICE_RING_THRESHOLD, read at the first device operation
-	devKernels *kernels.Kernels
-	devCtx     driver.Context
-	devLast    chan struct{}             // closed once the last device-path operation has enqueued its work
-	devSide    map[sideKey]driver.Stream // async point-to-point's streams (devp2p.go)
+	devDecided bool           // the first device-capable operation has chosen
+	devShared  *cuda.Shared   // nil: this communicator stages
+	devCosts   route.Costs    // GONCCL_DEVICE_PATH_COST, read when the communicator was created
+	devChoice  *route.Chooser // auto: the paths set up and the model choosing between them (devauto.go)
+	// devSetup is the ranks' setup as auto's agreement step found it (devSetupKnown).
+	devSetup      route.Setup
+	devSetupKnown bool
+	// devSetupFault, set by tests only, fails this rank's setup of a path after the
+	// path's own exchange (as a peer's event or page it cannot open would).
+	devSetupFault func(route.Path) error
+	devRingTo     int // GONCCL_DEVICE_RING_THRESHOLD, read at the first device operation
+	devKernels    *kernels.Kernels
+	devCtx        driver.Context
+	devLast       chan struct{}             // closed once the last device-path operation has enqueued its work
+	devSide       map[sideKey]driver.Stream // async point-to-point's streams (devp2p.go)
 	sameGPUState
 }
 
@@ -146,7 +161,8 @@ func (v *views) devicePath(c *core.Comm) (*cuda.Shared, *kernels.Kernels, error)
 		}
 		if c.Size() == 1 && e.devMode.automatic() {
 			// Nothing to share: no scratch to export, no flags, no watcher for a copy.
-			logDevice(c, "staged path: one rank (a collective is a copy; GONCCL_DEVICE_PATH=1 takes the device path anyway)")
+			e.devSetup, e.devSetupKnown = route.OneRank, true
+			logDevice(c, "one rank: "+route.Verdict(route.OneRank, route.RouteOf(route.Staged, e.pipelined())))
 			return nil, nil, nil
 		}
 		scratch, err := devScratch()
@@ -156,9 +172,9 @@ func (v *views) devicePath(c *core.Comm) (*cuda.Shared, *kernels.Kernels, error)
 			return nil, nil, err
 		}
 		e.devRingTo = ringFrom
-		if e.devMode == devAuto {
+		if e.devMode.byModel() {
 			e.devChoice = nil
-			if err := v.setupAuto(c, scratch, topology.LocalMPS); err != nil {
+			if err := v.setupAuto(c, scratch, topology.LocalMPS, topology.LocalNVLink); err != nil {
 				return nil, nil, err
 			}
 			return v.devShared()
@@ -249,11 +265,11 @@ func hostAllGather(c *core.Comm, rec []byte) ([]byte, error) {
 }
 
 // noRoot is tryDevice's root for the collectives that have none.
-const noRoot = -1 << 40
+const noRoot = core.NoRoot
 
 // tryDevice runs a collective on the device path if it applies to this call (ok),
-// after the checks core would make: the reduction (op, if not nil), the root (unless
-// noRoot), the communicator's state. kind and count (as core counts it) are for the
+// after core's checks (core.Comm.CheckOp: the reduction, if op is not nil, the root,
+// unless noRoot, the communicator's state). kind and count (as core counts it) are for the
 // flight recorder.
 func (v *views) tryDevice(c *core.Comm, kind core.Kind, dt core.DataType, op *core.RedOp, root, count int,
 	enqueue func(sh *cuda.Shared, k *kernels.Kernels, ptrs []uintptr) error, bufs ...buf) (req *core.Request, ok bool, err error) {
@@ -267,15 +283,7 @@ func (v *views) tryDevice(c *core.Comm, kind core.Kind, dt core.DataType, op *co
 		v.e.logStagedOnce(c)
 		return nil, false, nil
 	}
-	if op != nil {
-		if err := core.CheckReduction(dt, *op); err != nil {
-			return nil, false, err
-		}
-	}
-	if root != noRoot && (root < 0 || root >= c.Size()) {
-		return nil, false, fmt.Errorf("%w: root %d is not a rank of a communicator of %d", core.ErrInvalidArgument, root, c.Size())
-	}
-	if err := c.Err(); err != nil {
+	if err := c.CheckOp(kind, dt, op, root); err != nil {
 		return nil, false, err
 	}
 	rec := devRecord{kind: kind, root: -1, count: count}
@@ -292,7 +300,7 @@ func (v *views) tryDevice(c *core.Comm, kind core.Kind, dt core.DataType, op *co
 	if err != nil || sh == nil {
 		return nil, false, err
 	}
-	if !v.e.autoChooses(pathDevice, kind, count*dt.Size()) {
+	if !v.e.autoChooses(route.Device, kind, count*dt.Size()) {
 		return nil, false, nil // auto: the model prices the staged path lower for this size
 	}
 	req, err = v.runDevice(c, rec, dt, func(ptrs []uintptr) error { return enqueue(sh, k, ptrs) }, bufs...)

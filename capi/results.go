@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/gonccl/gonccl/core"
+	"github.com/gonccl/gonccl/internal/route"
 )
 
 // resultOf maps an error to its result code: the one table between core's sentinel
@@ -40,7 +41,7 @@ func resultOf(err error) C.goncclResult_t {
 	return C.goncclSystemError
 }
 
-var errUsage = errors.New("invalid usage")
+var errUsage = route.ErrUsage
 
 // resultStrings are static C strings, so goncclGetErrorString's pointers never move.
 var resultStrings = map[C.goncclResult_t]*C.char{}

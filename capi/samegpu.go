@@ -8,6 +8,7 @@ import (
 	"github.com/gonccl/gonccl/cuda"
 	"github.com/gonccl/gonccl/cuda/kernels"
 	"github.com/gonccl/gonccl/cuda/samegpu"
+	"github.com/gonccl/gonccl/internal/route"
 )
 
 // The same-GPU path of the C ABI: when every rank of the communicator runs on one GPU,
@@ -54,23 +55,14 @@ func (v *views) setupSameGPU(c *core.Comm, why error) error {
 }
 
 // trySameGPU runs a collective on the same-GPU path if the communicator takes it
-// (ok), after the checks core would make: the reduction (op, if not nil), the root
-// (unless noRoot), the communicator's state. kind and count are for the flight
+// (ok), after core's checks (core.Comm.CheckOp). kind and count are for the flight
 // recorder; enqueue gets the buffers' pointers in the order of bufs.
 func (v *views) trySameGPU(c *core.Comm, kind core.Kind, dt core.DataType, op *core.RedOp, root, count int,
 	enqueue func(g *samegpu.SameGPU, k *kernels.Kernels, ptrs []uintptr) error, bufs ...buf) (req *core.Request, ok bool, err error) {
 	if v.stream == 0 || !v.e.devMode.automatic() || v.e.devModeErr != nil || c.Size() == 1 {
 		return nil, false, nil
 	}
-	if op != nil {
-		if err := core.CheckReduction(dt, *op); err != nil {
-			return nil, false, err
-		}
-	}
-	if root != noRoot && (root < 0 || root >= c.Size()) {
-		return nil, false, fmt.Errorf("%w: root %d is not a rank of a communicator of %d", core.ErrInvalidArgument, root, c.Size())
-	}
-	if err := c.Err(); err != nil {
+	if err := c.CheckOp(kind, dt, op, root); err != nil {
 		return nil, false, err
 	}
 	if _, _, err := v.devicePath(c); err != nil {
@@ -80,7 +72,7 @@ func (v *views) trySameGPU(c *core.Comm, kind core.Kind, dt core.DataType, op *c
 	e.devMu.Lock()
 	g, k := e.devSame, e.devKernels
 	e.devMu.Unlock()
-	if g == nil || !e.autoChooses(pathSameGPU, kind, count*dt.Size()) {
+	if g == nil || !e.autoChooses(route.SameGPU, kind, count*dt.Size()) {
 		return nil, false, nil
 	}
 	if v.ctx != e.devCtx {

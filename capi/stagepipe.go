@@ -9,6 +9,7 @@ import (
 	"github.com/gonccl/gonccl/cuda/kernels"
 	"github.com/gonccl/gonccl/cuda/staged"
 	"github.com/gonccl/gonccl/internal/cenv"
+	"github.com/gonccl/gonccl/internal/route"
 )
 
 // The staged path pipelined by chunk: a collective on device buffers larger than one
@@ -17,8 +18,9 @@ import (
 // host of later chunks and the copies back of earlier ones run while the host (and the
 // network) works on a chunk.
 
-// stagedChunkBytes is the default chunk of the pipelined staged path
-// (GONCCL_STAGED_CHUNK).
+// stagedChunkBytes is the chunk of the pipelined staged path where it is taken without
+// a GONCCL_STAGED_CHUNK of its own: under GONCCL_DEVICE_PATH=model, or under auto where
+// the GPU check has proven it on the ranks' setup.
 const stagedChunkBytes = 4 << 20
 
 // maxStagedChunks bounds the chunks of one operation: a larger one takes larger chunks
@@ -44,13 +46,47 @@ func stagedPinned() (int, error) {
 	return int(n), nil
 }
 
-// stagedChunk is the chunk size the settings ask for: GONCCL_STAGED_CHUNK in bytes (a
-// K, M or G suffix multiplies by 2^10, 2^20, 2^30), 0 for no pipelining.
-func stagedChunk() (int, error) {
-	v, ok := cenv.Lookup("GONCCL_STAGED_CHUNK")
-	if !ok || strings.TrimSpace(v) == "" {
+// stagedChunk is the chunk size of the communicator's staged operations: 0 (no
+// pipelining) unless GONCCL_STAGED_CHUNK asks for one by name, the mode is model, or
+// the table proves the pipelined staged path on the ranks' setup (pipelinedLocked).
+func (e *commEntry) stagedChunk() (int, error) {
+	e.devMu.Lock()
+	defer e.devMu.Unlock()
+	return e.stagedChunkLocked()
+}
+
+// stagedChunkLocked is stagedChunk with devMu held.
+func (e *commEntry) stagedChunkLocked() (int, error) {
+	n, set, err := stagedChunkSetting()
+	switch {
+	case err != nil || set:
+		return n, err
+	case e.devMode == devModel, e.devSetupKnown && route.IsProven(e.devSetup, route.RoutePipelined):
 		return stagedChunkBytes, nil
 	}
+	return 0, nil
+}
+
+// pipelined reports whether the communicator's staged operations are pipelined by
+// chunk (devMu held); false for a setting it cannot read, which its first staged
+// operation refuses.
+func (e *commEntry) pipelined() bool {
+	n, err := e.stagedChunkLocked()
+	return err == nil && n > 0
+}
+
+// stagedChunkSetting reads GONCCL_STAGED_CHUNK: bytes (a K, M or G suffix multiplies
+// by 2^10, 2^20, 2^30), 0 for no pipelining; set false when it is not set.
+func stagedChunkSetting() (n int, set bool, err error) {
+	v, ok := cenv.Lookup("GONCCL_STAGED_CHUNK")
+	if !ok || strings.TrimSpace(v) == "" {
+		return 0, false, nil
+	}
+	n, err = parseStagedChunk(v)
+	return n, true, err
+}
+
+func parseStagedChunk(v string) (int, error) {
 	n, ok := parseByteSize(v, 16<<30)
 	if !ok {
 		return 0, fmt.Errorf("%w: GONCCL_STAGED_CHUNK=%q: want bytes from 0 (no pipelining) to 16G (e.g. 4194304, 4M)", errUsage, v)
@@ -84,7 +120,7 @@ type chunkOp func(b [][]byte, count int, opts []core.OpOption) (*core.Request, e
 func (v *views) collective(c *core.Comm, dt core.DataType, count int, blocks []int, issue chunkOp, bufs ...buf) (*core.Request, error) {
 	per, n := 0, 1
 	if v.stream != 0 && !v.p2p {
-		chunk, err := stagedChunk()
+		chunk, err := v.e.stagedChunk()
 		if err != nil {
 			return nil, err
 		}
@@ -233,7 +269,7 @@ func (v *views) reductionStaged(c *core.Comm, kind staged.GPUReduceKind, d core.
 	if err != nil {
 		return nil, err
 	}
-	chunk, err := stagedChunk()
+	chunk, err := v.e.stagedChunk()
 	if err != nil {
 		return nil, err
 	}
@@ -245,13 +281,14 @@ func (v *views) reductionStaged(c *core.Comm, kind staged.GPUReduceKind, d core.
 	if err != nil {
 		return nil, err
 	}
-	if err := core.CheckReduction(d, rop); err != nil {
-		return nil, err
+	ck, r := core.KindAllReduce, noRoot
+	switch kind {
+	case staged.GPUReduceScatter:
+		ck = core.KindReduceScatter
+	case staged.GPUReduce:
+		ck, r = core.KindReduce, root
 	}
-	if kind == staged.GPUReduce && (root < 0 || root >= c.Size()) {
-		return nil, fmt.Errorf("%w: root %d is not a rank of a communicator of %d", core.ErrInvalidArgument, root, c.Size())
-	}
-	if err := c.Err(); err != nil {
+	if err := c.CheckOp(ck, d, &rop, r); err != nil {
 		return nil, err
 	}
 	k, err := kernels.Load(v.drv, v.ctx)

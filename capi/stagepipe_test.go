@@ -6,18 +6,35 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gonccl/gonccl/core"
+	"github.com/gonccl/gonccl/internal/route"
 )
 
+// TestStagedChunkSetting: staged operations are pipelined only when asked for by name
+// (GONCCL_STAGED_CHUNK), under GONCCL_DEVICE_PATH=model, or where the GPU check has
+// proven the pipelined staged path on the ranks' setup (nowhere yet): auto's default
+// is one copy each way.
 func TestStagedChunkSetting(t *testing.T) {
-	for v, want := range map[string]int{"": stagedChunkBytes, "4194304": 4 << 20, "64K": 64 << 10, " 1m ": 1 << 20, "0": 0, "16G": 16 << 30} {
+	auto := &commEntry{devState: devState{devMode: devAuto}}
+	model := &commEntry{devState: devState{devMode: devModel}}
+	shared := &commEntry{devState: devState{devMode: devAuto, devSetup: route.SharedGPU, devSetupKnown: true}}
+	for v, want := range map[string]int{"4194304": 4 << 20, "64K": 64 << 10, " 1m ": 1 << 20, "0": 0, "16G": 16 << 30} {
 		t.Setenv("GONCCL_STAGED_CHUNK", v)
-		got, err := stagedChunk()
-		require.NoError(t, err, v)
-		require.Equal(t, want, got, v)
+		for _, e := range []*commEntry{auto, model, shared} {
+			got, err := e.stagedChunk()
+			require.NoError(t, err, v)
+			require.Equal(t, want, got, v)
+		}
+	}
+	t.Setenv("GONCCL_STAGED_CHUNK", "")
+	for e, want := range map[*commEntry]int{auto: 0, model: stagedChunkBytes, shared: 0} {
+		got, err := e.stagedChunk()
+		require.NoError(t, err)
+		require.Equal(t, want, got, "mode %d", e.devMode)
+		require.Equal(t, want > 0, e.pipelined())
 	}
 	for _, v := range []string{"abc", "-1", "17G", "1.5M", "4T"} {
 		t.Setenv("GONCCL_STAGED_CHUNK", v)
-		_, err := stagedChunk()
+		_, err := auto.stagedChunk()
 		require.ErrorContains(t, err, "GONCCL_STAGED_CHUNK", v)
 	}
 }

@@ -35,7 +35,18 @@ type rankInfo struct {
 	// GONCCL_NSOCKS_PERTHREAD); joinRoot fills them in if the caller did not.
 	SockThreads    int `json:"sock_threads"`
 	SocksPerThread int `json:"socks_per_thread"`
+	// DeadlineMs is when the rank's init gives up (Unix milliseconds; 0: not said):
+	// the root gives up a little earlier, so that the rank learns from it which
+	// ranks never joined (see rootMargin). TimeoutMs is the rank's init timeout, for
+	// its message.
+	DeadlineMs int64 `json:"deadline_ms,omitempty"`
+	TimeoutMs  int64 `json:"timeout_ms,omitempty"`
 }
+
+// rootMargin is how long before the earliest deadline of the ranks that joined the
+// root gives up waiting for the others, so that its answer naming them reaches every
+// rank before the rank's own deadline.
+const rootMargin = 300 * time.Millisecond
 
 // pairSockets returns how many TCP connections the collective link between me and
 // peer has, and how many goroutines send on it at me's end. Both ends compute the
@@ -54,6 +65,9 @@ func pairSockets(me, peer rankInfo) (socks, threads int) {
 type rootReply struct {
 	Ranks []rankInfo `json:"ranks"`
 	Error string     `json:"error,omitempty"`
+	// Missing lists the ranks that had not joined when the root gave up waiting
+	// ("[2 5]", see missingRanks; Error then says so).
+	Missing string `json:"missing,omitempty"`
 }
 
 // maxMsg bounds a bootstrap message, so a hostile peer cannot make us allocate much.
@@ -187,15 +201,16 @@ func serveRoot(l *net.TCPListener, secret []byte, sec *tcp.TLS, deadline time.Ti
 	byRank := map[int]bool{}
 	nranks := -1
 	var epoch uint32
-	fail := func(msg string) {
-		logs.init.Warn("bootstrap root: " + msg)
+	fail := func(reply rootReply) {
+		logs.init.Warn("bootstrap root: " + reply.Error)
 		for _, m := range members {
-			_ = writeMsg(m.conn, rootReply{Error: msg})
+			_ = writeMsg(m.conn, reply)
 			m.conn.Close()
 		}
 	}
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
+	giveUp := deadline // the earliest of deadline and the members' deadlines less rootMargin
 	for nranks < 0 || len(members) < nranks {
 		select {
 		case m := <-joined:
@@ -213,11 +228,18 @@ func serveRoot(l *net.TCPListener, secret []byte, sec *tcp.TLS, deadline time.Ti
 			nranks, epoch = m.info.NRanks, m.info.Epoch
 			byRank[m.info.Rank] = true
 			members = append(members, m)
+			if m.info.DeadlineMs > 0 {
+				if d := time.UnixMilli(m.info.DeadlineMs).Add(-rootMargin); d.Before(giveUp) {
+					giveUp = d
+					timer.Reset(time.Until(d))
+				}
+			}
 		case <-timer.C:
-			fail(fmt.Sprintf("timed out waiting for ranks %s to join", missingRanks(nranks, byRank)))
+			missing := missingRanks(nranks, byRank)
+			fail(rootReply{Error: fmt.Sprintf("timed out waiting for ranks %s to join", missing), Missing: missing})
 			return
 		case err := <-died:
-			fail(err.Error())
+			fail(rootReply{Error: err.Error()})
 			return
 		}
 	}
@@ -228,7 +250,7 @@ func serveRoot(l *net.TCPListener, secret []byte, sec *tcp.TLS, deadline time.Ti
 	// One encoding for every rank: at 1,024 ranks the table is ~150 KB of JSON.
 	reply, err := encodeMsg(rootReply{Ranks: table})
 	if err != nil {
-		fail(err.Error())
+		fail(rootReply{Error: err.Error()})
 		return
 	}
 	for _, m := range members {
@@ -246,6 +268,7 @@ func joinRoot(id *UniqueID, me rankInfo, sec *tcp.TLS, deadline time.Time) ([]ra
 		}
 		me.SockThreads, me.SocksPerThread = cfg.sockThreads, cfg.socksPerThread
 	}
+	me.DeadlineMs = deadline.UnixMilli()
 	addr, err := id.rootAddr()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
@@ -262,9 +285,16 @@ func joinRoot(id *UniqueID, me rankInfo, sec *tcp.TLS, deadline time.Time) ([]ra
 	var reply rootReply
 	if err := readMsg(c, &reply); err != nil {
 		if ne, ok := err.(net.Error); ok && ne.Timeout() {
-			return nil, fmt.Errorf("%w: waiting for all %d ranks to join (not every rank called init with this unique id; %s)", ErrTimeout, me.NRanks, bootstrapHint)
+			return nil, &timeoutError{after: time.Duration(me.TimeoutMs) * time.Millisecond,
+				waiting: fmt.Sprintf("waiting for the bootstrap root at %s (rank 0) to answer", addr),
+				hint:    "not every rank called init with this unique id, or rank 0's process stopped answering"}
 		}
 		return nil, fmt.Errorf("bootstrap root at %s: %w", addr, err)
+	}
+	if reply.Missing != "" {
+		return nil, &timeoutError{after: time.Duration(me.TimeoutMs) * time.Millisecond,
+			waiting: fmt.Sprintf("waiting for ranks %s to join: they never called init with this group", reply.Missing),
+			hint:    "is each of them running, and does it reach the same init_process_group or new_group call?"}
 	}
 	if err := checkReply(&reply, me.NRanks); err != nil {
 		return nil, fmt.Errorf("bootstrap: %w", err)

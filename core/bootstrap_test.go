@@ -97,6 +97,31 @@ func TestInitTimesOutWhenARankIsMissing(t *testing.T) {
 	require.Less(t, time.Since(start), 5*time.Second)
 }
 
+// Every rank that joined is told which ranks never did, in time (the root gives up
+// before the ranks' own deadline), with no word of network interfaces, which are not
+// the problem.
+func TestInitTimeoutNamesTheMissingRanks(t *testing.T) {
+	id, err := NewUniqueID()
+	require.NoError(t, err)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for r := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[r] = NewComm(id, 4, r, Options{Timeout: time.Second})
+		}()
+	}
+	wg.Wait()
+	require.Less(t, time.Since(start), 5*time.Second)
+	for r, err := range errs {
+		require.ErrorIs(t, err, ErrTimeout, "rank %d", r)
+		require.ErrorContains(t, err, "Timed out after 1000 ms waiting for ranks [2 3] to join", "rank %d", r)
+		require.NotContains(t, err.Error(), "GONCCL_SOCKET_IFNAME", "rank %d", r)
+	}
+}
+
 func TestUniqueIDRejectsGarbage(t *testing.T) {
 	var id UniqueID
 	_, err := NewComm(id, 2, 0, Options{Timeout: time.Second})

@@ -282,3 +282,24 @@ func (c *Comm) perRankTotal(k Kind, count int) (int, error) {
 	}
 	return count * c.nranks, nil
 }
+
+// NoRoot is CheckOp's root for the collectives that have none.
+const NoRoot = math.MinInt
+
+// CheckOp makes the checks core makes of a collective of kind k before it runs, for
+// callers that run it elsewhere (the C ABI's device paths): the reduction (op, unless
+// nil) on dt, the root (unless NoRoot), and the communicator's state (its error, if
+// it failed or was aborted).
+func (c *Comm) CheckOp(k Kind, dt DataType, op *RedOp, root int) error {
+	if op != nil {
+		if err := CheckReduction(dt, *op); err != nil {
+			return err
+		}
+	}
+	if root != NoRoot {
+		if err := c.checkRoot(k, root); err != nil {
+			return err
+		}
+	}
+	return c.Err()
+}

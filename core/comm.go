@@ -160,7 +160,7 @@ func NewComm(id UniqueID, nranks, rank int, opts Options) (*Comm, error) {
 	fail := func(err error) (*Comm, error) {
 		return nil, &OpError{Rank: rank, Op: fmt.Sprintf("init (rank %d of %d)", rank, nranks), Peer: -1, Err: err}
 	}
-	ifc, err := tcp.SelectInterface(cfg.socketIfname)
+	ifc, err := selectInterface(cfg.socketIfname)
 	if err != nil {
 		return fail(err)
 	}
@@ -169,7 +169,8 @@ func NewComm(id UniqueID, nranks, rank int, opts Options) (*Comm, error) {
 		return fail(err)
 	}
 	deadline := start.Add(timeout)
-	me := rankInfo{Rank: rank, NRanks: nranks, Addr: l.Addr().String(), Host: hostIdentity(), Hostname: hostname(), Pid: os.Getpid(), Shm: !cfg.shmDisable, Epoch: opts.Epoch}
+	me := rankInfo{Rank: rank, NRanks: nranks, Addr: l.Addr().String(), Host: hostIdentity(), Hostname: hostname(), Pid: os.Getpid(), Shm: !cfg.shmDisable, Epoch: opts.Epoch,
+		TimeoutMs: timeout.Milliseconds()}
 	if opts.Algo != "" || opts.ChunkBytes != 0 {
 		me.Opts = fmt.Sprintf("algorithm %q, chunk size %d", opts.Algo, opts.ChunkBytes)
 	}
@@ -477,7 +478,7 @@ func (c *Comm) execute(o *op) error {
 	c.failLinks()
 	oe := &OpError{Rank: c.rank, Op: o.String(), Peer: -1, Err: err}
 	if !aborted && !errors.Is(err, ErrInvalidArgument) && !errors.Is(err, ErrNotSupported) {
-		oe.Diagnosis = c.diagnose(o)
+		oe.Diagnosis = c.diagnose(o, err)
 	}
 	c.logs.coll.Warn(oe.logText())
 	return oe

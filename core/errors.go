@@ -3,6 +3,7 @@ package core
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/gonccl/gonccl/internal/reduce"
 	"github.com/gonccl/gonccl/internal/safego"
@@ -64,4 +65,35 @@ func (e *OpError) logText() string {
 
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalidArgument, fmt.Sprintf(format, args...))
+}
+
+// timeoutError is a wait for a peer that passed its deadline. It matches ErrTimeout
+// and reads "Timed out after 1000 ms waiting for rank 1 (hint)": "Timed out", spaces
+// around it, is what torch's own tests (and the scripts that copied them) look for in
+// a backend's timeout, and the limit in milliseconds is how torch states its timeouts.
+type timeoutError struct {
+	after   time.Duration
+	waiting string // "waiting for rank 1"
+	hint    string // the next step, in parentheses; "" for none
+}
+
+func (e *timeoutError) Error() string {
+	s := fmt.Sprintf("Timed out after %d ms %s", e.after.Milliseconds(), e.waiting)
+	if e.hint != "" {
+		s += " (" + e.hint + ")"
+	}
+	return s
+}
+
+// Unwrap returns ErrTimeout, so that errors.Is classifies the error.
+func (e *timeoutError) Unwrap() error { return ErrTimeout }
+
+// lostRankError is the error of losing rank to err: for a connection that closed
+// (not one that fell silent), it says what that usually means, that the rank's
+// process exited or its program closed the group, before how it was seen.
+func lostRankError(rank int, err error) error {
+	if errors.Is(err, ErrPeerClosed) && !errors.Is(err, ErrTimeout) {
+		return fmt.Errorf("lost rank %d: it exited or closed its group (%w)", rank, err)
+	}
+	return fmt.Errorf("lost rank %d: %w", rank, err)
 }

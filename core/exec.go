@@ -194,10 +194,10 @@ func (e *exec) linkErr(peer int, err error) error {
 	case errors.As(err, &m):
 		return fmt.Errorf("%w: %s", ErrMismatch, mismatchText(e.rank, m))
 	case errors.Is(err, ErrTimeout):
-		return fmt.Errorf("%w after %v waiting for rank %d (is rank %d alive, and calling the same collective?)",
-			ErrTimeout, e.timeout, peer, peer)
+		return &timeoutError{after: e.timeout, waiting: fmt.Sprintf("waiting for rank %d", peer),
+			hint: fmt.Sprintf("is rank %d alive, and calling the same collective?", peer)}
 	default:
-		return fmt.Errorf("lost rank %d: %w", peer, err)
+		return lostRankError(peer, err)
 	}
 }
 

@@ -83,7 +83,7 @@ func (c *Comm) lose(rank int, err error, now bool) {
 	c.mu.Lock()
 	first := c.lost == nil
 	if first {
-		c.lost, c.lostRank, c.lostCause = fmt.Errorf("lost rank %d: %w", rank, err), rank, err
+		c.lost, c.lostRank, c.lostCause = lostRankError(rank, err), rank, err
 	}
 	lost, rank, cause := c.lost, c.lostRank, c.lostCause
 	hurry := now && !c.lostNow

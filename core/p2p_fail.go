@@ -27,11 +27,12 @@ func (e *p2pEngine) expireRecv(r *p2pRecv) {
 	}
 	r.state = recvDone
 	e.mu.Unlock()
+	waiting := fmt.Sprintf("waiting for rank %d", r.from)
 	hint := fmt.Sprintf("is rank %d alive, and did it send with this tag and size?", r.from)
 	if r.src == AnySource && r.seq == 0 {
-		hint = "did any rank send with this tag?"
+		waiting, hint = "waiting for a sender", "did any rank send with this tag?"
 	}
-	r.req.complete(&OpError{Rank: e.rank, Op: r.what, Peer: r.src, Err: fmt.Errorf("%w after %v (%s)", ErrTimeout, r.timeout, hint)})
+	r.req.complete(&OpError{Rank: e.rank, Op: r.what, Peer: r.src, Err: &timeoutError{after: r.timeout, waiting: waiting, hint: hint}})
 }
 
 func (e *p2pEngine) expireSend(s *p2pSend) {
@@ -58,8 +59,8 @@ func (e *p2pEngine) expireSend(s *p2pSend) {
 
 // timeoutErr is the error of a send that timed out.
 func (s *p2pSend) timeoutErr(rank int) error {
-	return &OpError{Rank: rank, Op: s.what, Peer: s.peer, Err: fmt.Errorf(
-		"%w after %v (is rank %d alive, and did it post the matching receive?)", ErrTimeout, s.timeout, s.peer)}
+	return &OpError{Rank: rank, Op: s.what, Peer: s.peer, Err: &timeoutError{after: s.timeout,
+		waiting: fmt.Sprintf("waiting for rank %d", s.peer), hint: fmt.Sprintf("is rank %d alive, and did it post the matching receive?", s.peer)}}
 }
 
 // expireUnwritten ends s, whose frame of kind the writer took out of the queue with
@@ -85,7 +86,7 @@ func (e *p2pEngine) failPeer(pp *p2pPeer, err error) bool {
 		e.mu.Unlock()
 		return false
 	}
-	pp.err = fmt.Errorf("lost rank %d: %w", pp.rank, err)
+	pp.err = lostRankError(pp.rank, err)
 	if e.leaving != nil { // this rank is closing: the peer hung up because it said goodbye
 		pp.err = e.leaving
 	}

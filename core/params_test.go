@@ -62,3 +62,67 @@ func TestConfigReadsEnvironmentAtInit(t *testing.T) {
 	_, err = loadConfig()
 	require.ErrorContains(t, err, "GONCCL_TIMEOUT_MS")
 }
+
+// Every setting is checked when a communicator is created (or its unique id made):
+// no row goes unparsed, so no value is accepted silently, those the C ABI reads for
+// device buffers included.
+func TestEveryParamChecked(t *testing.T) {
+	for _, p := range Params {
+		require.NotNil(t, p.Parse, "%s has no parser: a bad value would be accepted silently", p.Name)
+	}
+}
+
+// A bad value fails loadConfig with one message naming the variable, the value and
+// what it takes.
+func TestConfigRefusesBadValues(t *testing.T) {
+	cases := []struct{ name, value, want string }{
+		{"GONCCL_DEBUG", "bogus", `GONCCL_DEBUG="bogus" is not a valid setting: it takes WARN, INFO or TRACE`},
+		{"GONCCL_DEBUG", "VERSION", `GONCCL_DEBUG="VERSION" is not a valid setting`},
+		{"GONCCL_DEBUG_SUBSYS", "INIT,NETWORK", `GONCCL_DEBUG_SUBSYS="INIT,NETWORK" is not a valid setting: it takes names of INIT, COLL, NET, SHM, ENV, TUNING or ALL`},
+		{"GONCCL_DEBUG_FILE", "/tmp/x.%r", `GONCCL_DEBUG_FILE="/tmp/x.%r" is not a valid setting`},
+		{"GONCCL_DEVICE_PATH", "bogus", `GONCCL_DEVICE_PATH="bogus" is not a valid setting: it takes auto, model, samegpu, 1 or 0`},
+		{"GONCCL_P2P_DISABLE", "yes", `GONCCL_P2P_DISABLE="yes" is not a valid setting: it takes 0 or 1`},
+		{"GONCCL_DEVICE_SCRATCH", "1K", `GONCCL_DEVICE_SCRATCH="1K" is not a valid setting: it takes bytes from 1M to 16G`},
+		{"GONCCL_DEVICE_RING_THRESHOLD", "big", `GONCCL_DEVICE_RING_THRESHOLD="big" is not a valid setting`},
+		{"GONCCL_STAGED_CHUNK", "17G", `GONCCL_STAGED_CHUNK="17G" is not a valid setting: it takes bytes from 0 to 16G`},
+		{"GONCCL_STAGED_PINNED", "-1", `GONCCL_STAGED_PINNED="-1" is not a valid setting`},
+		{"GONCCL_STAGED_REDUCE", "tpu", `GONCCL_STAGED_REDUCE="tpu" is not a valid setting: it takes gpu or cpu`},
+		{"GONCCL_DEVICE_PATH_COST", "staged.latency", `GONCCL_DEVICE_PATH_COST="staged.latency" is not a valid setting: it takes key=value pairs`},
+		{"GONCCL_TIMEOUT_MS", "0", `GONCCL_TIMEOUT_MS="0" is not a valid setting: it takes an integer of at least 1`},
+	}
+	for _, c := range cases {
+		t.Run(c.name+"="+c.value, func(t *testing.T) {
+			t.Setenv(c.name, c.value)
+			_, err := loadConfig()
+			require.ErrorIs(t, err, ErrInvalidArgument)
+			require.ErrorContains(t, err, c.want)
+		})
+	}
+	for name, value := range map[string]string{"GONCCL_DEBUG": "info", "GONCCL_DEVICE_PATH": "SameGPU", "GONCCL_STAGED_CHUNK": "4m",
+		"GONCCL_DEVICE_PATH_COST": "staged.latency=300, samegpu.busbw=400", "GONCCL_DEBUG_SUBSYS": "^coll"} {
+		t.Setenv(name, value)
+	}
+	_, err := loadConfig()
+	require.NoError(t, err)
+}
+
+// GONCCL_TLS=1 without its files names all three at once, and what each is.
+func TestConfigTLSNamesEveryMissingFile(t *testing.T) {
+	t.Setenv("GONCCL_TLS", "1")
+	_, err := loadConfig()
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	require.ErrorContains(t, err, "not set: GONCCL_TLS_CERT, GONCCL_TLS_KEY and GONCCL_TLS_CA")
+	t.Setenv("GONCCL_TLS_CERT", "c.pem")
+	_, err = loadConfig()
+	require.ErrorContains(t, err, "not set: GONCCL_TLS_KEY and GONCCL_TLS_CA")
+	require.NotContains(t, err.Error(), "GONCCL_TLS=1: GONCCL_TLS=1")
+}
+
+// A GONCCL_SOCKET_IFNAME that matches nothing is refused with the interfaces there are.
+func TestSocketIfnameListsInterfaces(t *testing.T) {
+	t.Setenv("GONCCL_SOCKET_IFNAME", "=nosuchif0")
+	_, err := NewUniqueID()
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	require.ErrorContains(t, err, `GONCCL_SOCKET_IFNAME="=nosuchif0"`)
+	require.ErrorContains(t, err, "lo (127.0.0.1)")
+}

@@ -46,8 +46,9 @@ func (c *Comm) status() statusReport {
 
 // diagnose asks every peer for its status and explains, for this rank's failed
 // operation o, which ranks are behind, gone, or running something else. It returns ""
-// when there is nothing to add (no point-to-point channels, or every peer is in o).
-func (c *Comm) diagnose(o *op) string {
+// when there is nothing to add (no point-to-point channels, or every peer is in o);
+// failed is o's error, whose own words are not repeated.
+func (c *Comm) diagnose(o *op, failed error) string {
 	if c.p2p == nil {
 		return ""
 	}
@@ -95,9 +96,9 @@ func (c *Comm) diagnose(o *op) string {
 			notes = append(notes, fmt.Sprintf("rank %d has not called operation #%d (its last call: %s)", p, o.seq, last))
 		case r.RunningSeq != 0 && r.RunningSeq < o.seq:
 			notes = append(notes, fmt.Sprintf("rank %d is still in %s", p, r.Running))
-		case theirs != "" && theirs != mine:
+		case theirs != "" && theirs != mine && !namesMismatchWith(failed, p):
 			notes = append(notes, fmt.Sprintf("rank %d called %s but rank %d called %s", p, theirs, c.rank, mine))
-		case r.Err != "":
+		case r.Err != "" && !namesMismatchWith(failed, p):
 			notes = append(notes, fmt.Sprintf("rank %d failed: %s", p, r.Err))
 		}
 	}
@@ -342,4 +343,11 @@ func (c *Comm) idle() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.running == nil && c.finishedSeq == c.seq
+}
+
+// namesMismatchWith reports whether err is a mismatch that already says what rank
+// peer called (mismatchText), so that the diagnosis need not say it again, nor the
+// peer's own failure, which is the same mismatch seen from its side.
+func namesMismatchWith(err error, peer int) bool {
+	return errors.Is(err, ErrMismatch) && strings.Contains(err.Error(), fmt.Sprintf("rank %d called ", peer))
 }

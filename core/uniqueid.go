@@ -40,7 +40,7 @@ func newUniqueID(hooks *testHooks) (UniqueID, error) {
 		return id, err
 	}
 	hooks.apply(cfg)
-	ifc, err := tcp.SelectInterface(cfg.socketIfname)
+	ifc, err := selectInterface(cfg.socketIfname)
 	if err != nil {
 		return id, err
 	}

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
 #include <iterator>
 #include <map>
 #include <mutex>
@@ -115,7 +116,7 @@ GoncclBackend::GoncclBackend(
   const bool knobs = !options_->algorithm.empty() || options_->chunk_size != 0;
   const Library& L = loadLibrary(libraryPath);
   hops::configure();
-  const goncclUniqueId id = shareUniqueId(*store, kUniqueIdKey, rank, "");
+  const goncclUniqueId id = shareUniqueId(*store, kUniqueIdKey, rank, size, "");
 
   goncclResult_t rc;
   if (!knobs && epoch == 0) {
@@ -138,40 +139,71 @@ GoncclBackend::GoncclBackend(
       TORCH_CHECK_VALUE(
           false, "gonccl: invalid GoncclOptions", rankNote_, ": ", detail);
     }
+    // The library's own message names the rank and the step already.
+    if (detail.rfind("gonccl rank ", 0) == 0) {
+      C10_THROW_ERROR(DistBackendError, c10::str(detail, rankNote_));
+    }
     C10_THROW_ERROR(
         DistBackendError,
         c10::str(
-            "gonccl: communicator init failed on rank ",
+            "gonccl rank ",
             rank,
             " of ",
             size,
             rankNote_,
-            ": ",
+            ": communicator init failed: ",
             detail));
   }
   queue_ = CompletionQueue::create();
   init();
 }
 
+// kIdFailed leads what rank 0 stores instead of the unique id when it could not
+// make one (a bad setting, no usable interface), followed by why: the other
+// ranks, waiting for the id, fail at once with rank 0's reason instead of at
+// the store's timeout. kIdFailedWait bounds how long rank 0 waits for them to
+// read it (the store may live in rank 0's process, and go with it).
+static const std::string kIdFailed = "gonccl: no unique id: ";
+static constexpr std::chrono::milliseconds kIdFailedWait{3000};
+
 goncclUniqueId GoncclBackend::shareUniqueId(
-    c10d::Store& store, const std::string& key, int rank, const char* what) {
+    c10d::Store& store,
+    const std::string& key,
+    int rank,
+    int size,
+    const char* what) {
   const Library& L = lib();
   goncclUniqueId id;
   if (rank == 0) {
     goncclResult_t rc = L.getUniqueId(&id);
     if (rc != goncclSuccess) {
-      C10_THROW_ERROR(
-          DistBackendError,
-          c10::str(
-              "gonccl: ",
-              what,
-              "goncclGetUniqueId failed: ",
-              errorString(rc, L.getLastError(nullptr))));
+      const std::string why = errorString(rc, L.getLastError(nullptr));
+      const std::string note = kIdFailed + why;
+      store.set(key, std::vector<uint8_t>(note.begin(), note.end()));
+      const auto until = std::chrono::steady_clock::now() + kIdFailedWait;
+      while (store.add(key + "/read", 0) < size - 1 &&
+             std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      C10_THROW_ERROR(DistBackendError, c10::str("gonccl rank 0: ", what, why));
     }
     const auto* bytes = reinterpret_cast<const uint8_t*>(id.internal);
     store.set(key, std::vector<uint8_t>(bytes, bytes + sizeof(id.internal)));
   } else {
     std::vector<uint8_t> bytes = store.get(key);
+    const std::string text(bytes.begin(), bytes.end());
+    if (text.rfind(kIdFailed, 0) == 0) {
+      store.add(key + "/read", 1);
+      C10_THROW_ERROR(
+          DistBackendError,
+          c10::str(
+              "gonccl rank ",
+              rank,
+              ": ",
+              what,
+              "rank 0 could not start the group: ",
+              text.substr(kIdFailed.size())));
+    }
     TORCH_CHECK(
         bytes.size() == sizeof(id.internal),
         "gonccl: ",

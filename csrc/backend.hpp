@@ -432,9 +432,15 @@ class GoncclBackend : public c10d::Backend {
  private:
   // Shares a communicator's unique id through store under key: rank 0 makes
   // and sets it, the others get it. what prefixes error messages ("" or
-  // "reconfigure: "). Only after loadLibrary.
+  // "reconfigure: "). If rank 0 cannot make the id, it stores why instead and
+  // waits (briefly) for the other size-1 ranks to read it, so that every rank
+  // fails at once with rank 0's reason. Only after loadLibrary.
   static goncclUniqueId shareUniqueId(
-      c10d::Store& store, const std::string& key, int rank, const char* what);
+      c10d::Store& store,
+      const std::string& key,
+      int rank,
+      int size,
+      const char* what);
 
   // Throws if the backend is shut down or this process is a fork; returns the
   // communicator.

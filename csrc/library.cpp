@@ -112,8 +112,9 @@ std::string errorString(goncclResult_t result, const char* detail) {
 
 // traceHint is the next step a timeout's message suggests: the flight recorder
 // (GONCCL_TRACE_DUMP_DIR) and python -m gonccl.trace, which names the rank
-// behind.
-static std::string traceHint() {
+// behind. A message that names the rank it waited for needs no help finding it:
+// it gets only where the recorders are, if they were written.
+static std::string traceHint(bool rankNamed) {
   const char* dir = std::getenv("GONCCL_TRACE_DUMP_DIR");
   if (dir != nullptr && *dir != '\0') {
     return c10::str(
@@ -121,7 +122,10 @@ static std::string traceHint() {
         dir,
         ": python -m gonccl.trace ",
         dir,
-        " names the rank behind)");
+        " shows what each rank last ran)");
+  }
+  if (rankNamed) {
+    return "";
   }
   return " (to see which rank is behind, rerun with GONCCL_TRACE_DUMP_DIR=DIR "
          "and run python -m gonccl.trace DIR)";
@@ -137,9 +141,21 @@ std::string opFailure(
   // the op and the rank already, and take no second prefix.
   const bool named = why.rfind("gonccl rank ", 0) == 0;
   if (result == goncclTimeout) {
+    // Every timeout says "Timed out", spaces around it: what torch's tests and
+    // the users' scripts look for. The library's waits for a peer say it
+    // themselves, with the limit and the rank waited for.
+    const bool said = why.find(" Timed out ") != std::string::npos;
+    const bool rankNamed = why.find("waiting for rank ") != std::string::npos;
+    if (named && said) {
+      return c10::str(why, traceHint(rankNamed));
+    }
     if (named) {
       return c10::str(
-          "Timed out after ", timeout.count(), " ms: ", why, traceHint());
+          why,
+          "; Timed out after ",
+          timeout.count(),
+          " ms",
+          traceHint(rankNamed));
     }
     return c10::str(
         "gonccl: ",
@@ -148,7 +164,7 @@ std::string opFailure(
         timeout.count(),
         " ms: ",
         why,
-        traceHint());
+        traceHint(rankNamed));
   }
   if (named) {
     return why;

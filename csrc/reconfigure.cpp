@@ -180,7 +180,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::reconfigure(
   const uint32_t epoch = nextEpoch(*store, rank, size, epoch_);
 
   const goncclUniqueId id =
-      shareUniqueId(*store, "unique_id", rank, "reconfigure: ");
+      shareUniqueId(*store, "unique_id", rank, size, "reconfigure: ");
   goncclComm_t comm = nullptr;
   goncclResult_t rc =
       L.commInitRankEpoch(&comm, size, id, rank, timeout.count(), epoch);

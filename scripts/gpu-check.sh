@@ -182,6 +182,32 @@ declare -A PART_OF=([import]=A [capi-link]=A [capi-cuda-2ranks]=A
 # Left out of a run on a GPU unless --extended, or --only names them.
 declare -A EXTRA=([capi-cuda-2ranks]=1 [capi-cuda-device-2ranks]=1 [stream-cuda-expandable]=1 [bench-small]=1)
 
+# ---- each path by name beside the default: the steps that promote paths ----
+# By default (GONCCL_DEVICE_PATH=auto) gonccl takes only the paths a GPU check has proven
+# for the ranks' setup (internal/route's table). These steps run the C ABI test and the
+# lecture's script on each other path by name, beside the default runs above; the report's
+# paths table says, per setup and path, whether every step that ran it passed.
+# name  limit  expected  part  source
+PATH_STEPS=(
+  "capi-cuda-samegpu-2ranks 30 2 A estimate: as capi-cuda-2ranks (2 s, run 2)"
+  "capi-cuda-pipelined-2ranks 30 3 A estimate: as capi-cuda-2ranks (2 s, run 2), in 1 KiB chunks"
+  "ddp-simple-one-rank 45 15 B measured (run 1, ddp-simple-per-gpu on 1 rank)"
+  "ddp-simple-one-rank-copy 45 15 B estimate: as ddp-simple-one-rank"
+  "ddp-simple-shared-gpu0-samegpu 45 17 B estimate: as ddp-simple-shared-gpu0 (17 s, run 2)"
+  "ddp-simple-shared-gpu0-device 45 17 B estimate: as ddp-simple-shared-gpu0 (17 s, run 2)"
+  "ddp-simple-shared-gpu0-pipelined 45 17 B estimate: as ddp-simple-shared-gpu0 (17 s, run 2)"
+)
+# Part B's are left out unless --extended (or --only names them): its plan is full.
+for row in "${PATH_STEPS[@]}"; do
+  read -r n lim exp part src <<<"$row"
+  STEPS+=("$n")
+  LIMIT[$n]=$lim EXPECT[$n]=$exp PART_OF[$n]=$part SOURCE[$n]=$src WHERE[$n]=g
+  [[ $part == B ]] && EXTRA[$n]=1
+done
+# PATH_OF: the setup and path (route.Setup and route.Route names) each step ran, set as it
+# runs (the setup depends on the GPUs).
+declare -A PATH_OF=()
+
 in_part() {  # STEP or GROUP: whether --part (if any) has it, or a step of it
   [[ -z "$PART" || "$1" == build || "$1" == install-wheel ]] && return 0
   [[ -n "${PART_OF[$1]:-}" ]] && { [[ "${PART_OF[$1]}" == "$PART" ]]; return; }
@@ -567,17 +593,29 @@ else
 fi
 if [[ $capi_ok -eq 1 ]]; then
   run capi-cuda-2ranks check_capi capi_ranks 2 env GONCCL_DEVICE_PATH=0
+  # On one GPU the C test's device 1 is GPU 0 too: 2 ranks share it.
+  PAIR=shared-gpu
+  [[ $gpus -ge 2 ]] && PAIR=gpu-per-rank
+  [[ $gpus -ge 2 ]] && nvidia-smi nvlink -s 2>/dev/null | grep -q 'GB/s' && PAIR=gpu-per-rank-nvlink
+  PATH_OF[capi-cuda-2ranks]="$PAIR staged"
   if [[ $DRY -eq 1 ]]; then
     selected capi && skip capi-cuda-3ranks "dry run: 2 ranks over the fake stand-in show the link and the hooks work"
     selected capi && skip capi-memcheck "dry run: would run the 2 ranks under compute-sanitizer --tool memcheck"
   else
     run capi-cuda-3ranks check_capi capi_ranks 3 env GONCCL_DEVICE_PATH=0
+    PATH_OF[capi-cuda-3ranks]="shared-gpu staged"  # ranks 0 and 2 share device 0
     # The device path (GONCCL_DEVICE_PATH=1): scratch shared by CUDA IPC, copies, kernels
     # and stream memory operations; its INIT line says "device path" or why it staged.
     run capi-cuda-device-2ranks check_capi capi_ranks 2 env GONCCL_DEVICE_PATH=1
     # At 3 ranks every all_reduce and reduce_scatter of 1 KiB or more runs the device ring
     # (the 2-rank run keeps the one-shot).
     run capi-cuda-device-3ranks check_capi capi_ranks 3 env GONCCL_DEVICE_PATH=1 GONCCL_DEVICE_RING_THRESHOLD=1K
+    PATH_OF[capi-cuda-device-2ranks]="$PAIR device" PATH_OF[capi-cuda-device-3ranks]="shared-gpu device"
+    # The paths auto does not take until proven, by name: the same-GPU path (every rank
+    # on device 0) and the pipelined staged path (1 KiB chunks, reductions on the GPU).
+    run capi-cuda-samegpu-2ranks check_capi capi_ranks 2 env GONCCL_DEVICE_PATH=samegpu CUDA_CAPI_TEST_ONE_DEVICE=1
+    run capi-cuda-pipelined-2ranks check_capi capi_ranks 2 env GONCCL_DEVICE_PATH=0 GONCCL_STAGED_CHUNK=1K
+    PATH_OF[capi-cuda-samegpu-2ranks]="shared-gpu same-GPU" PATH_OF[capi-cuda-pipelined-2ranks]="$PAIR staged-pipelined"
     if [[ -n "$SANITIZER" ]]; then
       run capi-memcheck check_memcheck capi_ranks 2 "$SANITIZER" --tool memcheck --report-api-errors no --error-exitcode 7 --print-limit 20
     else
@@ -623,10 +661,24 @@ else
   ddp_simple_ranks=2
   run ddp-simple-shared-gpu0 check_ddp_simple env CUDA_VISIBLE_DEVICES=0 bash -c 'ddp 2 ddp_simple.py'
   run ddp-example-shared-gpu0 check_ddp_example env CUDA_VISIBLE_DEVICES=0 bash -c 'ddp 2 ddp_example.py'
+  PATH_OF[ddp-simple-shared-gpu0]="shared-gpu staged" PATH_OF[ddp-example-shared-gpu0]="shared-gpu staged"
+  # The default beside each path by name: one rank (staged; the copy), two ranks sharing
+  # GPU 0 (the same-GPU path, the device path, pipelined staging in 1 KiB chunks).
+  ddp_simple_ranks=1
+  run ddp-simple-one-rank check_ddp_simple env CUDA_VISIBLE_DEVICES=0 bash -c 'ddp 1 ddp_simple.py'
+  run ddp-simple-one-rank-copy check_ddp_simple env CUDA_VISIBLE_DEVICES=0 GONCCL_DEVICE_PATH=samegpu bash -c 'ddp 1 ddp_simple.py'
+  ddp_simple_ranks=2
+  run ddp-simple-shared-gpu0-samegpu check_ddp_simple env CUDA_VISIBLE_DEVICES=0 GONCCL_DEVICE_PATH=samegpu bash -c 'ddp 2 ddp_simple.py'
+  run ddp-simple-shared-gpu0-device check_ddp_simple env CUDA_VISIBLE_DEVICES=0 GONCCL_DEVICE_PATH=1 bash -c 'ddp 2 ddp_simple.py'
+  run ddp-simple-shared-gpu0-pipelined check_ddp_simple env CUDA_VISIBLE_DEVICES=0 GONCCL_STAGED_CHUNK=1K bash -c 'ddp 2 ddp_simple.py'
+  PATH_OF[ddp-simple-one-rank]="one-rank staged" PATH_OF[ddp-simple-one-rank-copy]="one-rank same-GPU"
+  PATH_OF[ddp-simple-shared-gpu0-samegpu]="shared-gpu same-GPU" PATH_OF[ddp-simple-shared-gpu0-device]="shared-gpu device"
+  PATH_OF[ddp-simple-shared-gpu0-pipelined]="shared-gpu staged-pipelined"
   if [[ $gpus -ge 2 ]]; then
     ddp_simple_ranks=$gpus
     run ddp-simple-per-gpu check_ddp_simple ddp "$gpus" ddp_simple.py
     run ddp-example-per-gpu check_ddp_example ddp "$gpus" ddp_example.py
+    PATH_OF[ddp-simple-per-gpu]="$PAIR staged" PATH_OF[ddp-example-per-gpu]="$PAIR staged"
   else
     selected ddp && skip ddp-per-gpu "one GPU: the 2 ranks sharing GPU 0 above are the multi-rank run"
   fi
@@ -666,10 +718,11 @@ fi
 NP=$((gpus >= 2 ? gpus : 2))
 BENCH=(-m gonccl.bench all_reduce --device cuda -b 16 -e 256M -f 16 -n 5 -w 2 -c 1)
 SMALL=(-m gonccl.bench all_reduce --device cuda -b 8 -e 4K -f 8 -n 200 -w 20 -c 1 -z 1)
-# Under MPS (if the machine lets us start its daemon): gonccl's own choice (the device
-# path when every rank sharing the GPU is an MPS client) and the same-GPU path, 16 B and
-# 256 MiB.
-MPSB=(-m gonccl.bench all_reduce --device cuda -b 16 -e 256M -f 16777216 -n 5 -w 2 -c 1 --backends gonccl-auto,gonccl-samegpu)
+# Under MPS (if the machine lets us start its daemon): the cost model's choice among every
+# path (GONCCL_DEVICE_PATH=model: the device path when every rank sharing the GPU is an MPS
+# client; auto takes it only once a GPU check has proven it there) and the same-GPU path,
+# 16 B and 256 MiB.
+MPSB=(-m gonccl.bench all_reduce --device cuda -b 16 -e 256M -f 16777216 -n 5 -w 2 -c 1 --backends gonccl-model,gonccl-samegpu)
 DDPB=(-m gonccl.bench ddp --device cuda -n 5 -w 2)
 if [[ $DRY -eq 1 ]]; then
   selected bench && skip bench "dry run: would run $PY ${BENCH[*]} -np 2 (gonccl-device, gonccl-staged and gloo; -np N with nccl on N>=2 GPUs), 256 MiB with GONCCL_DEVICE_SCRATCH=256M, the DDP step (${DDPB[*]}), small ops blocking (${SMALL[*]}), and under MPS if nvidia-cuda-mps-control -d starts (${MPSB[*]})"
@@ -702,6 +755,34 @@ fi
 
 [[ $PLAN_OK -eq 0 ]] && record plan fail 0 "a part's steps do not fit its budget (the plan)"
 
+# paths_table: the report's paths table: per setup and path the steps ran, "passed" when
+# every one of them passed, "failed" when one failed (skipped steps do not count).
+# internal/route's test of the proven table reads it: keep the header as it is.
+paths_table() {
+  [[ $DRY -eq 1 ]] && return  # the fake standing in for a GPU proves no path
+  local -A res=()
+  local r n st key
+  for r in "${RESULTS[@]}"; do
+    IFS='|' read -r n st _ _ <<<"$r"
+    key="${PATH_OF[$n]:-}"
+    [[ -z "$key" || "$st" == skip ]] && continue
+    if [[ "$st" == pass ]]; then
+      [[ "${res[$key]:-}" == failed ]] || res[$key]=passed
+    else
+      res[$key]=failed
+    fi
+  done
+  [[ ${#res[@]} -eq 0 ]] && return
+  echo
+  echo "## Paths"
+  echo
+  echo "| setup | path | result |"
+  echo "|---|---|---|"
+  for key in $(printf '%s\n' "${!res[@]}" | tr ' ' '/' | sort); do
+    echo "| ${key%%/*} | ${key#*/} | ${res[${key/\// }]} |"
+  done
+}
+
 # ---- the report ----
 {
   echo "# gonccl GPU check$([[ $DRY -eq 1 ]] && echo ' (dry run: no GPU used)')"
@@ -720,6 +801,7 @@ fi
   echo "## The plan$([[ $DRY -eq 1 ]] && echo ' on one GPU')"
   echo
   cat "$LOGS/plan.md"
+  paths_table
   initlog=$(ls "$LOGS"/stream-cuda.log "$LOGS"/stream-cpu.log 2>/dev/null | head -1)
   if [[ -n "$initlog" ]]; then
     echo

@@ -150,8 +150,9 @@ def test_libgonccl_does_not_link_cuda(package_dir):
 
 
 @pytest.mark.timeout(RUN_TIMEOUT + 60)
-@pytest.mark.parametrize("path", ["staged", "staged-pipelined", "staged-pipelined-cpu", "auto", "device", "device-no-peer",
-                                  "device-one-queue", "device-ring", "auto-one-gpu", "samegpu-one-gpu"])
+@pytest.mark.parametrize("path", ["staged", "staged-pipelined", "staged-pipelined-cpu", "auto", "model", "device",
+                                  "device-no-peer", "device-one-queue", "device-ring", "auto-one-gpu", "model-one-gpu",
+                                  "samegpu-one-gpu"])
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
     """The same checks on the staged path (GONCCL_DEVICE_PATH=0) and on the device path
@@ -159,17 +160,20 @@ def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
     every collective, alltoallv, barrier and send/recv stay on the "GPU", the ranks on
     devices 0 and 1 mapping each other's scratch, and the test checks that no copy went
     through host memory; a group mixes staged host-buffer and device-buffer sends and
-    receives). Rank r runs on device r % 2. By default (auto) the communicator takes the
-    device path when no two ranks share a GPU (2 ranks), and stages when some do (3 ranks:
-    ranks 0 and 2 are on device 0), every rank together. Only the staged runs have the
+    receives). Rank r runs on device r % 2. By default (auto) every rank stages,
+    unpipelined: the only path the GPU check has proven, on ranks sharing a GPU (3 ranks:
+    ranks 0 and 2 are on device 0, and auto-one-gpu), and the fallback where nothing is
+    proven (2 ranks, a GPU each); the INIT log says which and how to ask for the others.
+    Under GONCCL_DEVICE_PATH=model the communicator takes the device path when no two
+    ranks share a GPU (2 ranks), and stages when some do, every rank together. Only the staged runs have the
     mismatched collective: on the device path it is reported after the call returns
     (test_cuda_devfault.py). With devices that cannot
     access each other (FAKECUDA_NO_PEER), every rank falls back to staging.
     staged-pipelined stages in chunks of 1 KiB (GONCCL_STAGED_CHUNK), so that every
     collective but the smallest runs pipelined by chunk (sizes that are not a multiple of
     the chunk, in place, async, mismatched counts), its reductions on the GPU, or with
-    staged-pipelined-cpu on the host (GONCCL_STAGED_REDUCE=cpu). auto-one-gpu puts every
-    rank on device 0, where auto's cost model sends all_reduce, all_gather, reduce_scatter
+    staged-pipelined-cpu on the host (GONCCL_STAGED_REDUCE=cpu). model-one-gpu puts every
+    rank on device 0, where the cost model sends all_reduce, all_gather, reduce_scatter
     and broadcast to the same-GPU path at every size and the rest to staging (the device
     path's waits would time-slice: it is not even set up); samegpu-one-gpu forces the
     same with GONCCL_DEVICE_PATH=samegpu. device-one-queue is the device path with one
@@ -202,14 +206,26 @@ def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
         extra["CUDA_CAPI_TEST_ONE_DEVICE"] = "1"  # every rank on device 0
     if path == "samegpu-one-gpu":
         extra["GONCCL_DEVICE_PATH"] = "samegpu"
+    if path.startswith("model"):
+        extra["GONCCL_DEVICE_PATH"] = "model"
     run = _run_ranks(cuda_capi_binary, fakecuda, nranks, id_file, str(tmp_path), extra)
     run.assert_ok(f"cuda_capi_test with {nranks} ranks")
-    on_device = path in ("device", "device-one-queue", "device-ring") or (path == "auto" and nranks == 2)
+    on_device = path in ("device", "device-one-queue", "device-ring") or (path == "model" and nranks == 2)
     for r, proc in enumerate(run.procs):
         assert f"rank {r}:" in proc.stdout and "checks passed" in proc.stdout, proc.describe()
         log = proc.stderr + proc.stdout
         chose = "device path: same-host ranks share device memory" in log or (
             f"rank {r}/{nranks}: auto: paths set up: staged, device (" in log)
+        if path.startswith("auto"):
+            assert f"rank {r}/{nranks}: auto: paths set up: staged (" in log, proc.describe()
+            if path == "auto" and nranks == 2:
+                assert ("staged path for one rank per GPU, no NVLink, not yet proven on hardware for this setup"
+                        in log), proc.describe()
+            else:
+                assert ("staged path for ranks sharing a GPU without MPS, proven on hardware (GPU check 2026-11-26 "
+                        "on NVIDIA H100 80GB HBM3") in log, proc.describe()
+            assert ("unproven paths run only by name (staged-pipelined: GONCCL_STAGED_CHUNK=4M, device: "
+                    "GONCCL_DEVICE_PATH=1, same-GPU: GONCCL_DEVICE_PATH=samegpu") in log, proc.describe()
         assert chose == on_device, proc.describe()
         ring = "all_reduce and reduce_scatter of 1024 bytes or more by the ring" in log
         assert ring == (path == "device-ring"), proc.describe()
@@ -219,12 +235,12 @@ def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
             assert "staged path: GONCCL_DEVICE_PATH=0" in log, proc.describe()
         same = f"rank {r}/{nranks}: same-GPU path: all {nranks} ranks run on one GPU" in log
         assert same == (path == "samegpu-one-gpu"), proc.describe()
-        if path == "auto-one-gpu":
+        if path == "model-one-gpu":
             assert f"rank {r}/{nranks}: auto: paths set up: staged, same-GPU (all {nranks} ranks on one GPU; " in log, \
                 proc.describe()
             assert (f"rank {r}/{nranks}: auto: all_reduce, all_gather, reduce_scatter, broadcast: at every size "
                     "same-GPU (model at 16 B: 25 us vs staged 899 us)") in log, proc.describe()
-        if path == "auto" and nranks == 3:
+        if path in ("auto", "model") and nranks == 3:
             # Ranks 0 and 2 share GPU 0 without MPS: the device path's waits would take
             # turns there, so the model never chooses it and it is not set up.
             assert f"rank {r}/{nranks}: auto: paths set up: staged (ranks on several GPUs, some sharing one; " in log, \
@@ -234,7 +250,7 @@ def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
         assert f"rank {r}: fake-only bad-input checks ran" in proc.stdout, proc.describe()
         assert f"CUDA driver loaded from {fakecuda}" in proc.stderr, proc.describe()
     # The same-GPU path's collectives are device-path entries; its sends and receives stage.
-    _check_flight_recorder(str(dump), nranks, on_device or path.endswith("one-gpu"), p2p=on_device)
+    _check_flight_recorder(str(dump), nranks, on_device or path in ("model-one-gpu", "samegpu-one-gpu"), p2p=on_device)
     if path.startswith("staged"):
         _check_pipelined(str(dump), path)
 
@@ -345,16 +361,17 @@ def multicomm_binary(package_dir, fakecuda, tmp_path_factory):
 
 
 @pytest.mark.timeout(RUN_TIMEOUT + 60)
-@pytest.mark.parametrize("path", ["staged", "staged-pipelined", "device", "auto", "samegpu"])
+@pytest.mark.parametrize("path", ["staged", "staged-pipelined", "device", "auto", "model", "samegpu"])
 @pytest.mark.parametrize("nranks", [2, 3, 4])
 def test_cuda_multicomm(multicomm_binary, fakecuda, nranks, path, tmp_path):
     """Several communicators of one process on one device, sharing one pool stream:
     each operation sees the copy-out of the one issued before it on the stream, by
     whichever communicator (on 02dd7a2 the second communicator read the first one's
     input: 'the next communicator's all_reduce of that result (round 0): [0] = 2.000000,
-    want 8.000000'). Every rank is on one device: auto and samegpu take the same-GPU path
-    (auto by its cost model; the one-rank communicator is a copy either way)."""
-    extra = {"GONCCL_DEVICE_PATH": {"device": "1", "auto": "auto", "samegpu": "samegpu"}.get(path, "0"),
+    want 8.000000'). Every rank is on one device: model and samegpu take the same-GPU path
+    (model by its cost model; the one-rank communicator is a copy either way); auto
+    stages, the path proven on ranks sharing a GPU (and on one rank)."""
+    extra = {"GONCCL_DEVICE_PATH": {"device": "1", "auto": "auto", "model": "model", "samegpu": "samegpu"}.get(path, "0"),
              "GONCCL_DEBUG": "INFO", "GONCCL_DEBUG_SUBSYS": "INIT"}
     if path == "staged-pipelined":
         extra["GONCCL_STAGED_CHUNK"] = "4K"  # the operations take 4 chunks and more
@@ -364,9 +381,13 @@ def test_cuda_multicomm(multicomm_binary, fakecuda, nranks, path, tmp_path):
         assert f"rank {r}:" in proc.stdout and "checks passed" in proc.stdout, proc.describe()
         same = f"rank {r}/{nranks}: same-GPU path: all {nranks} ranks run on one GPU" in proc.stderr
         assert same == (path == "samegpu"), proc.describe()
-        if path == "auto":
+        if path == "model":
             assert f"rank {r}/{nranks}: auto: paths set up: staged, same-GPU (all {nranks} ranks on one GPU" in \
                 proc.stderr, proc.describe()
+        if path == "auto":
+            assert f"rank {r}/{nranks}: auto: paths set up: staged (all {nranks} ranks on one GPU" in \
+                proc.stderr, proc.describe()
+            assert "rank 0/1: one rank: staged path for one rank, proven on hardware" in proc.stderr, proc.describe()
 
 
 AUTO_SOURCE = os.path.join(_harness.TESTS_DIR, "capi", "cuda_auto_test.c")
@@ -380,7 +401,7 @@ def auto_binary(package_dir, fakecuda, tmp_path_factory):
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("large", ["device", "samegpu"], ids=["own-gpus", "one-gpu"])
 def test_cuda_auto_chooses_per_size(auto_binary, fakecuda, large, tmp_path):
-    """Under auto one communicator runs a small all_reduce (1 KiB) and a large one (4 MiB)
+    """Under GONCCL_DEVICE_PATH=model one communicator runs a small all_reduce (1 KiB) and a large one (4 MiB)
     on different paths, chosen per operation by the cost model: with the staged path's
     latency set to 1 us (GONCCL_DEVICE_PATH_COST), the small one stages and the large one
     takes the device path (ranks on devices 0 and 1) or the same-GPU path (both on device
@@ -388,7 +409,8 @@ def test_cuda_auto_chooses_per_size(auto_binary, fakecuda, large, tmp_path):
     from the fake's counters (only staging copies host to device; only the device path
     waits on the GPU) and checks every result against the CPU's sum; the INIT log says
     where the crossover is and why."""
-    extra = {"GONCCL_DEBUG": "INFO", "GONCCL_DEBUG_SUBSYS": "INIT", "GONCCL_DEVICE_PATH_COST": "staged.latency=1"}
+    extra = {"GONCCL_DEBUG": "INFO", "GONCCL_DEBUG_SUBSYS": "INIT", "GONCCL_DEVICE_PATH_COST": "staged.latency=1",
+             "GONCCL_DEVICE_PATH": "model"}
     if large == "samegpu":
         extra["CUDA_AUTO_TEST_ONE_DEVICE"] = "1"
     env = _env(fakecuda, extra)

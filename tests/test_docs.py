@@ -138,3 +138,140 @@ def test_user_docs_speak_of_the_product():
             if re.search(r"\bissue \d+|\.ci/run|device tool", line, re.I):
                 offenders.append(f"{rel}:{n}: {line.strip()[:100]}")
     assert not offenders, "\n".join(offenders)
+
+
+# Pages a user reads: the README and docs/ outside docs/development, and the bench's page.
+def user_pages():
+    out = []
+    for path in markdown_files():
+        rel = os.path.relpath(path, ROOT)
+        if rel.startswith(os.path.join("docs", "development")) or rel in ("CONTRIBUTING.md", "CHANGELOG.md"):
+            continue
+        out.append(path)
+    return out + [os.path.join(ROOT, "bench", "README.md")]
+
+
+# Words of how the product was built, not of what it does: a course it came from, goals
+# and whether they were met, what came "after that run", build times.
+BUILD_WORDS = re.compile(
+    r"\blecture\b|\|\s*(wanted|met|goal)\s*\||\bwe aimed\b|\bafter that run\b|\bbuild at \d|"
+    r"\bhas met only\b|\bhave met only\b|\bwhen the tool was written\b", re.I)
+
+
+def test_user_docs_have_no_words_of_the_build():
+    """User pages, the bench's --help and pyproject speak of the product: what it does,
+    how fast, dated, on what machine, at which version."""
+    texts = [(os.path.relpath(p, ROOT), open(p).read()) for p in user_pages()]
+    for rel in ("pyproject.toml",) + tuple(
+            os.path.join("python", "gonccl", "bench", f) for f in sorted(os.listdir(os.path.join(ROOT, "python", "gonccl", "bench")))
+            if f.endswith(".py")):
+        texts.append((rel, open(os.path.join(ROOT, rel)).read()))
+    offenders = [f"{rel}:{n}: {line.strip()[:100]}" for rel, text in texts
+                 for n, line in enumerate(text.splitlines(), 1) if BUILD_WORDS.search(line)]
+    assert not offenders, "\n".join(offenders)
+
+
+def test_build_word_check_catches_them():
+    for bad in ("the lecture's model", "| target | wanted | measured | met |", "the 1.5x we aimed for",
+                "came after that run", "TCP build at 02:08"):
+        assert BUILD_WORDS.search(bad), bad
+    for good in ("measured on 2026-11-28 at 92d7fdc", "| measure | gonccl / Gloo |", "a lecturer"):
+        assert not BUILD_WORDS.search(good), good
+
+
+def torch_range():
+    """(lowest, highest) supported torch minor release, from pyproject's dependency."""
+    text = open(os.path.join(ROOT, "pyproject.toml")).read()
+    m = re.search(r'"torch>=2\.(\d+),<2\.(\d+)"', text)
+    assert m, "pyproject.toml's dependencies must bound torch on both sides: torch>=2.A,<2.B"
+    return int(m.group(1)), int(m.group(2)) - 1
+
+
+def test_supported_torch_agrees_everywhere():
+    """pyproject's bounds, the releases csrc is compiled against, and every page that
+    states the supported range say the same."""
+    lo, hi = torch_range()
+    compat = open(os.path.join(ROOT, "scripts", "csrc_compat.py")).read()
+    supported = re.search(r"^SUPPORTED = \[(.*)\]", compat, re.M).group(1)
+    assert re.findall(r'"2\.(\d+)\.0"', supported) == [str(v) for v in range(lo, hi + 1)], supported
+    stated = {"README.md": r"torch 2\.(\d+) to 2\.(\d+)", os.path.join("docs", "install.md"): r"torch 2\.(\d+) through 2\.(\d+)"}
+    for rel, pattern in stated.items():
+        found = re.findall(pattern, open(os.path.join(ROOT, rel)).read())
+        assert found and all((int(a), int(b)) == (lo, hi) for a, b in found), (rel, found, (lo, hi))
+
+
+def version_samples():
+    """Every `python -m gonccl --version` sample output in the README and docs/."""
+    out = []
+    for path in markdown_files():
+        for m in re.finditer(r"^```\n(gonccl \d.*?)^```", open(path).read(), re.M | re.S):
+            out.append((os.path.relpath(path, ROOT), m.group(1).splitlines()))
+    return out
+
+
+def test_version_samples_match_a_real_run(capsys):
+    """The samples read as `python -m gonccl --version` prints here (in this process),
+    the library's path aside, for the torch the development environment pins."""
+    samples = version_samples()
+    assert len(samples) >= 2, samples  # README and docs/install.md
+    gonccl_main = pytest.importorskip("gonccl.__main__")
+    import torch
+
+    gonccl_main.main([])
+    real = capsys.readouterr().out.splitlines()
+    pinned = re.search(r'TORCH_VERSION="\$\{GONCCL_TORCH_VERSION:-([\d.]+)\}"',
+                       open(os.path.join(ROOT, "scripts", "python-env.sh")).read()).group(1)
+    for rel, lines in samples:
+        assert len(lines) == len(real), (rel, lines, real)
+        for want, got in zip(lines, real):
+            if want.startswith("library: "):
+                assert got.startswith("library: ") and got.endswith(want.rsplit("/", 1)[1]), (rel, want, got)
+            elif want.startswith("torch ") and torch.__version__.split("+")[0] != pinned:
+                continue  # another torch than the pinned one: its version cannot match
+            elif want.startswith("CUDA support: ") and not torch.version.cuda:
+                continue  # a CPU build of torch: the sample shows the CUDA one
+            else:
+                assert want == got, (rel, want, got)
+
+
+# Statements the code contradicts: (what the code does, where it says so, a phrase no
+# user page may hold while it does).
+CONTRADICTIONS = [
+    ("windows take CUDA tensors", (os.path.join("csrc", "window.cpp"), r"is_cuda\(\)"),
+     r"CUDA tensors are refused with a `?ValueError"),
+    ("a timeout's message contains ' Timed out ' (torch's tests look for it)", (os.path.join("core", "errors.go"), r'"Timed out after'),
+     r"timeout error starts `Timed out`"),
+    ("GONCCL_DEBUG takes WARN, INFO or TRACE, nothing else", (os.path.join("internal", "config", "log.go"), r'Levels = \[\]string\{"WARN", "INFO", "TRACE"\}'),
+     r"GONCCL_DEBUG=VERSION|`VERSION`"),
+]
+
+
+@pytest.mark.parametrize("fact,code,phrase", CONTRADICTIONS, ids=[c[0] for c in CONTRADICTIONS])
+def test_docs_do_not_contradict_the_code(fact, code, phrase):
+    path, pattern = code
+    assert re.search(pattern, open(os.path.join(ROOT, path)).read()), f"{path} no longer says: {fact}"
+    offenders = [f"{os.path.relpath(p, ROOT)}:{n}: {line.strip()[:120]}" for p in user_pages()
+                 for n, line in enumerate(open(p), 1) if re.search(phrase, line)]
+    assert not offenders, f"pages contradict the code ({fact}):\n" + "\n".join(offenders)
+
+
+def test_device_paths_are_all_named():
+    """Where the docs list the paths CUDA tensors take, they name all three."""
+    text = open(os.path.join(ROOT, "docs", "pytorch.md")).read()
+    intro = text[: text.index("Supported, on CPU and CUDA tensors")]
+    for path in ("device path", "same-GPU path", "staged"):
+        assert path in intro, f"docs/pytorch.md's opening does not name the {path}"
+
+
+def test_no_sentence_left_unfinished():
+    """A paragraph ends with a full stop, a colon or a closing mark, not mid-sentence."""
+    offenders = []
+    for path in user_pages():
+        text = re.sub(r"^```.*?^```", "\u00a7", open(path).read(), flags=re.M | re.S)  # a code block: §
+        paras = [p.strip() for p in re.split(r"\n\s*\n", text)]
+        for para, after in zip(paras, paras[1:] + [""]):
+            if not para or para[0] in "#|-*!<>0123456789[`\u00a7" or after == "\u00a7":
+                continue  # a heading, table, list, code, or a sentence that a code block continues
+            if not re.search(r"[.:!?)`*\]]$", para):
+                offenders.append(f"{os.path.relpath(path, ROOT)}: ...{para[-80:]!r}")
+    assert not offenders, "\n".join(offenders)

@@ -80,6 +80,8 @@ def test_dry_run_only_capi_links_and_runs_over_the_fake(tmp_path, package_dir):
     assert "build" in out and "--only leaves it out and gonccl is installed" in out, out
     assert "| capi-link | pass |" in report and "| capi-cuda-2ranks | pass |" in report, report
     assert "| capi-memcheck | skip |" in report, report
+    # The fake standing in for libcuda proves no path: no paths table (internal/route reads it).
+    assert "| setup | path | result |" not in report, report
     assert "stream" not in report.split("## The plan")[0].split("| step | result")[1], report
     plan = report.split("## The plan on one GPU")[1]
     assert "| capi-memcheck | yes | no | 60 | 30 |" in plan, plan

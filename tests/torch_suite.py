@@ -31,13 +31,15 @@ import gonccl  # noqa: E402,F401 - registers the backend (in every spawned rank 
 
 torch_dist_test.BACKEND = "gonccl"  # what each rank's init_process_group uses
 
-# torch's monitored_barrier tests that run on CPU with 3 ranks. Two more,
+# torch's monitored_barrier tests that run on CPU with 3 ranks (two more,
 # test_monitored_barrier_failure_order and test_monitored_barrier_wait_all_ranks, need
-# WORLD_SIZE >= 8 (torch skips them below); the rest need NCCL and GPUs.
+# WORLD_SIZE >= 8, torch skips them below; the rest need NCCL and GPUs), and the barrier
+# timeout test that holds a timeout's message to torch's regex " (Timed out|closed|timeout) ".
 DEFAULT = [
     "test_monitored_barrier_gloo",
     "test_monitored_barrier_gloo_subgroup",
     "test_monitored_barrier_gloo_rank_0_timeout",
+    "test_barrier_timeout_full_group",
 ]
 
 

@@ -14,6 +14,7 @@ import (
 func LogInfo(msg string) {
 	level, _ := cenv.Lookup("GONCCL_DEBUG")
 	subsys, _ := cenv.Lookup("GONCCL_DEBUG_SUBSYS")
+	file, _ := cenv.Lookup("GONCCL_DEBUG_FILE")
 	host, _ := os.Hostname()
-	settings.Loggers(level, subsys, settings.Who{Host: host, Pid: os.Getpid(), Rank: -1}, nil)("INIT").Info(msg)
+	settings.Loggers(settings.Logging{Level: level, Subsys: subsys, File: file}, settings.Who{Host: host, Pid: os.Getpid(), Rank: -1}, nil)("INIT").Info(msg)
 }

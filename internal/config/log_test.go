@@ -11,12 +11,48 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 )
 
-func TestParseLevel(t *testing.T) {
-	for s, want := range map[string]level{
-		"": levelWarn, "WARN": levelWarn, "bogus": levelWarn, "INFO": levelInfo, "info": levelInfo, "VERSION": levelInfo, "TRACE": levelTrace, "trace": levelTrace,
-	} {
-		require.Equal(t, want, parseLevel(s), "GONCCL_DEBUG=%q", s)
+// GONCCL_DEBUG_FILE's patterns are NCCL_DEBUG_FILE's: %h the host, %p the pid.
+func TestDebugFile(t *testing.T) {
+	require.Equal(t, "/tmp/g.node1.42.log", DebugFile("/tmp/g.%h.%p.log", "node1", 42))
+	require.Equal(t, "100%.log", DebugFile("100%%.log", "h", 1))
+	require.Equal(t, "plain", DebugFile("plain", "h", 1))
+	require.NoError(t, CheckDebugFile("/tmp/g.%h.%p.%%.log"))
+	require.EqualError(t, CheckDebugFile("/tmp/%r.log"), "%r is not a pattern")
+	require.EqualError(t, CheckDebugFile("/tmp/x%"), "% is not a pattern")
+}
+
+func TestCheckSubsystems(t *testing.T) {
+	for _, ok := range []string{"", "ALL", "init,net", "^COLL", " tuning , env "} {
+		_, good := CheckSubsystems(ok)
+		require.True(t, good, ok)
 	}
+	bad, good := CheckSubsystems("INIT,NETWORK")
+	require.False(t, good)
+	require.Equal(t, "NETWORK", bad)
+}
+
+// With GONCCL_DEBUG_FILE set, the lines go to that file (one per process, appended),
+// and nothing to stderr; a file that cannot be opened is named on stderr.
+func TestLoggersFile(t *testing.T) {
+	dir := t.TempDir()
+	pattern := dir + "/log.%h.%p"
+	out := stderrOf(t, func() {
+		for i := 0; i < 2; i++ { // two communicators of one process share the file
+			logs := Loggers(Logging{Level: "info", File: pattern}, Who{Host: "h", Pid: 9, Rank: i}, nil)
+			logs("INIT").Info("joined")
+		}
+	})
+	require.Empty(t, out)
+	data, err := os.ReadFile(dir + "/log.h.9")
+	require.NoError(t, err)
+	require.Regexp(t, `(?s)^\S+ h:9:\d+ \[0\] GONCCL INFO INIT joined\n\S+ h:9:\d+ \[1\] GONCCL INFO INIT joined\n$`, string(data))
+
+	out = stderrOf(t, func() {
+		Loggers(Logging{Level: "warn", File: dir + "/no/such/dir/log"}, Who{Host: "h", Pid: 9, Rank: 0}, nil)("NET").Warn("still seen")
+	})
+	require.Contains(t, out, `GONCCL_DEBUG_FILE="`+dir+`/no/such/dir/log": open `)
+	require.Contains(t, out, "logging to stderr instead")
+	require.Contains(t, out, "GONCCL WARN NET still seen")
 }
 
 func TestSubsystems(t *testing.T) {
@@ -68,7 +104,7 @@ func TestLoggers(t *testing.T) {
 		return re.ReplaceAllString(out, "T $1:$2:TID ")
 	}
 	out := stderrOf(t, func() {
-		logs := Loggers("info", "INIT,NET", Who{Host: "host", Pid: 7, Rank: 0}, nil)
+		logs := Loggers(Logging{Level: "info", Subsys: "INIT,NET"}, Who{Host: "host", Pid: 7, Rank: 0}, nil)
 		logs("INIT").Info("version 1.2.3")
 		logs("NET").Debug("not at INFO")
 		logs("COLL").Warn("COLL is excluded")
@@ -77,13 +113,15 @@ func TestLoggers(t *testing.T) {
 	require.Equal(t, "T host:7:TID [0] GONCCL INFO INIT version 1.2.3\nT host:7:TID [0] GONCCL WARN NET a warning\n", lines(out))
 
 	out = stderrOf(t, func() {
-		logs := Loggers("", "", Who{Host: "host", Pid: 7, Rank: -1}, nil)
+		logs := Loggers(Logging{}, Who{Host: "host", Pid: 7, Rank: -1}, nil)
 		logs("INIT").Info("not at the default WARN")
 		logs("ENV").Error("failed")
 	})
 	require.Equal(t, "T host:7:TID GONCCL ERROR ENV failed\n", lines(out))
 
-	out = stderrOf(t, func() { Loggers("TRACE", "COLL", Who{Host: "h", Pid: 1, Rank: 3}, nil)("COLL").Debug("one op") })
+	out = stderrOf(t, func() {
+		Loggers(Logging{Level: "TRACE", Subsys: "COLL"}, Who{Host: "h", Pid: 1, Rank: 3}, nil)("COLL").Debug("one op")
+	})
 	require.Equal(t, "T h:1:TID [3] GONCCL DEBUG COLL one op\n", lines(out))
 	require.Regexp(t, `^\d{4}-.*Z h:1:\d+ \[3\]`, out, "a timestamp and the thread id lead the line")
 }
@@ -92,7 +130,7 @@ func TestLoggers(t *testing.T) {
 func TestLoggersTee(t *testing.T) {
 	obs, entries := observer.New(zapcore.InfoLevel)
 	_ = stderrOf(t, func() {
-		logs := Loggers("INFO", "^SHM", Who{Host: "h", Pid: 1, Rank: 0}, obs)
+		logs := Loggers(Logging{Level: "INFO", Subsys: "^SHM"}, Who{Host: "h", Pid: 1, Rank: 0}, obs)
 		logs("INIT").Info("to both")
 		logs("SHM").Info("excluded")
 	})

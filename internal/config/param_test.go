@@ -17,6 +17,7 @@ type settings struct {
 	n       int64
 	parsed  []string // the parameters parsed, in order
 	checked string   // the custom parser's value
+	level   string
 }
 
 var errBad = errors.New("bad setting")
@@ -28,6 +29,8 @@ var testParams = []Param[settings]{
 	{"GONCCL_CFGTEST_ON", "0", "", "a switch", parse.ZeroOne(func(s *settings, on bool) { s.on = on; s.parsed = append(s.parsed, "on") })},
 	{"GONCCL_CFGTEST_N", "", "(auto)", "a count", parse.Integer(2, 10, func(s *settings, v int64) { s.n = v; s.parsed = append(s.parsed, "n") })},
 	{"GONCCL_CFGTEST_ELSEWHERE", "x", "", "read elsewhere", nil},
+	{"GONCCL_CFGTEST_LEVEL", "warn", "", "a level", parse.OneOf([]string{"WARN", "INFO", "TRACE"}, func(s *settings, v string) { s.level = v })},
+	{"GONCCL_CFGTEST_SIZE", "8M", "", "a size, checked only", parse.Bytes(1<<20, 16<<30, nil)},
 	{"GONCCL_CFGTEST_CUSTOM", "ok", "", "custom", func(s *settings, name, v string) error {
 		if v == "no" {
 			return errors.New(name + " refused")
@@ -42,7 +45,7 @@ func TestLoadDefaults(t *testing.T) {
 	set, err := Load(testParams, &s)
 	require.NoError(t, err)
 	require.Empty(t, set)
-	require.Equal(t, settings{name: "anon", parsed: []string{"name", "on", "n"}, checked: "ok"}, s)
+	require.Equal(t, settings{name: "anon", parsed: []string{"name", "on", "n"}, checked: "ok", level: "WARN"}, s)
 }
 
 func TestLoadReadsEnvironment(t *testing.T) {
@@ -64,10 +67,13 @@ func TestLoadErrors(t *testing.T) {
 		name, value, msg string
 		sentinel         bool // the error wraps Parsers.Invalid
 	}{
-		{"GONCCL_CFGTEST_ON", "yes", `bad setting: GONCCL_CFGTEST_ON="yes": expected 0 or 1`, true},
-		{"GONCCL_CFGTEST_N", "many", `bad setting: GONCCL_CFGTEST_N="many" is not an integer >= 2`, true},
-		{"GONCCL_CFGTEST_N", "1", `bad setting: GONCCL_CFGTEST_N="1" is not an integer >= 2`, true},
-		{"GONCCL_CFGTEST_N", "11", `bad setting: GONCCL_CFGTEST_N=11: at most 10`, true},
+		{"GONCCL_CFGTEST_ON", "yes", `GONCCL_CFGTEST_ON="yes" is not a valid setting: it takes 0 or 1; unset it for the default`, true},
+		{"GONCCL_CFGTEST_N", "many", `GONCCL_CFGTEST_N="many" is not a valid setting: it takes an integer from 2 to 10; unset it for the default`, true},
+		{"GONCCL_CFGTEST_N", "1", `GONCCL_CFGTEST_N="1" is not a valid setting: it takes an integer from 2 to 10; unset it for the default`, true},
+		{"GONCCL_CFGTEST_N", "11", `GONCCL_CFGTEST_N="11" is not a valid setting: it takes an integer from 2 to 10; unset it for the default`, true},
+		{"GONCCL_CFGTEST_LEVEL", "bogus", `GONCCL_CFGTEST_LEVEL="bogus" is not a valid setting: it takes WARN, INFO or TRACE, in any case; unset it for the default`, true},
+		{"GONCCL_CFGTEST_SIZE", "3X", `GONCCL_CFGTEST_SIZE="3X" is not a valid setting: it takes bytes from 1M to 16G (e.g. 4194304 or 4M; K, M, G suffixes); unset it for the default`, true},
+		{"GONCCL_CFGTEST_SIZE", "1023K", `GONCCL_CFGTEST_SIZE="1023K" is not a valid setting: it takes bytes from 1M to 16G (e.g. 4194304 or 4M; K, M, G suffixes); unset it for the default`, true},
 		{"GONCCL_CFGTEST_CUSTOM", "no", "GONCCL_CFGTEST_CUSTOM refused", false},
 	}
 	for _, c := range cases {

@@ -11,6 +11,8 @@ func TestTable(t *testing.T) {
 		"| `GONCCL_CFGTEST_ON` | `0` | a switch |\n" +
 		"| `GONCCL_CFGTEST_N` | (auto) | a count |\n" +
 		"| `GONCCL_CFGTEST_ELSEWHERE` | `x` | read elsewhere |\n" +
+		"| `GONCCL_CFGTEST_LEVEL` | `warn` | a level |\n" +
+		"| `GONCCL_CFGTEST_SIZE` | `8M` | a size, checked only |\n" +
 		"| `GONCCL_CFGTEST_CUSTOM` | `ok` | custom |\n"
 	require.Equal(t, want, Table(testParams))
 }

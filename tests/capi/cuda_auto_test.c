@@ -1,6 +1,6 @@
 /*
- * cuda_auto_test.c: GONCCL_DEVICE_PATH=auto chooses the path of each collective by its
- * size, against the fake CUDA driver (tests/fakecuda). Run one process per rank as
+ * cuda_auto_test.c: GONCCL_DEVICE_PATH=model chooses the path of each collective by its
+ * size among every path the GPUs allow, against the fake CUDA driver (tests/fakecuda). Run one process per rank as
  *     GONCCL_CUDA_LIBRARY=/path/libfakecuda.so cuda_auto_test RANK NRANKS ID_FILE LARGE
  * with GONCCL_DEVICE_PATH_COST making the staged path the cheapest for small messages
  * (tests/test_cuda_capi.py sets it), so that one communicator runs a small all_reduce

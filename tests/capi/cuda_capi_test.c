@@ -80,7 +80,7 @@ static float* dmalloc(size_t n) {
 
 /* The communicator takes the device path (GONCCL_DEVICE_PATH=1, see main). */
 static int device_path;
-static int same_gpu; /* every rank on device 0 (CUDA_CAPI_TEST_ONE_DEVICE=1), GONCCL_DEVICE_PATH=auto or samegpu: the same-GPU path */
+static int same_gpu; /* every rank on device 0 (CUDA_CAPI_TEST_ONE_DEVICE=1), GONCCL_DEVICE_PATH=model or samegpu: the same-GPU path */
 
 static double now_ms(void) {
   struct timespec ts;
@@ -646,22 +646,22 @@ int main(int argc, char** argv) {
   const char* one = getenv("CUDA_CAPI_TEST_ONE_DEVICE");
   int one_device = one != NULL && strcmp(one, "1") == 0;
   dev = one_device ? 0 : rank % 2;
-  /* The device path is taken when asked for (GONCCL_DEVICE_PATH=1), and by default (unset
-   * or auto) when no two ranks share a device (rank r is on device r % 2: 2 ranks at
-   * most); never with GONCCL_DEVICE_PATH=0 or GONCCL_P2P_DISABLE=1, or when the fake's
-   * devices cannot map each other's memory (FAKECUDA_NO_PEER): then every rank stages.
-   * Ranks all on one device take the same-GPU path for all_reduce, all_gather,
-   * reduce_scatter and broadcast under auto (its cost model's choice at every size) and
-   * under GONCCL_DEVICE_PATH=samegpu (forced), and stage the rest. */
+  /* The device path is taken when asked for (GONCCL_DEVICE_PATH=1), and under
+   * GONCCL_DEVICE_PATH=model or samegpu when no two ranks share a device (rank r is on
+   * device r % 2: 2 ranks at most); never by default (auto: the GPU check has proven
+   * only the staged path), with GONCCL_DEVICE_PATH=0 or GONCCL_P2P_DISABLE=1, or when the
+   * fake's devices cannot map each other's memory (FAKECUDA_NO_PEER): then every rank
+   * stages. Ranks all on one device take the same-GPU path for all_reduce, all_gather,
+   * reduce_scatter and broadcast under model (its cost model's choice at every size) and
+   * under samegpu (forced), and stage the rest. */
   const char* want_device = getenv("GONCCL_DEVICE_PATH");
   const char* p2p_off = getenv("GONCCL_P2P_DISABLE");
   int forced = want_device != NULL && strcmp(want_device, "1") == 0;
-  int samegpu = want_device != NULL && strcmp(want_device, "samegpu") == 0;
-  int automatic = want_device == NULL || want_device[0] == 0 || strcmp(want_device, "auto") == 0 || samegpu;
-  device_path = (forced || (automatic && nranks <= 2)) && !(p2p_off != NULL && strcmp(p2p_off, "1") == 0) &&
+  int chooses = want_device != NULL && (strcmp(want_device, "model") == 0 || strcmp(want_device, "samegpu") == 0);
+  device_path = (forced || (chooses && nranks <= 2)) && !(p2p_off != NULL && strcmp(p2p_off, "1") == 0) &&
                 getenv("FAKECUDA_NO_PEER") == NULL;
   if (one_device && nranks > 1) { /* every rank on device 0 */
-    same_gpu = automatic && !(p2p_off != NULL && strcmp(p2p_off, "1") == 0);
+    same_gpu = chooses && !(p2p_off != NULL && strcmp(p2p_off, "1") == 0);
     device_path = forced && !(p2p_off != NULL && strcmp(p2p_off, "1") == 0);
   }
   /* The default streams resolve against the calling thread's current context. */

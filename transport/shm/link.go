@@ -341,7 +341,9 @@ func (l *Link) recvHeader(want *transport.Header, n int, deadline time.Time) err
 	if !got.Matches(&w) {
 		return &transport.MismatchError{Peer: l.peer, Want: w, Got: got}
 	}
-	want.Flags = got.Flags
+	if want.Flags != got.Flags { // written only when it differs: callers may share want with a Send
+		want.Flags = got.Flags
+	}
 	return nil
 }
 

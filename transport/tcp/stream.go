@@ -124,7 +124,9 @@ func (l *StreamLink) Recv(want *transport.Header, p []byte, deadline time.Time) 
 	if !got.Matches(&w) {
 		return &transport.MismatchError{Peer: l.peer, Want: w, Got: got}
 	}
-	want.Flags = got.Flags
+	if want.Flags != got.Flags { // written only when it differs: callers may share want with a Send
+		want.Flags = got.Flags
+	}
 	_, err := io.ReadFull(l.conn, p)
 	return l.wrap("receive from", err)
 }

@@ -189,7 +189,7 @@ func (l *StripedLink) Recv(want *transport.Header, p []byte, deadline time.Time)
 		return errFailed
 	}
 	err := l.run(&l.rx, want, p, deadline)
-	if err == nil {
+	if err == nil && want.Flags != l.rx.flags { // written only when it differs: callers may share want with a Send
 		want.Flags = l.rx.flags
 	}
 	return err

@@ -26,25 +26,38 @@ def parse_bytes(text: str) -> int:
     return int(m.group(1)) * _SUFFIX[m.group(2).upper()]
 
 
+class _Help(argparse.HelpFormatter):
+    """Appends "(default: X)" where there is a default to state: not for switches, nor
+    for options whose help names their default itself."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if (action.default is None or isinstance(action.default, bool) or action.default is argparse.SUPPRESS
+                or "default:" in text.lower() or action.nargs == 0 or not action.option_strings):
+            return text
+        return text + " (default: %(default)s)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m gonccl.bench",
         description=(
-            "nccl-tests-style benchmark of torch.distributed backends on CPU tensors. "
-            "Prints size, count, type, redop, root and, out-of-place and in-place, "
-            "time (us), algbw and busbw (GB/s, busbw factors of nccl-tests' PERFORMANCE.md) "
-            "and #wrong, one row per backend. Launches -np ranks itself, or runs as one rank "
-            "under torchrun (RANK/WORLD_SIZE set). `ddp` times the lecture's DDP step instead."
+            "nccl-tests-style benchmark of torch.distributed backends on CPU or CUDA tensors "
+            "(--device). Prints size, count, type, redop, root and, out-of-place (where torch "
+            "has that form) and in-place, time (us), algbw and busbw (GB/s, busbw factors of "
+            "nccl-tests' PERFORMANCE.md) and #wrong, one row per backend. Launches -np ranks "
+            "itself, or runs as one rank under torchrun (RANK/WORLD_SIZE set). `ddp` times the "
+            "DDP training step of examples/ddp_example.py instead."
         ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_Help,
     )
     p.add_argument("coll_pos", nargs="?", metavar="COLLECTIVE", choices=[*COLLECTIVES, "ddp"],
                    help=f"one of {', '.join(COLLECTIVES)}, or ddp")
     p.add_argument("--coll", choices=[*COLLECTIVES, "ddp"], help="the collective (instead of the positional)")
-    p.add_argument("-b", "--minbytes", type=parse_bytes, default=parse_bytes("8"), help="smallest size (K/M/G)")
-    p.add_argument("-e", "--maxbytes", type=parse_bytes, default=parse_bytes("64M"), help="largest size (K/M/G)")
+    p.add_argument("-b", "--minbytes", type=parse_bytes, default="8", help="smallest size (K/M/G)")
+    p.add_argument("-e", "--maxbytes", type=parse_bytes, default="64M", help="largest size (K/M/G)")
     p.add_argument("-f", "--stepfactor", type=int, default=4, help="multiply the size by this between rows")
-    p.add_argument("-i", "--stepbytes", type=parse_bytes, default=0, help="add this instead (with -f 1)")
+    p.add_argument("-i", "--stepbytes", type=parse_bytes, default="0", help="add this instead (with -f 1)")
     p.add_argument("-o", "--op", choices=list(OPS), default="sum", help="reduction")
     p.add_argument("-d", "--datatype", choices=list(DTYPES), default="float", help="element type")
     p.add_argument("-r", "--root", type=int, default=0, help="root of broadcast and reduce")
@@ -58,8 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="time across ranks: 0 rank 0, 1 average, 2 min, 3 max (nccl-tests' default is 1)")
     p.add_argument("--backends", default=None,
                    help="comma-separated backends to measure in this run: torch backends (gonccl, gloo, nccl) "
-                        "and gonccl-auto / gonccl-samegpu / gonccl-device / gonccl-staged "
-                        "(gonccl with GONCCL_DEVICE_PATH=auto / =samegpu / =1 / =0), "
+                        "and gonccl-auto / gonccl-samegpu / gonccl-model / gonccl-device / gonccl-staged "
+                        "(gonccl with GONCCL_DEVICE_PATH=auto / =samegpu / =model / =1 / =0), "
                         "gonccl-plain / gonccl-tls (gonccl with GONCCL_TLS=0 / =1). "
                         "Default: gonccl,gloo on cpu; gonccl-auto,gonccl-samegpu,gonccl-device,gonccl-staged,gloo on cuda, "
                         "and nccl where every rank has a GPU of its own")
@@ -72,14 +85,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="FILE", help="write the results as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="draw busbw against size per backend (matplotlib)")
     p.add_argument("--no-memcpy", dest="memcpy", action="store_false",
-                   help="skip the memcpy reference measurements (host memcpy; on cuda also the device copy)")
+                   help="skip the memcpy reference measurements (a host memcpy of max(-e, 64M) bytes; on cuda "
+                        "also the device copy); they are made unless this is given")
     p.add_argument("--no-floor", dest="floor", action="store_false",
                    help="skip the C ABI floor row (all_reduce, float sum, cpu: the same op over the same "
                         "processes through libgonccl's C ABI, without torch)")
     p.add_argument("--hops", action="store_true",
                    help="time each hop of gonccl's path (sets GONCCL_DEBUG_HOPS=1) and print rank 0's "
                         "per-op means under each gonccl and C ABI row")
-    g = p.add_argument_group("contract")
+    g = p.add_argument_group("other measurements (each a run of its own, instead of the table)")
     g.add_argument("--estimate", action="store_true",
                    help="compare dist._time_estimator's estimate (gonccl's cost model) with the measured time "
                         "of all_reduce, all_gather and reduce_scatter at 8, 1K, 64K, 1M, 16M and 64M bytes "
@@ -93,8 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "from gonccl's allocate_tensor (zero-copy collectives), on torch.empty tensors, and on "
                         "Gloo, in one run (e.g. --alloc -b 1M -e 64M -f 8)")
     g = p.add_argument_group("ddp")
-    g.add_argument("--size", type=int, default=4000, help="ToyModel width (the lecture's: 4000)")
-    g.add_argument("--batch", type=int, default=1000, help="batch size (the lecture's: 1000)")
+    g.add_argument("--size", type=int, default=4000, help="ToyModel width, as in examples/ddp_example.py")
+    g.add_argument("--batch", type=int, default=1000, help="batch size, as in examples/ddp_example.py")
     g.add_argument("--rounds", type=int, default=1, help="times each backend is measured, in turns")
     return p
 

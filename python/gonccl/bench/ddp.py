@@ -1,4 +1,4 @@
-"""`python -m gonccl.bench ddp`: ms per training step of the lecture's ddp_example.
+"""`python -m gonccl.bench ddp`: ms per training step of examples/ddp_example.py.
 
 The model is examples/ddp_example.py's ToyModel (3 x Linear(size, size) with ReLU,
 size 4000 there), batch 1000, MSE loss, SGD, DDP with bucket_cap_mb=25; the step is

@@ -37,24 +37,27 @@ def _half(res: dict | None, err: str | None = None) -> str:
     return f"{_time(res['time_us'])} {_num(res['algbw'], 7, 2)} {_num(res['busbw'], 7, 2)} {_wrong(res['wrong'])}"
 
 
-def header_lines(with_ratio: bool) -> list[str]:
+def header_lines(with_ratio: bool, oop: bool = True) -> list[str]:
+    """The table's three header lines; without oop, the collective has no out-of-place
+    form in torch and its columns are left out (not filled with N/A)."""
     ratio_h = ("   ratio", " (busbw)") if with_ratio else ("", "")
+    half = (f" {'time':>8} {'algbw':>7} {'busbw':>7} {'#wrong':>6}", f" {'(us)':>8} {'(GB/s)':>7} {'(GB/s)':>7} {'':>6}")
+    forms = ("#" + " " * 63 + f"{'out-of-place':^32}" + " " + f"{'in-place':^32}") if oop else \
+        ("#" + " " * 63 + f"{'in-place':^32}")
     return [
-        ("#" + " " * 63 + f"{'out-of-place':^32}" + " " + f"{'in-place':^32}").rstrip(),
+        forms.rstrip(),
         f"#{'size':>11} {'count':>13} {'type':>9} {'redop':>6} {'root':>5} {'backend':>13}"
-        f" {'time':>8} {'algbw':>7} {'busbw':>7} {'#wrong':>6}"
-        f"  {'time':>8} {'algbw':>7} {'busbw':>7} {'#wrong':>6}{ratio_h[0]}",
+        + (half[0] + " " if oop else "") + half[0] + ratio_h[0],
         f"#{'(B)':>11} {'(elements)':>13} {'':>9} {'':>6} {'':>5} {'':>13}"
-        f" {'(us)':>8} {'(GB/s)':>7} {'(GB/s)':>7} {'':>6}"
-        f"  {'(us)':>8} {'(GB/s)':>7} {'(GB/s)':>7} {'':>6}{ratio_h[1]}",
+        + (half[1] + " " if oop else "") + half[1] + ratio_h[1],
     ]
 
 
-def row_line(row: dict, with_ratio: bool) -> str:
+def row_line(row: dict, with_ratio: bool, oop: bool = True) -> str:
     root = row["root"] if row["root"] is not None else -1
     line = (
         f" {row['size']:>11} {row['count']:>13} {row['type']:>9} {row['redop']:>6} {root:>5}"
-        f" {row['backend']:>13} {_half(row['oop'])}  {_half(row['ip'])}"
+        f" {row['backend']:>13} " + (f"{_half(row['oop'])}  " if oop else "") + _half(row["ip"])
     )
     if with_ratio:
         r = row.get("ratio")

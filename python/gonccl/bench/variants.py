@@ -4,7 +4,9 @@
 with ``GONCCL_DEVICE_PATH=auto``, ``=samegpu``, ``=1`` and ``=0`` set while their process
 group is created (gonccl reads it then), so one run prints gonccl's own choice, the
 same-GPU path (when every rank shares one GPU), the forced device path, the forced staged
-path and Gloo side by side, over the same processes and tensors. ``gonccl-plain`` and
+path and Gloo side by side, over the same processes and tensors. ``gonccl-model``
+(``GONCCL_DEVICE_PATH=model``) is the cost model's choice among every path the GPUs allow,
+run on a GPU before or not. ``gonccl-plain`` and
 ``gonccl-tls`` do the same with ``GONCCL_TLS=0`` and ``=1`` (the certificates come from the
 environment), to measure what TLS costs between hosts. ``gonccl`` is gonccl as the
 environment configures it.
@@ -21,6 +23,7 @@ import torch.distributed as dist
 VARIANTS = {
     "gonccl-auto": ("gonccl", {"GONCCL_DEVICE_PATH": "auto"}),
     "gonccl-samegpu": ("gonccl", {"GONCCL_DEVICE_PATH": "samegpu"}),
+    "gonccl-model": ("gonccl", {"GONCCL_DEVICE_PATH": "model"}),
     "gonccl-device": ("gonccl", {"GONCCL_DEVICE_PATH": "1"}),
     "gonccl-staged": ("gonccl", {"GONCCL_DEVICE_PATH": "0"}),
     "gonccl-plain": ("gonccl", {"GONCCL_TLS": "0"}),

@@ -21,9 +21,13 @@ from gonccl.bench import floor, report, variants
 
 AVERAGE_NAMES = {0: "rank 0", 1: "average over ranks", 2: "min over ranks", 3: "max over ranks"}
 
+# The memcpy reference copies at least this much, so that it measures memory, not a cache.
+MEMCPY_MIN_BYTES = 64 << 20
+
 
 def memcpy_bandwidth(nbytes: int, iters: int) -> float:
-    """GB/s of a single-threaded torch copy_ of nbytes (bytes copied / time)."""
+    """GB/s of a single-threaded torch copy_ of nbytes (bytes copied / time), best of
+    max(iters, 3) but at most 10 copies."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -32,7 +36,7 @@ def memcpy_bandwidth(nbytes: int, iters: int) -> float:
         for _ in range(2):
             dst.copy_(src)
         best = float("inf")
-        for _ in range(max(iters, 3)):
+        for _ in range(min(max(iters, 3), 10)):
             t0 = time.perf_counter()
             dst.copy_(src)
             best = min(best, time.perf_counter() - t0)
@@ -211,9 +215,10 @@ def _run(args, rank: int, nranks: int, timeout) -> int:
 
     # the physical reference: rank 0 copies while the others wait
     mem = None
+    mem_bytes = max(args.maxbytes, MEMCPY_MIN_BYTES)
     if args.memcpy:
         if rank == 0:
-            mem = memcpy_bandwidth(max(args.maxbytes, 1), args.iters)
+            mem = memcpy_bandwidth(mem_bytes, args.iters)
         dist.barrier()
     # the device's own reference, in the same run: rank 0 copies on its GPU
     dev_copy = None
@@ -223,6 +228,10 @@ def _run(args, rank: int, nranks: int, timeout) -> int:
         dist.barrier()
     bound = one_pass_busbw(dev_copy, coll, nranks) if dev_copy else None
 
+    # nccl-tests' "Using devices": where each rank runs
+    where = [None] * nranks
+    dist.all_gather_object(where, (os.getpid(), socket.gethostname(), str(device)))
+    oop_form, ip_form = C.FORMS[coll]
     redop = args.op if coll in C.REDUCING else "none"
     root = args.root if coll in C.ROOTED else None
     if coll in C.SPLIT:
@@ -242,12 +251,13 @@ def _run(args, rank: int, nranks: int, timeout) -> int:
             f"host {socket.gethostname()}   "
             f"OMP/intra-op threads per rank: {torch.get_num_threads()}",
             f"# time: average of {args.iters} iters after {args.warmup_iters} warm-up, "
-            f"{AVERAGE_NAMES[args.average]}; algbw = size/time (1 GB = 1e9 B); "
-            f"busbw = algbw * {b} (nccl-tests PERFORMANCE.md)",
+            f"{AVERAGE_NAMES[args.average]} (-a {args.average}; -a 1: the average, nccl-tests' default; "
+            f"-a 3: the max); algbw = size/time (1 GB = 1e9 B); busbw = algbw * {b} (nccl-tests PERFORMANCE.md)",
             f"# {convention}",
-            "# forms torch lacks print N/A"
-            + ("; ratio = gonccl busbw / gloo busbw (in-place if the collective has it, else out-of-place)"
-               if with_ratio else ""),
+            ("# forms torch lacks print N/A" if oop_form else
+             f"# in-place only: torch has no out-of-place {coll}")
+            + (("; ratio = gonccl busbw / gloo busbw (in-place if the collective has it, else out-of-place)"
+                if oop_form else "; ratio = gonccl busbw / gloo busbw") if with_ratio else ""),
             *([f"# gonccl-auto / gonccl-samegpu / gonccl-device / gonccl-staged: gonccl with "
                f"GONCCL_DEVICE_PATH=auto / samegpu / 1 / 0 "
                f"(gonccl's choice, logged at INIT / same-GPU path where every rank shares one GPU / device path / "
@@ -257,7 +267,10 @@ def _run(args, rank: int, nranks: int, timeout) -> int:
               else []),
             *([f"# {variants.NOTES[b]}" for b in ("gonccl-plain", "gonccl-tls") if b in args.backends]),
             "#",
-            (f"# memcpy reference: torch copy_ of {args.maxbytes} B, 1 thread, rank 0 alone: {mem:.2f} GB/s"
+            "#  Using devices",
+            *[f"#  Rank {r:>3} Pid {pid:>7} on {host:>12} device {dev}" for r, (pid, host, dev) in enumerate(where)],
+            "#",
+            (f"# memcpy reference: torch copy_ of {mem_bytes} B, 1 thread, rank 0 alone: {mem:.2f} GB/s"
              if mem is not None else "# memcpy reference: skipped (--no-memcpy)"),
             *([f"# device-copy reference: torch copy_ of {args.maxbytes} B on {device}, rank 0 alone: "
                f"{dev_copy:.1f} GB/s (bytes copied per second; the memory moves twice that)"]
@@ -266,11 +279,10 @@ def _run(args, rank: int, nranks: int, timeout) -> int:
                f"{bound:.1f} GB/s busbw for {nranks} ranks sharing the GPU"]
               if bound is not None else []),
             "#",
-            *report.header_lines(with_ratio),
+            *report.header_lines(with_ratio, bool(oop_form)),
         ])
 
     rows = []
-    oop_form, ip_form = C.FORMS[coll]
     skipped = []
     for nbytes in sizes(args):
         shape = C.shape_for(coll, nbytes, elsize, nranks)
@@ -319,14 +331,13 @@ def _run(args, rank: int, nranks: int, timeout) -> int:
         if say:
             out = []
             for r in size_rows:
-                out.append(report.row_line(r, with_ratio))
+                out.append(report.row_line(r, with_ratio, bool(oop_form)))
                 if r.get("hops"):
                     out += [f"# hops of the {r['backend']} row above, rank 0, mean per op:", *r["hops"]]
             by = {r["backend"]: r for r in size_rows}
             g, f = (by.get("gonccl") or {}).get("ip"), (by.get("capi") or {}).get("ip")
             if g and f and not g.get("error") and f["time_us"] > 0:
                 by["gonccl"]["floor_ratio"] = g["time_us"] / f["time_us"]
-                out.append(f"# gonccl through torch / its C ABI floor (time): {by['gonccl']['floor_ratio']:.2f}x")
             report.print_lines(out)
         rows.extend(size_rows)
     if capi is not None:
@@ -335,6 +346,10 @@ def _run(args, rank: int, nranks: int, timeout) -> int:
     if not say:
         return 0
     lines = []
+    floors = [(r["size"], r["floor_ratio"]) for r in rows if r.get("floor_ratio")]
+    if floors:
+        lines.append("# gonccl through torch / its C ABI floor (the capi rows), time per op: "
+                     + ", ".join(f"{size} B {ratio:.2f}x" for size, ratio in floors))
     if skipped:
         lines.append(f"# skipped sizes that hold no element per rank: {skipped}")
     errors = {}

@@ -1,4 +1,4 @@
-package main
+package route
 
 import (
 	"fmt"
@@ -29,98 +29,98 @@ import (
 //	          round instead, plus hold per round and peer (the slice each waiting stream
 //	          keeps from the other ranks' compute)
 //
-// The figures (gpuCostParams) are measured where a GPU has run the path and estimated
+// The figures (CostParams) are measured where a GPU has run the path and estimated
 // from the design where none has; GONCCL_DEVICE_PATH_COST overrides any of them. The
 // model only has to rank the paths: every rank evaluates it on the same inputs (the
 // settings, which the setup exchange checks are the same everywhere, the topology the
 // exchange agreed, the kind and the size), so every rank chooses alike.
 
-// gpuPath is a path an operation on device buffers can take.
-type gpuPath uint8
+// Path is a path an operation on device buffers can take.
+type Path uint8
 
 const (
-	pathStaged  gpuPath = iota // through pinned host memory and core's host algorithm
-	pathDevice                 // cuda.Shared: IPC-mapped scratch, GPU-side flag waits
-	pathSameGPU                // samegpu.SameGPU: ranks on one GPU ordered on the host, one launch
-	numPaths
+	Staged  Path = iota // through pinned host memory and core's host algorithm
+	Device              // cuda.Shared: IPC-mapped scratch, GPU-side flag waits
+	SameGPU             // samegpu.SameGPU: ranks on one GPU ordered on the host, one launch
+	NumPaths
 )
 
-func (p gpuPath) String() string {
+func (p Path) String() string {
 	switch p {
-	case pathStaged:
+	case Staged:
 		return "staged"
-	case pathDevice:
+	case Device:
 		return "device"
-	case pathSameGPU:
+	case SameGPU:
 		return "same-GPU"
 	}
 	return fmt.Sprintf("path(%d)", uint8(p))
 }
 
-// gpuCosts are the model's figures: latencies and rounds in microseconds, bandwidths
+// Costs are the model's figures: latencies and rounds in microseconds, bandwidths
 // in GB/s (1e9 B/s) of nccl-tests' bus bandwidth.
-type gpuCosts struct {
+type Costs struct {
 	stagedLatency, stagedBusbw              float64
 	deviceLatency, deviceBusbw, deviceRound float64
 	slicedLatency, slicedRound, slicedHold  float64
 	sameGPULatency, sameGPUBusbw            float64
 }
 
-// gpuCostParam is one figure: its key in GONCCL_DEVICE_PATH_COST, its unit, its default
+// CostParam is one figure: its key in GONCCL_DEVICE_PATH_COST, its unit, its default
 // and where the default comes from (docs/gpu.md prints the same table).
-type gpuCostParam struct {
+type CostParam struct {
 	key, unit string
 	def       float64
 	source    string
-	field     func(*gpuCosts) *float64
+	field     func(*Costs) *float64
 }
 
-// gpuCostParams are the figures with their defaults. "measured": one NVIDIA H100 80GB
+// CostParams are the figures with their defaults. "measured": one NVIDIA H100 80GB
 // HBM3, 2 ranks sharing it without MPS, fp32 all_reduce, 2026-11-26
 // (bench/results/h100-2026-11-26/); "estimate": from the design, never run on a GPU
 // (2026-11-28), to be replaced by measurements.
-var gpuCostParams = []gpuCostParam{
+var CostParams = []CostParam{
 	{"staged.latency", "us", 899, "measured: 16 B all_reduce, queued (before the staged path was pipelined)",
-		func(c *gpuCosts) *float64 { return &c.stagedLatency }},
+		func(c *Costs) *float64 { return &c.stagedLatency }},
 	{"staged.busbw", "GB/s", 2.93, "measured: 256 MiB all_reduce (before pipelining, so low)",
-		func(c *gpuCosts) *float64 { return &c.stagedBusbw }},
+		func(c *Costs) *float64 { return &c.stagedBusbw }},
 	{"device.latency", "us", 20, "estimate: a few copies, kernels and flag waits per operation, no time-slicing (GPUs of their own, or MPS)",
-		func(c *gpuCosts) *float64 { return &c.deviceLatency }},
+		func(c *Costs) *float64 { return &c.deviceLatency }},
 	{"device.busbw", "GB/s", 250, "estimate: the scratch rounds move about 11 bytes of memory per byte of a 2-rank all_reduce, against 4 for one pass",
-		func(c *gpuCosts) *float64 { return &c.deviceBusbw }},
+		func(c *Costs) *float64 { return &c.deviceBusbw }},
 	{"device.round", "us", 10, "estimate: each round of scratch past the first (two flag waits), no time-slicing",
-		func(c *gpuCosts) *float64 { return &c.deviceRound }},
+		func(c *Costs) *float64 { return &c.deviceRound }},
 	{"device.sliced_latency", "us", 496, "measured: 16 B all_reduce, queued, 2 ranks time-slicing one GPU",
-		func(c *gpuCosts) *float64 { return &c.slicedLatency }},
+		func(c *Costs) *float64 { return &c.slicedLatency }},
 	{"device.sliced_round", "us", 600, "measured: each 8 MiB round past the first (16 MiB: 1,038 us, 256 MiB: 21,114 us)",
-		func(c *gpuCosts) *float64 { return &c.slicedRound }},
+		func(c *Costs) *float64 { return &c.slicedRound }},
 	{"device.sliced_hold", "us", 4000, "derived: DDP step 164.2 ms on the device path against 55.6 ms staged, over its 24 rounds (the GPU a stream waiting for a peer keeps from the other ranks' compute), per round and peer",
-		func(c *gpuCosts) *float64 { return &c.slicedHold }},
+		func(c *Costs) *float64 { return &c.slicedHold }},
 	{"samegpu.latency", "us", 25, "estimate: a launch, an event record and two host polls (15-30 us)",
-		func(c *gpuCosts) *float64 { return &c.sameGPULatency }},
+		func(c *Costs) *float64 { return &c.sameGPULatency }},
 	{"samegpu.busbw", "GB/s", 600, "estimate: one pass, 2N bytes of memory per byte at the H100's ~2.9 TB/s, less kernel efficiency",
-		func(c *gpuCosts) *float64 { return &c.sameGPUBusbw }},
+		func(c *Costs) *float64 { return &c.sameGPUBusbw }},
 }
 
-// defaultGPUCosts returns the built-in figures.
-func defaultGPUCosts() gpuCosts {
-	var c gpuCosts
-	for _, p := range gpuCostParams {
+// DefaultCosts returns the built-in figures.
+func DefaultCosts() Costs {
+	var c Costs
+	for _, p := range CostParams {
 		*p.field(&c) = p.def
 	}
 	return c
 }
 
-// readGPUCosts reads GONCCL_DEVICE_PATH_COST (when a communicator is created): the
+// ReadCosts reads GONCCL_DEVICE_PATH_COST (when a communicator is created): the
 // built-in figures with the ones it names replaced.
-func readGPUCosts() (gpuCosts, error) {
+func ReadCosts() (Costs, error) {
 	v, _ := cenv.Lookup("GONCCL_DEVICE_PATH_COST")
-	return parseGPUCosts(v)
+	return ParseCosts(v)
 }
 
-// parseGPUCosts reads a comma-separated list of key=value (keys of gpuCostParams).
-func parseGPUCosts(v string) (gpuCosts, error) {
-	c := defaultGPUCosts()
+// ParseCosts reads a comma-separated list of key=value (keys of CostParams).
+func ParseCosts(v string) (Costs, error) {
+	c := DefaultCosts()
 	for _, item := range strings.Split(v, ",") {
 		item = strings.TrimSpace(item)
 		if item == "" {
@@ -128,18 +128,18 @@ func parseGPUCosts(v string) (gpuCosts, error) {
 		}
 		key, val, ok := strings.Cut(item, "=")
 		key = strings.ToLower(strings.TrimSpace(key))
-		var p *gpuCostParam
-		for i := range gpuCostParams {
-			if gpuCostParams[i].key == key {
-				p = &gpuCostParams[i]
+		var p *CostParam
+		for i := range CostParams {
+			if CostParams[i].key == key {
+				p = &CostParams[i]
 			}
 		}
 		if !ok || p == nil {
-			return c, fmt.Errorf("%w: GONCCL_DEVICE_PATH_COST: %q is not key=value with a key of %s", errUsage, item, costKeys())
+			return c, fmt.Errorf("%w: GONCCL_DEVICE_PATH_COST: %q is not key=value with a key of %s", ErrUsage, item, costKeys())
 		}
 		f, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
 		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || f < 0 || (p.unit == "GB/s" && f == 0) {
-			return c, fmt.Errorf("%w: GONCCL_DEVICE_PATH_COST: %s=%q: want a number of %s, at least 0 (above 0 for a bandwidth)", errUsage, key, val, p.unit)
+			return c, fmt.Errorf("%w: GONCCL_DEVICE_PATH_COST: %s=%q: want a number of %s, at least 0 (above 0 for a bandwidth)", ErrUsage, key, val, p.unit)
 		}
 		*p.field(&c) = f
 	}
@@ -147,24 +147,24 @@ func parseGPUCosts(v string) (gpuCosts, error) {
 }
 
 func costKeys() string {
-	keys := make([]string, len(gpuCostParams))
-	for i, p := range gpuCostParams {
+	keys := make([]string, len(CostParams))
+	for i, p := range CostParams {
 		keys[i] = p.key
 	}
 	return strings.Join(keys, ", ")
 }
 
-// hash names the figures, for the setup exchange to check every rank has the same.
-func (c gpuCosts) hash() uint64 {
+// Hash names the figures, for the setup exchange to check every rank has the same.
+func (c Costs) Hash() uint64 {
 	h := fnv.New64a()
-	for _, p := range gpuCostParams {
+	for _, p := range CostParams {
 		fmt.Fprintf(h, "%s=%v;", p.key, *p.field(&c))
 	}
 	return h.Sum64()
 }
 
-// gpuTopo is what the setup exchange agreed about the ranks' GPUs.
-type gpuTopo struct {
+// Topo is what the setup exchange agreed about the ranks' GPUs.
+type Topo struct {
 	nranks  int
 	oneGPU  bool // every rank on one GPU
 	shared  bool // two ranks on one GPU at least
@@ -174,7 +174,7 @@ type gpuTopo struct {
 
 // sliced reports whether the device path's GPU-side waits cross contexts that take
 // turns on a GPU.
-func (t gpuTopo) sliced() bool { return t.shared && !t.mps }
+func (t Topo) sliced() bool { return t.shared && !t.mps }
 
 // sameGPUKinds are the collectives the same-GPU path runs.
 var sameGPUKinds = map[core.Kind]bool{core.KindAllReduce: true, core.KindAllGather: true,
@@ -209,12 +209,12 @@ func scratchBytes(k core.Kind, n, bytes int) int {
 
 // cost is path p's modelled time in microseconds for an operation of kind k on bytes,
 // and whether p runs k at all.
-func (c *gpuCosts) cost(t gpuTopo, p gpuPath, k core.Kind, bytes int) (float64, bool) {
+func (c *Costs) cost(t Topo, p Path, k core.Kind, bytes int) (float64, bool) {
 	bus := busBytes(k, t.nranks, bytes)
 	switch p {
-	case pathStaged:
+	case Staged:
 		return c.stagedLatency + bus/(c.stagedBusbw*1e3), true
-	case pathSameGPU:
+	case SameGPU:
 		if !sameGPUKinds[k] {
 			return 0, false
 		}
@@ -223,7 +223,7 @@ func (c *gpuCosts) cost(t gpuTopo, p gpuPath, k core.Kind, bytes int) (float64, 
 			bus *= float64(5*t.nranks-3) / float64(2*t.nranks)
 		}
 		return c.sameGPULatency + bus/(c.sameGPUBusbw*1e3), true
-	case pathDevice:
+	case Device:
 		rounds := 1.0
 		if t.scratch > 0 {
 			rounds = math.Max(1, math.Ceil(float64(scratchBytes(k, t.nranks, bytes))/float64(t.scratch)))
@@ -239,20 +239,20 @@ func (c *gpuCosts) cost(t gpuTopo, p gpuPath, k core.Kind, bytes int) (float64, 
 	return 0, false
 }
 
-// pathChooser chooses the path of each operation among those set up.
-type pathChooser struct {
-	costs gpuCosts
-	topo  gpuTopo
-	avail [numPaths]bool // pathStaged always
+// Chooser chooses the path of each operation among those set up.
+type Chooser struct {
+	costs Costs
+	topo  Topo
+	avail [NumPaths]bool // Staged always
 }
 
-// choose returns the available path with the lowest modelled time for kind k on
+// Choose returns the available path with the lowest modelled time for kind k on
 // bytes (ties go to the lower path: staged, then device), and every path's time (NaN
 // where it cannot run the operation or is not set up).
-func (pc *pathChooser) choose(k core.Kind, bytes int) (gpuPath, [numPaths]float64) {
-	var us [numPaths]float64
-	best := pathStaged
-	for p := range numPaths {
+func (pc *Chooser) Choose(k core.Kind, bytes int) (Path, [NumPaths]float64) {
+	var us [NumPaths]float64
+	best := Staged
+	for p := range NumPaths {
 		us[p] = math.NaN()
 		if !pc.avail[p] {
 			continue
@@ -269,15 +269,15 @@ func (pc *pathChooser) choose(k core.Kind, bytes int) (gpuPath, [numPaths]float6
 	return best, us
 }
 
-// path is choose's path alone.
-func (pc *pathChooser) path(k core.Kind, bytes int) gpuPath {
-	p, _ := pc.choose(k, bytes)
+// Pick is Choose's path alone.
+func (pc *Chooser) Pick(k core.Kind, bytes int) Path {
+	p, _ := pc.Choose(k, bytes)
 	return p
 }
 
-// chosenKinds are the operations whose path the chooser decides, in the INIT log's
+// ChosenKinds are the operations whose path the chooser decides, in the INIT log's
 // order. Point-to-point takes the device path whenever it is set up.
-var chosenKinds = []core.Kind{core.KindAllReduce, core.KindAllGather, core.KindReduceScatter, core.KindBroadcast,
+var ChosenKinds = []core.Kind{core.KindAllReduce, core.KindAllGather, core.KindReduceScatter, core.KindBroadcast,
 	core.KindReduce, core.KindGather, core.KindScatter, core.KindAlltoAll, core.KindBarrier, core.KindAlltoAllv}
 
 // maxModelBytes bounds the sizes the spans cover.
@@ -285,17 +285,17 @@ const maxModelBytes = 16 << 30
 
 // span is a range of sizes [lo, hi] that take one path.
 type span struct {
-	path   gpuPath
+	path   Path
 	lo, hi int
 }
 
 // spans returns the paths kind k takes from 0 bytes to maxModelBytes: the choice at
 // 0 and every power of two, each change located to the byte by bisection.
-func (pc *pathChooser) spans(k core.Kind) []span {
-	out := []span{{pc.path(k, 0), 0, 0}}
+func (pc *Chooser) spans(k core.Kind) []span {
+	out := []span{{pc.Pick(k, 0), 0, 0}}
 	prev := 0
 	for b := 1; b <= maxModelBytes; b *= 2 {
-		p := pc.path(k, b)
+		p := pc.Pick(k, b)
 		last := &out[len(out)-1]
 		if p == last.path {
 			last.hi, prev = b, b
@@ -304,7 +304,7 @@ func (pc *pathChooser) spans(k core.Kind) []span {
 		lo, hi := prev, b // lo takes last.path, hi takes p
 		for hi-lo > 1 {
 			mid := lo + (hi-lo)/2
-			if pc.path(k, mid) == last.path {
+			if pc.Pick(k, mid) == last.path {
 				lo = mid
 			} else {
 				hi = mid
@@ -317,9 +317,9 @@ func (pc *pathChooser) spans(k core.Kind) []span {
 	return out
 }
 
-// uses reports whether path p is chosen for some operation and size.
-func (pc *pathChooser) uses(p gpuPath) bool {
-	for _, k := range chosenKinds {
+// Uses reports whether path p is chosen for some operation and size.
+func (pc *Chooser) Uses(p Path) bool {
+	for _, k := range ChosenKinds {
 		for _, s := range pc.spans(k) {
 			if s.path == p {
 				return true
@@ -329,17 +329,17 @@ func (pc *pathChooser) uses(p gpuPath) bool {
 	return false
 }
 
-// describe is the INIT log's account of the choice: one line per group of operations
+// Describe is the INIT log's account of the choice: one line per group of operations
 // that choose alike, each span with the model's times at a size in it, e.g.
 // "all_reduce, all_gather: <= 2 MiB device (model at 16 B: device 20 us, same-GPU 25 us, staged 899 us), > 2 MiB same-GPU (at 256 MiB: ...)".
-func (pc *pathChooser) describe() []string {
+func (pc *Chooser) Describe() []string {
 	type group struct {
 		kinds []string
 		first core.Kind
 		spans []span
 	}
 	var groups []*group
-	for _, k := range chosenKinds {
+	for _, k := range ChosenKinds {
 		ss := pc.spans(k)
 		found := false
 		for _, g := range groups {
@@ -387,10 +387,10 @@ func (pc *pathChooser) describe() []string {
 }
 
 // times lists every available path's time for k on bytes, the chosen one first.
-func (pc *pathChooser) times(k core.Kind, bytes int, chosen gpuPath) string {
-	_, us := pc.choose(k, bytes)
-	order := []gpuPath{chosen}
-	for p := range numPaths {
+func (pc *Chooser) times(k core.Kind, bytes int, chosen Path) string {
+	_, us := pc.Choose(k, bytes)
+	order := []Path{chosen}
+	for p := range NumPaths {
 		if p != chosen {
 			order = append(order, p)
 		}

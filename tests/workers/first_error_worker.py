@@ -1,0 +1,92 @@
+"""One rank of a job that hits one bad input, as a new user would: prints the first error.
+
+usage: first_error_worker.py CASE
+
+Each rank runs CASE (see CASES below), catches the first exception and prints one line
+`FIRST ERROR <seconds> <type>: <message>` (seconds since the case began), or `NO ERROR`.
+tests/test_first_errors.py checks the message and the time.
+"""
+
+import datetime
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+TIMEOUT = datetime.timedelta(seconds=float(os.environ.get("FIRST_ERROR_TIMEOUT_S", "3")))
+
+
+def init():
+    dist.init_process_group("gonccl", timeout=TIMEOUT)
+
+
+def settings():
+    """A bad setting in the environment: the error comes at init."""
+    init()
+    t = torch.ones(4)
+    dist.all_reduce(t)
+
+
+def missing_rank():
+    """Rank 1 joins the group only after rank 0's timeout: rank 0 is told which rank never came."""
+    init()
+    if dist.get_rank() == 1:
+        time.sleep(TIMEOUT.total_seconds() * 3)
+        os._exit(0)
+    dist.new_group([0, 1], timeout=TIMEOUT)
+    dist.all_reduce(torch.ones(4))
+
+
+def dtype_mismatch():
+    init()
+    t = torch.ones(1024, dtype=torch.float32 if dist.get_rank() == 0 else torch.int32)
+    dist.all_reduce(t)
+
+
+def timeout():
+    """Rank 1 never calls the collective rank 0 waits in."""
+    init()
+    dist.all_reduce(torch.ones(4))
+    if dist.get_rank() == 1:
+        time.sleep(TIMEOUT.total_seconds() * 3)
+        os._exit(0)
+    dist.all_reduce(torch.ones(4))
+
+
+def peer_exited():
+    """Rank 1 exits (cleanly, its group destroyed) while rank 0 still has work for it."""
+    init()
+    dist.all_reduce(torch.ones(4))
+    if dist.get_rank() == 1:
+        dist.destroy_process_group()
+        os._exit(0)
+    time.sleep(0.5)
+    dist.all_reduce(torch.ones(4))
+
+
+def debug_file():
+    """A clean run with GONCCL_DEBUG_FILE set: nothing is expected to fail."""
+    init()
+    dist.all_reduce(torch.ones(4))
+    dist.destroy_process_group()
+
+
+CASES = {f.__name__: f for f in (settings, missing_rank, dtype_mismatch, timeout, peer_exited, debug_file)}
+
+
+def main():
+    case = CASES[sys.argv[1]]
+    start = time.monotonic()
+    try:
+        case()
+    except Exception as e:  # noqa: BLE001 - the point is to print whatever comes
+        msg = str(e).replace("\n", " | ")
+        print(f"FIRST ERROR {time.monotonic() - start:.2f} {type(e).__name__}: {msg}", flush=True)
+        os._exit(0)
+    print("NO ERROR", flush=True)
+
+
+if __name__ == "__main__":
+    main()
