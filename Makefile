@@ -149,7 +149,7 @@ test-race:
 # Longer: make fuzz-short FUZZTIME=10m.
 FUZZTIME ?= 50000x
 FUZZ_TARGETS = transport:FuzzDecodeHeader transport/tcp:FuzzStreamLinkRecv transport:FuzzMsgConn \
-	transport/tcp:FuzzAcceptHandshake core:FuzzBootstrapMsg core:FuzzP2PReader
+	transport/tcp:FuzzAcceptHandshake transport/tcp:FuzzResumeAnswer core:FuzzBootstrapMsg core:FuzzP2PReader
 
 fuzz-short:
 	@for t in $(FUZZ_TARGETS); do \

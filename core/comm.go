@@ -189,7 +189,7 @@ func NewComm(id UniqueID, nranks, rank int, opts Options) (*Comm, error) {
 	if cfg.test.meshListening != nil {
 		cfg.test.meshListening(rank, l.Addr().String())
 	}
-	peers := newPeerSet(rank, opts.Epoch, ranks, id.secret(), cfg.tls, l, timeout, logs, cfg.guard(logs.net), cfg.test)
+	peers := newPeerSet(rank, opts.Epoch, ranks, id.secret(), cfg.tls, l, timeout, cfg.linkRetry, cfg.checksum, logs, cfg.guard(logs.net), cfg.test)
 	if err := peers.connectInitial(deadline); err != nil {
 		peers.close()
 		return fail(err)

@@ -18,6 +18,20 @@ import (
 // channel and closes the collective link to it, so a collective waiting on it fails at
 // once, naming it, instead of at the operation's timeout.
 
+// Silence is not always a lost peer: a TCP connection that broke is being made again
+// (GONCCL_LINK_RETRY_MS, see sessions.go), and while it is, the heartbeat leaves the
+// verdict to the reconnect's window, which fails the link naming the peer if it does
+// not come back. With the window below the heartbeat timeout (the default) that
+// changes nothing; above it, a network that goes silent for longer is survived.
+
+// reconnecting reports whether a TCP connection to rank is down and being made again.
+func (e *p2pEngine) reconnecting(rank int) (bool, time.Time) {
+	if e.linkDown == nil {
+		return false, time.Time{}
+	}
+	return e.linkDown(rank)
+}
+
 // heartbeatInterval is how often heartbeats go out for a given timeout.
 func heartbeatInterval(timeout time.Duration) time.Duration {
 	return min(max(timeout/10, 50*time.Millisecond), time.Second)
@@ -43,6 +57,9 @@ func (e *p2pEngine) heartbeat(interval, timeout time.Duration, paused func(rank 
 				continue
 			}
 			if now.Sub(pp.conn.LastActivity()) > timeout {
+				if down, since := e.reconnecting(pp.rank); down && now.Sub(since) < e.linkRetry {
+					continue // link down, retrying: the reconnect's window decides (sessions.go)
+				}
 				dead = append(dead, pp)
 				continue
 			}

@@ -138,6 +138,8 @@ type p2pEngine struct {
 
 	status        func() statusReport                                   // this rank's progress, for peers that ask (see status.go)
 	onDead        func(rank int, err error)                             // a peer missed its heartbeats (see heartbeat.go)
+	linkDown      func(rank int) (bool, time.Time)                      // whether a TCP connection to rank is reconnecting, since when
+	linkRetry     time.Duration                                         // GONCCL_LINK_RETRY_MS
 	onLost        func(rank, from int, reason string, now, silent bool) // a peer says rank is lost (see lost.go)
 	onFailed      func(from, by int, reason string, class uint64)       // a peer says from's communicator failed (see devreport.go)
 	onDevSize     func(from int, msg, bytes uint64)                     // a peer's device-path send to this rank (see devp2psize.go)
@@ -169,6 +171,9 @@ func (cs completions) run() {
 func (c *Comm) startP2P(msgs []*transport.MsgConn) {
 	e := &p2pEngine{rank: c.rank, nranks: c.nranks, timeout: c.timeout, log: c.logs.net, guard: c.cfg.guard(c.logs.net),
 		peers: make([]*p2pPeer, c.nranks), status: c.status, onDead: c.peerDead, onLost: c.lossReported, onFailed: c.failureReported, onDevSize: c.devSizeAnnounced, stop: make(chan struct{})}
+	if c.cfg != nil && c.peers != nil {
+		e.linkDown, e.linkRetry = c.peers.linkDown, c.cfg.linkRetry
+	}
 	c.p2p = e // before its goroutines start: a panic handler may use it
 	for r, m := range msgs {
 		if m != nil && r != c.rank {

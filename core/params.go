@@ -98,6 +98,12 @@ var Params = []settings.Param[config]{
 	{Name: "GONCCL_HEARTBEAT_TIMEOUT_MS", Default: "15000",
 		Help:  "a peer from which nothing at all (data or heartbeat; each rank sends one on the point-to-point channel to every peer it has not written to for a while) arrives for this long is declared gone: hung, stopped, or its network cut. Collectives waiting on it fail at once, naming it. `0` turns heartbeats off",
 		Parse: integer(0, 0, func(c *config, v int64) { c.heartbeatTimeout = time.Duration(v) * time.Millisecond })},
+	{Name: "GONCCL_LINK_RETRY_MS", Default: "10000",
+		Help:  "a TCP connection between ranks that breaks while both processes live (reset or aborted by something between the hosts) is made again, authenticated as at first, and resumes with no byte lost, if the peer answers within this window; past it, the link fails naming the rank. Below `GONCCL_HEARTBEAT_TIMEOUT_MS` by default, so that a peer is given up no later than before; above it, the heartbeat waits for the window while the link is reconnecting (a network that goes silent for longer, such as a switch reboot), and a dead host takes that long to be named. `0`: no reconnects (see [Fault tolerance](fault-tolerance.md#network-faults))",
+		Parse: integer(0, 0, func(c *config, v int64) { c.linkRetry = time.Duration(v) * time.Millisecond })},
+	{Name: "GONCCL_CHECKSUM", Default: "0",
+		Help:  "`1`: the bytes of every TCP connection between ranks that do not share memory travel in records of at most 1 MiB with a CRC32C each, checked before any of it is used: a record corrupted on the way (which TCP's 16-bit checksum can miss) is resent over a resumed connection, or, with `GONCCL_LINK_RETRY_MS=0` or after 16 of them, fails the link naming the rank. The dialling rank of each pair (the higher) decides for the pair's connections: set it alike everywhere",
+		Parse: zeroOne(func(c *config, on bool) { c.checksum = on })},
 	{Name: "GONCCL_TRACE_BUFFER_SIZE", Default: "2000",
 		Help:  "operations each communicator's flight recorder keeps (see [Troubleshooting](troubleshooting.md#hangs-and-the-flight-recorder)); `0` turns it off",
 		Parse: integer(0, maxTraceSize, func(c *config, v int64) { c.traceSize = int(v) })},
@@ -176,6 +182,8 @@ type config struct {
 	zeroCopyMin        int           // GONCCL_ZEROCOPY_THRESHOLD
 	zeroCopyFault      string        // GONCCL_TEST_ZEROCOPY_FAULT (tests only; "" in production)
 	heartbeatTimeout   time.Duration // GONCCL_HEARTBEAT_TIMEOUT_MS; 0: off
+	linkRetry          time.Duration // GONCCL_LINK_RETRY_MS; 0: no reconnects
+	checksum           bool          // GONCCL_CHECKSUM
 	traceSize          int           // GONCCL_TRACE_BUFFER_SIZE
 	traceDir           string        // GONCCL_TRACE_DUMP_DIR
 	sockThreads        int           // sending goroutines per TCP peer

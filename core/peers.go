@@ -91,9 +91,13 @@ type peerSet struct {
 	tls     *tcp.TLS         // GONCCL_TLS's certificates; nil: plain TCP
 	l       *net.TCPListener // accepts the peers' connections for the communicator's life
 	timeout time.Duration
-	logs    loggers
-	guard   safego.Guard
-	slots   []peerSlot
+	retry   time.Duration // GONCCL_LINK_RETRY_MS: how long a broken TCP connection may take to come back
+	sess    tcp.Registry  // the TCP sessions (see sessions.go), for reconnects to find
+	// checksum (GONCCL_CHECKSUM): the sessions this rank dials carry CRC32Cs
+	checksum bool
+	logs     loggers
+	guard    safego.Guard
+	slots    []peerSlot
 
 	mu     sync.Mutex
 	closed bool
@@ -132,8 +136,8 @@ func fixedPeers(rank int, links []transport.Link) *peerSet {
 }
 
 // newPeerSet starts accepting peers' connections on l (which it owns from now on).
-func newPeerSet(rank int, epoch uint32, ranks []rankInfo, secret []byte, sec *tcp.TLS, l *net.TCPListener, timeout time.Duration, logs loggers, g safego.Guard, hooks testHooks) *peerSet {
-	s := &peerSet{rank: rank, epoch: epoch, ranks: ranks, secret: secret, tls: sec, l: l, timeout: timeout, logs: logs, guard: g,
+func newPeerSet(rank int, epoch uint32, ranks []rankInfo, secret []byte, sec *tcp.TLS, l *net.TCPListener, timeout, retry time.Duration, checksum bool, logs loggers, g safego.Guard, hooks testHooks) *peerSet {
+	s := &peerSet{rank: rank, epoch: epoch, ranks: ranks, secret: secret, tls: sec, l: l, timeout: timeout, retry: retry, checksum: checksum, logs: logs, guard: g,
 		slots: make([]peerSlot, len(ranks)), inflight: map[net.Conn]struct{}{}, handshake: hooks.handshake(), dialed: hooks.dialed}
 	s.wg.Add(1)
 	g.Go("peer accept", nil, func(err error) { s.wg.Done(); s.broken(err) }, func() {
@@ -288,11 +292,14 @@ func (s *peerSet) dial(peer int, deadline time.Time) {
 		if i < socks {
 			ch = tcp.CollChannel(i)
 		}
-		c, err := tcp.DialOnce(s.ranks[peer].Addr, s.secret, s.tls, tcp.Hello{From: s.rank, To: peer, Channel: ch, Epoch: s.epoch}, deadline)
+		h := tcp.Hello{From: s.rank, To: peer, Channel: ch, Epoch: s.epoch, Link: s.newLinkID(peer)}
+		h.Checksum = h.Link != 0 && s.checksum
+		c, err := tcp.DialOnce(s.ranks[peer].Addr, s.secret, s.tls, h, deadline)
 		if err != nil {
 			errs[i] = err
 			return
 		}
+		c = s.session(c, h)
 		s.opened.Add(1)
 		conns[i] = c
 		if s.dialed != nil {

@@ -62,6 +62,9 @@ func (s *peerSet) accepted(raw net.Conn) error {
 		return fmt.Errorf("peer claims to be rank %d calling rank %d", h.From, h.To)
 	}
 	p := h.From
+	if h.Resume {
+		return s.sess.Serve(c, h)
+	}
 	if h.Channel == tcp.ChannelCall {
 		if p > s.rank {
 			return fmt.Errorf("rank %d called, but a higher rank dials itself", p)
@@ -77,6 +80,7 @@ func (s *peerSet) accepted(raw net.Conn) error {
 	if p < s.rank {
 		return fmt.Errorf("rank %d dialled, but the higher rank of a pair dials", p)
 	}
+	c = s.session(c, h)
 	sl := &s.slots[p]
 	sl.mu.Lock()
 	switch sl.state {

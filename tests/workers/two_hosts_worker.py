@@ -6,11 +6,20 @@ usage: two_hosts_worker.py REPORT_DIR collectives
        two_hosts_worker.py REPORT_DIR ddp EXAMPLE_PATH STEPS SIZE
        two_hosts_worker.py REPORT_DIR fault
        two_hosts_worker.py REPORT_DIR windows
+       two_hosts_worker.py REPORT_DIR chaos SECONDS
 
 fault: a loop of all_reduce (group timeout 120 s) during which the test cuts host 1's
 link or kills host 1's ranks; every rank still alive records the error it got, how
 long after the fault it came, and exits. Rank 0 writes REPORT_DIR/started once the
 loop runs; the test writes REPORT_DIR/fault_at (a time.time()) when it strikes.
+
+chaos (tests/test_network_faults.py): a mixed loop of all_reduce, all_gather,
+broadcast (every root in turn) and send/recv with the rank at the same place on the
+other host, of 1 to 300,000 elements, each result checked against plain torch, until
+the test writes REPORT_DIR/stop (rank 0 reads it and broadcasts the verdict) or
+SECONDS pass. Every rank records its iterations (when each started and how long it
+took), every wrong result, and the error it got if any (how long after
+REPORT_DIR/fault_at).
 
 collectives: all_reduce, all_gather, send/recv (with the rank at the same place on
 the other host) and broadcast of sizes from one element to
@@ -152,6 +161,72 @@ def fault(ck: Checker, report_dir: str) -> None:
     os._exit(0)
 
 
+def chaos(ck: Checker, report_dir: str, seconds: float) -> None:
+    import time
+    from datetime import timedelta
+
+    dist.init_process_group("gonccl", timeout=timedelta(seconds=90))
+    other = (RANK + WS // 2) % WS
+    flag = torch.zeros(1)
+    res: dict = {"iterations": 0, "wrong": [], "error": None, "slowest_s": 0.0, "times": []}
+    start = time.time()
+    with ck.section("chaos"):
+        try:
+            i = 0
+            while True:
+                if RANK == 0:
+                    stop = os.path.exists(os.path.join(report_dir, "stop")) or time.time() - start > seconds
+                    flag.fill_(1.0 if stop else 0.0)
+                t0 = time.time()
+                dist.broadcast(flag, 0)
+                if flag.item() == 1.0:
+                    break
+                n = [1, 1000, 70_000, 300_000][i % 4] + i % 7
+                wrong = []
+                t = rank_input(RANK, n)
+                dist.all_reduce(t)
+                if (bad := exact_mismatch(t, sum(rank_input(r, n) for r in range(WS)))) is not None:
+                    wrong.append(f"all_reduce {n}: {bad}")
+                outs = [torch.empty(n) for _ in range(WS)]
+                dist.all_gather(outs, rank_input(RANK, n + 1)[:n].clone())
+                for r in range(WS):
+                    if (bad := exact_mismatch(outs[r], rank_input(r, n + 1)[:n])) is not None:
+                        wrong.append(f"all_gather {n} from rank {r}: {bad}")
+                root = i % WS
+                b = rank_input(RANK, n + 2)
+                dist.broadcast(b, root)
+                if (bad := exact_mismatch(b, rank_input(root, n + 2))) is not None:
+                    wrong.append(f"broadcast {n} from rank {root}: {bad}")
+                got = torch.empty(n)
+                reqs = [dist.isend(rank_input(RANK, n + 3)[:n].clone(), other), dist.irecv(got, other)]
+                for q in reqs:
+                    q.wait()
+                if (bad := exact_mismatch(got, rank_input(other, n + 3)[:n])) is not None:
+                    wrong.append(f"recv {n} from rank {other}: {bad}")
+                if wrong:
+                    res["wrong"].append({"iteration": i, "what": wrong[:4]})
+                ck.check(not wrong, f"iteration {i}: {wrong[:2]}")
+                res["slowest_s"] = max(res["slowest_s"], time.time() - t0)
+                if len(res["times"]) < 5000:
+                    res["times"].append((round(t0, 3), round(time.time() - t0, 4)))
+                i += 1
+                res["iterations"] = i
+                if RANK == 0 and i == 3:
+                    with open(os.path.join(report_dir, "started"), "w") as f:
+                        f.write("1")
+        except Exception as e:  # noqa: BLE001
+            at = os.path.join(report_dir, "fault_at")
+            since = time.time() - float(open(at).read()) if os.path.exists(at) else None
+            res["error"] = {"type": type(e).__name__, "message": str(e)[:3000], "after_fault_s": since}
+        res["seconds"] = time.time() - start
+        ck.data("result", res)
+    print("EXITING", flush=True)
+    ck.finish()
+    if res["error"] is None:
+        dist.destroy_process_group()
+    os._exit(0)
+
+
 def windows(ck: Checker) -> None:
     """window_worker's checks with two ranks per host: peers on this host are mapped
     (UNIFIED), the others reached over TCP (SEPARATE, map_remote_tensor refused)."""
@@ -173,6 +248,8 @@ def main() -> None:
         collectives(ck, only_all_reduce=True)
     elif sys.argv[2] == "fault":
         fault(ck, sys.argv[1])
+    elif sys.argv[2] == "chaos":
+        chaos(ck, sys.argv[1], float(sys.argv[3]))
     elif sys.argv[2] == "windows":
         windows(ck)
     else:

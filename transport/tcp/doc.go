@@ -8,7 +8,10 @@
 // (tls.go, secure.go, tlsbatch.go). Over those
 // connections it runs the transport.Link of a pair of ranks: StreamLink frames
 // messages over one ordered byte stream (stream.go), StripedLink cuts large frames
-// across several connections that move in parallel (striped.go).
+// across several connections that move in parallel (striped.go). Between hosts each
+// connection is a Session (session.go, resume.go, ring.go): when it breaks while both
+// ends live, it is made again, authenticated as at first, and resumes its byte stream
+// from the delivered counts; it may carry a CRC32C per record (checksum.go).
 //
 // It knows nothing of communicators or collectives: core decides which connections
 // to make and which link to run over them.

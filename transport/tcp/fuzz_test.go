@@ -21,6 +21,14 @@ func hello(from, to int32, ch uint32, version uint32) []byte {
 	for i := 20; i < helloSize; i++ {
 		b[i] = byte(i)
 	}
+	putResume(b[24:], Hello{})
+	return b
+}
+
+// resumeHello is hello with the session fields of a reconnect of link.
+func resumeHello(from, to int32, ch uint32, link, count uint64) []byte {
+	b := hello(from, to, ch, protoVersion)
+	putResume(b[24:], Hello{Link: link, Resume: true, Count: count})
 	return b
 }
 
@@ -35,6 +43,8 @@ func FuzzAcceptHandshake(f *testing.F) {
 	f.Add(hello(-1, -1, 0xffffffff, protoVersion))                        // bad channel
 	f.Add(hello(1, 0, ChannelP2P, 99))                                    // other protocol
 	f.Add([]byte("GET / HTTP/1.0\r\n\r\n"))
+	f.Add(resumeHello(1, 0, ChannelColl, 7, 1<<40))                               // a reconnect
+	f.Add(append(resumeHello(0, 1, ChannelCall, 7, 3), make([]byte, macSize)...)) // a call, wrong proof
 	secret := []byte("0123456789abcdef")
 	f.Fuzz(func(t *testing.T, data []byte) {
 		conn := wiretest.Feed(data)
@@ -103,6 +113,35 @@ func FuzzStreamLinkRecv(f *testing.F) {
 		if !errors.Is(err, transport.ErrPeerClosed) && !errors.Is(err, transport.ErrMismatch) &&
 			!errors.Is(err, transport.ErrTimeout) && !bytes.Contains([]byte(err.Error()), []byte("bad frame magic")) {
 			t.Fatalf("unexpected error class: %v", err)
+		}
+	})
+}
+
+// FuzzResumeAnswer feeds arbitrary bytes to a reconnecting dialler where the
+// acceptor's answer belongs: it must take only a well-formed answer, read a refusal's
+// reason without trusting its length beyond 255 bytes, return promptly and never
+// panic.
+func FuzzResumeAnswer(f *testing.F) {
+	ok := binary.LittleEndian.AppendUint64(binary.LittleEndian.AppendUint32(nil, resumeMagic), 12345)
+	f.Add(ok)
+	f.Add(ok[:7])
+	f.Add(append(refuseMagic[:], 5, 's', 't', 'a', 'l', 'e'))
+	f.Add(append(refuseMagic[:], 255, 'x'))
+	f.Add([]byte("GET / HTTP/1.0\r\n\r\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		conn := wiretest.Feed(data)
+		defer conn.Close()
+		start := time.Now()
+		n, err := readResumeAnswer(conn, start.Add(2*time.Second))
+		if err == nil && (len(data) < 12 || binary.LittleEndian.Uint32(data) != resumeMagic || binary.LittleEndian.Uint64(data[4:]) != n) {
+			t.Fatalf("took %d from %q", n, data)
+		}
+		var refused *RefusedError
+		if errors.As(err, &refused) && len(refused.Reason) > 255 {
+			t.Fatalf("a reason of %d bytes", len(refused.Reason))
+		}
+		if took := time.Since(start); took > 2*time.Second+hangSlack {
+			t.Fatalf("took %v, past its deadline", took)
 		}
 	})
 }

@@ -22,12 +22,17 @@ const RootRank = -1
 // ErrAuth means the other end could not prove it knows the communicator's secret.
 var ErrAuth = errors.New("handshake failed: the peer does not know the communicator's secret")
 
+// ErrHalfOpen means a connection's handshake stalled: the client sent part of it, or
+// nothing, and went silent (a half-open connection, or a slow-loris client).
+var ErrHalfOpen = errors.New("half-open connection")
+
 const (
 	helloMagic   = 0x474e4348 // "GNCH"
-	protoVersion = 3
+	protoVersion = 4
 	nonceSize    = 16
 	macSize      = sha256.Size
-	helloSize    = 4 + 4 + 4 + 4 + 4 + 4 + nonceSize
+	helloFields  = 4 + 4 + 4 + 4 + 4 + 4 + 8 + 4 + 8 // magic .. count: what the MAC covers after the ranks
+	helloSize    = helloFields + nonceSize
 )
 
 // Channels: a pair of ranks holds one connection per channel.
@@ -70,15 +75,28 @@ type Hello struct {
 	From, To int
 	Channel  uint8
 	Epoch    uint32
+	// Link is the id of the session (see session.go) the connection carries, chosen
+	// by the dialler at the first connect; 0 for a connection that carries none.
+	Link uint64
+	// Resume marks a reconnect of session Link: on a data channel, this connection
+	// replaces the broken one and Count is the bytes the dialler has delivered; on
+	// ChannelCall, the lower rank asks the dialler to reconnect, Count being the
+	// session's generation that broke.
+	Resume bool
+	Count  uint64
+	// Checksum: the session's bytes travel in records with a CRC32C each (see
+	// checksum.go); the dialler's setting decides for the connection.
+	Checksum bool
 }
 
 // The handshake, both ends proving knowledge of the secret without revealing it:
 //
-//	dialer   -> acceptor: magic, version, from, to, channel, epoch, nonceD
-//	acceptor -> dialer:   nonceA, HMAC(secret, "A" | nonceD | nonceA | from | to | channel | epoch)
-//	dialer   -> acceptor: HMAC(secret, "D" | nonceA | nonceD | from | to | channel | epoch)
+//	dialer   -> acceptor: magic, version, from, to, channel, epoch, link, flags, count, nonceD
+//	acceptor -> dialer:   nonceA, HMAC(secret, "A" | nonceD | nonceA | hello's fields)
+//	dialer   -> acceptor: HMAC(secret, "D" | nonceA | nonceD | hello's fields)
 //
-// Fresh nonces on both sides make a recorded handshake useless to replay.
+// Fresh nonces on both sides make a recorded handshake useless to replay. A reconnect
+// (Resume) runs the same handshake: the link id and the counts are covered by both MACs.
 
 // DialHandshake runs the dialling side of the handshake on conn.
 func DialHandshake(conn net.Conn, secret []byte, h Hello, deadline time.Time) error {
@@ -93,7 +111,8 @@ func DialHandshake(conn net.Conn, secret []byte, h Hello, deadline time.Time) er
 	binary.LittleEndian.PutUint32(hello[12:], uint32(int32(h.To)))
 	binary.LittleEndian.PutUint32(hello[16:], uint32(h.Channel))
 	binary.LittleEndian.PutUint32(hello[20:], h.Epoch)
-	nonceD := hello[24:]
+	putResume(hello[24:], h)
+	nonceD := hello[helloFields:]
 	if _, err := rand.Read(nonceD); err != nil {
 		return err
 	}
@@ -128,10 +147,14 @@ func AcceptHandshake(conn net.Conn, secret []byte, deadline time.Time) (Hello, e
 	}
 	defer conn.SetDeadline(time.Time{})
 	var hello [helloSize]byte
-	if _, err := io.ReadFull(conn, hello[:]); err != nil {
+	// Magic and version first: a stranger or an older build is told so at once.
+	if _, err := io.ReadFull(conn, hello[:8]); err != nil {
 		return Hello{}, acceptErr("hello", err)
 	}
 	if binary.LittleEndian.Uint32(hello[0:]) == tlsMagic {
+		if _, err := io.ReadFull(conn, hello[8:preambleSize]); err != nil {
+			return Hello{}, acceptErr("hello", err)
+		}
 		from := int(int32(binary.LittleEndian.Uint32(hello[8:])))
 		refuse(conn, "this rank uses TLS (GONCCL_TLS=1) but the peer speaks plain TCP: set GONCCL_TLS=1 and the certificates on every rank")
 		return Hello{From: from}, fmt.Errorf("rank %d speaks TLS (GONCCL_TLS=1 there) to a plain TCP rank (GONCCL_TLS is not 1 here): refused", from)
@@ -141,6 +164,9 @@ func AcceptHandshake(conn net.Conn, secret []byte, deadline time.Time) (Hello, e
 	}
 	if v := binary.LittleEndian.Uint32(hello[4:]); v != protoVersion {
 		return Hello{}, fmt.Errorf("handshake: peer speaks protocol %d, this rank %d", v, protoVersion)
+	}
+	if _, err := io.ReadFull(conn, hello[8:]); err != nil {
+		return Hello{}, acceptErr("hello", err)
 	}
 	ch := binary.LittleEndian.Uint32(hello[16:])
 	if ch > 0xff {
@@ -152,7 +178,10 @@ func AcceptHandshake(conn net.Conn, secret []byte, deadline time.Time) (Hello, e
 		Channel: uint8(ch),
 		Epoch:   binary.LittleEndian.Uint32(hello[20:]),
 	}
-	nonceD := hello[24:]
+	if err := getResume(hello[24:], &h); err != nil {
+		return Hello{}, err
+	}
+	nonceD := hello[helloFields:]
 	var reply [nonceSize + macSize]byte
 	nonceA := reply[:nonceSize]
 	if _, err := rand.Read(nonceA); err != nil {
@@ -172,21 +201,49 @@ func AcceptHandshake(conn net.Conn, secret []byte, deadline time.Time) (Hello, e
 	return h, nil
 }
 
+// putResume writes h's session fields (link, flags, count: 20 bytes) into b; flags:
+// 1 Resume, 2 Checksum.
+func putResume(b []byte, h Hello) {
+	binary.LittleEndian.PutUint64(b[0:], h.Link)
+	var flags uint32
+	if h.Resume {
+		flags |= 1
+	}
+	if h.Checksum {
+		flags |= 2
+	}
+	binary.LittleEndian.PutUint32(b[8:], flags)
+	binary.LittleEndian.PutUint64(b[12:], h.Count)
+}
+
+// getResume reads what putResume wrote into h.
+func getResume(b []byte, h *Hello) error {
+	h.Link = binary.LittleEndian.Uint64(b[0:])
+	flags := binary.LittleEndian.Uint32(b[8:])
+	if flags > 3 || (flags != 0 && h.Link == 0) {
+		return fmt.Errorf("handshake: bad session flags %#x for link %#x", flags, h.Link)
+	}
+	h.Resume, h.Checksum = flags&1 != 0, flags&2 != 0
+	h.Count = binary.LittleEndian.Uint64(b[12:])
+	return nil
+}
+
 // acceptErr explains why the dialer's hello or proof did not arrive.
 func acceptErr(what string, err error) error {
 	if errors.Is(err, os.ErrDeadlineExceeded) {
-		return fmt.Errorf("handshake: no %s before the deadline (a silent or slow client): %w", what, err)
+		return fmt.Errorf("handshake: no %s before the deadline (a silent or slow client, or a half-open connection): %w: %w", what, ErrHalfOpen, err)
 	}
 	return fmt.Errorf("handshake: connection ended before its %s: %w", what, err)
 }
 
 func mac(secret []byte, role byte, n1, n2 []byte, h Hello) []byte {
 	m := hmac.New(sha256.New, secret)
-	var ranks [13]byte
+	var ranks [13 + 20]byte
 	binary.LittleEndian.PutUint32(ranks[0:], uint32(int32(h.From)))
 	binary.LittleEndian.PutUint32(ranks[4:], uint32(int32(h.To)))
 	ranks[8] = h.Channel
 	binary.LittleEndian.PutUint32(ranks[9:], h.Epoch)
+	putResume(ranks[13:], h)
 	m.Write([]byte{role})
 	m.Write(n1)
 	m.Write(n2)

@@ -112,6 +112,9 @@ func (t *TLS) config(server bool) *tls.Config {
 // a plain connection), for logs.
 func PeerName(c net.Conn) string {
 	var tc *tls.Conn
+	if s, ok := c.(*Session); ok {
+		c = s.Conn()
+	}
 	switch c := c.(type) {
 	case *tlsConn:
 		tc = c.Conn

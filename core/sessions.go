@@ -1,0 +1,89 @@
+package core
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/gonccl/gonccl/transport/tcp"
+)
+
+// Links between hosts survive broken connections (GONCCL_LINK_RETRY_MS): every TCP
+// connection of a pair that does not talk through shared memory is a tcp.Session,
+// which the dialler (the higher rank) makes again when it breaks, and which then
+// resumes its byte stream where it stopped (see transport/tcp/session.go). The links
+// above (StreamLink, StripedLink, the point-to-point channel) never see the break.
+// The acceptor asks the dialler to reconnect with a call, as connections on demand
+// do. A session that does not come back within the window fails, naming the peer, and
+// the link above fails with it as a dead connection does.
+
+// With GONCCL_CHECKSUM=1 the sessions also carry a CRC32C per record (see
+// transport/tcp/checksum.go); with GONCCL_LINK_RETRY_MS=0 and checksums on, they are
+// sessions that never reconnect, so that a corrupted record fails the link.
+
+// sessions reports whether the connections to peer are sessions.
+func (s *peerSet) sessions(peer int) bool {
+	me, ri := s.ranks[s.rank], s.ranks[peer]
+	return (s.retry > 0 || s.checksum) && !(me.Host == ri.Host && me.Shm && ri.Shm)
+}
+
+// newLinkID returns a fresh session id for a connection to peer, or 0 where the
+// pair's connections are no sessions.
+func (s *peerSet) newLinkID(peer int) uint64 {
+	if !s.sessions(peer) {
+		return 0
+	}
+	var b [8]byte
+	for {
+		_, _ = rand.Read(b[:])
+		if id := binary.LittleEndian.Uint64(b[:]); id != 0 {
+			return id
+		}
+	}
+}
+
+// session wraps c, a connection of the pair this rank has with the other end of
+// hello h (dialled by this rank if h.From is this rank), in a session if h asks for
+// one and this rank reconnects at all.
+func (s *peerSet) session(c net.Conn, h tcp.Hello) net.Conn {
+	if h.Link == 0 || (s.retry == 0 && !h.Checksum) {
+		return c
+	}
+	peer, dialler := h.From, h.From == s.rank
+	if dialler {
+		peer = h.To
+	}
+	cfg := tcp.SessionConfig{Peer: peer, Channel: h.Channel, Link: h.Link, Retry: s.retry, Guard: s.guard, Checksum: h.Checksum,
+		Log: func(m string) { s.logs.net.Info(m) }}
+	addr := s.ranks[peer].Addr
+	if dialler {
+		cfg.Redial = func(delivered uint64, deadline time.Time) (net.Conn, uint64, error) {
+			rh := h
+			rh.Resume, rh.Count = true, delivered
+			return tcp.DialResume(addr, s.secret, s.tls, rh, deadline)
+		}
+	} else {
+		cfg.Call = func(gen uint64, deadline time.Time) error {
+			call := tcp.Hello{From: s.rank, To: peer, Channel: tcp.ChannelCall, Epoch: s.epoch, Link: h.Link, Resume: true, Count: gen}
+			if err := tcp.CallResume(addr, s.secret, s.tls, call, deadline); err != nil {
+				return fmt.Errorf("asking rank %d to reconnect: %w", peer, err)
+			}
+			return nil
+		}
+	}
+	sess := tcp.NewSession(c, tcp.RetainFor(c), cfg)
+	s.sess.Add(peer, h.Link, sess)
+	return sess
+}
+
+// linkDown reports whether a connection to peer is reconnecting, and since when.
+func (s *peerSet) linkDown(peer int) (bool, time.Time) {
+	for _, ss := range s.sess.Sessions(peer) {
+		if down, since := ss.Down(); down {
+			return true, since
+		}
+	}
+	return false, time.Time{}
+}

@@ -1,0 +1,413 @@
+package tcp
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"math/rand"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Sessions over real loopback sockets: two "ranks", each with a listener and a
+// registry as core has them; rank 1 dials (the higher rank of a pair), rank 0 accepts.
+
+type sessRank struct {
+	rank   int
+	l      *net.TCPListener
+	reg    Registry
+	tls    *TLS
+	secret []byte
+	accept chan *Session // rank 0: sessions made from first connects
+	logs   chan string
+	served chan error // what Serve answered each reconnect
+}
+
+func newSessRank(t testing.TB, rank int, sec *TLS) *sessRank {
+	l, err := Listen(Interface{Name: "lo", IP: net.IPv4(127, 0, 0, 1)})
+	require.NoError(t, err)
+	r := &sessRank{rank: rank, l: l, tls: sec, secret: tlsSecret, accept: make(chan *Session, 4),
+		logs: make(chan string, 1000), served: make(chan error, 100)}
+	t.Cleanup(func() { l.Close() })
+	return r
+}
+
+func (r *sessRank) log(m string) {
+	select {
+	case r.logs <- m:
+	default:
+	}
+}
+
+// serve accepts until the listener closes: reconnects go to the registry, first
+// connects become acceptor sessions that call peer back at callAddr.
+// sessOpts vary a test's sessions: checksums, and a wrapper around every connection
+// rank 1 dials (a corrupting one, say).
+type sessOpts struct {
+	retry    time.Duration
+	checksum bool
+	wrap     func(net.Conn) net.Conn
+}
+
+func (r *sessRank) serveWith(o sessOpts, callAddr string) {
+	retry := o.retry
+	for {
+		raw, err := r.l.AcceptTCP()
+		if err != nil {
+			return
+		}
+		Accepted(raw)
+		go func() {
+			c, h, err := Accept(raw, r.secret, r.tls, time.Now().Add(2*time.Second))
+			if err != nil {
+				r.served <- err
+				raw.Close()
+				return
+			}
+			if h.Resume {
+				r.served <- r.reg.Serve(c, h)
+				return
+			}
+			s := NewSession(c, RetainFor(c), SessionConfig{Peer: h.From, Channel: h.Channel, Link: h.Link, Retry: retry, Log: r.log, Checksum: h.Checksum,
+				Call: func(gen uint64, deadline time.Time) error {
+					return CallResume(callAddr, r.secret, r.tls, Hello{From: r.rank, To: h.From, Channel: ChannelCall, Link: h.Link, Resume: true, Count: gen}, deadline)
+				}})
+			r.reg.Add(h.From, h.Link, s)
+			r.accept <- s
+		}()
+	}
+}
+
+// sessionPair connects rank 1's session to rank 0's (channel 0, link id 7).
+func sessionPair(t *testing.T, retry time.Duration, sec0, sec1 *TLS) (dial, acc *Session, r0, r1 *sessRank) {
+	return sessionPairWith(t, sessOpts{retry: retry}, sec0, sec1)
+}
+
+func sessionPairWith(t testing.TB, o sessOpts, sec0, sec1 *TLS) (dial, acc *Session, r0, r1 *sessRank) {
+	r0, r1 = newSessRank(t, 0, sec0), newSessRank(t, 1, sec1)
+	addr0 := r0.l.Addr().String()
+	go r0.serveWith(o, r1.l.Addr().String())
+	go r1.serveWith(o, "")
+	wrap := func(c net.Conn) net.Conn { return c }
+	if o.wrap != nil {
+		wrap = o.wrap
+	}
+	h := Hello{From: 1, To: 0, Channel: ChannelColl, Link: 7, Checksum: o.checksum}
+	c, err := DialOnce(addr0, tlsSecret, sec1, h, time.Now().Add(5*time.Second))
+	require.NoError(t, err)
+	dial = NewSession(wrap(c), RetainFor(c), SessionConfig{Peer: 0, Channel: ChannelColl, Link: 7, Retry: o.retry, Log: r1.log, Checksum: o.checksum,
+		Redial: func(delivered uint64, deadline time.Time) (net.Conn, uint64, error) {
+			rh := h
+			rh.Resume, rh.Count = true, delivered
+			c, n, err := DialResume(addr0, tlsSecret, sec1, rh, deadline)
+			if err != nil {
+				return nil, 0, err
+			}
+			return wrap(c), n, nil
+		}})
+	r1.reg.Add(0, 7, dial)
+	select {
+	case acc = <-r0.accept:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no session accepted")
+	}
+	t.Cleanup(func() { dial.Close(); acc.Close() })
+	return dial, acc, r0, r1
+}
+
+// pump streams n random bytes each way between a and b in random pieces, and checks
+// what arrives; strike(i) runs after every 4 MiB b reads.
+func pump(t *testing.T, a, b *Session, n int, strike func(i int)) {
+	rng := rand.New(rand.NewSource(1))
+	ab, ba := make([]byte, n), make([]byte, n)
+	rng.Read(ab)
+	rng.Read(ba)
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	write := func(w io.Writer, data []byte, seed int64) {
+		defer wg.Done()
+		rng := rand.New(rand.NewSource(seed))
+		for len(data) > 0 {
+			k := min(len(data), 1+rng.Intn(3<<20))
+			if _, err := w.Write(data[:k]); err != nil {
+				errs <- err
+				return
+			}
+			data = data[k:]
+		}
+	}
+	read := func(r io.Reader, want []byte, strike func(i int)) {
+		defer wg.Done()
+		got := make([]byte, len(want))
+		for off, i := 0, 0; off < len(got); i++ {
+			k := min(len(got)-off, 1<<20)
+			if _, err := io.ReadFull(r, got[off:off+k]); err != nil {
+				errs <- err
+				return
+			}
+			off += k
+			if strike != nil && i%4 == 3 {
+				strike(i / 4)
+			}
+		}
+		if !bytes.Equal(got, want) {
+			i := 0
+			for got[i] == want[i] {
+				i++
+			}
+			errs <- fmt.Errorf("stream differs from byte %d", i)
+		}
+	}
+	for _, s := range []*Session{a, b} {
+		_ = s.SetDeadline(time.Now().Add(60 * time.Second))
+	}
+	wg.Add(4)
+	go write(a, ab, 2)
+	go write(b, ba, 3)
+	go read(b, ab, strike)
+	go read(a, ba, nil)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+// TestSessionSurvivesResets resets the connection under a session over and over (as
+// ss -K does: a RST, from either side) while both directions stream; every byte
+// arrives once and in order, and both sides log the breaks and resumes.
+func TestSessionSurvivesResets(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		tls  bool
+	}{{"plain", false}, {"tls", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var s0, s1 *TLS
+			if tc.tls {
+				_, secs := groupTLS(t, 2)
+				s0, s1 = secs[0], secs[1]
+			}
+			dial, acc, r0, r1 := sessionPair(t, 5*time.Second, s0, s1)
+			pump(t, dial, acc, 48<<20, func(i int) {
+				s := []*Session{dial, acc}[i%2]
+				if down, _ := s.Down(); !down {
+					abort(s.Conn()) // a reset seen first by one side, then the other
+				}
+			})
+			require.GreaterOrEqual(t, dial.Resumes(), 4, "resumes")
+			require.Equal(t, dial.Resumes(), acc.Resumes())
+			sent, _ := dial.Counts()
+			_, got := acc.Counts()
+			require.Equal(t, uint64(48<<20), sent)
+			require.Equal(t, sent, got)
+			if tc.tls {
+				require.True(t, strings.HasPrefix(PeerName(dial), "CN=rank-0 "), "the resumed link is TLS to the same peer: %q", PeerName(dial))
+				require.True(t, strings.HasPrefix(PeerName(acc), "CN=rank-1 "), "%q", PeerName(acc))
+			}
+			requireLogged(t, r1.logs, "link to rank 0 (channel 0) resumed after")
+			requireLogged(t, r0.logs, "link to rank 1 (channel 0) resumed after")
+		})
+	}
+}
+
+func requireLogged(t *testing.T, logs chan string, what string) {
+	t.Helper()
+	var all []string
+	for {
+		select {
+		case m := <-logs:
+			if strings.Contains(m, what) {
+				return
+			}
+			all = append(all, m)
+		default:
+			t.Fatalf("no log line with %q in:\n%s", what, strings.Join(all, "\n"))
+		}
+	}
+}
+
+// flipConn flips one bit of the payload of every every-th large write: corruption on
+// the way that TCP's checksum does not see (it is made before TCP computes its own).
+type flipConn struct {
+	net.Conn
+	every, n int
+	flipped  *atomic.Int64
+}
+
+func (c *flipConn) Write(p []byte) (int, error) {
+	if len(p) > 4096 {
+		c.n++
+		if c.n%c.every == 0 {
+			q := append([]byte(nil), p...)
+			q[len(q)/2] ^= 0x10
+			c.flipped.Add(1)
+			return c.Conn.Write(q)
+		}
+	}
+	return c.Conn.Write(p)
+}
+
+// abort must reach the TCP connection under the wrapper.
+func (c *flipConn) raw() net.Conn { return c.Conn }
+
+// TestChecksumCatchesCorruption: with checksums, bytes corrupted on the way never
+// reach the reader: each bad record is resent over a resumed connection and the
+// stream arrives exact; without them, the same corruption arrives as it is.
+func TestChecksumCatchesCorruption(t *testing.T) {
+	var flipped atomic.Int64
+	wrap := func(c net.Conn) net.Conn { return &flipConn{Conn: c, every: 7, flipped: &flipped} }
+	dial, acc, r0, _ := sessionPairWith(t, sessOpts{retry: 5 * time.Second, checksum: true, wrap: wrap}, nil, nil)
+	pump(t, dial, acc, 24<<20, func(int) {})
+	require.Greater(t, flipped.Load(), int64(2), "the corrupter flipped nothing")
+	require.GreaterOrEqual(t, acc.Resumes(), 1)
+	requireLogged(t, r0.logs, "frame checksum (CRC32C) mismatch")
+
+	flipped.Store(0)
+	wrap = func(c net.Conn) net.Conn { return &flipConn{Conn: c, every: 1, flipped: &flipped} }
+	dial, acc, _, _ = sessionPairWith(t, sessOpts{retry: 5 * time.Second, wrap: wrap}, nil, nil)
+	data := make([]byte, 4<<20)
+	rand.New(rand.NewSource(5)).Read(data)
+	go func() { _, _ = dial.Write(data) }()
+	got := make([]byte, len(data))
+	_ = acc.SetReadDeadline(time.Now().Add(20 * time.Second))
+	_, err := io.ReadFull(acc, got)
+	require.NoError(t, err)
+	require.Positive(t, flipped.Load())
+	require.False(t, bytes.Equal(data, got), "without checksums the corruption goes through unseen")
+}
+
+// TestChecksumWithoutRetryFailsNamingRank: with no retry window a corrupted record
+// fails the session, naming the rank and the connection, and is never handed out.
+func TestChecksumWithoutRetryFailsNamingRank(t *testing.T) {
+	var flipped atomic.Int64
+	wrap := func(c net.Conn) net.Conn { return &flipConn{Conn: c, every: 1, flipped: &flipped} }
+	dial, acc, _, _ := sessionPairWith(t, sessOpts{checksum: true, wrap: wrap}, nil, nil)
+	data := make([]byte, 64<<10)
+	go func() { _, _ = dial.Write(data) }()
+	_ = acc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	n, err := acc.Read(make([]byte, len(data)))
+	require.Zero(t, n)
+	require.ErrorIs(t, err, ErrChecksum)
+	require.ErrorContains(t, err, "rank 1, link channel 0")
+}
+
+// TestRingKeepsTheTail checks the ring against the stream it was fed: empty writes
+// first (a zero-byte frame), growth, wrap-around and writes larger than the ring.
+func TestRingKeepsTheTail(t *testing.T) {
+	rng := rand.New(rand.NewSource(9))
+	for _, max := range []int{0, 100, 64 << 10, 1 << 20} {
+		r := ring{max: max}
+		var stream []byte
+		for i := 0; i < 300; i++ {
+			p := make([]byte, []int{0, 1, 7, 1000, 70000, 2 << 20}[rng.Intn(6)])
+			rng.Read(p)
+			r.write(p)
+			stream = append(stream, p...)
+			require.Equal(t, uint64(len(stream)), r.end)
+			require.LessOrEqual(t, r.n, max)
+			from := len(stream) - r.n
+			if r.n > 0 {
+				from = len(stream) - rng.Intn(r.n+1)
+			}
+			require.Equal(t, stream[from:], r.since(uint64(from)), "max %d, write %d", max, i)
+		}
+	}
+}
+
+// TestReconnectBadInput: reconnects that must be refused, each with its named error
+// on the accepting side, and the link carries on after them.
+func TestReconnectBadInput(t *testing.T) {
+	dial, acc, r0, _ := sessionPair(t, 5*time.Second, nil, nil)
+	addr0 := r0.l.Addr().String()
+	dl := func() time.Time { return time.Now().Add(3 * time.Second) }
+	served := func() error { // the next refusal (nil: a genuine resume, skipped)
+		for {
+			select {
+			case err := <-r0.served:
+				if err != nil {
+					return err
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the acceptor refused nothing")
+			}
+		}
+	}
+	h := Hello{From: 1, To: 0, Channel: ChannelColl, Link: 7, Resume: true}
+
+	_, _, err := DialResume(addr0, []byte("not the secret!!"), nil, h, dl())
+	require.ErrorIs(t, err, ErrAuth, "wrong secret")
+	require.ErrorContains(t, served(), "proof of the secret") // the dialler hung up: rank 0 proved its secret, it did not
+
+	stale := h
+	stale.Link = 8
+	_, _, err = DialResume(addr0, tlsSecret, nil, stale, dl())
+	var refused *RefusedError
+	require.ErrorAs(t, err, &refused, "stale link id")
+	require.ErrorIs(t, served(), ErrStaleLink)
+
+	other := h
+	other.Channel = ChannelP2P
+	_, _, err = DialResume(addr0, tlsSecret, nil, other, dl())
+	require.ErrorAs(t, err, &refused, "the link's id on another channel")
+	require.ErrorIs(t, served(), ErrStaleLink)
+
+	counts := h
+	counts.Count = 1 << 40 // far more than rank 0 ever sent
+	_, _, err = DialResume(addr0, tlsSecret, nil, counts, dl())
+	require.ErrorAs(t, err, &refused, "mismatched counts")
+	require.Contains(t, refused.Reason, "delivered byte counts do not match")
+	require.ErrorIs(t, served(), ErrCountMismatch)
+
+	raw, err := net.Dial("tcp", addr0) // half-open: part of a hello, then silence
+	require.NoError(t, err)
+	_, _ = raw.Write(resumeHello(1, 0, ChannelColl, 7, 0)[:20])
+	require.ErrorIs(t, served(), ErrHalfOpen) // after the real dialler's resume, which the refused one set off
+	raw.Close()
+
+	// The refusals broke nothing for good: the real dialler resumes, the stream is exact.
+	pump(t, dial, acc, 4<<20, func(int) {})
+}
+
+// TestChecksumEmptyWrite: an empty write (a zero-byte frame's stripe) sends no record,
+// and the stream goes on.
+func TestChecksumEmptyWrite(t *testing.T) {
+	dial, acc, _, _ := sessionPairWith(t, sessOpts{retry: 5 * time.Second, checksum: true}, nil, nil)
+	n, err := dial.Write(nil)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	_, err = dial.Write([]byte("after"))
+	require.NoError(t, err)
+	got := make([]byte, 5)
+	_ = acc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, err = io.ReadFull(acc, got)
+	require.NoError(t, err)
+	require.Equal(t, "after", string(got))
+	require.Zero(t, acc.Resumes())
+}
+
+// TestRingRewind: bytes written into the ring that never went out are dropped; the
+// ones before them stay exact, and none is claimed that a longer write overwrote.
+func TestRingRewind(t *testing.T) {
+	stream := make([]byte, 400)
+	for i := range stream {
+		stream[i] = byte(i)
+	}
+	r := ring{max: 100}
+	r.write(stream[:90])
+	r.write(stream[90:120]) // written whole, then only 10 of it went out
+	r.rewind(100)
+	require.Equal(t, uint64(100), r.end)
+	require.Equal(t, 80, r.n)
+	require.Equal(t, stream[20:100], r.since(20))
+	r.write(stream[100:350]) // longer than the ring, 30 of it out: nothing older is left
+	r.rewind(130)
+	require.Equal(t, 0, r.n)
+	r.write(stream[130:140])
+	require.Equal(t, stream[130:140], r.since(130))
+}
