@@ -14,6 +14,7 @@ import (
 	"github.com/gonccl/gonccl/cuda/staged"
 	"github.com/gonccl/gonccl/cuda/topology"
 	"github.com/gonccl/gonccl/internal/cenv"
+	settings "github.com/gonccl/gonccl/internal/config"
 	"github.com/gonccl/gonccl/internal/route"
 )
 
@@ -67,7 +68,7 @@ func devScratch() (int, error) {
 }
 
 func parseScratch(v string) (int, error) {
-	n, ok := parseByteSize(v, maxDevScratch)
+	n, ok := settings.ParseBytes(v, maxDevScratch)
 	if !ok || n < minDevScratch {
 		return 0, fmt.Errorf("%w: GONCCL_DEVICE_SCRATCH=%q: want bytes from 1M to 16G (e.g. 8388608, 64M, 1G)", errUsage, v)
 	}

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/gonccl/gonccl/internal/cenv"
+	settings "github.com/gonccl/gonccl/internal/config"
 )
 
 // devRingBytes is the all_reduce size (a reduce_scatter's input) from which the device
@@ -19,7 +20,7 @@ func devRingFrom() (int, error) {
 	if !ok || strings.TrimSpace(v) == "" {
 		return devRingBytes, nil
 	}
-	n, ok := parseByteSize(v, maxDevScratch)
+	n, ok := settings.ParseBytes(v, maxDevScratch)
 	if !ok {
 		return 0, fmt.Errorf("%w: GONCCL_DEVICE_RING_THRESHOLD=%q: want bytes from 0 (never) to 16G (e.g. 4194304, 4M)", errUsage, v)
 	}

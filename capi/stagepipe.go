@@ -9,6 +9,7 @@ import (
 	"github.com/gonccl/gonccl/cuda/kernels"
 	"github.com/gonccl/gonccl/cuda/staged"
 	"github.com/gonccl/gonccl/internal/cenv"
+	settings "github.com/gonccl/gonccl/internal/config"
 	"github.com/gonccl/gonccl/internal/route"
 )
 
@@ -39,7 +40,7 @@ func stagedPinned() (int, error) {
 	if !ok || strings.TrimSpace(v) == "" {
 		return stagedPinnedBytes, nil
 	}
-	n, ok := parseByteSize(v, 1<<40)
+	n, ok := settings.ParseBytes(v, 1<<40)
 	if !ok {
 		return 0, fmt.Errorf("%w: GONCCL_STAGED_PINNED=%q: want bytes from 0 (no bound) to 1024G (e.g. 67108864, 64M)", errUsage, v)
 	}
@@ -87,7 +88,7 @@ func stagedChunkSetting() (n int, set bool, err error) {
 }
 
 func parseStagedChunk(v string) (int, error) {
-	n, ok := parseByteSize(v, 16<<30)
+	n, ok := settings.ParseBytes(v, 16<<30)
 	if !ok {
 		return 0, fmt.Errorf("%w: GONCCL_STAGED_CHUNK=%q: want bytes from 0 (no pipelining) to 16G (e.g. 4194304, 4M)", errUsage, v)
 	}
