@@ -45,7 +45,6 @@ from test_two_hosts import hosts, tls_env  # noqa: F401 (the fixtures, used by n
 
 RELAY = os.path.join(os.path.dirname(SCRIPT), "netfault-relay.py")
 LONG = os.environ.get("GONCCL_CHAOS_ALL") == "1"
-long_case = pytest.mark.skipif(not LONG, reason="a longer network-fault case: set GONCCL_CHAOS_ALL=1 to run it")
 
 
 def _ns(prefix: str, host: int, *cmd: str) -> None:
@@ -297,15 +296,18 @@ def test_corrupted_frames_never_reach_the_caller_with_checksums(hosts, tmp_path)
     assert all(x["error"] is None for x in res), [x["error"] for x in res]
 
 
-@long_case
-@pytest.mark.timeout(TIMEOUT + 60)
-def test_corrupted_frames_without_checksums(hosts, tmp_path):  # noqa: F811
-    """What happens without checksums: reported, not asserted either way beyond that the
-    relay did corrupt frames."""
-    wr, counts = _corrupt_run(hosts, tmp_path, False)
-    res = _results(wr)
-    wrong = sum(len(x["wrong"]) for x in res)
-    errors = [x["error"]["message"][:200] for x in res if x["error"]]
-    print(f"\ncorrupting relay without checksums: {counts}; {wrong} iterations with wrong results; errors: {errors}",
-          flush=True)
-    assert any("flipped=" in c and not c.endswith("flipped=0") for c in counts), counts
+# The longer case is defined only when asked for (GONCCL_CHAOS_ALL=1): a skip of a test
+# that needs netns fails the run where CI requires netns (tests/conftest.py).
+if LONG:
+
+    @pytest.mark.timeout(TIMEOUT + 60)
+    def test_corrupted_frames_without_checksums(hosts, tmp_path):  # noqa: F811
+        """What happens without checksums: reported, not asserted either way beyond that the
+        relay did corrupt frames."""
+        wr, counts = _corrupt_run(hosts, tmp_path, False)
+        res = _results(wr)
+        wrong = sum(len(x["wrong"]) for x in res)
+        errors = [x["error"]["message"][:200] for x in res if x["error"]]
+        print(f"\ncorrupting relay without checksums: {counts}; {wrong} iterations with wrong results; errors: {errors}",
+              flush=True)
+        assert any("flipped=" in c and not c.endswith("flipped=0") for c in counts), counts

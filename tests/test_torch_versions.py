@@ -57,8 +57,11 @@ def test_pyproject_requires_the_oldest_checked_torch():
     with open(os.path.join(_harness.REPO_ROOT, "pyproject.toml")) as f:
         text = f.read()
     oldest = ".".join(csrc_compat.SUPPORTED[0].split(".")[:2])
-    assert re.search(rf'dependencies = \["torch>={re.escape(oldest)}"\]', text), (
-        f"pyproject.toml's torch requirement should be torch>={oldest}, the oldest release "
-        "scripts/csrc_compat.py checks"
+    newest = csrc_compat.SUPPORTED[-1].split(".")
+    below = f"{newest[0]}.{int(newest[1]) + 1}"
+    want = f"torch>={oldest},<{below}"
+    assert re.search(rf'dependencies = \["{re.escape(want)}"\]', text), (
+        f"pyproject.toml's torch requirement should be {want}: from the oldest release "
+        "scripts/csrc_compat.py checks to below the one after its newest"
     )
     assert INSTALLED in csrc_compat.SUPPORTED, f"the pinned torch {INSTALLED} is not in SUPPORTED"
