@@ -15,8 +15,11 @@ import (
 // caught before any of it reaches a link. A reader hands out a record's bytes only
 // once the whole record has matched; a record that does not match is a break like a
 // reset: the session reconnects and the peer resends from this side's delivered
-// count, the bad record included. After maxChecksumFails of them, or with no retry
-// window, the session fails with ErrChecksum, naming the rank and the connection.
+// count, the bad record included. After maxChecksumFails of them in a row (no record
+// matched between them: the path corrupts what it carries, or the same bytes again),
+// or at the first with no retry window, the session fails with ErrChecksum, naming
+// the rank and the connection. Failures spread out (a record now and then, with good
+// ones between) are survived however many there are in all.
 //
 // Records are at most sessRecordMax bytes: large enough that the header costs nothing,
 // small enough that what is checked is still in the cache. CRC32C runs on the SSE4.2

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gonccl/gonccl/internal/safego"
 )
 
@@ -39,7 +41,8 @@ import (
 // acceptor that sees the break first asks the dialler to, with a call (ChannelCall,
 // Resume). A peer whose process has exited refuses the connection at once (no
 // listener), and the session fails then and there; one that closed its end on
-// purpose sends a FIN, read as the end of the stream (io.EOF), never retried. A break
+// purpose sends a FIN, read as the end of the stream (io.EOF), never retried (an
+// end-of-file that a reset left behind is told apart by the socket's state). A break
 // that does not heal within the retry window fails the session with ErrLinkDown,
 // naming the rank.
 
@@ -100,7 +103,8 @@ type Session struct {
 	skip            uint64 // bytes of that write the peer turned out to have
 	ring            ring
 	rec             recordReader // Checksum: the record being read
-	crcFails        int          // records that failed their checksum
+	crcFails        int          // records that failed their checksum in a row
+	crcAt           uint64       // delivered when the last one failed
 	resumes         int
 	resumeMu        sync.Mutex // one resume at a time
 }
@@ -162,6 +166,29 @@ func abort(c net.Conn) {
 		return
 	}
 	_ = c.Close()
+}
+
+// finReceived reports whether c's end-of-file is the peer's FIN (the connection waits
+// for this side to close: CLOSE_WAIT) rather than a reset. Linux reports a reset's
+// error once, to whichever call comes first: when a write took it, the next read
+// returns end-of-file as if the peer had closed, and the socket is CLOSED. A
+// connection it cannot tell about (not TCP) counts as closed by the peer.
+func finReceived(c net.Conn) bool {
+	tc := rawTCP(c)
+	if tc == nil {
+		return true
+	}
+	sc, err := tc.SyscallConn()
+	if err != nil {
+		return true
+	}
+	fin := true
+	_ = sc.Control(func(fd uintptr) {
+		if info, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO); err == nil {
+			fin = info.State == unix.BPF_TCP_CLOSE_WAIT
+		}
+	})
+	return fin
 }
 
 // Conn returns the current connection (for PeerName and tests).
@@ -259,14 +286,18 @@ func (s *Session) Read(p []byte) (int, error) {
 		n, err := s.readFrom(c, p)
 		s.mu.Lock()
 		s.delivered += uint64(n)
+		if s.crcFails > 0 && s.delivered > s.crcAt {
+			s.crcFails = 0 // a good record since: the failures are no longer in a row
+		}
 		s.release()
 		switch {
 		case err == nil:
 		case isTimeout(err):
 		case gen != s.gen || s.down:
 			err = nil // a connection given up already: read on the next one
-		case errors.Is(err, io.EOF) && !s.closed:
-			// The peer closed its end: the stream is over, nothing to resume.
+		case errors.Is(err, io.EOF) && !s.closed && (s.cfg.Retry == 0 || finReceived(c)):
+			// The peer closed its end: the stream is over, nothing to resume. (An
+			// end-of-file on a connection that was reset is a break: see finReceived.)
 			s.err = io.EOF
 			s.notify()
 		default:
@@ -343,9 +374,9 @@ func (s *Session) breakLocked(gen uint64, cause error) {
 		return
 	}
 	if errors.Is(cause, ErrChecksum) {
-		s.crcFails++
+		s.crcFails, s.crcAt = s.crcFails+1, s.delivered
 		if s.cfg.Retry == 0 || s.crcFails > maxChecksumFails {
-			s.err = fmt.Errorf("rank %d, link channel %d: %w (%d records failed it)", s.cfg.Peer, s.cfg.Channel, cause, s.crcFails)
+			s.err = fmt.Errorf("rank %d, link channel %d: %w (%d records failed it in a row)", s.cfg.Peer, s.cfg.Channel, cause, s.crcFails)
 			abort(s.conn)
 			s.notify()
 			s.cfg.Log(s.err.Error())

@@ -216,6 +216,43 @@ func TestSessionSurvivesResets(t *testing.T) {
 	}
 }
 
+// TestResetReadAsEOFIsABreak: once a write on a connection has taken the reset's
+// error, the next read on it returns end-of-file, as if the peer had closed its end.
+// A session whose writer and reader race on a reset must take that for a break and
+// resume, never end the stream.
+func TestResetReadAsEOFIsABreak(t *testing.T) {
+	dial, acc, _, _ := sessionPair(t, 5*time.Second, nil, nil)
+	abort(acc.Conn()) // a reset, seen by neither session yet
+	raw := rawTCP(dial.Conn())
+	require.Eventually(t, func() bool { // the writer's side of the race takes the error
+		_, err := raw.Write([]byte{0})
+		return err != nil
+	}, 5*time.Second, 10*time.Millisecond)
+	go func() { _, _ = acc.Write([]byte("after")) }()
+	_ = dial.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got := make([]byte, 5)
+	_, err := io.ReadFull(dial, got)
+	require.NoError(t, err, "a reset read as end-of-file ended the stream")
+	require.Equal(t, "after", string(got))
+	require.Equal(t, 1, dial.Resumes())
+}
+
+// TestPeerCloseIsTheEndOfTheStream: a peer that closes its session on purpose (a FIN)
+// ends the stream: the reader gets io.EOF and nothing reconnects.
+func TestPeerCloseIsTheEndOfTheStream(t *testing.T) {
+	dial, acc, _, _ := sessionPair(t, 5*time.Second, nil, nil)
+	_, err := acc.Write([]byte("last"))
+	require.NoError(t, err)
+	require.NoError(t, acc.Close())
+	_ = dial.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got, err := io.ReadAll(dial)
+	require.NoError(t, err)
+	require.Equal(t, "last", string(got))
+	_, err = dial.Read(make([]byte, 1))
+	require.ErrorIs(t, err, io.EOF)
+	require.Zero(t, dial.Resumes())
+}
+
 func requireLogged(t *testing.T, logs chan string, what string) {
 	t.Helper()
 	var all []string
@@ -280,6 +317,31 @@ func TestChecksumCatchesCorruption(t *testing.T) {
 	require.NoError(t, err)
 	require.Positive(t, flipped.Load())
 	require.False(t, bytes.Equal(data, got), "without checksums the corruption goes through unseen")
+}
+
+// TestChecksumFailsSpreadOutAreSurvived: a link that corrupts now and then, many more
+// times in all than a session gives up after in a row, still carries the stream exact:
+// only failures with no good record between them count towards the limit.
+func TestChecksumFailsSpreadOutAreSurvived(t *testing.T) {
+	var flipped atomic.Int64
+	wrap := func(c net.Conn) net.Conn { return &flipConn{Conn: c, every: 3, flipped: &flipped} }
+	dial, acc, _, _ := sessionPairWith(t, sessOpts{retry: 5 * time.Second, checksum: true, wrap: wrap}, nil, nil)
+	pump(t, dial, acc, 96<<20, func(int) {})
+	require.Greater(t, acc.Resumes()+dial.Resumes(), 2*maxChecksumFails, "too few corrupted records to pass the limit in all")
+}
+
+// TestChecksumFailsInARowFailTheSession: a link that corrupts every large record fails
+// the session after maxChecksumFails in a row, with ErrChecksum, never loops for ever.
+func TestChecksumFailsInARowFailTheSession(t *testing.T) {
+	var flipped atomic.Int64
+	wrap := func(c net.Conn) net.Conn { return &flipConn{Conn: c, every: 1, flipped: &flipped} }
+	dial, acc, _, _ := sessionPairWith(t, sessOpts{retry: 5 * time.Second, checksum: true, wrap: wrap}, nil, nil)
+	data := make([]byte, 4<<20)
+	go func() { _, _ = dial.Write(data) }()
+	_ = acc.SetReadDeadline(time.Now().Add(20 * time.Second))
+	_, err := io.ReadFull(acc, make([]byte, len(data)))
+	require.ErrorIs(t, err, ErrChecksum)
+	require.ErrorContains(t, err, fmt.Sprintf("(%d records failed it in a row)", maxChecksumFails+1))
 }
 
 // TestChecksumWithoutRetryFailsNamingRank: with no retry window a corrupted record
