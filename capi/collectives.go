@@ -9,51 +9,15 @@ import (
 	"unsafe"
 
 	"github.com/gonccl/gonccl/core"
-	"github.com/gonccl/gonccl/cuda"
-	"github.com/gonccl/gonccl/cuda/kernels"
-	"github.com/gonccl/gonccl/cuda/samegpu"
-	"github.com/gonccl/gonccl/cuda/staged"
+	"github.com/gonccl/gonccl/cuda/driver"
+	"github.com/gonccl/gonccl/internal/devroute"
 )
-
-// hostBytes views n elements of dt at p as a byte slice (no copy). A NULL pointer is
-// allowed only for zero elements.
-func hostBytes(what string, p unsafe.Pointer, n uint64, dt core.DataType) ([]byte, error) {
-	size, err := bufBytes(what, p, n, dt)
-	if err != nil {
-		return nil, err
-	}
-	if size == 0 {
-		return []byte{}, nil
-	}
-	return unsafe.Slice((*byte)(p), size), nil
-}
-
-// bufBytes checks a buffer argument of n elements of dt (a valid type: see dataType)
-// at p and returns its size in bytes. A NULL pointer is allowed only for zero elements.
-// Core bounds every buffer by MaxBufferBytes too, but only once it holds a slice: these
-// checks guard the slice capi makes from the caller's pointer (unsafe.Slice), and the
-// device range it stages, before core sees either.
-func bufBytes(what string, p unsafe.Pointer, n uint64, dt core.DataType) (int, error) {
-	es := uint64(dt.Size())
-	if n > core.MaxBufferBytes/es {
-		return 0, fmt.Errorf("%w: %s: count %d x %s (%d bytes each) overflows: more than the %d bytes any buffer can hold",
-			core.ErrInvalidArgument, what, n, dt, es, uint64(core.MaxBufferBytes))
-	}
-	if n > 0 && p == nil {
-		return 0, fmt.Errorf("%w: %s is NULL", core.ErrInvalidArgument, what)
-	}
-	size := n * es
-	if end := uintptr(p) + uintptr(size); end < uintptr(p) {
-		return 0, fmt.Errorf("%w: %s %p + %d bytes wraps around the address space", core.ErrInvalidArgument, what, p, size)
-	}
-	return int(size), nil
-}
 
 // issue runs one collective: start enqueues it, taking its buffers from v (host
 // memory, or device memory staged through pinned host buffers when a stream is given);
 // then either a request handle is returned (async) or the call waits for it.
 func issue(h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool,
-	start func(c *core.Comm, v *views) (*core.Request, error)) C.goncclResult_t {
+	start func(c *core.Comm, v *devroute.Views) (*core.Request, error)) C.goncclResult_t {
 	return run(h, stream, out, async, false, start)
 }
 
@@ -65,12 +29,12 @@ func issue(h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, as
 // data to host memory on the issuing thread, a receive copies it to the device when it
 // has arrived (views.copyIn, views.then).
 func issueP2P(h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool,
-	start func(c *core.Comm, v *views) (*core.Request, error)) C.goncclResult_t {
+	start func(c *core.Comm, v *devroute.Views) (*core.Request, error)) C.goncclResult_t {
 	return run(h, stream, out, async, true, start)
 }
 
 func run(h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async, groupable bool,
-	start func(c *core.Comm, v *views) (*core.Request, error)) C.goncclResult_t {
+	start func(c *core.Comm, v *devroute.Views) (*core.Request, error)) C.goncclResult_t {
 	e, err := lookupComm(h)
 	if err != nil {
 		return fail(nil, err)
@@ -81,18 +45,20 @@ func run(h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, asyn
 		}
 		*out = nil
 	}
-	v, err := newViews(e, stream)
+	v, err := devroute.NewViews(e.dev, driver.Stream(uintptr(unsafe.Pointer(stream))))
 	if err != nil {
 		return fail(e, err)
 	}
-	v.p2p = groupable // point-to-point is the groupable kind
+	if groupable { // point-to-point is the groupable kind
+		v.SetP2P(currentGroup())
+	}
 	req, err := start(e.comm, v)
 	if err != nil {
-		v.cancel()
+		v.Cancel()
 		return fail(e, err)
 	}
 	if async {
-		*out = newRequestHandle(req, e, v.staging)
+		*out = newRequestHandle(req, e, v.Staging())
 		return C.goncclSuccess
 	}
 	if groupable && joinGroup(req, e) {
@@ -106,66 +72,51 @@ func run(h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, asyn
 
 func allReduce(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, op C.goncclRedOp_t,
 	h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
-	return issue(h, stream, out, async, func(c *core.Comm, v *views) (*core.Request, error) {
-		d, err := dataType(dt)
+	return issue(h, stream, out, async, func(c *core.Comm, v *devroute.Views) (*core.Request, error) {
+		d, rop, err := typeAndOp(dt, op)
 		if err != nil {
 			return nil, err
 		}
-		sb, rb := buf{"sendbuff", send, uint64(count), true, false}, buf{"recvbuff", recv, uint64(count), false, true}
-		rop, err := redOp(op)
-		if err != nil {
-			return nil, err
-		}
-		if req, ok, err := v.trySameGPU(c, core.KindAllReduce, d, &rop, noRoot, int(count), func(g *samegpu.SameGPU, k *kernels.Kernels, p []uintptr) error {
-			return g.AllReduce(v.stream, k, p[0], p[1], int(count), d, rop)
-		}, sb, rb); ok || err != nil {
-			return req, err
-		}
-		if req, ok, err := v.tryDevice(c, core.KindAllReduce, d, &rop, noRoot, int(count), func(sh *cuda.Shared, k *kernels.Kernels, p []uintptr) error {
-			return sh.AllReduce(v.stream, k, p[0], p[1], int(count), d, rop)
-		}, sb, rb); ok || err != nil {
-			return req, err
-		}
-		blocks := []int{1, 1}
-		return v.reductionStaged(c, staged.GPUAllReduce, d, rop, noRoot, int(count), blocks, func() (*core.Request, error) {
-			return v.collective(c, d, int(count), blocks, func(b [][]byte, n int, o []core.OpOption) (*core.Request, error) {
+		return v.Run(c, devroute.Op{Kind: core.KindAllReduce, Type: d, RedOp: &rop, Root: core.NoRoot, Count: int(count),
+			Send: devroute.In("sendbuff", send, uint64(count)), Recv: devroute.Out("recvbuff", recv, uint64(count)), Blocks: [2]int{1, 1},
+			Host: func(b [][]byte, n int, o []core.OpOption) (*core.Request, error) {
 				return c.AllReduce(b[0], b[1], n, d, rop, o...)
-			}, sb, rb)
-		}, sb, rb)
+			}})
 	})
+}
+
+// typeAndOp converts a reduction's C data type and operation.
+func typeAndOp(dt C.goncclDataType_t, op C.goncclRedOp_t) (core.DataType, core.RedOp, error) {
+	d, err := dataType(dt)
+	if err != nil {
+		return d, 0, err
+	}
+	rop, err := redOp(op)
+	return d, rop, err
 }
 
 func broadcast(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, root C.int,
 	h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
-	return issue(h, stream, out, async, func(c *core.Comm, v *views) (*core.Request, error) {
+	return issue(h, stream, out, async, func(c *core.Comm, v *devroute.Views) (*core.Request, error) {
 		d, err := dataType(dt)
 		if err != nil {
 			return nil, err
 		}
-		var sb buf // sendbuff is read on the root only
+		var sb devroute.Buf // sendbuff is read on the root only
 		if int(root) == c.Rank() {
-			sb = buf{"sendbuff", send, uint64(count), true, false}
+			sb = devroute.In("sendbuff", send, uint64(count))
 		}
-		rb := buf{"recvbuff", recv, uint64(count), false, true}
-		if req, ok, err := v.trySameGPU(c, core.KindBroadcast, d, nil, int(root), int(count), func(g *samegpu.SameGPU, _ *kernels.Kernels, p []uintptr) error {
-			return g.Broadcast(v.stream, p[0], p[1], int(count)*d.Size(), int(root))
-		}, sb, rb); ok || err != nil {
-			return req, err
-		}
-		if req, ok, err := v.tryDevice(c, core.KindBroadcast, d, nil, int(root), int(count), func(sh *cuda.Shared, _ *kernels.Kernels, p []uintptr) error {
-			return sh.Broadcast(v.stream, p[0], p[1], int(count)*d.Size(), int(root))
-		}, sb, rb); ok || err != nil {
-			return req, err
-		}
-		return v.collective(c, d, int(count), []int{1, 1}, func(b [][]byte, n int, o []core.OpOption) (*core.Request, error) {
-			return c.Broadcast(b[0], b[1], n, d, int(root), o...)
-		}, sb, rb)
+		return v.Run(c, devroute.Op{Kind: core.KindBroadcast, Type: d, Root: int(root), Count: int(count),
+			Send: sb, Recv: devroute.Out("recvbuff", recv, uint64(count)), Blocks: [2]int{1, 1},
+			Host: func(b [][]byte, n int, o []core.OpOption) (*core.Request, error) {
+				return c.Broadcast(b[0], b[1], n, d, int(root), o...)
+			}})
 	})
 }
 
 func allGather(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t,
 	h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
-	return issue(h, stream, out, async, func(c *core.Comm, v *views) (*core.Request, error) {
+	return issue(h, stream, out, async, func(c *core.Comm, v *devroute.Views) (*core.Request, error) {
 		d, err := dataType(dt)
 		if err != nil {
 			return nil, err
@@ -174,34 +125,18 @@ func allGather(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t,
 		if err != nil {
 			return nil, err
 		}
-		sb, rb := buf{"sendbuff", send, uint64(count), true, false}, buf{"recvbuff", recv, total, false, true}
-		if req, ok, err := v.trySameGPU(c, core.KindAllGather, d, nil, noRoot, int(count), func(g *samegpu.SameGPU, _ *kernels.Kernels, p []uintptr) error {
-			return g.AllGather(v.stream, p[0], p[1], int(count)*d.Size())
-		}, sb, rb); ok || err != nil {
-			return req, err
-		}
-		if req, ok, err := v.tryDevice(c, core.KindAllGather, d, nil, noRoot, int(count), func(sh *cuda.Shared, _ *kernels.Kernels, p []uintptr) error {
-			return sh.AllGather(v.stream, p[0], p[1], int(count)*d.Size())
-		}, sb, rb); ok || err != nil {
-			return req, err
-		}
-		return v.collective(c, d, int(count), []int{1, c.Size()}, func(b [][]byte, n int, o []core.OpOption) (*core.Request, error) {
-			return c.AllGather(b[0], b[1], n, d, o...)
-		}, sb, rb)
+		return v.Run(c, devroute.Op{Kind: core.KindAllGather, Type: d, Root: core.NoRoot, Count: int(count),
+			Send: devroute.In("sendbuff", send, uint64(count)), Recv: devroute.Out("recvbuff", recv, total), Blocks: [2]int{1, c.Size()},
+			Host: func(b [][]byte, n int, o []core.OpOption) (*core.Request, error) {
+				return c.AllGather(b[0], b[1], n, d, o...)
+			}})
 	})
 }
 
 func barrier(h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
-	return issue(h, stream, out, async, func(c *core.Comm, v *views) (*core.Request, error) {
-		if req, ok, err := v.tryDevice(c, core.KindBarrier, core.Int8, nil, noRoot, 0, func(sh *cuda.Shared, _ *kernels.Kernels, _ []uintptr) error {
-			return sh.Barrier(v.stream)
-		}); ok || err != nil {
-			return req, err
-		}
-		if _, err := v.get(core.Int8); err != nil {
-			return nil, err
-		}
-		return c.Barrier(v.opts...)
+	return issue(h, stream, out, async, func(c *core.Comm, v *devroute.Views) (*core.Request, error) {
+		return v.Run(c, devroute.Op{Kind: core.KindBarrier, Type: core.Int8, Root: core.NoRoot,
+			Host: func(_ [][]byte, _ int, o []core.OpOption) (*core.Request, error) { return c.Barrier(o...) }})
 	})
 }
 
@@ -270,37 +205,26 @@ func perRank(what string, count C.size_t, nranks int) (uint64, error) {
 
 func reduce(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, op C.goncclRedOp_t, root C.int,
 	h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
-	return issue(h, stream, out, async, func(c *core.Comm, v *views) (*core.Request, error) {
-		d, err := dataType(dt)
+	return issue(h, stream, out, async, func(c *core.Comm, v *devroute.Views) (*core.Request, error) {
+		d, rop, err := typeAndOp(dt, op)
 		if err != nil {
 			return nil, err
 		}
-		var rb buf // recvbuff is not touched off the root
+		var rb devroute.Buf // recvbuff is not touched off the root
 		if int(root) == c.Rank() {
-			rb = buf{"recvbuff", recv, uint64(count), false, true}
+			rb = devroute.Out("recvbuff", recv, uint64(count))
 		}
-		sb := buf{"sendbuff", send, uint64(count), true, false}
-		rop, err := redOp(op)
-		if err != nil {
-			return nil, err
-		}
-		if req, ok, err := v.tryDevice(c, core.KindReduce, d, &rop, int(root), int(count), func(sh *cuda.Shared, k *kernels.Kernels, p []uintptr) error {
-			return sh.Reduce(v.stream, k, p[0], p[1], int(count), d, rop, int(root))
-		}, sb, rb); ok || err != nil {
-			return req, err
-		}
-		blocks := []int{1, 1}
-		return v.reductionStaged(c, staged.GPUReduce, d, rop, int(root), int(count), blocks, func() (*core.Request, error) {
-			return v.collective(c, d, int(count), blocks, func(b [][]byte, n int, o []core.OpOption) (*core.Request, error) {
+		return v.Run(c, devroute.Op{Kind: core.KindReduce, Type: d, RedOp: &rop, Root: int(root), Count: int(count),
+			Send: devroute.In("sendbuff", send, uint64(count)), Recv: rb, Blocks: [2]int{1, 1},
+			Host: func(b [][]byte, n int, o []core.OpOption) (*core.Request, error) {
 				return c.Reduce(b[0], b[1], n, d, rop, int(root), o...)
-			}, sb, rb)
-		}, sb, rb)
+			}})
 	})
 }
 
 func reduceScatter(send, recv unsafe.Pointer, recvCount C.size_t, dt C.goncclDataType_t, op C.goncclRedOp_t,
 	h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
-	return issue(h, stream, out, async, func(c *core.Comm, v *views) (*core.Request, error) {
+	return issue(h, stream, out, async, func(c *core.Comm, v *devroute.Views) (*core.Request, error) {
 		d, err := dataType(dt)
 		if err != nil {
 			return nil, err
@@ -309,87 +233,67 @@ func reduceScatter(send, recv unsafe.Pointer, recvCount C.size_t, dt C.goncclDat
 		if err != nil {
 			return nil, err
 		}
-		sb, rb := buf{"sendbuff", send, total, true, false}, buf{"recvbuff", recv, uint64(recvCount), false, true}
 		rop, err := redOp(op)
 		if err != nil {
 			return nil, err
 		}
-		if req, ok, err := v.trySameGPU(c, core.KindReduceScatter, d, &rop, noRoot, int(recvCount), func(g *samegpu.SameGPU, k *kernels.Kernels, p []uintptr) error {
-			return g.ReduceScatter(v.stream, k, p[0], p[1], int(recvCount), d, rop)
-		}, sb, rb); ok || err != nil {
-			return req, err
-		}
-		if req, ok, err := v.tryDevice(c, core.KindReduceScatter, d, &rop, noRoot, int(recvCount), func(sh *cuda.Shared, k *kernels.Kernels, p []uintptr) error {
-			return sh.ReduceScatter(v.stream, k, p[0], p[1], int(recvCount), d, rop)
-		}, sb, rb); ok || err != nil {
-			return req, err
-		}
-		blocks := []int{c.Size(), 1}
-		return v.reductionStaged(c, staged.GPUReduceScatter, d, rop, noRoot, int(recvCount), blocks, func() (*core.Request, error) {
-			return v.collective(c, d, int(recvCount), blocks, func(b [][]byte, n int, o []core.OpOption) (*core.Request, error) {
+		return v.Run(c, devroute.Op{Kind: core.KindReduceScatter, Type: d, RedOp: &rop, Root: core.NoRoot, Count: int(recvCount),
+			Send: devroute.In("sendbuff", send, total), Recv: devroute.Out("recvbuff", recv, uint64(recvCount)), Blocks: [2]int{c.Size(), 1},
+			Host: func(b [][]byte, n int, o []core.OpOption) (*core.Request, error) {
 				return c.ReduceScatter(b[0], b[1], n, d, rop, o...)
-			}, sb, rb)
-		}, sb, rb)
+			}})
 	})
 }
 
 func gather(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, root C.int,
 	h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
-	return issue(h, stream, out, async, func(c *core.Comm, v *views) (*core.Request, error) {
+	return issue(h, stream, out, async, func(c *core.Comm, v *devroute.Views) (*core.Request, error) {
 		d, err := dataType(dt)
 		if err != nil {
 			return nil, err
 		}
-		var rb buf // recvbuff is used on the root only
+		var rb devroute.Buf // recvbuff is used on the root only
 		if int(root) == c.Rank() {
 			total, err := perRank("recvbuff", count, c.Size())
 			if err != nil {
 				return nil, err
 			}
-			rb = buf{"recvbuff", recv, total, false, true}
+			rb = devroute.Out("recvbuff", recv, total)
 		}
-		sb := buf{"sendbuff", send, uint64(count), true, false}
-		if req, ok, err := v.tryDevice(c, core.KindGather, d, nil, int(root), int(count), func(sh *cuda.Shared, _ *kernels.Kernels, p []uintptr) error {
-			return sh.Gather(v.stream, p[0], p[1], int(count)*d.Size(), int(root))
-		}, sb, rb); ok || err != nil {
-			return req, err
-		}
-		return v.collective(c, d, int(count), []int{1, c.Size()}, func(b [][]byte, n int, o []core.OpOption) (*core.Request, error) {
-			return c.Gather(b[0], b[1], n, d, int(root), o...)
-		}, sb, rb)
+		return v.Run(c, devroute.Op{Kind: core.KindGather, Type: d, Root: int(root), Count: int(count),
+			Send: devroute.In("sendbuff", send, uint64(count)), Recv: rb, Blocks: [2]int{1, c.Size()},
+			Host: func(b [][]byte, n int, o []core.OpOption) (*core.Request, error) {
+				return c.Gather(b[0], b[1], n, d, int(root), o...)
+			}})
 	})
 }
 
 func scatter(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, root C.int,
 	h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
-	return issue(h, stream, out, async, func(c *core.Comm, v *views) (*core.Request, error) {
+	return issue(h, stream, out, async, func(c *core.Comm, v *devroute.Views) (*core.Request, error) {
 		d, err := dataType(dt)
 		if err != nil {
 			return nil, err
 		}
-		var sb buf // sendbuff is used on the root only
+		var sb devroute.Buf // sendbuff is used on the root only
 		if int(root) == c.Rank() {
 			total, err := perRank("sendbuff", count, c.Size())
 			if err != nil {
 				return nil, err
 			}
-			sb = buf{"sendbuff", send, total, true, false}
+			sb = devroute.In("sendbuff", send, total)
 		}
-		rb := buf{"recvbuff", recv, uint64(count), false, true}
-		if req, ok, err := v.tryDevice(c, core.KindScatter, d, nil, int(root), int(count), func(sh *cuda.Shared, _ *kernels.Kernels, p []uintptr) error {
-			return sh.Scatter(v.stream, p[0], p[1], int(count)*d.Size(), int(root))
-		}, sb, rb); ok || err != nil {
-			return req, err
-		}
-		return v.collective(c, d, int(count), []int{c.Size(), 1}, func(b [][]byte, n int, o []core.OpOption) (*core.Request, error) {
-			return c.Scatter(b[0], b[1], n, d, int(root), o...)
-		}, sb, rb)
+		return v.Run(c, devroute.Op{Kind: core.KindScatter, Type: d, Root: int(root), Count: int(count),
+			Send: sb, Recv: devroute.Out("recvbuff", recv, uint64(count)), Blocks: [2]int{c.Size(), 1},
+			Host: func(b [][]byte, n int, o []core.OpOption) (*core.Request, error) {
+				return c.Scatter(b[0], b[1], n, d, int(root), o...)
+			}})
 	})
 }
 
 func alltoAll(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t,
 	h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
-	return issue(h, stream, out, async, func(c *core.Comm, v *views) (*core.Request, error) {
+	return issue(h, stream, out, async, func(c *core.Comm, v *devroute.Views) (*core.Request, error) {
 		d, err := dataType(dt)
 		if err != nil {
 			return nil, err
@@ -398,15 +302,11 @@ func alltoAll(send, recv unsafe.Pointer, count C.size_t, dt C.goncclDataType_t,
 		if err != nil {
 			return nil, err
 		}
-		sb, rb := buf{"sendbuff", send, total, true, false}, buf{"recvbuff", recv, total, false, true}
-		if req, ok, err := v.tryDevice(c, core.KindAlltoAll, d, nil, noRoot, int(count), func(sh *cuda.Shared, _ *kernels.Kernels, p []uintptr) error {
-			return sh.AlltoAll(v.stream, p[0], p[1], int(count)*d.Size())
-		}, sb, rb); ok || err != nil {
-			return req, err
-		}
-		return v.collective(c, d, int(count), []int{c.Size(), c.Size()}, func(b [][]byte, n int, o []core.OpOption) (*core.Request, error) {
-			return c.AlltoAll(b[0], b[1], n, d, o...)
-		}, sb, rb)
+		return v.Run(c, devroute.Op{Kind: core.KindAlltoAll, Type: d, Root: core.NoRoot, Count: int(count),
+			Send: devroute.In("sendbuff", send, total), Recv: devroute.Out("recvbuff", recv, total), Blocks: [2]int{c.Size(), c.Size()},
+			Host: func(b [][]byte, n int, o []core.OpOption) (*core.Request, error) {
+				return c.AlltoAll(b[0], b[1], n, d, o...)
+			}})
 	})
 }
 
@@ -443,7 +343,7 @@ func extent(what string, counts, displs []int) (uint64, error) {
 
 func alltoAllv(send unsafe.Pointer, sendCounts, sendDispls *C.size_t, recv unsafe.Pointer, recvCounts, recvDispls *C.size_t,
 	dt C.goncclDataType_t, h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
-	return issue(h, stream, out, async, func(c *core.Comm, v *views) (*core.Request, error) {
+	return issue(h, stream, out, async, func(c *core.Comm, v *devroute.Views) (*core.Request, error) {
 		d, err := dataType(dt)
 		if err != nil {
 			return nil, err
@@ -468,16 +368,16 @@ func alltoAllv(send unsafe.Pointer, sendCounts, sendDispls *C.size_t, recv unsaf
 		if err != nil {
 			return nil, err
 		}
-		if req, ok, err := v.deviceAlltoAllv(c, d, send, sendLen, recv, recvLen, sc, sd, rc, rd); ok || err != nil {
+		if req, ok, err := v.DeviceAlltoAllv(c, d, send, sendLen, recv, recvLen, sc, sd, rc, rd); ok || err != nil {
 			return req, err
 		}
 		// recvbuff is read too: the gaps between the blocks written must keep what the
 		// device holds when it is staged back.
-		b, err := v.get(d, buf{"sendbuff", send, sendLen, true, false}, buf{"recvbuff", recv, recvLen, true, true})
+		b, err := v.Get(d, devroute.In("sendbuff", send, sendLen), devroute.InOut("recvbuff", recv, recvLen))
 		if err != nil {
 			return nil, err
 		}
-		return c.AlltoAllv(b[0], sc, sd, b[1], rc, rd, d, v.opts...)
+		return c.AlltoAllv(b[0], sc, sd, b[1], rc, rd, d, v.Opts()...)
 	})
 }
 

@@ -10,16 +10,15 @@ import (
 	"unsafe"
 
 	"github.com/gonccl/gonccl/core"
-	"github.com/gonccl/gonccl/internal/route"
+	"github.com/gonccl/gonccl/internal/devroute"
 )
 
 // commEntry is what a goncclComm_t refers to.
 type commEntry struct {
 	comm *core.Comm
 	mu   sync.Mutex
-	last string // goncclGetLastError's message (handed out as a per-thread copy)
-	poolState
-	devState
+	last string         // goncclGetLastError's message (handed out as a per-thread copy)
+	dev  *devroute.Comm // the router's state: paths for device buffers, pinned staging
 }
 
 // The handle a C caller holds is a small C struct carrying an id into comms. A
@@ -139,13 +138,7 @@ func register(c *core.Comm) C.goncclComm_t {
 	comms.Lock()
 	comms.next++
 	idn := comms.next
-	e := &commEntry{comm: c}
-	e.devMode, e.devOffWhy, e.devModeErr = readDevMode()
-	if costs, err := route.ReadCosts(); err != nil && e.devModeErr == nil {
-		e.devModeErr = err
-	} else {
-		e.devCosts = costs
-	}
+	e := &commEntry{comm: c, dev: devroute.NewComm(c)}
 	comms.m[idn] = e
 	comms.Unlock()
 	h := (*C.struct_goncclComm)(C.malloc(C.size_t(unsafe.Sizeof(C.struct_goncclComm{}))))
@@ -169,8 +162,8 @@ func goncclCommDestroy(h C.goncclComm_t) (res C.goncclResult_t) {
 	if err != nil {
 		return fail(nil, err)
 	}
-	derr := e.closeDevice(false) // collective, so before the communicator goes
-	err = errors.Join(derr, e.comm.Destroy(), e.closePool())
+	derr := e.dev.Destroy(false) // collective, so before the communicator goes
+	err = errors.Join(derr, e.comm.Destroy(), e.dev.ClosePool())
 	release(h, e)
 	if err != nil {
 		return fail(nil, err)
@@ -185,7 +178,7 @@ func goncclCommAbort(h C.goncclComm_t) (res C.goncclResult_t) {
 	if err != nil {
 		return fail(nil, err)
 	}
-	err = errors.Join(e.closeDevice(true), e.comm.Abort(), e.closePool())
+	err = errors.Join(e.dev.Destroy(true), e.comm.Abort(), e.dev.ClosePool())
 	release(h, e)
 	if err != nil {
 		return fail(nil, err)

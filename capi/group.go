@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/gonccl/gonccl/core"
+	"github.com/gonccl/gonccl/internal/devroute"
 )
 
 // Groups. gonccl starts every operation as soon as it is called: collectives queue in
@@ -35,7 +36,7 @@ type groupMember struct {
 type group struct {
 	depth   int
 	members []groupMember
-	held    []*deviceP2P // device-path sends and receives, enqueued at the end (devp2p.go)
+	held    devroute.Group // device-path sends and receives, enqueued at the end
 }
 
 var groups = struct {
@@ -44,6 +45,17 @@ var groups = struct {
 }{m: map[uint64]*group{}}
 
 func threadID() uint64 { return uint64(C.goncclThreadID()) }
+
+// currentGroup is the calling thread's open group's holder of device-path sends and
+// receives (nil: no group is open).
+func currentGroup() *devroute.Group {
+	groups.Lock()
+	defer groups.Unlock()
+	if g := groups.m[threadID()]; g != nil {
+		return &g.held
+	}
+	return nil
+}
 
 // joinGroup adds req to the calling thread's open group and reports whether there was
 // one.
@@ -90,7 +102,7 @@ func goncclGroupEnd() (res C.goncclResult_t) {
 	}
 	delete(groups.m, id)
 	groups.Unlock()
-	flushHeld(g.held)
+	g.held.Flush()
 	res = C.goncclSuccess
 	for _, m := range g.members {
 		if _, err := m.req.Wait(-1); err != nil && res == C.goncclSuccess {

@@ -7,48 +7,49 @@ import (
 	"unsafe"
 
 	"github.com/gonccl/gonccl/core"
+	"github.com/gonccl/gonccl/internal/devroute"
 )
 
 func send(p unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, peer, tag C.int,
 	h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
-	return issueP2P(h, stream, out, async, func(c *core.Comm, v *views) (*core.Request, error) {
+	return issueP2P(h, stream, out, async, func(c *core.Comm, v *devroute.Views) (*core.Request, error) {
 		d, err := dataType(dt)
 		if err != nil {
 			return nil, err
 		}
-		sb := buf{"sendbuff", p, uint64(count), true, false}
-		if req, ok, err := v.tryDeviceP2P(c, false, d, sb, int(peer), async); ok || err != nil {
+		sb := devroute.In("sendbuff", p, uint64(count))
+		if req, ok, err := v.TryDeviceP2P(c, false, d, sb, int(peer), async); ok || err != nil {
 			return req, err
 		}
-		b, err := v.get(d, sb)
+		b, err := v.Get(d, sb)
 		if err != nil {
 			return nil, err
 		}
 		// Device buffers: the data is copied to host memory now, after the work queued
 		// on the stream so far, then sent from there.
-		if err := v.copyIn(); err != nil {
+		if err := v.CopyIn(); err != nil {
 			return nil, err
 		}
 		req, err := c.Send(b[0], int(count), d, int(peer), int(tag))
 		if err != nil {
 			return nil, err
 		}
-		return v.then(req), nil
+		return v.Then(req), nil
 	})
 }
 
 func recv(p unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, peer, tag C.int,
 	h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, async bool) C.goncclResult_t {
-	return issueP2P(h, stream, out, async, func(c *core.Comm, v *views) (*core.Request, error) {
+	return issueP2P(h, stream, out, async, func(c *core.Comm, v *devroute.Views) (*core.Request, error) {
 		d, err := dataType(dt)
 		if err != nil {
 			return nil, err
 		}
-		rb := buf{"recvbuff", p, uint64(count), false, true}
-		if req, ok, err := v.tryDeviceP2P(c, true, d, rb, int(peer), async); ok || err != nil {
+		rb := devroute.Out("recvbuff", p, uint64(count))
+		if req, ok, err := v.TryDeviceP2P(c, true, d, rb, int(peer), async); ok || err != nil {
 			return req, err
 		}
-		b, err := v.get(d, rb)
+		b, err := v.Get(d, rb)
 		if err != nil {
 			return nil, err
 		}
@@ -58,7 +59,7 @@ func recv(p unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, peer, tag C.i
 		if err != nil {
 			return nil, err
 		}
-		return v.then(req), nil
+		return v.Then(req), nil
 	})
 }
 

@@ -4,7 +4,6 @@ package main
 import "C"
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/gonccl/gonccl/core"
@@ -26,16 +25,9 @@ func goncclCommSuspend(h C.goncclComm_t) (res C.goncclResult_t) {
 	if err := e.comm.Suspend(); err != nil {
 		return fail(e, err)
 	}
-	derr := e.closeDevice(false)
-	e.devMu.Lock()
-	e.devDecided = false // the next device operation decides, and sets up, again
-	e.devMu.Unlock()
-	if err := errors.Join(derr, e.closePool()); err != nil {
+	if err := e.dev.Suspend(); err != nil {
 		return fail(e, fmt.Errorf("gonccl: suspend: freeing CUDA memory: %w", err))
 	}
-	e.poolMu.Lock()
-	e.poolClosed = false // made again on first use after resume
-	e.poolMu.Unlock()
 	return C.goncclSuccess
 }
 
@@ -68,16 +60,8 @@ func goncclCommMemoryStats(h C.goncclComm_t, stats *C.goncclMemoryStats_t) (res 
 		workBytes:    C.int64_t(m.Work),
 		shmRingBytes: C.int64_t(m.ShmRing),
 	}
-	e.poolMu.Lock()
-	if e.pool != nil {
-		out.pinnedBytes = C.int64_t(e.pool.Stats().Bytes)
-	}
-	e.poolMu.Unlock()
-	e.devMu.Lock()
-	if e.devShared != nil {
-		out.deviceScratchBytes = C.int64_t(e.devShared.Cap())
-	}
-	e.devMu.Unlock()
+	pinned, scratch := e.dev.Memory()
+	out.pinnedBytes, out.deviceScratchBytes = C.int64_t(pinned), C.int64_t(scratch)
 	*stats = out
 	return C.goncclSuccess
 }

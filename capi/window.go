@@ -12,6 +12,7 @@ import (
 	"github.com/gonccl/gonccl/core"
 	"github.com/gonccl/gonccl/cuda"
 	"github.com/gonccl/gonccl/cuda/driver"
+	"github.com/gonccl/gonccl/internal/devroute"
 )
 
 // One-sided windows (gonccl.h: goncclWin*, goncclPut, goncclSignal, goncclWaitSignal):
@@ -98,7 +99,7 @@ func goncclWinRegister(h C.goncclWindow_t, init unsafe.Pointer, count C.size_t, 
 	}
 	var b []byte
 	if init != nil {
-		if b, err = hostBytes("init", init, uint64(count), d); err != nil {
+		if b, err = devroute.HostBytes("init", init, uint64(count), d); err != nil {
 			return fail(e.comm, err)
 		}
 	}
@@ -136,7 +137,7 @@ func (e *winEntry) registerDevice(drv *driver.Driver, dev int, ptr uintptr, coun
 		}
 	}
 	dw, err := cuda.NewDevWindow(drv, dev, c.Rank(), c.Size(), ptr, count*dt.Size(), c.Timeout(), problem,
-		func(rec []byte) ([]byte, error) { return hostAllGather(c, rec) })
+		func(rec []byte) ([]byte, error) { return devroute.HostAllGather(c, rec) })
 	if err != nil {
 		// Every rank got an error together: they deregister together.
 		if derr := e.win.Deregister(); derr != nil {
@@ -341,7 +342,7 @@ func put(src unsafe.Pointer, count C.size_t, dt C.goncclDataType_t, peer C.int, 
 		if stream != nil {
 			return nil, fmt.Errorf("%w: goncclPutOnStream: the window holds host memory; use goncclPut", core.ErrInvalidArgument)
 		}
-		b, err := hostBytes("src", src, uint64(count), d)
+		b, err := devroute.HostBytes("src", src, uint64(count), d)
 		if err != nil {
 			return nil, err
 		}
@@ -393,7 +394,7 @@ func putDevice(w *core.Window, dw *cuda.DevWindow, src unsafe.Pointer, count int
 		s := driver.StreamLegacy
 		if stream != nil {
 			s = *stream
-			if err := checkStream(drv, s); err != nil {
+			if err := devroute.CheckStream(drv, s); err != nil {
 				return nil, err
 			}
 		}

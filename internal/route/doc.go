@@ -6,10 +6,10 @@
 // an operation's kind and size (cost.go), and auto's agreement step, by which every
 // rank of a communicator derives the same setup and the same set of paths (agree.go).
 //
-// It decides; it does not run anything on a GPU. Package cuda runs the algorithm it is
-// told, core runs host algorithms and checks arguments, and the C ABI (capi) converts
-// arguments and asks this package which path to take. It imports core and cuda's
-// topology, never capi.
+// It decides; it does not run anything on a GPU. Package devroute runs the path it
+// chose (and cuda the algorithm devroute tells it), core runs host algorithms and
+// checks arguments, and the C ABI (capi) converts arguments and calls devroute. It
+// imports core and cuda's topology, never devroute or capi.
 package route
 
 import "errors"

@@ -1,4 +1,4 @@
-package main
+package devroute
 
 import (
 	"github.com/gonccl/gonccl/core"
@@ -18,7 +18,7 @@ import (
 // tryOneRankCopy runs the collective as that copy if the communicator has one rank
 // and its mode takes the copy (ok false otherwise). bufs are the collective's, in its
 // order: the first one it reads is the source, the first one it writes the target.
-func (v *views) tryOneRankCopy(c *core.Comm, rec devRecord, dt core.DataType, bufs []buf) (*core.Request, bool, error) {
+func (v *Views) tryOneRankCopy(c *core.Comm, rec devRecord, dt core.DataType, bufs []buf) (*core.Request, bool, error) {
 	e := v.e
 	if c.Size() != 1 || !oneRankCopies(e.devMode) {
 		return nil, false, nil

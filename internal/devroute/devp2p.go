@@ -1,4 +1,4 @@
-package main
+package devroute
 
 import (
 	"fmt"
@@ -41,18 +41,18 @@ import (
 
 // deviceP2P is one send or receive on the device path, enqueued or held in a group.
 type deviceP2P struct {
-	e    *commEntry
+	e    *Comm
 	c    *core.Comm
-	v    *views
+	v    *Views
 	sh   *cuda.Shared
 	op   cuda.P2POp
 	rec  core.P2PRecord // what the flight recorder says of it
 	done func(error)    // completes the caller's request once enqueued (held ones)
 }
 
-// tryDeviceP2P runs a send (recv false) or receive of b, count elements of dt with
+// TryDeviceP2P runs a send (recv false) or receive of b, count elements of dt with
 // peer, on the device path if it applies (ok).
-func (v *views) tryDeviceP2P(c *core.Comm, recv bool, dt core.DataType, b buf, peer int, async bool) (req *core.Request, ok bool, err error) {
+func (v *Views) TryDeviceP2P(c *core.Comm, recv bool, dt core.DataType, b buf, peer int, async bool) (req *core.Request, ok bool, err error) {
 	if v.stream == 0 || v.e.devMode == devOff {
 		return nil, false, nil
 	}
@@ -119,7 +119,7 @@ type sideKey struct {
 // receives from it), made on first use (gonccl's own, in the device's primary
 // context); 0 if the caller's stream is in another context, where the operation
 // stays on the caller's stream.
-func (v *views) sideStream(peer int, recv bool) (driver.Stream, error) {
+func (v *Views) sideStream(peer int, recv bool) (driver.Stream, error) {
 	e := v.e
 	e.devMu.Lock()
 	defer e.devMu.Unlock()
@@ -144,7 +144,7 @@ func (v *views) sideStream(peer int, recv bool) (driver.Stream, error) {
 
 // takeSideStreams empties the communicator's side streams and returns them (destroy
 // or abort). e.devMu held.
-func (e *commEntry) takeSideStreams() []driver.Stream {
+func (e *Comm) takeSideStreams() []driver.Stream {
 	var out []driver.Stream
 	for k, s := range e.devSide {
 		if s != 0 {
@@ -173,7 +173,7 @@ func returnStreams(streams []driver.Stream) {
 
 // decidedShared returns the communicator's scratch if it has chosen the device path
 // (nil if it stages or has not chosen yet).
-func (v *views) decidedShared() (*cuda.Shared, error) {
+func (v *Views) decidedShared() (*cuda.Shared, error) {
 	e := v.e
 	e.devMu.Lock()
 	defer e.devMu.Unlock()
@@ -201,12 +201,16 @@ func enqueueP2P(ops []*deviceP2P) (*core.Request, error) {
 	})
 }
 
-// holdInGroup holds d in the calling thread's open group, if there is one, and
-// returns the request that completes once goncclGroupEnd has enqueued it.
+// Group holds the device-path sends and receives of a group (goncclGroupStart/End)
+// until its end: see Views.SetP2P. One thread's: not safe for concurrent use.
+type Group struct {
+	held []*deviceP2P
+}
+
+// holdInGroup holds d in the caller's open group, if there is one, and returns the
+// request that completes once the group's end has enqueued it.
 func holdInGroup(d *deviceP2P) (*core.Request, bool) {
-	groups.Lock()
-	defer groups.Unlock()
-	g := groups.m[threadID()]
+	g := d.v.group
 	if g == nil {
 		return nil, false
 	}
@@ -216,12 +220,19 @@ func holdInGroup(d *deviceP2P) (*core.Request, bool) {
 	return req, true
 }
 
+// Flush enqueues the group's held operations: at the outermost group end.
+func (g *Group) Flush() {
+	held := g.held
+	g.held = nil
+	flushHeld(held)
+}
+
 // flushHeld enqueues a group's held device-path operations at its end: one batch per
 // communicator and stream, in the order of their first operation. Each operation's
 // request completes with its batch.
 func flushHeld(held []*deviceP2P) {
 	type key struct {
-		e *commEntry
+		e *Comm
 		s driver.Stream
 	}
 	var order []key
@@ -252,13 +263,19 @@ func flushHeld(held []*deviceP2P) {
 	}
 }
 
-// deviceAlltoAllv runs an alltoallv on the device path if it applies (ok); counts
+// DeviceAlltoAllv runs an alltoallv on the device path if it applies (ok); counts
 // and displacements are in elements of dt, sendLen and recvLen the buffers' extents.
-func (v *views) deviceAlltoAllv(c *core.Comm, dt core.DataType, send unsafe.Pointer, sendLen uint64, recv unsafe.Pointer, recvLen uint64,
+func (v *Views) DeviceAlltoAllv(c *core.Comm, dt core.DataType, send unsafe.Pointer, sendLen uint64, recv unsafe.Pointer, recvLen uint64,
 	sc, sd, rc, rd []int) (*core.Request, bool, error) {
 	if me := c.Rank(); sc[me] != rc[me] {
 		return nil, false, fmt.Errorf("%w: %s: rank %d sends itself %d elements but expects %d (sendcounts[%d] != recvcounts[%d])",
 			core.ErrInvalidArgument, core.KindAlltoAllv, me, sc[me], rc[me], me, me)
+	}
+	if v.stream == 0 {
+		return nil, false, nil
+	}
+	if err := c.CheckOp(core.KindAlltoAllv, dt, nil, noRoot); err != nil {
+		return nil, false, err
 	}
 	bytes := func(a []int) []int {
 		out := make([]int, len(a))

@@ -1,4 +1,4 @@
-package main
+package devroute
 
 import (
 	"fmt"
@@ -50,15 +50,15 @@ func stagedPinned() (int, error) {
 // stagedChunk is the chunk size of the communicator's staged operations: 0 (no
 // pipelining) unless GONCCL_STAGED_CHUNK asks for one by name, the mode is model, or
 // the table proves the pipelined staged path on the ranks' setup (pipelinedLocked).
-func (e *commEntry) stagedChunk() (int, error) {
+func (e *Comm) stagedChunk() (int, error) {
 	e.devMu.Lock()
 	defer e.devMu.Unlock()
 	return e.stagedChunkLocked()
 }
 
 // stagedChunkLocked is stagedChunk with devMu held.
-func (e *commEntry) stagedChunkLocked() (int, error) {
-	n, set, err := stagedChunkSetting()
+func (e *Comm) stagedChunkLocked() (int, error) {
+	n, set, err := e.set.chunk, e.set.chunkSet, e.set.chunkErr
 	switch {
 	case err != nil || set:
 		return n, err
@@ -71,7 +71,7 @@ func (e *commEntry) stagedChunkLocked() (int, error) {
 // pipelined reports whether the communicator's staged operations are pipelined by
 // chunk (devMu held); false for a setting it cannot read, which its first staged
 // operation refuses.
-func (e *commEntry) pipelined() bool {
+func (e *Comm) pipelined() bool {
 	n, err := e.stagedChunkLocked()
 	return err == nil && n > 0
 }
@@ -118,7 +118,7 @@ type chunkOp func(b [][]byte, count int, opts []core.OpOption) (*core.Request, e
 // blocks[i] blocks each (1, or the number of ranks): on host memory directly; on device
 // memory staged through pinned host memory, pipelined by chunk when it is larger than
 // one.
-func (v *views) collective(c *core.Comm, dt core.DataType, count int, blocks []int, issue chunkOp, bufs ...buf) (*core.Request, error) {
+func (v *Views) collective(c *core.Comm, dt core.DataType, count int, blocks []int, issue chunkOp, bufs ...buf) (*core.Request, error) {
 	per, n := 0, 1
 	if v.stream != 0 && !v.p2p {
 		chunk, err := v.e.stagedChunk()
@@ -128,13 +128,13 @@ func (v *views) collective(c *core.Comm, dt core.DataType, count int, blocks []i
 		per, n = stagedPlan(count, dt, slicesMax(blocks), chunk)
 	}
 	if n < 2 {
-		b, err := v.get(dt, bufs...)
+		b, err := v.Get(dt, bufs...)
 		if err != nil {
 			return nil, err
 		}
 		return issue(b, count, v.opts)
 	}
-	limit, err := stagedPinned()
+	limit, err := v.e.set.pinned, v.e.set.pinnedErr
 	if err != nil {
 		return nil, err
 	}
@@ -165,7 +165,7 @@ func (v *views) collective(c *core.Comm, dt core.DataType, count int, blocks []i
 }
 
 // pieces checks the device buffers of a pipelined operation and describes them.
-func (v *views) pieces(dt core.DataType, blocks []int, bufs []buf) ([]staged.Piece, error) {
+func (v *Views) pieces(dt core.DataType, blocks []int, bufs []buf) ([]staged.Piece, error) {
 	sizes, err := v.deviceBufs(dt, bufs)
 	if err != nil {
 		return nil, err
@@ -187,7 +187,7 @@ func (v *views) pieces(dt core.DataType, blocks []int, bufs []buf) ([]staged.Pie
 // whole count, or the GPU reduction's one-element operation of the caller's kind). It
 // returns one request for the whole operation: it completes with the last host
 // operation (they run in issue order), with the first one's error.
-func (v *views) issueChunks(st *staged.Staging, n int, issue func(k int, before func(time.Time) error, group core.OpOption) ([]*core.Request, error)) (*core.Request, error) {
+func (v *Views) issueChunks(st *staged.Staging, n int, issue func(k int, before func(time.Time) error, group core.OpOption) ([]*core.Request, error)) (*core.Request, error) {
 	v.staging = st
 	g := core.NewTraceGroup(n)
 	group := core.WithTraceGroup(g)
@@ -260,13 +260,13 @@ func stagedReduceOnGPU() (bool, error) {
 // elements per block, whose buffers hold blocks[i] blocks: on host memory, or staged and
 // pipelined by chunk with the reduction on the CPU (onHost: collective), or, for device
 // buffers of a pipelined size on several ranks, with the reduction on the GPU
-// (staged.Pool.StageReduceGPU).
-func (v *views) reductionStaged(c *core.Comm, kind staged.GPUReduceKind, d core.DataType, rop core.RedOp, root, count int, blocks []int,
+// (staged.Pool.StageReduceGPU). Its caller (Run) has run core's checks.
+func (v *Views) reductionStaged(c *core.Comm, kind staged.GPUReduceKind, d core.DataType, rop core.RedOp, root, count int, blocks []int,
 	onHost func() (*core.Request, error), sb, rb buf) (*core.Request, error) {
 	if v.stream == 0 || c.Size() < 2 {
 		return onHost()
 	}
-	gpu, err := stagedReduceOnGPU()
+	gpu, err := v.e.set.reduceGPU, v.e.set.reduceErr
 	if err != nil {
 		return nil, err
 	}
@@ -278,18 +278,8 @@ func (v *views) reductionStaged(c *core.Comm, kind staged.GPUReduceKind, d core.
 	if !gpu || n < 2 {
 		return onHost()
 	}
-	limit, err := stagedPinned()
+	limit, err := v.e.set.pinned, v.e.set.pinnedErr
 	if err != nil {
-		return nil, err
-	}
-	ck, r := core.KindAllReduce, noRoot
-	switch kind {
-	case staged.GPUReduceScatter:
-		ck = core.KindReduceScatter
-	case staged.GPUReduce:
-		ck, r = core.KindReduce, root
-	}
-	if err := c.CheckOp(ck, d, &rop, r); err != nil {
 		return nil, err
 	}
 	k, err := kernels.Load(v.drv, v.ctx)

@@ -1,4 +1,4 @@
-package main
+package devroute
 
 import (
 	"errors"
@@ -79,7 +79,7 @@ func devPtr(p uintptr) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer
 // oneRankViews builds the fake driver and returns its path, its hooks, a communicator of
 // one rank (destroyed when the test ends) and the views of an operation of it in mode
 // on a stream of device 0.
-func oneRankViews(t *testing.T, mode devMode) (string, *cudatest.Fake, *core.Comm, *views) {
+func oneRankViews(t *testing.T, mode devMode) (string, *cudatest.Fake, *core.Comm, *Views) {
 	path, err := cudatest.BuildIn(t.TempDir())
 	require.NoError(t, err)
 	d, err := driver.Open(path)
@@ -94,8 +94,8 @@ func oneRankViews(t *testing.T, mode devMode) (string, *cudatest.Fake, *core.Com
 	s := driver.Stream(f.Stream(0))
 	ctx, err := d.StreamContext(s)
 	require.NoError(t, err)
-	e := &commEntry{comm: c, devState: devState{devMode: mode}}
-	return path, f, c, &views{e: e, stream: s, drv: d, ctx: ctx}
+	e := &Comm{comm: c, devState: devState{devMode: mode}}
+	return path, f, c, &Views{e: e, stream: s, drv: d, ctx: ctx}
 }
 
 // TestOneRankAutoStages: under auto a one-rank collective on device buffers stages,

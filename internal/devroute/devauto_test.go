@@ -1,4 +1,4 @@
-package main
+package devroute
 
 import (
 	"errors"
@@ -18,13 +18,13 @@ import (
 // of this process on the fake's devices devs[0] and devs[1], with
 // GONCCL_DEVICE_PATH_COST=cost, each rank deciding on its own goroutine; returns each
 // rank's entry (closed when the test ends).
-func autoRanks(t *testing.T, mode devMode, devs [2]int, cost string) []*commEntry {
+func autoRanks(t *testing.T, mode devMode, devs [2]int, cost string) []*Comm {
 	return autoRanksFault(t, mode, devs, cost, nil)
 }
 
 // autoRanksFault is autoRanks where fault, if not nil, fails rank r's setup of a path
-// after the path's own exchange (commEntry.devSetupFault).
-func autoRanksFault(t *testing.T, mode devMode, devs [2]int, cost string, fault func(r int, p route.Path) error) []*commEntry {
+// after the path's own exchange (Comm.devSetupFault).
+func autoRanksFault(t *testing.T, mode devMode, devs [2]int, cost string, fault func(r int, p route.Path) error) []*Comm {
 	path, err := cudatest.BuildIn(t.TempDir())
 	require.NoError(t, err)
 	d, err := driver.Open(path)
@@ -36,7 +36,7 @@ func autoRanksFault(t *testing.T, mode devMode, devs [2]int, cost string, fault 
 	id, err := core.NewUniqueID()
 	require.NoError(t, err)
 	const n = 2
-	entries := make([]*commEntry, n)
+	entries := make([]*Comm, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for r := range n {
@@ -54,12 +54,12 @@ func autoRanksFault(t *testing.T, mode devMode, devs [2]int, cost string, fault 
 				errs[r] = err
 				return
 			}
-			e := &commEntry{comm: c, devState: devState{devMode: mode, devCosts: costs}}
+			e := &Comm{comm: c, devState: devState{devMode: mode, devCosts: costs}}
 			if fault != nil {
 				e.devSetupFault = func(p route.Path) error { return fault(r, p) }
 			}
 			entries[r] = e
-			v := &views{e: e, stream: s, drv: d, ctx: ctx, dev: devs[r]}
+			v := &Views{e: e, stream: s, drv: d, ctx: ctx, dev: devs[r]}
 			_, _, errs[r] = v.devicePath(c)
 		}()
 	}

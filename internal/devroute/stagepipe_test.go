@@ -1,4 +1,4 @@
-package main
+package devroute
 
 import (
 	"testing"
@@ -14,19 +14,21 @@ import (
 // proven the pipelined staged path on the ranks' setup (nowhere yet): auto's default
 // is one copy each way.
 func TestStagedChunkSetting(t *testing.T) {
-	auto := &commEntry{devState: devState{devMode: devAuto}}
-	model := &commEntry{devState: devState{devMode: devModel}}
-	shared := &commEntry{devState: devState{devMode: devAuto, devSetup: route.SharedGPU, devSetupKnown: true}}
+	auto := &Comm{devState: devState{devMode: devAuto}}
+	model := &Comm{devState: devState{devMode: devModel}}
+	shared := &Comm{devState: devState{devMode: devAuto, devSetup: route.SharedGPU, devSetupKnown: true}}
 	for v, want := range map[string]int{"4194304": 4 << 20, "64K": 64 << 10, " 1m ": 1 << 20, "0": 0, "16G": 16 << 30} {
 		t.Setenv("GONCCL_STAGED_CHUNK", v)
-		for _, e := range []*commEntry{auto, model, shared} {
+		for _, e := range []*Comm{auto, model, shared} {
+			e.set = readSettings() // as at the communicator's creation
 			got, err := e.stagedChunk()
 			require.NoError(t, err, v)
 			require.Equal(t, want, got, v)
 		}
 	}
 	t.Setenv("GONCCL_STAGED_CHUNK", "")
-	for e, want := range map[*commEntry]int{auto: 0, model: stagedChunkBytes, shared: 0} {
+	for e, want := range map[*Comm]int{auto: 0, model: stagedChunkBytes, shared: 0} {
+		e.set = readSettings()
 		got, err := e.stagedChunk()
 		require.NoError(t, err)
 		require.Equal(t, want, got, "mode %d", e.devMode)
@@ -34,6 +36,7 @@ func TestStagedChunkSetting(t *testing.T) {
 	}
 	for _, v := range []string{"abc", "-1", "17G", "1.5M", "4T"} {
 		t.Setenv("GONCCL_STAGED_CHUNK", v)
+		auto.set = readSettings()
 		_, err := auto.stagedChunk()
 		require.ErrorContains(t, err, "GONCCL_STAGED_CHUNK", v)
 	}

@@ -1,4 +1,4 @@
-package main
+package devroute
 
 import (
 	"errors"
@@ -19,7 +19,7 @@ import (
 // some size, and each operation takes it where the model says. Ranks spread over
 // several GPUs with two on one never take it.
 
-// sameGPUState is the part of commEntry that belongs to the same-GPU path. Guarded by
+// sameGPUState is the part of Comm that belongs to the same-GPU path. Guarded by
 // devMu.
 type sameGPUState struct {
 	devSame *samegpu.SameGPU // nil: not on the same-GPU path
@@ -28,14 +28,14 @@ type sameGPUState struct {
 // setupSameGPU is devicePath's choice when NewShared refused because ranks share a
 // GPU (why): every rank got that answer together, so every rank calls it and takes
 // the same-GPU path or stages, together. devMu held.
-func (v *views) setupSameGPU(c *core.Comm, why error) error {
+func (v *Views) setupSameGPU(c *core.Comm, why error) error {
 	e := v.e
 	k, kerr := kernels.Load(v.drv, v.ctx)
 	g, err := samegpu.NewSameGPU(v.drv, v.ctx, c.Rank(), c.Size(), e.comm.Timeout(), func(rec []byte) ([]byte, error) {
 		if kerr != nil { // tell the others this rank cannot take the path
 			rec = make([]byte, len(rec))
 		}
-		return hostAllGather(c, rec)
+		return HostAllGather(c, rec)
 	})
 	if err == nil && kerr != nil {
 		g.Close()
@@ -71,15 +71,12 @@ func (v *views) setupSameGPU(c *core.Comm, why error) error {
 }
 
 // trySameGPU runs a collective on the same-GPU path if the communicator takes it
-// (ok), after core's checks (core.Comm.CheckOp). kind and count are for the flight
+// (ok); its caller has run core's checks (core.Comm.CheckOp). kind and count are for the flight
 // recorder; enqueue gets the buffers' pointers in the order of bufs.
-func (v *views) trySameGPU(c *core.Comm, kind core.Kind, dt core.DataType, op *core.RedOp, root, count int,
+func (v *Views) trySameGPU(c *core.Comm, kind core.Kind, dt core.DataType, op *core.RedOp, root, count int,
 	enqueue func(g *samegpu.SameGPU, k *kernels.Kernels, ptrs []uintptr) error, bufs ...buf) (req *core.Request, ok bool, err error) {
 	if v.stream == 0 || !v.e.devMode.automatic() || v.e.devModeErr != nil || c.Size() == 1 {
 		return nil, false, nil
-	}
-	if err := c.CheckOp(kind, dt, op, root); err != nil {
-		return nil, false, err
 	}
 	if _, _, err := v.devicePath(c); err != nil {
 		return nil, false, err
@@ -122,7 +119,7 @@ func (v *views) trySameGPU(c *core.Comm, kind core.Kind, dt core.DataType, op *c
 
 // closeSameGPU closes the same-GPU path on destroy or abort: this rank's mappings
 // and pages (the launcher first waits for its last operation's kernels).
-func (e *commEntry) closeSameGPU() error {
+func (e *Comm) closeSameGPU() error {
 	e.devMu.Lock()
 	g := e.devSame
 	e.devSame = nil

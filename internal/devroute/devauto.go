@@ -1,4 +1,4 @@
-package main
+package devroute
 
 import (
 	"errors"
@@ -28,7 +28,7 @@ import (
 // it sets up the paths the mode allows and the model may choose, and logs what it
 // chose and why. detect says whether this rank is an MPS client on the GPU with the
 // bus id it is given, nvlink whether that GPU has an active NVLink.
-func (v *views) setupAuto(c *core.Comm, scratch int, detect func(bus string) topology.MPSStatus, nvlink func(bus string) bool) error {
+func (v *Views) setupAuto(c *core.Comm, scratch int, detect func(bus string) topology.MPSStatus, nvlink func(bus string) bool) error {
 	e := v.e
 	gather := route.HostGather(c)
 	k, kerr := kernels.Load(v.drv, v.ctx)
@@ -133,7 +133,7 @@ func (v *views) setupAuto(c *core.Comm, scratch int, detect func(bus string) top
 // setupPath sets up path p together with the other ranks, then agrees with them: ok if
 // every rank could, else why not (note, for the log), and every rank drops the path.
 // A rank's setup error counts as its refusal; err is a failure of the agreement itself.
-func (v *views) setupPath(c *core.Comm, p route.Path, scratch int, gather route.Gather) (ok bool, note string, err error) {
+func (v *Views) setupPath(c *core.Comm, p route.Path, scratch int, gather route.Gather) (ok bool, note string, err error) {
 	e := v.e
 	var undo func()
 	var serr error
@@ -223,7 +223,7 @@ func autoSummary(pc *route.Chooser, setup route.Setup, mode devMode, pipelined b
 
 // autoChooses reports whether operations of kind k on bytes take path p under auto
 // (true when the communicator does not choose by the model: another mode).
-func (e *commEntry) autoChooses(p route.Path, k core.Kind, bytes int) bool {
+func (e *Comm) autoChooses(p route.Path, k core.Kind, bytes int) bool {
 	e.devMu.Lock()
 	pc := e.devChoice
 	e.devMu.Unlock()

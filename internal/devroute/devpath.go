@@ -1,4 +1,4 @@
-package main
+package devroute
 
 import (
 	"errors"
@@ -120,7 +120,7 @@ func readDevMode() (devMode, string, error) {
 	return devOff, "", fmt.Errorf("%w: GONCCL_DEVICE_PATH=%q: want auto (the default), model, samegpu, 1 or 0", errUsage, on)
 }
 
-// devState is the part of commEntry that belongs to the device path.
+// devState is the part of Comm that belongs to the device path.
 type devState struct {
 	devMode    devMode // read when the communicator was created
 	devOffWhy  string  // the setting that made it devOff
@@ -141,13 +141,14 @@ type devState struct {
 	devCtx        driver.Context
 	devLast       chan struct{}             // closed once the last device-path operation has enqueued its work
 	devSide       map[sideKey]driver.Stream // async point-to-point's streams (devp2p.go)
+	set           devSettings               // read when the communicator was created
 	sameGPUState
 }
 
 // devicePath returns the communicator's shared scratch and kernels if operations
 // with stream v.stream take the device path, deciding (collectively, once) on first
 // use; nil if they stage.
-func (v *views) devicePath(c *core.Comm) (*cuda.Shared, *kernels.Kernels, error) {
+func (v *Views) devicePath(c *core.Comm) (*cuda.Shared, *kernels.Kernels, error) {
 	e := v.e
 	if v.stream == 0 || e.devMode == devOff {
 		return nil, nil, nil
@@ -166,9 +167,8 @@ func (v *views) devicePath(c *core.Comm) (*cuda.Shared, *kernels.Kernels, error)
 			logDevice(c, "one rank: "+route.Verdict(route.OneRank, route.RouteOf(route.Staged, e.pipelined())))
 			return nil, nil, nil
 		}
-		scratch, err := devScratch()
-		ringFrom, rerr := devRingFrom()
-		if err = errors.Join(err, rerr); err != nil {
+		scratch, ringFrom := e.set.scratch, e.set.ringFrom
+		if err := errors.Join(e.set.scratchErr, e.set.ringErr); err != nil {
 			e.devDecided = false // refused before any exchange: every rank refuses the same way
 			return nil, nil, err
 		}
@@ -189,7 +189,7 @@ func (v *views) devicePath(c *core.Comm) (*cuda.Shared, *kernels.Kernels, error)
 			if kerr != nil { // tell the others this rank cannot take the device path
 				rec = make([]byte, len(rec))
 			}
-			return hostAllGather(c, rec)
+			return HostAllGather(c, rec)
 		}, opts...)
 		if err == nil && kerr != nil {
 			err = kerr
@@ -228,7 +228,7 @@ func deviceLine(sh *cuda.Shared, n, ringFrom int) string {
 
 // devShared returns the communicator's device path, nil if it has none (devMu held),
 // refusing a stream of another context than the one it was set up in.
-func (v *views) devShared() (*cuda.Shared, *kernels.Kernels, error) {
+func (v *Views) devShared() (*cuda.Shared, *kernels.Kernels, error) {
 	e := v.e
 	if e.devShared == nil {
 		return nil, nil, nil
@@ -241,7 +241,7 @@ func (v *views) devShared() (*cuda.Shared, *kernels.Kernels, error) {
 
 // logStagedOnce logs, at a communicator's first operation on device buffers, that
 // the settings keep it on the staged path.
-func (e *commEntry) logStagedOnce(c *core.Comm) {
+func (e *Comm) logStagedOnce(c *core.Comm) {
 	e.devMu.Lock()
 	defer e.devMu.Unlock()
 	if e.devDecided {
@@ -255,8 +255,8 @@ func logDevice(c *core.Comm, msg string) {
 	cuda.LogInit(fmt.Sprintf("rank %d/%d: %s", c.Rank(), c.Size(), msg))
 }
 
-// hostAllGather all-gathers each rank's rec over c on the host and waits.
-func hostAllGather(c *core.Comm, rec []byte) ([]byte, error) {
+// HostAllGather all-gathers each rank's rec over c on the host and waits.
+func HostAllGather(c *core.Comm, rec []byte) ([]byte, error) {
 	all := make([]byte, len(rec)*c.Size())
 	req, err := c.AllGather(rec, all, len(rec), core.Uint8)
 	if err == nil {
@@ -265,14 +265,11 @@ func hostAllGather(c *core.Comm, rec []byte) ([]byte, error) {
 	return all, err
 }
 
-// noRoot is tryDevice's root for the collectives that have none.
-const noRoot = core.NoRoot
-
-// tryDevice runs a collective on the device path if it applies to this call (ok),
-// after core's checks (core.Comm.CheckOp: the reduction, if op is not nil, the root,
-// unless noRoot, the communicator's state). kind and count (as core counts it) are for the
-// flight recorder.
-func (v *views) tryDevice(c *core.Comm, kind core.Kind, dt core.DataType, op *core.RedOp, root, count int,
+// tryDevice runs a collective on the device path if it applies to this call (ok).
+// Its caller has run core's checks (core.Comm.CheckOp: the reduction, if op is not
+// nil, the root, unless noRoot, the communicator's state). kind and count (as core
+// counts it) are for the flight recorder.
+func (v *Views) tryDevice(c *core.Comm, kind core.Kind, dt core.DataType, op *core.RedOp, root, count int,
 	enqueue func(sh *cuda.Shared, k *kernels.Kernels, ptrs []uintptr) error, bufs ...buf) (req *core.Request, ok bool, err error) {
 	if v.stream == 0 {
 		return nil, false, nil
@@ -283,9 +280,6 @@ func (v *views) tryDevice(c *core.Comm, kind core.Kind, dt core.DataType, op *co
 	if v.e.devMode == devOff {
 		v.e.logStagedOnce(c)
 		return nil, false, nil
-	}
-	if err := c.CheckOp(kind, dt, op, root); err != nil {
-		return nil, false, err
 	}
 	rec := devRecord{kind: kind, root: -1, count: count}
 	if op != nil {
@@ -327,7 +321,7 @@ type devRecord struct {
 // order), on the GPU once enqueued, finished when the event recorded after its work
 // completes (the recorder asks when the trace is read). The returned request has
 // completed: the work is on the stream (with rec.later, once the last of it is).
-func (v *views) runDevice(c *core.Comm, rec devRecord, dt core.DataType, enqueue func(ptrs []uintptr) error, bufs ...buf) (*core.Request, error) {
+func (v *Views) runDevice(c *core.Comm, rec devRecord, dt core.DataType, enqueue func(ptrs []uintptr) error, bufs ...buf) (*core.Request, error) {
 	if _, err := v.deviceBufs(dt, bufs); err != nil {
 		return nil, err
 	}
@@ -462,7 +456,7 @@ func closed(ch chan struct{}) bool {
 // afterDevice returns a channel closed once the device-path operations issued so far
 // have enqueued their work (nil if there are none pending): staged operations wait
 // for it before queueing their copies, to keep the stream in issue order.
-func (e *commEntry) afterDevice() chan struct{} {
+func (e *Comm) afterDevice() chan struct{} {
 	e.devMu.Lock()
 	defer e.devMu.Unlock()
 	if closed(e.devLast) {
@@ -472,7 +466,7 @@ func (e *commEntry) afterDevice() chan struct{} {
 }
 
 // checkDevice refuses a buffer that is not device memory of the stream's device.
-func (v *views) checkDevice(b buf, size int) error {
+func (v *Views) checkDevice(b buf, size int) error {
 	ptr := uintptr(b.p)
 	for _, at := range []uintptr{ptr, ptr + uintptr(size) - 1} {
 		dev, err := v.drv.PointerDevice(v.ctx, at)
@@ -490,7 +484,7 @@ func (v *views) checkDevice(b buf, size int) error {
 // destroy. Abort, or a destroy of a failed communicator, releases this rank's streams
 // still waiting on the device path's flags (their operations' outputs are not valid)
 // and leaves the scratch mapped, as peers' streams may still read it.
-func (e *commEntry) closeDevice(abort bool) error {
+func (e *Comm) closeDevice(abort bool) error {
 	if err := e.closeSameGPU(); err != nil && !abort {
 		return err
 	}
