@@ -28,8 +28,9 @@ import (
 //
 // Each rank reads every other's scratch once per round: right for the 2-8 ranks of a
 // host and for small and medium messages. A large all_reduce among three or more
-// ranks runs the ring instead (devring.go, RingFrom): the same bytes per rank, each
-// over the link to one neighbour.
+// ranks can run the ring instead (devring.go, AllReduceRing): the same bytes per rank,
+// each over the link to one neighbour; the caller chooses (internal/devroute, by
+// route.DeviceRing).
 //
 // "Write a flag" writes it into every rank's header (post), "wait for rank p's flag"
 // reads p's slot of the own header (wait, waitAll): so a rank releases only its own
@@ -286,9 +287,6 @@ func (s *Shared) Reduce(st Stream, k Reducer, send, recv uintptr, count int, dt 
 
 func (s *Shared) allReduce(st Stream, k Reducer, send, recv uintptr, count int, dt reduce.DataType, op reduce.RedOp, root int) error {
 	es := dt.Size()
-	if s.ringFor(count*es, root) {
-		return s.allReduceRing(st, k, send, recv, count, dt, op)
-	}
 	per := s.cap / es
 	kind := kindAllReduce
 	if root >= 0 {
@@ -349,9 +347,6 @@ func (s *Shared) ReduceScatter(st Stream, k Reducer, send, recv uintptr, recvCou
 	per := s.cap / (es * s.nranks) // elements of each block per round
 	if per == 0 {
 		return fmt.Errorf("cuda: the device scratch (%d bytes) is too small for %d ranks", s.cap, s.nranks)
-	}
-	if s.ringFor(recvCount*s.nranks*es, -1) {
-		return s.reduceScatterRing(st, k, send, recv, recvCount, dt, op)
 	}
 	d := reduceDesc(kindReduceScatter, recvCount, dt, op, -1)
 	return s.runOp(&d, func() error {

@@ -18,6 +18,7 @@ import (
 	"github.com/gonccl/gonccl/cuda"
 	"github.com/gonccl/gonccl/cuda/cudatest"
 	"github.com/gonccl/gonccl/cuda/driver"
+	"github.com/gonccl/gonccl/internal/route"
 )
 
 // The device path (cuda.Shared) against the fake driver, ranks in separate processes
@@ -121,7 +122,7 @@ func devRank(d *driver.Driver, f *cudatest.Fake, id core.UniqueID, rank int, dev
 		if _, err := fmt.Sscanf(v, "%d,%d", &from, &chunk); err != nil {
 			return fmt.Errorf("GONCCL_DEVTEST_RING=%q: %w", v, err)
 		}
-		opts = append(opts, cuda.RingFrom(from))
+		devTestRingFrom = from
 		cuda.SetRingChunk(chunk)
 	}
 	sh, err := cuda.NewShared(d, ctx, rank, nranks, devScratch, exchange, opts...)
@@ -210,6 +211,10 @@ func devInput(dt core.DataType, op core.RedOp, n, rank, i int) []byte {
 
 // runDevCase runs case dc on the device path and on the host, returning this rank's
 // device result and the host reference.
+// devTestRingFrom is the size from which the worker's all_reduce and reduce_scatter
+// take the device ring, as the router chooses (GONCCL_DEVTEST_RING; 0: never).
+var devTestRingFrom int
+
 func runDevCase(c *core.Comm, sh *cuda.Shared, red cuda.Reducer, f *cudatest.Fake, dev int, s driver.Stream,
 	rank, nranks, i int, dc devCase) (got, want []byte, err error) {
 	es := dc.dt.Size()
@@ -254,11 +259,19 @@ func runDevCase(c *core.Comm, sh *cuda.Shared, red cuda.Reducer, f *cudatest.Fak
 	case "broadcast":
 		err = sh.Broadcast(s, send, recv, dc.count*es, dc.root)
 	case "all_reduce":
-		err = sh.AllReduce(s, red, send, recv, dc.count, dc.dt, dc.op)
+		if route.DeviceRing(c.Size(), dc.count*es, devTestRingFrom) {
+			err = sh.AllReduceRing(s, red, send, recv, dc.count, dc.dt, dc.op)
+		} else {
+			err = sh.AllReduce(s, red, send, recv, dc.count, dc.dt, dc.op)
+		}
 	case "reduce":
 		err = sh.Reduce(s, red, send, recv, dc.count, dc.dt, dc.op, dc.root)
 	case "reduce_scatter":
-		err = sh.ReduceScatter(s, red, send, recv, dc.count, dc.dt, dc.op)
+		if route.DeviceRing(c.Size(), dc.count*c.Size()*es, devTestRingFrom) {
+			err = sh.ReduceScatterRing(s, red, send, recv, dc.count, dc.dt, dc.op)
+		} else {
+			err = sh.ReduceScatter(s, red, send, recv, dc.count, dc.dt, dc.op)
+		}
 	case "all_to_all":
 		err = sh.AlltoAll(s, send, recv, dc.count*es)
 	case "gather":

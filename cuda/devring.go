@@ -36,14 +36,10 @@ import (
 // ringChunkBytes is the size of the chunks a ring step is cut into.
 var ringChunkBytes = 1 << 20
 
-// ringFor reports whether an all_reduce of bytes (per rank; root < 0), or a
-// reduce_scatter of bytes of input per rank, runs the ring.
-func (s *Shared) ringFor(bytes, root int) bool {
-	return root < 0 && s.nranks >= 3 && s.ringFrom > 0 && bytes >= s.ringFrom
-}
-
-// allReduceRing is AllReduce by the ring, in rounds of at most the scratch's capacity.
-func (s *Shared) allReduceRing(st Stream, k Reducer, send, recv uintptr, count int, dt reduce.DataType, op reduce.RedOp) error {
+// AllReduceRing is AllReduce by the ring, in rounds of at most the scratch's
+// capacity. Which of the two an operation takes is the caller's choice (the router's
+// model: internal/devroute); every rank must make the same one.
+func (s *Shared) AllReduceRing(st Stream, k Reducer, send, recv uintptr, count int, dt reduce.DataType, op reduce.RedOp) error {
 	es := dt.Size()
 	per := s.cap / es
 	d := reduceDesc(kindAllReduceRing, count, dt, op, -1)
@@ -65,10 +61,10 @@ func (s *Shared) allReduceRing(st Stream, k Reducer, send, recv uintptr, count i
 	})
 }
 
-// reduceScatterRing is ReduceScatter by the first half of the ring: the plan over
+// ReduceScatterRing is ReduceScatter by the first half of the ring: the plan over
 // the n blocks of a round, block b as segment b+1, so that the segment rank r
 // finishes after the reduce-scatter steps, r+1, is its own block.
-func (s *Shared) reduceScatterRing(st Stream, k Reducer, send, recv uintptr, recvCount int, dt reduce.DataType, op reduce.RedOp) error {
+func (s *Shared) ReduceScatterRing(st Stream, k Reducer, send, recv uintptr, recvCount int, dt reduce.DataType, op reduce.RedOp) error {
 	es, n := dt.Size(), s.nranks
 	per := s.cap / (es * n) // elements of each block per round
 	d := reduceDesc(kindReduceScatterRing, recvCount, dt, op, -1)

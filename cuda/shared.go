@@ -56,7 +56,6 @@ type Shared struct {
 	failed     error       // why the scratch was released, once it was
 	mpsLine    string      // ranks share a GPU under MPS: the INIT log's line (ShareUnderMPS)
 	mpsWhy     string      // ranks share a GPU (ShareUnderMPS): how this rank found out whether it is an MPS client
-	ringFrom   int         // all_reduce of at least this many bytes runs the ring (RingFrom); 0: never
 	ringSeq    uint32      // the last ring unit number posted (devring.go)
 }
 
@@ -157,14 +156,6 @@ type SharedOption func(*sharedOptions)
 type sharedOptions struct {
 	stageWhenDeviceShared bool
 	mps                   func(bus string) MPSStatus
-	ringFrom              int
-}
-
-// RingFrom makes all_reduce of at least bytes (per rank) among three or more ranks, and
-// reduce_scatter of as much input, run the ring (devring.go) instead of the one-shot; 0 never does. Every rank must give
-// the same value (a rank that differs is named by the descriptor check).
-func RingFrom(bytes int) SharedOption {
-	return func(o *sharedOptions) { o.ringFrom = max(0, bytes) }
 }
 
 // StageWhenDeviceShared makes NewShared refuse (ErrDeviceShared, every rank together)
@@ -221,7 +212,7 @@ func NewShared(d *Driver, ctx Context, rank, nranks, dataBytes int, exchange fun
 	if nranks > maxRanks {
 		return nil, fmt.Errorf("%w: %d ranks; the device path takes at most %d", ErrNotShared, nranks, maxRanks)
 	}
-	s := &Shared{d: d, ctx: ctx, rank: rank, nranks: nranks, cap: dataBytes &^ 255, hdr: headerBytes(nranks), ringFrom: o.ringFrom,
+	s := &Shared{d: d, ctx: ctx, rank: rank, nranks: nranks, cap: dataBytes &^ 255, hdr: headerBytes(nranks),
 		bases: make([]uintptr, nranks), opened: make([]bool, nranks), flags: make([]flagRegion, nranks), exchange: exchange}
 	for r := range s.flags {
 		s.flags[r].fd = -1

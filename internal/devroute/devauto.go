@@ -147,7 +147,7 @@ func (v *Views) setupPath(c *core.Comm, p route.Path, scratch int, gather route.
 		}
 		serr = err
 	case route.Device:
-		sh, err := cuda.NewShared(v.drv, v.ctx, c.Rank(), c.Size(), scratch, gather, cuda.RingFrom(e.devRingTo))
+		sh, err := cuda.NewShared(v.drv, v.ctx, c.Rank(), c.Size(), scratch, gather)
 		if err != nil && sh != nil {
 			sh.Abandon()
 		}

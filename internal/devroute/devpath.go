@@ -180,7 +180,7 @@ func (v *Views) devicePath(c *core.Comm) (*cuda.Shared, *kernels.Kernels, error)
 			}
 			return v.devShared()
 		}
-		opts := []cuda.SharedOption{cuda.RingFrom(ringFrom)}
+		var opts []cuda.SharedOption
 		if e.devMode == devSameGPU {
 			opts = append(opts, cuda.StageWhenDeviceShared())
 		}

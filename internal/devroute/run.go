@@ -8,6 +8,7 @@ import (
 	"github.com/gonccl/gonccl/cuda/kernels"
 	"github.com/gonccl/gonccl/cuda/samegpu"
 	"github.com/gonccl/gonccl/cuda/staged"
+	"github.com/gonccl/gonccl/internal/route"
 )
 
 // Op is one collective as the router runs it.
@@ -109,10 +110,16 @@ func deviceEnqueue(v *Views, op Op) func(sh *cuda.Shared, k *kernels.Kernels, p 
 	switch op.Kind {
 	case core.KindAllReduce:
 		return func(sh *cuda.Shared, k *kernels.Kernels, p []uintptr) error {
+			if route.DeviceRing(v.e.comm.Size(), bytes, v.e.devRingTo) {
+				return sh.AllReduceRing(v.stream, k, p[0], p[1], n, d, *op.RedOp)
+			}
 			return sh.AllReduce(v.stream, k, p[0], p[1], n, d, *op.RedOp)
 		}
 	case core.KindReduceScatter:
 		return func(sh *cuda.Shared, k *kernels.Kernels, p []uintptr) error {
+			if route.DeviceRing(v.e.comm.Size(), bytes*v.e.comm.Size(), v.e.devRingTo) {
+				return sh.ReduceScatterRing(v.stream, k, p[0], p[1], n, d, *op.RedOp)
+			}
 			return sh.ReduceScatter(v.stream, k, p[0], p[1], n, d, *op.RedOp)
 		}
 	case core.KindReduce:

@@ -447,3 +447,14 @@ func timeText(us float64) string {
 	}
 	return fmt.Sprintf("%.2f s", us/1e6)
 }
+
+// DeviceRing reports whether the device path runs an all_reduce of bytes per rank (a
+// reduce_scatter of bytes of input per rank) by its ring rather than the one-shot:
+// among three or more ranks, from the threshold from (GONCCL_DEVICE_RING_THRESHOLD;
+// 0: never). Below it, every rank reading every peer's scratch at once costs fewer
+// flag round trips than the ring's 2(N-1) steps; above, the ring sends each byte over
+// one neighbour's link instead of every pair's. Every rank decides alike: the same
+// size, rank count and setting.
+func DeviceRing(ranks, bytes, from int) bool {
+	return ranks >= 3 && from > 0 && bytes >= from
+}

@@ -233,3 +233,17 @@ func TestGPUCostDoc(t *testing.T) {
 		require.Contains(t, string(doc), row, "docs/gpu.md's table of the cost model's figures")
 	}
 }
+
+// TestDeviceRing: the ring from the threshold up, among three or more ranks only, and
+// never with the threshold 0.
+func TestDeviceRing(t *testing.T) {
+	for _, c := range []struct {
+		ranks, bytes, from int
+		want               bool
+	}{
+		{3, 4 << 20, 4 << 20, true}, {8, 64 << 20, 4 << 20, true}, {3, 4<<20 - 1, 4 << 20, false},
+		{2, 64 << 20, 4 << 20, false}, {1, 64 << 20, 1, false}, {4, 64 << 20, 0, false}, {4, 0, 1, false},
+	} {
+		require.Equal(t, c.want, DeviceRing(c.ranks, c.bytes, c.from), "%+v", c)
+	}
+}
