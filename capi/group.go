@@ -23,7 +23,7 @@ import (
 // Blocking collectives still wait where they are called; every rank reaches them in
 // the same order, and they do not depend on point-to-point progress. The exception to
 // "starts at once": the device path's blocking sends and receives, which a group holds
-// until its end and then enqueues together (devp2p.go), as NCCL does.
+// until its end and then enqueues together (internal/devroute/devp2p.go), as NCCL does.
 //
 // Nesting is per thread, as in NCCL. An exported function runs on the C caller's
 // thread, so pthread_self identifies the thread a group belongs to.

@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	settings "github.com/gonccl/gonccl/internal/config"
@@ -64,28 +65,28 @@ var Params = []settings.Param[config]{
 		Parse: text(nil)},
 	{Name: "GONCCL_DEVICE_PATH", Default: "auto",
 		Help:  "which path operations on CUDA device buffers take (see [GPUs](gpu.md#defaults-and-what-has-run-on-a-gpu) and [how auto chooses](gpu.md#how-auto-chooses)). `auto`: at a communicator's first operation on device buffers the ranks agree on their setup (one rank; ranks sharing a GPU, with or without MPS; one rank per GPU, with or without NVLink) and take only the paths that have passed the GPU check on real hardware for it, today the staged path (through pinned host memory, one copy each way) everywhere; the INIT log says the path, where it was proven and how to ask for the others. `model`: the same agreement, then every path possible there that the cost model chooses for some operation and size: the device path (the ranks map each other's device scratch with CUDA IPC and the work is enqueued on the caller's stream: copies, reduction kernels, flags ordering the ranks, returning at once; ranks on this host, on GPUs that can share memory), the same-GPU path (every rank on one GPU: the ranks order each other on the host and one rank enqueues the whole `all_reduce`, `all_gather`, `reduce_scatter` or `broadcast`, so no stream waits on the GPU for another rank's context; for one rank, a device-to-device copy), and staged, pipelined by chunk (always); each collective takes the one the model prices lowest for its kind and size (`GONCCL_DEVICE_PATH_COST`). `samegpu`: ranks all on one GPU take the same-GPU path for its four collectives at every size and stage the rest; otherwise the device path unless two ranks share a GPU. `1`: the device path also when ranks share a GPU. `0`: always staged. A path any rank cannot set up is left out by every rank, and the INIT log names the rank and why. The same on every rank; another value is refused at init. Read by the C ABI when a communicator is created",
-		Parse: oneOf([]string{"auto", "model", "samegpu", "1", "0"}, nil)},
+		Parse: oneOf([]string{"auto", "model", "samegpu", "1", "0"}, func(c *config, v string) { c.device.Path = v })},
 	{Name: "GONCCL_DEVICE_PATH_COST", Unset: "(measured and estimated figures)",
 		Help:  "changes figures of the cost model by which `GONCCL_DEVICE_PATH=auto` and `model` choose a path per operation: `key=value` pairs, comma-separated, e.g. `staged.latency=300,samegpu.busbw=400`; latencies in microseconds, bandwidths in GB/s of bus bandwidth; the keys and defaults are in [how auto chooses](gpu.md#how-auto-chooses). The same on every rank (the setup exchange checks, and refuses a difference at the first operation on device buffers, as it does a key or value it does not know). Read by the C ABI when a communicator is created",
 		Parse: parseCostSyntax},
 	{Name: "GONCCL_DEVICE_SCRATCH", Default: "8388608",
 		Help:  "bytes of device scratch each rank of a device-path communicator allocates and shares (a `K`, `M` or `G` suffix: 2^10, 2^20, 2^30; 1M to 16G); an operation larger than it takes several rounds, and each round costs a wait on the peers (about 0.5 ms when ranks share a GPU). The same on every rank. Read by the C ABI",
-		Parse: byteSize(1<<20, 16<<30, nil)},
+		Parse: byteSize(1<<20, 16<<30, func(c *config, v int64) { c.device.Scratch = int(v) })},
 	{Name: "GONCCL_DEVICE_RING_THRESHOLD", Default: "4194304",
 		Help:  "bytes (per rank: an `all_reduce`'s buffer, a `reduce_scatter`'s input) from which an `all_reduce` or `reduce_scatter` on the device path among three or more ranks runs a ring (each step reads one chunk of the previous rank's scratch and reduces it into the own, passing the finished pieces on: every rank talks to its two neighbours only) instead of every rank reading every peer's scratch at once (a `K`, `M` or `G` suffix: 2^10, 2^20, 2^30). `0`: never. The same on every rank (ranks that differ are named at the operation). Read by the C ABI",
-		Parse: byteSize(0, 16<<30, nil)},
+		Parse: byteSize(0, 16<<30, func(c *config, v int64) { c.device.RingThreshold = int(v) })},
 	{Name: "GONCCL_STAGED_CHUNK", Unset: "(0; 4194304 under `GONCCL_DEVICE_PATH=model`)",
 		Help:  "bytes per chunk of the staged path (device buffers copied through pinned host memory; a `K`, `M` or `G` suffix: 2^10, 2^20, 2^30; up to 16G): a collective larger than one chunk runs pipelined, not yet run on a GPU, so only when asked for (by this setting, or `GONCCL_DEVICE_PATH=model`), or where the GPU check has proven it for the ranks' setup; the copies of other chunks to and from the GPU overlapping the host's work on one (at most 64 chunks: larger operations take larger chunks). The flight recorder shows it as one entry, with its number of chunks. `0`: no pipelining. The same on every rank. Read by the C ABI",
-		Parse: byteSize(0, 16<<30, nil)},
+		Parse: stagedChunk},
 	{Name: "GONCCL_STAGED_PINNED", Default: "67108864",
 		Help:  "bytes of pinned host memory one pipelined staged operation holds at once (`K`, `M`, `G` suffixes as above; up to 1024G): its chunks' memory is a ring of as many chunks as fit (at least two, whatever this says), a chunk copied to the host once the chunk before it in its slot is back on the GPU. Inputs, results and (reducing on the GPU) the pieces received all count. `0`: no bound (every chunk's memory at once). Read by the C ABI",
-		Parse: byteSize(0, 1<<40, nil)},
+		Parse: byteSize(0, 1<<40, func(c *config, v int64) { c.device.StagedPinned = int(v) })},
 	{Name: "GONCCL_STAGED_REDUCE", Default: "gpu",
 		Help:  "where the staged path's pipelined `all_reduce`, `reduce_scatter` and `reduce` (several chunks of `GONCCL_STAGED_CHUNK`, several ranks) reduce: `gpu` (an all-to-all on the host brings each rank the peers' pieces of its part, gonccl's reduction kernels fold them on the device; `all_reduce` then gathers the reduced shards with another) or `cpu` (core's host algorithm on each chunk). The same on every rank. Read by the C ABI",
-		Parse: oneOf([]string{"gpu", "cpu"}, nil)},
+		Parse: oneOf([]string{"gpu", "cpu"}, func(c *config, v string) { c.device.StagedReduce = v })},
 	{Name: "GONCCL_P2P_DISABLE", Default: "0",
 		Help:  "`1`: never take the device path, whatever `GONCCL_DEVICE_PATH` says; device buffers are staged through pinned host memory (as NCCL's `NCCL_P2P_DISABLE` turns its GPU-to-GPU transport off). Read by the C ABI",
-		Parse: zeroOne(nil)},
+		Parse: zeroOne(func(c *config, on bool) { c.device.P2PDisable = on })},
 	{Name: "GONCCL_SHM_DISABLE", Default: "0",
 		Help:  "`1`: ranks on the same host (same hostname, boot id and network namespace) talk over TCP instead of shared memory. Default: their collective traffic goes through memfd rings; the INIT log shows `shm` or `tcp` per peer",
 		Parse: zeroOne(func(c *config, on bool) { c.shmDisable = on })},
@@ -195,7 +196,8 @@ type config struct {
 	tlsCA              string        // GONCCL_TLS_CA
 	tls                *tcp.TLS      // loaded when tlsOn; nil: plain TCP
 	calibration        string        // GONCCL_CALIBRATION's file ("": none)
-	set                []string      // "NAME=value" for every variable the user set
+	device             DeviceSettings
+	set                []string // "NAME=value" for every variable the user set
 
 	// injectPanic is a test hook, nil in production: called with the name of every
 	// goroutine site as it starts (see safego.Guard.Inject). Tests set it directly;
@@ -206,6 +208,30 @@ type config struct {
 	injectStale int
 	// test holds the tests' hooks (see testhooks.go); all unset in production.
 	test testHooks
+}
+
+// DeviceSettings are the settings of the paths for device buffers, parsed with every
+// other setting when a communicator is created (a value out of range is refused
+// there); package devroute, which routes those operations, reads them here.
+type DeviceSettings struct {
+	Path           string // GONCCL_DEVICE_PATH: auto, model, samegpu, 1 or 0
+	P2PDisable     bool   // GONCCL_P2P_DISABLE
+	Scratch        int    // GONCCL_DEVICE_SCRATCH, bytes
+	RingThreshold  int    // GONCCL_DEVICE_RING_THRESHOLD, bytes; 0: never the ring
+	StagedChunk    int    // GONCCL_STAGED_CHUNK, bytes; 0: no pipelining
+	StagedChunkSet bool   // GONCCL_STAGED_CHUNK was set (else the path's default applies)
+	StagedPinned   int    // GONCCL_STAGED_PINNED, bytes; 0: no bound
+	StagedReduce   string // GONCCL_STAGED_REDUCE: gpu or cpu
+	PathCost       string // GONCCL_DEVICE_PATH_COST, its form checked (route.ParseCosts reads it)
+}
+
+// DeviceSettings returns the settings of the paths for device buffers.
+func (c *Comm) DeviceSettings() DeviceSettings { return c.cfg.device }
+
+// stagedChunk parses GONCCL_STAGED_CHUNK, remembering whether it was set at all.
+func stagedChunk(c *config, name, v string) error {
+	c.device.StagedChunkSet = strings.TrimSpace(v) != ""
+	return byteSize(0, 16<<30, func(c *config, n int64) { c.device.StagedChunk = int(n) })(c, name, strings.TrimSpace(v))
 }
 
 // loadConfig parses every parameter, in Params' order, from the environment (or its

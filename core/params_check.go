@@ -33,8 +33,9 @@ func parseDebugFile(c *config, name, v string) error {
 }
 
 // parseCostSyntax checks GONCCL_DEVICE_PATH_COST's form, key=number pairs separated
-// by commas; the C ABI knows the keys and checks them when a communicator is created.
-func parseCostSyntax(_ *config, name, v string) error {
+// by commas, and keeps it for package route, which knows the keys and checks them when
+// a communicator is created (internal/devroute).
+func parseCostSyntax(c *config, name, v string) error {
 	for _, item := range strings.Split(v, ",") {
 		if strings.TrimSpace(item) == "" {
 			continue
@@ -46,6 +47,7 @@ func parseCostSyntax(_ *config, name, v string) error {
 				Want: "key=value pairs, comma-separated, each value a number of at least 0 (e.g. staged.latency=300,samegpu.busbw=400; keys: docs/gpu.md, how auto chooses)"}
 		}
 	}
+	c.device.PathCost = v
 	return nil
 }
 

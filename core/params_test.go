@@ -106,6 +106,31 @@ func TestConfigRefusesBadValues(t *testing.T) {
 	require.NoError(t, err)
 }
 
+// The settings of the paths for device buffers are parsed here, once, into
+// DeviceSettings (package devroute reads them there): defaults, suffixes, any case,
+// and whether GONCCL_STAGED_CHUNK was set at all.
+func TestDeviceSettings(t *testing.T) {
+	for _, name := range []string{"GONCCL_DEVICE_PATH", "GONCCL_P2P_DISABLE", "GONCCL_DEVICE_SCRATCH", "GONCCL_DEVICE_RING_THRESHOLD",
+		"GONCCL_STAGED_CHUNK", "GONCCL_STAGED_PINNED", "GONCCL_STAGED_REDUCE", "GONCCL_DEVICE_PATH_COST"} {
+		t.Setenv(name, "")
+	}
+	cfg, err := loadConfig()
+	require.NoError(t, err)
+	require.Equal(t, DeviceSettings{Path: "auto", Scratch: 8 << 20, RingThreshold: 4 << 20, StagedPinned: 64 << 20, StagedReduce: "gpu"}, cfg.device)
+	for name, value := range map[string]string{"GONCCL_DEVICE_PATH": " SameGPU ", "GONCCL_P2P_DISABLE": "1", "GONCCL_DEVICE_SCRATCH": "64m",
+		"GONCCL_DEVICE_RING_THRESHOLD": "0", "GONCCL_STAGED_CHUNK": "0", "GONCCL_STAGED_PINNED": " 2G ", "GONCCL_STAGED_REDUCE": "CPU"} {
+		t.Setenv(name, value)
+	}
+	cfg, err = loadConfig()
+	require.NoError(t, err)
+	require.Equal(t, DeviceSettings{Path: "samegpu", P2PDisable: true, Scratch: 64 << 20, StagedChunkSet: true, StagedPinned: 2 << 30, StagedReduce: "cpu"}, cfg.device)
+	t.Setenv("GONCCL_STAGED_CHUNK", "1m")
+	cfg, err = loadConfig()
+	require.NoError(t, err)
+	require.Equal(t, 1<<20, cfg.device.StagedChunk)
+	require.True(t, cfg.device.StagedChunkSet)
+}
+
 // GONCCL_TLS=1 without its files names all three at once, and what each is.
 func TestConfigTLSNamesEveryMissingFile(t *testing.T) {
 	t.Setenv("GONCCL_TLS", "1")

@@ -6,7 +6,7 @@
 // turns a dead or wrong peer into an error. Point-to-point (devp2p*.go) and one-sided
 // windows (window.go) use the same scratch and flags.
 //
-// cuda/ is split into rooms, each a package whose doc says what it is for and what it
+// cuda/ is split into packages, each with a doc that says what it is for and what it
 // must not do; imports only go down:
 //
 //	cuda/samegpu    the same-GPU path: ranks on one GPU, ordered on the host, one kernel
@@ -17,7 +17,7 @@
 //	cuda/driver     the CUDA driver API behind dlopen: contexts, streams, events, copies
 //	cuda/cudatest   the fake driver (tests/fakecuda) for Go tests
 //
-// The device path speaks the driver's types (rooms.go names them here). It must not
+// The device path speaks the driver's types (drivertypes.go names them here). It must not
 // stage through host memory (that is cuda/staged) nor call CUDA but through
 // cuda/driver; a call returns once its work is enqueued, and nothing waits on the
 // host but the watcher.

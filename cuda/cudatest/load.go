@@ -8,7 +8,7 @@ import (
 	"github.com/gonccl/gonccl/cuda/driver"
 )
 
-// loaded is the fake driver one test binary builds and loads: every room of cuda tests
+// loaded is the fake driver one test binary builds and loads: every package of cuda tests
 // against the same copy.
 var loaded struct {
 	once sync.Once
@@ -20,7 +20,7 @@ var loaded struct {
 }
 
 // Load builds the fake driver once per test binary (into a directory Main removes) and
-// loads it: as the driver the rooms call, and as the tests' handle on its hooks.
+// loads it: as the driver the packages call, and as the tests' handle on its hooks.
 func Load(t testing.TB) (*driver.Driver, *Fake) {
 	t.Helper()
 	loaded.once.Do(func() {

@@ -1,4 +1,4 @@
-// Package driver is the bottom room of gonccl's device side: the CUDA driver API loaded
+// Package driver is the bottom package of gonccl's device side: the CUDA driver API loaded
 // with dlopen (never linked, so libgonccl.so loads and works on machines without
 // CUDA), and thin calls on it: contexts, streams, events (inter-process ones too),
 // copies, device and pinned memory, IPC handles and stream memory operations.
@@ -13,8 +13,8 @@
 // for an operation's copies, which run on gonccl's threads, and streams under graph
 // capture. Streams gonccl creates for itself (OwnStream) are reused, never destroyed.
 //
-// The driver room makes no collective decisions and knows no ranks: it does not
-// order, chunk, reduce or wait for peers, and imports no other room of cuda. Every
-// room above it (topology, kernels, staged, the device path at cuda/, samegpu) calls
+// The driver package makes no collective decisions and knows no ranks: it does not
+// order, chunk, reduce or wait for peers, and imports no other package of cuda. Every
+// package above it (topology, kernels, staged, the device path at cuda/, samegpu) calls
 // CUDA only through it.
 package driver

@@ -283,13 +283,13 @@ func Open(path string) (*Driver, error) {
 }
 
 // KernelEntries are the driver's module and launch entry points (cuModuleLoadData,
-// cuModuleUnload, cuModuleGetFunction, cuLaunchKernel), for the kernels room's own cgo
-// calls: it loads and launches, the driver room only resolves them.
+// cuModuleUnload, cuModuleGetFunction, cuLaunchKernel), for the kernels package's own cgo
+// calls: it loads and launches, the driver package only resolves them.
 type KernelEntries struct {
 	ModuleLoadData, ModuleUnload, ModuleGetFunction, LaunchKernel unsafe.Pointer
 }
 
-// Kernels returns the entry points the kernels room calls.
+// Kernels returns the entry points the kernels package calls.
 func (d *Driver) Kernels() KernelEntries {
 	return KernelEntries{
 		ModuleLoadData:    unsafe.Pointer(d.fns.ModuleLoadData),
@@ -332,7 +332,7 @@ func Default() (*Driver, error) {
 func (d *Driver) check(fn string, r C.CUresult) error { return d.Check(fn, int(r)) }
 
 // Check turns a CUresult code into nil or an *Error naming fn and the CUDA error. The
-// kernels room checks its own launches with it.
+// kernels package checks its own launches with it.
 func (d *Driver) Check(fn string, r int) error {
 	if r == resultSuccess {
 		return nil

@@ -2,12 +2,12 @@ package driver
 
 import "sync/atomic"
 
-// testFault names a step a room gets wrong on purpose, for the tests that show a wrong
+// testFault names a step a package gets wrong on purpose, for the tests that show a wrong
 // step is caught (the device path's "skip-ready-wait", "offset", "p2p-..."; staging's
 // "chunk-offset"; the same-GPU path's "samegpu-..."; windows' "window-...").
 var testFault atomic.Value
 
-// SetTestFault makes every room of this process commit fault ("" for none). For tests
+// SetTestFault makes every package of this process commit fault ("" for none). For tests
 // only.
 func SetTestFault(fault string) { testFault.Store(fault) }
 

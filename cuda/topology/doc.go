@@ -4,5 +4,5 @@
 //
 // It describes; it does not choose. Which path an operation takes, and whether ranks
 // that share a GPU may wait on it, is decided above (capi's cost model, the device
-// path), from what this room reports. It calls no CUDA driver entry point.
+// path), from what this package reports. It calls no CUDA driver entry point.
 package topology

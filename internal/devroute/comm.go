@@ -21,13 +21,13 @@ type Comm struct {
 // buffers, naming it.
 func NewComm(c *core.Comm) *Comm {
 	e := &Comm{comm: c}
-	e.devMode, e.devOffWhy, e.devModeErr = readDevMode()
-	if costs, err := route.ReadCosts(); err != nil && e.devModeErr == nil {
+	e.set = c.DeviceSettings()
+	e.devMode, e.devOffWhy = devModeOf(e.set)
+	if costs, err := route.ParseCosts(e.set.PathCost); err != nil && e.devModeErr == nil {
 		e.devModeErr = err
 	} else {
 		e.devCosts = costs
 	}
-	e.set = readSettings()
 	return e
 }
 

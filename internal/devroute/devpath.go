@@ -3,7 +3,6 @@ package devroute
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -13,8 +12,6 @@ import (
 	"github.com/gonccl/gonccl/cuda/kernels"
 	"github.com/gonccl/gonccl/cuda/staged"
 	"github.com/gonccl/gonccl/cuda/topology"
-	"github.com/gonccl/gonccl/internal/cenv"
-	settings "github.com/gonccl/gonccl/internal/config"
 	"github.com/gonccl/gonccl/internal/route"
 )
 
@@ -47,34 +44,6 @@ import (
 // naming the ranks, which the next call returns. Device send/recv are watched the same
 // way (cuda/devp2pwatch.go), and their sizes compared by the hosts (core/devp2psize.go).
 
-// devScratchBytes is each rank's device scratch unless GONCCL_DEVICE_SCRATCH says
-// otherwise: larger operations take several rounds of it.
-const devScratchBytes = 8 << 20
-
-// Bounds of GONCCL_DEVICE_SCRATCH.
-const (
-	minDevScratch = 1 << 20
-	maxDevScratch = 16 << 30
-)
-
-// devScratch is the scratch size the settings ask for: GONCCL_DEVICE_SCRATCH in bytes
-// (a K, M or G suffix multiplies by 2^10, 2^20, 2^30), else devScratchBytes.
-func devScratch() (int, error) {
-	v, ok := cenv.Lookup("GONCCL_DEVICE_SCRATCH")
-	if !ok || strings.TrimSpace(v) == "" {
-		return devScratchBytes, nil
-	}
-	return parseScratch(v)
-}
-
-func parseScratch(v string) (int, error) {
-	n, ok := settings.ParseBytes(v, maxDevScratch)
-	if !ok || n < minDevScratch {
-		return 0, fmt.Errorf("%w: GONCCL_DEVICE_SCRATCH=%q: want bytes from 1M to 16G (e.g. 8388608, 64M, 1G)", errUsage, v)
-	}
-	return int(n), nil
-}
-
 // devMode is how a communicator chooses the path of its operations on device buffers.
 type devMode int
 
@@ -93,31 +62,22 @@ func (m devMode) automatic() bool { return m == devAuto || m == devSameGPU || m 
 // byModel reports whether the mode sets up paths by the cost model (auto, model).
 func (m devMode) byModel() bool { return m == devAuto || m == devModel }
 
-// readDevMode reads the settings (when a communicator is created): the mode, why it
-// is devOff, or an error naming a value it does not know.
-func readDevMode() (devMode, string, error) {
-	on, _ := cenv.Lookup("GONCCL_DEVICE_PATH")
-	off, _ := cenv.Lookup("GONCCL_P2P_DISABLE")
-	switch strings.TrimSpace(off) {
-	case "", "0":
-	case "1":
-		return devOff, "GONCCL_P2P_DISABLE=1", nil
-	default:
-		return devOff, "", fmt.Errorf("%w: GONCCL_P2P_DISABLE=%q: want 0 or 1", errUsage, off)
+// devModeOf is the mode the settings ask for, and why it is devOff (the setting).
+func devModeOf(set core.DeviceSettings) (devMode, string) {
+	if set.P2PDisable {
+		return devOff, "GONCCL_P2P_DISABLE=1"
 	}
-	switch strings.ToLower(strings.TrimSpace(on)) {
-	case "", "auto":
-		return devAuto, "", nil
+	switch set.Path {
 	case "samegpu":
-		return devSameGPU, "", nil
+		return devSameGPU, ""
 	case "model":
-		return devModel, "", nil
+		return devModel, ""
 	case "1":
-		return devOn, "", nil
+		return devOn, ""
 	case "0":
-		return devOff, "GONCCL_DEVICE_PATH=0", nil
+		return devOff, "GONCCL_DEVICE_PATH=0"
 	}
-	return devOff, "", fmt.Errorf("%w: GONCCL_DEVICE_PATH=%q: want auto (the default), model, samegpu, 1 or 0", errUsage, on)
+	return devAuto, ""
 }
 
 // devState is the part of Comm that belongs to the device path.
@@ -141,7 +101,7 @@ type devState struct {
 	devCtx        driver.Context
 	devLast       chan struct{}             // closed once the last device-path operation has enqueued its work
 	devSide       map[sideKey]driver.Stream // async point-to-point's streams (devp2p.go)
-	set           devSettings               // read when the communicator was created
+	set           core.DeviceSettings       // parsed when the communicator was created
 	sameGPUState
 }
 
@@ -167,11 +127,7 @@ func (v *Views) devicePath(c *core.Comm) (*cuda.Shared, *kernels.Kernels, error)
 			logDevice(c, "one rank: "+route.Verdict(route.OneRank, route.RouteOf(route.Staged, e.pipelined())))
 			return nil, nil, nil
 		}
-		scratch, ringFrom := e.set.scratch, e.set.ringFrom
-		if err := errors.Join(e.set.scratchErr, e.set.ringErr); err != nil {
-			e.devDecided = false // refused before any exchange: every rank refuses the same way
-			return nil, nil, err
-		}
+		scratch, ringFrom := e.set.Scratch, e.set.RingThreshold
 		e.devRingTo = ringFrom
 		if e.devMode.byModel() {
 			e.devChoice = nil

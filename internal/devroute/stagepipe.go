@@ -2,14 +2,11 @@ package devroute
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/gonccl/gonccl/core"
 	"github.com/gonccl/gonccl/cuda/kernels"
 	"github.com/gonccl/gonccl/cuda/staged"
-	"github.com/gonccl/gonccl/internal/cenv"
-	settings "github.com/gonccl/gonccl/internal/config"
 	"github.com/gonccl/gonccl/internal/route"
 )
 
@@ -28,25 +25,6 @@ const stagedChunkBytes = 4 << 20
 // (each chunk is one operation in the communicator's queue, with its frames).
 const maxStagedChunks = 64
 
-// stagedPinnedBytes is the default bound on one pipelined staging's pinned memory
-// (GONCCL_STAGED_PINNED).
-const stagedPinnedBytes = 64 << 20
-
-// stagedPinned is the pinned memory one pipelined staging may hold, as the settings
-// ask: GONCCL_STAGED_PINNED in bytes (K, M, G suffixes as GONCCL_STAGED_CHUNK's), 0 for
-// no bound (every chunk's memory at once).
-func stagedPinned() (int, error) {
-	v, ok := cenv.Lookup("GONCCL_STAGED_PINNED")
-	if !ok || strings.TrimSpace(v) == "" {
-		return stagedPinnedBytes, nil
-	}
-	n, ok := settings.ParseBytes(v, 1<<40)
-	if !ok {
-		return 0, fmt.Errorf("%w: GONCCL_STAGED_PINNED=%q: want bytes from 0 (no bound) to 1024G (e.g. 67108864, 64M)", errUsage, v)
-	}
-	return int(n), nil
-}
-
 // stagedChunk is the chunk size of the communicator's staged operations: 0 (no
 // pipelining) unless GONCCL_STAGED_CHUNK asks for one by name, the mode is model, or
 // the table proves the pipelined staged path on the ranks' setup (pipelinedLocked).
@@ -58,10 +36,9 @@ func (e *Comm) stagedChunk() (int, error) {
 
 // stagedChunkLocked is stagedChunk with devMu held.
 func (e *Comm) stagedChunkLocked() (int, error) {
-	n, set, err := e.set.chunk, e.set.chunkSet, e.set.chunkErr
 	switch {
-	case err != nil || set:
-		return n, err
+	case e.set.StagedChunkSet:
+		return e.set.StagedChunk, nil
 	case e.devMode == devModel, e.devSetupKnown && route.IsProven(e.devSetup, route.RoutePipelined):
 		return stagedChunkBytes, nil
 	}
@@ -74,25 +51,6 @@ func (e *Comm) stagedChunkLocked() (int, error) {
 func (e *Comm) pipelined() bool {
 	n, err := e.stagedChunkLocked()
 	return err == nil && n > 0
-}
-
-// stagedChunkSetting reads GONCCL_STAGED_CHUNK: bytes (a K, M or G suffix multiplies
-// by 2^10, 2^20, 2^30), 0 for no pipelining; set false when it is not set.
-func stagedChunkSetting() (n int, set bool, err error) {
-	v, ok := cenv.Lookup("GONCCL_STAGED_CHUNK")
-	if !ok || strings.TrimSpace(v) == "" {
-		return 0, false, nil
-	}
-	n, err = parseStagedChunk(v)
-	return n, true, err
-}
-
-func parseStagedChunk(v string) (int, error) {
-	n, ok := settings.ParseBytes(v, 16<<30)
-	if !ok {
-		return 0, fmt.Errorf("%w: GONCCL_STAGED_CHUNK=%q: want bytes from 0 (no pipelining) to 16G (e.g. 4194304, 4M)", errUsage, v)
-	}
-	return int(n), nil
 }
 
 // stagedPlan returns the elements per block in one chunk of an operation of count
@@ -134,10 +92,7 @@ func (v *Views) collective(c *core.Comm, dt core.DataType, count int, blocks []i
 		}
 		return issue(b, count, v.opts)
 	}
-	limit, err := v.e.set.pinned, v.e.set.pinnedErr
-	if err != nil {
-		return nil, err
-	}
+	limit := v.e.set.StagedPinned
 	pieces, err := v.pieces(dt, blocks, bufs)
 	if err != nil {
 		return nil, err
@@ -243,19 +198,6 @@ func slicesMax(a []int) int {
 	return m
 }
 
-// stagedReduceOnGPU reports whether the settings ask for the staged path's reductions
-// on the GPU (GONCCL_STAGED_REDUCE: gpu, the default, or cpu).
-func stagedReduceOnGPU() (bool, error) {
-	v, _ := cenv.Lookup("GONCCL_STAGED_REDUCE")
-	switch strings.ToLower(strings.TrimSpace(v)) {
-	case "", "gpu":
-		return true, nil
-	case "cpu":
-		return false, nil
-	}
-	return false, fmt.Errorf("%w: GONCCL_STAGED_REDUCE=%q: want gpu or cpu", errUsage, v)
-}
-
 // reductionStaged runs a reduction (all_reduce, reduce_scatter, reduce: kind) of count
 // elements per block, whose buffers hold blocks[i] blocks: on host memory, or staged and
 // pipelined by chunk with the reduction on the CPU (onHost: collective), or, for device
@@ -266,10 +208,7 @@ func (v *Views) reductionStaged(c *core.Comm, kind staged.GPUReduceKind, d core.
 	if v.stream == 0 || c.Size() < 2 {
 		return onHost()
 	}
-	gpu, err := v.e.set.reduceGPU, v.e.set.reduceErr
-	if err != nil {
-		return nil, err
-	}
+	gpu := v.e.set.StagedReduce != "cpu"
 	chunk, err := v.e.stagedChunk()
 	if err != nil {
 		return nil, err
@@ -278,10 +217,7 @@ func (v *Views) reductionStaged(c *core.Comm, kind staged.GPUReduceKind, d core.
 	if !gpu || n < 2 {
 		return onHost()
 	}
-	limit, err := v.e.set.pinned, v.e.set.pinnedErr
-	if err != nil {
-		return nil, err
-	}
+	limit := v.e.set.StagedPinned
 	k, err := kernels.Load(v.drv, v.ctx)
 	if err != nil {
 		return nil, fmt.Errorf("the staged path reduces on the GPU (GONCCL_STAGED_REDUCE=cpu reduces on the host): %w", err)

@@ -17,42 +17,20 @@ func TestStagedChunkSetting(t *testing.T) {
 	auto := &Comm{devState: devState{devMode: devAuto}}
 	model := &Comm{devState: devState{devMode: devModel}}
 	shared := &Comm{devState: devState{devMode: devAuto, devSetup: route.SharedGPU, devSetupKnown: true}}
-	for v, want := range map[string]int{"4194304": 4 << 20, "64K": 64 << 10, " 1m ": 1 << 20, "0": 0, "16G": 16 << 30} {
-		t.Setenv("GONCCL_STAGED_CHUNK", v)
+	for _, n := range []int{4 << 20, 64 << 10, 0, 16 << 30} {
 		for _, e := range []*Comm{auto, model, shared} {
-			e.set = readSettings() // as at the communicator's creation
+			e.set = core.DeviceSettings{StagedChunk: n, StagedChunkSet: true}
 			got, err := e.stagedChunk()
-			require.NoError(t, err, v)
-			require.Equal(t, want, got, v)
+			require.NoError(t, err)
+			require.Equal(t, n, got)
 		}
 	}
-	t.Setenv("GONCCL_STAGED_CHUNK", "")
 	for e, want := range map[*Comm]int{auto: 0, model: stagedChunkBytes, shared: 0} {
-		e.set = readSettings()
+		e.set = core.DeviceSettings{}
 		got, err := e.stagedChunk()
 		require.NoError(t, err)
 		require.Equal(t, want, got, "mode %d", e.devMode)
 		require.Equal(t, want > 0, e.pipelined())
-	}
-	for _, v := range []string{"abc", "-1", "17G", "1.5M", "4T"} {
-		t.Setenv("GONCCL_STAGED_CHUNK", v)
-		auto.set = readSettings()
-		_, err := auto.stagedChunk()
-		require.ErrorContains(t, err, "GONCCL_STAGED_CHUNK", v)
-	}
-}
-
-func TestStagedPinnedSetting(t *testing.T) {
-	for v, want := range map[string]int{"": stagedPinnedBytes, "67108864": 64 << 20, "16m": 16 << 20, "0": 0, " 2G ": 2 << 30} {
-		t.Setenv("GONCCL_STAGED_PINNED", v)
-		got, err := stagedPinned()
-		require.NoError(t, err, v)
-		require.Equal(t, want, got, v)
-	}
-	for _, v := range []string{"lots", "-1", "1025G", "0.5G"} {
-		t.Setenv("GONCCL_STAGED_PINNED", v)
-		_, err := stagedPinned()
-		require.ErrorContains(t, err, "GONCCL_STAGED_PINNED", v)
 	}
 }
 
@@ -76,16 +54,4 @@ func TestStagedPlan(t *testing.T) {
 		require.Equal(t, tc.per, per, "%+v", tc)
 		require.Equal(t, tc.n, n, "%+v", tc)
 	}
-}
-
-func TestStagedReduceSetting(t *testing.T) {
-	for v, want := range map[string]bool{"": true, "gpu": true, " GPU ": true, "cpu": false} {
-		t.Setenv("GONCCL_STAGED_REDUCE", v)
-		got, err := stagedReduceOnGPU()
-		require.NoError(t, err, v)
-		require.Equal(t, want, got, v)
-	}
-	t.Setenv("GONCCL_STAGED_REDUCE", "host")
-	_, err := stagedReduceOnGPU()
-	require.ErrorContains(t, err, "GONCCL_STAGED_REDUCE")
 }

@@ -8,11 +8,10 @@ import (
 	"strings"
 
 	"github.com/gonccl/gonccl/core"
-	"github.com/gonccl/gonccl/internal/cenv"
 )
 
 // The cost model of the paths an operation on device buffers can take, by which
-// GONCCL_DEVICE_PATH=auto chooses one per operation kind and size (devauto.go). It
+// GONCCL_DEVICE_PATH=auto chooses one per operation kind and size (internal/devroute/devauto.go). It
 // lives here, beside the setup of the paths, because the paths are the C ABI's: core's
 // model (core/tuning.go) prices host algorithms over links and knows nothing of GPUs,
 // and package cuda runs one path each without choosing between them.
@@ -111,14 +110,9 @@ func DefaultCosts() Costs {
 	return c
 }
 
-// ReadCosts reads GONCCL_DEVICE_PATH_COST (when a communicator is created): the
-// built-in figures with the ones it names replaced.
-func ReadCosts() (Costs, error) {
-	v, _ := cenv.Lookup("GONCCL_DEVICE_PATH_COST")
-	return ParseCosts(v)
-}
-
-// ParseCosts reads a comma-separated list of key=value (keys of CostParams).
+// ParseCosts reads GONCCL_DEVICE_PATH_COST's value (core.DeviceSettings.PathCost: a
+// comma-separated list of key=value, keys of CostParams): the built-in figures with
+// the ones it names replaced.
 func ParseCosts(v string) (Costs, error) {
 	c := DefaultCosts()
 	for _, item := range strings.Split(v, ",") {

@@ -8,7 +8,7 @@ import (
 	"github.com/gonccl/gonccl/cuda/topology"
 )
 
-// The device path speaks the driver room's types: its API takes a *Driver, a Context
+// The device path speaks the driver package's types: its API takes a *Driver, a Context
 // and a Stream, and its code the driver's events, waiter and record fields.
 type (
 	// Driver is a loaded CUDA driver library (driver.Driver).
@@ -44,7 +44,7 @@ func logInfo(msg string) { driver.LogInfo(msg) }
 
 func nulTerminated(b []byte) string { return driver.NulTerminated(b) }
 
-// SetTestFault makes every room of this process commit fault ("" for none): the device
+// SetTestFault makes every package of this process commit fault ("" for none): the device
 // path's "skip-ready-wait" (read the peers' data areas without waiting for their ready
 // flags) and "offset" (read each peer's data one element early) among them. For tests
 // only.
