@@ -10,7 +10,8 @@ import (
 )
 
 // End-to-end checksums (GONCCL_CHECKSUM): a session's bytes travel in records, each
-// a header (payload length, CRC32C of the payload) and the payload, so that a frame a
+// a header (payload length, CRC32C of the payload, CRC32C of those eight bytes) and
+// the payload, so that a frame a
 // NIC, a switch or a middlebox corrupted in a way TCP's 16-bit checksum misses is
 // caught before any of it reaches a link. A reader hands out a record's bytes only
 // once the whole record has matched; a record that does not match is a break like a
@@ -21,6 +22,10 @@ import (
 // the rank and the connection. Failures spread out (a record now and then, with good
 // ones between) are survived however many there are in all.
 //
+// The header's own CRC is checked before its length is believed: a length corrupted
+// on the way (larger than the record) would have the reader wait for bytes the writer
+// never sends, as it waits for the answer.
+//
 // Records are at most sessRecordMax bytes: large enough that the header costs nothing,
 // small enough that what is checked is still in the cache. CRC32C runs on the SSE4.2
 // instruction (hash/crc32 picks it), several GB/s a core.
@@ -30,7 +35,7 @@ var ErrChecksum = errors.New("frame checksum (CRC32C) mismatch")
 
 const (
 	sessRecordMax    = 1 << 20
-	recordHeader     = 8
+	recordHeader     = 12
 	maxChecksumFails = 16
 )
 
@@ -49,6 +54,7 @@ func (s *Session) writeTo(c net.Conn, b []byte) (int, error) {
 		p := b[done : done+k]
 		binary.LittleEndian.PutUint32(hdr[0:], uint32(k))
 		binary.LittleEndian.PutUint32(hdr[4:], crc32.Checksum(p, castagnoli))
+		binary.LittleEndian.PutUint32(hdr[8:], crc32.Checksum(hdr[:8], castagnoli))
 		bufs := net.Buffers{hdr[:], p}
 		if _, err := bufs.WriteTo(c); err != nil {
 			return done, err
@@ -89,6 +95,9 @@ func (s *Session) readFrom(c net.Conn, p []byte) (int, error) {
 		if err != nil {
 			return 0, err
 		}
+	}
+	if crc32.Checksum(r.hdr[:8], castagnoli) != binary.LittleEndian.Uint32(r.hdr[8:]) {
+		return 0, fmt.Errorf("%w: a record header", ErrChecksum)
 	}
 	r.n = int(binary.LittleEndian.Uint32(r.hdr[0:]))
 	if r.n == 0 || r.n > sessRecordMax {

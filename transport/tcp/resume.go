@@ -181,6 +181,7 @@ func (s *Session) reconnect(gen uint64) {
 	deadline := s.since.Add(s.cfg.Retry)
 	s.mu.Unlock()
 	backoff := 20 * time.Millisecond
+	var last error // the last attempt's error, for the message past the window
 	for {
 		s.mu.Lock()
 		done, failed := s.gen != gen || !s.down, s.err != nil || s.closed
@@ -191,8 +192,12 @@ func (s *Session) reconnect(gen uint64) {
 		}
 		now := time.Now()
 		if !now.Before(deadline) {
-			s.fail(fmt.Errorf("rank %d: %w: the connection (channel %d) broke %v ago and did not come back within GONCCL_LINK_RETRY_MS=%d",
-				s.cfg.Peer, ErrLinkDown, s.cfg.Channel, now.Sub(s.since).Round(time.Millisecond), s.cfg.Retry.Milliseconds()))
+			why := ""
+			if last != nil {
+				why = fmt.Sprintf(" (the last attempt: %v)", last)
+			}
+			s.fail(fmt.Errorf("rank %d: %w: the connection (channel %d) broke %v ago and did not come back within GONCCL_LINK_RETRY_MS=%d%s",
+				s.cfg.Peer, ErrLinkDown, s.cfg.Channel, now.Sub(s.since).Round(time.Millisecond), s.cfg.Retry.Milliseconds(), why))
 			return
 		}
 		try := now.Add(2 * time.Second)
@@ -209,8 +214,10 @@ func (s *Session) reconnect(gen uint64) {
 			var peerDelivered uint64
 			if c, peerDelivered, err = s.cfg.Redial(delivered, try); err == nil {
 				if err = s.install(c, peerDelivered, deadline); err != nil {
+					// A count out of range: the answer was corrupted on the way (the
+					// acceptor checked this side's count against what it holds), or a
+					// name that differs. Tried again; past the window, the error says so.
 					abort(c)
-					s.fail(err)
 				}
 			}
 			s.resumeMu.Unlock()
@@ -222,10 +229,14 @@ func (s *Session) reconnect(gen uint64) {
 			return
 		}
 		var refused *RefusedError
-		if errors.As(err, &refused) || errors.Is(err, ErrAuth) {
+		if errors.As(err, &refused) {
 			s.fail(fmt.Errorf("rank %d: the reconnect was refused: %w", s.cfg.Peer, err))
 			return
 		}
+		// ErrAuth (the acceptor's proof did not match) is tried again too: its reply
+		// may have been corrupted on the way, and a stranger in the peer's place never
+		// gets the link either way.
+		last = err
 		if err == nil && s.cfg.Redial != nil {
 			continue
 		}

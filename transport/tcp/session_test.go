@@ -53,6 +53,9 @@ type sessOpts struct {
 	retry    time.Duration
 	checksum bool
 	wrap     func(net.Conn) net.Conn
+	// redial, if set, stands between rank 1's session and its real reconnect (real):
+	// what a network that corrupts the handshake would make of it.
+	redial func(real func() (net.Conn, uint64, error)) (net.Conn, uint64, error)
 }
 
 func (r *sessRank) serveWith(o sessOpts, callAddr string) {
@@ -103,13 +106,19 @@ func sessionPairWith(t testing.TB, o sessOpts, sec0, sec1 *TLS) (dial, acc *Sess
 	require.NoError(t, err)
 	dial = NewSession(wrap(c), RetainFor(c), SessionConfig{Peer: 0, Channel: ChannelColl, Link: 7, Retry: o.retry, Log: r1.log, Checksum: o.checksum,
 		Redial: func(delivered uint64, deadline time.Time) (net.Conn, uint64, error) {
-			rh := h
-			rh.Resume, rh.Count = true, delivered
-			c, n, err := DialResume(addr0, tlsSecret, sec1, rh, deadline)
-			if err != nil {
-				return nil, 0, err
+			real := func() (net.Conn, uint64, error) {
+				rh := h
+				rh.Resume, rh.Count = true, delivered
+				c, n, err := DialResume(addr0, tlsSecret, sec1, rh, deadline)
+				if err != nil {
+					return nil, 0, err
+				}
+				return wrap(c), n, nil
 			}
-			return wrap(c), n, nil
+			if o.redial != nil {
+				return o.redial(real)
+			}
+			return real()
 		}})
 	r1.reg.Add(0, 7, dial)
 	select {
@@ -342,6 +351,79 @@ func TestChecksumFailsInARowFailTheSession(t *testing.T) {
 	_, err := io.ReadFull(acc, make([]byte, len(data)))
 	require.ErrorIs(t, err, ErrChecksum)
 	require.ErrorContains(t, err, fmt.Sprintf("(%d records failed it in a row)", maxChecksumFails+1))
+}
+
+// hdrFlipConn flips a bit of the length in the first record header it writes (a write
+// of exactly recordHeader bytes: net.Buffers writes the header apart through a
+// wrapper), making the length larger than the record.
+type hdrFlipConn struct {
+	net.Conn
+	flipped *atomic.Int64
+}
+
+func (c *hdrFlipConn) Write(p []byte) (int, error) {
+	if len(p) == recordHeader && c.flipped.Load() == 0 {
+		c.flipped.Add(1)
+		q := append([]byte(nil), p...)
+		q[1] ^= 0x04 // the length + 1024
+		return c.Conn.Write(q)
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *hdrFlipConn) raw() net.Conn { return c.Conn }
+
+// TestChecksumCatchesACorruptedRecordLength: a record whose length was corrupted on
+// the way (larger than the record) is caught at its header and resent, never waited
+// for: the reader would otherwise wait for bytes the writer never sends (it waits for
+// the answer), until the timeout.
+func TestChecksumCatchesACorruptedRecordLength(t *testing.T) {
+	var flipped atomic.Int64
+	wrap := func(c net.Conn) net.Conn { return &hdrFlipConn{Conn: c, flipped: &flipped} }
+	dial, acc, _, _ := sessionPairWith(t, sessOpts{retry: 5 * time.Second, checksum: true, wrap: wrap}, nil, nil)
+	msg := bytes.Repeat([]byte("abcdefgh"), 125)
+	_, err := dial.Write(msg)
+	require.NoError(t, err)
+	_ = acc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	got := make([]byte, len(msg))
+	_, err = io.ReadFull(acc, got)
+	require.NoError(t, err, "a corrupted record length was waited for")
+	require.Equal(t, msg, got)
+	require.EqualValues(t, 1, flipped.Load())
+	require.Equal(t, 1, acc.Resumes())
+}
+
+// TestCorruptedReconnectIsRetried: a reconnect whose handshake or answer was
+// corrupted on the way (the acceptor's proof does not match: ErrAuth; its delivered
+// count is out of range: ErrCountMismatch) is tried again within the window, not
+// taken for the peer's refusal: the link resumes and the stream arrives exact.
+func TestCorruptedReconnectIsRetried(t *testing.T) {
+	for _, bad := range []string{"auth", "count"} {
+		t.Run(bad, func(t *testing.T) {
+			var attempts atomic.Int64
+			redial := func(real func() (net.Conn, uint64, error)) (net.Conn, uint64, error) {
+				if attempts.Add(1) > 1 {
+					return real()
+				}
+				if bad == "auth" {
+					return nil, 0, fmt.Errorf("reconnect: %w", ErrAuth)
+				}
+				c, n, err := real()
+				return c, n + 1<<40, err // the answer's count, corrupted
+			}
+			dial, acc, _, _ := sessionPairWith(t, sessOpts{retry: 5 * time.Second, redial: redial}, nil, nil)
+			abort(dial.Conn()) // the next write breaks, and the dialler reconnects
+			msg := bytes.Repeat([]byte("0123456789"), 100)
+			go func() { _, _ = dial.Write(msg) }()
+			_ = acc.SetReadDeadline(time.Now().Add(10 * time.Second))
+			got := make([]byte, len(msg))
+			_, err := io.ReadFull(acc, got)
+			require.NoError(t, err)
+			require.Equal(t, msg, got)
+			require.GreaterOrEqual(t, attempts.Load(), int64(2))
+			require.GreaterOrEqual(t, dial.Resumes(), 1)
+		})
+	}
 }
 
 // TestChecksumWithoutRetryFailsNamingRank: with no retry window a corrupted record
