@@ -511,6 +511,9 @@ func (c *Comm) Destroy() error {
 	}
 	c.closeQueue()
 	<-c.finished
+	if c.Err() == nil {
+		c.peers.linger() // the last bytes to peers on other hosts stay resendable until they have them
+	}
 	c.closeLinks()
 	if c.p2p != nil {
 		c.p2p.close(fmt.Errorf("gonccl rank %d: %w", c.rank, ErrClosed), c.leaving("destroyed"))

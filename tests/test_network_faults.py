@@ -286,10 +286,16 @@ def test_corrupted_frames_never_reach_the_caller_with_checksums(hosts, tmp_path)
     flipped = sum(int(re.search(r"flipped=(\d+)", c).group(1)) for c in counts if "flipped=" in c)
     print(f"\ncorrupting relay with checksums: {counts}", flush=True)
     res = _results(wr)
+    errors = {r: x["error"]["message"] for r, x in enumerate(res) if x["error"] is not None}
+    if errors:  # what the links did, shown with the failure
+        for r, p in enumerate(wr.run.procs):
+            for line in p.stderr.splitlines():
+                if " NET " in line or " WARN " in line:
+                    print(f"rank {r}: {line[:400]}")
     for r, x in enumerate(res):
         assert not x["wrong"], f"rank {r}: a corrupted frame reached the caller: {x['wrong']}"
         if x["error"] is not None:  # allowed only as the named checksum failure
-            assert "checksum" in x["error"]["message"], f"rank {r}: {x['error']}"
+            assert "checksum" in x["error"]["message"], f"rank {r} failed; every rank's error: {errors}"
     assert flipped > 0, f"the relay flipped nothing: {counts}"
     logs = "".join(p.stderr for p in wr.run.procs)
     assert "frame checksum (CRC32C) mismatch" in logs, "no rank caught a corrupted record"

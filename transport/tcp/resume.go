@@ -53,6 +53,17 @@ func (r *Registry) Remove(peer int) {
 	}
 }
 
+// All lists every session.
+func (r *Registry) All() []*Session {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ss := make([]*Session, 0, len(r.m))
+	for _, s := range r.m {
+		ss = append(ss, s)
+	}
+	return ss
+}
+
 // Sessions lists the sessions to peer.
 func (r *Registry) Sessions(peer int) []*Session {
 	r.mu.Lock()
@@ -74,6 +85,15 @@ func (r *Registry) Serve(conn net.Conn, h Hello) error {
 	r.mu.Lock()
 	s := r.m[regKey{h.From, h.Link}]
 	r.mu.Unlock()
+	if h.Channel == ChannelCall && h.Count == askDelivered {
+		defer conn.Close()
+		d, err := s.deliveredForAsk(h)
+		if err != nil {
+			refuse(conn, err.Error())
+			return err
+		}
+		return writeAnswer(conn, d, time.Second)
+	}
 	if h.Channel == ChannelCall {
 		defer conn.Close()
 		if s == nil || s.cfg.Redial == nil || !s.kick(h.Count) {
@@ -89,20 +109,89 @@ func (r *Registry) Serve(conn net.Conn, h Hello) error {
 		conn.Close()
 		return err
 	}
-	err := s.Resume(conn, h.Count, func(delivered uint64) error {
-		var b [12]byte
-		binary.LittleEndian.PutUint32(b[0:], resumeMagic)
-		binary.LittleEndian.PutUint64(b[4:], delivered)
-		_ = conn.SetWriteDeadline(time.Now().Add(s.cfg.Retry))
-		_, err := conn.Write(b[:])
-		_ = conn.SetWriteDeadline(time.Time{})
-		return err
-	})
+	err := s.Resume(conn, h.Count, func(delivered uint64) error { return writeAnswer(conn, delivered, s.cfg.Retry) })
 	if err != nil {
 		refuse(conn, err.Error())
 		conn.Close()
 	}
 	return err
+}
+
+// writeAnswer writes a reconnect's (or an ask's) answer: this side's delivered count.
+func writeAnswer(conn net.Conn, delivered uint64, within time.Duration) error {
+	var b [12]byte
+	binary.LittleEndian.PutUint32(b[0:], resumeMagic)
+	binary.LittleEndian.PutUint64(b[4:], delivered)
+	_ = conn.SetWriteDeadline(time.Now().Add(within))
+	_, err := conn.Write(b[:])
+	_ = conn.SetWriteDeadline(time.Time{})
+	return err
+}
+
+// askDelivered is the Count of a ChannelCall hello that asks how many bytes of the
+// link the other side has delivered (see Session.Linger), rather than for a reconnect.
+const askDelivered = ^uint64(0)
+
+// deliveredForAsk is s's delivered count for an ask from h.From, or why there is none
+// (the link is closed, failed or unknown: the asker's bytes are no longer wanted).
+func (s *Session) deliveredForAsk(h Hello) (uint64, error) {
+	if s == nil {
+		return 0, fmt.Errorf("rank %d asks about link %#x, which this rank does not have (any more): %w", h.From, h.Link, ErrStaleLink)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil || s.closed {
+		return 0, fmt.Errorf("link to rank %d is closed: %w", s.cfg.Peer, ErrStaleLink)
+	}
+	return s.delivered, nil
+}
+
+// AskDelivered asks the other end of session h.Link at addr how many bytes of it it
+// has delivered (h.Channel ChannelCall, h.Resume set; Count is set here). A refusal
+// (a *RefusedError) means it no longer has the link.
+func AskDelivered(addr string, secret []byte, t *TLS, h Hello, deadline time.Time) (uint64, error) {
+	h.Count = askDelivered
+	c, err := DialOnce(addr, secret, t, h, deadline)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	return readResumeAnswer(c, deadline)
+}
+
+// Linger waits, before this side closes the session on purpose, until the peer has
+// delivered every byte this side wrote, asking it (SessionConfig.Ask) every little
+// while: a break after the last write can then still be resent, as the session is
+// still there to answer the peer's reconnect. It returns at deadline, when the peer no
+// longer has the link (closed: it wants nothing more) or its host refuses (exited), or
+// at once for a session that failed, never wrote, or does not reconnect.
+func (s *Session) Linger(deadline time.Time) {
+	if s.cfg.Ask == nil || s.cfg.Retry == 0 {
+		return
+	}
+	wait := 5 * time.Millisecond
+	for {
+		s.mu.Lock()
+		sent, over := s.sent, s.err != nil || s.closed
+		s.mu.Unlock()
+		if over || sent == 0 || !time.Now().Before(deadline) {
+			return
+		}
+		try := time.Now().Add(2 * time.Second)
+		if try.After(deadline) {
+			try = deadline
+		}
+		d, err := s.cfg.Ask(try)
+		var refused *RefusedError
+		switch {
+		case err == nil && d >= sent:
+			return
+		case errors.As(err, &refused), errors.Is(err, syscall.ECONNREFUSED):
+			return
+		}
+		time.Sleep(wait)
+		wait = min(2*wait, 100*time.Millisecond)
+	}
 }
 
 // kick breaks generation gen of the session, which the acceptor reports broken,

@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand"
@@ -80,6 +81,9 @@ func (r *sessRank) serveWith(o sessOpts, callAddr string) {
 			s := NewSession(c, RetainFor(c), SessionConfig{Peer: h.From, Channel: h.Channel, Link: h.Link, Retry: retry, Log: r.log, Checksum: h.Checksum,
 				Call: func(gen uint64, deadline time.Time) error {
 					return CallResume(callAddr, r.secret, r.tls, Hello{From: r.rank, To: h.From, Channel: ChannelCall, Link: h.Link, Resume: true, Count: gen}, deadline)
+				},
+				Ask: func(deadline time.Time) (uint64, error) {
+					return AskDelivered(callAddr, r.secret, r.tls, Hello{From: r.rank, To: h.From, Channel: ChannelCall, Link: h.Link, Resume: true}, deadline)
 				}})
 			r.reg.Add(h.From, h.Link, s)
 			r.accept <- s
@@ -119,6 +123,9 @@ func sessionPairWith(t testing.TB, o sessOpts, sec0, sec1 *TLS) (dial, acc *Sess
 				return o.redial(real)
 			}
 			return real()
+		},
+		Ask: func(deadline time.Time) (uint64, error) {
+			return AskDelivered(addr0, tlsSecret, sec1, Hello{From: 1, To: 0, Channel: ChannelCall, Link: 7, Resume: true}, deadline)
 		}})
 	r1.reg.Add(0, 7, dial)
 	select {
@@ -423,6 +430,102 @@ func TestCorruptedReconnectIsRetried(t *testing.T) {
 			require.GreaterOrEqual(t, attempts.Load(), int64(2))
 			require.GreaterOrEqual(t, dial.Resumes(), 1)
 		})
+	}
+}
+
+// TestAcceptorsCallAfterALostAnswer: the acceptor took a reconnect and answered, but
+// the answer never reached the dialler intact (it tried again: the acceptor counts
+// one connection more than the dialler). A later break that the acceptor sees first
+// still brings the dialler back when the acceptor calls, never waits out the window.
+func TestAcceptorsCallAfterALostAnswer(t *testing.T) {
+	var attempts atomic.Int64
+	redial := func(real func() (net.Conn, uint64, error)) (net.Conn, uint64, error) {
+		c, n, err := real()
+		if attempts.Add(1) == 1 && err == nil {
+			abort(c) // the acceptor installed it; the dialler never sees its answer
+			return nil, 0, errors.New("not a reconnect answer (bad magic)")
+		}
+		return c, n, err
+	}
+	dial, acc, _, _ := sessionPairWith(t, sessOpts{retry: 3 * time.Second, redial: redial}, nil, nil)
+	roundTrip := func(from, to *Session) {
+		msg := bytes.Repeat([]byte("x"), 1000)
+		go func() { _, _ = from.Write(msg) }()
+		_ = to.SetReadDeadline(time.Now().Add(10 * time.Second))
+		got := make([]byte, len(msg))
+		_, err := io.ReadFull(to, got)
+		require.NoError(t, err)
+		require.Equal(t, msg, got)
+	}
+	abort(dial.Conn()) // seen by the dialler first: it reconnects twice (the first answer lost)
+	roundTrip(dial, acc)
+	require.GreaterOrEqual(t, attempts.Load(), int64(2))
+	abort(acc.Conn()) // seen by the acceptor first: it calls the dialler
+	roundTrip(acc, dial)
+}
+
+// dropConn swallows its writes once armed (they report success, as bytes a reset
+// then loses on the way would).
+type dropConn struct {
+	net.Conn
+	armed *atomic.Bool
+}
+
+func (c *dropConn) Write(p []byte) (int, error) {
+	if c.armed.Load() {
+		return len(p), nil
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *dropConn) raw() net.Conn { return c.Conn }
+
+// TestLingerKeepsTheLastBytesResendable: a side that wrote its last bytes and closes
+// on purpose, while a reset lost them on the way, first lingers until the peer has
+// them: the peer's reconnect still finds the session and gets them resent. Closed at
+// once, the peer's reconnect would be refused and its read would fail.
+func TestLingerKeepsTheLastBytesResendable(t *testing.T) {
+	var armed atomic.Bool
+	wrap := func(c net.Conn) net.Conn { return &dropConn{Conn: c, armed: &armed} }
+	dial, acc, _, _ := sessionPairWith(t, sessOpts{retry: 5 * time.Second, wrap: wrap}, nil, nil)
+	msg := bytes.Repeat([]byte("last words "), 1000)
+	armed.Store(true)
+	_, err := dial.Write(msg) // lost on the way
+	require.NoError(t, err)
+	armed.Store(false)
+	lingered := make(chan struct{})
+	go func() {
+		dial.Linger(time.Now().Add(30 * time.Second))
+		dial.Close()
+		close(lingered)
+	}()
+	time.Sleep(100 * time.Millisecond) // the closing side is lingering
+	abort(dial.Conn())                 // the reset: the acceptor calls the dialler back
+	_ = acc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got := make([]byte, len(msg))
+	_, err = io.ReadFull(acc, got)
+	require.NoError(t, err)
+	require.Equal(t, msg, got)
+	select {
+	case <-lingered:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Linger did not return once the peer had every byte")
+	}
+}
+
+// TestLingerReturnsWhenThePeerIsGone: a peer that no longer has the link (closed) ends
+// the wait at once, not at its deadline.
+func TestLingerReturnsWhenThePeerIsGone(t *testing.T) {
+	dial, acc, _, _ := sessionPair(t, 5*time.Second, nil, nil)
+	_, err := acc.Write([]byte("unread"))
+	require.NoError(t, err)
+	require.NoError(t, dial.Close())
+	done := make(chan struct{})
+	go func() { acc.Linger(time.Now().Add(time.Hour)); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Linger waited on a peer that had closed the link")
 	}
 }
 
