@@ -61,13 +61,14 @@ func pairSockets(me, peer rankInfo) (socks, threads int) {
 	return socks, max(1, min(me.SockThreads, socks))
 }
 
-// rootReply is the root's answer: every rank's info, or why the job cannot start.
+// rootReply is the root's answer: every rank's info, or why the job cannot start
+// (encoded by encodeReply, bootstrap_reply.go).
 type rootReply struct {
-	Ranks []rankInfo `json:"ranks"`
-	Error string     `json:"error,omitempty"`
+	Ranks []rankInfo
+	Error string
 	// Missing lists the ranks that had not joined when the root gave up waiting
 	// ("[2 5]", see missingRanks; Error then says so).
-	Missing string `json:"missing,omitempty"`
+	Missing string
 }
 
 // maxMsg bounds a bootstrap message, so a hostile peer cannot make us allocate much.
@@ -77,47 +78,46 @@ const maxMsg = 1 << 20
 // prove itself before it is dropped (tests shorten it: testHooks.handshakeTimeout).
 const defaultHandshakeTimeout = 10 * time.Second
 
+// writeMsg sends v as JSON after its length (a rank's announcement to the root).
 func writeMsg(c net.Conn, v any) error {
-	b, err := encodeMsg(v)
+	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	_, err = c.Write(b)
+	_, err = c.Write(append(binary.LittleEndian.AppendUint32(nil, uint32(len(b))), b...))
 	return err
 }
 
-// encodeMsg frames v as writeMsg sends it.
-func encodeMsg(v any) ([]byte, error) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return nil, err
-	}
-	var n [4]byte
-	binary.LittleEndian.PutUint32(n[:], uint32(len(b)))
-	return append(n[:], b...), nil
-}
-
 func readMsg(c net.Conn, v any) error {
-	var n [4]byte
-	if _, err := io.ReadFull(c, n[:]); err != nil {
-		return err
-	}
-	size := binary.LittleEndian.Uint32(n[:])
-	if size > maxMsg {
-		return fmt.Errorf("bootstrap message of %d bytes exceeds the %d-byte limit", size, maxMsg)
-	}
-	// Memory grows with the bytes that actually arrive, not with the announced size.
-	b, err := io.ReadAll(io.LimitReader(c, int64(size)))
+	b, err := readFrame(c)
 	if err != nil {
 		return err
-	}
-	if len(b) < int(size) {
-		return fmt.Errorf("bootstrap message cut short after %d of %d bytes: %w", len(b), size, io.ErrUnexpectedEOF)
 	}
 	if err := json.Unmarshal(b, v); err != nil {
 		return fmt.Errorf("malformed bootstrap message: %w", err)
 	}
 	return nil
+}
+
+// readFrame reads one length-prefixed bootstrap message (writeMsg's, encodeReply's).
+func readFrame(c net.Conn) ([]byte, error) {
+	var n [4]byte
+	if _, err := io.ReadFull(c, n[:]); err != nil {
+		return nil, err
+	}
+	size := binary.LittleEndian.Uint32(n[:])
+	if size > maxMsg {
+		return nil, fmt.Errorf("bootstrap message of %d bytes exceeds the %d-byte limit", size, maxMsg)
+	}
+	// Memory grows with the bytes that actually arrive, not with the announced size.
+	b, err := io.ReadAll(io.LimitReader(c, int64(size)))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) < int(size) {
+		return nil, fmt.Errorf("bootstrap message cut short after %d of %d bytes: %w", len(b), size, io.ErrUnexpectedEOF)
+	}
+	return b, nil
 }
 
 // serveRoot gathers every rank's info on l and sends the full table back to each,
@@ -203,8 +203,9 @@ func serveRoot(l *net.TCPListener, secret []byte, sec *tcp.TLS, deadline time.Ti
 	var epoch uint32
 	fail := func(reply rootReply) {
 		logs.init.Warn("bootstrap root: " + reply.Error)
+		b := encodeReply(reply)
 		for _, m := range members {
-			_ = writeMsg(m.conn, reply)
+			_, _ = m.conn.Write(b)
 			m.conn.Close()
 		}
 	}
@@ -221,7 +222,7 @@ func serveRoot(l *net.TCPListener, secret []byte, sec *tcp.TLS, deadline time.Ti
 			}
 			if err != nil {
 				logs.init.Warn("bootstrap root: refused a rank: " + err.Error())
-				_ = writeMsg(m.conn, rootReply{Error: err.Error()})
+				_, _ = m.conn.Write(encodeReply(rootReply{Error: err.Error()}))
 				m.conn.Close()
 				continue
 			}
@@ -243,14 +244,15 @@ func serveRoot(l *net.TCPListener, secret []byte, sec *tcp.TLS, deadline time.Ti
 			return
 		}
 	}
+
 	table := make([]rankInfo, nranks)
 	for _, m := range members {
 		table[m.info.Rank] = m.info
 	}
-	// One encoding for every rank: at 1,024 ranks the table is ~150 KB of JSON.
-	reply, err := encodeMsg(rootReply{Ranks: table})
-	if err != nil {
-		fail(rootReply{Error: err.Error()})
+	// One encoding for every rank.
+	reply := encodeReply(rootReply{Ranks: table})
+	if len(reply)-4 > maxMsg {
+		fail(rootReply{Error: fmt.Sprintf("the table of %d ranks takes %d bytes, beyond the %d-byte limit of a bootstrap message", nranks, len(reply)-4, maxMsg)})
 		return
 	}
 	for _, m := range members {
@@ -282,8 +284,8 @@ func joinRoot(id *UniqueID, me rankInfo, sec *tcp.TLS, deadline time.Time) ([]ra
 	if err := writeMsg(c, me); err != nil {
 		return nil, fmt.Errorf("bootstrap root at %s: %w", addr, err)
 	}
-	var reply rootReply
-	if err := readMsg(c, &reply); err != nil {
+	reply, err := readReply(c)
+	if err != nil {
 		if ne, ok := err.(net.Error); ok && ne.Timeout() {
 			return nil, &timeoutError{after: time.Duration(me.TimeoutMs) * time.Millisecond,
 				waiting: fmt.Sprintf("waiting for the bootstrap root at %s (rank 0) to answer", addr),

@@ -17,15 +17,15 @@ func bootstrapFrame(v any) []byte {
 	return append(binary.LittleEndian.AppendUint32(nil, uint32(len(b))), b...)
 }
 
-// FuzzBootstrapMsg feeds arbitrary bytes to the bootstrap message reader, as the root
-// reads a rank's announcement and a rank reads the root's table, and runs the checks
+// FuzzBootstrapMsg feeds arbitrary bytes to the bootstrap message readers, as the root
+// reads a rank's announcement (JSON) and a rank reads the root's table (binary), and runs the checks
 // each applies: no panic, no allocation beyond what arrived, and whatever passes the
 // checks is in range.
 func FuzzBootstrapMsg(f *testing.F) {
 	me := rankInfo{Rank: 1, NRanks: 2, Addr: "127.0.0.1:4000", Host: "h", Hostname: "h", Pid: 7, Shm: true}
 	f.Add(bootstrapFrame(me))
-	f.Add(bootstrapFrame(rootReply{Ranks: []rankInfo{{Rank: 0, NRanks: 2}, me}}))
-	f.Add(bootstrapFrame(rootReply{Error: "rank 3 joined twice"}))
+	f.Add(encodeReply(rootReply{Ranks: []rankInfo{{Rank: 0, NRanks: 2}, me}}))
+	f.Add(encodeReply(rootReply{Error: "rank 3 joined twice"}))
 	f.Add(bootstrapFrame(rankInfo{Rank: 0, NRanks: 1 << 40}))
 	f.Add(bootstrapFrame(me)[:9])                     // truncated
 	f.Add([]byte{0xff, 0xff, 0xff, 0x7f, '{', '}'})   // huge length, little data
@@ -41,8 +41,7 @@ func FuzzBootstrapMsg(f *testing.F) {
 				_ = missingRanks(info.NRanks, map[int]bool{info.Rank: true})
 			}
 		}
-		var reply rootReply
-		if readMsg(wiretest.Feed(data), &reply) == nil && checkReply(&reply, 2) == nil {
+		if reply, err := readReply(wiretest.Feed(data)); err == nil && checkReply(&reply, 2) == nil {
 			for i, ri := range reply.Ranks {
 				if ri.Rank != i {
 					t.Fatalf("checkReply accepted %+v", reply)

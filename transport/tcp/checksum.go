@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"io"
 	"net"
+	"sync"
 )
 
 // End-to-end checksums (GONCCL_CHECKSUM): a session's bytes travel in records, each
@@ -39,7 +40,7 @@ const (
 	maxChecksumFails = 16
 )
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+var castagnoli = sync.OnceValue(func() *crc32.Table { return crc32.MakeTable(crc32.Castagnoli) })
 
 // writeTo writes b to c, in records when the session checksums, and returns how many
 // bytes of b went out (in whole records).
@@ -53,8 +54,8 @@ func (s *Session) writeTo(c net.Conn, b []byte) (int, error) {
 		k := min(len(b)-done, sessRecordMax)
 		p := b[done : done+k]
 		binary.LittleEndian.PutUint32(hdr[0:], uint32(k))
-		binary.LittleEndian.PutUint32(hdr[4:], crc32.Checksum(p, castagnoli))
-		binary.LittleEndian.PutUint32(hdr[8:], crc32.Checksum(hdr[:8], castagnoli))
+		binary.LittleEndian.PutUint32(hdr[4:], crc32.Checksum(p, castagnoli()))
+		binary.LittleEndian.PutUint32(hdr[8:], crc32.Checksum(hdr[:8], castagnoli()))
 		bufs := net.Buffers{hdr[:], p}
 		if _, err := bufs.WriteTo(c); err != nil {
 			return done, err
@@ -96,7 +97,7 @@ func (s *Session) readFrom(c net.Conn, p []byte) (int, error) {
 			return 0, err
 		}
 	}
-	if crc32.Checksum(r.hdr[:8], castagnoli) != binary.LittleEndian.Uint32(r.hdr[8:]) {
+	if crc32.Checksum(r.hdr[:8], castagnoli()) != binary.LittleEndian.Uint32(r.hdr[8:]) {
 		return 0, fmt.Errorf("%w: a record header", ErrChecksum)
 	}
 	r.n = int(binary.LittleEndian.Uint32(r.hdr[0:]))
@@ -110,7 +111,7 @@ func (s *Session) readFrom(c net.Conn, p []byte) (int, error) {
 			r.buf = append(make([]byte, 0, r.n), p[:got]...) // go on from there next time
 			return 0, err
 		}
-		if crc32.Checksum(p[:r.n], castagnoli) != want {
+		if crc32.Checksum(p[:r.n], castagnoli()) != want {
 			return 0, ErrChecksum
 		}
 		n := r.n
@@ -127,7 +128,7 @@ func (s *Session) readFrom(c net.Conn, p []byte) (int, error) {
 			return 0, err
 		}
 	}
-	if crc32.Checksum(r.buf, castagnoli) != want {
+	if crc32.Checksum(r.buf, castagnoli()) != want {
 		return 0, ErrChecksum
 	}
 	r.checked = true
