@@ -190,7 +190,7 @@ func NewComm(id UniqueID, nranks, rank int, opts Options) (*Comm, error) {
 		cfg.test.meshListening(rank, l.Addr().String())
 	}
 	peers := newPeerSet(rank, opts.Epoch, ranks, id.secret(), cfg.tls, l, timeout, cfg.linkRetry, cfg.checksum, logs, cfg.guard(logs.net), cfg.test)
-	if err := peers.connectInitial(deadline); err != nil {
+	if err := peers.connectInitial(deadline, cfg.runtimeConnect.lazy(nranks)); err != nil {
 		peers.close()
 		return fail(err)
 	}

@@ -102,6 +102,9 @@ var Params = []settings.Param[config]{
 	{Name: "GONCCL_LINK_RETRY_MS", Default: "10000",
 		Help:  "a TCP connection between ranks that breaks while both processes live (reset or aborted by something between the hosts) is made again, authenticated as at first, and resumes with no byte lost, if the peer answers within this window; past it, the link fails naming the rank. Below `GONCCL_HEARTBEAT_TIMEOUT_MS` by default, so that a peer is given up no later than before; above it, the heartbeat waits for the window while the link is reconnecting (a network that goes silent for longer, such as a switch reboot), and a dead host takes that long to be named. `0`: no reconnects (see [Fault tolerance](fault-tolerance.md#network-faults))",
 		Parse: integer(0, 0, func(c *config, v int64) { c.linkRetry = time.Duration(v) * time.Millisecond })},
+	{Name: "GONCCL_RUNTIME_CONNECT", Default: "auto",
+		Help:  "when ranks connect to each other, as NCCL's `NCCL_RUNTIME_CONNECT`: `1`: each pair on its first operation together, so init is only the exchange of addresses through rank 0; `0`: each rank also connects its ring neighbours and binary-tree parent and children during init, so that init fails on a peer it cannot reach and heartbeats watch those peers from the start; `auto`: `0` up to 64 ranks, `1` beyond, where the connections made during init were most of its time (every rank waited for its neighbours to be scheduled; see [Performance](performance.md#scale-many-ranks)). Either way a pair that never talks never connects",
+		Parse: oneOf([]string{"auto", "0", "1"}, func(c *config, v string) { c.runtimeConnect = runtimeConnect(v) })},
 	{Name: "GONCCL_CHECKSUM", Default: "0",
 		Help:  "`1`: the bytes of every TCP connection between ranks that do not share memory travel in records of at most 1 MiB with a CRC32C each, checked before any of it is used: a record corrupted on the way (which TCP's 16-bit checksum can miss) is resent over a resumed connection, or, with `GONCCL_LINK_RETRY_MS=0` or after 16 in a row with no good record between them, fails the link naming the rank. The dialling rank of each pair (the higher) decides for the pair's connections: set it alike everywhere",
 		Parse: zeroOne(func(c *config, on bool) { c.checksum = on })},
@@ -179,23 +182,24 @@ type config struct {
 	algo               algoAllow // GONCCL_ALGO: collective -> allowed algorithms
 	gomaxprocs         int
 	shmDisable         bool
-	zeroCopy           bool          // GONCCL_ZEROCOPY
-	zeroCopyMin        int           // GONCCL_ZEROCOPY_THRESHOLD
-	zeroCopyFault      string        // GONCCL_TEST_ZEROCOPY_FAULT (tests only; "" in production)
-	heartbeatTimeout   time.Duration // GONCCL_HEARTBEAT_TIMEOUT_MS; 0: off
-	linkRetry          time.Duration // GONCCL_LINK_RETRY_MS; 0: no reconnects
-	checksum           bool          // GONCCL_CHECKSUM
-	traceSize          int           // GONCCL_TRACE_BUFFER_SIZE
-	traceDir           string        // GONCCL_TRACE_DUMP_DIR
-	sockThreads        int           // sending goroutines per TCP peer
-	socksPerThread     int           // connections each drives
-	queueDepth         int           // GONCCL_QUEUE_DEPTH
-	tlsOn              bool          // GONCCL_TLS
-	tlsCert            string        // GONCCL_TLS_CERT
-	tlsKey             string        // GONCCL_TLS_KEY
-	tlsCA              string        // GONCCL_TLS_CA
-	tls                *tcp.TLS      // loaded when tlsOn; nil: plain TCP
-	calibration        string        // GONCCL_CALIBRATION's file ("": none)
+	zeroCopy           bool           // GONCCL_ZEROCOPY
+	zeroCopyMin        int            // GONCCL_ZEROCOPY_THRESHOLD
+	zeroCopyFault      string         // GONCCL_TEST_ZEROCOPY_FAULT (tests only; "" in production)
+	heartbeatTimeout   time.Duration  // GONCCL_HEARTBEAT_TIMEOUT_MS; 0: off
+	linkRetry          time.Duration  // GONCCL_LINK_RETRY_MS; 0: no reconnects
+	runtimeConnect     runtimeConnect // GONCCL_RUNTIME_CONNECT
+	checksum           bool           // GONCCL_CHECKSUM
+	traceSize          int            // GONCCL_TRACE_BUFFER_SIZE
+	traceDir           string         // GONCCL_TRACE_DUMP_DIR
+	sockThreads        int            // sending goroutines per TCP peer
+	socksPerThread     int            // connections each drives
+	queueDepth         int            // GONCCL_QUEUE_DEPTH
+	tlsOn              bool           // GONCCL_TLS
+	tlsCert            string         // GONCCL_TLS_CERT
+	tlsKey             string         // GONCCL_TLS_KEY
+	tlsCA              string         // GONCCL_TLS_CA
+	tls                *tcp.TLS       // loaded when tlsOn; nil: plain TCP
+	calibration        string         // GONCCL_CALIBRATION's file ("": none)
 	device             DeviceSettings
 	set                []string // "NAME=value" for every variable the user set
 

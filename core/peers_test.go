@@ -191,7 +191,8 @@ func TestOnDemandLinksFromBothEnds(t *testing.T) {
 
 // 1,024 ranks, each a communicator in this one process over real TCP sockets on
 // loopback (one listener each; shared memory off), init and all_reduce exactly, each
-// rank holding links to at most 5 peers. Processes of this size do not fit the CI
+// rank holding links to its two ring neighbours only (beyond 64 ranks no rank connects
+// during init). Processes of this size do not fit the CI
 // machine; sockets, handshakes, the bootstrap and the algorithms are the real ones.
 func TestThousandRanksInOneProcess(t *testing.T) {
 	if testing.Short() {
@@ -220,7 +221,58 @@ func TestThousandRanksInOneProcess(t *testing.T) {
 		t.Logf("all_reduce of %d int64 on %d ranks: %v", count, n, time.Since(start))
 	}
 	for r, c := range comms {
-		require.Equal(t, initialPeers(r, n), c.peers.connected(), "rank %d", r)
+		require.Equal(t, ringNeighbours(r, n), c.peers.connected(), "rank %d", r)
+	}
+}
+
+// ringNeighbours is {rank-1, rank+1} among n > 2, sorted.
+func ringNeighbours(rank, n int) []int {
+	ps := []int{(rank + n - 1) % n, (rank + 1) % n}
+	slices.Sort(ps)
+	return ps
+}
+
+// GONCCL_RUNTIME_CONNECT: with 1, init connects no peer and the first ring all_reduce
+// connects exactly the ring neighbours; with 0, init connects the initial peers; auto
+// is 0 up to 64 ranks and 1 beyond.
+func TestRuntimeConnect(t *testing.T) {
+	require.False(t, runtimeConnect("auto").lazy(64))
+	require.True(t, runtimeConnect("auto").lazy(65))
+	require.True(t, runtimeConnect("1").lazy(2))
+	require.False(t, runtimeConnect("0").lazy(1024))
+	const n = 8
+	for _, mode := range []string{"1", "0"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Setenv("GONCCL_RUNTIME_CONNECT", mode)
+			comms := initComms(t, n, "allreduce:ring", 30*time.Second)
+			for r, c := range comms {
+				want := initialPeers(r, n)
+				if mode == "1" {
+					want = nil
+				}
+				require.Equal(t, want, c.peers.connected(), "rank %d after init", r)
+			}
+			count := 100
+			ins, outs := make([][]byte, n), make([][]byte, n)
+			for r := range ins {
+				ins[r] = inputs(Int64, Sum, count, r, 1)
+				outs[r] = make([]byte, len(ins[r]))
+			}
+			for r, err := range onAll(t, comms, func(c *Comm) (*Request, error) {
+				return c.AllReduce(ins[c.rank], outs[c.rank], count, Int64, Sum)
+			}) {
+				require.NoError(t, err, "rank %d", r)
+			}
+			want := reference(Int64, Sum, ins, count)
+			for r, c := range comms {
+				require.Equal(t, want, outs[r], "rank %d", r)
+				peers := initialPeers(r, n)
+				if mode == "1" {
+					peers = ringNeighbours(r, n)
+				}
+				require.Equal(t, peers, c.peers.connected(), "rank %d after a ring all_reduce", r)
+			}
+		})
 	}
 }
 
