@@ -79,3 +79,43 @@ func BenchmarkAllReduceShm(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAllReduceAlgos: the ring against recursive halving and doubling, n ranks in
+// this process over shared memory (go test ./core -run ^$ -bench AllReduceAlgos).
+func BenchmarkAllReduceAlgos(b *testing.B) {
+	for _, n := range []int{4, 8, 16} {
+		for _, nbytes := range []int{64 << 10, 1 << 20, 16 << 20} {
+			for _, algo := range []Algo{AlgoRing, AlgoHalving} {
+				b.Run(fmt.Sprintf("n=%d/bytes=%d/%s", n, nbytes, algo), func(b *testing.B) {
+					comms := shmComms(b, n, 4<<20, func(c *config) {
+						c.chunkBytes = 512 << 10
+						c.algo[KindAllReduce] = []Algo{algo}
+					})
+					bufs := make([][]byte, n)
+					for r := range bufs {
+						bufs[r] = make([]byte, nbytes)
+					}
+					b.SetBytes(int64(nbytes))
+					b.ResetTimer()
+					for i := 0; i < b.N; i++ {
+						var wg sync.WaitGroup
+						for r, c := range comms {
+							wg.Add(1)
+							go func() {
+								defer wg.Done()
+								req, err := c.AllReduce(bufs[r], bufs[r], nbytes/4, Float32, Sum)
+								if err == nil {
+									_, err = req.Wait(-1)
+								}
+								if err != nil {
+									panic(err)
+								}
+							}()
+						}
+						wg.Wait()
+					}
+				})
+			}
+		}
+	}
+}

@@ -48,6 +48,9 @@ const (
 	// rank of one host allocated in gonccl's shared memory, read and written where they
 	// lie (zerocopy.go). Not the cost model's choice: the buffers decide it.
 	AlgoZeroCopy Algo = 9
+	// AlgoHalving: all_reduce by recursive halving then doubling (Rabenseifner): the
+	// ring's bytes in 2 log2(n) steps instead of 2(n-1), for many ranks.
+	AlgoHalving Algo = 10
 )
 
 // algoNames spells every algorithm, the same in GONCCL_ALGO, logs, errors and the
@@ -63,6 +66,7 @@ var algoNames = [...]string{
 	AlgoPairwise:      "pairwise",
 	AlgoHier:          "hier",
 	AlgoZeroCopy:      "zerocopy",
+	AlgoHalving:       "halving",
 }
 
 func (a Algo) String() string {
@@ -106,6 +110,7 @@ var collectives = [...]collective{
 			{AlgoRecDoubling, (*model).allReduceRDCost},
 			{AlgoDirect, (*model).allReduceDirectCost},
 			{AlgoRing, (*model).allReduceRingCost},
+			{AlgoHalving, (*model).allReduceHalvingCost},
 			{AlgoHier, (*model).allReduceHierCost},
 		}},
 	KindBroadcast: {name: "Broadcast", label: "broadcast", run: (*Comm).runBroadcast,

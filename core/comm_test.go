@@ -284,8 +284,8 @@ func requireClose(t *testing.T, dt DataType, n int, want, got []byte, count int,
 }
 
 func TestAllReduce(t *testing.T) {
-	for _, n := range []int{1, 2, 3, 4, 5, 7, 8} {
-		for _, algo := range []Algo{AlgoRing, AlgoRecDoubling} {
+	for _, n := range []int{1, 2, 3, 4, 5, 7, 8, 11} {
+		for _, algo := range []Algo{AlgoRing, AlgoRecDoubling, AlgoHalving} {
 			comms := memComms(t, n, func(c *config) { c.algo[KindAllReduce] = []Algo{algo}; c.llThreshold = 1 << 16 })
 			for ci, count := range []int{0, 1, 7, 3*n + 1, 1000} {
 				for _, dt := range allTypes {
@@ -329,11 +329,13 @@ func TestAllReduce(t *testing.T) {
 func TestAllReduceLarge(t *testing.T) {
 	count := 3<<20/4 + 5 // several MiB of float32, not divisible by the rank count
 	for _, n := range []int{2, 3, 4} {
-		comms := memComms(t, n, func(c *config) { c.chunkBytes = 128 << 10 })
-		errs, outs, want := allReduceFloat32(t, comms, count, 7)
-		for r := 0; r < n; r++ {
-			require.NoError(t, errs[r])
-			require.Equal(t, want, outs[r], "n=%d rank %d", n, r)
+		for _, algo := range []Algo{AlgoRing, AlgoHalving} {
+			comms := memComms(t, n, func(c *config) { c.chunkBytes = 128 << 10; c.algo[KindAllReduce] = []Algo{algo} })
+			errs, outs, want := allReduceFloat32(t, comms, count, 7)
+			for r := 0; r < n; r++ {
+				require.NoError(t, errs[r])
+				require.Equal(t, want, outs[r], "n=%d %s rank %d", n, algo, r)
+			}
 		}
 	}
 }

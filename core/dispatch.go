@@ -50,6 +50,8 @@ func (c *Comm) runAllReduce(e *exec, o *op) error {
 		return e.allReduceHier(buf, o.count, o.dtype, o.redop, c.hosts, work)
 	case AlgoRecDoubling:
 		return e.allReduceRD(buf, o.dtype, o.redop)
+	case AlgoHalving:
+		return e.allReduceHalving(buf, o.count, o.dtype, o.redop)
 	case AlgoDirect:
 		work, err := c.workBuf(2 * len(buf))
 		if err != nil {

@@ -54,7 +54,7 @@ func TestCollectivesOverShm(t *testing.T) {
 			name := fmt.Sprintf("n=%d ring=%d", n, ring)
 			for ci, count := range []int{0, 1, 7, 1000, 40000} {
 				for _, dt := range []DataType{Int32, Float32, Float64, Bfloat16} {
-					for _, algo := range []Algo{AlgoRing, AlgoRecDoubling, AlgoDirect} {
+					for _, algo := range []Algo{AlgoRing, AlgoRecDoubling, AlgoDirect, AlgoHalving} {
 						if algo == AlgoRecDoubling && count*dt.Size() > 8192 || algo == AlgoDirect && count*dt.Size() > 1024 {
 							continue
 						}

@@ -156,6 +156,38 @@ func (m *model) allReduceRingCost(bytes int) (float64, string) {
 	return opOverheadUS + 2*(n-1)*(m.link.latencyUS+seg/(m.link.bwGBs*1e3)) + (n-1)*m.red(seg), ""
 }
 
+// halvingBandwidthCost is how much slower than the ring recursive halving and doubling
+// moved the same bytes where latency did not matter: its steps swap whole halves
+// between partners, where the ring's chunks flow through a pipeline. Measured with
+// BenchmarkAllReduceAlgos (ranks in one process over shared memory, 2 cores): 1.1x at
+// 4 ranks, 1.5x at 8 and 1.7x at 16 for 1 MiB; 1.1x-1.2x for 16 MiB.
+const halvingBandwidthCost = 1.5
+
+// allReduceHalvingCost: recursive halving then doubling, 2 log2(p2) steps (p2 the
+// largest power of two <= n) moving and reducing the ring's 2(p2-1)/p2 of the bytes at
+// halvingBandwidthCost; beyond p2 the extra ranks fold their whole buffer in and get
+// the result back. It wins where the ring's 2(n-1) steps dominate: small messages
+// over many ranks, and any message over very many (256 processes on 2 cores: 1 MiB
+// in ~1.3 s instead of ~8 s, bench/scale). Across hosts, where it was not measured,
+// its bytes count twice the ring's, so it is chosen there only where latency clearly
+// dominates.
+func (m *model) allReduceHalvingCost(bytes int) (float64, string) {
+	bwCost := halvingBandwidthCost
+	if !m.oneHost {
+		bwCost = 2
+	}
+	p2 := 1
+	for p2*2 <= m.n {
+		p2 *= 2
+	}
+	b, steps, frac := float64(bytes), float64(bits.Len(uint(p2))-1), float64(p2-1)/float64(p2)
+	us := opOverheadUS + 2*steps*m.link.latencyUS + bwCost*(2*frac*b/(m.link.bwGBs*1e3)+frac*m.red(b))
+	if p2 != m.n {
+		us += 2*m.xfer(b) + m.red(b)
+	}
+	return us, ""
+}
+
 // allReduceHierCost: the hierarchical all_reduce (allReduceHier), for ranks on several
 // hosts with several on a host.
 func (m *model) allReduceHierCost(bytes int) (float64, string) {
