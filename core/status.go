@@ -227,8 +227,13 @@ func (e *p2pEngine) readStatus(pp *p2pPeer, h transport.MsgHeader) error {
 	return nil
 }
 
-// byeWait bounds how long closing waits for the goodbyes to go out.
-const byeWait = 200 * time.Millisecond
+// byeWait bounds how long closing waits for the goodbyes to go out. Closing returns as
+// soon as every goodbye is written, so the bound is only reached when a peer stops
+// reading; it must still outlast a busy host's scheduling delays: with 256 ranks on 2
+// cores a rank's writer could wait over 200 ms for a core, its goodbye went out after
+// its connections closed, and peers still finishing the last operation took the
+// rank for dead and failed that operation (bench/scale, 1 run in 5).
+const byeWait = 2 * time.Second
 
 // peerLeftError is how a peer's channel ends when the peer closed its communicator on
 // purpose (it said why), as opposed to dying.
