@@ -146,6 +146,7 @@ type p2pEngine struct {
 	stop          chan struct{}                                         // closed by close: ends the heartbeat goroutine
 	statusAnswers chan statusAnswer                                     // where peers' answers go while this rank asks
 	wins          windowTable                                           // one-sided windows, for frames that write into them (see window.go)
+	byeDelay      time.Duration                                         // testHooks.byeDelay
 }
 
 // completion is a request to finish once mu is released.
@@ -173,6 +174,9 @@ func (c *Comm) startP2P(msgs []*transport.MsgConn) {
 		peers: make([]*p2pPeer, c.nranks), status: c.status, onDead: c.peerDead, onLost: c.lossReported, onFailed: c.failureReported, onDevSize: c.devSizeAnnounced, stop: make(chan struct{})}
 	if c.cfg != nil && c.peers != nil {
 		e.linkDown, e.linkRetry = c.peers.linkDown, c.cfg.linkRetry
+	}
+	if c.cfg != nil {
+		e.byeDelay = c.cfg.test.byeDelay
 	}
 	c.p2p = e // before its goroutines start: a panic handler may use it
 	for r, m := range msgs {

@@ -47,6 +47,9 @@ func (e *p2pEngine) writer(pp *p2pPeer) {
 			}
 		}
 		e.mu.Unlock()
+		if f.h.Kind == transport.MsgBye && e.byeDelay > 0 {
+			time.Sleep(e.byeDelay)
+		}
 		if err := pp.conn.Write(&f.h, f.payload, f.deadline); err != nil {
 			e.failPeer(pp, err)
 			return

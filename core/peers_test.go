@@ -352,3 +352,33 @@ func waitExit(cmd *osexec.Cmd, d time.Duration) error {
 	}
 	return fmt.Errorf("pid %d still running after %v", cmd.Process.Pid, d)
 }
+
+// A rank that closes its communicator waits for its goodbyes to go out, even when its
+// writers are slow to get a core (here 600 ms, as with 256 ranks on 2 cores): its
+// peers then know it left rather than died, and their communicator stays usable. When
+// closing gave up after 200 ms, the peers saw the connection end without a goodbye,
+// took the rank for dead, and broke their communicator.
+func TestGoodbyeOutlastsASlowWriter(t *testing.T) {
+	comms := initCommsHooked(t, 3, "", 30*time.Second, &testHooks{byeDelay: 600 * time.Millisecond})
+	for r, err := range onAll(t, comms, func(c *Comm) (*Request, error) {
+		return c.AllReduce(make([]byte, 8), make([]byte, 8), 1, Int64, Sum)
+	}) {
+		require.NoError(t, err, "rank %d", r)
+	}
+	require.NoError(t, comms[2].Destroy())
+	time.Sleep(failGrace + 300*time.Millisecond)
+	for _, c := range comms[:2] {
+		c.mu.Lock()
+		lost := c.lost
+		c.mu.Unlock()
+		require.NoError(t, lost, "rank %d took rank 2, which closed its communicator, for lost", c.rank)
+	}
+	recv, err := comms[1].Recv(make([]byte, 8), 1, Int64, 0, 7)
+	require.NoError(t, err)
+	send, err := comms[0].Send(make([]byte, 8), 1, Int64, 1, 7)
+	require.NoError(t, err)
+	for _, req := range []*Request{send, recv} {
+		_, err := req.Wait(testtime.D(10 * time.Second))
+		require.NoError(t, err, "ranks 0 and 1 after rank 2 closed its communicator")
+	}
+}

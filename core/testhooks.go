@@ -25,6 +25,9 @@ type testHooks struct {
 	// heartbeatsPaused is asked at each heartbeat round whether the rank sends none
 	// (true: it falls silent without closing anything, as a hung process would).
 	heartbeatsPaused func(rank int) bool
+	// byeDelay holds every goodbye frame this long before its writer sends it, as a
+	// writer waiting for a core on a crowded host would.
+	byeDelay time.Duration
 }
 
 // apply puts the hooks (nil: none) into cfg.
