@@ -1,12 +1,15 @@
 package core
 
 import (
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -255,10 +258,23 @@ func serveRoot(l *net.TCPListener, secret []byte, sec *tcp.TLS, deadline time.Ti
 		fail(rootReply{Error: fmt.Sprintf("the table of %d ranks takes %d bytes, beyond the %d-byte limit of a bootstrap message", nranks, len(reply)-4, maxMsg)})
 		return
 	}
+	// The ranks of this process last: their init returns once they have the table,
+	// and by then every other rank's connection here is answered and closed, so a
+	// rank that counts its fds right after init does not find the root's hundreds.
+	slices.SortStableFunc(members, func(a, b member) int {
+		return cmp.Compare(boolInt(a.info.Pid == os.Getpid()), boolInt(b.info.Pid == os.Getpid()))
+	})
 	for _, m := range members {
 		_, _ = m.conn.Write(reply)
 		m.conn.Close()
 	}
+}
+
+func boolInt(v bool) int {
+	if v {
+		return 1
+	}
+	return 0
 }
 
 // joinRoot tells the root about this rank and returns every rank's info.
