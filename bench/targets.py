@@ -92,6 +92,7 @@ def scale(tmp: str, rnd: int, add) -> None:
     add("scale256_fds", row["fds_after_max"])
     add("scale256_1M_first", row["first_1mib_max_s"])
     add("scale256_1M_second", row["first_1mib_max_s"] / row["second_1mib_max_s"])
+    add("scale256_1M_second_s", row["second_1mib_max_s"])
 
 
 def two_hosts(tmp: str, rnd: int, add) -> str | None:
@@ -184,9 +185,12 @@ def main() -> int:
          lambda r: r <= 8.8),
         ("scale256_1M_second", "second all_reduce of 1 MiB, 256 ranks: speed-up over the first", ">= 2x",
          lambda r: r >= 2),
+        ("scale256_1M_second_s", "second all_reduce of 1 MiB, 256 ranks, max over ranks: half the first's goal",
+         "<= 4.4 s", lambda r: r <= 4.4),
         ("2hosts_64M", "all_reduce, 2 hosts x 2 ranks, 64 MiB: busbw vs Gloo", ">= 1.5x", lambda r: r >= 1.5),
     ]
-    units = {"scale256_init": (" s", ".2f"), "scale256_fds": ("", ".0f"), "scale256_1M_first": (" s", ".2f")}
+    units = {"scale256_init": (" s", ".2f"), "scale256_fds": ("", ".0f"), "scale256_1M_first": (" s", ".2f"),
+             "scale256_1M_second_s": (" s", ".2f")}
     lines = [f"| target | wanted | measured (median of {args.rounds}) | range | met |", "|---|---|---|---|---|"]
     for key, what, wanted, ok in targets:
         vals = results.get(key)

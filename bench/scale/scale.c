@@ -5,9 +5,14 @@
  * of each includes the connections made on demand); with ALLOC=1 the same two sizes
  * again in buffers from goncclMemAlloc (the zero-copy path's memory); the fds it holds
  * at the end; and whether every result was exact.
- * Usage: scale RANK NRANKS ID_FILE [ALLOC] */
+ * Usage: scale RANK NRANKS ID_FILE [ALLOC]
+ * With SCALE_START_FIFO set, every rank waits until the launcher closes its end of that
+ * FIFO (it does once all ranks exist) before it starts init: so init is timed from a
+ * common start, as in a job whose launcher hands the unique id out after starting every
+ * process (MPI_Bcast), not from when each process happened to be spawned. */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -74,6 +79,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   prctl(PR_SET_PDEATHSIG, SIGKILL); /* die with the script that started this rank */
+  /* Opened at once (non-blocking), so that the launcher's end, open since before this
+   * process started, is there to wait on whenever this rank gets to it. */
+  const char* fifo = getenv("SCALE_START_FIFO");
+  int start_fd = -1;
+  if (fifo && (start_fd = open(fifo, O_RDONLY | O_NONBLOCK)) < 0) {
+    fprintf(stderr, "opening %s: %s\n", fifo, strerror(errno));
+    return 1;
+  }
   int rank = atoi(argv[1]), nranks = atoi(argv[2]);
   int alloc = argc == 5 && atoi(argv[4]) != 0;
   goncclUniqueId id;
@@ -101,6 +114,14 @@ int main(int argc, char** argv) {
       fprintf(stderr, "rank %d: no unique id in %s\n", rank, argv[3]);
       return 1;
     }
+  }
+  if (start_fd >= 0) { /* blocks until the launcher closes its end: end-of-file */
+    int fl = fcntl(start_fd, F_GETFL);
+    fcntl(start_fd, F_SETFL, fl & ~O_NONBLOCK);
+    char c;
+    while (read(start_fd, &c, 1) > 0) {
+    }
+    close(start_fd);
   }
   goncclComm_t comm;
   double t0 = now();

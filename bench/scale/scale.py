@@ -9,6 +9,13 @@ end (max), the first and second all_reduce of 8 bytes and of 1 MiB in ordinary m
 (max over ranks; the first of each includes the connections made on demand), with
 --alloc the same again in buffers from goncclMemAlloc (the zero-copy path's memory),
 and whether every result was exact. Every child dies with this script (timeout 600 s).
+
+The ranks start init together, once every process exists (they wait on a FIFO this
+script opens after starting the last), as in a job whose launcher hands the unique id out
+after starting every process (MPI_Bcast); so init is the library's, not how long this
+script took to start 256 processes (0.7 s here). --staggered lets each rank start init as
+soon as it has the unique id, as before 2026-11-29 (rank 0's init then includes the
+spawning of all the others).
 """
 
 import argparse
@@ -32,19 +39,29 @@ def build(lib, out):
     subprocess.run(cmd, check=True)
 
 
-def run(exe, n, timeout, alloc=False):
+def run(exe, n, timeout, alloc=False, staggered=False):
     with tempfile.TemporaryDirectory() as d:
         idf = os.path.join(d, "id")
         env = dict(os.environ)
+        fifo = os.path.join(d, "start")
+        start = None
+        if not staggered:
+            # Held open (read-write: it does not block) until every rank exists; each
+            # rank waits for its end-of-file before init.
+            os.mkfifo(fifo)
+            start = os.open(fifo, os.O_RDWR)
+            env["SCALE_START_FIFO"] = fifo
         procs = [subprocess.Popen([exe, str(r), str(n), idf, "1" if alloc else "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   env=env, start_new_session=True) for r in range(n)]
+        if start is not None:
+            os.close(start)  # every rank's read of the FIFO ends: all start init
         deadline = time.time() + timeout
         rows, errs = [], []
         try:
             for p in procs:
                 out, err = p.communicate(timeout=max(1, deadline - time.time()))
                 if p.returncode != 0:
-                    errs.append(err.decode(errors="replace").strip())
+                    errs.append(f"[rank {procs.index(p)} exit {p.returncode}] " + err.decode(errors="replace").strip())
                 for line in out.decode().splitlines():
                     rows.append(json.loads(line))
         finally:
@@ -85,17 +102,20 @@ def main():
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--alloc", action="store_true", help="also all_reduce 8 B and 1 MiB in goncclMemAlloc buffers")
     ap.add_argument("--json", help="write the per-size summary here")
+    ap.add_argument("--staggered", action="store_true",
+                    help="each rank starts init when it has the unique id, not all together once every rank exists")
     a = ap.parse_args()
     cols = [c for c in COLUMNS if a.alloc or not c[0].startswith("alloc_")]
     with tempfile.TemporaryDirectory() as d:
         exe = os.path.join(d, "scale")
         build(a.lib, exe)
-        print("# times: seconds, max over ranks; fds: max over ranks; 1st includes connections made on demand")
+        print("# times: seconds, max over ranks; fds: max over ranks; 1st includes connections made on demand; "
+              + ("each rank starts init once it has the unique id" if a.staggered else "ranks start init together, once all exist"))
         print(f"{'ranks':>6} " + " ".join(f"{c[2]:>12}" for c in cols) + f" {'wall s':>7} exact")
         summary = []
         for n in a.np:
             t0 = time.time()
-            rows, errs = run(exe, n, a.timeout, a.alloc)
+            rows, errs = run(exe, n, a.timeout, a.alloc, a.staggered)
             wall = time.time() - t0
             if errs or len(rows) != n:
                 # The earliest logged line of any rank is closest to the cause.
@@ -103,6 +123,13 @@ def main():
                 first = (logged or [e.splitlines()[-1] for e in errs if e] or [""])[0]
                 print(f"{n:>6} FAILED after {wall:.1f} s: {len(rows)} of {n} ranks reported; "
                       f"{len(errs)} errors, the earliest: {first[:600]}")
+                # A rank whose error does not blame another (or that died by a signal)
+                # is where to look first.
+                if os.environ.get("SCALE_DUMP"):
+                    with open(os.environ["SCALE_DUMP"], "w") as f:
+                        f.write("\n\n".join(errs))
+                for e in [e for e in errs if "lost rank" not in e][:3]:
+                    print("    " + e[-1500:].replace("\n", "\n    "))
                 summary.append({"ranks": n, "failed": True, "wall_s": wall})
                 continue
             s = summarize(n, rows)
