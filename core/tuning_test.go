@@ -39,6 +39,8 @@ func TestModelChoices(t *testing.T) {
 		{16, shmCost, KindAllReduce, 16 << 20, AlgoRing},
 		{16, shmCost, KindAllReduce, 64 << 10, AlgoHalving},
 		{256, shmCost, KindAllReduce, 1 << 20, AlgoHalving},
+		{256, shmCost, KindAllReduce, 8 << 20, AlgoHalving}, // docs/limitations.md: "up to about 9 MiB"
+		{256, shmCost, KindAllReduce, 10 << 20, AlgoRing},
 		{2, shmCost, KindBroadcast, 64 << 20, AlgoTree},
 		{4, shmCost, KindBroadcast, 8, AlgoTree},
 		{4, shmCost, KindBroadcast, 64 << 20, AlgoChain},
