@@ -274,6 +274,9 @@ func (c *Comm) logInit(ifc tcp.Interface, ranks []rankInfo, procs int, took time
 		peers = append(peers, fmt.Sprintf("%d:%s(%s)", p, transportName(c.peers.linkIfAny(p)), ranks[p].Hostname))
 	}
 	sort.Strings(peers)
+	if len(peers) == 0 && c.nranks > 1 {
+		peers = []string{"none (GONCCL_RUNTIME_CONNECT)"}
+	}
 	c.logs.init.Info(fmt.Sprintf("gonccl %s rank %d/%d host %s pid %d: init done in %v; interface %s; ring %d -> %d -> %d; peers connected at init %s (the others on first use); GOMAXPROCS %d (%d cores)",
 		Version, c.rank, c.nranks, hostname(), os.Getpid(), took.Round(time.Millisecond), ifc,
 		(c.rank-1+c.nranks)%c.nranks, c.rank, (c.rank+1)%c.nranks, strings.Join(peers, " "), procs, runtime.NumCPU()))
