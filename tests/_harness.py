@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import importlib.util
 import json
 import os
 import resource
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -133,10 +133,17 @@ def crash_env(env: dict, core_dir: str | None) -> None:
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port on 127.0.0.1 that was free a moment ago, below the ephemeral range
+    (python/gonccl/_ports.py, loaded from the source tree: the harness never imports the
+    installed package)."""
+    return _ports().free_port()
+
+
+def _ports():
+    spec = importlib.util.spec_from_file_location("gonccl_ports", os.path.join(REPO_ROOT, "python", "gonccl", "_ports.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def _children_of() -> dict[int, list[int]]:

@@ -7,12 +7,12 @@ import ctypes
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
+from gonccl._ports import free_port
 from gonccl.bench.collectives import COLLECTIVES, DTYPES, OPS
 
 _SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -159,12 +159,6 @@ def _die_with_parent():
     return preexec
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _child_argv(argv=None) -> list[str]:
     """The ranks' command line: this process's own (so ranks start exactly as we were
     started, e.g. through bench/run.py), or `-m gonccl.bench argv` if main() was called
@@ -192,7 +186,7 @@ def _kill(proc: subprocess.Popen) -> None:
 def launch(args, argv=None) -> int:
     """Runs args.nprocs ranks of this same command; rank 0's output is ours."""
     n = args.nprocs
-    port = _free_port()
+    port = free_port()
     argv = _child_argv(argv)
     procs: list[subprocess.Popen] = []
     errs = []
