@@ -59,23 +59,7 @@ func BenchmarkAllReduceShm(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(nbytes))
 			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				var wg sync.WaitGroup
-				for r, c := range comms {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						req, err := c.AllReduce(bufs[r], bufs[r], nbytes/4, Float32, Sum)
-						if err == nil {
-							_, err = req.Wait(-1)
-						}
-						if err != nil {
-							panic(err)
-						}
-					}()
-				}
-				wg.Wait()
-			}
+			benchAllReduce(b, comms, bufs)
 		})
 	}
 }
@@ -97,25 +81,31 @@ func BenchmarkAllReduceAlgos(b *testing.B) {
 					}
 					b.SetBytes(int64(nbytes))
 					b.ResetTimer()
-					for i := 0; i < b.N; i++ {
-						var wg sync.WaitGroup
-						for r, c := range comms {
-							wg.Add(1)
-							go func() {
-								defer wg.Done()
-								req, err := c.AllReduce(bufs[r], bufs[r], nbytes/4, Float32, Sum)
-								if err == nil {
-									_, err = req.Wait(-1)
-								}
-								if err != nil {
-									panic(err)
-								}
-							}()
-						}
-						wg.Wait()
-					}
+					benchAllReduce(b, comms, bufs)
 				})
 			}
 		}
+	}
+}
+
+// benchAllReduce runs b.N in-place float32 all_reduces of bufs[r] on every rank of comms
+// at once.
+func benchAllReduce(b *testing.B, comms []*Comm, bufs [][]byte) {
+	for i := 0; i < b.N; i++ {
+		var wg sync.WaitGroup
+		for r, c := range comms {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				req, err := c.AllReduce(bufs[r], bufs[r], len(bufs[r])/4, Float32, Sum)
+				if err == nil {
+					_, err = req.Wait(-1)
+				}
+				if err != nil {
+					panic(err)
+				}
+			}()
+		}
+		wg.Wait()
 	}
 }

@@ -66,17 +66,10 @@ func wantConns(c *Comm, peers []int) int64 {
 	return int64(total)
 }
 
-// A ring all_reduce at 64 ranks connects each rank to its ring neighbours and tree
-// relatives at init, and to no one else: per rank, the connections it opens stay those
-// of at most 5 peers, not 63.
-func TestRingAllReduceConnectionsAt64Ranks(t *testing.T) {
-	const n = 64
-	comms := initComms(t, n, "allreduce:ring", 60*time.Second)
-	for _, c := range comms {
-		require.Equal(t, initialPeers(c.rank, n), c.peers.connected(), "rank %d after init", c.rank)
-	}
-	count := 1000
-	ins, outs := make([][]byte, n), make([][]byte, n)
+// allReduceExactly sums count int64s over every rank of comms and checks each result.
+func allReduceExactly(t *testing.T, comms []*Comm, count int) {
+	t.Helper()
+	ins, outs := make([][]byte, len(comms)), make([][]byte, len(comms))
 	for r := range ins {
 		ins[r] = inputs(Int64, Sum, count, r, 1)
 		outs[r] = make([]byte, len(ins[r]))
@@ -87,8 +80,22 @@ func TestRingAllReduceConnectionsAt64Ranks(t *testing.T) {
 		require.NoError(t, err, "rank %d", r)
 	}
 	want := reference(Int64, Sum, ins, count)
-	for r, c := range comms {
+	for r := range comms {
 		require.Equal(t, want, outs[r], "rank %d", r)
+	}
+}
+
+// A ring all_reduce at 64 ranks connects each rank to its ring neighbours and tree
+// relatives at init, and to no one else: per rank, the connections it opens stay those
+// of at most 5 peers, not 63.
+func TestRingAllReduceConnectionsAt64Ranks(t *testing.T) {
+	const n = 64
+	comms := initComms(t, n, "allreduce:ring", 60*time.Second)
+	for _, c := range comms {
+		require.Equal(t, initialPeers(c.rank, n), c.peers.connected(), "rank %d after init", c.rank)
+	}
+	allReduceExactly(t, comms, 1000)
+	for r, c := range comms {
 		ps := initialPeers(r, n)
 		require.Equal(t, ps, c.peers.connected(), "rank %d after a ring all_reduce", r)
 		require.Equal(t, wantConns(c, ps), c.peers.opened.Load(), "rank %d's connections", r)
@@ -252,20 +259,8 @@ func TestRuntimeConnect(t *testing.T) {
 				}
 				require.Equal(t, want, c.peers.connected(), "rank %d after init", r)
 			}
-			count := 100
-			ins, outs := make([][]byte, n), make([][]byte, n)
-			for r := range ins {
-				ins[r] = inputs(Int64, Sum, count, r, 1)
-				outs[r] = make([]byte, len(ins[r]))
-			}
-			for r, err := range onAll(t, comms, func(c *Comm) (*Request, error) {
-				return c.AllReduce(ins[c.rank], outs[c.rank], count, Int64, Sum)
-			}) {
-				require.NoError(t, err, "rank %d", r)
-			}
-			want := reference(Int64, Sum, ins, count)
+			allReduceExactly(t, comms, 100)
 			for r, c := range comms {
-				require.Equal(t, want, outs[r], "rank %d", r)
 				peers := initialPeers(r, n)
 				if mode == "1" {
 					peers = ringNeighbours(r, n)
