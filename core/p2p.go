@@ -92,7 +92,7 @@ type p2pFrame struct {
 	send     *p2pSend // for eager, rts and data frames
 	deadline time.Time
 	queued   bool
-	written  chan struct{} // if set, closed once the frame is on the wire (bye)
+	written  chan struct{} // if set, closed once the frame is on the wire or can no longer go out (bye)
 }
 
 // p2pUnexpected is a message that arrived before a receive for it was posted.

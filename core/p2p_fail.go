@@ -156,6 +156,13 @@ func (e *p2pEngine) drainPeer(pp *p2pPeer, err error) completions {
 	if pp.writing != nil {
 		failS(pp.writing)
 	}
+	for _, q := range [][]*p2pFrame{pp.ctrl, pp.data} {
+		for _, f := range q {
+			if f.written != nil { // a goodbye that will never go out: sayBye stops waiting for it
+				close(f.written)
+			}
+		}
+	}
 	pp.rdv, pp.waitCTS, pp.ctrl, pp.data = map[uint64]*p2pRecv{}, map[uint64]*p2pSend{}, nil, nil
 	pp.reading, pp.writing = nil, nil
 	pp.wake.Broadcast()

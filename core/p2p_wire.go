@@ -52,6 +52,9 @@ func (e *p2pEngine) writer(pp *p2pPeer) {
 		}
 		if err := pp.conn.Write(&f.h, f.payload, f.deadline); err != nil {
 			e.failPeer(pp, err)
+			if f.written != nil { // it will never go out: nothing is left to wait for
+				close(f.written)
+			}
 			return
 		}
 		pp.lastSent.Store(time.Now().UnixNano())

@@ -377,3 +377,35 @@ func TestGoodbyeOutlastsASlowWriter(t *testing.T) {
 		require.NoError(t, err, "ranks 0 and 1 after rank 2 closed its communicator")
 	}
 }
+
+// Ranks that close their communicators at the same time do not wait out byeWait: a
+// goodbye that can no longer go out (the peer hung up first, after its own goodbye)
+// ends the wait for it. Closing waited the full 2 s for such a goodbye, so a rank
+// arrived at the next new_group 2 s late and a group with a 2 s timeout failed to form.
+func TestClosingTogetherReturnsPromptly(t *testing.T) {
+	for round := 0; round < 3; round++ {
+		comms := initCommsHooked(t, 3, "", 30*time.Second, &testHooks{byeDelay: 100 * time.Millisecond})
+		for r, err := range onAll(t, comms, func(c *Comm) (*Request, error) {
+			return c.AllReduce(make([]byte, 8), make([]byte, 8), 1, Int64, Sum)
+		}) {
+			require.NoError(t, err, "rank %d", r)
+		}
+		took := make([]time.Duration, len(comms))
+		var wg sync.WaitGroup
+		for r, c := range comms {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				start := time.Now()
+				if err := c.Destroy(); err != nil {
+					t.Errorf("rank %d: %v", r, err)
+				}
+				took[r] = time.Since(start)
+			}()
+		}
+		wg.Wait()
+		for r, d := range took {
+			require.Less(t, d, byeWait, "round %d: rank %d waited out byeWait for goodbyes that could not go out", round, r)
+		}
+	}
+}

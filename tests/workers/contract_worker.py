@@ -416,7 +416,9 @@ def sec_options():
     for grp in (inherit, child, parent):
         dist.destroy_process_group(grp)
     # Errors name global ranks: group [1, LAST] (ranks 1..LAST-1 of it run, LAST stays away).
+    # The group's init itself waits only 2 s for its members: they start it together.
     members = list(range(1, WS))
+    dist.barrier()
     sub = dist.new_group(members, backend="gonccl", timeout=timedelta(seconds=2))
     if RANK in members:
         res = missing_rank_op(sub, lambda g: dist.all_reduce(torch.ones(2), group=g))
