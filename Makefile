@@ -242,15 +242,15 @@ bench: build
 	$(PY) -m gonccl.bench ddp -np $(BENCH_NP) --backends gonccl,gloo --rounds 2 --json build/bench/ddp.json
 
 # make bench-scale: N ranks as plain C processes through the C ABI (bench/scale): init time,
-# fds per rank, all_reduces of 8 B and 1 MiB in ordinary and goncclMemAlloc memory, for
-# SCALE_NP ranks. Table on stdout, JSON in build/bench/. (make test runs 128 of them:
+# fds per rank, all_reduces of 8 B and 1 MiB in ordinary and goncclMemAlloc memory, and
+# the time per operation of 10 more 1 MiB all_reduces back to back, for SCALE_NP ranks. Table on stdout, JSON in build/bench/. (make test runs 128 of them:
 # tests/test_scale.py.)
 SCALE_NP ?= 64 128 256
 
 .PHONY: bench-scale
 bench-scale: lib
 	mkdir -p build/bench
-	$(PY) bench/scale/scale.py -np $(SCALE_NP) --alloc --json build/bench/scale.json
+	$(PY) bench/scale/scale.py -np $(SCALE_NP) --alloc --loop 10 --json build/bench/scale.json
 
 # make bench-2hosts: all_reduce 8 B..64 MiB, gonccl against Gloo, on 2 "hosts" x 2 ranks
 # (network namespaces joined by a veth: scripts/two-hosts.sh; needs root). Ranks of one

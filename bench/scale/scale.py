@@ -8,7 +8,8 @@ init time (max and median over ranks), the fds each rank holds after init and at
 end (max), the first and second all_reduce of 8 bytes and of 1 MiB in ordinary memory
 (max over ranks; the first of each includes the connections made on demand), with
 --alloc the same again in buffers from goncclMemAlloc (the zero-copy path's memory),
-and whether every result was exact. Every child dies with this script (timeout 600 s).
+with --loop N the mean time of N more 1 MiB all_reduces back to back, and whether every
+result was exact. Every child dies with this script (timeout 600 s).
 
 The ranks start init together, once every process exists (they wait on a FIFO this
 script opens after starting the last), as in a job whose launcher hands the unique id out
@@ -39,10 +40,11 @@ def build(lib, out):
     subprocess.run(cmd, check=True)
 
 
-def run(exe, n, timeout, alloc=False, staggered=False):
+def run(exe, n, timeout, alloc=False, staggered=False, loop=0):
     with tempfile.TemporaryDirectory() as d:
         idf = os.path.join(d, "id")
         env = dict(os.environ)
+        env["SCALE_LOOP"] = str(loop)
         fifo = os.path.join(d, "start")
         start = None
         if not staggered:
@@ -82,6 +84,7 @@ COLUMNS = [
     ("second_1mib_max_s", "second_1mib_s", "1M 2nd s", ".3f"),
     ("alloc_first_1mib_max_s", "alloc_first_1mib_s", "1M alloc 1st", ".3f"),
     ("alloc_second_1mib_max_s", "alloc_second_1mib_s", "1M alloc 2nd", ".3f"),
+    ("loop_1mib_max_s", "loop_1mib_s", "1M loop s/op", ".3f"),
     ("fds_after_max", "fds_after", "fds end", "d"),
 ]
 
@@ -104,8 +107,11 @@ def main():
     ap.add_argument("--json", help="write the per-size summary here")
     ap.add_argument("--staggered", action="store_true",
                     help="each rank starts init when it has the unique id, not all together once every rank exists")
+    ap.add_argument("--loop", type=int, default=0, metavar="N",
+                    help="then N more 1 MiB all_reduces back to back: the column '1M loop s/op' is their mean time "
+                         "(max over ranks), where one operation's skew between ranks is not paid again by the next")
     a = ap.parse_args()
-    cols = [c for c in COLUMNS if a.alloc or not c[0].startswith("alloc_")]
+    cols = [c for c in COLUMNS if (a.alloc or not c[0].startswith("alloc_")) and (a.loop or not c[0].startswith("loop_"))]
     with tempfile.TemporaryDirectory() as d:
         exe = os.path.join(d, "scale")
         build(a.lib, exe)
@@ -115,7 +121,7 @@ def main():
         summary = []
         for n in a.np:
             t0 = time.time()
-            rows, errs = run(exe, n, a.timeout, a.alloc, a.staggered)
+            rows, errs = run(exe, n, a.timeout, a.alloc, a.staggered, a.loop)
             wall = time.time() - t0
             if errs or len(rows) != n:
                 # The earliest logged line of any rank is closest to the cause.
