@@ -243,8 +243,8 @@ bench: build
 
 # make bench-scale: N ranks as plain C processes through the C ABI (bench/scale): init time,
 # fds per rank, all_reduces of 8 B and 1 MiB in ordinary and goncclMemAlloc memory, and
-# the time per operation of 10 more 1 MiB all_reduces back to back, for SCALE_NP ranks. Table on stdout, JSON in build/bench/. (make test runs 128 of them:
-# tests/test_scale.py.)
+# the time per operation of 10 more 1 MiB all_reduces back to back, for SCALE_NP ranks.
+# Table on stdout, JSON in build/bench/. (make test runs 128 of them: tests/test_scale.py.)
 SCALE_NP ?= 64 128 256
 
 .PHONY: bench-scale
