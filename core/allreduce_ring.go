@@ -16,7 +16,9 @@ import "github.com/gonccl/gonccl/internal/ringplan"
 //	receives seg:  r-1     r-2     r       r-1
 //
 // What a rank sends at step s+1 is what it received at step s, chunk for chunk, so a
-// send unit depends on the receive unit one step (nch units) earlier. Every rank
+// send unit depends on the receive unit one step (nch units) earlier; and all-gather
+// step n-1+k overwrites the segment reduce-scatter step k sent, so its receive unit
+// waits for that send unit to have returned. Every rank
 // forwards the owner's bytes of each finished segment, so all ranks end bit-identical.
 func (e *exec) allReduceRing(buf []byte, count int, dt DataType, op RedOp) error {
 	return e.ringSteps(buf, count, dt, op, 0, 2*(e.nranks-1))
@@ -34,6 +36,15 @@ func (e *exec) ringSteps(buf []byte, count int, dt DataType, op RedOp, first, la
 	return e.pipeline(pipe{
 		nsend: units, nrecv: units,
 		need: func(u int) int { return u - nch + 1 },
+		// All-gather step n-1+k receives segment r-k, which reduce-scatter step k sent:
+		// it overwrites that chunk only once the send of it has returned.
+		free: func(v int) int {
+			k := (v+base)/nch - (p.N - 1)
+			if k < first {
+				return 0
+			}
+			return k*nch + (v+base)%nch + 1 - base
+		},
 		send: func(u int) error {
 			u += base
 			lo, hi := p.Chunk(p.SendSeg(u/nch), u%nch)

@@ -9,15 +9,20 @@ import "sync"
 //
 //	need(u): send unit u starts once need(u) receive units have completed (what it
 //	         forwards has arrived); nil: it never waits.
-//	free(v): receive unit v starts once free(v) send units have completed (the staging
-//	         slot it fills has been forwarded); nil: receiving never waits.
+//	free(v): receive unit v starts once free(v) send units have completed (the memory
+//	         it fills has been sent from for the last time); nil: receiving never waits.
 //
-// With free, units take turns in a few slots of staging memory: unit v's slot is free
-// again once the send that forwards the unit before it in that slot has finished.
+// With free, units may take turns in a few slots of staging memory (window: unit v's
+// slot is free again once the send that forwards the unit before it in that slot has
+// finished), or a receive may overwrite what an earlier send read from: a transport
+// may read a send's buffer until Send returns, and even where the peer cannot send
+// what the receive waits for before it has all of that send, only free orders the
+// two in this process.
 type pipe struct {
 	nsend, nrecv int
 	need, free   func(u int) int
 	send, recv   func(u int) error
+	window       bool // free bounds staging slots: the sender is a "window sender"
 }
 
 // pipeline runs p and returns the operation's first error. A failure (e.fail closes the
@@ -26,15 +31,15 @@ type pipe struct {
 // its header lets the peer diagnose a mismatch itself. A receiver with a free count
 // starts no more units; one without finds the links closed at its next unit.
 //
-// The sending goroutine is "pipeline sender", or "window sender" when p has a free
-// count: the name a panic's error carries (see safety.go).
+// The sending goroutine is "pipeline sender", or "window sender" when p.window: the
+// name a panic's error carries (see safety.go).
 func (e *exec) pipeline(p pipe) error {
 	s := &pipeRun{pipe: p}
 	s.cond.L = &s.mu
 	defer e.joinOnPanic(s.stop, &s.wg)
 	if p.nsend > 0 {
 		name := "pipeline sender"
-		if p.free != nil {
+		if p.window {
 			name = "window sender"
 		}
 		e.guard.Go(name, &s.wg, func(err error) { e.fail(err); s.stop() }, func() { e.pipeSend(s) })

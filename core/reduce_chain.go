@@ -53,8 +53,9 @@ func (e *exec) reduceChain(send, recv []byte, count int, dt DataType, op RedOp, 
 	}
 	return e.pipeline(pipe{
 		nsend: nch, nrecv: nch,
-		need: func(j int) int { return j + 1 },
-		free: func(j int) int { return j - reduceWindow + 1 },
+		need:   func(j int) int { return j + 1 },
+		free:   func(j int) int { return j - reduceWindow + 1 },
+		window: true,
 		send: func(j int) error {
 			lo, _ := chunk(j)
 			return e.send(to, lo, staged(j))

@@ -40,7 +40,8 @@ func (e *exec) reduceScatterRing(send, recv []byte, recvCount int, dt DataType, 
 			}
 			return u
 		},
-		free: func(v int) int { return v - reduceWindow + 2 }, // unit v-reduceWindow's slot is sent by unit v-reduceWindow+1
+		free:   func(v int) int { return v - reduceWindow + 2 }, // unit v-reduceWindow's slot is sent by unit v-reduceWindow+1
+		window: true,
 		send: func(u int) error {
 			s, j := u%steps, u/steps
 			lo, hi := chunk(j)
