@@ -210,8 +210,15 @@ class ProcResult:
         return self.returncode == 0 and not self.killed
 
     def describe(self, tail: int = 12000) -> str:
+        # A crash's cause comes first (Go's "fatal error:" or "SIGABRT: abort" and the
+        # crashing goroutine, a C library's message before abort()), the goroutine dump
+        # after it: keep both ends.
+        head = tail // 3
+
         def clip(s: str) -> str:
-            return s if len(s) <= tail else "[... clipped ...]\n" + s[-tail:]
+            if len(s) <= head + tail:
+                return s
+            return s[:head] + "\n[... clipped ...]\n" + s[-tail:]
 
         status = "KILLED by the harness" if self.killed else f"exit code {self.returncode}"
         return (
