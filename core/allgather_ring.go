@@ -18,7 +18,7 @@ func (e *exec) allGatherRing(buf []byte, blockBytes int) error {
 		need: func(u int) int { return u - nch + 1 },
 		send: func(u int) error {
 			lo, hi := chunk(mod(r-u/nch, n), u%nch)
-			return e.send(next, lo, buf[lo:hi])
+			return e.sendKept(next, lo, buf[lo:hi])
 		},
 		recv: func(u int) error {
 			lo, hi := chunk(mod(r-u/nch-1, n), u%nch)

@@ -121,7 +121,7 @@ func (e *exec) swapRanges(peer int, buf []byte, es int, give, take elemRange, re
 	defer e.joinOnPanic(nil, &wg)
 	if give.hi > give.lo {
 		e.guard.Go("halving sender", &wg, e.fail, func() {
-			if err := chunks(give, func(lo, hi int) error { return e.send(peer, lo, buf[lo:hi]) }); err != nil {
+			if err := chunks(give, func(lo, hi int) error { return e.sendKept(peer, lo, buf[lo:hi]) }); err != nil {
 				e.fail(err)
 			}
 		})

@@ -48,7 +48,7 @@ func (e *exec) ringSteps(buf []byte, count int, dt DataType, op RedOp, first, la
 		send: func(u int) error {
 			u += base
 			lo, hi := p.Chunk(p.SendSeg(u/nch), u%nch)
-			return e.send(p.Next(), lo, buf[lo:hi])
+			return e.sendKept(p.Next(), lo, buf[lo:hi])
 		},
 		recv: func(u int) error {
 			u += base

@@ -20,7 +20,7 @@ func (e *exec) broadcastTree(buf []byte, root int) error {
 	}
 	for mask >>= 1; mask > 0; mask >>= 1 {
 		if vr+mask < n {
-			if err := e.send(mod(vr+mask+root, n), 0, buf); err != nil {
+			if err := e.sendKept(mod(vr+mask+root, n), 0, buf); err != nil {
 				return err
 			}
 		}
@@ -50,7 +50,7 @@ func (e *exec) broadcastChain(buf []byte, root int) error {
 		nsend: nsend, nrecv: nrecv, need: need,
 		send: func(u int) error {
 			lo, hi := chunk(u)
-			return e.send(next, lo, buf[lo:hi])
+			return e.sendKept(next, lo, buf[lo:hi])
 		},
 		recv: func(u int) error {
 			lo, hi := chunk(u)

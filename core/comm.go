@@ -189,6 +189,7 @@ func NewComm(id UniqueID, nranks, rank int, opts Options) (*Comm, error) {
 	if cfg.test.meshListening != nil {
 		cfg.test.meshListening(rank, l.Addr().String())
 	}
+	tcp.SetRetainLimit(cfg.linkBuffer)
 	peers := newPeerSet(rank, opts.Epoch, ranks, id.secret(), cfg.tls, l, timeout, cfg.linkRetry, cfg.checksum, logs, cfg.guard(logs.net), cfg.test)
 	if err := peers.connectInitial(deadline, cfg.runtimeConnect.lazy(nranks)); err != nil {
 		peers.close()
@@ -455,6 +456,11 @@ func (c *Comm) execute(o *op) error {
 		}
 		return c.dispatch(e, o)
 	})
+	// The buffers go back to the caller: links between hosts let go of what they sent
+	// from them (see peerSet.settle).
+	if serr := c.peers.settle(e.deadline); err == nil && serr != nil {
+		err = serr
+	}
 	o.algo = Algo(e.hdr.Algo)
 	if err == nil {
 		c.zcLearned(e)

@@ -107,6 +107,29 @@ func (e *exec) linkRecv(peer int, h *transport.Header, p []byte) error {
 	return nil
 }
 
+// sendKept is send for p that stays unchanged until the operation ends: a link that
+// keeps what it sent for resends (between hosts) keeps p by reference instead of a
+// copy, until the operation settles (see peerSet.settle).
+func (e *exec) sendKept(peer int, off int, p []byte) error {
+	l, err := e.link(peer)
+	if err != nil {
+		return e.linkErr(peer, err)
+	}
+	k, ok := l.(transport.Keeper)
+	if !ok {
+		return e.send(peer, off, p)
+	}
+	h := &e.sendHdrs[peer]
+	*h = e.hdr
+	h.Offset = uint64(off)
+	h.Flags = e.zcFlags()
+	e.peers.noteKept(e.realRank(peer))
+	if err := k.SendKept(h, p, e.deadline); err != nil {
+		return e.linkErr(peer, err)
+	}
+	return nil
+}
+
 // send sends p to peer in one frame of the operation, at byte offset off.
 func (e *exec) send(peer int, off int, p []byte) error {
 	return e.sendCount(peer, e.hdr.Count, off, p)

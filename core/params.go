@@ -102,6 +102,9 @@ var Params = []settings.Param[config]{
 	{Name: "GONCCL_LINK_RETRY_MS", Default: "10000",
 		Help:  "a TCP connection between ranks that breaks while both processes live (reset or aborted by something between the hosts) is made again, authenticated as at first, and resumes with no byte lost, if the peer answers within this window; past it, the link fails naming the rank. Below `GONCCL_HEARTBEAT_TIMEOUT_MS` by default, so that a peer is given up no later than before; above it, the heartbeat waits for the window while the link is reconnecting (a network that goes silent for longer, such as a switch reboot), and a dead host takes that long to be named. `0`: no reconnects (see [Fault tolerance](fault-tolerance.md#network-faults))",
 		Parse: integer(0, 0, func(c *config, v int64) { c.linkRetry = time.Duration(v) * time.Millisecond })},
+	{Name: "GONCCL_LINK_BUFFER_MB", Default: "64",
+		Help:  "MiB a process may hold as copies of bytes it sent to ranks on other hosts that they have not yet acknowledged, for resending after a broken connection (every session together). Collectives keep what they send in their own buffers until it is acknowledged or they end, so only what is still unacknowledged when an operation ends is copied (little: acknowledgements come back as the peer reads); a writer whose copies do not fit waits for acknowledgements instead, up to its timeout. The default fits 64 ranks on a host in 4 GiB",
+		Parse: integer(1, 1<<20, func(c *config, v int64) { c.linkBuffer = v << 20 })},
 	{Name: "GONCCL_RUNTIME_CONNECT", Default: "auto",
 		Help:  "when ranks connect to each other, as NCCL's `NCCL_RUNTIME_CONNECT`: `1`: each pair on its first operation together, so init is only the exchange of addresses through rank 0; `0`: each rank also connects its ring neighbours and binary-tree parent and children during init, so that init fails on a peer it cannot reach and heartbeats watch those peers from the start; `auto`: `0` up to 64 ranks, `1` beyond, where the connections made during init were most of its time (every rank waited for its neighbours to be scheduled; see [Performance](performance.md#scale-many-ranks)). Either way a pair that never talks never connects",
 		Parse: oneOf([]string{"auto", "0", "1"}, func(c *config, v string) { c.runtimeConnect = runtimeConnect(v) })},
@@ -187,6 +190,7 @@ type config struct {
 	zeroCopyFault      string         // GONCCL_TEST_ZEROCOPY_FAULT (tests only; "" in production)
 	heartbeatTimeout   time.Duration  // GONCCL_HEARTBEAT_TIMEOUT_MS; 0: off
 	linkRetry          time.Duration  // GONCCL_LINK_RETRY_MS; 0: no reconnects
+	linkBuffer         int64          // GONCCL_LINK_BUFFER_MB, in bytes
 	runtimeConnect     runtimeConnect // GONCCL_RUNTIME_CONNECT
 	checksum           bool           // GONCCL_CHECKSUM
 	traceSize          int            // GONCCL_TRACE_BUFFER_SIZE

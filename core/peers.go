@@ -71,6 +71,7 @@ const (
 // peerSlot is this rank's connection state toward one peer.
 type peerSlot struct {
 	link atomic.Pointer[linkRef] // set once ready: the executor's lock-free fast path
+	kept atomic.Bool             // the running operation sent on it by reference (see settle)
 
 	mu     sync.Mutex
 	state  slotState
@@ -86,6 +87,8 @@ type linkRef struct{ l transport.Link }
 
 // peerSet holds a communicator's links to its peers and makes them on demand.
 type peerSet struct {
+	keptMu  sync.Mutex
+	kept    []int // peers whose slot's kept is set, for settle
 	rank    int
 	epoch   uint32           // the generation: in every handshake (see epoch.go)
 	ranks   []rankInfo       // nil: fixed links given at creation (tests)

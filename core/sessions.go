@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gonccl/gonccl/transport"
 	"github.com/gonccl/gonccl/transport/tcp"
 )
 
@@ -57,12 +58,12 @@ func (s *peerSet) session(c net.Conn, h tcp.Hello) net.Conn {
 		peer = h.To
 	}
 	cfg := tcp.SessionConfig{Peer: peer, Channel: h.Channel, Link: h.Link, Retry: s.retry, Guard: s.guard, Checksum: h.Checksum,
-		Log: func(m string) { s.logs.net.Info(m) }}
+		Secret: s.secret, Log: func(m string) { s.logs.net.Info(m) }}
 	addr := s.ranks[peer].Addr
 	if dialler {
-		cfg.Redial = func(delivered uint64, deadline time.Time) (net.Conn, uint64, error) {
+		cfg.Redial = func(delivered, gen uint64, deadline time.Time) (net.Conn, uint64, error) {
 			rh := h
-			rh.Resume, rh.Count = true, delivered
+			rh.Resume, rh.Count, rh.Gen = true, delivered, gen
 			return tcp.DialResume(addr, s.secret, s.tls, rh, deadline)
 		}
 	} else {
@@ -78,7 +79,7 @@ func (s *peerSet) session(c net.Conn, h tcp.Hello) net.Conn {
 		ask := tcp.Hello{From: s.rank, To: peer, Channel: tcp.ChannelCall, Epoch: s.epoch, Link: h.Link, Resume: true}
 		return tcp.AskDelivered(addr, s.secret, s.tls, ask, deadline)
 	}
-	sess := tcp.NewSession(c, tcp.RetainFor(c), cfg)
+	sess := tcp.NewSession(c, cfg)
 	s.sess.Add(peer, h.Link, sess)
 	return sess
 }
@@ -112,4 +113,44 @@ func (s *peerSet) linkDown(peer int) (bool, time.Time) {
 		}
 	}
 	return false, time.Time{}
+}
+
+// Collectives send without a copy between hosts: what an algorithm sends from memory
+// that stays unchanged until the operation ends (its buffer, or what it received into
+// it and forwards) goes out through transport.Keeper.SendKept, which keeps it by
+// reference for resends; settle, as the operation ends, has every link it was sent on
+// copy what its peer has not acknowledged yet (little: acknowledgements come back as
+// the peer reads). Algorithms that reuse memory they sent from within the operation
+// (staging slots, a recursive doubling's running sum) use send, which copies what is
+// unacknowledged when each send returns. Where an algorithm overwrites a sent chunk,
+// the peer has delivered it before (the data it receives there was computed from it),
+// so no resend can ask for the overwritten bytes.
+
+// noteKept records that the running operation sent to peer by reference.
+func (s *peerSet) noteKept(peer int) {
+	if s.slots[peer].kept.Swap(true) {
+		return
+	}
+	s.keptMu.Lock()
+	s.kept = append(s.kept, peer)
+	s.keptMu.Unlock()
+}
+
+// settle hands every link the running operation sent on by reference its memory back
+// (transport.Keeper.Settle), within deadline, and returns the first error.
+func (s *peerSet) settle(deadline time.Time) error {
+	s.keptMu.Lock()
+	peers := s.kept
+	s.kept = nil
+	s.keptMu.Unlock()
+	var first error
+	for _, p := range peers {
+		s.slots[p].kept.Store(false)
+		if k, ok := s.linkIfAny(p).(transport.Keeper); ok {
+			if err := k.Settle(deadline); err != nil && first == nil {
+				first = fmt.Errorf("rank %d: %w", p, err)
+			}
+		}
+	}
+	return first
 }

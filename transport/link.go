@@ -105,6 +105,20 @@ type Link interface {
 	Close() error
 }
 
+// Keeper is implemented by links that keep what they sent until the peer has
+// acknowledged it, to send it again after a broken connection (tcp sessions between
+// hosts). They can keep the caller's memory by reference instead of a copy, for a
+// caller that leaves it unchanged for a while (a collective, until it ends).
+type Keeper interface {
+	// SendKept is Send, except that p is kept by reference: the caller must not
+	// change it until Settle returns.
+	SendKept(h *Header, p []byte, deadline time.Time) error
+	// Settle hands back the memory of every SendKept before it: what the peer has
+	// not acknowledged yet is copied (or, past the process's budget, waited for until
+	// deadline).
+	Settle(deadline time.Time) error
+}
+
 // PieceReceiver is implemented by links that can hand a frame's payload to the caller
 // in place, piece by piece, instead of copying it into a buffer: a reduction then reads
 // the peer's bytes straight out of shared memory, saving one copy of every byte.

@@ -36,6 +36,11 @@ func Dial(addr string, secret []byte, t *TLS, h Hello, deadline time.Time) (net.
 // DialOnce is Dial without retries: for a peer known to be listening already, a
 // refused connection means it is gone.
 func DialOnce(addr string, secret []byte, t *TLS, h Hello, deadline time.Time) (net.Conn, error) {
+	return dialOnce(addr, secret, t, &h, deadline)
+}
+
+// dialOnce is DialOnce that keeps the handshake's nonces in h.
+func dialOnce(addr string, secret []byte, t *TLS, h *Hello, deadline time.Time) (net.Conn, error) {
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", addr)

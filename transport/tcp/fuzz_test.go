@@ -120,9 +120,12 @@ func FuzzStreamLinkRecv(f *testing.F) {
 // FuzzResumeAnswer feeds arbitrary bytes to a reconnecting dialler where the
 // acceptor's answer belongs: it must take only a well-formed answer, read a refusal's
 // reason without trusting its length beyond 255 bytes, return promptly and never
-// panic.
+// panic. Only an answer whose MAC matches is taken.
 func FuzzResumeAnswer(f *testing.F) {
+	fuzzHello := Hello{Link: 7, Resume: true}
 	ok := binary.LittleEndian.AppendUint64(binary.LittleEndian.AppendUint32(nil, resumeMagic), 12345)
+	ok = binary.LittleEndian.AppendUint64(ok, 3)
+	ok = append(ok, answerMAC(tlsSecret, 'R', fuzzHello, 12345, 3)...)
 	f.Add(ok)
 	f.Add(ok[:7])
 	f.Add(append(refuseMagic[:], 5, 's', 't', 'a', 'l', 'e'))
@@ -132,8 +135,9 @@ func FuzzResumeAnswer(f *testing.F) {
 		conn := wiretest.Feed(data)
 		defer conn.Close()
 		start := time.Now()
-		n, err := readResumeAnswer(conn, start.Add(2*time.Second))
-		if err == nil && (len(data) < 12 || binary.LittleEndian.Uint32(data) != resumeMagic || binary.LittleEndian.Uint64(data[4:]) != n) {
+		n, gen, err := readAnswer(conn, tlsSecret, fuzzHello, 'R', start.Add(2*time.Second))
+		if err == nil && (len(data) < answerSize || binary.LittleEndian.Uint32(data) != resumeMagic || binary.LittleEndian.Uint64(data[4:]) != n ||
+			binary.LittleEndian.Uint64(data[12:]) != gen || !bytes.Equal(data[20:answerSize], answerMAC(tlsSecret, 'R', fuzzHello, n, gen))) {
 			t.Fatalf("took %d from %q", n, data)
 		}
 		var refused *RefusedError

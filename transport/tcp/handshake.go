@@ -28,10 +28,10 @@ var ErrHalfOpen = errors.New("half-open connection")
 
 const (
 	helloMagic   = 0x474e4348 // "GNCH"
-	protoVersion = 4
+	protoVersion = 5
 	nonceSize    = 16
 	macSize      = sha256.Size
-	helloFields  = 4 + 4 + 4 + 4 + 4 + 4 + 8 + 4 + 8 // magic .. count: what the MAC covers after the ranks
+	helloFields  = 4 + 4 + 4 + 4 + 4 + 4 + 8 + 4 + 8 + 8 // magic .. gen: what the MAC covers after the ranks
 	helloSize    = helloFields + nonceSize
 )
 
@@ -84,9 +84,17 @@ type Hello struct {
 	// session's generation that broke.
 	Resume bool
 	Count  uint64
+	// Gen is, on a reconnect, the generation the new connection will be (the
+	// dialler's count of connections so far); the acceptor adopts it, so that both
+	// ends name a connection alike.
+	Gen uint64
 	// Checksum: the session's bytes travel in records with a CRC32C each (see
 	// checksum.go); the dialler's setting decides for the connection.
 	Checksum bool
+
+	// nonces are the handshake's (the dialler's, then the acceptor's): what a
+	// reconnect's answer is authenticated with (see resume.go). Not on the wire.
+	nonces [2 * nonceSize]byte
 }
 
 // The handshake, both ends proving knowledge of the secret without revealing it:
@@ -100,6 +108,12 @@ type Hello struct {
 
 // DialHandshake runs the dialling side of the handshake on conn.
 func DialHandshake(conn net.Conn, secret []byte, h Hello, deadline time.Time) error {
+	return dialHandshake(conn, secret, &h, deadline)
+}
+
+// dialHandshake is DialHandshake that keeps the nonces in h.
+func dialHandshake(conn net.Conn, secret []byte, hp *Hello, deadline time.Time) error {
+	h := *hp
 	if err := conn.SetDeadline(deadline); err != nil {
 		return err
 	}
@@ -136,6 +150,8 @@ func DialHandshake(conn net.Conn, secret []byte, h Hello, deadline time.Time) er
 	if _, err := conn.Write(mac(secret, 'D', nonceA, nonceD, h)); err != nil {
 		return fmt.Errorf("handshake: %w", err)
 	}
+	copy(hp.nonces[:nonceSize], nonceD)
+	copy(hp.nonces[nonceSize:], nonceA)
 	return nil
 }
 
@@ -198,10 +214,12 @@ func AcceptHandshake(conn net.Conn, secret []byte, deadline time.Time) (Hello, e
 	if !hmac.Equal(proof[:], mac(secret, 'D', nonceA, nonceD, h)) {
 		return Hello{}, ErrAuth
 	}
+	copy(h.nonces[:nonceSize], nonceD)
+	copy(h.nonces[nonceSize:], nonceA)
 	return h, nil
 }
 
-// putResume writes h's session fields (link, flags, count: 20 bytes) into b; flags:
+// putResume writes h's session fields (link, flags, count, gen: 28 bytes) into b; flags:
 // 1 Resume, 2 Checksum.
 func putResume(b []byte, h Hello) {
 	binary.LittleEndian.PutUint64(b[0:], h.Link)
@@ -214,6 +232,7 @@ func putResume(b []byte, h Hello) {
 	}
 	binary.LittleEndian.PutUint32(b[8:], flags)
 	binary.LittleEndian.PutUint64(b[12:], h.Count)
+	binary.LittleEndian.PutUint64(b[20:], h.Gen)
 }
 
 // getResume reads what putResume wrote into h.
@@ -225,6 +244,7 @@ func getResume(b []byte, h *Hello) error {
 	}
 	h.Resume, h.Checksum = flags&1 != 0, flags&2 != 0
 	h.Count = binary.LittleEndian.Uint64(b[12:])
+	h.Gen = binary.LittleEndian.Uint64(b[20:])
 	return nil
 }
 
@@ -238,7 +258,7 @@ func acceptErr(what string, err error) error {
 
 func mac(secret []byte, role byte, n1, n2 []byte, h Hello) []byte {
 	m := hmac.New(sha256.New, secret)
-	var ranks [13 + 20]byte
+	var ranks [13 + 28]byte
 	binary.LittleEndian.PutUint32(ranks[0:], uint32(int32(h.From)))
 	binary.LittleEndian.PutUint32(ranks[4:], uint32(int32(h.To)))
 	ranks[8] = h.Channel

@@ -1,6 +1,8 @@
 package tcp
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -14,14 +16,26 @@ import (
 // The reconnect protocol around a Session (session.go). After the handshake of a
 // connection whose Hello has Resume set:
 //
-//	data channel: acceptor -> dialler: "GNCS", its delivered count (8 bytes),
-//	              or a refusal (ErrStaleLink, ErrCountMismatch, a closed link);
-//	              then both resend what the other lacks and the stream goes on
+//	data channel: acceptor -> dialler: answer{"GNCS", its delivered count, the
+//	              generation, MAC}, or a refusal (ErrStaleLink, ErrCountMismatch,
+//	              a closed link); then both resend what the other lacks and the
+//	              stream goes on
 //	ChannelCall:  nothing; the dialler reconnects the link if its generation is the
-//	              one that broke
+//	              one that broke (an ask, Count askDelivered: the answer, role 'Q')
+//
+// The answer's MAC (HMAC-SHA256 with the communicator's secret) covers the
+// handshake's two nonces, the link, the count and the generation: a count corrupted
+// on the way, or an answer from anyone who did not take part in this handshake, is
+// refused, and the session resumes exactly or not at all. The generation is the
+// dialler's (Hello.Gen), adopted by the acceptor, so both ends number a connection
+// alike even when an answer was lost and the dialler tried again.
 const resumeMagic = 0x53434e47 // "GNCS"
 
+// answerSize is the encoded size of an answer: magic, count, generation, MAC.
+const answerSize = 4 + 8 + 8 + macSize
+
 // Registry holds a rank's sessions, so that a reconnect finds the one it resumes.
+// A session leaves it when it fails or closes.
 type Registry struct {
 	mu sync.Mutex
 	m  map[regKey]*Session
@@ -32,14 +46,22 @@ type regKey struct {
 	link uint64
 }
 
-// Add files s, the session to peer with id link.
+// Add files s, the session to peer with id link, until it ends.
 func (r *Registry) Add(peer int, link uint64, s *Session) {
+	k := regKey{peer, link}
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if r.m == nil {
 		r.m = map[regKey]*Session{}
 	}
-	r.m[regKey{peer, link}] = s
+	r.m[k] = s
+	r.mu.Unlock()
+	s.onEnd(func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.m[k] == s {
+			delete(r.m, k)
+		}
+	})
 }
 
 // Remove forgets every session to peer.
@@ -51,6 +73,13 @@ func (r *Registry) Remove(peer int) {
 			delete(r.m, k)
 		}
 	}
+}
+
+// Len is how many sessions the registry holds.
+func (r *Registry) Len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.m)
 }
 
 // All lists every session.
@@ -87,12 +116,12 @@ func (r *Registry) Serve(conn net.Conn, h Hello) error {
 	r.mu.Unlock()
 	if h.Channel == ChannelCall && h.Count == askDelivered {
 		defer conn.Close()
-		d, err := s.deliveredForAsk(h)
+		d, gen, err := s.deliveredForAsk(h)
 		if err != nil {
 			refuse(conn, err.Error())
 			return err
 		}
-		return writeAnswer(conn, d, time.Second)
+		return writeAnswer(conn, s.cfg.Secret, h, 'Q', d, gen, time.Second)
 	}
 	if h.Channel == ChannelCall {
 		defer conn.Close()
@@ -109,7 +138,9 @@ func (r *Registry) Serve(conn net.Conn, h Hello) error {
 		conn.Close()
 		return err
 	}
-	err := s.Resume(conn, h.Count, func(delivered uint64) error { return writeAnswer(conn, delivered, s.cfg.Retry) })
+	err := s.Resume(conn, h, func(delivered uint64) error {
+		return writeAnswer(conn, s.cfg.Secret, h, 'R', delivered, h.Gen, s.cfg.Retry)
+	})
 	if err != nil {
 		refuse(conn, err.Error())
 		conn.Close()
@@ -117,33 +148,78 @@ func (r *Registry) Serve(conn net.Conn, h Hello) error {
 	return err
 }
 
-// writeAnswer writes a reconnect's (or an ask's) answer: this side's delivered count.
-func writeAnswer(conn net.Conn, delivered uint64, within time.Duration) error {
-	var b [12]byte
+// answerMAC authenticates an answer to hello h (role 'R' a reconnect, 'Q' an ask).
+func answerMAC(secret []byte, role byte, h Hello, count, gen uint64) []byte {
+	m := hmac.New(sha256.New, secret)
+	var b [1 + 8 + 8 + 8]byte
+	b[0] = role
+	binary.LittleEndian.PutUint64(b[1:], h.Link)
+	binary.LittleEndian.PutUint64(b[9:], count)
+	binary.LittleEndian.PutUint64(b[17:], gen)
+	m.Write(b[:])
+	m.Write(h.nonces[:])
+	return m.Sum(nil)
+}
+
+// writeAnswer writes a reconnect's (or an ask's) answer: this side's delivered count
+// and the generation, authenticated for hello h's handshake.
+func writeAnswer(conn net.Conn, secret []byte, h Hello, role byte, delivered, gen uint64, within time.Duration) error {
+	var b [answerSize]byte
 	binary.LittleEndian.PutUint32(b[0:], resumeMagic)
 	binary.LittleEndian.PutUint64(b[4:], delivered)
+	binary.LittleEndian.PutUint64(b[12:], gen)
+	copy(b[20:], answerMAC(secret, role, h, delivered, gen))
 	_ = conn.SetWriteDeadline(time.Now().Add(within))
 	_, err := conn.Write(b[:])
 	_ = conn.SetWriteDeadline(time.Time{})
 	return err
 }
 
+// errBadAnswer means an answer's MAC did not match: corrupted on the way, or not from
+// the peer this handshake was with.
+var errBadAnswer = errors.New("the answer is not authentic (its MAC does not match the handshake)")
+
+// readAnswer reads the answer to hello h (role as writeAnswer) and checks its MAC.
+func readAnswer(c net.Conn, secret []byte, h Hello, role byte, deadline time.Time) (count, gen uint64, err error) {
+	_ = c.SetReadDeadline(deadline)
+	defer c.SetReadDeadline(time.Time{})
+	var b [answerSize]byte
+	if _, err := io.ReadFull(c, b[:5]); err != nil {
+		return 0, 0, err
+	}
+	if isRefusal(b[:]) {
+		return 0, 0, readRefusal(c, b[:5])
+	}
+	if binary.LittleEndian.Uint32(b[0:]) != resumeMagic {
+		return 0, 0, errors.New("not a reconnect answer (bad magic)")
+	}
+	if _, err := io.ReadFull(c, b[5:]); err != nil {
+		return 0, 0, err
+	}
+	count, gen = binary.LittleEndian.Uint64(b[4:]), binary.LittleEndian.Uint64(b[12:])
+	if !hmac.Equal(b[20:], answerMAC(secret, role, h, count, gen)) {
+		return 0, 0, errBadAnswer
+	}
+	return count, gen, nil
+}
+
 // askDelivered is the Count of a ChannelCall hello that asks how many bytes of the
 // link the other side has delivered (see Session.Linger), rather than for a reconnect.
 const askDelivered = ^uint64(0)
 
-// deliveredForAsk is s's delivered count for an ask from h.From, or why there is none
-// (the link is closed, failed or unknown: the asker's bytes are no longer wanted).
-func (s *Session) deliveredForAsk(h Hello) (uint64, error) {
+// deliveredForAsk is s's delivered count and generation for an ask from h.From, or
+// why there is none (the link is closed, failed or unknown: the asker's bytes are no
+// longer wanted).
+func (s *Session) deliveredForAsk(h Hello) (uint64, uint64, error) {
 	if s == nil {
-		return 0, fmt.Errorf("rank %d asks about link %#x, which this rank does not have (any more): %w", h.From, h.Link, ErrStaleLink)
+		return 0, 0, fmt.Errorf("rank %d asks about link %#x, which this rank does not have (any more): %w", h.From, h.Link, ErrStaleLink)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err != nil || s.closed {
-		return 0, fmt.Errorf("link to rank %d is closed: %w", s.cfg.Peer, ErrStaleLink)
+		return 0, 0, fmt.Errorf("link to rank %d is closed: %w", s.cfg.Peer, ErrStaleLink)
 	}
-	return s.delivered, nil
+	return s.delivered, s.gen, nil
 }
 
 // AskDelivered asks the other end of session h.Link at addr how many bytes of it it
@@ -151,30 +227,33 @@ func (s *Session) deliveredForAsk(h Hello) (uint64, error) {
 // (a *RefusedError) means it no longer has the link.
 func AskDelivered(addr string, secret []byte, t *TLS, h Hello, deadline time.Time) (uint64, error) {
 	h.Count = askDelivered
-	c, err := DialOnce(addr, secret, t, h, deadline)
+	c, err := dialOnce(addr, secret, t, &h, deadline)
 	if err != nil {
 		return 0, err
 	}
 	defer c.Close()
-	return readResumeAnswer(c, deadline)
+	d, _, err := readAnswer(c, secret, h, 'Q', deadline)
+	return d, err
 }
 
 // Linger waits, before this side closes the session on purpose, until the peer has
-// delivered every byte this side wrote, asking it (SessionConfig.Ask) every little
-// while: a break after the last write can then still be resent, as the session is
-// still there to answer the peer's reconnect. It returns at deadline, when the peer no
-// longer has the link (closed: it wants nothing more) or its host refuses (exited), or
-// at once for a session that failed, never wrote, or does not reconnect.
+// delivered every byte this side wrote: acknowledged on the link, or, where no
+// acknowledgement came, asked (SessionConfig.Ask) every little while. A break after
+// the last write can then still be resent, as the session is still there to answer
+// the peer's reconnect. It returns at deadline, when the peer no longer has the link
+// (closed: it wants nothing more) or its host refuses (exited), or at once for a
+// session that failed, never wrote, or does not reconnect.
 func (s *Session) Linger(deadline time.Time) {
 	if s.cfg.Ask == nil || s.cfg.Retry == 0 {
 		return
 	}
 	wait := 5 * time.Millisecond
 	for {
+		s.pumpAcks(time.Time{})
 		s.mu.Lock()
-		sent, over := s.sent, s.err != nil || s.closed
+		sent, acked, over := s.sent, s.acked, s.err != nil || s.closed
 		s.mu.Unlock()
-		if over || sent == 0 || !time.Now().Before(deadline) {
+		if over || sent == 0 || acked >= sent || !time.Now().Before(deadline) {
 			return
 		}
 		try := time.Now().Add(2 * time.Second)
@@ -213,12 +292,12 @@ func (s *Session) kick(gen uint64) bool {
 // ChannelCall, h.Resume set, h.Count the generation that broke): the acceptor's side.
 // A dialler that no longer has the session refuses (a *RefusedError).
 func CallResume(addr string, secret []byte, t *TLS, h Hello, deadline time.Time) error {
-	c, err := DialOnce(addr, secret, t, h, deadline)
+	c, err := dialOnce(addr, secret, t, &h, deadline)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	_, err = readResumeAnswer(c, deadline)
+	_, _, err = readAnswer(c, secret, h, 'R', deadline)
 	if errors.Is(err, io.EOF) {
 		return nil // taken: the dialler hangs up
 	}
@@ -226,38 +305,23 @@ func CallResume(addr string, secret []byte, t *TLS, h Hello, deadline time.Time)
 }
 
 // DialResume reconnects session h.Link (h.Resume set, h.Count this side's delivered
-// count) at addr, and returns the new connection and the acceptor's delivered count.
+// count, h.Gen the generation the connection will be) at addr, and returns the new
+// connection and the acceptor's delivered count, from an answer authenticated for
+// this handshake and naming the same generation.
 func DialResume(addr string, secret []byte, t *TLS, h Hello, deadline time.Time) (net.Conn, uint64, error) {
-	c, err := DialOnce(addr, secret, t, h, deadline)
+	c, err := dialOnce(addr, secret, t, &h, deadline)
 	if err != nil {
 		return nil, 0, err
 	}
-	n, err := readResumeAnswer(c, deadline)
+	n, gen, err := readAnswer(c, secret, h, 'R', deadline)
+	if err == nil && gen != h.Gen {
+		err = fmt.Errorf("the answer names generation %d, not %d: %w", gen, h.Gen, errBadAnswer)
+	}
 	if err != nil {
 		abort(c)
 		return nil, 0, fmt.Errorf("reconnect to %s: %w", addr, err)
 	}
 	return c, n, nil
-}
-
-// readResumeAnswer reads the acceptor's answer to a reconnect.
-func readResumeAnswer(c net.Conn, deadline time.Time) (uint64, error) {
-	_ = c.SetReadDeadline(deadline)
-	defer c.SetReadDeadline(time.Time{})
-	var b [12]byte
-	if _, err := io.ReadFull(c, b[:5]); err != nil {
-		return 0, err
-	}
-	if isRefusal(b[:]) {
-		return 0, readRefusal(c, b[:5])
-	}
-	if binary.LittleEndian.Uint32(b[0:]) != resumeMagic {
-		return 0, errors.New("not a reconnect answer (bad magic)")
-	}
-	if _, err := io.ReadFull(c, b[5:]); err != nil {
-		return 0, err
-	}
-	return binary.LittleEndian.Uint64(b[4:]), nil
 }
 
 // reconnect brings generation gen's session back (the dialler redials; the acceptor
@@ -297,15 +361,16 @@ func (s *Session) reconnect(gen uint64) {
 		if s.cfg.Redial != nil {
 			s.resumeMu.Lock()
 			s.mu.Lock()
-			delivered := s.delivered
+			delivered, next := s.delivered, s.gen+1
 			s.mu.Unlock()
 			var c net.Conn
 			var peerDelivered uint64
-			if c, peerDelivered, err = s.cfg.Redial(delivered, try); err == nil {
-				if err = s.install(c, peerDelivered, deadline); err != nil {
-					// A count out of range: the answer was corrupted on the way (the
-					// acceptor checked this side's count against what it holds), or a
-					// name that differs. Tried again; past the window, the error says so.
+			if c, peerDelivered, err = s.cfg.Redial(delivered, next, try); err == nil {
+				if err = s.install(c, peerDelivered, next, deadline); err != nil {
+					// A count out of range (the acceptor checked this side's count
+					// against what it holds, and the answer is authentic: only a bug
+					// gets here), or another certificate. Tried again; past the
+					// window, the error says so.
 					abort(c)
 				}
 			}
@@ -322,9 +387,9 @@ func (s *Session) reconnect(gen uint64) {
 			s.fail(fmt.Errorf("rank %d: the reconnect was refused: %w", s.cfg.Peer, err))
 			return
 		}
-		// ErrAuth (the acceptor's proof did not match) is tried again too: its reply
-		// may have been corrupted on the way, and a stranger in the peer's place never
-		// gets the link either way.
+		// ErrAuth (the acceptor's proof did not match) and an answer that is not
+		// authentic are tried again too: corrupted on the way, maybe, and a stranger
+		// in the peer's place never gets the link either way.
 		last = err
 		if err == nil && s.cfg.Redial != nil {
 			continue
@@ -339,13 +404,17 @@ func (s *Session) reconnect(gen uint64) {
 	}
 }
 
-// Resume takes over conn, a reconnect of this session whose dialler has delivered
-// peerDelivered bytes (hello.Count): the acceptor's side. answer writes this side's
-// delivered count to the dialler (see ResumeAnswer). A session that still thinks its
-// connection is healthy (the break reached only the dialler) gives it up first.
-func (s *Session) Resume(conn net.Conn, peerDelivered uint64, answer func(delivered uint64) error) error {
+// Resume takes over conn, a reconnect of this session by the dialler of hello h
+// (h.Count: what it has delivered; h.Gen: the connection's generation): the
+// acceptor's side. It checks the dialler's certificate and count before answer writes
+// this side's delivered count to it. A session that still thinks its connection is
+// healthy (the break reached only the dialler) gives it up first.
+func (s *Session) Resume(conn net.Conn, h Hello, answer func(delivered uint64) error) error {
 	s.resumeMu.Lock()
 	defer s.resumeMu.Unlock()
+	if err := s.samePeer(conn); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	if s.err != nil || s.closed {
 		err := s.err
@@ -358,7 +427,7 @@ func (s *Session) Resume(conn net.Conn, peerDelivered uint64, answer func(delive
 	for s.inflight > 0 {
 		s.idle.Wait()
 	}
-	if err := s.checkLocked(peerDelivered); err != nil {
+	if err := s.checkLocked(h.Count); err != nil {
 		s.mu.Unlock()
 		return err
 	}
@@ -367,28 +436,40 @@ func (s *Session) Resume(conn net.Conn, peerDelivered uint64, answer func(delive
 	if err := answer(delivered); err != nil {
 		return err
 	}
-	return s.install(conn, peerDelivered, time.Now().Add(s.cfg.Retry))
+	return s.install(conn, h.Count, h.Gen, time.Now().Add(s.cfg.Retry))
+}
+
+// samePeer refuses a connection whose peer certificate is not the one the session's
+// first connection had (the same leaf certificate, by its SHA-256 fingerprint; any
+// other, even one the same CA signed with the same name, is another peer).
+func (s *Session) samePeer(conn net.Conn) error {
+	if got := PeerFingerprint(conn); got != s.peerCert {
+		return fmt.Errorf("rank %d reconnected with certificate %q (fingerprint %.16s), not the one it connected with (%.16s): %w",
+			s.cfg.Peer, PeerName(conn), got, s.peerCert, ErrStaleLink)
+	}
+	return nil
 }
 
 // checkLocked refuses a peer's delivered count that this side did not send or no
-// longer holds (s.mu held).
+// longer keeps (s.mu held).
 func (s *Session) checkLocked(peer uint64) error {
-	lo := s.sent - uint64(s.ring.n)
-	hi := s.sent + uint64(s.unsent)
-	if peer < lo || peer > hi {
+	lo := s.kept.lo(s.sent)
+	if peer < lo || peer > s.sent {
 		return fmt.Errorf("rank %d says it has %d bytes of the link (channel %d); this rank sent %d and still holds bytes from %d: %w",
 			s.cfg.Peer, peer, s.cfg.Channel, s.sent, lo, ErrCountMismatch)
 	}
 	return nil
 }
 
-// install makes conn the session's connection: reads go on at once, writes once the
-// bytes the peer lacks (from its delivered count) are resent.
-func (s *Session) install(conn net.Conn, peerDelivered uint64, deadline time.Time) error {
-	name := PeerName(conn)
-	if name != s.peerName {
-		return fmt.Errorf("rank %d reconnected with certificate %q, not %q: %w", s.cfg.Peer, name, s.peerName, ErrStaleLink)
+// install makes conn, of generation gen, the session's connection: reads go on at
+// once, writes once the bytes the peer lacks (from its delivered count) are resent
+// from what was kept.
+func (s *Session) install(conn net.Conn, peerDelivered, gen uint64, deadline time.Time) error {
+	if err := s.samePeer(conn); err != nil {
+		return err
 	}
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
 	s.mu.Lock()
 	if err := s.checkLocked(peerDelivered); err != nil {
 		s.mu.Unlock()
@@ -399,14 +480,14 @@ func (s *Session) install(conn net.Conn, peerDelivered uint64, deadline time.Tim
 		abort(conn)
 		return nil
 	}
-	var missing []byte
-	if peerDelivered > s.sent {
-		s.skip = peerDelivered - s.sent
-	} else {
-		missing = s.ring.since(peerDelivered)
+	if peerDelivered > s.acked {
+		s.acked = peerDelivered
+		s.kept.trim(peerDelivered)
 	}
-	s.conn, s.gen = conn, s.gen+1
-	s.rec = recordReader{} // records start afresh on the new connection
+	s.pieces = s.kept.slices(s.pieces[:0], peerDelivered, s.sent)
+	missing := int(s.sent - peerDelivered)
+	s.conn, s.gen = conn, gen
+	s.ackSent = 0 // the peer learns the count again
 	_ = conn.SetReadDeadline(s.rdl)
 	s.down, s.resend = false, true
 	s.resumes++
@@ -415,13 +496,17 @@ func (s *Session) install(conn net.Conn, peerDelivered uint64, deadline time.Tim
 	s.notify()
 	s.mu.Unlock()
 	tlsNote := ""
-	if name != "" {
+	if name := PeerName(conn); name != "" {
 		tlsNote = ", TLS 1.3, peer certificate " + name
 	}
 	s.cfg.Log(fmt.Sprintf("link to rank %d (channel %d) resumed after %v: %d bytes resent%s",
-		s.cfg.Peer, s.cfg.Channel, took.Round(time.Millisecond), len(missing), tlsNote))
+		s.cfg.Peer, s.cfg.Channel, took.Round(time.Millisecond), missing, tlsNote))
 	_ = conn.SetWriteDeadline(deadline)
-	_, err := s.writeTo(conn, missing)
+	var err error
+	if missing > 0 {
+		_, err = s.writeRecords(conn, s.pieces, s.ackValue)
+	}
+	clear(s.pieces)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.release()

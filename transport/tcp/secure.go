@@ -77,9 +77,9 @@ func isRefusal(b []byte) bool { return len(b) >= 4 && [4]byte(b[:4]) == refuseMa
 
 // secureDial runs the dialling side on a fresh connection: TLS first when t is set,
 // then the HMAC handshake. It returns the connection to use from now on.
-func secureDial(conn net.Conn, secret []byte, t *TLS, h Hello, deadline time.Time) (net.Conn, error) {
+func secureDial(conn net.Conn, secret []byte, t *TLS, h *Hello, deadline time.Time) (net.Conn, error) {
 	if t == nil {
-		return conn, DialHandshake(conn, secret, h, deadline)
+		return conn, dialHandshake(conn, secret, h, deadline)
 	}
 	if err := conn.SetDeadline(deadline); err != nil {
 		return nil, err
@@ -105,7 +105,7 @@ func secureDial(conn net.Conn, secret []byte, t *TLS, h Hello, deadline time.Tim
 		}
 		return nil, fmt.Errorf("TLS handshake: %w", explainTLS(err))
 	}
-	if err := DialHandshake(tc, secret, h, deadline); err != nil {
+	if err := dialHandshake(tc, secret, h, deadline); err != nil {
 		return nil, explainTLS(err)
 	}
 	return &tlsConn{Conn: tc, raw: raw}, nil

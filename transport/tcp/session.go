@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"sync"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -23,19 +22,25 @@ import (
 // write that took longer.
 //
 //	dialler (higher rank)                      acceptor (lower rank)
-//	  breaks: redials ─── hello{Resume, link, delivered} ──►  checks link id, counts
-//	          ◄────────── resume answer{delivered} ──────────
+//	  breaks: redials ─── hello{Resume, link, delivered, gen} ──►  checks link id, counts
+//	          ◄────────── answer{delivered, gen, MAC} ────────────
 //	  both: resend from the peer's delivered count, then carry on
 //
 // Each side counts the bytes it has written into the stream (sent) and handed to its
-// reader (delivered), and keeps the last bytes it wrote in a ring (retained). Bytes
-// the peer has not yet read are in this host's send buffer, the network or the peer's
-// receive buffer (kernel buffers: at most about SO_SNDBUF + the peer's SO_RCVBUF), so
-// a ring of that size holds every byte a reconnect can ask for; the ring is filled
-// from the tail of each write after the write returns, so a large write costs a copy
-// of at most the ring's size, not of the whole write. A reconnect asking for bytes the
-// ring no longer holds is refused (ErrCountMismatch): the link fails, it is never
-// resumed wrong.
+// reader (delivered). The stream travels in records (record.go) whose headers carry
+// the writer's delivered count: the peer's acknowledgement. Until the peer has
+// acknowledged them, a session keeps the bytes it sent, without copying them: as
+// references into the writer's memory where the writer keeps that memory unchanged
+// until it calls Settle (WriteKept: the links of a collective, which own their buffers
+// until the operation ends), and as copies only of what is still unacknowledged when a
+// writer takes its memory back (Settle, or the return of Write). Copies are charged to
+// one process-wide budget (retain.go); a writer whose bytes do not fit waits for
+// acknowledgements instead. Acknowledgements ride on the records going the other way,
+// and a reader's session sends one alone every ackEvery bytes and, after ackDelay,
+// when nothing carried it; the reader never waits for that. So a session costs a
+// record header per MiB until a connection breaks; after a break it resends the
+// unacknowledged bytes from what it kept, and a reconnect asking for bytes it no longer
+// keeps is refused (ErrCountMismatch): the link fails, it is never resumed wrong.
 //
 // Only the dialler reconnects (as at first: the higher rank of a pair dials); an
 // acceptor that sees the break first asks the dialler to, with a call (ChannelCall,
@@ -68,8 +73,9 @@ type SessionConfig struct {
 	// Retry is how long a broken connection may take to come back.
 	Retry time.Duration
 	// Redial (the dialler's side) connects again and returns the new connection and
-	// the count the acceptor has delivered (see DialResume).
-	Redial func(delivered uint64, deadline time.Time) (net.Conn, uint64, error)
+	// the count the acceptor has delivered (see DialResume); gen is the generation
+	// the new connection will be (Hello.Gen).
+	Redial func(delivered, gen uint64, deadline time.Time) (net.Conn, uint64, error)
 	// Call (the acceptor's side) asks the dialler to reconnect generation gen.
 	Call func(gen uint64, deadline time.Time) error
 	// Ask asks the peer how many bytes of the link it has delivered (AskDelivered),
@@ -79,71 +85,68 @@ type SessionConfig struct {
 	Log func(msg string)
 	// Guard runs the reconnecting goroutine.
 	Guard safego.Guard
-	// Checksum frames the stream in records with a CRC32C each (checksum.go).
+	// Checksum sets and checks a CRC32C for every record (record.go).
 	Checksum bool
+	// Secret is the communicator's: answers to a reconnect are authenticated with it.
+	Secret []byte
 }
 
 // Session implements net.Conn over a sequence of connections (see above).
 type Session struct {
 	cfg      SessionConfig
-	peerName string // the peer's TLS certificate ("" over plain TCP): a reconnect must show the same
+	peerCert string // the peer's TLS certificate's fingerprint ("" over plain TCP): a reconnect must show the same
+	unreg    func() // takes the session out of its registry when it ends
 
 	mu       sync.Mutex
 	idle     *sync.Cond // inflight dropped to zero
 	conn     net.Conn   // the current connection
-	gen      uint64     // connections installed so far - 1
+	gen      uint64     // connections installed so far - 1, the same on both ends
 	down     bool       // the current connection broke; reads and writes wait
-	resend   bool       // the new connection is being filled from the ring; writes wait
+	resend   bool       // the new connection is being filled from what was kept; writes wait
 	since    time.Time  // when it broke
 	err      error      // the session failed: every call returns it
 	closed   bool
 	inflight int           // reads and writes running on conn
-	changed  chan struct{} // closed and replaced at every change of the above or a deadline
+	changed  chan struct{} // closed and replaced at every change of the above, a deadline or an acknowledgement
+	quit     chan struct{} // closed when the session ends: the acknowledger stops
 	rdl, wdl time.Time
 
 	sent, delivered uint64
-	unsent          int    // bytes left of a write that broke (the peer may have some)
-	skip            uint64 // bytes of that write the peer turned out to have
-	ring            ring
-	rec             recordReader // Checksum: the record being read
-	crcFails        int          // records that failed their checksum in a row
-	crcAt           uint64       // delivered when the last one failed
+	acked           uint64   // the peer's delivered count: what it acknowledged
+	ackSent         uint64   // the delivered count this side last wrote in a record header
+	writing         uint64   // payload bytes of the record being written (an ack may cover them)
+	kept            retained // bytes sent and not yet acknowledged (retain.go)
+	crcFails        int      // records that failed their checksum in a row
+	crcAt           uint64   // delivered when the last one failed
 	resumes         int
 	resumeMu        sync.Mutex // one resume at a time
+
+	writeMu sync.Mutex    // one writer of records at a time: Write, the acknowledger, a resend
+	wr      recordWriter  // writeMu held
+	pieces  [][]byte      // writeMu held: what a write hands writeRecords
+	readMu  sync.Mutex    // one reader of records at a time: Read, pumpAcks
+	rd      recordReader  // readMu held
+	ackKick chan struct{} // a reader delivered bytes: the acknowledger looks
 }
 
-// NewSession makes a session over conn (authenticated, with hello.Link set) that
-// retains up to retain bytes for resends (RetainFor gives the size for a connection).
-func NewSession(conn net.Conn, retain int, cfg SessionConfig) *Session {
-	s := &Session{cfg: cfg, conn: conn, changed: make(chan struct{}), peerName: PeerName(conn)}
+// NewSession makes a session over conn (authenticated, with hello.Link set).
+func NewSession(conn net.Conn, cfg SessionConfig) *Session {
+	s := &Session{cfg: cfg, conn: conn, changed: make(chan struct{}), quit: make(chan struct{}),
+		peerCert: PeerFingerprint(conn), ackKick: make(chan struct{}, 1)}
 	s.idle = sync.NewCond(&s.mu)
-	s.ring.max = retain + writePiece
+	if s.cfg.Log == nil {
+		s.cfg.Log = func(string) {}
+	}
+	s.cfg.Guard.Go("tcp acknowledger", nil, func(err error) { s.fail(err) }, s.acknowledge)
 	return s
 }
 
-// writePiece is the most a Session writes per system call (see Write).
-const writePiece = 4 << 20
-
-// RetainFor is the ring size a session over conn needs: what this host's send buffer
-// and the peer's receive buffer can hold (the kernel reports both as allocated, twice
-// what was asked), with peerRcvbuf assumed equal to this side's, plus 1 MiB for
-// what a TLS reader buffers and for the kernel's overshoot.
-func RetainFor(conn net.Conn) int {
-	snd, rcv := 8<<20, 8<<20
-	if tc := rawTCP(conn); tc != nil {
-		if sc, err := tc.SyscallConn(); err == nil {
-			_ = sc.Control(func(fd uintptr) {
-				if v, err := syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_SNDBUF); err == nil {
-					snd = v
-				}
-				if v, err := syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF); err == nil {
-					rcv = v
-				}
-			})
-		}
-	}
-	return snd + rcv + 1<<20
-}
+// Acknowledgements sent alone: every ackEvery bytes delivered, and ackDelay after
+// bytes were delivered that no record going out carried.
+const (
+	ackEvery = 256 << 10
+	ackDelay = 500 * time.Microsecond
+)
 
 // rawTCP is the TCP connection under c (plain or TLS), or nil.
 func rawTCP(c net.Conn) *net.TCPConn {
@@ -281,16 +284,25 @@ func isTimeout(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }
 
 // Read implements net.Conn.
 func (s *Session) Read(p []byte) (int, error) {
+	s.readMu.Lock()
+	defer s.readMu.Unlock()
 	for {
 		c, gen, err := s.acquire(false)
 		if err != nil {
 			return 0, err
 		}
+		s.rd.on(gen)
 		n, err := s.readFrom(c, p)
 		s.mu.Lock()
 		s.delivered += uint64(n)
 		if s.crcFails > 0 && s.delivered > s.crcAt {
 			s.crcFails = 0 // a good record since: the failures are no longer in a row
+		}
+		if n > 0 {
+			select {
+			case s.ackKick <- struct{}{}:
+			default:
+			}
 		}
 		s.release()
 		switch {
@@ -301,7 +313,7 @@ func (s *Session) Read(p []byte) (int, error) {
 		case errors.Is(err, io.EOF) && !s.closed && (s.cfg.Retry == 0 || finReceived(c)):
 			// The peer closed its end: the stream is over, nothing to resume. (An
 			// end-of-file on a connection that was reset is a break: see finReceived.)
-			s.err = io.EOF
+			s.endLocked(io.EOF)
 			s.notify()
 		default:
 			s.breakLocked(gen, err)
@@ -314,61 +326,314 @@ func (s *Session) Read(p []byte) (int, error) {
 	}
 }
 
-// Write implements net.Conn.
+// Write implements net.Conn: b goes out without a copy, and what of it the peer has
+// not acknowledged when the write is done is copied then (Settle), as the caller may
+// change b once Write returns.
 func (s *Session) Write(b []byte) (int, error) {
+	n, err := s.WriteKept(nil, b)
+	s.mu.Lock()
+	dl := s.wdl
+	s.mu.Unlock()
+	if serr := s.Settle(dl); err == nil {
+		err = serr
+	}
+	return n, err
+}
+
+// WriteKept writes hdr and then p into the stream, as one write of the system where
+// it can. hdr is copied (a frame header, short); p is kept by reference: the caller
+// must not change it until Settle returns. It returns how many bytes of p went out.
+func (s *Session) WriteKept(hdr, p []byte) (int, error) {
 	total := 0
 	for {
 		c, gen, err := s.acquire(true)
 		if err != nil {
-			s.mu.Lock()
-			s.unsent = 0
-			s.mu.Unlock()
 			return total, err
 		}
+		s.writeMu.Lock()
 		s.mu.Lock()
-		if k := int(min(s.skip, uint64(len(b)))); k > 0 { // the peer has these already
-			s.record(b[:k])
-			b, total, s.skip = b[k:], total+k, s.skip-uint64(k)
-		}
-		s.unsent = 0
+		at := s.sent
+		s.kept.add(at, hdr, true)
+		s.kept.add(at+uint64(len(hdr)), p, false)
+		s.writing = uint64(len(hdr) + len(p))
 		s.mu.Unlock()
-		// Into the ring before the bytes go out, never after: once they are out, the
-		// peer may answer, and the caller may reuse b for the answer before Write
-		// returns (an all-reduce forwards into what it sent). Only this writer touches
-		// the ring while it is in flight.
-		// A write goes out in pieces of at most writePiece, each copied first; the ring
-		// holds writePiece more than the retained size, so that a piece that went out
-		// only in part never costs a byte of what must stay held.
-		piece := b[:min(len(b), writePiece)]
-		s.ring.write(piece)
+		s.pieces = append(s.pieces[:0], hdr, p)
 		n := 0
-		if len(b) > 0 || total == 0 {
-			n, err = s.writeTo(c, piece)
+		if len(hdr)+len(p) > 0 {
+			n, err = s.writeRecords(c, s.pieces, s.ackValue)
 		}
+		clear(s.pieces)
 		s.mu.Lock()
+		s.writing = 0
 		s.sent += uint64(n)
-		s.ring.rewind(s.sent) // what did not go out is not in the stream
+		s.kept.dropAfter(s.sent) // what did not go out is not in the stream
 		s.release()
-		b, total = b[n:], total+n
+		s.mu.Unlock()
+		s.writeMu.Unlock()
+		s.mu.Lock()
+		if k := min(n, len(hdr)); k > 0 {
+			hdr, n = hdr[k:], n-k
+		}
+		p, total = p[n:], total+n
+		var partial *partialRecord
 		switch {
-		case err == nil && len(b) > 0:
+		case err == nil && len(hdr)+len(p) > 0:
 			s.mu.Unlock()
 			continue
-		case err == nil || isTimeout(err):
+		case err == nil:
+			s.mu.Unlock()
+			return total, nil
+		case errors.As(err, &partial):
+			s.breakLocked(gen, err)
+			s.mu.Unlock()
+			return total, partial.err
+		case isTimeout(err):
 			s.mu.Unlock()
 			return total, err
 		case gen == s.gen && !s.down:
 			s.breakLocked(gen, err)
 		}
-		s.unsent = len(b)
 		s.mu.Unlock()
 	}
 }
 
-// record appends bytes the peer has to the stream's count and ring (s.mu held).
-func (s *Session) record(b []byte) {
-	s.sent += uint64(len(b))
-	s.ring.write(b)
+// ackValue is the delivered count a record header carries now; it counts as sent.
+func (s *Session) ackValue() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ackSent = s.delivered
+	return s.delivered
+}
+
+// gotAck takes the peer's delivered count from a record header: bytes up to it are no
+// longer kept. A count past what this side sent is refused: the header lies.
+func (s *Session) gotAck(a uint64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if a <= s.acked {
+		return nil
+	}
+	if a > s.sent+s.writing {
+		return fmt.Errorf("rank %d acknowledges %d bytes of the link (channel %d); this rank sent %d: %w",
+			s.cfg.Peer, a, s.cfg.Channel, s.sent, ErrCountMismatch)
+	}
+	s.acked = a
+	s.kept.trim(a)
+	s.notify()
+	return nil
+}
+
+// Settle gives the writer its memory back: the bytes WriteKept wrote by reference that
+// the peer has not yet acknowledged are copied, within the process-wide budget; those
+// that do not fit are waited for (the peer's acknowledgement) until deadline (none:
+// zero). Acknowledgements that arrived are taken first, without blocking.
+func (s *Session) Settle(deadline time.Time) error {
+	s.mu.Lock()
+	need := s.kept.referenced()
+	s.mu.Unlock()
+	if need == 0 {
+		return nil
+	}
+	s.pumpAcks(time.Time{})
+	for {
+		s.mu.Lock()
+		need = s.kept.referenced()
+		if need == 0 {
+			s.mu.Unlock()
+			return nil
+		}
+		if s.err != nil || s.closed { // nothing will be resent: let go
+			s.kept.release()
+			s.mu.Unlock()
+			return nil
+		}
+		if retainBudget.take(need) {
+			s.kept.own()
+			s.mu.Unlock()
+			return nil
+		}
+		freed := retainBudget.changed()
+		s.mu.Unlock()
+		if !deadline.IsZero() && !time.Now().Before(deadline) {
+			now, _ := RetainedBytes()
+			return fmt.Errorf("rank %d, link channel %d: %d bytes sent are not yet acknowledged and the budget for keeping them is full (%d of %d bytes held; GONCCL_LINK_BUFFER_MB): %w",
+				s.cfg.Peer, s.cfg.Channel, need, now, retainBudget.limit.Load(), os.ErrDeadlineExceeded)
+		}
+		wait := time.Now().Add(settleWait)
+		if !deadline.IsZero() && deadline.Before(wait) {
+			wait = deadline
+		}
+		if !s.pumpAcks(wait) {
+			t := time.NewTimer(time.Until(wait))
+			select {
+			case <-freed:
+			case <-t.C:
+			}
+			t.Stop()
+		}
+	}
+}
+
+// pumpAcks takes the acknowledgements that arrived on the connection while nobody
+// reads it (the link to a ring's next rank is only written): records with no payload
+// are consumed, a record with a payload only has its header taken, for the reader to
+// go on from. It waits for them until until (zero: takes only what is there). It
+// reports false where it could not look (a reader is busy, the session is down).
+func (s *Session) pumpAcks(until time.Time) bool {
+	if !s.readMu.TryLock() {
+		return false
+	}
+	defer s.readMu.Unlock()
+	c, gen, err := s.acquire(false)
+	if err != nil {
+		return false
+	}
+	s.rd.on(gen)
+	var perr error
+	if until.IsZero() {
+		perr = s.pumpNow(c)
+	} else {
+		_ = c.SetReadDeadline(until)
+		for s.rd.left == 0 && len(s.rd.checked) == 0 {
+			if perr = s.readHeader(c); perr != nil {
+				break
+			}
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.down && gen == s.gen {
+		_ = c.SetReadDeadline(s.rdl)
+	}
+	s.release()
+	if perr != nil && !isTimeout(perr) && !errors.Is(perr, errWouldBlock) {
+		s.breakLocked(gen, perr)
+	}
+	return true
+}
+
+var errWouldBlock = errors.New("nothing to read")
+
+// pumpNow takes the record headers that have arrived on c, without blocking.
+func (s *Session) pumpNow(c net.Conn) error {
+	tc, ok := c.(*net.TCPConn)
+	if !ok { // TLS: records cannot be read without blocking; the next Settle looks again
+		return nil
+	}
+	for s.rd.left == 0 && len(s.rd.checked) == 0 {
+		if s.rd.buffered() < recordHeader {
+			if err := s.fillNow(tc); err != nil {
+				return err
+			}
+			if s.rd.buffered() < recordHeader {
+				return nil
+			}
+		}
+		if err := s.readHeader(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fillNow reads what c has into the read-ahead buffer, without blocking.
+func (s *Session) fillNow(tc *net.TCPConn) error {
+	r := &s.rd
+	if r.buf == nil {
+		r.buf = make([]byte, readAhead)
+	}
+	if r.i > 0 {
+		r.j = copy(r.buf, r.buf[r.i:r.j])
+		r.i = 0
+	}
+	sc, err := tc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var n int
+	var rerr error
+	if err := sc.Read(func(fd uintptr) bool {
+		n, _, rerr = unix.Recvfrom(int(fd), r.buf[r.j:], unix.MSG_DONTWAIT)
+		return true
+	}); err != nil {
+		return err
+	}
+	switch {
+	case rerr == unix.EAGAIN || rerr == unix.EINTR:
+		return nil
+	case rerr != nil:
+		return rerr
+	case n == 0:
+		return io.EOF
+	}
+	r.j += n
+	return nil
+}
+
+// acknowledge is the session's acknowledger: after a reader delivered bytes it sends
+// the delivered count alone, unless a record going out carried it meanwhile.
+func (s *Session) acknowledge() {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	for {
+		select {
+		case <-s.ackKick:
+		case <-s.quit:
+			return
+		}
+		for first := true; ; {
+			s.mu.Lock()
+			due := s.delivered - s.ackSent
+			s.mu.Unlock()
+			if due == 0 {
+				break
+			}
+			if due < ackEvery || !first { // maybe a record going out carries it
+				t.Reset(ackDelay)
+				select {
+				case <-t.C:
+				case <-s.quit:
+					return
+				}
+			}
+			first = false
+			if s.sendAck() {
+				break
+			}
+		}
+	}
+}
+
+// sendAck writes a record with no payload that carries the delivered count, if no
+// writer is busy (its next record carries it) and the connection is up. It reports
+// false where it must be tried again.
+func (s *Session) sendAck() bool {
+	if !s.writeMu.TryLock() {
+		return false
+	}
+	defer s.writeMu.Unlock()
+	s.mu.Lock()
+	if s.err != nil || s.closed || s.down || s.resend || s.delivered == s.ackSent {
+		s.mu.Unlock()
+		return s.err != nil || s.closed || s.delivered == s.ackSent
+	}
+	c, gen := s.conn, s.gen
+	s.inflight++
+	s.ackSent = s.delivered
+	putRecordHeader(s.wr.hdr[:], 0, s.delivered, 0)
+	s.mu.Unlock()
+	_ = c.SetWriteDeadline(time.Now().Add(time.Second))
+	_, err := c.Write(s.wr.hdr[:])
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if gen == s.gen && !s.down {
+		_ = c.SetWriteDeadline(s.wdl)
+	}
+	s.release()
+	if err != nil {
+		s.breakLocked(gen, err)
+	}
+	return true
 }
 
 // breakLocked starts the reconnect after connection gen failed with cause (s.mu held).
@@ -379,7 +644,7 @@ func (s *Session) breakLocked(gen uint64, cause error) {
 	if errors.Is(cause, ErrChecksum) {
 		s.crcFails, s.crcAt = s.crcFails+1, s.delivered
 		if s.cfg.Retry == 0 || s.crcFails > maxChecksumFails {
-			s.err = fmt.Errorf("rank %d, link channel %d: %w (%d records failed it in a row)", s.cfg.Peer, s.cfg.Channel, cause, s.crcFails)
+			s.endLocked(fmt.Errorf("rank %d, link channel %d: %w (%d records failed it in a row)", s.cfg.Peer, s.cfg.Channel, cause, s.crcFails))
 			abort(s.conn)
 			s.notify()
 			s.cfg.Log(s.err.Error())
@@ -387,7 +652,7 @@ func (s *Session) breakLocked(gen uint64, cause error) {
 		}
 	}
 	if s.cfg.Retry == 0 {
-		s.err = fmt.Errorf("rank %d, link channel %d: %w", s.cfg.Peer, s.cfg.Channel, cause)
+		s.endLocked(fmt.Errorf("rank %d, link channel %d: %w", s.cfg.Peer, s.cfg.Channel, cause))
 		abort(s.conn)
 		s.notify()
 		return
@@ -405,10 +670,32 @@ func (s *Session) fail(err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err == nil {
-		s.err = err
+		s.endLocked(err)
 		abort(s.conn)
 		s.notify()
 	}
+}
+
+// endLocked ends the session with err (s.mu held): every call returns it from now on,
+// nothing kept is resent any more, and the session leaves its registry.
+func (s *Session) endLocked(err error) {
+	s.err = err
+	s.kept.release()
+	close(s.quit)
+	if s.unreg != nil {
+		go s.unreg()
+	}
+}
+
+// onEnd has f run when the session ends (at once if it has).
+func (s *Session) onEnd(f func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		go f()
+		return
+	}
+	s.unreg = f
 }
 
 // Close implements net.Conn: the peer reads the end of the stream.
@@ -420,7 +707,7 @@ func (s *Session) Close() error {
 	}
 	s.closed = true
 	if s.err == nil {
-		s.err = net.ErrClosed
+		s.endLocked(net.ErrClosed)
 	}
 	s.notify()
 	return s.conn.Close()

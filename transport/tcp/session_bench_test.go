@@ -78,7 +78,7 @@ func TestLinkCostAcrossHosts(t *testing.T) {
 			c, h, err := Accept(raw, tlsSecret, nil, time.Now().Add(10*time.Second))
 			require.NoError(t, err)
 			if h.Link != 0 {
-				c = NewSession(c, RetainFor(c), SessionConfig{Peer: h.From, Link: h.Link, Retry: time.Second, Checksum: h.Checksum, Log: func(string) {}})
+				c = NewSession(c, SessionConfig{Peer: h.From, Link: h.Link, Retry: time.Second, Checksum: h.Checksum, Log: func(string) {}})
 			}
 			for i := 0; i < frames; i++ {
 				_, err = io.ReadFull(c, buf)
@@ -97,7 +97,7 @@ func TestLinkCostAcrossHosts(t *testing.T) {
 			c, err := DialOnce(addr, tlsSecret, nil, h, time.Now().Add(10*time.Second))
 			require.NoError(t, err)
 			if h.Link != 0 {
-				c = NewSession(c, RetainFor(c), SessionConfig{Peer: 0, Link: h.Link, Retry: time.Second, Checksum: h.Checksum, Log: func(string) {}})
+				c = NewSession(c, SessionConfig{Peer: 0, Link: h.Link, Retry: time.Second, Checksum: h.Checksum, Log: func(string) {}})
 			}
 			start := time.Now()
 			for f := 0; f < frames; f++ {

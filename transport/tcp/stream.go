@@ -61,8 +61,31 @@ func (l *StreamLink) Fail(grace time.Duration) {
 
 var errFailed = fmt.Errorf("link shut down after an earlier error: %w", transport.ErrPeerClosed)
 
+// keeper is a connection that keeps what it sent by reference (a Session).
+type keeper interface {
+	WriteKept(hdr, p []byte) (int, error)
+	Settle(deadline time.Time) error
+}
+
 // Send implements transport.Link.
 func (l *StreamLink) Send(h *transport.Header, p []byte, deadline time.Time) error {
+	return l.send(h, p, deadline, false)
+}
+
+// SendKept implements transport.Keeper: over a session, p goes out without a copy.
+func (l *StreamLink) SendKept(h *transport.Header, p []byte, deadline time.Time) error {
+	return l.send(h, p, deadline, true)
+}
+
+// Settle implements transport.Keeper.
+func (l *StreamLink) Settle(deadline time.Time) error {
+	if k, ok := l.conn.(keeper); ok {
+		return l.wrap("send to", k.Settle(deadline))
+	}
+	return nil
+}
+
+func (l *StreamLink) send(h *transport.Header, p []byte, deadline time.Time, kept bool) error {
 	if uint64(len(p)) > uint64(^uint32(0)) {
 		return fmt.Errorf("frame of %d bytes is too large", len(p))
 	}
@@ -77,6 +100,20 @@ func (l *StreamLink) Send(h *transport.Header, p []byte, deadline time.Time) err
 		return l.wrap("send to", err)
 	}
 	transport.EncodeHeader(l.wbuf[:transport.HeaderSize], h, uint32(len(p)))
+	if k, ok := l.conn.(keeper); ok {
+		// Header and payload in one record, one system call; a short payload is
+		// copied with the header, a long one kept where it is.
+		hdr := l.wbuf[:transport.HeaderSize]
+		if len(p) <= transport.SmallFrame {
+			hdr = l.wbuf[:transport.HeaderSize+copy(l.wbuf[transport.HeaderSize:], p)]
+			p = nil
+		}
+		_, err := k.WriteKept(hdr, p)
+		if err == nil && !kept {
+			err = k.Settle(deadline)
+		}
+		return l.wrap("send to", err)
+	}
 	if len(p) <= transport.SmallFrame {
 		n := copy(l.wbuf[transport.HeaderSize:], p)
 		_, err := l.conn.Write(l.wbuf[:transport.HeaderSize+n])

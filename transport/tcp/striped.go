@@ -79,6 +79,7 @@ type stripeDir struct {
 	hdr      transport.Header // want (Recv) or what to send (Send), Len = whole frame
 	flags    uint8            // Recv: the frame's Flags (from stripe 0's header)
 	n        int              // stripes in use
+	kept     bool             // Send: the payload is kept by reference until Settle
 	deadline time.Time
 	socks    []stripeSock
 
@@ -165,6 +166,29 @@ func (l *StripedLink) Fail(grace time.Duration) {
 
 // Send implements transport.Link.
 func (l *StripedLink) Send(h *transport.Header, p []byte, deadline time.Time) error {
+	l.tx.kept = false
+	return l.send(h, p, deadline)
+}
+
+// SendKept implements transport.Keeper: over sessions, p goes out without a copy.
+func (l *StripedLink) SendKept(h *transport.Header, p []byte, deadline time.Time) error {
+	l.tx.kept = true
+	return l.send(h, p, deadline)
+}
+
+// Settle implements transport.Keeper.
+func (l *StripedLink) Settle(deadline time.Time) error {
+	for _, c := range l.conns {
+		if k, ok := c.(keeper); ok {
+			if err := k.Settle(deadline); err != nil {
+				return l.wrap(&l.tx, err)
+			}
+		}
+	}
+	return nil
+}
+
+func (l *StripedLink) send(h *transport.Header, p []byte, deadline time.Time) error {
 	if uint64(len(p)) > uint64(^uint32(0)) {
 		return fmt.Errorf("frame of %d bytes is too large", len(p))
 	}
@@ -344,7 +368,18 @@ func (l *StripedLink) drive(d *stripeDir, t int) error {
 func (l *StripedLink) sendStep(d *stripeDir, s int, st *stripeSock) error {
 	end := min(st.off+pieceSize, len(st.part))
 	var err error
-	if !st.hdrDone {
+	if k, ok := l.conns[s].(keeper); ok {
+		var hdr []byte
+		if !st.hdrDone {
+			transport.EncodeHeader(st.hdr[:], &d.hdr, d.hdr.Len)
+			binary.LittleEndian.PutUint32(st.hdr[40:], uint32(st.lo))
+			hdr, st.hdrDone = st.hdr[:], true
+		}
+		_, err = k.WriteKept(hdr, st.part[st.off:end])
+		if err == nil && !d.kept {
+			err = k.Settle(d.deadline)
+		}
+	} else if !st.hdrDone {
 		transport.EncodeHeader(st.hdr[:], &d.hdr, d.hdr.Len)
 		binary.LittleEndian.PutUint32(st.hdr[40:], uint32(st.lo))
 		st.vec[0], st.vec[1] = st.hdr[:], st.part[:end]

@@ -68,6 +68,7 @@ func TestHandshake(t *testing.T) {
 	c.Close()
 	r := <-accepted
 	require.NoError(t, r.err)
+	r.h.nonces = [2 * nonceSize]byte{}
 	require.Equal(t, Hello{From: 3, To: 1}, r.h)
 
 	c, err = Dial(l.Addr().String(), secret, nil, Hello{From: 2, To: 0, Channel: ChannelP2P, Epoch: 7}, dl)
@@ -75,6 +76,7 @@ func TestHandshake(t *testing.T) {
 	c.Close()
 	r = <-accepted
 	require.NoError(t, r.err)
+	r.h.nonces = [2 * nonceSize]byte{}
 	require.Equal(t, Hello{From: 2, To: 0, Channel: ChannelP2P, Epoch: 7}, r.h)
 
 	_, err = Dial(l.Addr().String(), []byte("wrong secret 123"), nil, Hello{From: 2, To: 1}, dl)

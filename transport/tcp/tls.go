@@ -1,8 +1,10 @@
 package tcp
 
 import (
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -128,6 +130,29 @@ func PeerName(c net.Conn) string {
 		return ""
 	}
 	return certName(certs[0])
+}
+
+// PeerFingerprint is the SHA-256 of the peer's leaf certificate on c, in hex ("" over
+// plain TCP): what a reconnect must show again.
+func PeerFingerprint(c net.Conn) string {
+	var tc *tls.Conn
+	switch c := c.(type) {
+	case *tlsConn:
+		tc = c.Conn
+	case *tls.Conn:
+		tc = c
+	default:
+		if w, ok := c.(interface{ raw() net.Conn }); ok { // a test's wrapper
+			return PeerFingerprint(w.raw())
+		}
+		return ""
+	}
+	certs := tc.ConnectionState().PeerCertificates
+	if len(certs) == 0 {
+		return ""
+	}
+	sum := sha256.Sum256(certs[0].Raw)
+	return hex.EncodeToString(sum[:])
 }
 
 // certName is a certificate's subject and DNS names, for messages.

@@ -89,6 +89,7 @@ func TestTLSConnectsAndCarriesFrames(t *testing.T) {
 	r := connectOnce(t, sec[1], sec[0], h)
 	require.NoError(t, r.dialErr)
 	require.NoError(t, r.accErr)
+	r.h.nonces = [2 * nonceSize]byte{}
 	require.Equal(t, h, r.h)
 	require.Contains(t, PeerName(r.acc), "CN=rank-1")
 	require.Contains(t, PeerName(r.dial), "CN=rank-0")

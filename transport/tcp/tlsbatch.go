@@ -29,19 +29,30 @@ type tlsConn struct {
 // full socket of a peer that stopped reading would hold Close for seconds.
 func (c *tlsConn) Close() error { return c.raw.Conn.Close() }
 
-// Write implements net.Conn: a large p is encrypted into batches.
+// Write implements net.Conn: a large p is encrypted into batches. It returns exactly
+// how many bytes of p went out in whole records (a session's counts rely on it): p is
+// handed to TLS a record's worth at a time, and where a batch's send fails, the
+// records whose bytes all reached the kernel are counted, no more.
 func (c *tlsConn) Write(p []byte) (int, error) {
 	if len(p) < batchFrom {
 		return c.Conn.Write(p)
 	}
 	c.raw.begin()
-	n, err := c.Conn.Write(p)
-	if ferr := c.raw.end(); err == nil && ferr != nil {
-		err = ferr
-		n = 0
+	var err error
+	for done := 0; done < len(p) && err == nil; {
+		k := min(len(p)-done, tlsRecordData)
+		_, err = c.Conn.Write(p[done : done+k])
+		done += k
+		c.raw.mark(done)
 	}
-	return n, err
+	if ferr := c.raw.end(); err == nil {
+		err = ferr
+	}
+	return c.raw.delivered(), err
 }
+
+// tlsRecordData is the payload of one full TLS record (DynamicRecordSizingDisabled).
+const tlsRecordData = 16 << 10
 
 // batchConn is the TCP connection under a tlsConn. Outside a batch its writes go
 // straight through (the handshake, alerts, and small frames); within one they are
@@ -53,6 +64,36 @@ type batchConn struct {
 	batching bool
 	buf      []byte
 	err      error // the first failed send of the current batch
+	// Within a batch: the bytes gathered and those that reached the kernel, and
+	// the marks of the plaintext each record ends (see tlsConn.Write).
+	gathered, sent int
+	marks          []batchMark
+}
+
+// batchMark says that the batch's first cipher bytes carry the first plain bytes of
+// the Write.
+type batchMark struct{ cipher, plain int }
+
+// mark notes that the bytes gathered so far end plaintext byte plain.
+func (c *batchConn) mark(plain int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.marks = append(c.marks, batchMark{c.gathered, plain})
+}
+
+// delivered is how many plaintext bytes of the batch's Write went out in records that
+// reached the kernel whole.
+func (c *batchConn) delivered() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, m := range c.marks {
+		if m.cipher > c.sent {
+			break
+		}
+		n = m.plain
+	}
+	return n
 }
 
 func (c *batchConn) Write(p []byte) (int, error) {
@@ -71,12 +112,14 @@ func (c *batchConn) Write(p []byte) (int, error) {
 		}
 	}
 	c.buf = append(c.buf, p...)
+	c.gathered += len(p)
 	return len(p), nil
 }
 
 func (c *batchConn) begin() {
 	c.mu.Lock()
 	c.batching, c.err = true, nil
+	c.gathered, c.sent, c.marks = 0, 0, c.marks[:0]
 	if c.buf == nil {
 		c.buf = make([]byte, 0, batchBytes+recordMax)
 	}
@@ -94,7 +137,9 @@ func (c *batchConn) end() error {
 
 func (c *batchConn) flushLocked() {
 	if len(c.buf) > 0 && c.err == nil {
-		_, c.err = c.Conn.Write(c.buf)
+		var n int
+		n, c.err = c.Conn.Write(c.buf)
+		c.sent += n
 	}
 	c.buf = c.buf[:0]
 }
