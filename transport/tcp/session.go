@@ -614,8 +614,9 @@ func (s *Session) sendAck() bool {
 	defer s.writeMu.Unlock()
 	s.mu.Lock()
 	if s.err != nil || s.closed || s.down || s.resend || s.delivered == s.ackSent {
+		over := s.err != nil || s.closed || s.delivered == s.ackSent
 		s.mu.Unlock()
-		return s.err != nil || s.closed || s.delivered == s.ackSent
+		return over
 	}
 	c, gen := s.conn, s.gen
 	s.inflight++

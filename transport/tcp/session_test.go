@@ -548,7 +548,6 @@ func TestChecksumWithoutRetryFailsNamingRank(t *testing.T) {
 	require.ErrorContains(t, err, "rank 1, link channel 0")
 }
 
-
 // TestReconnectBadInput: reconnects that must be refused, each with its named error
 // on the accepting side, and the link carries on after them.
 func TestReconnectBadInput(t *testing.T) {
@@ -620,3 +619,48 @@ func TestChecksumEmptyWrite(t *testing.T) {
 	require.Zero(t, acc.Resumes())
 }
 
+// TestResumeAnswerIsAuthenticated: a reconnect's answer is taken only as written for
+// this handshake. A count with one bit flipped on the way that stays in the range the
+// dialler holds (before the MAC, a resend from the wrong offset: bytes repeated or
+// skipped, unseen even with checksums), the generation changed, or an answer written
+// for another handshake (a replay, or a stranger's guess) are all refused.
+func TestResumeAnswerIsAuthenticated(t *testing.T) {
+	h := Hello{From: 1, To: 0, Link: 7, Resume: true, Gen: 3}
+	copy(h.nonces[:], bytes.Repeat([]byte{0xab}, len(h.nonces)))
+	answer := func(h Hello, corrupt func(b []byte)) (uint64, uint64, error) {
+		a, b := net.Pipe()
+		defer a.Close()
+		defer b.Close()
+		go func() {
+			var buf bytes.Buffer
+			conn := &recorder{Conn: a, out: &buf}
+			_ = writeAnswer(conn, tlsSecret, h, 'R', 1000, 3, time.Second)
+			p := buf.Bytes()
+			corrupt(p)
+			_, _ = a.Write(p)
+		}()
+		return readAnswer(b, tlsSecret, Hello{From: 1, To: 0, Link: 7, Resume: true, Gen: 3, nonces: [2 * nonceSize]byte(bytes.Repeat([]byte{0xab}, 2*nonceSize))}, 'R', time.Now().Add(5*time.Second))
+	}
+	n, gen, err := answer(h, func([]byte) {})
+	require.NoError(t, err)
+	require.Equal(t, uint64(1000), n)
+	require.Equal(t, uint64(3), gen)
+
+	_, _, err = answer(h, func(b []byte) { b[4] ^= 0x08 }) // 1000 -> 1008: in range
+	require.ErrorIs(t, err, errBadAnswer)
+	_, _, err = answer(h, func(b []byte) { b[12] ^= 0x01 }) // another generation
+	require.ErrorIs(t, err, errBadAnswer)
+	other := h
+	other.nonces[0] ^= 1 // written for another handshake
+	_, _, err = answer(other, func([]byte) {})
+	require.ErrorIs(t, err, errBadAnswer)
+}
+
+// recorder keeps what is written to it instead of sending it.
+type recorder struct {
+	net.Conn
+	out *bytes.Buffer
+}
+
+func (r *recorder) Write(p []byte) (int, error)      { return r.out.Write(p) }
+func (r *recorder) SetWriteDeadline(time.Time) error { return nil }
