@@ -11,7 +11,7 @@ import (
 // who can reach the port can open them, so their number is bounded, the oldest gives
 // way to a newcomer, and an accept that fails (out of descriptors: EMFILE) is retried
 // after a pause instead of ending the listener. Buffers worth a link (4 MiB) are set
-// only once a connection has proven the secret (tcp.Authenticated).
+// only once a connection has proven the secret (tcp.Accept).
 
 // maxHandshakes bounds the connections a rank authenticates at once.
 const maxHandshakes = 64

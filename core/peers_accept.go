@@ -72,7 +72,6 @@ func (s *peerSet) acceptLoop() {
 				return
 			}
 			if err == nil {
-				tcp.Authenticated(sc)
 				err = s.accepted(sc, h)
 			}
 			if err != nil {

@@ -70,14 +70,6 @@ func grow(c *net.TCPConn) {
 }
 
 // Accepted tunes a connection returned by a listener's Accept. Its buffers stay the
-// kernel's defaults until it has proven itself (Authenticated): a stranger's
+// kernel's defaults until it has proven itself (Accept grows them): a stranger's
 // connections cost the kernel no more than any other.
 func Accepted(c *net.TCPConn) { tune(c) }
-
-// Authenticated gives c, an accepted connection that has passed Accept (plain or
-// TLS), the socket buffers of a link.
-func Authenticated(c net.Conn) {
-	if tc := rawTCP(c); tc != nil {
-		grow(tc)
-	}
-}
