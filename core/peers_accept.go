@@ -92,6 +92,9 @@ func (s *peerSet) accepted(c net.Conn, h tcp.Hello) error {
 		return fmt.Errorf("peer claims to be rank %d calling rank %d", h.From, h.To)
 	}
 	p := h.From
+	if tcp.IsLingerAsk(h) {
+		return s.sess.ServeLinger(c, h)
+	}
 	if h.Resume {
 		return s.sess.Serve(c, h)
 	}

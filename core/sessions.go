@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
-	"sync"
 	"time"
 
 	"github.com/gonccl/gonccl/transport/tcp"
@@ -74,34 +73,25 @@ func (s *peerSet) session(c net.Conn, h tcp.Hello) net.Conn {
 			return nil
 		}
 	}
-	cfg.Ask = func(deadline time.Time) (uint64, error) {
-		ask := tcp.Hello{From: s.rank, To: peer, Channel: tcp.ChannelCall, Epoch: s.epoch, Link: h.Link, Resume: true}
-		return tcp.AskDelivered(addr, s.secret, s.tls, ask, deadline)
-	}
 	sess := tcp.NewSession(c, tcp.RetainFor(c), cfg)
 	s.sess.Add(peer, h.Link, sess)
 	return sess
 }
 
 // linger waits, before a destroy closes the links, until every peer across hosts has
-// delivered what this rank sent it, within the retry window (tcp.Session.Linger): a
+// delivered what this rank sent it, within the retry window (tcp.LingerPeer): a
 // peer still reading the last message this rank sent, which a reset or a corrupted
 // record makes it ask for again, finds the session there to resend it. A peer that
-// exited or closed its end ends the wait at once.
+// exited or closed its end ends the wait at once. Each poll asks each peer once about
+// all of its sessions (tcp.AskLinger).
 func (s *peerSet) linger() {
 	if s.retry == 0 {
 		return
 	}
-	deadline := time.Now().Add(s.retry)
-	var wg sync.WaitGroup
-	for _, ss := range s.sess.All() {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ss.Linger(deadline)
-		}()
-	}
-	wg.Wait()
+	tcp.LingerAll(s.sess.All(), func(peer int, links []uint64, deadline time.Time) ([]uint64, error) {
+		h := tcp.Hello{From: s.rank, To: peer, Epoch: s.epoch}
+		return tcp.AskLinger(s.ranks[peer].Addr, s.secret, s.tls, h, links, deadline)
+	}, time.Now().Add(s.retry))
 }
 
 // linkDown reports whether a connection to peer is reconnecting, and since when.
