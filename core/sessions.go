@@ -58,11 +58,16 @@ func (s *peerSet) session(c net.Conn, h tcp.Hello) net.Conn {
 	cfg := tcp.SessionConfig{Peer: peer, Channel: h.Channel, Link: h.Link, Retry: s.retry, Guard: s.guard, Checksum: h.Checksum,
 		Log: func(m string) { s.logs.net.Info(m) }}
 	addr := s.ranks[peer].Addr
+	s.watchQuiet(c)
 	if dialler {
 		cfg.Redial = func(delivered uint64, deadline time.Time) (net.Conn, uint64, error) {
 			rh := h
 			rh.Resume, rh.Count = true, delivered
-			return tcp.DialResume(addr, s.secret, s.tls, rh, deadline)
+			c, n, err := tcp.DialResume(addr, s.secret, s.tls, rh, deadline)
+			if err == nil {
+				s.watchQuiet(c)
+			}
+			return c, n, err
 		}
 	} else {
 		cfg.Call = func(gen uint64, deadline time.Time) error {
@@ -76,6 +81,16 @@ func (s *peerSet) session(c net.Conn, h tcp.Hello) net.Conn {
 	sess := tcp.NewSession(c, tcp.RetainFor(c), cfg)
 	s.sess.Add(peer, h.Link, sess)
 	return sess
+}
+
+// watchQuiet makes c, a connection of a session that reconnects, break when what it
+// sent stays unacknowledged for tcp.QuietTimeout: a link that goes quiet without a
+// reset (a switch reboots, a cable is pulled) is then made again within the retry
+// window, instead of waiting for TCP's own retransmissions, minutes apart at worst.
+func (s *peerSet) watchQuiet(c net.Conn) {
+	if s.retry > 0 {
+		tcp.WatchQuiet(c, tcp.QuietTimeout(s.retry))
+	}
 }
 
 // linger waits, before a destroy closes the links, until every peer across hosts has

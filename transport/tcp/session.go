@@ -354,7 +354,7 @@ func (s *Session) Write(b []byte) (int, error) {
 		case err == nil && len(b) > 0:
 			s.mu.Unlock()
 			continue
-		case err == nil || isTimeout(err):
+		case err == nil || callersTimeout(err, s.wdl):
 			s.mu.Unlock()
 			return total, err
 		case gen == s.gen && !s.down:
