@@ -156,11 +156,18 @@ func serveRoot(l *net.TCPListener, secret []byte, sec *tcp.TLS, deadline time.Ti
 		wg.Wait()
 	}()
 	g.Go("bootstrap root accept", nil, dying, func() {
+		var pause time.Duration
 		for {
 			c, err := l.AcceptTCP()
 			if err != nil {
-				return
+				var again bool
+				if pause, again = acceptPause(err, pause); !again {
+					return
+				}
+				time.Sleep(pause) // out of descriptors, say: the ranks' joins wait in the backlog
+				continue
 			}
+			pause = 0
 			tcp.Accepted(c)
 			mu.Lock()
 			if stopped {

@@ -111,6 +111,8 @@ type peerSet struct {
 	// inflight holds the accepted connections being handled, closed by close so that
 	// no handshake outlives the communicator.
 	inflight map[net.Conn]struct{}
+	// gate bounds the connections being authenticated at once (see handshakes.go).
+	gate gate
 	// handshake bounds an unauthenticated connection's handshake.
 	handshake time.Duration
 	// dialed (tests only, nil in production) is called after each connection this
@@ -143,7 +145,8 @@ func fixedPeers(rank int, links []transport.Link) *peerSet {
 // newPeerSet starts accepting peers' connections on l (which it owns from now on).
 func newPeerSet(rank int, epoch uint32, ranks []rankInfo, secret []byte, sec *tcp.TLS, l *net.TCPListener, timeout, retry time.Duration, checksum bool, logs loggers, g safego.Guard, hooks testHooks) *peerSet {
 	s := &peerSet{rank: rank, epoch: epoch, ranks: ranks, secret: secret, tls: sec, l: l, timeout: timeout, retry: retry, checksum: checksum, logs: logs, guard: g,
-		slots: make([]peerSlot, len(ranks)), inflight: map[net.Conn]struct{}{}, handshake: hooks.handshake(), dialed: hooks.dialed}
+		slots: make([]peerSlot, len(ranks)), inflight: map[net.Conn]struct{}{}, handshake: hooks.handshake(), dialed: hooks.dialed,
+		gate: gate{max: maxHandshakes, grace: handshakeGrace}}
 	s.wg.Add(1)
 	g.Go("peer accept", nil, func(err error) { s.wg.Done(); s.broken(err) }, func() {
 		defer s.wg.Done()

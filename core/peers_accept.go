@@ -15,32 +15,66 @@ import (
 // pair accepts, authenticates the connection and files it; a call from a lower rank
 // makes this rank dial.
 
-// acceptLoop accepts peers' connections until the listener closes.
+// acceptLoop accepts peers' connections until the listener closes. Strangers cannot
+// stop it (see handshakes.go): at most maxHandshakes connections are authenticated at
+// once, and a failed Accept (out of descriptors) is tried again after a pause.
 func (s *peerSet) acceptLoop() {
+	var pause time.Duration
 	for {
 		c, err := s.l.AcceptTCP()
 		if err != nil {
-			return
+			var again bool
+			if pause, again = acceptPause(err, pause); !again {
+				return
+			}
+			if pause <= 10*time.Millisecond { // the first of a run of failures
+				s.logs.net.Warn("accepting a connection failed, trying again", zap.Error(err))
+			}
+			time.Sleep(pause)
+			continue
 		}
+		pause = 0
 		tcp.Accepted(c)
+		now := time.Now()
+		if n := s.gate.report(now, 10*time.Second); n > 0 {
+			s.logs.net.Warn(fmt.Sprintf("dropped %d unauthenticated connections: at most %d are authenticated at once, "+
+				"the oldest giving way after %v (strangers flooding this rank's port?)", n, s.gate.max, s.gate.grace))
+		}
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
 			c.Close()
 			return
 		}
+		evicted, ok := s.gate.admit(c, now)
+		if !ok {
+			s.mu.Unlock()
+			c.Close()
+			continue
+		}
 		s.inflight[c] = struct{}{}
 		s.wg.Add(1)
 		s.mu.Unlock()
+		if evicted != nil {
+			evicted.Close()
+		}
 		done := func() {
 			s.mu.Lock()
 			delete(s.inflight, c)
 			s.mu.Unlock()
 			s.wg.Done()
 		}
-		s.guard.Go("peer handshake", nil, func(err error) { c.Close(); done(); s.broken(err) }, func() {
+		s.guard.Go("peer handshake", nil, func(err error) { c.Close(); s.gate.done(c); done(); s.broken(err) }, func() {
 			defer done()
-			if err := s.accepted(c); err != nil {
+			sc, h, err := tcp.Accept(c, s.secret, s.tls, time.Now().Add(s.handshake))
+			if kept := s.gate.done(c); !kept { // dropped to make room: counted in the report
+				c.Close()
+				return
+			}
+			if err == nil {
+				err = s.accepted(sc, h)
+			}
+			if err != nil {
 				s.logs.net.Warn("dropped connection", zap.Stringer("from", c.RemoteAddr()), zap.Error(err))
 				c.Close()
 			}
@@ -48,12 +82,8 @@ func (s *peerSet) acceptLoop() {
 	}
 }
 
-// accepted authenticates one incoming connection and files it.
-func (s *peerSet) accepted(raw net.Conn) error {
-	c, h, err := tcp.Accept(raw, s.secret, s.tls, time.Now().Add(s.handshake))
-	if err != nil {
-		return err
-	}
+// accepted files c, an incoming connection whose dialer proved hello h.
+func (s *peerSet) accepted(c net.Conn, h tcp.Hello) error {
 	n := len(s.ranks)
 	if h.Epoch != s.epoch {
 		return fmt.Errorf("rank %d belongs to communicator generation (epoch) %d, this one is epoch %d: a stale or foreign rank", h.From, h.Epoch, s.epoch)
@@ -62,7 +92,13 @@ func (s *peerSet) accepted(raw net.Conn) error {
 		return fmt.Errorf("peer claims to be rank %d calling rank %d", h.From, h.To)
 	}
 	p := h.From
+	if tcp.IsLingerAsk(h) {
+		return s.sess.ServeLinger(c, h, s.secret)
+	}
 	if h.Resume {
+		if h.Channel != tcp.ChannelCall {
+			s.watchQuiet(c) // a session's new connection
+		}
 		return s.sess.Serve(c, h)
 	}
 	if h.Channel == tcp.ChannelCall {
@@ -101,6 +137,7 @@ func (s *peerSet) accepted(raw net.Conn) error {
 		sl.conns = make([]net.Conn, socks)
 	}
 	sock := tcp.CollSocket(h.Channel)
+	var err error
 	switch {
 	case h.Channel != tcp.ChannelP2P && (sock < 0 || sock >= len(sl.conns)):
 		err = fmt.Errorf("rank %d asked for unknown channel %d (its link has %d connections)", p, h.Channel, len(sl.conns))

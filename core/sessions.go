@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
-	"sync"
 	"time"
 
 	"github.com/gonccl/gonccl/transport"
@@ -60,11 +59,16 @@ func (s *peerSet) session(c net.Conn, h tcp.Hello) net.Conn {
 	cfg := tcp.SessionConfig{Peer: peer, Channel: h.Channel, Link: h.Link, Retry: s.retry, Guard: s.guard, Checksum: h.Checksum,
 		Secret: s.secret, Log: func(m string) { s.logs.net.Info(m) }}
 	addr := s.ranks[peer].Addr
+	s.watchQuiet(c)
 	if dialler {
 		cfg.Redial = func(delivered, gen uint64, deadline time.Time) (net.Conn, uint64, error) {
 			rh := h
 			rh.Resume, rh.Count, rh.Gen = true, delivered, gen
-			return tcp.DialResume(addr, s.secret, s.tls, rh, deadline)
+			c, n, err := tcp.DialResume(addr, s.secret, s.tls, rh, deadline)
+			if err == nil {
+				s.watchQuiet(c)
+			}
+			return c, n, err
 		}
 	} else {
 		cfg.Call = func(gen uint64, deadline time.Time) error {
@@ -75,34 +79,35 @@ func (s *peerSet) session(c net.Conn, h tcp.Hello) net.Conn {
 			return nil
 		}
 	}
-	cfg.Ask = func(deadline time.Time) (uint64, error) {
-		ask := tcp.Hello{From: s.rank, To: peer, Channel: tcp.ChannelCall, Epoch: s.epoch, Link: h.Link, Resume: true}
-		return tcp.AskDelivered(addr, s.secret, s.tls, ask, deadline)
-	}
 	sess := tcp.NewSession(c, cfg)
 	s.sess.Add(peer, h.Link, sess)
 	return sess
 }
 
+// watchQuiet makes c, a connection of a session that reconnects, break when what it
+// sent stays unacknowledged for tcp.QuietTimeout: a link that goes quiet without a
+// reset (a switch reboots, a cable is pulled) is then made again within the retry
+// window, instead of waiting for TCP's own retransmissions, minutes apart at worst.
+func (s *peerSet) watchQuiet(c net.Conn) {
+	if s.retry > 0 {
+		tcp.WatchQuiet(c, tcp.QuietTimeout(s.retry))
+	}
+}
+
 // linger waits, before a destroy closes the links, until every peer across hosts has
-// delivered what this rank sent it, within the retry window (tcp.Session.Linger): a
+// delivered what this rank sent it, within the retry window (tcp.LingerPeer): a
 // peer still reading the last message this rank sent, which a reset or a corrupted
 // record makes it ask for again, finds the session there to resend it. A peer that
-// exited or closed its end ends the wait at once.
+// exited or closed its end ends the wait at once. Each poll asks each peer once about
+// all of its sessions (tcp.AskLinger).
 func (s *peerSet) linger() {
 	if s.retry == 0 {
 		return
 	}
-	deadline := time.Now().Add(s.retry)
-	var wg sync.WaitGroup
-	for _, ss := range s.sess.All() {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ss.Linger(deadline)
-		}()
-	}
-	wg.Wait()
+	tcp.LingerAll(s.sess.All(), func(peer int, links []uint64, deadline time.Time) ([]uint64, error) {
+		h := tcp.Hello{From: s.rank, To: peer, Epoch: s.epoch}
+		return tcp.AskLinger(s.ranks[peer].Addr, s.secret, s.tls, h, links, deadline)
+	}, time.Now().Add(s.retry))
 }
 
 // linkDown reports whether a connection to peer is reconnecting, and since when.

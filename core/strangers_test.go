@@ -27,12 +27,12 @@ import (
 // strangerHello is the first message of a dialer's handshake (tcp/handshake.go's
 // layout), claiming to be rank from calling rank to on channel 0.
 func strangerHello(from, to int) []byte {
-	b := make([]byte, 60)
+	b := make([]byte, 68)
 	binary.LittleEndian.PutUint32(b[0:], 0x474e4348) // "GNCH"
-	binary.LittleEndian.PutUint32(b[4:], 4)          // protocol version
+	binary.LittleEndian.PutUint32(b[4:], 5)          // protocol version
 	binary.LittleEndian.PutUint32(b[8:], uint32(int32(from)))
 	binary.LittleEndian.PutUint32(b[12:], uint32(int32(to)))
-	_, _ = rand.Read(b[44:]) // the nonce, after epoch 0 and no session (link, flags, count)
+	_, _ = rand.Read(b[52:]) // the nonce, after epoch 0 and no session (link, flags, count, gen)
 	return b
 }
 

@@ -50,6 +50,7 @@ func dialOnce(addr string, secret []byte, t *TLS, h *Hello, deadline time.Time) 
 	}
 	conn := c.(*net.TCPConn)
 	tune(conn)
+	grow(conn)
 	sc, err := secureDial(conn, secret, t, h, deadline)
 	if err != nil {
 		conn.Close()
@@ -58,13 +59,22 @@ func dialOnce(addr string, secret []byte, t *TLS, h *Hello, deadline time.Time) 
 	return sc, nil
 }
 
-// Tune sets the socket options every gonccl connection uses.
+// tune sets the options every gonccl connection uses from its first byte.
 func tune(c *net.TCPConn) {
 	_ = c.SetNoDelay(true)
 	_ = c.SetKeepAlive(true)
-	_ = c.SetReadBuffer(4 << 20)
-	_ = c.SetWriteBuffer(4 << 20)
 }
 
-// Accepted tunes a connection returned by a listener's Accept.
+// linkBuffer is the socket buffer size (each way) of an authenticated connection.
+const linkBuffer = 4 << 20
+
+// grow gives c the socket buffers of a link.
+func grow(c *net.TCPConn) {
+	_ = c.SetReadBuffer(linkBuffer)
+	_ = c.SetWriteBuffer(linkBuffer)
+}
+
+// Accepted tunes a connection returned by a listener's Accept. Its buffers stay the
+// kernel's defaults until it has proven itself (Accept grows them): a stranger's
+// connections cost the kernel no more than any other.
 func Accepted(c *net.TCPConn) { tune(c) }

@@ -115,8 +115,20 @@ func secureDial(conn net.Conn, secret []byte, t *TLS, h *Hello, deadline time.Ti
 // preamble, TLS (the peer's certificate must verify against t's CA) and the HMAC
 // handshake inside it; without, the HMAC handshake alone. It returns the connection to
 // use from now on and the dialer's proven Hello. Its errors name the rank the dialer
-// claims to be, where it said.
+// claims to be, where it said. Only a connection that passed gets a link's socket
+// buffers (see Accepted).
 func Accept(conn net.Conn, secret []byte, t *TLS, deadline time.Time) (net.Conn, Hello, error) {
+	c, h, err := accept(conn, secret, t, deadline)
+	if err == nil {
+		if tc := rawTCP(c); tc != nil {
+			grow(tc)
+		}
+	}
+	return c, h, err
+}
+
+// accept is Accept before the buffers.
+func accept(conn net.Conn, secret []byte, t *TLS, deadline time.Time) (net.Conn, Hello, error) {
 	if t == nil {
 		h, err := AcceptHandshake(conn, secret, deadline)
 		return conn, h, err

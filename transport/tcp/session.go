@@ -387,7 +387,7 @@ func (s *Session) WriteKept(hdr, p []byte) (int, error) {
 			s.breakLocked(gen, err)
 			s.mu.Unlock()
 			return total, partial.err
-		case isTimeout(err):
+		case callersTimeout(err, s.wdl):
 			s.mu.Unlock()
 			return total, err
 		case gen == s.gen && !s.down:
