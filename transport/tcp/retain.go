@@ -223,3 +223,60 @@ const smallCopy = 64 << 10
 // settleWait is how long a writer over the budget waits for acknowledgements at a
 // time before it looks again.
 const settleWait = 20 * time.Millisecond
+
+// Sessions that hold copies are looked at every sweepEvery for acknowledgements that
+// arrived while nobody read their connection (the link to a ring's next rank is only
+// written), so that a session that went idle holds nothing for long.
+const sweepEvery = 20 * time.Millisecond
+
+var sweep struct {
+	mu      sync.Mutex
+	holders map[*Session]struct{}
+	running bool
+}
+
+// sweepLater has s looked at until it holds no copies.
+func sweepLater(s *Session) {
+	sweep.mu.Lock()
+	defer sweep.mu.Unlock()
+	if sweep.holders == nil {
+		sweep.holders = map[*Session]struct{}{}
+	}
+	sweep.holders[s] = struct{}{}
+	if !sweep.running {
+		sweep.running = true
+		go sweeper()
+	}
+}
+
+// sweeper takes the acknowledgements of every holder until none holds copies.
+func sweeper() {
+	for {
+		time.Sleep(sweepEvery)
+		sweep.mu.Lock()
+		ss := make([]*Session, 0, len(sweep.holders))
+		for s := range sweep.holders {
+			ss = append(ss, s)
+		}
+		sweep.mu.Unlock()
+		var done []*Session
+		for _, s := range ss {
+			s.pumpAcks(time.Time{})
+			s.mu.Lock()
+			if s.kept.owned() == 0 || s.err != nil {
+				done = append(done, s)
+			}
+			s.mu.Unlock()
+		}
+		sweep.mu.Lock()
+		for _, s := range done {
+			delete(sweep.holders, s)
+		}
+		if len(sweep.holders) == 0 {
+			sweep.running = false
+			sweep.mu.Unlock()
+			return
+		}
+		sweep.mu.Unlock()
+	}
+}

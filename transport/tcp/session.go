@@ -450,6 +450,7 @@ func (s *Session) Settle(deadline time.Time) error {
 		if retainBudget.take(need) {
 			s.kept.own()
 			s.mu.Unlock()
+			sweepLater(s)
 			return nil
 		}
 		freed := retainBudget.changed()
@@ -517,7 +518,13 @@ var errWouldBlock = errors.New("nothing to read")
 // pumpNow takes the record headers that have arrived on c, without blocking.
 func (s *Session) pumpNow(c net.Conn) error {
 	tc, ok := c.(*net.TCPConn)
-	if !ok { // TLS: records cannot be read without blocking; the next Settle looks again
+	if !ok { // TLS: records cannot be read without blocking; what comes within 1 ms
+		_ = c.SetReadDeadline(time.Now().Add(time.Millisecond))
+		for s.rd.left == 0 && len(s.rd.checked) == 0 {
+			if err := s.readHeader(c); err != nil {
+				return err
+			}
+		}
 		return nil
 	}
 	for s.rd.left == 0 && len(s.rd.checked) == 0 {
@@ -748,4 +755,11 @@ func (s *Session) SetWriteDeadline(t time.Time) error {
 		_ = s.conn.SetWriteDeadline(t)
 	}
 	return nil
+}
+
+// Err is why the session failed or closed (nil while it lives).
+func (s *Session) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
 }

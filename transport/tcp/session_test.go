@@ -664,3 +664,64 @@ type recorder struct {
 
 func (r *recorder) Write(p []byte) (int, error)      { return r.out.Write(p) }
 func (r *recorder) SetWriteDeadline(time.Time) error { return nil }
+
+// TestAcceptorOnlyBreakAfterALostAnswer: after a reconnect whose answer the dialler
+// lost (the acceptor installed the connection, the dialler tried again), a break only
+// the acceptor sees, while the dialler neither reads nor writes, still resumes: the
+// acceptor's call names a generation the dialler has too. With generations counted on
+// each side, the call named one the dialler never had, and the acceptor waited out the
+// window.
+func TestAcceptorOnlyBreakAfterALostAnswer(t *testing.T) {
+	var attempts atomic.Int64
+	redial := func(real func() (net.Conn, uint64, error)) (net.Conn, uint64, error) {
+		c, n, err := real()
+		if attempts.Add(1) == 1 && err == nil {
+			abort(c) // the acceptor installed it; the dialler never sees its answer
+			return nil, 0, errors.New("not a reconnect answer (bad magic)")
+		}
+		return c, n, err
+	}
+	dial, acc, _, _ := sessionPairWith(t, sessOpts{retry: 4 * time.Second, redial: redial}, nil, nil)
+	msg := bytes.Repeat([]byte("y"), 1000)
+	abort(dial.Conn()) // seen by the dialler: it reconnects twice (the first answer lost)
+	go func() { _, _ = dial.Write(msg) }()
+	_ = acc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, err := io.ReadFull(acc, make([]byte, len(msg)))
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, attempts.Load(), int64(2))
+	time.Sleep(200 * time.Millisecond) // the dialler goes idle
+
+	acc.mu.Lock() // a break the acceptor alone sees (its reader failed, say)
+	acc.breakLocked(acc.gen, errors.New("test: the acceptor's connection failed"))
+	acc.mu.Unlock()
+	require.Eventually(t, func() bool { down, _ := acc.Down(); return !down }, 3*time.Second, 10*time.Millisecond,
+		"the acceptor's call did not bring the idle dialler back")
+	require.NoError(t, acc.Err())
+}
+
+// TestReconnectWithAnotherCertificateIsRefused: under TLS a reconnect must show the
+// very certificate the session first connected with: another one the same CA signed
+// for the same name (a stolen name, a re-issued key) is refused before the acceptor
+// answers, and the real session carries on.
+func TestReconnectWithAnotherCertificateIsRefused(t *testing.T) {
+	ca, secs := groupTLS(t, 2)
+	dial, acc, r0, _ := sessionPair(t, 5*time.Second, secs[0], secs[1])
+	f, err := ca.Leaf("rank-1", time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	require.NoError(t, err)
+	impostor, err := LoadTLS(f.Cert, f.Key, ca.CertPEM, time.Now())
+	require.NoError(t, err)
+	_, delivered := dial.Counts()
+	h := Hello{From: 1, To: 0, Channel: ChannelColl, Link: 7, Resume: true, Count: delivered, Gen: 1}
+	_, _, err = DialResume(r0.l.Addr().String(), tlsSecret, impostor, h, time.Now().Add(5*time.Second))
+	var refused *RefusedError
+	require.ErrorAs(t, err, &refused, "a certificate of the same name from the same CA took over the link")
+	require.ErrorContains(t, err, "not the one it connected with")
+	select {
+	case served := <-r0.served:
+		require.ErrorIs(t, served, ErrStaleLink)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the acceptor did not refuse")
+	}
+	require.Zero(t, acc.Resumes(), "the acceptor resumed with the impostor")
+	pump(t, dial, acc, 1<<20, func(int) {})
+}
