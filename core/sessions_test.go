@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"net"
+	"os"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -132,4 +134,38 @@ func TestRetryWindowAboveHeartbeat(t *testing.T) {
 	require.ErrorContains(t, errs[1], tcp.ErrLinkDown.Error())
 	require.ErrorContains(t, errs[1], "rank 0")
 	require.Greater(t, took, 2500*time.Millisecond, "failed before the window closed")
+}
+
+// TestResetsLeaveNothingBehind: 100 resets of every connection of one rank, each
+// followed by an all_reduce that resumes the links, leave the process with as many
+// file descriptors and goroutines as before, and no copies held once idle.
+func TestResetsLeaveNothingBehind(t *testing.T) {
+	comms := initComms(t, 2, "", 60*time.Second)
+	round := func(i int) {
+		errs, outs, want := allReduceFloat32(t, comms, 300<<10, int64(i))
+		for r := range comms {
+			require.NoError(t, errs[r], "all_reduce %d", i)
+			require.True(t, bytes.Equal(want, outs[r]), "all_reduce %d: rank %d's result differs", i, r)
+		}
+	}
+	round(0)
+	settled := func() (fds, goroutines int) {
+		time.Sleep(200 * time.Millisecond) // acknowledgers and sweeps go idle
+		ents, err := os.ReadDir("/proc/self/fd")
+		require.NoError(t, err)
+		return len(ents), runtime.NumGoroutine()
+	}
+	fds0, g0 := settled()
+	resets := 0
+	for i := 1; i <= 100; i++ {
+		resets += resetLinks(comms[i%2])
+		round(i)
+	}
+	require.GreaterOrEqual(t, resets, 100)
+	fds1, g1 := settled()
+	t.Logf("%d resets: fds %d -> %d, goroutines %d -> %d", resets, fds0, fds1, g0, g1)
+	require.LessOrEqual(t, fds1, fds0+2, "file descriptors grew with resets")
+	require.LessOrEqual(t, g1, g0+4, "goroutines grew with resets")
+	require.Eventually(t, func() bool { now, _ := tcp.RetainedBytes(); return now == 0 }, 5*time.Second, 20*time.Millisecond,
+		"idle sessions still hold copies")
 }

@@ -298,7 +298,9 @@ func (s *Session) Read(p []byte) (int, error) {
 		if s.crcFails > 0 && s.delivered > s.crcAt {
 			s.crcFails = 0 // a good record since: the failures are no longer in a row
 		}
-		if n > 0 {
+		// The acknowledger looks when bytes become due (it then waits ackDelay for a
+		// record going out to carry them) and when ackEvery of them are.
+		if due := s.delivered - s.ackSent; n > 0 && (due == uint64(n) || due >= ackEvery) {
 			select {
 			case s.ackKick <- struct{}{}:
 			default:
