@@ -30,15 +30,16 @@ import (
 // however many there are in all. Without checksums a reader hands out a record's bytes
 // as they arrive.
 //
-// Records are at most sessRecordMax bytes: large enough that the header costs nothing,
-// small enough that acknowledgements ride on a busy stream often and what is checked
-// is still in the cache. CRC32C runs on the SSE4.2 instruction (hash/crc32 picks it).
+// Records are at most 4 MiB (1 MiB with checksums): large enough that the header costs
+// nothing, small enough that acknowledgements ride on a busy stream often and what is
+// checked is still in the cache. CRC32C runs on the SSE4.2 instruction (hash/crc32 picks it).
 
 // ErrChecksum means a record's bytes did not match their CRC32C: corrupted on the way.
 var ErrChecksum = errors.New("frame checksum (CRC32C) mismatch")
 
 const (
-	sessRecordMax    = 1 << 20
+	sessRecordMax    = 4 << 20 // the most a record holds
+	checkedRecordMax = 1 << 20 // the most a record with a CRC32C holds
 	recordHeader     = 20
 	maxChecksumFails = 16
 	readAhead        = 16 << 10 // what a reader takes from the socket at once for headers
@@ -82,10 +83,13 @@ func (s *Session) writeRecords(c net.Conn, pieces [][]byte, ack func() uint64) (
 	w := &s.wr
 	done := 0
 	for len(pieces) > 0 {
-		// Gather up to sessRecordMax bytes of the pieces.
+		// Gather up to a record's worth of the pieces.
 		w.iov = append(w.iov[:0], w.hdr[:])
-		n := 0
-		for len(pieces) > 0 && n < sessRecordMax {
+		n, most := 0, sessRecordMax
+		if s.cfg.Checksum {
+			most = checkedRecordMax
+		}
+		for len(pieces) > 0 && n < most {
 			if s.cfg.Checksum && n > 0 {
 				// A piece starts a record of its own: a reader that asks for a frame's
 				// header apart from its payload then gets each record whole, straight
@@ -93,7 +97,7 @@ func (s *Session) writeRecords(c net.Conn, pieces [][]byte, ack func() uint64) (
 				break
 			}
 			p := pieces[0]
-			k := min(len(p), sessRecordMax-n)
+			k := min(len(p), most-n)
 			if k > 0 {
 				w.iov = append(w.iov, p[:k])
 				n += k
