@@ -24,7 +24,7 @@ PY = $(shell scripts/python-env.sh)
 GO ?= go
 NPROC ?= 2
 
-.PHONY: kernels setup build lib wheel test-wheel csrc-compat test-torch test-torch-ci gpu-check-kernels gpu-check-dry demo test test-go test-race test-exhaustive test-py soak fuzz-short lint clean torch-suite
+.PHONY: kernels setup build lib wheel test-wheel csrc-compat test-torch test-torch-ci gpu-check-kernels gpu-check-dry demo test test-go test-race test-exhaustive test-py soak soak-links fuzz-short lint clean torch-suite
 
 setup:
 	@scripts/python-env.sh >/dev/null
@@ -188,6 +188,11 @@ torch-suite: build
 # threads, RSS and goroutines sampled (tests/test_soak.py; CI runs 2,000).
 soak: build
 	GONCCL_SOAK_OPS=20000 $(PY) -m pytest -v -s tests/test_soak.py
+
+# The link memory soak at its full length: 2 hosts x 8 ranks of 8 MiB all-to-alls for 30 s,
+# peak RSS per rank bounded (tests/test_link_memory.py; CI runs 8 s). Needs root, ip netns.
+soak-links: build
+	SOAK_SECONDS=30 $(PY) -m pytest -v -s tests/test_link_memory.py
 
 # Linters, pinned: staticcheck (2026.2.2 = module v0.8.2) through the Go module proxy (go run caches it), ruff and
 # clang-format from the Python environment (scripts/python-env.sh installs them).
