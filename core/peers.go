@@ -110,6 +110,8 @@ type peerSet struct {
 	inflight map[net.Conn]struct{}
 	// gate bounds the connections being authenticated at once (see handshakes.go).
 	gate gate
+	// quietStop ends watchQuiet (see sessions.go); nil where no session reconnects.
+	quietStop chan struct{}
 	// handshake bounds an unauthenticated connection's handshake.
 	handshake time.Duration
 	// dialed (tests only, nil in production) is called after each connection this
@@ -149,6 +151,14 @@ func newPeerSet(rank int, epoch uint32, ranks []rankInfo, secret []byte, sec *tc
 		defer s.wg.Done()
 		s.acceptLoop()
 	})
+	if retry > 0 {
+		s.quietStop = make(chan struct{})
+		s.wg.Add(1)
+		g.Go("tcp quiet watch", nil, func(err error) { s.wg.Done(); s.broken(err) }, func() {
+			defer s.wg.Done()
+			s.watchQuiet(s.quietStop)
+		})
+	}
 	return s
 }
 
@@ -482,6 +492,9 @@ func (s *peerSet) close() {
 	}
 	s.mu.Unlock()
 	if !already && s.l != nil {
+		if s.quietStop != nil {
+			close(s.quietStop)
+		}
 		s.l.Close()
 		closeConns(inflight)
 		s.wg.Wait()

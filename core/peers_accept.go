@@ -96,9 +96,6 @@ func (s *peerSet) accepted(c net.Conn, h tcp.Hello) error {
 		return s.sess.ServeLinger(c, h)
 	}
 	if h.Resume {
-		if h.Channel != tcp.ChannelCall {
-			s.watchQuiet(c) // a session's new connection
-		}
 		return s.sess.Serve(c, h)
 	}
 	if h.Channel == tcp.ChannelCall {
