@@ -91,5 +91,8 @@ func acceptPause(err error, pause time.Duration) (time.Duration, bool) {
 	if errors.Is(err, net.ErrClosed) {
 		return 0, false
 	}
-	return min(max(2*pause, 5*time.Millisecond), 200*time.Millisecond), true
+	return min(max(2*pause, firstAcceptPause), 200*time.Millisecond), true
 }
+
+// firstAcceptPause is the pause after the first of a run of failed accepts.
+const firstAcceptPause = 5 * time.Millisecond

@@ -27,7 +27,7 @@ func (s *peerSet) acceptLoop() {
 			if pause, again = acceptPause(err, pause); !again {
 				return
 			}
-			if pause <= 10*time.Millisecond { // the first of a run of failures
+			if pause == firstAcceptPause { // the first of a run of failures
 				s.logs.net.Warn("accepting a connection failed, trying again", zap.Error(err))
 			}
 			time.Sleep(pause)
