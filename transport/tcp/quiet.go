@@ -108,7 +108,7 @@ type quietMark struct {
 
 // tcpSample is what TCP_INFO says of a connection.
 type tcpSample struct {
-	outstanding bool          // bytes sent and not acknowledged (window probes aside)
+	outstanding bool          // bytes to deliver and no sign of the peer taking them
 	acked       uint64        // bytes acknowledged so far
 	lastAck     time.Duration // since anything at all (an ACK) arrived
 }
@@ -144,7 +144,9 @@ func sample(c net.Conn) (tcpSample, bool) {
 		return tcpSample{}, false
 	}
 	return tcpSample{
-		outstanding: info.Unacked > 0,
+		// Bytes in flight, or bytes waiting while the peer's window is open and nothing is
+		// in flight: the kernel cannot send them (this host's interface is down).
+		outstanding: info.Unacked > 0 || info.Notsent_bytes > 0 && info.Snd_wnd > 0,
 		acked:       info.Bytes_acked,
 		lastAck:     time.Duration(info.Last_ack_recv) * time.Millisecond,
 	}, true
