@@ -145,7 +145,8 @@ func fixedPeers(rank int, links []transport.Link) *peerSet {
 func newPeerSet(rank int, epoch uint32, ranks []rankInfo, secret []byte, sec *tcp.TLS, l *net.TCPListener, timeout, retry time.Duration, checksum bool, logs loggers, g safego.Guard, hooks testHooks) *peerSet {
 	s := &peerSet{rank: rank, epoch: epoch, ranks: ranks, secret: secret, tls: sec, l: l, timeout: timeout, retry: retry, checksum: checksum, logs: logs, guard: g,
 		slots: make([]peerSlot, len(ranks)), inflight: map[net.Conn]struct{}{}, handshake: hooks.handshake(), dialed: hooks.dialed,
-		gate: gate{max: maxHandshakes, grace: handshakeGrace}}
+		gate: gate{max: maxHandshakes, grace: handshakeGrace, slow: slowGrace,
+			spoke: func(c net.Conn) bool { return tcp.Received(c) >= spokeBytes }}}
 	s.wg.Add(1)
 	g.Go("peer accept", nil, func(err error) { s.wg.Done(); s.broken(err) }, func() {
 		defer s.wg.Done()

@@ -38,7 +38,7 @@ func (s *peerSet) acceptLoop() {
 		now := time.Now()
 		if n := s.gate.report(now, 10*time.Second); n > 0 {
 			s.logs.net.Warn(fmt.Sprintf("dropped %d unauthenticated connections: at most %d are authenticated at once, "+
-				"the oldest giving way after %v (strangers flooding this rank's port?)", n, s.gate.max, s.gate.grace))
+				"one that sent nothing giving way after %v, any after %v (strangers flooding this rank's port?)", n, s.gate.max, s.gate.grace, s.gate.slow))
 		}
 		s.mu.Lock()
 		if s.closed {
