@@ -264,6 +264,21 @@ bench-scale: lib
 # GONCCL_SOCKET_NTHREADS / GONCCL_NSOCKS_PERTHREAD.
 BENCH_2H_ARGS ?= -b 8 -e 64M -f 4 -n 10 -w 2 -c 1
 
+# make bench-hosts: all_reduce, all_gather, reduce_scatter and broadcast, 8 B..64 MiB, on 2
+# "hosts" x 2 ranks as bench-2hosts, each run measuring gonccl (resumable links, the
+# default), gonccl-noresume (GONCCL_LINK_RETRY_MS=0) and Gloo. Tables on stdout, JSON in
+# build/bench/<collective>_hosts.json. Namespaces named gnbh<pid>0/1, removed at the end.
+BENCH_HOSTS_COLLS ?= all_reduce all_gather reduce_scatter broadcast
+BENCH_HOSTS_ARGS ?= -b 8 -e 64M -f 4 -n 10 -w 2 -c 1
+
+.PHONY: bench-hosts
+bench-hosts: build
+	mkdir -p build/bench
+	for c in $(BENCH_HOSTS_COLLS); do \
+	  GONCCL_2H_PREFIX=gnbh$$$$ GONCCL_PYTHON=$(PY) scripts/two-hosts.sh bench $$c $(BENCH_HOSTS_ARGS) \
+	    --backends gonccl,gonccl-noresume,gloo --json $(CURDIR)/build/bench/$${c}_hosts.json || exit 1; \
+	done
+
 .PHONY: bench-2hosts
 bench-2hosts: build
 	mkdir -p build/bench

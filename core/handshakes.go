@@ -16,16 +16,28 @@ import (
 // maxHandshakes bounds the connections a rank authenticates at once.
 const maxHandshakes = 64
 
-// handshakeGrace is how long an unauthenticated connection is left to prove itself
-// before a newcomer may take its place when all maxHandshakes are taken: a real
-// rank's handshake takes a few round trips, a held connection of a stranger forever.
+// handshakeGrace is how long an unauthenticated connection that has sent nothing yet
+// is left to prove itself before a newcomer may take its place when all
+// maxHandshakes are taken: a real rank sends its hello as soon as it connects, a
+// stranger holding connections open never does.
 const handshakeGrace = 250 * time.Millisecond
+
+// slowGrace is how long one that has sent something is left before a newcomer may take
+// its place: a real rank's handshake is a few round trips, but on a starved host its
+// acceptor may not have read them yet.
+const slowGrace = 2 * time.Second
+
+// spokeBytes is what a connection must have sent to count as talking: the start of a
+// hello, or a TLS preamble.
+const spokeBytes = 16
 
 // gate counts the connections being authenticated, oldest first.
 type gate struct {
 	mu      sync.Mutex
 	max     int
 	grace   time.Duration
+	slow    time.Duration
+	spoke   func(c net.Conn) bool // whether c has sent spokeBytes
 	pending []admitted
 	dropped int       // connections dropped to make room (or refused) since the last report
 	told    time.Time // the last report
@@ -36,23 +48,37 @@ type admitted struct {
 	since time.Time
 }
 
-// admit files c as being authenticated at now. When max are already, the oldest gives
-// way if it has had grace to prove itself (returned: the caller closes it); otherwise
-// c itself is refused (ok false: the caller closes c).
+// admit files c as being authenticated at now. When max are already, one gives way:
+// the oldest that has sent nothing in grace, else the oldest that has not proven
+// itself in slow (returned: the caller closes it); if none may, c itself is refused
+// (ok false: the caller closes c).
 func (g *gate) admit(c net.Conn, now time.Time) (evicted net.Conn, ok bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if len(g.pending) >= g.max {
-		if now.Sub(g.pending[0].since) < g.grace {
-			g.dropped++
+		i := g.victim(now)
+		g.dropped++
+		if i < 0 {
 			return nil, false
 		}
-		evicted = g.pending[0].c
-		g.pending = g.pending[1:]
-		g.dropped++
+		evicted = g.pending[i].c
+		g.pending = append(g.pending[:i], g.pending[i+1:]...)
 	}
 	g.pending = append(g.pending, admitted{c, now})
 	return evicted, true
+}
+
+// victim is the index of the pending connection that gives way to a newcomer, or -1.
+func (g *gate) victim(now time.Time) int {
+	for i, a := range g.pending {
+		if now.Sub(a.since) >= g.grace && !g.spoke(a.c) {
+			return i
+		}
+	}
+	if len(g.pending) > 0 && now.Sub(g.pending[0].since) >= g.slow {
+		return 0
+	}
+	return -1
 }
 
 // done takes c off the list (authenticated or failed); false: it was dropped to make
@@ -91,5 +117,8 @@ func acceptPause(err error, pause time.Duration) (time.Duration, bool) {
 	if errors.Is(err, net.ErrClosed) {
 		return 0, false
 	}
-	return min(max(2*pause, 5*time.Millisecond), 200*time.Millisecond), true
+	return min(max(2*pause, firstAcceptPause), 200*time.Millisecond), true
 }
+
+// firstAcceptPause is the pause after the first of a run of failed accepts.
+const firstAcceptPause = 5 * time.Millisecond

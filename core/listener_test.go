@@ -12,6 +12,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/gonccl/gonccl/internal/testtime"
 )
 
 // A rank's listener against strangers (handshakes.go): it keeps accepting when the
@@ -192,7 +194,7 @@ func TestListenerHoldsAgainstAFlood(t *testing.T) {
 		if n >= held && time.Since(start) > 3*time.Second {
 			break
 		}
-		require.Less(t, time.Since(start), 60*time.Second, "the flood did not finish (%d connections open)", n)
+		require.Less(t, time.Since(start), testtime.D(60*time.Second), "the flood did not finish (%d connections open)", n)
 	}
 	require.True(t, reset)
 	// A few more than maxHandshakes: the reconnect's connections, authenticated and
@@ -216,4 +218,39 @@ func rcvbuf(t *testing.T, c net.Conn) int {
 	}
 	require.NoError(t, err)
 	return v
+}
+
+// TestGateGivesWayToNewcomers: with every place taken, a newcomer takes the place of
+// the oldest connection that sent nothing in the grace period, else of the oldest
+// older than the slow grace, else it is refused.
+func TestGateGivesWayToNewcomers(t *testing.T) {
+	conns := make([]net.Conn, 4)
+	for i := range conns {
+		conns[i] = &net.TCPConn{}
+	}
+	talking := map[net.Conn]bool{conns[0]: true}
+	g := gate{max: 3, grace: time.Second, slow: 5 * time.Second, spoke: func(c net.Conn) bool { return talking[c] }}
+	t0 := time.Unix(1000, 0)
+	for i := range 3 {
+		ev, ok := g.admit(conns[i], t0.Add(time.Duration(i)*time.Second))
+		require.True(t, ok)
+		require.Nil(t, ev)
+	}
+	// conns[0] (talking, 2.5 s old) stays; conns[1] (silent, 1.5 s) gives way.
+	ev, ok := g.admit(conns[3], t0.Add(2500*time.Millisecond))
+	require.True(t, ok)
+	require.Equal(t, conns[1], ev)
+	// conns[2] (silent, 0.6 s) is within its grace, conns[3] too: refused.
+	talking[conns[2]] = true
+	talking[conns[3]] = true
+	newcomer := &net.TCPConn{}
+	_, ok = g.admit(newcomer, t0.Add(2600*time.Millisecond))
+	require.False(t, ok)
+	// At 5 s conns[0], talking but not done, gives way.
+	ev, ok = g.admit(newcomer, t0.Add(5*time.Second))
+	require.True(t, ok)
+	require.Equal(t, conns[0], ev)
+	require.True(t, g.done(conns[2]))
+	require.False(t, g.done(conns[1]), "given way already")
+	require.Equal(t, 3, g.report(t0.Add(6*time.Second), time.Second), "two gave way, one was refused")
 }

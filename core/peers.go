@@ -113,6 +113,8 @@ type peerSet struct {
 	inflight map[net.Conn]struct{}
 	// gate bounds the connections being authenticated at once (see handshakes.go).
 	gate gate
+	// quietStop ends watchQuiet (see sessions.go); nil where no session reconnects.
+	quietStop chan struct{}
 	// handshake bounds an unauthenticated connection's handshake.
 	handshake time.Duration
 	// dialed (tests only, nil in production) is called after each connection this
@@ -146,12 +148,21 @@ func fixedPeers(rank int, links []transport.Link) *peerSet {
 func newPeerSet(rank int, epoch uint32, ranks []rankInfo, secret []byte, sec *tcp.TLS, l *net.TCPListener, timeout, retry time.Duration, checksum bool, logs loggers, g safego.Guard, hooks testHooks) *peerSet {
 	s := &peerSet{rank: rank, epoch: epoch, ranks: ranks, secret: secret, tls: sec, l: l, timeout: timeout, retry: retry, checksum: checksum, logs: logs, guard: g,
 		slots: make([]peerSlot, len(ranks)), inflight: map[net.Conn]struct{}{}, handshake: hooks.handshake(), dialed: hooks.dialed,
-		gate: gate{max: maxHandshakes, grace: handshakeGrace}}
+		gate: gate{max: maxHandshakes, grace: handshakeGrace, slow: slowGrace,
+			spoke: func(c net.Conn) bool { return tcp.Received(c) >= spokeBytes }}}
 	s.wg.Add(1)
 	g.Go("peer accept", nil, func(err error) { s.wg.Done(); s.broken(err) }, func() {
 		defer s.wg.Done()
 		s.acceptLoop()
 	})
+	if retry > 0 {
+		s.quietStop = make(chan struct{})
+		s.wg.Add(1)
+		g.Go("tcp quiet watch", nil, func(err error) { s.wg.Done(); s.broken(err) }, func() {
+			defer s.wg.Done()
+			s.watchQuiet(s.quietStop)
+		})
+	}
 	return s
 }
 
@@ -485,6 +496,9 @@ func (s *peerSet) close() {
 	}
 	s.mu.Unlock()
 	if !already && s.l != nil {
+		if s.quietStop != nil {
+			close(s.quietStop)
+		}
 		s.l.Close()
 		closeConns(inflight)
 		s.wg.Wait()

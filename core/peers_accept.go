@@ -27,7 +27,7 @@ func (s *peerSet) acceptLoop() {
 			if pause, again = acceptPause(err, pause); !again {
 				return
 			}
-			if pause <= 10*time.Millisecond { // the first of a run of failures
+			if pause == firstAcceptPause { // the first of a run of failures
 				s.logs.net.Warn("accepting a connection failed, trying again", zap.Error(err))
 			}
 			time.Sleep(pause)
@@ -38,7 +38,7 @@ func (s *peerSet) acceptLoop() {
 		now := time.Now()
 		if n := s.gate.report(now, 10*time.Second); n > 0 {
 			s.logs.net.Warn(fmt.Sprintf("dropped %d unauthenticated connections: at most %d are authenticated at once, "+
-				"the oldest giving way after %v (strangers flooding this rank's port?)", n, s.gate.max, s.gate.grace))
+				"one that sent nothing giving way after %v, any after %v (strangers flooding this rank's port?)", n, s.gate.max, s.gate.grace, s.gate.slow))
 		}
 		s.mu.Lock()
 		if s.closed {
@@ -96,9 +96,6 @@ func (s *peerSet) accepted(c net.Conn, h tcp.Hello) error {
 		return s.sess.ServeLinger(c, h, s.secret)
 	}
 	if h.Resume {
-		if h.Channel != tcp.ChannelCall {
-			s.watchQuiet(c) // a session's new connection
-		}
 		return s.sess.Serve(c, h)
 	}
 	if h.Channel == tcp.ChannelCall {

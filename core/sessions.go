@@ -59,16 +59,11 @@ func (s *peerSet) session(c net.Conn, h tcp.Hello) net.Conn {
 	cfg := tcp.SessionConfig{Peer: peer, Channel: h.Channel, Link: h.Link, Retry: s.retry, Guard: s.guard, Checksum: h.Checksum,
 		Secret: s.secret, Log: func(m string) { s.logs.net.Info(m) }}
 	addr := s.ranks[peer].Addr
-	s.watchQuiet(c)
 	if dialler {
 		cfg.Redial = func(delivered, gen uint64, deadline time.Time) (net.Conn, uint64, error) {
 			rh := h
 			rh.Resume, rh.Count, rh.Gen = true, delivered, gen
-			c, n, err := tcp.DialResume(addr, s.secret, s.tls, rh, deadline)
-			if err == nil {
-				s.watchQuiet(c)
-			}
-			return c, n, err
+			return tcp.DialResume(addr, s.secret, s.tls, rh, deadline)
 		}
 	} else {
 		cfg.Call = func(gen uint64, deadline time.Time) error {
@@ -84,13 +79,23 @@ func (s *peerSet) session(c net.Conn, h tcp.Hello) net.Conn {
 	return sess
 }
 
-// watchQuiet makes c, a connection of a session that reconnects, break when what it
-// sent stays unacknowledged for tcp.QuietTimeout: a link that goes quiet without a
-// reset (a switch reboots, a cable is pulled) is then made again within the retry
-// window, instead of waiting for TCP's own retransmissions, minutes apart at worst.
-func (s *peerSet) watchQuiet(c net.Conn) {
-	if s.retry > 0 {
-		tcp.WatchQuiet(c, tcp.QuietTimeout(s.retry))
+// watchQuiet breaks, until stop closes, the sessions whose connection went quiet
+// (tcp.QuietWatch: bytes unacknowledged and nothing heard for tcp.QuietTimeout): a
+// link that goes quiet without a reset (a switch reboots, a cable is pulled) is then
+// made again within the retry window, instead of waiting for TCP's own
+// retransmissions, which back off to minutes apart.
+func (s *peerSet) watchQuiet(stop <-chan struct{}) {
+	d := tcp.QuietTimeout(s.retry)
+	w := tcp.NewQuietWatch(d)
+	t := time.NewTicker(d / 8)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case now := <-t.C:
+			w.Check(s.sess.All(), now)
+		}
 	}
 }
 

@@ -10,6 +10,12 @@ chaos):
 * past the retry window: the link goes down with its connections reset and stays
   down longer than GONCCL_LINK_RETRY_MS: every rank fails, naming a rank of the other
   host, within the bound;
+* a quiet outage: the link goes down for 12 s and nothing is reset (packets are only
+  lost, as when a switch reboots), under GONCCL_LINK_RETRY_MS=20000: the sessions see
+  the silence (TCP_USER_TIMEOUT) and re-dial, and the loop goes on within 2 s of the
+  link coming back, every result exact; a quiet outage that outlasts the window (the
+  heartbeat set far above it): every rank fails, naming a rank of the other host, soon
+  after the window closes;
 * a reset under TLS: resumed, and the resumed connections are TLS with the same peer
   certificate (the log says so);
 * a slow link: a relay of our own (scripts/netfault-relay.py, one per host, each taking
@@ -39,6 +45,8 @@ import sys
 import time
 
 import pytest
+
+import _harness
 
 from test_two_hosts import SCRIPT, TIMEOUT, TwoHostRun, _host1_pids, _strike, pytestmark  # noqa: F401
 from test_two_hosts import hosts, tls_env  # noqa: F401 (the fixtures, used by name)
@@ -142,6 +150,68 @@ def test_link_down_past_retry_window_names_the_other_host(hosts, tmp_path):  # n
         assert any(f"rank {o}" in err["message"] for o in other), f"rank {r} does not name the other host: {err}"
         assert not wr.run.procs[r].killed, f"rank {r} had to be killed:\n{wr.run.describe()}"
         print(f"rank {r}: failed {err['after_fault_s']:.1f} s after the cut", flush=True)
+
+
+def _resumed_after(res: list[dict], up_at: float) -> float:
+    """The most, over the ranks, that the iteration running when the link came back at
+    up_at went on after it."""
+    worst = 0.0
+    for x in res:
+        for t0, took in x["times"]:
+            if t0 <= up_at <= t0 + took:
+                worst = max(worst, t0 + took - up_at)
+    return worst
+
+
+@pytest.mark.timeout(TIMEOUT + 60)
+def test_quiet_outage_resumes_on_time(hosts, tmp_path):  # noqa: F811
+    report_dir = str(tmp_path)
+    up = []
+
+    def outage():
+        _link(hosts, False)
+        time.sleep(12)
+        _link(hosts, True)
+        up.append(time.time())
+        time.sleep(4)
+        _stop(report_dir)
+
+    env = {"GONCCL_LINK_RETRY_MS": "20000"}
+    try:
+        wr = TwoHostRun(hosts, report_dir, ["chaos", "120"], extra_env=env, during=lambda: _strike(report_dir, outage))
+    finally:
+        _link(hosts, True)
+    res = _assert_exact(wr, "a quiet outage of 12 s")
+    assert up, "the outage did not run"
+    after = _resumed_after(res, up[0])
+    print(f"\nquiet outage of 12 s: the loop went on {after:.2f} s after the link came back", flush=True)
+    assert max(x["slowest_s"] for x in res) > 11, f"the outage did not hold the loop up: {res[0]['slowest_s']}"
+    assert after < _harness.scaled(2.0), f"the loop went on {after:.2f} s after the link came back (want < 2 s)"
+    logs = [p.stderr for p in wr.run.procs]
+    assert any(re.search(r"link to rank \d \(channel \d+\) broke: the link went quiet", log) for log in logs), (
+        "no session saw the silence:\n" + logs[0][-4000:])
+
+
+@pytest.mark.timeout(TIMEOUT + 60)
+def test_quiet_outage_past_window_names_the_other_host(hosts, tmp_path):  # noqa: F811
+    report_dir = str(tmp_path)
+
+    env = {"GONCCL_LINK_RETRY_MS": "3000", "GONCCL_HEARTBEAT_TIMEOUT_MS": "60000"}
+    try:
+        wr = TwoHostRun(hosts, report_dir, ["chaos", "120"], extra_env=env,
+                        during=lambda: _strike(report_dir, lambda: _link(hosts, False)))
+    finally:
+        _link(hosts, True)
+    for r, x in enumerate(_results(wr)):
+        err = x["error"]
+        assert err, f"rank {r}: no error with the link quiet for good:\n{wr.run.describe()}"
+        assert err["type"] == "DistBackendError", err
+        # 2 s of silence (tcp.QuietTimeout of a 3 s window), then the 3 s window
+        assert err["after_fault_s"] is not None and err["after_fault_s"] < _harness.scaled(12), err
+        other = (2, 3) if r < 2 else (0, 1)
+        assert any(f"rank {o}" in err["message"] for o in other), f"rank {r} does not name the other host: {err}"
+        assert not wr.run.procs[r].killed, f"rank {r} had to be killed:\n{wr.run.describe()}"
+        print(f"rank {r}: failed {err['after_fault_s']:.1f} s after the link went quiet", flush=True)
 
 
 @pytest.mark.timeout(TIMEOUT + 60)

@@ -7,6 +7,8 @@ import (
 	"net"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Listen opens a TCP listener on ifc's address with a port chosen by the kernel.
@@ -78,3 +80,23 @@ func grow(c *net.TCPConn) {
 // kernel's defaults until it has proven itself (Accept grows them): a stranger's
 // connections cost the kernel no more than any other.
 func Accepted(c *net.TCPConn) { tune(c) }
+
+// Received is how many bytes the peer has sent on c so far (TCP_INFO's bytes_received,
+// read or not), or 0 where c is no TCP connection.
+func Received(c net.Conn) uint64 {
+	tc := rawTCP(c)
+	if tc == nil {
+		return 0
+	}
+	sc, err := tc.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	var n uint64
+	_ = sc.Control(func(fd uintptr) {
+		if info, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO); err == nil {
+			n = info.Bytes_received
+		}
+	})
+	return n
+}

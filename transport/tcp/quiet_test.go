@@ -2,16 +2,13 @@ package tcp
 
 import (
 	"bytes"
-	"errors"
 	"io"
 	"net"
 	"os"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"golang.org/x/sys/unix"
 )
 
 // TestTimedOutTLSWriteIsABreakAfterwards: a write whose caller's deadline passes (the
@@ -57,21 +54,85 @@ func TestQuietTimeout(t *testing.T) {
 	}
 }
 
-// TestWatchQuietSetsUserTimeout: the option reaches the socket under a TLS connection.
-func TestWatchQuietSetsUserTimeout(t *testing.T) {
-	_, secs := groupTLS(t, 2)
-	dial, _, _, _ := sessionPair(t, 5*time.Second, secs[0], secs[1])
-	WatchQuiet(dial.Conn(), 3*time.Second)
-	sc, err := rawTCP(dial.Conn()).SyscallConn()
+// TestQuietDecision: a connection is quiet when bytes stayed outstanding with no
+// progress for d by the watch's samples and nothing arrived for d by the kernel's.
+func TestQuietDecision(t *testing.T) {
+	a, b := &net.TCPConn{}, &net.TCPConn{}
+	t0 := time.Unix(1000, 0)
+	d := 2 * time.Second
+	out := func(acked uint64, lastAck time.Duration) tcpSample {
+		return tcpSample{outstanding: true, acked: acked, lastAck: lastAck}
+	}
+	steps := []struct {
+		name  string
+		c     net.Conn
+		x     tcpSample
+		at    time.Duration
+		quiet bool
+	}{
+		{"idle", a, tcpSample{acked: 10, lastAck: time.Minute}, 0, false},
+		{"bytes out: the wait starts", a, out(10, 0), 0, false},
+		{"no progress, but not for d", a, out(10, time.Second), time.Second, false},
+		{"no progress for d, nothing heard for d", a, out(10, 2*time.Second), 2 * time.Second, true},
+		{"progress: the wait starts again", a, out(20, 3*time.Second), 3 * time.Second, false},
+		{"no progress for d, but something heard (a probe's answer)", a, out(20, time.Second), 5 * time.Second, false},
+		{"nothing heard for long, the wait just began again", b, out(20, time.Minute), 6 * time.Second, false},
+		{"new connection, no progress for d", b, out(20, time.Minute), 8 * time.Second, true},
+	}
+	var m quietMark
+	for _, st := range steps {
+		var q bool
+		m, q = quiet(m, st.c, st.x, t0.Add(st.at), d)
+		require.Equal(t, st.quiet, q, st.name)
+	}
+}
+
+// TestQuietWatchSparesBusyLinks: a watch with a short timeout, run often over a pair of
+// sessions streaming both ways, never breaks them.
+func TestQuietWatchSparesBusyLinks(t *testing.T) {
+	dial, acc, _, _ := sessionPair(t, 5*time.Second, nil, nil)
+	w := NewQuietWatch(300 * time.Millisecond)
+	stop := make(chan struct{})
+	done := make(chan int)
+	go func() {
+		broke := 0
+		for {
+			select {
+			case <-stop:
+				done <- broke
+				return
+			case now := <-time.After(20 * time.Millisecond):
+				broke += w.Check([]*Session{dial, acc}, now)
+			}
+		}
+	}()
+	pump(t, dial, acc, 32<<20, nil)
+	close(stop)
+	require.Zero(t, <-done)
+	require.Zero(t, dial.Resumes())
+}
+
+// TestQuietWatchSparesASlowReader: a peer that reads nothing for longer than the
+// watch's timeout (its window closed, its kernel answering probes) is not a quiet link:
+// no break, and the bytes arrive once it reads.
+func TestQuietWatchSparesASlowReader(t *testing.T) {
+	dial, acc, _, _ := sessionPair(t, 5*time.Second, nil, nil)
+	w := NewQuietWatch(500 * time.Millisecond)
+	big := bytes.Repeat([]byte("0123456789abcdef"), 4<<20) // 64 MiB: the writer blocks
+	done := make(chan error, 1)
+	go func() {
+		_ = dial.SetWriteDeadline(time.Now().Add(30 * time.Second))
+		_, err := dial.Write(big)
+		done <- err
+	}()
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		require.Zero(t, w.Check([]*Session{dial, acc}, time.Now()), "a slow reader was taken for a quiet link")
+	}
+	_ = acc.SetReadDeadline(time.Now().Add(30 * time.Second))
+	got := make([]byte, len(big))
+	_, err := io.ReadFull(acc, got)
 	require.NoError(t, err)
-	v := 0
-	require.NoError(t, sc.Control(func(fd uintptr) {
-		v, err = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT)
-	}))
-	require.NoError(t, err)
-	require.Equal(t, 3000, v)
-	require.False(t, callersTimeout(syscall.ETIMEDOUT, time.Now().Add(-time.Second)), "TCP_USER_TIMEOUT's error is a break")
-	require.False(t, callersTimeout(os.ErrDeadlineExceeded, time.Time{}))
-	require.True(t, callersTimeout(&net.OpError{Err: os.ErrDeadlineExceeded}, time.Now().Add(-time.Second)))
-	require.False(t, callersTimeout(errors.New("x"), time.Now().Add(-time.Second)))
+	require.NoError(t, <-done)
+	require.True(t, bytes.Equal(big, got))
+	require.Zero(t, dial.Resumes())
 }

@@ -73,7 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated backends to measure in this run: torch backends (gonccl, gloo, nccl) "
                         "and gonccl-auto / gonccl-samegpu / gonccl-model / gonccl-device / gonccl-staged "
                         "(gonccl with GONCCL_DEVICE_PATH=auto / =samegpu / =model / =1 / =0), "
-                        "gonccl-plain / gonccl-tls (gonccl with GONCCL_TLS=0 / =1). "
+                        "gonccl-plain / gonccl-tls (gonccl with GONCCL_TLS=0 / =1), "
+                        "gonccl-noresume (GONCCL_LINK_RETRY_MS=0). "
                         "Default: gonccl,gloo on cpu; gonccl-auto,gonccl-samegpu,gonccl-device,gonccl-staged,gloo on cuda, "
                         "and nccl where every rank has a GPU of its own")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",

@@ -8,8 +8,9 @@ path and Gloo side by side, over the same processes and tensors. ``gonccl-model`
 (``GONCCL_DEVICE_PATH=model``) is the cost model's choice among every path the GPUs allow,
 run on a GPU before or not. ``gonccl-plain`` and
 ``gonccl-tls`` do the same with ``GONCCL_TLS=0`` and ``=1`` (the certificates come from the
-environment), to measure what TLS costs between hosts. ``gonccl`` is gonccl as the
-environment configures it.
+environment), to measure what TLS costs between hosts, and ``gonccl-noresume`` with
+``GONCCL_LINK_RETRY_MS=0``, to measure what resumable links cost. ``gonccl`` is gonccl as
+the environment configures it.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ VARIANTS = {
     "gonccl-staged": ("gonccl", {"GONCCL_DEVICE_PATH": "0"}),
     "gonccl-plain": ("gonccl", {"GONCCL_TLS": "0"}),
     "gonccl-tls": ("gonccl", {"GONCCL_TLS": "1"}),
+    "gonccl-noresume": ("gonccl", {"GONCCL_LINK_RETRY_MS": "0"}),
 }
 
 # What the TLS variants mean, for the table's header.
@@ -35,6 +37,8 @@ NOTES = {
     "gonccl-plain": "gonccl-plain: gonccl with GONCCL_TLS=0 (plain TCP between hosts)",
     "gonccl-tls": "gonccl-tls: gonccl with GONCCL_TLS=1 (TLS 1.3 between hosts; certificates from GONCCL_TLS_CERT, "
                   "GONCCL_TLS_KEY, GONCCL_TLS_CA)",
+    "gonccl-noresume": "gonccl-noresume: gonccl with GONCCL_LINK_RETRY_MS=0 (links between hosts are plain TCP "
+                       "connections, not resumable sessions)",
 }
 
 # The bench's default on CPU tensors; on CUDA ones, default_backends adds the paths.

@@ -265,7 +265,7 @@ def _run(args, rank: int, nranks: int, timeout) -> int:
                f"{os.environ.get('GONCCL_DEVICE_SCRATCH', '8M (default)')}"]
               if any(b in ("gonccl-auto", "gonccl-samegpu", "gonccl-device", "gonccl-staged") for b in args.backends)
               else []),
-            *([f"# {variants.NOTES[b]}" for b in ("gonccl-plain", "gonccl-tls") if b in args.backends]),
+            *([f"# {variants.NOTES[b]}" for b in ("gonccl-plain", "gonccl-tls", "gonccl-noresume") if b in args.backends]),
             "#",
             "#  Using devices",
             *[f"#  Rank {r:>3} Pid {pid:>7} on {host:>12} device {dev}" for r, (pid, host, dev) in enumerate(where)],
