@@ -160,7 +160,7 @@ func (r *Registry) ServeLinger(conn net.Conn, h Hello, secret []byte) error {
 		s := r.m[regKey{h.From, l}]
 		r.mu.Unlock()
 		counts[i] = lingerGone
-		if d, _, err := s.deliveredForAsk(Hello{From: h.From, Link: l}); err == nil {
+		if d, err := s.deliveredForAsk(Hello{From: h.From, Link: l}); err == nil {
 			counts[i] = d
 		}
 	}

@@ -21,7 +21,7 @@ import (
 //	              a closed link); then both resend what the other lacks and the
 //	              stream goes on
 //	ChannelCall:  nothing; the dialler reconnects the link if its generation is the
-//	              one that broke (an ask, Count askDelivered: the answer, role 'Q')
+//	              one that broke (a linger ask: linger.go)
 //
 // The answer's MAC (HMAC-SHA256 with the communicator's secret) covers the
 // handshake's two nonces, the link, the count and the generation: a count corrupted
@@ -114,15 +114,6 @@ func (r *Registry) Serve(conn net.Conn, h Hello) error {
 	r.mu.Lock()
 	s := r.m[regKey{h.From, h.Link}]
 	r.mu.Unlock()
-	if h.Channel == ChannelCall && h.Count == askDelivered {
-		defer conn.Close()
-		d, gen, err := s.deliveredForAsk(h)
-		if err != nil {
-			refuse(conn, err.Error())
-			return err
-		}
-		return writeAnswer(conn, s.cfg.Secret, h, 'Q', d, gen, time.Second)
-	}
 	if h.Channel == ChannelCall {
 		defer conn.Close()
 		if s == nil || s.cfg.Redial == nil || !s.kick(h.Count) {
@@ -203,74 +194,18 @@ func readAnswer(c net.Conn, secret []byte, h Hello, role byte, deadline time.Tim
 	return count, gen, nil
 }
 
-// askDelivered is the Count of a ChannelCall hello that asks how many bytes of the
-// link the other side has delivered (see Session.Linger), rather than for a reconnect.
-const askDelivered = ^uint64(0)
-
-// deliveredForAsk is s's delivered count and generation for an ask from h.From, or
-// why there is none (the link is closed, failed or unknown: the asker's bytes are no
-// longer wanted).
-func (s *Session) deliveredForAsk(h Hello) (uint64, uint64, error) {
+// deliveredForAsk is s's delivered count for a linger ask from h.From, or why there is
+// none (the link is closed, failed or unknown: the asker's bytes are no longer wanted).
+func (s *Session) deliveredForAsk(h Hello) (uint64, error) {
 	if s == nil {
-		return 0, 0, fmt.Errorf("rank %d asks about link %#x, which this rank does not have (any more): %w", h.From, h.Link, ErrStaleLink)
+		return 0, fmt.Errorf("rank %d asks about link %#x, which this rank does not have (any more): %w", h.From, h.Link, ErrStaleLink)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err != nil || s.closed {
-		return 0, 0, fmt.Errorf("link to rank %d is closed: %w", s.cfg.Peer, ErrStaleLink)
+		return 0, fmt.Errorf("link to rank %d is closed: %w", s.cfg.Peer, ErrStaleLink)
 	}
-	return s.delivered, s.gen, nil
-}
-
-// AskDelivered asks the other end of session h.Link at addr how many bytes of it it
-// has delivered (h.Channel ChannelCall, h.Resume set; Count is set here). A refusal
-// (a *RefusedError) means it no longer has the link.
-func AskDelivered(addr string, secret []byte, t *TLS, h Hello, deadline time.Time) (uint64, error) {
-	h.Count = askDelivered
-	c, err := dialOnce(addr, secret, t, &h, deadline)
-	if err != nil {
-		return 0, err
-	}
-	defer c.Close()
-	d, _, err := readAnswer(c, secret, h, 'Q', deadline)
-	return d, err
-}
-
-// Linger waits, before this side closes the session on purpose, until the peer has
-// delivered every byte this side wrote: acknowledged on the link, or, where no
-// acknowledgement came, asked (SessionConfig.Ask) every little while. A break after
-// the last write can then still be resent, as the session is still there to answer
-// the peer's reconnect. It returns at deadline, when the peer no longer has the link
-// (closed: it wants nothing more) or its host refuses (exited), or at once for a
-// session that failed, never wrote, or does not reconnect.
-func (s *Session) Linger(deadline time.Time) {
-	if s.cfg.Ask == nil || s.cfg.Retry == 0 {
-		return
-	}
-	wait := 5 * time.Millisecond
-	for {
-		s.pumpAcks(time.Time{})
-		s.mu.Lock()
-		sent, acked, over := s.sent, s.acked, s.err != nil || s.closed
-		s.mu.Unlock()
-		if over || sent == 0 || acked >= sent || !time.Now().Before(deadline) {
-			return
-		}
-		try := time.Now().Add(2 * time.Second)
-		if try.After(deadline) {
-			try = deadline
-		}
-		d, err := s.cfg.Ask(try)
-		var refused *RefusedError
-		switch {
-		case err == nil && d >= sent:
-			return
-		case errors.As(err, &refused), errors.Is(err, syscall.ECONNREFUSED):
-			return
-		}
-		time.Sleep(wait)
-		wait = min(2*wait, 100*time.Millisecond)
-	}
+	return s.delivered, nil
 }
 
 // kick breaks generation gen of the session, which the acceptor reports broken,

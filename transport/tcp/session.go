@@ -78,9 +78,6 @@ type SessionConfig struct {
 	Redial func(delivered, gen uint64, deadline time.Time) (net.Conn, uint64, error)
 	// Call (the acceptor's side) asks the dialler to reconnect generation gen.
 	Call func(gen uint64, deadline time.Time) error
-	// Ask asks the peer how many bytes of the link it has delivered (AskDelivered),
-	// for Linger; nil: a close does not wait.
-	Ask func(deadline time.Time) (uint64, error)
 	// Log reports breaks and resumes (INFO).
 	Log func(msg string)
 	// Guard runs the reconnecting goroutine.

@@ -74,6 +74,10 @@ func (r *sessRank) serveWith(o sessOpts, callAddr string) {
 				raw.Close()
 				return
 			}
+			if IsLingerAsk(h) {
+				r.served <- r.reg.ServeLinger(c, h, r.secret)
+				return
+			}
 			if h.Resume {
 				r.served <- r.reg.Serve(c, h)
 				return
@@ -81,10 +85,7 @@ func (r *sessRank) serveWith(o sessOpts, callAddr string) {
 			s := NewSession(c, SessionConfig{Peer: h.From, Channel: h.Channel, Link: h.Link, Retry: retry, Log: r.log, Checksum: h.Checksum, Secret: r.secret,
 				Call: func(gen uint64, deadline time.Time) error {
 					return CallResume(callAddr, r.secret, r.tls, Hello{From: r.rank, To: h.From, Channel: ChannelCall, Link: h.Link, Resume: true, Count: gen}, deadline)
-				},
-				Ask: func(deadline time.Time) (uint64, error) {
-					return AskDelivered(callAddr, r.secret, r.tls, Hello{From: r.rank, To: h.From, Channel: ChannelCall, Link: h.Link, Resume: true}, deadline)
-				}})
+				},})
 			r.reg.Add(h.From, h.Link, s)
 			r.accept <- s
 		}()
@@ -123,10 +124,7 @@ func sessionPairWith(t testing.TB, o sessOpts, sec0, sec1 *TLS) (dial, acc *Sess
 				return o.redial(real)
 			}
 			return real()
-		},
-		Ask: func(deadline time.Time) (uint64, error) {
-			return AskDelivered(addr0, tlsSecret, sec1, Hello{From: 1, To: 0, Channel: ChannelCall, Link: 7, Resume: true}, deadline)
-		}})
+		},})
 	r1.reg.Add(0, 7, dial)
 	select {
 	case acc = <-r0.accept:
@@ -491,7 +489,7 @@ func (c *dropConn) raw() net.Conn { return c.Conn }
 func TestLingerKeepsTheLastBytesResendable(t *testing.T) {
 	var armed atomic.Bool
 	wrap := func(c net.Conn) net.Conn { return &dropConn{Conn: c, armed: &armed} }
-	dial, acc, _, _ := sessionPairWith(t, sessOpts{retry: 5 * time.Second, wrap: wrap}, nil, nil)
+	dial, acc, r0, _ := sessionPairWith(t, sessOpts{retry: 5 * time.Second, wrap: wrap}, nil, nil)
 	msg := bytes.Repeat([]byte("last words "), 1000)
 	armed.Store(true)
 	_, err := dial.Write(msg) // lost on the way
@@ -499,7 +497,7 @@ func TestLingerKeepsTheLastBytesResendable(t *testing.T) {
 	armed.Store(false)
 	lingered := make(chan struct{})
 	go func() {
-		dial.Linger(time.Now().Add(30 * time.Second))
+		lingerOne(dial, r0, nil, time.Now().Add(30*time.Second))
 		dial.Close()
 		close(lingered)
 	}()
@@ -520,12 +518,12 @@ func TestLingerKeepsTheLastBytesResendable(t *testing.T) {
 // TestLingerReturnsWhenThePeerIsGone: a peer that no longer has the link (closed) ends
 // the wait at once, not at its deadline.
 func TestLingerReturnsWhenThePeerIsGone(t *testing.T) {
-	dial, acc, _, _ := sessionPair(t, 5*time.Second, nil, nil)
+	dial, acc, _, r1 := sessionPair(t, 5*time.Second, nil, nil)
 	_, err := acc.Write([]byte("unread"))
 	require.NoError(t, err)
 	require.NoError(t, dial.Close())
 	done := make(chan struct{})
-	go func() { acc.Linger(time.Now().Add(time.Hour)); close(done) }()
+	go func() { lingerOne(acc, r1, nil, time.Now().Add(time.Hour)); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(20 * time.Second):
@@ -724,4 +722,12 @@ func TestReconnectWithAnotherCertificateIsRefused(t *testing.T) {
 	}
 	require.Zero(t, acc.Resumes(), "the acceptor resumed with the impostor")
 	pump(t, dial, acc, 1<<20, func(int) {})
+}
+
+// lingerOne lingers s, a session of the rank other than peer, asking peer (LingerPeer).
+func lingerOne(s *Session, peer *sessRank, sec *TLS, deadline time.Time) {
+	addr := peer.l.Addr().String()
+	LingerPeer([]*Session{s}, func(links []uint64, dl time.Time) ([]uint64, error) {
+		return AskLinger(addr, tlsSecret, sec, Hello{From: 1 - peer.rank, To: peer.rank}, links, dl)
+	}, deadline)
 }
