@@ -85,7 +85,7 @@ func (r *sessRank) serveWith(o sessOpts, callAddr string) {
 			s := NewSession(c, SessionConfig{Peer: h.From, Channel: h.Channel, Link: h.Link, Retry: retry, Log: r.log, Checksum: h.Checksum, Secret: r.secret,
 				Call: func(gen uint64, deadline time.Time) error {
 					return CallResume(callAddr, r.secret, r.tls, Hello{From: r.rank, To: h.From, Channel: ChannelCall, Link: h.Link, Resume: true, Count: gen}, deadline)
-				},})
+				}})
 			r.reg.Add(h.From, h.Link, s)
 			r.accept <- s
 		}()
@@ -124,7 +124,7 @@ func sessionPairWith(t testing.TB, o sessOpts, sec0, sec1 *TLS) (dial, acc *Sess
 				return o.redial(real)
 			}
 			return real()
-		},})
+		}})
 	r1.reg.Add(0, 7, dial)
 	select {
 	case acc = <-r0.accept:
