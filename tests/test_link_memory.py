@@ -28,7 +28,7 @@ from test_two_hosts import SCRIPT, _script, _why_not
 PREFIX = "gnclm"
 PER_HOST = 8
 BYTES = 8 << 20
-RSS_LIMIT_MIB = 96
+RSS_LIMIT_MIB = 128
 SECONDS = float(os.environ.get("SOAK_SECONDS", "8"))
 
 pytestmark = [pytest.mark.requires("netns"), pytest.mark.skipif(_why_not() is not None, reason=_why_not() or "")]

@@ -61,7 +61,11 @@ int main(int argc, char** argv) {
   CHECK(send && recv, "out of memory");
   long it = 0, wrong = 0;
   double end = now() + seconds;
-  do {
+  for (;;) {
+    /* Rank 0's clock decides for all: every rank runs as many all-to-alls. */
+    int64_t go = now() < end, all = 0;
+    OK(goncclBroadcast(&go, &all, 1, goncclInt64, 0, comm, NULL), comm);
+    if (!all) break;
     for (int p = 0; p < nranks; p++)
       for (size_t i = 0; i < count; i++) send[p * count + i] = value(rank, p, i, it);
     OK(goncclAlltoAll(send, recv, count, goncclInt64, comm, NULL), comm);
@@ -72,14 +76,6 @@ int main(int argc, char** argv) {
           break;
         }
     it++;
-  } while (now() < end);
-  /* Every rank runs as many: the last one's count decides, so agree on the most. */
-  int64_t its = it, most = 0;
-  OK(goncclAllReduce(&its, &most, 1, goncclInt64, goncclMax, comm, NULL), comm);
-  for (; it < most; it++) {
-    for (int p = 0; p < nranks; p++)
-      for (size_t i = 0; i < count; i++) send[p * count + i] = value(rank, p, i, it);
-    OK(goncclAlltoAll(send, recv, count, goncclInt64, comm, NULL), comm);
   }
   printf("{\"rank\": %d, \"iterations\": %ld, \"hwm_kib\": %ld, \"rss_kib\": %ld, \"fds\": %d, \"wrong\": %ld}\n", rank,
          it, status_kib("VmHWM:"), status_kib("VmRSS:"), count_fds(), wrong);
