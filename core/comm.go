@@ -213,6 +213,7 @@ func NewComm(id UniqueID, nranks, rank int, opts Options) (*Comm, error) {
 	}
 	procs := sizeGoMaxProcs(cfg, ranks, me.Host)
 	c.logInit(ifc, ranks, procs, time.Since(start))
+	c.watchTerm()
 	return c, nil
 }
 

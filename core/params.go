@@ -115,7 +115,7 @@ var Params = []settings.Param[config]{
 		Help:  "operations each communicator's flight recorder keeps (see [Troubleshooting](troubleshooting.md#hangs-and-the-flight-recorder)); `0` turns it off",
 		Parse: integer(0, maxTraceSize, func(c *config, v int64) { c.traceSize = int(v) })},
 	{Name: "GONCCL_TRACE_DUMP_DIR", Unset: "(none)",
-		Help:  "directory where every rank writes its flight recorder as JSON (`gonccl_trace_<comm>_rank<r>_pid<pid>.json`) when an operation first fails or times out, and again when the communicator is destroyed or aborted",
+		Help:  "directory where every rank writes its flight recorder as JSON (`gonccl_trace_<comm>_rank<r>_pid<pid>.json`) when an operation first fails or times out, again when the communicator is destroyed or aborted, and when the process gets SIGTERM (unless the program handles SIGTERM itself)",
 		Parse: text(func(c *config, v string) { c.traceDir = v })},
 	{Name: "GONCCL_QUEUE_DEPTH", Default: "1024",
 		Help:  "collectives one communicator holds queued (issued, not yet started) per rank. Issuing more blocks the calling thread (the GIL released) until the oldest start: back-pressure, so that any number of `async_op=True` calls can be issued before waiting. The wait is bounded by the operation timeout (a clear timeout error if the queue stays full, e.g. because a peer calls different collectives); destroying or aborting the communicator wakes it (1..1048576)",
