@@ -105,6 +105,7 @@ def test_dtype_mismatch_says_it_once():
         assert "float32" in msg and "int32" in msg, (rank, msg)
         # one statement of the pair (before: the error's and again the diagnosis's)
         assert len(re.findall(r"called \S+ #\d+ \((float32|int32)[^)]*\) but rank \d called", msg)) == 1, (rank, msg)
+        assert "every rank must pass tensors of the same dtype" in msg, (rank, msg)  # the next step
         said_once(msg)
         assert secs < scaled(15), (rank, secs, msg)
 
