@@ -194,3 +194,14 @@ def test_init_timeout_is_torchs_and_says_the_time_waited():
     assert "the init timeout is 6000 ms" in msg, msg
     said_once(msg)
     assert "GONCCL_TIMEOUT_MS=2000 does not apply" in run.procs[0].stderr, run.describe()
+
+
+@pytest.mark.timeout(150)
+def test_unwritable_debug_file_is_said_once_per_rank(tmp_path):
+    """A GONCCL_DEBUG_FILE that cannot be opened is named once per process, whatever
+    number of communicators and packages log."""
+    run = run_ranks(lambda r: worker_argv("first_error_worker.py", "debug_file"), 2, timeout=90,
+                    env={"GONCCL_DEBUG_FILE": str(tmp_path / "no" / "such" / "dir" / "log")})
+    assert not run.timed_out and all(p.returncode == 0 for p in run.procs), run.describe()
+    for p in run.procs:
+        assert p.stderr.count("logging to stderr instead") == 1, run.describe()
