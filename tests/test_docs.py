@@ -282,7 +282,7 @@ def test_install_says_how_long_the_build_takes_and_how_to_watch_it():
     say how long, and that -v shows its steps (which setup.py prints)."""
     for page in ("README.md", os.path.join("docs", "install.md")):
         text = open(os.path.join(ROOT, page)).read()
-        assert re.search(r"\d+(\.\d+)? on a 2-core machine on \d{4}-\d\d-\d\d", text), page
+        assert re.search(r"\d+(\.\d+)? minutes on a 2-core machine on \d{4}-\d\d-\d\d", text), page
         assert "pip install -v" in text.replace("\n", " "), page
     setup = open(os.path.join(ROOT, "setup.py")).read()
     assert "step 1 of 2" in setup and "step 2 of 2" in setup
