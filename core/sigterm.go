@@ -15,71 +15,52 @@ import (
 // GONCCL_TRACE_DUMP_DIR writes its recorder when the process gets SIGTERM, and the
 // process then ends as SIGTERM's default action ends it.
 //
-// gonccl takes SIGTERM only while its action is the default one (no handler of the
-// host program's, not ignored: see package termsig), and gives it back (signal.Reset,
-// which restores that default) when the last such communicator ends.
+// gonccl takes SIGTERM only if its action is the default one when the first such
+// communicator is created (no handler of the host program's, not ignored: see package
+// termsig), and then keeps it for the life of the process: giving it back
+// (signal.Stop or Reset) would reinstall the default action over any handler the
+// program installed in the meantime. A handler the program installs later replaces
+// gonccl's, which then simply never runs.
 var termDump struct {
-	start sync.Mutex // serializes starting and stopping the watcher
-	mu    sync.Mutex // guards comms
-	comms map[*Comm]bool
-	stop  chan struct{} // closed to stop the watcher
-	done  chan struct{} // closed when the watcher has returned
+	mu      sync.Mutex
+	started bool // the watcher runs (it never stops)
+	comms   map[*Comm]bool
 }
 
 // watchTerm adds c to the communicators whose recorders SIGTERM writes, starting the
-// watcher if c is the first (and SIGTERM has its default action).
+// watcher if none runs yet and SIGTERM has its default action.
 func (c *Comm) watchTerm() {
 	if c.trace == nil || c.trace.dir == "" {
 		return
 	}
-	termDump.start.Lock()
-	defer termDump.start.Unlock()
 	termDump.mu.Lock()
-	running := len(termDump.comms) > 0
-	termDump.mu.Unlock()
-	if !running {
+	defer termDump.mu.Unlock()
+	if !termDump.started {
 		if !termsig.Default() {
 			return
 		}
 		ch := make(chan os.Signal, 1)
 		signal.Notify(ch, syscall.SIGTERM)
-		termDump.stop, termDump.done = make(chan struct{}), make(chan struct{})
-		go termWatcher(ch, termDump.stop, termDump.done)
+		termDump.started = true
+		go termWatcher(ch)
 	}
-	termDump.mu.Lock()
 	if termDump.comms == nil {
 		termDump.comms = map[*Comm]bool{}
 	}
 	termDump.comms[c] = true
-	termDump.mu.Unlock()
 }
 
-// unwatchTerm removes c, stopping the watcher (and giving SIGTERM back) after the last.
+// unwatchTerm removes c (it ended: its recorder was written as it closed).
 func (c *Comm) unwatchTerm() {
-	termDump.start.Lock()
-	defer termDump.start.Unlock()
 	termDump.mu.Lock()
-	_, ok := termDump.comms[c]
 	delete(termDump.comms, c)
-	last := ok && len(termDump.comms) == 0
 	termDump.mu.Unlock()
-	if last {
-		close(termDump.stop)
-		<-termDump.done
-	}
 }
 
-// termWatcher waits for SIGTERM or stop. On SIGTERM it writes every watched
-// communicator's recorder, then ends the process with SIGTERM's default action.
-func termWatcher(ch chan os.Signal, stop, done chan struct{}) {
-	defer close(done)
-	select {
-	case <-stop:
-		signal.Stop(ch)
-		signal.Reset(syscall.SIGTERM)
-		return
-	case <-ch:
-	}
+// termWatcher waits for SIGTERM, writes every watched communicator's recorder, then
+// ends the process with SIGTERM's default action.
+func termWatcher(ch chan os.Signal) {
+	<-ch
 	termDump.mu.Lock()
 	comms := make([]*Comm, 0, len(termDump.comms))
 	for c := range termDump.comms {
