@@ -158,7 +158,7 @@ func NewComm(id UniqueID, nranks, rank int, opts Options) (*Comm, error) {
 	settings.Echo(logs.env, cfg.set)
 	if rank == 0 {
 		warnUnknown(logs.env, cfg.unknown)
-		if opts.Timeout > 0 {
+		if opts.Timeout > 0 && opts.Timeout != cfg.timeout {
 			warnTimeoutUnused(logs.env, cfg.set, opts.Timeout)
 		}
 	}
