@@ -43,6 +43,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 
 from setuptools import setup
 from torch.utils.cpp_extension import BuildExtension
@@ -54,6 +55,7 @@ class BuildGoncclExt(BuildExtension):
     """build_ext that first builds libgonccl.so and copies gonccl.h."""
 
     def run(self):
+        started = time.monotonic()
         package_dir = self._package_dir()
         os.makedirs(package_dir, exist_ok=True)
         prebuilt = os.environ.get("GONCCL_LIBRARY")
@@ -70,7 +72,13 @@ class BuildGoncclExt(BuildExtension):
             os.path.join(include_dir, "gonccl.h"),
         )
         write_build_info(package_dir)
+        import torch
+
+        sources = sum(len(ext.sources) for ext in self.extensions)
+        print(f"gonccl: step 2 of 2: compiling the C++ extension ({sources} files) against torch "
+              f"{torch.__version__}: the longest step, several minutes on 2 cores", flush=True)
         super().run()
+        print(f"gonccl: built in {time.monotonic() - started:.0f} s", flush=True)
         for ext in self.extensions:
             problem = check_shared_libstdcxx(self.get_ext_fullpath(ext.name))
             if problem:
@@ -94,7 +102,8 @@ class BuildGoncclExt(BuildExtension):
             )
         output = os.path.join(package_dir, "libgonccl.so")
         cmd = [go, "build", "-buildmode=c-shared", "-trimpath", "-o", output, "./capi"]
-        print("gonccl:", " ".join(cmd))
+        print("gonccl: step 1 of 2: building libgonccl.so with Go (a minute or two; the first build "
+              "also compiles its dependencies):", " ".join(cmd), flush=True)
         env = dict(os.environ, CGO_ENABLED="1")
         subprocess.run(cmd, cwd=ROOT, env=env, check=True)
         # go build writes a cgo header next to the library; gonccl.h is the

@@ -221,7 +221,10 @@ func serveRoot(l *net.TCPListener, secret []byte, sec *tcp.TLS, deadline time.Ti
 	}
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
-	giveUp := deadline // the earliest of deadline and the members' deadlines less rootMargin
+	// Until a rank says when its init gives up, the root waits until deadline (its
+	// process's GONCCL_TIMEOUT_MS); from then on, until the earliest of the members'
+	// deadlines less rootMargin: the ranks' own timeouts (torch's, under torch) govern.
+	giveUp, told := deadline, false
 	for nranks < 0 || len(members) < nranks {
 		select {
 		case m := <-joined:
@@ -240,8 +243,8 @@ func serveRoot(l *net.TCPListener, secret []byte, sec *tcp.TLS, deadline time.Ti
 			byRank[m.info.Rank] = true
 			members = append(members, m)
 			if m.info.DeadlineMs > 0 {
-				if d := time.UnixMilli(m.info.DeadlineMs).Add(-rootMargin); d.Before(giveUp) {
-					giveUp = d
+				if d := time.UnixMilli(m.info.DeadlineMs).Add(-rootMargin); !told || d.Before(giveUp) {
+					giveUp, told = d, true
 					timer.Reset(time.Until(d))
 				}
 			}
@@ -310,16 +313,18 @@ func joinRoot(id *UniqueID, me rankInfo, sec *tcp.TLS, deadline time.Time) ([]ra
 	reply, err := readReply(c)
 	if err != nil {
 		if ne, ok := err.(net.Error); ok && ne.Timeout() {
-			return nil, &timeoutError{after: time.Duration(me.TimeoutMs) * time.Millisecond,
+			return nil, &timeoutError{after: time.Since(deadline.Add(-time.Duration(me.TimeoutMs) * time.Millisecond)),
 				waiting: fmt.Sprintf("waiting for the bootstrap root at %s (rank 0) to answer", addr),
 				hint:    "not every rank called init with this unique id, or rank 0's process stopped answering"}
 		}
 		return nil, fmt.Errorf("bootstrap root at %s: %w", addr, err)
 	}
 	if reply.Missing != "" {
-		return nil, &timeoutError{after: time.Duration(me.TimeoutMs) * time.Millisecond,
+		timeout := time.Duration(me.TimeoutMs) * time.Millisecond
+		return nil, &timeoutError{after: time.Since(deadline.Add(-timeout)),
 			waiting: fmt.Sprintf("waiting for ranks %s to join: they never called init with this group", reply.Missing),
-			hint:    "is each of them running, and does it reach the same init_process_group or new_group call?"}
+			hint: fmt.Sprintf("the init timeout is %d ms; is each of them running, and does it reach the same init_process_group or new_group call?",
+				me.TimeoutMs)}
 	}
 	if err := checkReply(&reply, me.NRanks); err != nil {
 		return nil, fmt.Errorf("bootstrap: %w", err)

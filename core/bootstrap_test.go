@@ -2,6 +2,8 @@ package core
 
 import (
 	"net"
+	"regexp"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -117,9 +119,29 @@ func TestInitTimeoutNamesTheMissingRanks(t *testing.T) {
 	require.Less(t, time.Since(start), 5*time.Second)
 	for r, err := range errs {
 		require.ErrorIs(t, err, ErrTimeout, "rank %d", r)
-		require.ErrorContains(t, err, "Timed out after 1000 ms waiting for ranks [2 3] to join", "rank %d", r)
+		require.Regexp(t, `Timed out after (6|7|8|9)\d\d ms waiting for ranks \[2 3\] to join`, err.Error(), "rank %d", r)
+		require.ErrorContains(t, err, "the init timeout is 1000 ms", "rank %d", r)
 		require.NotContains(t, err.Error(), "GONCCL_SOCKET_IFNAME", "rank %d", r)
 	}
+}
+
+// The caller's timeout governs init, not the GONCCL_TIMEOUT_MS of the process that made
+// the unique id (under torch, rank 0's, which torch's timeout overrides), and the error
+// states the time actually waited.
+func TestInitWaitsForTheCallersTimeout(t *testing.T) {
+	t.Setenv("GONCCL_TIMEOUT_MS", "300")
+	id, err := NewUniqueID()
+	require.NoError(t, err)
+	start := time.Now()
+	_, err = NewComm(id, 2, 0, Options{Timeout: 1500 * time.Millisecond})
+	waited := time.Since(start)
+	require.ErrorIs(t, err, ErrTimeout)
+	require.Greater(t, waited, time.Second, "the root gave up at GONCCL_TIMEOUT_MS: %v", err)
+	m := regexp.MustCompile(`Timed out after (\d+) ms waiting for ranks \[1\] to join`).FindStringSubmatch(err.Error())
+	require.NotNil(t, m, err.Error())
+	ms, _ := strconv.Atoi(m[1])
+	require.LessOrEqual(t, time.Duration(ms)*time.Millisecond, waited, err.Error())
+	require.Greater(t, time.Duration(ms)*time.Millisecond, time.Second, err.Error())
 }
 
 func TestUniqueIDRejectsGarbage(t *testing.T) {

@@ -156,6 +156,12 @@ func NewComm(id UniqueID, nranks, rank int, opts Options) (*Comm, error) {
 	}
 	logs := newLoggers(cfg, hostname(), rank)
 	settings.Echo(logs.env, cfg.set)
+	if rank == 0 {
+		warnUnknown(logs.env, cfg.unknown)
+		if opts.Timeout > 0 && opts.Timeout != cfg.timeout {
+			warnTimeoutUnused(logs.env, cfg.set, opts.Timeout)
+		}
+	}
 	logTLS(cfg.tls, logs)
 	fail := func(err error) (*Comm, error) {
 		return nil, &OpError{Rank: rank, Op: fmt.Sprintf("init (rank %d of %d)", rank, nranks), Peer: -1, Err: err}
@@ -208,6 +214,7 @@ func NewComm(id UniqueID, nranks, rank int, opts Options) (*Comm, error) {
 	}
 	procs := sizeGoMaxProcs(cfg, ranks, me.Host)
 	c.logInit(ifc, ranks, procs, time.Since(start))
+	c.watchTerm()
 	return c, nil
 }
 

@@ -47,6 +47,7 @@ func (c *Comm) run() {
 		}
 		hot = ran
 	}
+	c.unwatchTerm()
 	c.autoDump("communicator closed")
 	close(c.finished)
 }

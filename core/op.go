@@ -73,7 +73,30 @@ func mismatchText(me int, m *transport.MismatchError) string {
 		mine += fmt.Sprintf(" [algorithm %s, offset %d, %d bytes]", Algo(m.Want.Algo), m.Want.Offset, m.Want.Len)
 		theirs += fmt.Sprintf(" [algorithm %s, offset %d, %d bytes]", Algo(m.Got.Algo), m.Got.Offset, m.Got.Len)
 	}
-	return fmt.Sprintf("rank %d called %s but rank %d called %s", me, mine, m.Peer, theirs)
+	text := fmt.Sprintf("rank %d called %s but rank %d called %s", me, mine, m.Peer, theirs)
+	if next := mismatchNextStep(m.Want, m.Got); next != "" {
+		text += " (" + next + ")"
+	}
+	return text
+}
+
+// mismatchNextStep says what to do about two ranks' calls that differ, by what differs
+// first: the collective, the dtype, the size, the reduction or the root.
+func mismatchNextStep(want, got transport.Header) string {
+	const trace = "; GONCCL_TRACE_DUMP_DIR and python -m gonccl.trace list each rank's calls"
+	switch {
+	case want.Kind != got.Kind || want.Seq != got.Seq:
+		return "the ranks' calls went out of step: every rank must make the same collective calls in the same order, so look for a call that only some ranks make" + trace
+	case want.DType != got.DType:
+		return "every rank must pass tensors of the same dtype: convert one side (tensor.to(dtype)) before the call"
+	case want.Count != got.Count:
+		return "every rank must pass tensors of the same number of elements (per rank, for all_gather and reduce_scatter): check the shapes each rank builds"
+	case want.Op != got.Op:
+		return "every rank must pass the same reduction op"
+	case want.Root != got.Root:
+		return "every rank must name the same root (src or dst)"
+	}
+	return ""
 }
 
 // wireCount is the count the operation's frames carry.

@@ -30,11 +30,14 @@ var Params = []settings.Param[config]{
 	{Name: "GONCCL_FAST_PATH", Default: "1",
 		Help:  "`0`: turn the small-op latency paths off: a waiter never runs its own op or completes its Work itself, and waits sleep at once instead of polling briefly (for comparisons, or hosts so oversubscribed that a bounded poll hurts). With `1`, a wait without a timeout of its own (a blocking C ABI call, `goncclRequestWait(-1)`, `Work.wait()` off Python's main thread) may run its op on the calling thread until the op ends; Python's main thread still waits in slices, so Ctrl-C gets through",
 		Parse: zeroOne(func(c *config, on bool) { c.slowPath = !on })},
+	{Name: "GONCCL_UNKNOWN_ENV", Default: "warn",
+		Help:  "what a `GONCCL_*` variable that is none of those on this page (a misspelt name, which would otherwise be ignored) does: `warn` (rank 0 logs a `WARN` naming it and the closest known name, such as `GONCCL_TIMOUT_MS is not a setting gonccl knows (did you mean GONCCL_TIMEOUT_MS?)`, once per process) or `error` (init fails, naming it)",
+		Parse: oneOf([]string{"warn", "error"}, func(c *config, v string) { c.unknownIsError = v == "error" })},
 	{Name: "GONCCL_SOCKET_IFNAME", Unset: "(auto)",
 		Help:  "interfaces to use, NCCL's syntax: `eth` (prefix), `^docker,lo` (exclude), `=eth0` (exact). Auto: first up interface that is not loopback or a container bridge, else loopback",
 		Parse: text(func(c *config, v string) { c.socketIfname = v })},
 	{Name: "GONCCL_TIMEOUT_MS", Default: "1800000",
-		Help:  "timeout for init and each operation when the caller gives none (torch passes its process-group timeout)",
+		Help:  "the timeout of init and of each operation for a caller that gives none: the C ABI's `goncclCommInitRank` (and the bootstrap root that `goncclGetUniqueId` starts, until a rank says its own). Under torch it does not apply: torch always gives the group's timeout, `timeout=` of `init_process_group` or `new_group` (30 minutes unless given), which bounds the group's init and every operation; rank 0 warns when `GONCCL_TIMEOUT_MS` is set there. A timeout's error states the time actually waited",
 		Parse: integer(1, 0, func(c *config, v int64) { c.timeout = time.Duration(v) * time.Millisecond })},
 	{Name: "GONCCL_CHUNKSIZE", Default: "524288",
 		Help:  "bytes per pipelined chunk (ring and chain)",
@@ -115,7 +118,7 @@ var Params = []settings.Param[config]{
 		Help:  "operations each communicator's flight recorder keeps (see [Troubleshooting](troubleshooting.md#hangs-and-the-flight-recorder)); `0` turns it off",
 		Parse: integer(0, maxTraceSize, func(c *config, v int64) { c.traceSize = int(v) })},
 	{Name: "GONCCL_TRACE_DUMP_DIR", Unset: "(none)",
-		Help:  "directory where every rank writes its flight recorder as JSON (`gonccl_trace_<comm>_rank<r>_pid<pid>.json`) when an operation first fails or times out, and again when the communicator is destroyed or aborted",
+		Help:  "directory where every rank writes its flight recorder as JSON (`gonccl_trace_<comm>_rank<r>_pid<pid>.json`) when an operation first fails or times out, again when the communicator is destroyed or aborted, and when the process gets SIGTERM (unless the program handles SIGTERM itself)",
 		Parse: text(func(c *config, v string) { c.traceDir = v })},
 	{Name: "GONCCL_QUEUE_DEPTH", Default: "1024",
 		Help:  "collectives one communicator holds queued (issued, not yet started) per rank. Issuing more blocks the calling thread (the GIL released) until the oldest start: back-pressure, so that any number of `async_op=True` calls can be issued before waiting. The wait is bounded by the operation timeout (a clear timeout error if the queue stays full, e.g. because a peer calls different collectives); destroying or aborting the communicator wakes it (1..1048576)",
@@ -205,7 +208,9 @@ type config struct {
 	tls                *tcp.TLS       // loaded when tlsOn; nil: plain TCP
 	calibration        string         // GONCCL_CALIBRATION's file ("": none)
 	device             DeviceSettings
-	set                []string // "NAME=value" for every variable the user set
+	set                []string           // "NAME=value" for every variable the user set
+	unknown            []settings.Unknown // GONCCL_* variables that are none of Params (see knownVariables)
+	unknownIsError     bool               // GONCCL_UNKNOWN_ENV=error
 
 	// injectPanic is a test hook, nil in production: called with the name of every
 	// goroutine site as it starts (see safego.Guard.Inject). Tests set it directly;
@@ -249,6 +254,9 @@ func loadConfig() (*config, error) {
 	var err error
 	if c.set, err = settings.Load(Params, c); err != nil {
 		return nil, err
+	}
+	if c.unknown = settings.UnknownNames("GONCCL_", knownVariables(), toolPrefixes); len(c.unknown) > 0 && c.unknownIsError {
+		return nil, unknownSettingsError(c.unknown)
 	}
 	c.sockThreads, c.socksPerThread, err = socketLayout(int64(c.sockThreads), int64(c.socksPerThread))
 	if err != nil {

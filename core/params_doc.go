@@ -38,6 +38,7 @@ var envGroups = []envGroup{
 func envGroupOf(name string) string {
 	byName := map[string]string{
 		"GONCCL_SHM_DISABLE":          "network",
+		"GONCCL_UNKNOWN_ENV":          "debug",
 		"GONCCL_NSOCKS_PERTHREAD":     "network",
 		"GONCCL_RUNTIME_CONNECT":      "network",
 		"GONCCL_P2P_DISABLE":          "gpu",
@@ -113,3 +114,15 @@ func spliceEnvDoc(doc, rows string) (old, updated string, found bool) {
 	start := i + len(envDocBegin)
 	return doc[start:j], doc[:start] + rows + doc[j:], true
 }
+
+// toolVariables are GONCCL_* variables that gonccl's own build, test and benchmark
+// tools read or set (the Makefile, scripts/, tests/, gonccl.bench's launcher), and
+// toolPrefixes the families of them: not settings of the library, but not mistakes
+// either, so no warning names them.
+var (
+	toolVariables = []string{"GONCCL_PYTHON", "GONCCL_VENV", "GONCCL_TORCH_VERSION", "GONCCL_REQUIRE",
+		"GONCCL_EXHAUSTIVE", "GONCCL_CACHE", "GONCCL_PACKAGE_DIR", "GONCCL_NVCC_VENV", "GONCCL_TORCHFT_DIR",
+		"GONCCL_BENCH_LAUNCHED", "GONCCL_FAULTTEST"}
+	toolPrefixes = []string{"GONCCL_TEST_", "GONCCL_DEVTEST_", "GONCCL_DIFF_", "GONCCL_CHECK_", "GONCCL_2H_",
+		"GONCCL_SHM_TEST_", "GONCCL_STRESS_", "GONCCL_SOAK_", "GONCCL_CHAOS_", "GONCCL_CFGTEST_", "GONCCL_CENV_TEST"}
+)

@@ -151,3 +151,20 @@ func TestSocketIfnameListsInterfaces(t *testing.T) {
 	require.ErrorContains(t, err, `GONCCL_SOCKET_IFNAME="=nosuchif0"`)
 	require.ErrorContains(t, err, "lo (127.0.0.1)")
 }
+
+// A GONCCL_* variable that is no setting (a misspelt name) is found with the closest
+// setting's name, and refused under GONCCL_UNKNOWN_ENV=error; the tools' variables are
+// not reported.
+func TestUnknownVariables(t *testing.T) {
+	t.Setenv("GONCCL_TIMOUT_MS", "10000")
+	t.Setenv("GONCCL_PYTHON", "/usr/bin/python3")
+	t.Setenv("GONCCL_TEST_RANK", "0")
+	cfg, err := loadConfig()
+	require.NoError(t, err)
+	require.Equal(t, []settings.Unknown{{Name: "GONCCL_TIMOUT_MS", Closest: "GONCCL_TIMEOUT_MS"}}, cfg.unknown)
+
+	t.Setenv("GONCCL_UNKNOWN_ENV", "error")
+	_, err = loadConfig()
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	require.ErrorContains(t, err, "GONCCL_TIMOUT_MS is not a setting gonccl knows (did you mean GONCCL_TIMEOUT_MS?)")
+}

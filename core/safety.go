@@ -91,6 +91,7 @@ func (c *Comm) executorDied(err error) {
 			Err: fmt.Errorf("communicator failed earlier and cannot be used: %w", err)})
 	}
 	c.runMu.Unlock()
+	c.unwatchTerm()
 	close(c.finished)
 }
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import socket
+import sys
 import time
 from datetime import timedelta
 
@@ -118,6 +119,10 @@ def main() -> None:
     rp.add_argument("--steps", type=int, default=200)
     rp.add_argument("--pause", type=float, default=0.2, help="seconds between steps, to watch them")
     args = ap.parse_args()
+    try:
+        import torchft  # noqa: F401
+    except ModuleNotFoundError:
+        sys.exit("torchft_ddp.py needs torchft, which is not installed in this Python: pip install torchft==0.2.0")
     (lighthouse if args.what == "lighthouse" else replica)(args)
 
 

@@ -275,3 +275,14 @@ def test_no_sentence_left_unfinished():
             if not re.search(r"[.:!?)`*\]]$", para):
                 offenders.append(f"{os.path.relpath(path, ROOT)}: ...{para[-80:]!r}")
     assert not offenders, "\n".join(offenders)
+
+
+def test_install_says_how_long_the_build_takes_and_how_to_watch_it():
+    """pip shows nothing of a build that takes minutes: the README and the install page
+    say how long, and that -v shows its steps (which setup.py prints)."""
+    for page in ("README.md", os.path.join("docs", "install.md")):
+        text = open(os.path.join(ROOT, page)).read()
+        assert re.search(r"\d+(\.\d+)? minutes on a 2-core machine on \d{4}-\d\d-\d\d", text), page
+        assert "pip install -v" in text.replace("\n", " "), page
+    setup = open(os.path.join(ROOT, "setup.py")).read()
+    assert "step 1 of 2" in setup and "step 2 of 2" in setup

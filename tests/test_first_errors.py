@@ -105,6 +105,7 @@ def test_dtype_mismatch_says_it_once():
         assert "float32" in msg and "int32" in msg, (rank, msg)
         # one statement of the pair (before: the error's and again the diagnosis's)
         assert len(re.findall(r"called \S+ #\d+ \((float32|int32)[^)]*\) but rank \d called", msg)) == 1, (rank, msg)
+        assert "every rank must pass tensors of the same dtype" in msg, (rank, msg)  # the next step
         said_once(msg)
         assert secs < scaled(15), (rank, secs, msg)
 
@@ -144,3 +145,63 @@ def test_debug_file_per_rank(tmp_path):
         assert re.fullmatch(r"gonccl\.[^.]+\.\d+\.log", name), name
     for p in run.procs:
         assert " GONCCL INFO " not in p.stderr, p.stderr[-2000:]
+
+
+@pytest.mark.timeout(150)
+def test_misspelt_setting_is_named_on_rank_0():
+    """A GONCCL_* name that is no setting would be ignored in silence: rank 0 warns,
+    once, with the closest setting's name; the job runs on."""
+    run = run_ranks(lambda r: worker_argv("first_error_worker.py", "settings"), 2, timeout=90,
+                    env={"GONCCL_TIMOUT_MS": "10000"})
+    assert not run.timed_out, run.describe()
+    for p in run.procs:
+        assert "NO ERROR" in p.stdout, run.describe()
+    hint = "GONCCL_TIMOUT_MS is not a setting gonccl knows (did you mean GONCCL_TIMEOUT_MS?)"
+    assert run.procs[0].stderr.count(hint) == 1, run.describe()
+    assert " GONCCL WARN " in run.procs[0].stderr, run.describe()
+    assert hint not in run.procs[1].stderr, run.describe()
+
+
+@pytest.mark.timeout(150)
+def test_unknown_setting_is_an_error_when_asked():
+    """GONCCL_UNKNOWN_ENV=error: init fails on every rank, naming the variable."""
+    env = {"GONCCL_TIMOUT_MS": "10000", "GONCCL_UNKNOWN_ENV": "error"}
+    for rank, (secs, kind, msg) in enumerate(first_errors("settings", env)):
+        assert kind == "DistBackendError", (rank, kind, msg)
+        assert "GONCCL_TIMOUT_MS is not a setting gonccl knows (did you mean GONCCL_TIMEOUT_MS?)" in msg, (rank, msg)
+        said_once(msg)
+        assert secs < scaled(20), (rank, secs, msg)
+
+
+@pytest.mark.timeout(150)
+def test_init_timeout_is_torchs_and_says_the_time_waited():
+    """Under torch the group's timeout (new_group's timeout=, here 6 s) governs its init;
+    GONCCL_TIMEOUT_MS, for callers that give none, does not cut it short (rank 0's
+    process, which waits for the ranks to join, read it as 2 s), and rank 0 says so;
+    the error states the time actually waited."""
+    env = {"FIRST_ERROR_TIMEOUT_S": "6", "GONCCL_TIMEOUT_MS": "2000"}
+    run = run_ranks(lambda r: worker_argv("first_error_worker.py", "late_group"), 2, timeout=90, env=env,
+                    grace=scaled(30))
+    assert not run.timed_out, run.describe()
+    m = LINE.search(run.procs[0].stdout)
+    assert m, run.describe()
+    secs, kind, msg = float(m.group(1)), m.group(2), m.group(3)
+    assert kind == "DistBackendError", (kind, msg)
+    assert secs > 5, (secs, msg)  # the group's 6 s, not GONCCL_TIMEOUT_MS's 2 s
+    waited = re.search(r"Timed out after (\d+) ms waiting for ranks \[1\] to join", msg)
+    assert waited, msg
+    assert 5000 <= int(waited.group(1)) <= secs * 1000, (secs, msg)
+    assert "the init timeout is 6000 ms" in msg, msg
+    said_once(msg)
+    assert "GONCCL_TIMEOUT_MS=2000 does not apply" in run.procs[0].stderr, run.describe()
+
+
+@pytest.mark.timeout(150)
+def test_unwritable_debug_file_is_said_once_per_rank(tmp_path):
+    """A GONCCL_DEBUG_FILE that cannot be opened is named once per process, whatever
+    number of communicators and packages log."""
+    run = run_ranks(lambda r: worker_argv("first_error_worker.py", "debug_file"), 2, timeout=90,
+                    env={"GONCCL_DEBUG_FILE": str(tmp_path / "no" / "such" / "dir" / "log")})
+    assert not run.timed_out and all(p.returncode == 0 for p in run.procs), run.describe()
+    for p in run.procs:
+        assert p.stderr.count("logging to stderr instead") == 1, run.describe()

@@ -90,10 +90,29 @@ def test_trace_analysis_on_handmade_files(tmp_path):
     text, found = trace.report(d)
     assert found
     assert "ranks disagree at seq 2: rank 0 called all_reduce(float32, 1024); rank 1 called broadcast(float32, 8)" in text
-    assert "rank 3 left no trace file" in text
-    assert "ranks 0,1,2 are stuck in seq 7 all_reduce(float32, 1024) (started) and no rank is behind" in text
+    # rank 3 is behind (the others wait for it in seq 7), said first, not "no rank is behind"
+    b = text[text.index("communicator b"):text.index("communicator c")]
+    findings = [line.strip()[3:] for line in b.splitlines() if line.strip().startswith("=>")]
+    assert findings[0].startswith("rank 3 left no trace file and is most likely behind: ranks 0,1,2 are stuck "
+                                  "in seq 7 all_reduce(float32, 1024) waiting"), b
+    assert "no rank is behind" not in b, b
     assert "every rank completed every recorded operation (up to seq 2)" in text
     assert trace.main([str(tmp_path / "nothing-here")]) == 1
+
+
+def test_trace_names_the_rank_without_a_file_that_errors_name(tmp_path):
+    """The usual hang after a launcher killed the late rank: rank 0's error names rank 1,
+    which left no file; the tool names rank 1 first, and cites the error."""
+    d = str(tmp_path)
+    _write(d, "a", 0, 2, [_op(1), _op(2), _op(3, state="failed", error="all_reduce #3 (float32 x 4, sum): Timed out "
+                                                                      "after 3000 ms waiting for rank 1")])
+    text, _ = trace.report(d)
+    findings = [line.strip()[3:] for line in text.splitlines() if line.strip().startswith("=>")]
+    assert findings[0] == ("rank 1 left no trace file and is most likely behind: rank 0 is stuck in seq 3 "
+                           "all_reduce(float32, 1024) waiting; rank 0's error names it (it never reached seq 3, "
+                           "or hung outside gonccl, or was killed before it could write one)"), text
+    assert "no rank is behind" not in text, text
+    assert text.count("rank 1 left no trace file") == 1, text
 
 
 def test_trace_shows_a_chunked_collective(tmp_path):
@@ -157,3 +176,23 @@ def test_trace_shows_device_send_recv(tmp_path):
             "rank 2's recv #1 from rank 1 (float32, 256) is failed") in text, text
     assert "rank 2 is stuck in recv #1 from rank 1 (float32, 256) (failed); rank 1's send #1" in text, text
     assert text.rstrip().endswith(": released: timed out"), text
+
+
+@pytest.mark.timeout(150)
+def test_trace_names_the_rank_torchrun_terminated(tmp_path):
+    """The usual torchrun hang: rank 1 is elsewhere when rank 0 times out in all_reduce
+    #3, then gets SIGTERM. Rank 1 still writes its recorder, and `gonccl.trace` names
+    it as behind, first."""
+    dump = tmp_path / "traces"
+    run = _harness.run_ranks(lambda r: _harness.worker_argv("first_error_worker.py", "sigterm_behind"), 2,
+                             timeout=90, env={"GONCCL_TRACE_DUMP_DIR": str(dump)}, cwd=str(tmp_path))
+    assert not run.timed_out, run.describe()
+    assert "FIRST ERROR" in run.procs[0].stdout and "rank 1" in run.procs[0].stdout, run.describe()
+    assert run.procs[1].returncode == -15, run.describe()  # it still dies of the SIGTERM
+    names = os.listdir(dump)
+    assert any("_rank1_" in n for n in names), (names, run.describe())
+    text, found = trace.report(str(dump))
+    assert found
+    findings = [line.strip()[3:] for line in text.splitlines() if line.strip().startswith("=>")]
+    assert findings[0].startswith("rank 1 is behind: its last op is seq 2 all_reduce"), text
+    assert "no rank is behind" not in text, text

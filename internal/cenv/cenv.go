@@ -8,10 +8,15 @@ package cenv
 
 /*
 #include <stdlib.h>
+
+extern char **environ;
 */
 import "C"
 
-import "unsafe"
+import (
+	"strings"
+	"unsafe"
+)
 
 // Lookup returns the value of the environment variable name as the C library sees it
 // now, and whether it is set.
@@ -23,4 +28,18 @@ func Lookup(name string) (string, bool) {
 		return "", false
 	}
 	return C.GoString(v), true
+}
+
+// Names returns the name of every environment variable, as the C library sees the
+// environment now, that starts with prefix.
+func Names(prefix string) []string {
+	var names []string
+	for p := C.environ; p != nil && *p != nil; p = (**C.char)(unsafe.Add(unsafe.Pointer(p), unsafe.Sizeof(*p))) {
+		entry := C.GoString(*p)
+		name, _, _ := strings.Cut(entry, "=")
+		if strings.HasPrefix(name, prefix) {
+			names = append(names, name)
+		}
+	}
+	return names
 }

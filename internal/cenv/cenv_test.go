@@ -15,3 +15,9 @@ func TestLookupSeesVariablesSetAfterStart(t *testing.T) {
 	_, ok = Lookup("GONCCL_CENV_TEST_UNSET_XYZ")
 	require.False(t, ok)
 }
+
+func TestNamesSeesVariablesSetAfterStart(t *testing.T) {
+	t.Setenv("GONCCL_CENV_TEST_NAMES", "1")
+	require.Contains(t, Names("GONCCL_CENV_TEST"), "GONCCL_CENV_TEST_NAMES")
+	require.NotContains(t, Names("GONCCL_CENV_TEST"), "PATH")
+}

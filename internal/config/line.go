@@ -11,7 +11,8 @@ import (
 
 // lineEncoder writes Loggers' lines: a UTC timestamp, host:pid:tid, the rank, then
 // "GONCCL LEVEL SUBSYSTEM" and the message (with any fields after it, as zap's
-// console encoder writes them), like NCCL's "host:pid:tid [rank] NCCL INFO ...".
+// console encoder writes them, durations with their unit), like NCCL's
+// "host:pid:tid [rank] NCCL INFO ...".
 type lineEncoder struct {
 	zapcore.Encoder // the message and fields
 	where           string
@@ -25,7 +26,8 @@ func newLineEncoder(who Who) zapcore.Encoder {
 	if who.Rank >= 0 {
 		rank = " [" + strconv.Itoa(who.Rank) + "]"
 	}
-	msg := zapcore.NewConsoleEncoder(zapcore.EncoderConfig{MessageKey: "msg", ConsoleSeparator: " "})
+	msg := zapcore.NewConsoleEncoder(zapcore.EncoderConfig{MessageKey: "msg", ConsoleSeparator: " ",
+		EncodeDuration: zapcore.StringDurationEncoder})
 	return lineEncoder{Encoder: msg, where: fmt.Sprintf("%s:%d:", who.Host, who.Pid), rank: rank}
 }
 
@@ -46,7 +48,7 @@ func (e lineEncoder) EncodeEntry(ent zapcore.Entry, fields []zapcore.Field) (*bu
 	line.AppendInt(int64(syscall.Gettid()))
 	line.AppendString(e.rank)
 	line.AppendString(" GONCCL ")
-	line.AppendString(ent.Level.CapitalString())
+	line.AppendString(levelName(ent.Level))
 	if ent.LoggerName != "" {
 		line.AppendByte(' ')
 		line.AppendString(ent.LoggerName)
@@ -54,4 +56,13 @@ func (e lineEncoder) EncodeEntry(ent zapcore.Entry, fields []zapcore.Field) (*bu
 	line.AppendByte(' ')
 	line.Write(body.Bytes())
 	return line, nil
+}
+
+// levelName is a level as GONCCL_DEBUG names it: zap's debug level is what
+// GONCCL_DEBUG=TRACE turns on, so its lines say TRACE.
+func levelName(l zapcore.Level) string {
+	if l == zapcore.DebugLevel {
+		return "TRACE"
+	}
+	return l.CapitalString()
 }

@@ -56,7 +56,7 @@ func Loggers(l Logging, who Who, tee zapcore.Core) func(subsystem string) *zap.L
 		core = zapcore.NewTee(core, tee)
 	}
 	base := zap.New(core)
-	if fileErr != nil {
+	if fileErr != nil && firstFileError(fileErr.Error()) {
 		base.Named("INIT").Warn(fileErr.Error() + "; logging to stderr instead")
 	}
 	enabled := subsystems(l.Subsys)
@@ -75,6 +75,23 @@ var debugFiles = struct {
 	sync.Mutex
 	byPath map[string]zapcore.WriteSyncer
 }{byPath: map[string]zapcore.WriteSyncer{}}
+
+// fileErrors holds the GONCCL_DEBUG_FILE errors already logged: each is logged once per
+// process, not once per communicator and per package that logs.
+var fileErrors = struct {
+	sync.Mutex
+	seen map[string]bool
+}{seen: map[string]bool{}}
+
+func firstFileError(text string) bool {
+	fileErrors.Lock()
+	defer fileErrors.Unlock()
+	if fileErrors.seen[text] {
+		return false
+	}
+	fileErrors.seen[text] = true
+	return true
+}
 
 // debugOutput is where log lines go: stderr when pattern is "", else the file it
 // names for who (see DebugFile); stderr and an error when that file cannot be opened.

@@ -5,8 +5,10 @@ import (
 	"os"
 	"regexp"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 )
@@ -53,6 +55,12 @@ func TestLoggersFile(t *testing.T) {
 	require.Contains(t, out, `GONCCL_DEBUG_FILE="`+dir+`/no/such/dir/log": open `)
 	require.Contains(t, out, "logging to stderr instead")
 	require.Contains(t, out, "GONCCL WARN NET still seen")
+
+	// a second communicator (or package) of the process does not say it again
+	out = stderrOf(t, func() {
+		Loggers(Logging{Level: "warn", File: dir + "/no/such/dir/log"}, Who{Host: "h", Pid: 9, Rank: 1}, nil)
+	})
+	require.Empty(t, out)
 }
 
 func TestSubsystems(t *testing.T) {
@@ -120,9 +128,11 @@ func TestLoggers(t *testing.T) {
 	require.Equal(t, "T host:7:TID GONCCL ERROR ENV failed\n", lines(out))
 
 	out = stderrOf(t, func() {
-		Loggers(Logging{Level: "TRACE", Subsys: "COLL"}, Who{Host: "h", Pid: 1, Rank: 3}, nil)("COLL").Debug("one op")
+		Loggers(Logging{Level: "TRACE", Subsys: "COLL"}, Who{Host: "h", Pid: 1, Rank: 3}, nil)("COLL").Debug("one op",
+			zap.Duration("took", 202720*time.Nanosecond))
 	})
-	require.Equal(t, "T h:1:TID [3] GONCCL DEBUG COLL one op\n", lines(out))
+	// GONCCL_DEBUG=TRACE's lines say TRACE, and a duration has its unit
+	require.Equal(t, "T h:1:TID [3] GONCCL TRACE COLL one op {\"took\": \"202.72µs\"}\n", lines(out))
 	require.Regexp(t, `^\d{4}-.*Z h:1:\d+ \[3\]`, out, "a timestamp and the thread id lead the line")
 }
 

@@ -4,11 +4,12 @@
 
 Every rank of a job run with GONCCL_TRACE_DUMP_DIR=DIR writes, per communicator,
 gonccl_trace_<comm>_rank<r>_pid<pid>.json there when an operation first fails and when
-the communicator closes (see docs/troubleshooting.md, "Hangs and the flight recorder"). This reads all of them,
+the communicator closes, and on SIGTERM (see docs/troubleshooting.md, "Hangs and the flight recorder"). This reads all of them,
 prints a table per communicator (each rank's last completed operation and the one it
 is in) and a diagnosis: the ranks that never reached the operation the others are
-stuck in, ranks that called different operations at one sequence number, and ranks
-that left no file. Operations of the device path (GONCCL_DEVICE_PATH=1, "path": "device"
+stuck in (first among them, when no rank with a file is behind, the ranks that left
+none: the likely culprits), ranks that called different operations at one sequence
+number, and ranks that left no file. Operations of the device path (GONCCL_DEVICE_PATH=1, "path": "device"
 in the files) are marked as such: one "started" there is enqueued on the GPU and not
 finished by it. The device path's sends and receives are recorded too ("op" "send" or
 "recv", with "peer" and "p2p_seq", their number among the rank's sends to, or receives
@@ -22,6 +23,7 @@ import argparse
 import glob
 import json
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 
@@ -166,12 +168,26 @@ def diagnose(ranks: dict[int, RankTrace]) -> list[str]:
     nranks = max(t.nranks for t in ranks.values())
     out: list[str] = []
     missing = [r for r in range(nranks) if r not in ranks]
+    culprits: list[int] = []  # missing ranks named first, as the likely cause
     stuck = {r: t.current for r, t in ranks.items() if t.current is not None}
     if stuck:
         seq = min(o["seq"] for o in stuck.values())
         at_seq = {r: o for r, o in stuck.items() if o["seq"] == seq}
         # Ranks whose record never reached seq: they are behind.
         behind = sorted(r for r, t in ranks.items() if t.last is None or t.last["seq"] < seq)
+        if missing and not behind:
+            # No rank with a file is behind: the others wait in seq for ranks that left
+            # none (killed, often by the launcher once another rank failed, or hung
+            # outside gonccl), the likely culprits; the stuck ranks' errors say whom they
+            # waited for.
+            culprits = missing
+            stuck_op = describe(next(iter(at_seq.values())))
+            for r in missing:
+                named = sorted(q for q, o in at_seq.items() if re.search(rf"\brank {r}\b", o.get("error", "")))
+                why = f"; {ranks_text(named)}'s error names it" if named else ""
+                out.append(f"rank {r} left no trace file and is most likely behind: {ranks_text(list(at_seq))} "
+                           f"{verb(list(at_seq), 'is', 'are')} stuck in seq {seq} {stuck_op} waiting{why} "
+                           f"(it never reached seq {seq}, or hung outside gonccl, or was killed before it could write one)")
         for r in behind:
             last = ranks[r].last
             what = "it recorded no operation" if last is None else \
@@ -187,7 +203,7 @@ def diagnose(ranks: dict[int, RankTrace]) -> list[str]:
         if len(calls) > 1:
             parts = [f"{ranks_text(rs)} called {d}" for d, rs in sorted(calls.items(), key=lambda kv: min(kv[1]))]
             out.append(f"ranks disagree at seq {seq}: " + "; ".join(parts))
-        if not behind and len(calls) <= 1:
+        if not behind and not culprits and len(calls) <= 1:
             states = sorted({state_text(o) for o in at_seq.values()})
             out.append(f"{ranks_text(list(at_seq))} {verb(list(at_seq), 'is', 'are')} stuck in seq {seq} "
                        f"{describe(next(iter(at_seq.values())))} ({'/'.join(states)}) and no rank is behind")
@@ -204,6 +220,8 @@ def diagnose(ranks: dict[int, RankTrace]) -> list[str]:
         else:
             out.append(f"every rank completed every recorded operation (up to seq {top})")
     for r in missing:
+        if r in culprits:
+            continue
         out.append(f"rank {r} left no trace file (still running, hung outside gonccl, or killed before it could write one)")
     return out
 

@@ -9,6 +9,7 @@ tests/test_first_errors.py checks the message and the time.
 
 import datetime
 import os
+import signal
 import sys
 import time
 
@@ -39,6 +40,16 @@ def missing_rank():
     dist.all_reduce(torch.ones(4))
 
 
+def late_group():
+    """Rank 1 never calls new_group: rank 0's fails at the group's timeout (new_group's
+    timeout=), whatever GONCCL_TIMEOUT_MS says."""
+    dist.init_process_group("gonccl", timeout=datetime.timedelta(seconds=60))
+    if dist.get_rank() == 1:
+        time.sleep(TIMEOUT.total_seconds() * 2)
+        os._exit(0)
+    dist.new_group([0, 1], timeout=TIMEOUT)
+
+
 def dtype_mismatch():
     init()
     t = torch.ones(1024, dtype=torch.float32 if dist.get_rank() == 0 else torch.int32)
@@ -66,6 +77,25 @@ def peer_exited():
     dist.all_reduce(torch.ones(4))
 
 
+def sigterm_behind():
+    """Rank 1 sleeps instead of calling all_reduce #3; once rank 0 has failed in it,
+    rank 1 gets SIGTERM, as torchrun sends the ranks left when one fails."""
+    init()
+    store = dist.distributed_c10d._get_default_store()
+    for _ in range(2):
+        dist.all_reduce(torch.ones(4))
+    if dist.get_rank() == 1:
+        store.wait(["rank 0 failed"], datetime.timedelta(seconds=60))
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(30)  # SIGTERM's default action ends the process first
+        os._exit(3)
+    try:
+        dist.all_reduce(torch.ones(4))
+    finally:
+        store.set("rank 0 failed", "1")
+        time.sleep(2)  # rank 1 reads the key before this process, the store's host, ends
+
+
 def debug_file():
     """A clean run with GONCCL_DEBUG_FILE set: nothing is expected to fail."""
     init()
@@ -73,7 +103,7 @@ def debug_file():
     dist.destroy_process_group()
 
 
-CASES = {f.__name__: f for f in (settings, missing_rank, dtype_mismatch, timeout, peer_exited, debug_file)}
+CASES = {f.__name__: f for f in (settings, missing_rank, late_group, dtype_mismatch, timeout, peer_exited, debug_file, sigterm_behind)}
 
 
 def main():

@@ -239,6 +239,11 @@ def launch(args, argv=None) -> int:
         err.seek(0)
         text = err.read().decode(errors="replace")
         err.close()
+        if p.returncode == 0 and r == 0:
+            text, dropped = without_warnings(text)
+            if dropped:
+                print(f"gonccl.bench: rank 0 printed {dropped} Python warning(s) of the libraries it ran "
+                      "(not gonccl's results; not shown)", file=sys.stderr)
         if p.returncode != 0 or (r == 0 and text.strip()):
             if text.strip():
                 sys.stderr.write(f"---- rank {r} (exit {p.returncode}) stderr:\n{text}")
@@ -248,6 +253,24 @@ def launch(args, argv=None) -> int:
     if any(p.returncode != 0 for p in procs[1:]):
         return 1
     return rc0 if rc0 is not None and rc0 >= 0 else 1
+
+
+_WARNING = re.compile(r"^\S.*:\d+: \w*Warning: ")
+
+
+def without_warnings(text: str) -> tuple[str, int]:
+    """text without the Python warnings in it (each "file:line: SomeWarning: message"
+    with the indented source line after it), and how many there were."""
+    kept, dropped, skip_indented = [], 0, False
+    for line in text.splitlines(keepends=True):
+        if _WARNING.match(line):
+            dropped, skip_indented = dropped + 1, True
+            continue
+        if skip_indented and line.startswith((" ", "\t")):
+            continue
+        skip_indented = False
+        kept.append(line)
+    return "".join(kept), dropped
 
 
 def main(argv=None) -> int:
