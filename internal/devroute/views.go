@@ -59,6 +59,13 @@ func NewViews(r *Comm, stream driver.Stream) (*Views, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: stream given but CUDA is not available: %w", errUsage, err)
 	}
+	return newViews(r, drv, stream)
+}
+
+// newViews is NewViews with the driver drv and a stream.
+func newViews(r *Comm, drv *driver.Driver, stream driver.Stream) (*Views, error) {
+	v := &Views{e: r}
+	var err error
 	v.drv, v.stream = drv, stream
 	if v.stream == driver.StreamPerThread {
 		return nil, errPerThread

@@ -41,6 +41,7 @@ static reg* find_reg(const void* p, size_t n) {
 int hostreg_live(const void* p, size_t n) { return find_reg(p, n) != NULL; }
 
 CUresult cuMemHostRegister_v2(void* p, size_t n, unsigned int flags) {
+  CALLED();
   (void)flags;
   CUresult r = need_ctx();
   if (r) return r;
@@ -63,6 +64,7 @@ CUresult cuMemHostRegister_v2(void* p, size_t n, unsigned int flags) {
 }
 
 CUresult cuMemHostUnregister(void* p) {
+  CALLED();
   CUresult r = need_ctx();
   if (r) return r;
   drain_ctx("cuMemHostUnregister");
@@ -81,6 +83,7 @@ CUresult cuMemHostUnregister(void* p) {
 }
 
 CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr* out, void* p, unsigned int flags) {
+  CALLED();
   CUresult r = need_ctx();
   if (r) return r;
   if (out == NULL || flags != 0) return CUDA_ERROR_INVALID_VALUE;
