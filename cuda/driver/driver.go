@@ -356,21 +356,11 @@ type Stream uintptr
 // Event is a CUevent.
 type Event uintptr
 
-// Do runs f on this goroutine's OS thread with ctx current and the thread in relaxed
-// capture mode, then restores the thread's previous context and mode. ctx 0 leaves the
-// current context as it is.
+// Do runs f on this goroutine's OS thread with ctx current, then restores the thread's
+// previous context. ctx 0 leaves the current context as it is.
 func (d *Driver) Do(ctx Context, f func() error) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	// Relaxed capture mode for the call: gonccl's event queries, allocations and
-	// synchronizations must not invalidate a graph a user thread is capturing in
-	// global mode (torch.cuda.graph's default), as they would in the thread's default
-	// mode; the thread's own mode is restored after.
-	mode := C.int(captureModeRelaxed)
-	if err := d.check("cuThreadExchangeStreamCaptureMode", C.gcThreadExchangeCaptureMode(d.fns, &mode)); err != nil {
-		return err
-	}
-	defer C.gcThreadExchangeCaptureMode(d.fns, &mode)
 	if ctx == 0 {
 		return f()
 	}
@@ -385,6 +375,42 @@ func (d *Driver) Do(ctx Context, f func() error) error {
 		defer C.gcCtxSetCurrent(d.fns, old)
 	}
 	return f()
+}
+
+// DoRelaxed is Do with the thread in relaxed capture mode for f (see relaxed), for
+// calls other than the wrappers below that the driver may refuse during another
+// thread's global-mode capture: loading a module.
+func (d *Driver) DoRelaxed(ctx Context, f func() error) error {
+	var err error
+	r := d.relaxed(func() C.CUresult {
+		err = d.Do(ctx, f)
+		return resultSuccess
+	})
+	if err == nil {
+		err = d.check("cuThreadExchangeStreamCaptureMode", r)
+	}
+	return err
+}
+
+// relaxed makes call, one of the driver's "potentially unsafe" calls during
+// a stream capture (an event query, an allocation or a free), with the calling thread
+// in relaxed capture mode, then restores the thread's own mode: in the thread's default
+// (global) mode it would fail and invalidate a graph a user thread is capturing in
+// global mode (torch.cuda.graph's default). Only these calls pay for the exchange
+// (TestGlobalCaptureOfAnotherThreadSurvivesDeviceOps, TestGlobalCaptureSurvivesStaging);
+// a driver without cuThreadExchangeStreamCaptureMode makes the call as it is.
+func (d *Driver) relaxed(call func() C.CUresult) C.CUresult {
+	if d.fns.ThreadExchangeStreamCaptureMode == nil {
+		return call()
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	mode := C.int(captureModeRelaxed)
+	if r := C.gcThreadExchangeCaptureMode(d.fns, &mode); r != resultSuccess {
+		return r
+	}
+	defer C.gcThreadExchangeCaptureMode(d.fns, &mode)
+	return call()
 }
 
 // The special stream handles of the driver API. Each names a different stream on
@@ -514,7 +540,7 @@ func (d *Driver) EventRecord(e Event, s Stream) error {
 
 // EventDone reports whether every piece of work e captured has completed.
 func (d *Driver) EventDone(e Event) (bool, error) {
-	r := C.gcEventQuery(d.fns, C.uintptr_t(e))
+	r := d.relaxed(func() C.CUresult { return C.gcEventQuery(d.fns, C.uintptr_t(e)) })
 	switch r {
 	case resultNotReady, resultCaptureUnsupported, resultCaptureInvalidated, resultCaptureImplicit:
 		return false, nil
@@ -547,24 +573,24 @@ func (d *Driver) StreamWaitEvent(s Stream, e Event) error {
 // HostAlloc allocates n bytes of pinned host memory, usable from every context.
 func (d *Driver) HostAlloc(n int) (unsafe.Pointer, error) {
 	var p unsafe.Pointer
-	if err := d.check("cuMemHostAlloc", C.gcMemHostAlloc(d.fns, &p, C.size_t(n), hostAllocPortable)); err != nil {
+	if err := d.check("cuMemHostAlloc", d.relaxed(func() C.CUresult { return C.gcMemHostAlloc(d.fns, &p, C.size_t(n), hostAllocPortable) })); err != nil {
 		return nil, err
 	}
 	return p, nil
 }
 
 func (d *Driver) HostFree(p unsafe.Pointer) error {
-	return d.check("cuMemFreeHost", C.gcMemFreeHost(d.fns, p))
+	return d.check("cuMemFreeHost", d.relaxed(func() C.CUresult { return C.gcMemFreeHost(d.fns, p) }))
 }
 
 // HostRegister page-locks n bytes of host memory at p (which Go must not own: an
 // mmap) and maps them for the device.
 func (d *Driver) HostRegister(p unsafe.Pointer, n int, flags uint) error {
-	return d.check("cuMemHostRegister", C.gcMemHostRegister(d.fns, p, C.size_t(n), C.uint(flags)))
+	return d.check("cuMemHostRegister", d.relaxed(func() C.CUresult { return C.gcMemHostRegister(d.fns, p, C.size_t(n), C.uint(flags)) }))
 }
 
 func (d *Driver) HostUnregister(p unsafe.Pointer) error {
-	return d.check("cuMemHostUnregister", C.gcMemHostUnregister(d.fns, p))
+	return d.check("cuMemHostUnregister", d.relaxed(func() C.CUresult { return C.gcMemHostUnregister(d.fns, p) }))
 }
 
 // HostDevicePointer is the device address of registered host memory p.
@@ -584,19 +610,19 @@ const IPCHandleSize = 64
 
 func (d *Driver) MemAlloc(n int) (uintptr, error) {
 	var p C.uintptr_t
-	if err := d.check("cuMemAlloc", C.gcMemAlloc(d.fns, &p, C.size_t(n))); err != nil {
+	if err := d.check("cuMemAlloc", d.relaxed(func() C.CUresult { return C.gcMemAlloc(d.fns, &p, C.size_t(n)) })); err != nil {
 		return 0, err
 	}
 	return uintptr(p), nil
 }
 
 func (d *Driver) MemFree(p uintptr) error {
-	return d.check("cuMemFree", C.gcMemFree(d.fns, C.uintptr_t(p)))
+	return d.check("cuMemFree", d.relaxed(func() C.CUresult { return C.gcMemFree(d.fns, C.uintptr_t(p)) }))
 }
 
 // MemsetD32 sets n 32-bit words at p to v, ordered on the legacy default stream.
 func (d *Driver) MemsetD32(p uintptr, v uint32, n int) error {
-	return d.check("cuMemsetD32", C.gcMemsetD32(d.fns, C.uintptr_t(p), C.uint(v), C.size_t(n)))
+	return d.check("cuMemsetD32", d.relaxed(func() C.CUresult { return C.gcMemsetD32(d.fns, C.uintptr_t(p), C.uint(v), C.size_t(n)) }))
 }
 
 func (d *Driver) IpcGetMemHandle(p uintptr) ([IPCHandleSize]byte, error) {
@@ -607,14 +633,14 @@ func (d *Driver) IpcGetMemHandle(p uintptr) ([IPCHandleSize]byte, error) {
 
 func (d *Driver) IpcOpenMemHandle(h [IPCHandleSize]byte) (uintptr, error) {
 	var p C.uintptr_t
-	if err := d.check("cuIpcOpenMemHandle", C.gcIpcOpenMemHandle(d.fns, &p, unsafe.Pointer(&h[0]))); err != nil {
+	if err := d.check("cuIpcOpenMemHandle", d.relaxed(func() C.CUresult { return C.gcIpcOpenMemHandle(d.fns, &p, unsafe.Pointer(&h[0])) })); err != nil {
 		return 0, err
 	}
 	return uintptr(p), nil
 }
 
 func (d *Driver) IpcCloseMemHandle(p uintptr) error {
-	return d.check("cuIpcCloseMemHandle", C.gcIpcCloseMemHandle(d.fns, C.uintptr_t(p)))
+	return d.check("cuIpcCloseMemHandle", d.relaxed(func() C.CUresult { return C.gcIpcCloseMemHandle(d.fns, C.uintptr_t(p)) }))
 }
 
 func (d *Driver) MemcpyDtoD(dst, src uintptr, n int, s Stream) error {

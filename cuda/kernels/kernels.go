@@ -136,7 +136,7 @@ func Load(d *driver.Driver, ctx driver.Context) (*Kernels, error) {
 		return k, nil
 	}
 	k := &Kernels{d: d, ctx: ctx, fns: make(map[kernelKey]uintptr)}
-	err := d.Do(ctx, func() error {
+	err := d.DoRelaxed(ctx, func() error {
 		image := C.CBytes(fatbin)
 		defer C.free(image)
 		var mod C.uintptr_t

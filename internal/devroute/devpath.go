@@ -25,7 +25,9 @@ import (
 // Which paths a communicator has is decided once, at its first operation on device
 // buffers, from the settings read when it was created (devMode). By default (auto,
 // devauto.go) it sets up only the paths the GPU check has proven on its ranks' setup
-// (package route's table), which today is staging alone, unpipelined; model sets up the
+// (package route's table), which today is staging alone, unpipelined: while the table
+// proves nothing else on any setup of several ranks, auto does not even look for the
+// setup (route.StagedOnly) and sets up nothing; model sets up the
 // paths its ranks' GPUs allow that the cost model (route/cost.go) chooses for some
 // operation, and each collective takes the one the model prices lowest for its kind and
 // size; there a communicator of one rank copies (onerank.go).
@@ -125,6 +127,14 @@ func (v *Views) devicePath(c *core.Comm) (*cuda.Shared, *kernels.Kernels, error)
 			// Nothing to share: no scratch to export, no flags, no watcher for a copy.
 			e.devSetup, e.devSetupKnown = route.OneRank, true
 			logDevice(c, "one rank: "+route.Verdict(route.OneRank, route.RouteOf(route.Staged, e.pipelined())))
+			return nil, nil, nil
+		}
+		if e.devMode == devAuto && route.StagedOnly() {
+			// Nothing auto could choose but staging on any setup: the default path makes
+			// the driver calls that ran on hardware, and none of a setup it cannot use
+			// (docs/gpu.md lists them; TestAutoDefaultPathDriverCalls holds them).
+			e.devChoice = nil
+			logDevice(c, "auto: "+route.StagedOnlyVerdict())
 			return nil, nil, nil
 		}
 		scratch, ringFrom := e.set.Scratch, e.set.RingThreshold
