@@ -83,6 +83,14 @@ static const char* gcSymbols[] = {
 _Static_assert(sizeof(gcFns) == sizeof(gcSymbols) / sizeof(gcSymbols[0]) * sizeof(void*),
                "gcFns and gcSymbols must list the same entry points, in the same order");
 
+// The entry points up to cuStreamCreate are the staged path's, which every CUDA
+// driver has: a missing one fails the load. The others belong to paths the default
+// path never takes (the kernels, the device and same-GPU paths, IPC, the device path's
+// flags) or are optional (the capture mode exchange): a missing one leaves its slot NULL,
+// and calling it fails with gcMissing, naming the entry point, without disabling CUDA.
+#define GC_REQUIRED 20
+#define gcMissing (-1)
+
 // gcOpen dlopens path and fills *f. On failure it returns a malloc'd message.
 static char* gcOpen(const char* path, gcFns* f, void** handle) {
   void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
@@ -94,6 +102,9 @@ static char* gcOpen(const char* path, gcFns* f, void** handle) {
   for (size_t i = 0; i < sizeof(gcSymbols) / sizeof(gcSymbols[0]); i++) {
     dlerror();
     slots[i] = dlsym(h, gcSymbols[i]);
+    if (slots[i] == NULL && i >= GC_REQUIRED) {
+      continue;
+    }
     if (slots[i] == NULL) {
       const char* e = dlerror();
       char* msg = strdup(e ? e : gcSymbols[i]);
@@ -164,11 +175,24 @@ static CUresult gcStreamCreate(gcFns* f, uintptr_t* s) {
   *s = (uintptr_t)st;
   return r;
 }
-static CUresult gcStreamDestroy(gcFns* f, uintptr_t s) { return f->StreamDestroy(H(s)); }
-static CUresult gcThreadExchangeCaptureMode(gcFns* f, int* mode) { return f->ThreadExchangeStreamCaptureMode(mode); }
-static CUresult gcMemHostRegister(gcFns* f, void* p, size_t n, unsigned int flags) { return f->MemHostRegister(p, n, flags); }
-static CUresult gcMemHostUnregister(gcFns* f, void* p) { return f->MemHostUnregister(p); }
+static CUresult gcStreamDestroy(gcFns* f, uintptr_t s) {
+  if (f->StreamDestroy == NULL) return gcMissing;
+  return f->StreamDestroy(H(s));
+}
+static CUresult gcThreadExchangeCaptureMode(gcFns* f, int* mode) {
+  if (f->ThreadExchangeStreamCaptureMode == NULL) return gcMissing;
+  return f->ThreadExchangeStreamCaptureMode(mode);
+}
+static CUresult gcMemHostRegister(gcFns* f, void* p, size_t n, unsigned int flags) {
+  if (f->MemHostRegister == NULL) return gcMissing;
+  return f->MemHostRegister(p, n, flags);
+}
+static CUresult gcMemHostUnregister(gcFns* f, void* p) {
+  if (f->MemHostUnregister == NULL) return gcMissing;
+  return f->MemHostUnregister(p);
+}
 static CUresult gcMemHostGetDevicePointer(gcFns* f, uintptr_t* out, void* p) {
+  if (f->MemHostGetDevicePointer == NULL) return gcMissing;
   CUdeviceptr d = 0;
   CUresult r = f->MemHostGetDevicePointer(&d, p, 0);
   *out = (uintptr_t)d;
@@ -176,15 +200,26 @@ static CUresult gcMemHostGetDevicePointer(gcFns* f, uintptr_t* out, void* p) {
 }
 // device memory, IPC and stream memory operations
 static CUresult gcMemAlloc(gcFns* f, uintptr_t* p, size_t n) {
+  if (f->MemAlloc == NULL) return gcMissing;
   CUdeviceptr d = 0;
   CUresult r = f->MemAlloc(&d, n);
   *p = (uintptr_t)d;
   return r;
 }
-static CUresult gcMemFree(gcFns* f, uintptr_t p) { return f->MemFree((CUdeviceptr)p); }
-static CUresult gcMemsetD32(gcFns* f, uintptr_t p, unsigned v, size_t n) { return f->MemsetD32((CUdeviceptr)p, v, n); }
-static CUresult gcIpcGetMemHandle(gcFns* f, void* h, uintptr_t p) { return f->IpcGetMemHandle((CUipcMemHandle*)h, (CUdeviceptr)p); }
+static CUresult gcMemFree(gcFns* f, uintptr_t p) {
+  if (f->MemFree == NULL) return gcMissing;
+  return f->MemFree((CUdeviceptr)p);
+}
+static CUresult gcMemsetD32(gcFns* f, uintptr_t p, unsigned v, size_t n) {
+  if (f->MemsetD32 == NULL) return gcMissing;
+  return f->MemsetD32((CUdeviceptr)p, v, n);
+}
+static CUresult gcIpcGetMemHandle(gcFns* f, void* h, uintptr_t p) {
+  if (f->IpcGetMemHandle == NULL) return gcMissing;
+  return f->IpcGetMemHandle((CUipcMemHandle*)h, (CUdeviceptr)p);
+}
 static CUresult gcIpcOpenMemHandle(gcFns* f, uintptr_t* p, void* h) {
+  if (f->IpcOpenMemHandle == NULL) return gcMissing;
   CUipcMemHandle handle;
   memcpy(&handle, h, sizeof handle);
   CUdeviceptr d = 0;
@@ -192,18 +227,30 @@ static CUresult gcIpcOpenMemHandle(gcFns* f, uintptr_t* p, void* h) {
   *p = (uintptr_t)d;
   return r;
 }
-static CUresult gcIpcCloseMemHandle(gcFns* f, uintptr_t p) { return f->IpcCloseMemHandle((CUdeviceptr)p); }
+static CUresult gcIpcCloseMemHandle(gcFns* f, uintptr_t p) {
+  if (f->IpcCloseMemHandle == NULL) return gcMissing;
+  return f->IpcCloseMemHandle((CUdeviceptr)p);
+}
 static CUresult gcMemcpyDtoDAsync(gcFns* f, uintptr_t dst, uintptr_t src, size_t n, uintptr_t s) {
+  if (f->MemcpyDtoDAsync == NULL) return gcMissing;
   return f->MemcpyDtoDAsync((CUdeviceptr)dst, (CUdeviceptr)src, n, H(s));
 }
 static CUresult gcStreamWaitValue32(gcFns* f, uintptr_t s, uintptr_t p, unsigned v, unsigned flags) {
+  if (f->StreamWaitValue32 == NULL) return gcMissing;
   return f->StreamWaitValue32(H(s), (CUdeviceptr)p, v, flags);
 }
 static CUresult gcStreamWriteValue32(gcFns* f, uintptr_t s, uintptr_t p, unsigned v) {
+  if (f->StreamWriteValue32 == NULL) return gcMissing;
   return f->StreamWriteValue32(H(s), (CUdeviceptr)p, v, 0); // with the memory barrier
 }
-static CUresult gcDeviceCanAccessPeer(gcFns* f, int* can, int dev, int peer) { return f->DeviceCanAccessPeer(can, dev, peer); }
-static CUresult gcDeviceGetPCIBusId(gcFns* f, char* id, int n, int dev) { return f->DeviceGetPCIBusId(id, n, dev); }
+static CUresult gcDeviceCanAccessPeer(gcFns* f, int* can, int dev, int peer) {
+  if (f->DeviceCanAccessPeer == NULL) return gcMissing;
+  return f->DeviceCanAccessPeer(can, dev, peer);
+}
+static CUresult gcDeviceGetPCIBusId(gcFns* f, char* id, int n, int dev) {
+  if (f->DeviceGetPCIBusId == NULL) return gcMissing;
+  return f->DeviceGetPCIBusId(id, n, dev);
+}
 */
 import "C"
 
@@ -227,6 +274,7 @@ var ErrUnavailable = errors.New("CUDA is not available")
 // Driver result codes gonccl acts on.
 const (
 	resultSuccess  = 0
+	resultMissing  = -1  // gcMissing: an optional entry point the driver does not have
 	resultNotReady = 600 // CUDA_ERROR_NOT_READY: an event or stream has work pending
 	// A query a capture forbade (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, _INVALIDATED,
 	// _IMPLICIT): the event has not been seen done, which is all it says.
@@ -289,7 +337,12 @@ type KernelEntries struct {
 	ModuleLoadData, ModuleUnload, ModuleGetFunction, LaunchKernel unsafe.Pointer
 }
 
-// Kernels returns the entry points the kernels package calls.
+// MissingEntry is the result code the Check of an entry point the driver does not have
+// reports (optional ones only: see gcOpen).
+const MissingEntry = resultMissing
+
+// Kernels returns the entry points the kernels package calls (nil where the driver
+// has none).
 func (d *Driver) Kernels() KernelEntries {
 	return KernelEntries{
 		ModuleLoadData:    unsafe.Pointer(d.fns.ModuleLoadData),
@@ -336,6 +389,9 @@ func (d *Driver) check(fn string, r C.CUresult) error { return d.Check(fn, int(r
 func (d *Driver) Check(fn string, r int) error {
 	if r == resultSuccess {
 		return nil
+	}
+	if r == resultMissing {
+		return &Error{Func: fn, Code: r, Name: "not in this CUDA driver (too old?): only the paths that need it are unavailable"}
 	}
 	return &Error{Func: fn, Code: int(r), Name: d.errorName(C.CUresult(r))}
 }

@@ -136,6 +136,15 @@ func Load(d *driver.Driver, ctx driver.Context) (*Kernels, error) {
 		return k, nil
 	}
 	k := &Kernels{d: d, ctx: ctx, fns: make(map[kernelKey]uintptr)}
+	e := d.Kernels()
+	for _, f := range []struct {
+		name string
+		p    unsafe.Pointer
+	}{{"cuModuleLoadData", e.ModuleLoadData}, {"cuModuleUnload", e.ModuleUnload}, {"cuModuleGetFunction", e.ModuleGetFunction}, {"cuLaunchKernel", e.LaunchKernel}} {
+		if f.p == nil {
+			return nil, d.Check(f.name, driver.MissingEntry)
+		}
+	}
 	err := d.DoRelaxed(ctx, func() error {
 		image := C.CBytes(fatbin)
 		defer C.free(image)

@@ -178,3 +178,38 @@ func describeCalls(c cudatest.Calls) string {
 	sort.Strings(s)
 	return fmt.Sprintf("%d in all: %s", c.Total(), strings.Join(s, ", "))
 }
+
+// optionalEntries are the driver entry points only paths other than the default one
+// call (or that it can do without: the capture mode exchange).
+var optionalEntries = []string{
+	"cuModuleLoadData", "cuModuleUnload", "cuModuleGetFunction", "cuLaunchKernel",
+	"cuMemAlloc_v2", "cuMemFree_v2", "cuMemsetD32_v2", "cuIpcGetMemHandle", "cuIpcOpenMemHandle_v2",
+	"cuIpcCloseMemHandle", "cuMemcpyDtoDAsync_v2", "cuStreamWaitValue32_v2", "cuStreamWriteValue32_v2",
+	"cuDeviceCanAccessPeer", "cuDeviceGetPCIBusId", "cuStreamDestroy_v2", "cuThreadExchangeStreamCaptureMode",
+	"cuMemHostRegister_v2", "cuMemHostUnregister", "cuMemHostGetDevicePointer_v2",
+}
+
+// TestAutoDefaultPathOnADriverWithoutTheOthers: a driver that has only the staged
+// path's entry points loads, and the default path's all_reduce runs on it; what needs
+// another entry point fails naming it. Before, any of the 20 missing failed the load, so
+// CUDA was unavailable and device buffers refused ("stream given but CUDA is not
+// available: ... undefined symbol: cuModuleLoadData"); six of them (the bus id, the
+// stream destroy, the capture mode exchange, host registration) came after e18d63d.
+func TestAutoDefaultPathOnADriverWithoutTheOthers(t *testing.T) {
+	path, err := cudatest.BuildWithout(t.TempDir(), optionalEntries...)
+	require.NoError(t, err)
+	d, err := driver.Open(path)
+	require.NoError(t, err, "a driver without the other paths' entry points")
+	f, err := cudatest.Open(path)
+	require.NoError(t, err)
+	const count = 1 << 12
+	calls, _ := defaultPathAllReduce(t, path, d, f, [2]int{0, 1}, count)
+	require.NotZero(t, calls["cuMemcpyDtoHAsync_v2"])
+	_, err = d.BusID(0)
+	require.ErrorContains(t, err, "cuDeviceGetPCIBusId: not in this CUDA driver")
+	require.NoError(t, d.Do(driver.Context(f.Context(0)), func() error {
+		_, err := d.MemAlloc(64)
+		require.ErrorContains(t, err, "cuMemAlloc: not in this CUDA driver")
+		return nil
+	}))
+}
