@@ -6,14 +6,17 @@
  * with CUDA_CALLS_TEST_ONE_DEVICE=1 to put every rank on device 0 (else rank r is on
  * device r % 2). Each rank runs two all_reduces of MIB MiB of float32 on device buffers
  * (the first is the communicator's first operation on device buffers, which decides its
- * paths), checks each result, and prints the driver calls of each as
+ * paths), checks each result, and prints the driver calls of each, and how long it
+ * took, as
  *     rank R: op K calls: NAME COUNT NAME COUNT ...
+ *     rank R: op K took: MICROSECONDS
  * tests/test_cuda_capi.py holds them to docs/gpu.md's list. The program needs nothing
  * newer than the C ABI of e18d63d, so that the same counts can be taken there.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "fakecuda.h"
 #include "gonccl.h"
@@ -79,10 +82,15 @@ int main(int argc, char** argv) {
   for (int op = 0; op < 2; op++) {
     for (size_t i = 0; i < n; i++) buf[i] = input(rank, i);
     char* before = counts();
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     OK(goncclAllReduce(buf, buf, n, goncclFloat32, goncclSum, comm, stream), comm);
     fakecudaStreamDrain(stream);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
     char* after = counts();
     print_delta(op, before, after);
+    printf("rank %d: op %d took: %ld\n", rank, op,
+           (long)((t1.tv_sec - t0.tv_sec) * 1000000L + (t1.tv_nsec - t0.tv_nsec) / 1000));
     free(before);
     free(after);
     for (size_t i = 0; i < n; i++) {
