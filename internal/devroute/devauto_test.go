@@ -27,6 +27,11 @@ func autoRanks(t *testing.T, mode devMode, devs [2]int, cost string) []*Comm {
 func autoRanksFault(t *testing.T, mode devMode, devs [2]int, cost string, fault func(r int, p route.Path) error) []*Comm {
 	path, err := cudatest.BuildIn(t.TempDir())
 	require.NoError(t, err)
+	return autoRanksOn(t, path, mode, devs, cost, fault)
+}
+
+// autoRanksOn is autoRanksFault on the fake driver at path.
+func autoRanksOn(t *testing.T, path string, mode devMode, devs [2]int, cost string, fault func(r int, p route.Path) error) []*Comm {
 	d, err := driver.Open(path)
 	require.NoError(t, err)
 	f, err := cudatest.Open(path)
@@ -162,4 +167,37 @@ func TestSetupIsAllOrNothing(t *testing.T) {
 			require.NotEqual(t, route.SameGPU, e.devChoice.Pick(k, 64<<20), "rank %d: %s", r, k)
 		}
 	}
+}
+
+// TestDestroyUnloadsTheKernels: a communicator that loaded the reduction kernels (the
+// device path under model, on a GPU per rank) unloads them once destroyed, the module of
+// each context with its last holder, so a context released afterwards (and one that
+// comes back with the same handle) never meets a stale module; the next communicator
+// loads them again. Before, the module stayed cached for the process's life: no
+// cuModuleUnload ever.
+func TestDestroyUnloadsTheKernels(t *testing.T) {
+	path, err := cudatest.BuildIn(t.TempDir())
+	require.NoError(t, err)
+	es := autoRanksOn(t, path, devModel, [2]int{0, 1}, "staged.latency=1", nil)
+	for r, e := range es {
+		require.NotNil(t, e.devShared, "rank %d: no device path", r)
+	}
+	before, err := cudatest.CallsAt(path)
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	errs := make([]error, len(es))
+	for r, e := range es {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = errors.Join(e.closeDevice(false), e.closePool())
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		require.NoError(t, err, "rank %d", r)
+	}
+	after, err := cudatest.CallsAt(path)
+	require.NoError(t, err)
+	require.Equal(t, 2, after.Sub(before)["cuModuleUnload"], "one module per context, unloaded at destroy")
 }

@@ -105,6 +105,61 @@ type devState struct {
 	devSide       map[sideKey]driver.Stream // async point-to-point's streams (devp2p.go)
 	set           core.DeviceSettings       // parsed when the communicator was created
 	sameGPUState
+	kernelState
+}
+
+// kernelState is the reduction kernels a communicator holds (kernels.Acquire), one
+// module per context it used them in, given back by closePool once no work queued with
+// them can be pending.
+type kernelState struct {
+	kernMu   sync.Mutex
+	kernHeld map[driver.Context]*kernels.Kernels
+	kernKeep bool // an abort, or a device path left open: queued work may still launch them
+}
+
+// kernels returns the reduction kernels in the stream's context, held by the
+// communicator from its first use there until closePool.
+func (v *Views) kernels() (*kernels.Kernels, error) {
+	e := v.e
+	e.kernMu.Lock()
+	defer e.kernMu.Unlock()
+	if k := e.kernHeld[v.ctx]; k != nil {
+		return k, nil
+	}
+	k, err := kernels.Acquire(v.drv, v.ctx)
+	if err != nil {
+		return nil, err
+	}
+	if e.kernHeld == nil {
+		e.kernHeld = make(map[driver.Context]*kernels.Kernels)
+	}
+	e.kernHeld[v.ctx] = k
+	return k, nil
+}
+
+// keepKernels marks the communicator's kernels as possibly still in use by queued work
+// (an abort, a path that did not close): closePool then does not unload them.
+func (e *Comm) keepKernels() {
+	e.kernMu.Lock()
+	e.kernKeep = true
+	e.kernMu.Unlock()
+}
+
+// releaseKernels gives back the kernels the communicator holds (the last holder of a
+// context's module unloads it), unless keepKernels was called.
+func (e *Comm) releaseKernels() error {
+	e.kernMu.Lock()
+	held, keep := e.kernHeld, e.kernKeep
+	e.kernHeld = nil
+	e.kernMu.Unlock()
+	if keep {
+		return nil
+	}
+	var errs []error
+	for _, k := range held {
+		errs = append(errs, k.Release())
+	}
+	return errors.Join(errs...)
 }
 
 // devicePath returns the communicator's shared scratch and kernels if operations
@@ -150,7 +205,7 @@ func (v *Views) devicePath(c *core.Comm) (*cuda.Shared, *kernels.Kernels, error)
 		if e.devMode == devSameGPU {
 			opts = append(opts, cuda.StageWhenDeviceShared())
 		}
-		k, kerr := kernels.Load(v.drv, v.ctx)
+		k, kerr := v.kernels()
 		sh, err := cuda.NewShared(v.drv, v.ctx, c.Rank(), c.Size(), scratch, func(rec []byte) ([]byte, error) {
 			if kerr != nil { // tell the others this rank cannot take the device path
 				rec = make([]byte, len(rec))
@@ -451,7 +506,11 @@ func (v *Views) checkDevice(b buf, size int) error {
 // still waiting on the device path's flags (their operations' outputs are not valid)
 // and leaves the scratch mapped, as peers' streams may still read it.
 func (e *Comm) closeDevice(abort bool) error {
+	if abort || e.comm.Err() != nil {
+		e.keepKernels() // streams may still hold kernels queued with them
+	}
 	if err := e.closeSameGPU(); err != nil && !abort {
+		e.keepKernels()
 		return err
 	}
 	e.devMu.Lock()
@@ -477,6 +536,8 @@ func (e *Comm) closeDevice(abort bool) error {
 	err := sh.Close(e.comm.Timeout())
 	if err == nil {
 		returnStreams(side)
+	} else {
+		e.keepKernels()
 	}
 	return err
 }
