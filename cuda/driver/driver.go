@@ -520,6 +520,16 @@ func (d *Driver) StreamCapturingOn(s Stream, dev int) (bool, error) {
 	return capturing, err
 }
 
+// currentContext is the calling thread's current context (0: none). Call it with the
+// goroutine locked to its thread.
+func (d *Driver) currentContext() (Context, error) {
+	var cur C.uintptr_t
+	if err := d.check("cuCtxGetCurrent", C.gcCtxGetCurrent(d.fns, &cur)); err != nil {
+		return 0, err
+	}
+	return Context(cur), nil
+}
+
 // ContextDevice returns the device ordinal of context ctx.
 func (d *Driver) ContextDevice(ctx Context) (int, error) {
 	var dev C.int

@@ -69,6 +69,10 @@ static void check_races(fakeStream* s, char* host, size_t n, int writes) {
 
 CUresult cuPointerGetAttribute(void* data, int attr, CUdeviceptr ptr) {
   CALLED();
+  /* Like the driver: a context must be current (CUDA_ERROR_INVALID_CONTEXT), though with
+   * unified addressing any context answers for a pointer of any device. */
+  CUresult c = need_ctx();
+  if (c) return c;
   pthread_mutex_lock(&mu);
   alloc* a = find((void*)(uintptr_t)ptr, 1, 1);
   CUresult r = CUDA_SUCCESS;
