@@ -435,7 +435,8 @@ func (d *Driver) Do(ctx Context, f func() error) error {
 
 // DoRelaxed is Do with the thread in relaxed capture mode for f (see relaxed), for
 // calls other than the wrappers below that the driver may refuse during another
-// thread's global-mode capture: loading a module.
+// thread's global-mode capture (loading a module), and for loops of event queries
+// (EventDoneRelaxed).
 func (d *Driver) DoRelaxed(ctx Context, f func() error) error {
 	var err error
 	r := d.relaxed(func() C.CUresult {
@@ -606,7 +607,18 @@ func (d *Driver) EventRecord(e Event, s Stream) error {
 
 // EventDone reports whether every piece of work e captured has completed.
 func (d *Driver) EventDone(e Event) (bool, error) {
-	r := d.relaxed(func() C.CUresult { return C.gcEventQuery(d.fns, C.uintptr_t(e)) })
+	return d.eventDone(d.relaxed(func() C.CUresult { return C.gcEventQuery(d.fns, C.uintptr_t(e)) }))
+}
+
+// EventDoneRelaxed is EventDone for a caller that has the thread in relaxed capture
+// mode already (inside DoRelaxed: a wait that queries many times exchanges the mode
+// once, not around every query).
+func (d *Driver) EventDoneRelaxed(e Event) (bool, error) {
+	return d.eventDone(C.gcEventQuery(d.fns, C.uintptr_t(e)))
+}
+
+// eventDone reads cuEventQuery's result r.
+func (d *Driver) eventDone(r C.CUresult) (bool, error) {
 	switch r {
 	case resultNotReady, resultCaptureUnsupported, resultCaptureInvalidated, resultCaptureImplicit:
 		return false, nil

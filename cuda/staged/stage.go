@@ -572,10 +572,10 @@ func (s *Staging) recordLocked() error {
 }
 
 // waitDone polls ev until the copies it captured have completed or deadline passes,
-// with the staging's context current on this thread for the whole wait (made so once,
-// not once per query).
+// with the staging's context current and the thread in relaxed capture mode for the
+// whole wait (made so once, not once per query).
 func (s *Staging) waitDone(deadline time.Time) error {
-	return s.d.Do(s.ctx, func() error {
+	return s.d.DoRelaxed(s.ctx, func() error {
 		var w driver.Waiter
 		for {
 			s.mu.Lock()
@@ -587,7 +587,7 @@ func (s *Staging) waitDone(deadline time.Time) error {
 				s.mu.Unlock()
 				return fmt.Errorf("cuda: staging copies on stream %#x could not be tracked by an event", uintptr(s.stream))
 			}
-			ok, err := s.d.EventDone(s.ev)
+			ok, err := s.d.EventDoneRelaxed(s.ev)
 			s.mu.Unlock()
 			if err != nil || ok {
 				return err

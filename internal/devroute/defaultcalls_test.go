@@ -22,8 +22,8 @@ import (
 // called on the H100, counted by the same fake (tests/capi/cuda_calls_test.c run there),
 // less the context switches of each event query. Not counted here: the event queries of
 // the host's waits (defaultPathQueries), and the capture-mode exchanges around the
-// potentially unsafe calls (two per query, allocation and free: see
-// driver.Driver.relaxed). docs/gpu.md lists them. Nothing a path auto cannot choose
+// potentially unsafe calls (two per wait, allocation and free, at most two per query:
+// see driver.Driver.relaxed). docs/gpu.md lists them. Nothing a path auto cannot choose
 // needs is called: no module, no NVML, no IPC, no device memory, no bus id.
 var defaultPathCalls = map[string]int{
 	// the stream, its context and device, on the calling thread (NewViews)
