@@ -46,6 +46,7 @@ lib:
 	CGO_ENABLED=1 $(GO) build -buildmode=c-shared -trimpath -o build/lib/libgonccl.so ./capi
 	rm -f build/lib/libgonccl.h
 	cp capi/gonccl.h build/lib/
+	scripts/carried-stamp.sh write build/lib/libgonccl.so
 
 # make wheel: dist/gonccl-VERSION-*.whl, built against this Python and torch. With
 # GONCCL_LIBRARY=/path/to/libgonccl.so it wraps that library and needs no Go; otherwise it
@@ -99,6 +100,7 @@ test-torch-ci:
 gpu-check-kernels:
 	mkdir -p build/gpu-check
 	CGO_ENABLED=1 $(GO) test -c -o build/gpu-check/kernels-gpu.test ./cuda/kernels
+	scripts/carried-stamp.sh write build/gpu-check/kernels-gpu.test
 
 # make gpu-check-dry: the GPU check's dry run against the library make lib built: prints the
 # plan (each step's limit and expected time on one H100, within the 480 s budget), builds the

@@ -125,7 +125,7 @@ func (s *Shared) Watch(cfg WatchConfig) {
 		s.mu.Unlock()
 		return
 	}
-	s.watch = w
+	s.watch, s.commErr = w, cfg.Err
 	s.mu.Unlock()
 	go s.watchLoop(w)
 }

@@ -46,17 +46,18 @@ type Shared struct {
 	step       uint32     // the last step number used
 	lastStream Stream     // the stream of the last round
 	closed     bool
-	p2p        p2pState    // point-to-point's chunk counts (devp2p.go)
-	cur        *opDesc     // the operation being enqueued (runOp), nil for one without a descriptor
-	curFirst   uint32      // its first round
-	curStart   event       // the event recorded before its first round
-	ops        []pendingOp // the operations enqueued and not seen finished (devfault.go)
-	spare      []event     // events of finished operations, for the next ones
-	watch      *watch      // the watcher, once Watch has started it
-	failed     error       // why the scratch was released, once it was
-	mpsLine    string      // ranks share a GPU under MPS: the INIT log's line (ShareUnderMPS)
-	mpsWhy     string      // ranks share a GPU (ShareUnderMPS): how this rank found out whether it is an MPS client
-	ringSeq    uint32      // the last ring unit number posted (devring.go)
+	p2p        p2pState     // point-to-point's chunk counts (devp2p.go)
+	cur        *opDesc      // the operation being enqueued (runOp), nil for one without a descriptor
+	curFirst   uint32       // its first round
+	curStart   event        // the event recorded before its first round
+	ops        []pendingOp  // the operations enqueued and not seen finished (devfault.go)
+	spare      []event      // events of finished operations, for the next ones
+	watch      *watch       // the watcher, once Watch has started it
+	commErr    func() error // the communicator's error (WatchConfig.Err), once Watch was called; Close's waits end on it
+	failed     error        // why the scratch was released, once it was
+	mpsLine    string       // ranks share a GPU under MPS: the INIT log's line (ShareUnderMPS)
+	mpsWhy     string       // ranks share a GPU (ShareUnderMPS): how this rank found out whether it is an MPS client
+	ringSeq    uint32       // the last ring unit number posted (devring.go)
 }
 
 // A rank's header holds one slot per rank (its inbox for that rank's flags and
@@ -236,7 +237,7 @@ func NewShared(d *Driver, ctx Context, rank, nranks, dataBytes int, exchange fun
 	}
 	if err == nil {
 		// The zeroed flags must be in place before any peer's stream reads them.
-		_, err = s.syncLegacy(nil, time.Now().Add(time.Minute))
+		_, err = s.syncLegacy(nil, time.Now().Add(time.Minute), nil)
 	}
 	me.dev, me.base, me.cap = s.dev, s.own, s.cap
 	me.ok = err == nil
@@ -517,6 +518,9 @@ func (s *Shared) Close(timeout time.Duration) error {
 		return fmt.Errorf("cuda: device scratch left mapped: it was released after %w", s.failed)
 	}
 	step := s.step
+	// A peer that died after its last operation was issued here never reads what this
+	// rank's stream waits for: the communicator's error ends the wait (the watcher,
+	// stopped above, no longer watches it).
 	pending, err := s.syncLegacy(func() error {
 		for p := range s.nranks {
 			if err := s.d.StreamWaitValue32(StreamLegacy, s.flag(p, flagReadDone), step); err != nil {
@@ -524,7 +528,7 @@ func (s *Shared) Close(timeout time.Duration) error {
 			}
 		}
 		return s.p2pQuiesce()
-	}, time.Now().Add(timeout))
+	}, time.Now().Add(timeout), s.commErr)
 	if err != nil {
 		s.releaseClose(err, pending)
 		return fmt.Errorf("cuda: device scratch left mapped: %w", err)
@@ -578,11 +582,12 @@ func (s *Shared) Abandon() {
 }
 
 // syncLegacy enqueues f's work (if any) on the legacy default stream of s.ctx and
-// waits until the stream has run it and everything before it, or deadline. Past the
-// deadline it returns the event it recorded after that work, still pending (pending):
+// waits until the stream has run it and everything before it, or deadline, or stop (if
+// not nil) returns an error, which it then returns. Past the deadline (or on stop's
+// error) it returns the event it recorded after that work, still pending (pending):
 // destroying it before its record has run would be a fault (the fake driver's
 // reading of CUDA's rules); releaseClose waits on it.
-func (s *Shared) syncLegacy(f func() error, deadline time.Time) (pending event, err error) {
+func (s *Shared) syncLegacy(f func() error, deadline time.Time, stop func() error) (pending event, err error) {
 	var ev event
 	err = s.d.Do(s.ctx, func() (err error) {
 		if f != nil {
@@ -607,6 +612,11 @@ func (s *Shared) syncLegacy(f func() error, deadline time.Time) (pending event, 
 		}
 		if time.Now().After(deadline) {
 			return ev, fmt.Errorf("the other ranks' device work did not reach this point in time")
+		}
+		if stop != nil {
+			if err := stop(); err != nil {
+				return ev, fmt.Errorf("the other ranks' device work will not reach this point: %w", err)
+			}
 		}
 		w.Wait()
 	}

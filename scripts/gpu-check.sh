@@ -598,6 +598,8 @@ elif [[ -z "$LIB" ]] && ! command -v go >/dev/null; then
   record build fail 0 "no Go on PATH and no --library/GONCCL_LIBRARY: build libgonccl.so elsewhere (make lib) and pass it"
 elif [[ -n "$LIB" && ! -f "$LIB" ]]; then
   record build fail 0 "--library $LIB: no such file"
+elif [[ -n "$LIB" ]] && ! stale="$("$ROOT/scripts/carried-stamp.sh" check "$LIB" 2>&1)"; then
+  record build fail 0 "--library: $stale"
 else
   always build check_build build  # whenever it is needed
 fi
@@ -620,9 +622,12 @@ fi
 # ---- the reduction kernels on GPU 0: the prebuilt test binary (the GPU machine has no Go) ----
 if [[ ! -x "$KTEST" ]] && command -v go >/dev/null && selected kernels-gpu; then
   mkdir -p "$(dirname "$KTEST")" &&
-    (cd "$ROOT" && CGO_ENABLED=1 go test -c -o "$KTEST" ./cuda/kernels) >"$LOGS/kernels-gpu-build.log" 2>&1
+    (cd "$ROOT" && CGO_ENABLED=1 go test -c -o "$KTEST" ./cuda/kernels &&
+      scripts/carried-stamp.sh write "$KTEST") >"$LOGS/kernels-gpu-build.log" 2>&1
 fi
-if [[ -x "$KTEST" ]]; then
+if [[ -x "$KTEST" ]] && ! stale="$("$ROOT/scripts/carried-stamp.sh" check "$KTEST" 2>&1)"; then
+  selected kernels-gpu && record kernels-gpu fail 0 "$stale"
+elif [[ -x "$KTEST" ]]; then
   run kernels-gpu check_kernels "$KTEST" -test.run '^TestKernelsOnARealGPU$' -test.v -test.count=1
 else
   selected kernels-gpu && record kernels-gpu fail 0 "no test binary at $KTEST: build it where Go is (make gpu-check-kernels) and bring build/gpu-check/kernels-gpu.test, or pass --kernels-test"

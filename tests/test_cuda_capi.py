@@ -217,15 +217,7 @@ def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
         chose = "device path: same-host ranks share device memory" in log or (
             f"rank {r}/{nranks}: auto: paths set up: staged, device (" in log)
         if path.startswith("auto"):
-            assert f"rank {r}/{nranks}: auto: paths set up: staged (" in log, proc.describe()
-            if path == "auto" and nranks == 2:
-                assert ("staged path for one rank per GPU, no NVLink, not yet proven on hardware for this setup"
-                        in log), proc.describe()
-            else:
-                assert ("staged path for ranks sharing a GPU without MPS, proven on hardware (GPU check 2026-11-26 "
-                        "on NVIDIA H100 80GB HBM3") in log, proc.describe()
-            assert ("unproven paths run only by name (staged-pipelined: GONCCL_STAGED_CHUNK=4M, device: "
-                    "GONCCL_DEVICE_PATH=1, same-GPU: GONCCL_DEVICE_PATH=samegpu") in log, proc.describe()
+            _check_auto_staged(log, r, nranks, proc)
         assert chose == on_device, proc.describe()
         ring = "all_reduce and reduce_scatter of 1024 bytes or more by the ring" in log
         assert ring == (path == "device-ring"), proc.describe()
@@ -240,7 +232,7 @@ def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
                 proc.describe()
             assert (f"rank {r}/{nranks}: auto: all_reduce, all_gather, reduce_scatter, broadcast: at every size "
                     "same-GPU (model at 16 B: 25 us vs staged 899 us)") in log, proc.describe()
-        if path in ("auto", "model") and nranks == 3:
+        if path == "model" and nranks == 3:
             # Ranks 0 and 2 share GPU 0 without MPS: the device path's waits would take
             # turns there, so the model never chooses it and it is not set up.
             assert f"rank {r}/{nranks}: auto: paths set up: staged (ranks on several GPUs, some sharing one; " in log, \
@@ -253,6 +245,19 @@ def test_cuda_capi_ranks(cuda_capi_binary, fakecuda, nranks, path, tmp_path):
     _check_flight_recorder(str(dump), nranks, on_device or path in ("model-one-gpu", "samegpu-one-gpu"), p2p=on_device)
     if path.startswith("staged"):
         _check_pipelined(str(dump), path)
+
+
+def _check_auto_staged(log: str, r: int, nranks: int, proc):
+    """auto's INIT line while the GPU check has proven nothing but unpipelined staging
+    for several ranks: staged whatever the setup, nothing set up, how to ask for the
+    rest."""
+    assert f"rank {r}/{nranks}: auto: staged path, unpipelined, whatever the ranks' setup" in log, proc.describe()
+    assert ("proven on hardware for ranks sharing a GPU without MPS (GPU check 2026-11-26 on NVIDIA H100 80GB "
+            "HBM3") in log, proc.describe()
+    assert "no GPU path is set up (no kernel module, no NVML, no agreement between the ranks)" in log, proc.describe()
+    assert ("unproven paths run only by name (staged-pipelined: GONCCL_STAGED_CHUNK=4M, device: "
+            "GONCCL_DEVICE_PATH=1, same-GPU: GONCCL_DEVICE_PATH=samegpu") in log, proc.describe()
+    assert "auto: paths set up" not in log, proc.describe()
 
 
 def _check_pipelined(dump: str, path: str):
@@ -385,8 +390,7 @@ def test_cuda_multicomm(multicomm_binary, fakecuda, nranks, path, tmp_path):
             assert f"rank {r}/{nranks}: auto: paths set up: staged, same-GPU (all {nranks} ranks on one GPU" in \
                 proc.stderr, proc.describe()
         if path == "auto":
-            assert f"rank {r}/{nranks}: auto: paths set up: staged (all {nranks} ranks on one GPU" in \
-                proc.stderr, proc.describe()
+            _check_auto_staged(proc.stderr, r, nranks, proc)
             assert "rank 0/1: one rank: staged path for one rank, proven on hardware" in proc.stderr, proc.describe()
 
 
@@ -438,3 +442,59 @@ def test_cuda_capi_asan(package_dir, fakecuda_asan, tmp_path_factory, source, nr
     run.assert_ok(f"{os.path.basename(source)} under AddressSanitizer with {nranks} ranks")
     for proc in run.procs:
         assert "AddressSanitizer" not in proc.stderr, proc.describe()
+
+
+CALLS_SOURCE = os.path.join(_harness.TESTS_DIR, "capi", "cuda_calls_test.c")
+
+# The driver calls of one rank's all_reduce on device buffers on the default path (auto,
+# while the GPU check has proven nothing but staging), at most: what e18d63d's staged
+# path made on the H100, counted by the same fake (cuda_calls_test.c run on e18d63d;
+# docs/gpu.md lists them with why). The event queries of the host's waits and the
+# capture-mode exchanges around the potentially unsafe calls are bounded apart.
+DEFAULT_PATH_CALLS = {
+    "cuInit": 1,  # the driver's load, at the first operation on device buffers
+    "cuStreamGetCtx": 1, "cuStreamIsCapturing": 1, "cuCtxGetDevice": 2,
+    "cuCtxGetCurrent": 12, "cuCtxSetCurrent": 24,
+    "cuPointerGetAttribute": 4,
+    "cuDevicePrimaryCtxRetain": 1, "cuMemHostAlloc": 1,
+    "cuMemcpyDtoHAsync_v2": 1, "cuMemcpyHtoDAsync_v2": 1,
+    "cuEventCreate": 1, "cuEventRecord": 2, "cuEventDestroy_v2": 1,
+}
+
+
+@pytest.fixture(scope="module")
+def calls_binary(package_dir, fakecuda, tmp_path_factory):
+    return _build_test(tmp_path_factory, CALLS_SOURCE, fakecuda, package_dir, [])
+
+
+@pytest.mark.timeout(RUN_TIMEOUT + 60)
+@pytest.mark.parametrize("one_gpu", [True, False], ids=["one-gpu", "own-gpus"])
+def test_cuda_default_path_calls(calls_binary, fakecuda, one_gpu, tmp_path):
+    """Two ranks' 256 MiB all_reduces on device buffers under the default settings make
+    only the driver calls of DEFAULT_PATH_CALLS (each rank, each operation, the first
+    included): no kernel module, no bus id, no NVML, none of a path auto cannot choose.
+    The host's waits poll the event at most twice per millisecond waited plus 16, and
+    exchange the capture mode only around the potentially unsafe calls. On befa1ef the
+    first operation also made cuModuleLoadData 1, cuModuleGetFunction 186, cuFuncLoad 186
+    and cuDeviceGetPCIBusId 1, and its waits up to 97 event queries with a context
+    switch and a capture-mode exchange around each."""
+    env = _env(fakecuda, {"CUDA_CALLS_TEST_ONE_DEVICE": "1" if one_gpu else "0"})
+    run = _harness.run_processes([[calls_binary, str(r), "2", str(tmp_path / "unique_id"), "256"] for r in range(2)],
+                                 timeout=RUN_TIMEOUT, envs=[env] * 2, cwd=str(tmp_path), names=["rank 0", "rank 1"])
+    run.assert_ok("cuda_calls_test")
+    for r, proc in enumerate(run.procs):
+        assert f"rank {r}: checks passed" in proc.stdout, proc.describe()
+        for op in range(2):
+            m = re.search(rf"^rank {r}: op {op} calls:(.*)$", proc.stdout, re.M)
+            t = re.search(rf"^rank {r}: op {op} took: (\d+)$", proc.stdout, re.M)
+            assert m and t, proc.describe()
+            words = m.group(1).split()
+            calls = {words[i]: int(words[i + 1]) for i in range(0, len(words), 2)}
+            queries = calls.pop("cuEventQuery", 0)
+            exchanges = calls.pop("cuThreadExchangeStreamCaptureMode", 0)
+            extra_calls = {k: n for k, n in calls.items() if n > DEFAULT_PATH_CALLS.get(k, 0)}
+            assert not extra_calls, f"rank {r} op {op}: calls beyond the default path's: {extra_calls}\n" + proc.describe()
+            waited_ms = int(t.group(1)) // 1000
+            assert queries <= 2 * (8 + waited_ms), f"rank {r} op {op}: {queries} event queries in {waited_ms} ms"
+            unsafe = queries + calls.get("cuMemHostAlloc", 0) + calls.get("cuMemFreeHost", 0)
+            assert exchanges <= 2 * unsafe, f"rank {r} op {op}: {exchanges} capture-mode exchanges for {unsafe} unsafe calls"

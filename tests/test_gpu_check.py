@@ -139,11 +139,43 @@ def test_kernels_step_runs_the_prebuilt_test_binary(tmp_path, package_dir, outpu
     binary = tmp_path / "kernels-gpu.test"
     binary.write_text("#!/bin/sh\necho \"args: $*\"\nprintf '%s' '" + output.replace("'", "") + "'\n")
     binary.chmod(0o755)
+    subprocess.run([STAMP, "write", str(binary)], check=True, timeout=60)
     proc, report = gpu_check(tmp_path, "--only", "kernels-gpu", "--kernels-test", str(binary))
     log = (tmp_path / "report" / "report.logs" / "kernels-gpu.log").read_text()
     assert "args: -test.run ^TestKernelsOnARealGPU$ -test.v -test.count=1" in log, log
     assert (proc.returncode == 0) == ok, proc.stdout + proc.stderr + report
     assert ("| kernels-gpu | pass |" in report) == ok, report
+
+
+STAMP = os.path.join(os.path.dirname(SCRIPT), "carried-stamp.sh")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("stale", ["no-stamp", "changed", "other-sources"])
+def test_stale_carried_file_fails(tmp_path, package_dir, stale):
+    """A file carried to the GPU machine (here the kernels' test binary; libgonccl.so
+    the same way, in the build step) runs only if its stamp (scripts/carried-stamp.sh,
+    written by make lib and make gpu-check-kernels) says it was built from this tree's
+    sources, by content: without a stamp, changed since, or built from other sources,
+    the step fails saying so, and does not run it. Before, a stale library passed the
+    version and function-name check."""
+    binary = tmp_path / "kernels-gpu.test"
+    binary.write_text("#!/bin/sh\necho ran\nprintf '--- SKIP: TestKernelsOnARealGPU (0.00s)\\nPASS\\n'\n")
+    binary.chmod(0o755)
+    if stale != "no-stamp":
+        subprocess.run([STAMP, "write", str(binary)], check=True, timeout=60)
+    stamp = tmp_path / "kernels-gpu.test.stamp"
+    if stale == "changed":
+        binary.write_text(binary.read_text() + "# rebuilt\n")
+    if stale == "other-sources":
+        stamp.write_text(re.sub(r"^sources .*$", "sources " + "0" * 64, stamp.read_text(), flags=re.M))
+    proc, report = gpu_check(tmp_path, "--only", "kernels-gpu", "--kernels-test", str(binary))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out + report
+    why = {"no-stamp": "has no stamp", "changed": "changed since it was built",
+           "other-sources": "is stale: it was built from other sources"}[stale]
+    assert re.search(r"\| kernels-gpu \| fail \| 0 \| carried-stamp: .*" + why, report), report
+    assert not (tmp_path / "report" / "report.logs" / "kernels-gpu.log").exists(), "the stale binary ran"
 
 
 @pytest.mark.timeout(120)

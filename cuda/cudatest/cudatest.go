@@ -80,9 +80,11 @@ import "C"
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 	"unsafe"
 )
@@ -116,13 +118,27 @@ func Build(t testing.TB) string {
 }
 
 // BuildIn compiles the fake driver into dir and returns its path.
-func BuildIn(dir string) (string, error) {
+func BuildIn(dir string) (string, error) { return BuildWithout(dir) }
+
+// BuildWithout is BuildIn for a fake that does not export the entry points hidden (a
+// driver older than the one gonccl's optional calls need): the dynamic loader does not
+// find them, and the fake's own calls of them still work.
+func BuildWithout(dir string, hidden ...string) (string, error) {
 	srcs, err := Sources()
 	if err != nil {
 		return "", err
 	}
 	out := filepath.Join(dir, "libfakecuda.so")
-	args := append([]string{"-shared", "-fPIC", "-O1", "-Wall", "-pthread", "-o", out}, srcs...)
+	args := []string{"-shared", "-fPIC", "-O1", "-Wall", "-pthread", "-o", out}
+	if len(hidden) > 0 {
+		script := filepath.Join(dir, "fakecuda-hidden.map")
+		text := "{ global: *; local: " + strings.Join(hidden, "; ") + "; };\n"
+		if err := os.WriteFile(script, []byte(text), 0o644); err != nil {
+			return "", err
+		}
+		args = append(args, "-Wl,--version-script="+script)
+	}
+	args = append(args, srcs...)
 	cmd := exec.Command("gcc", args...)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("building the fake CUDA driver: %v\n%s", err, b)

@@ -17,11 +17,21 @@ static int strictCountersAt(const char* path, strictCounters* out) {
   get(out);
   return 0;
 }
+
+static int callCountsAt(const char* path, char* buf, size_t n) {
+  void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (lib == NULL) return -1;
+  int (*get)(char*, size_t) = (int (*)(char*, size_t))dlsym(lib, "fakecudaCallCounts");
+  if (get == NULL) return -2;
+  return get(buf, n);
+}
 */
 import "C"
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 	"unsafe"
 )
 
@@ -51,4 +61,66 @@ func StrictCountersAt(path string) (StrictCounters, error) {
 	}
 	return StrictCounters{int(c.dev_allocs), int(c.dev_frees), int(c.ipc_exports), int(c.ipc_opens),
 		int(c.ipc_closes), int(c.drains), int(c.lazy_loads)}, nil
+}
+
+// Calls counts the calls of each driver entry point (tests/fakecuda/calls.c), by name.
+type Calls map[string]int
+
+// CallsAt reads the call counts of the fake driver at path (the copy this process
+// loaded).
+func CallsAt(path string) (Calls, error) {
+	cp := C.CString(path)
+	defer C.free(unsafe.Pointer(cp))
+	n := 4096
+	for {
+		buf := (*C.char)(C.malloc(C.size_t(n)))
+		need := int(C.callCountsAt(cp, buf, C.size_t(n)))
+		text := C.GoString(buf)
+		C.free(unsafe.Pointer(buf))
+		if need < 0 {
+			return nil, fmt.Errorf("reading the fake CUDA driver's call counts in %s: %d", path, need)
+		}
+		if need <= n {
+			return ParseCalls(text)
+		}
+		n = need
+	}
+}
+
+// ParseCalls reads call counts as the fake writes them: one "name count" line each
+// (FAKECUDA_CALL_COUNTS files too).
+func ParseCalls(text string) (Calls, error) {
+	c := Calls{}
+	for _, line := range strings.Split(strings.TrimSpace(text), "\n") {
+		if line == "" {
+			continue
+		}
+		name, count, ok := strings.Cut(line, " ")
+		n, err := strconv.Atoi(count)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("a call count line %q", line)
+		}
+		c[name] += n
+	}
+	return c, nil
+}
+
+// Sub returns c - o, entry point by entry point (those with no new calls left out).
+func (c Calls) Sub(o Calls) Calls {
+	d := Calls{}
+	for name, n := range c {
+		if n -= o[name]; n != 0 {
+			d[name] = n
+		}
+	}
+	return d
+}
+
+// Total is the number of calls of every entry point together.
+func (c Calls) Total() int {
+	t := 0
+	for _, n := range c {
+		t += n
+	}
+	return t
 }

@@ -83,6 +83,14 @@ static const char* gcSymbols[] = {
 _Static_assert(sizeof(gcFns) == sizeof(gcSymbols) / sizeof(gcSymbols[0]) * sizeof(void*),
                "gcFns and gcSymbols must list the same entry points, in the same order");
 
+// The entry points up to cuStreamCreate are the staged path's, which every CUDA
+// driver has: a missing one fails the load. The others belong to paths the default
+// path never takes (the kernels, the device and same-GPU paths, IPC, the device path's
+// flags) or are optional (the capture mode exchange): a missing one leaves its slot NULL,
+// and calling it fails with gcMissing, naming the entry point, without disabling CUDA.
+#define GC_REQUIRED 20
+#define gcMissing (-1)
+
 // gcOpen dlopens path and fills *f. On failure it returns a malloc'd message.
 static char* gcOpen(const char* path, gcFns* f, void** handle) {
   void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
@@ -94,6 +102,9 @@ static char* gcOpen(const char* path, gcFns* f, void** handle) {
   for (size_t i = 0; i < sizeof(gcSymbols) / sizeof(gcSymbols[0]); i++) {
     dlerror();
     slots[i] = dlsym(h, gcSymbols[i]);
+    if (slots[i] == NULL && i >= GC_REQUIRED) {
+      continue;
+    }
     if (slots[i] == NULL) {
       const char* e = dlerror();
       char* msg = strdup(e ? e : gcSymbols[i]);
@@ -164,11 +175,24 @@ static CUresult gcStreamCreate(gcFns* f, uintptr_t* s) {
   *s = (uintptr_t)st;
   return r;
 }
-static CUresult gcStreamDestroy(gcFns* f, uintptr_t s) { return f->StreamDestroy(H(s)); }
-static CUresult gcThreadExchangeCaptureMode(gcFns* f, int* mode) { return f->ThreadExchangeStreamCaptureMode(mode); }
-static CUresult gcMemHostRegister(gcFns* f, void* p, size_t n, unsigned int flags) { return f->MemHostRegister(p, n, flags); }
-static CUresult gcMemHostUnregister(gcFns* f, void* p) { return f->MemHostUnregister(p); }
+static CUresult gcStreamDestroy(gcFns* f, uintptr_t s) {
+  if (f->StreamDestroy == NULL) return gcMissing;
+  return f->StreamDestroy(H(s));
+}
+static CUresult gcThreadExchangeCaptureMode(gcFns* f, int* mode) {
+  if (f->ThreadExchangeStreamCaptureMode == NULL) return gcMissing;
+  return f->ThreadExchangeStreamCaptureMode(mode);
+}
+static CUresult gcMemHostRegister(gcFns* f, void* p, size_t n, unsigned int flags) {
+  if (f->MemHostRegister == NULL) return gcMissing;
+  return f->MemHostRegister(p, n, flags);
+}
+static CUresult gcMemHostUnregister(gcFns* f, void* p) {
+  if (f->MemHostUnregister == NULL) return gcMissing;
+  return f->MemHostUnregister(p);
+}
 static CUresult gcMemHostGetDevicePointer(gcFns* f, uintptr_t* out, void* p) {
+  if (f->MemHostGetDevicePointer == NULL) return gcMissing;
   CUdeviceptr d = 0;
   CUresult r = f->MemHostGetDevicePointer(&d, p, 0);
   *out = (uintptr_t)d;
@@ -176,15 +200,26 @@ static CUresult gcMemHostGetDevicePointer(gcFns* f, uintptr_t* out, void* p) {
 }
 // device memory, IPC and stream memory operations
 static CUresult gcMemAlloc(gcFns* f, uintptr_t* p, size_t n) {
+  if (f->MemAlloc == NULL) return gcMissing;
   CUdeviceptr d = 0;
   CUresult r = f->MemAlloc(&d, n);
   *p = (uintptr_t)d;
   return r;
 }
-static CUresult gcMemFree(gcFns* f, uintptr_t p) { return f->MemFree((CUdeviceptr)p); }
-static CUresult gcMemsetD32(gcFns* f, uintptr_t p, unsigned v, size_t n) { return f->MemsetD32((CUdeviceptr)p, v, n); }
-static CUresult gcIpcGetMemHandle(gcFns* f, void* h, uintptr_t p) { return f->IpcGetMemHandle((CUipcMemHandle*)h, (CUdeviceptr)p); }
+static CUresult gcMemFree(gcFns* f, uintptr_t p) {
+  if (f->MemFree == NULL) return gcMissing;
+  return f->MemFree((CUdeviceptr)p);
+}
+static CUresult gcMemsetD32(gcFns* f, uintptr_t p, unsigned v, size_t n) {
+  if (f->MemsetD32 == NULL) return gcMissing;
+  return f->MemsetD32((CUdeviceptr)p, v, n);
+}
+static CUresult gcIpcGetMemHandle(gcFns* f, void* h, uintptr_t p) {
+  if (f->IpcGetMemHandle == NULL) return gcMissing;
+  return f->IpcGetMemHandle((CUipcMemHandle*)h, (CUdeviceptr)p);
+}
 static CUresult gcIpcOpenMemHandle(gcFns* f, uintptr_t* p, void* h) {
+  if (f->IpcOpenMemHandle == NULL) return gcMissing;
   CUipcMemHandle handle;
   memcpy(&handle, h, sizeof handle);
   CUdeviceptr d = 0;
@@ -192,18 +227,30 @@ static CUresult gcIpcOpenMemHandle(gcFns* f, uintptr_t* p, void* h) {
   *p = (uintptr_t)d;
   return r;
 }
-static CUresult gcIpcCloseMemHandle(gcFns* f, uintptr_t p) { return f->IpcCloseMemHandle((CUdeviceptr)p); }
+static CUresult gcIpcCloseMemHandle(gcFns* f, uintptr_t p) {
+  if (f->IpcCloseMemHandle == NULL) return gcMissing;
+  return f->IpcCloseMemHandle((CUdeviceptr)p);
+}
 static CUresult gcMemcpyDtoDAsync(gcFns* f, uintptr_t dst, uintptr_t src, size_t n, uintptr_t s) {
+  if (f->MemcpyDtoDAsync == NULL) return gcMissing;
   return f->MemcpyDtoDAsync((CUdeviceptr)dst, (CUdeviceptr)src, n, H(s));
 }
 static CUresult gcStreamWaitValue32(gcFns* f, uintptr_t s, uintptr_t p, unsigned v, unsigned flags) {
+  if (f->StreamWaitValue32 == NULL) return gcMissing;
   return f->StreamWaitValue32(H(s), (CUdeviceptr)p, v, flags);
 }
 static CUresult gcStreamWriteValue32(gcFns* f, uintptr_t s, uintptr_t p, unsigned v) {
+  if (f->StreamWriteValue32 == NULL) return gcMissing;
   return f->StreamWriteValue32(H(s), (CUdeviceptr)p, v, 0); // with the memory barrier
 }
-static CUresult gcDeviceCanAccessPeer(gcFns* f, int* can, int dev, int peer) { return f->DeviceCanAccessPeer(can, dev, peer); }
-static CUresult gcDeviceGetPCIBusId(gcFns* f, char* id, int n, int dev) { return f->DeviceGetPCIBusId(id, n, dev); }
+static CUresult gcDeviceCanAccessPeer(gcFns* f, int* can, int dev, int peer) {
+  if (f->DeviceCanAccessPeer == NULL) return gcMissing;
+  return f->DeviceCanAccessPeer(can, dev, peer);
+}
+static CUresult gcDeviceGetPCIBusId(gcFns* f, char* id, int n, int dev) {
+  if (f->DeviceGetPCIBusId == NULL) return gcMissing;
+  return f->DeviceGetPCIBusId(id, n, dev);
+}
 */
 import "C"
 
@@ -227,6 +274,7 @@ var ErrUnavailable = errors.New("CUDA is not available")
 // Driver result codes gonccl acts on.
 const (
 	resultSuccess  = 0
+	resultMissing  = -1  // gcMissing: an optional entry point the driver does not have
 	resultNotReady = 600 // CUDA_ERROR_NOT_READY: an event or stream has work pending
 	// A query a capture forbade (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, _INVALIDATED,
 	// _IMPLICIT): the event has not been seen done, which is all it says.
@@ -289,7 +337,12 @@ type KernelEntries struct {
 	ModuleLoadData, ModuleUnload, ModuleGetFunction, LaunchKernel unsafe.Pointer
 }
 
-// Kernels returns the entry points the kernels package calls.
+// MissingEntry is the result code the Check of an entry point the driver does not have
+// reports (optional ones only: see gcOpen).
+const MissingEntry = resultMissing
+
+// Kernels returns the entry points the kernels package calls (nil where the driver
+// has none).
 func (d *Driver) Kernels() KernelEntries {
 	return KernelEntries{
 		ModuleLoadData:    unsafe.Pointer(d.fns.ModuleLoadData),
@@ -337,6 +390,9 @@ func (d *Driver) Check(fn string, r int) error {
 	if r == resultSuccess {
 		return nil
 	}
+	if r == resultMissing {
+		return &Error{Func: fn, Code: r, Name: "not in this CUDA driver (too old?): only the paths that need it are unavailable"}
+	}
 	return &Error{Func: fn, Code: int(r), Name: d.errorName(C.CUresult(r))}
 }
 
@@ -356,21 +412,11 @@ type Stream uintptr
 // Event is a CUevent.
 type Event uintptr
 
-// Do runs f on this goroutine's OS thread with ctx current and the thread in relaxed
-// capture mode, then restores the thread's previous context and mode. ctx 0 leaves the
-// current context as it is.
+// Do runs f on this goroutine's OS thread with ctx current, then restores the thread's
+// previous context. ctx 0 leaves the current context as it is.
 func (d *Driver) Do(ctx Context, f func() error) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	// Relaxed capture mode for the call: gonccl's event queries, allocations and
-	// synchronizations must not invalidate a graph a user thread is capturing in
-	// global mode (torch.cuda.graph's default), as they would in the thread's default
-	// mode; the thread's own mode is restored after.
-	mode := C.int(captureModeRelaxed)
-	if err := d.check("cuThreadExchangeStreamCaptureMode", C.gcThreadExchangeCaptureMode(d.fns, &mode)); err != nil {
-		return err
-	}
-	defer C.gcThreadExchangeCaptureMode(d.fns, &mode)
 	if ctx == 0 {
 		return f()
 	}
@@ -385,6 +431,43 @@ func (d *Driver) Do(ctx Context, f func() error) error {
 		defer C.gcCtxSetCurrent(d.fns, old)
 	}
 	return f()
+}
+
+// DoRelaxed is Do with the thread in relaxed capture mode for f (see relaxed), for
+// calls other than the wrappers below that the driver may refuse during another
+// thread's global-mode capture (loading a module), and for loops of event queries
+// (EventDoneRelaxed).
+func (d *Driver) DoRelaxed(ctx Context, f func() error) error {
+	var err error
+	r := d.relaxed(func() C.CUresult {
+		err = d.Do(ctx, f)
+		return resultSuccess
+	})
+	if err == nil {
+		err = d.check("cuThreadExchangeStreamCaptureMode", r)
+	}
+	return err
+}
+
+// relaxed makes call, one of the driver's "potentially unsafe" calls during
+// a stream capture (an event query, an allocation or a free), with the calling thread
+// in relaxed capture mode, then restores the thread's own mode: in the thread's default
+// (global) mode it would fail and invalidate a graph a user thread is capturing in
+// global mode (torch.cuda.graph's default). Only these calls pay for the exchange
+// (TestGlobalCaptureOfAnotherThreadSurvivesDeviceOps, TestGlobalCaptureSurvivesStaging);
+// a driver without cuThreadExchangeStreamCaptureMode makes the call as it is.
+func (d *Driver) relaxed(call func() C.CUresult) C.CUresult {
+	if d.fns.ThreadExchangeStreamCaptureMode == nil {
+		return call()
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	mode := C.int(captureModeRelaxed)
+	if r := C.gcThreadExchangeCaptureMode(d.fns, &mode); r != resultSuccess {
+		return r
+	}
+	defer C.gcThreadExchangeCaptureMode(d.fns, &mode)
+	return call()
 }
 
 // The special stream handles of the driver API. Each names a different stream on
@@ -436,6 +519,16 @@ func (d *Driver) StreamCapturingOn(s Stream, dev int) (bool, error) {
 		return err
 	})
 	return capturing, err
+}
+
+// currentContext is the calling thread's current context (0: none). Call it with the
+// goroutine locked to its thread.
+func (d *Driver) currentContext() (Context, error) {
+	var cur C.uintptr_t
+	if err := d.check("cuCtxGetCurrent", C.gcCtxGetCurrent(d.fns, &cur)); err != nil {
+		return 0, err
+	}
+	return Context(cur), nil
 }
 
 // ContextDevice returns the device ordinal of context ctx.
@@ -514,7 +607,18 @@ func (d *Driver) EventRecord(e Event, s Stream) error {
 
 // EventDone reports whether every piece of work e captured has completed.
 func (d *Driver) EventDone(e Event) (bool, error) {
-	r := C.gcEventQuery(d.fns, C.uintptr_t(e))
+	return d.eventDone(d.relaxed(func() C.CUresult { return C.gcEventQuery(d.fns, C.uintptr_t(e)) }))
+}
+
+// EventDoneRelaxed is EventDone for a caller that has the thread in relaxed capture
+// mode already (inside DoRelaxed: a wait that queries many times exchanges the mode
+// once, not around every query).
+func (d *Driver) EventDoneRelaxed(e Event) (bool, error) {
+	return d.eventDone(C.gcEventQuery(d.fns, C.uintptr_t(e)))
+}
+
+// eventDone reads cuEventQuery's result r.
+func (d *Driver) eventDone(r C.CUresult) (bool, error) {
 	switch r {
 	case resultNotReady, resultCaptureUnsupported, resultCaptureInvalidated, resultCaptureImplicit:
 		return false, nil
@@ -547,24 +651,24 @@ func (d *Driver) StreamWaitEvent(s Stream, e Event) error {
 // HostAlloc allocates n bytes of pinned host memory, usable from every context.
 func (d *Driver) HostAlloc(n int) (unsafe.Pointer, error) {
 	var p unsafe.Pointer
-	if err := d.check("cuMemHostAlloc", C.gcMemHostAlloc(d.fns, &p, C.size_t(n), hostAllocPortable)); err != nil {
+	if err := d.check("cuMemHostAlloc", d.relaxed(func() C.CUresult { return C.gcMemHostAlloc(d.fns, &p, C.size_t(n), hostAllocPortable) })); err != nil {
 		return nil, err
 	}
 	return p, nil
 }
 
 func (d *Driver) HostFree(p unsafe.Pointer) error {
-	return d.check("cuMemFreeHost", C.gcMemFreeHost(d.fns, p))
+	return d.check("cuMemFreeHost", d.relaxed(func() C.CUresult { return C.gcMemFreeHost(d.fns, p) }))
 }
 
 // HostRegister page-locks n bytes of host memory at p (which Go must not own: an
 // mmap) and maps them for the device.
 func (d *Driver) HostRegister(p unsafe.Pointer, n int, flags uint) error {
-	return d.check("cuMemHostRegister", C.gcMemHostRegister(d.fns, p, C.size_t(n), C.uint(flags)))
+	return d.check("cuMemHostRegister", d.relaxed(func() C.CUresult { return C.gcMemHostRegister(d.fns, p, C.size_t(n), C.uint(flags)) }))
 }
 
 func (d *Driver) HostUnregister(p unsafe.Pointer) error {
-	return d.check("cuMemHostUnregister", C.gcMemHostUnregister(d.fns, p))
+	return d.check("cuMemHostUnregister", d.relaxed(func() C.CUresult { return C.gcMemHostUnregister(d.fns, p) }))
 }
 
 // HostDevicePointer is the device address of registered host memory p.
@@ -584,19 +688,19 @@ const IPCHandleSize = 64
 
 func (d *Driver) MemAlloc(n int) (uintptr, error) {
 	var p C.uintptr_t
-	if err := d.check("cuMemAlloc", C.gcMemAlloc(d.fns, &p, C.size_t(n))); err != nil {
+	if err := d.check("cuMemAlloc", d.relaxed(func() C.CUresult { return C.gcMemAlloc(d.fns, &p, C.size_t(n)) })); err != nil {
 		return 0, err
 	}
 	return uintptr(p), nil
 }
 
 func (d *Driver) MemFree(p uintptr) error {
-	return d.check("cuMemFree", C.gcMemFree(d.fns, C.uintptr_t(p)))
+	return d.check("cuMemFree", d.relaxed(func() C.CUresult { return C.gcMemFree(d.fns, C.uintptr_t(p)) }))
 }
 
 // MemsetD32 sets n 32-bit words at p to v, ordered on the legacy default stream.
 func (d *Driver) MemsetD32(p uintptr, v uint32, n int) error {
-	return d.check("cuMemsetD32", C.gcMemsetD32(d.fns, C.uintptr_t(p), C.uint(v), C.size_t(n)))
+	return d.check("cuMemsetD32", d.relaxed(func() C.CUresult { return C.gcMemsetD32(d.fns, C.uintptr_t(p), C.uint(v), C.size_t(n)) }))
 }
 
 func (d *Driver) IpcGetMemHandle(p uintptr) ([IPCHandleSize]byte, error) {
@@ -607,14 +711,14 @@ func (d *Driver) IpcGetMemHandle(p uintptr) ([IPCHandleSize]byte, error) {
 
 func (d *Driver) IpcOpenMemHandle(h [IPCHandleSize]byte) (uintptr, error) {
 	var p C.uintptr_t
-	if err := d.check("cuIpcOpenMemHandle", C.gcIpcOpenMemHandle(d.fns, &p, unsafe.Pointer(&h[0]))); err != nil {
+	if err := d.check("cuIpcOpenMemHandle", d.relaxed(func() C.CUresult { return C.gcIpcOpenMemHandle(d.fns, &p, unsafe.Pointer(&h[0])) })); err != nil {
 		return 0, err
 	}
 	return uintptr(p), nil
 }
 
 func (d *Driver) IpcCloseMemHandle(p uintptr) error {
-	return d.check("cuIpcCloseMemHandle", C.gcIpcCloseMemHandle(d.fns, C.uintptr_t(p)))
+	return d.check("cuIpcCloseMemHandle", d.relaxed(func() C.CUresult { return C.gcIpcCloseMemHandle(d.fns, C.uintptr_t(p)) }))
 }
 
 func (d *Driver) MemcpyDtoD(dst, src uintptr, n int, s Stream) error {

@@ -28,6 +28,7 @@ static CUresult winPointer(void* fn, uintptr_t p, unsigned* type, int* dev) {
 import "C"
 
 import (
+	"runtime"
 	"sync"
 	"unsafe"
 )
@@ -38,7 +39,8 @@ var winAttr struct {
 }
 
 // DevicePointer reports whether p is device memory (not host memory, pinned or not,
-// and not a pointer CUDA does not know), and if so on which device.
+// and not a pointer CUDA does not know), and if so on which device. It may be called on
+// any thread, with or without a context current.
 func (d *Driver) DevicePointer(p uintptr) (dev int, ok bool) {
 	winAttr.Lock()
 	fn, seen := winAttr.m[d]
@@ -57,7 +59,29 @@ func (d *Driver) DevicePointer(p uintptr) (dev int, ok bool) {
 	}
 	var typ C.unsigned
 	var ord C.int
-	if C.winPointer(fn, C.uintptr_t(p), &typ, &ord) != 0 || typ != 2 {
+	var r C.CUresult
+	query := func() error {
+		r = C.winPointer(fn, C.uintptr_t(p), &typ, &ord)
+		return nil
+	}
+	// The driver answers only with a context current (any one: unified addressing).
+	// A thread that never made one current (a C ABI caller's) asks in device 0's
+	// primary context, holding a reference on it for the call.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if cur, err := d.currentContext(); err != nil {
+		return 0, false
+	} else if cur != 0 {
+		_ = query()
+	} else {
+		ctx, err := d.RetainPrimary(0)
+		if err != nil {
+			return 0, false
+		}
+		_ = d.Do(ctx, query)
+		_ = d.ReleasePrimary(0)
+	}
+	if r != 0 || typ != 2 {
 		return 0, false
 	}
 	return int(ord), true

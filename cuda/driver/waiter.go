@@ -1,43 +1,28 @@
 package driver
 
-import (
-	"runtime"
-	"time"
-)
+import "time"
 
-// Waiter paces a host loop that polls for GPU work (cuEventQuery) or for other ranks. It
-// spins, yielding the processor, for the first spinFor: a small operation's copies finish
-// within microseconds, and a sleep costs more than that (Go's timers round short sleeps
-// up). Then it sleeps, starting at minPause and doubling up to maxPause, so that a long
-// wait costs no CPU.
+// Waiter paces a host loop that polls for GPU work (cuEventQuery) or for other ranks: it
+// sleeps, starting at minPause and doubling up to maxPause, so that a short wait costs a
+// few polls and a long one no CPU. This is the pacing of the staged path that ran on the
+// H100 (e18d63d); spinning on the query for the first 100 us instead (99abc64) made a
+// small operation's wait a few hundred microseconds shorter on the fake, for up to a
+// hundred driver calls per wait (TestAutoDefaultPathDriverCalls bounds them).
 type Waiter struct {
-	start time.Time
 	pause time.Duration
-	now   func() time.Time    // time.Now unless a test sets it
 	sleep func(time.Duration) // time.Sleep unless a test sets it
 }
 
 const (
-	spinFor  = 100 * time.Microsecond
-	minPause = 20 * time.Microsecond
+	minPause = 10 * time.Microsecond
 	maxPause = time.Millisecond
 )
 
-// wait returns after one spin (yield) or one sleep, whichever the time waited so far calls for.
+// Wait returns after one sleep, each twice the last, from minPause up to maxPause.
 func (w *Waiter) Wait() {
-	now, sleep := w.now, w.sleep
-	if now == nil {
-		now = time.Now
-	}
+	sleep := w.sleep
 	if sleep == nil {
 		sleep = time.Sleep
-	}
-	if w.start.IsZero() {
-		w.start = now()
-	}
-	if now().Sub(w.start) < spinFor {
-		runtime.Gosched()
-		return
 	}
 	if w.pause == 0 {
 		w.pause = minPause

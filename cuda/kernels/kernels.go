@@ -113,6 +113,9 @@ type Kernels struct {
 	ctx driver.Context
 	mod uintptr
 	fns map[kernelKey]uintptr // read-only once loaded
+	// refs counts the holders Acquire gave k to (loadedKernels.mu): the last Release
+	// unloads the module, before the context it lives in can go.
+	refs int
 }
 
 var loadedKernels struct {
@@ -136,7 +139,16 @@ func Load(d *driver.Driver, ctx driver.Context) (*Kernels, error) {
 		return k, nil
 	}
 	k := &Kernels{d: d, ctx: ctx, fns: make(map[kernelKey]uintptr)}
-	err := d.Do(ctx, func() error {
+	e := d.Kernels()
+	for _, f := range []struct {
+		name string
+		p    unsafe.Pointer
+	}{{"cuModuleLoadData", e.ModuleLoadData}, {"cuModuleUnload", e.ModuleUnload}, {"cuModuleGetFunction", e.ModuleGetFunction}, {"cuLaunchKernel", e.LaunchKernel}} {
+		if f.p == nil {
+			return nil, d.Check(f.name, driver.MissingEntry)
+		}
+	}
+	err := d.DoRelaxed(ctx, func() error {
 		image := C.CBytes(fatbin)
 		defer C.free(image)
 		var mod C.uintptr_t
@@ -183,6 +195,45 @@ func Load(d *driver.Driver, ctx driver.Context) (*Kernels, error) {
 	return k, nil
 }
 
+// Acquire is Load for a holder that gives the kernels back with Release once it has no
+// work queued with them: the module lives as long as its holders, and is unloaded with
+// the last, so that a context released after it (and a new context that may come back
+// with the same handle) never meets a stale module. A communicator holds the kernels of
+// each context it used them in.
+func Acquire(d *driver.Driver, ctx driver.Context) (*Kernels, error) {
+	k, err := Load(d, ctx)
+	if err != nil {
+		return nil, err
+	}
+	loadedKernels.mu.Lock()
+	k.refs++
+	loadedKernels.mu.Unlock()
+	return k, nil
+}
+
+// Release gives back kernels Acquire gave: the last holder's Release unloads the module
+// (cuModuleUnload), unless Unload already did.
+func (k *Kernels) Release() error {
+	loadedKernels.mu.Lock()
+	k.refs--
+	last := k.refs == 0 && loadedKernels.m[loadedKey{k.d, k.ctx}] == k
+	if last {
+		delete(loadedKernels.m, loadedKey{k.d, k.ctx})
+	}
+	loadedKernels.mu.Unlock()
+	if !last {
+		return nil
+	}
+	return k.unload()
+}
+
+// unload unloads k's module.
+func (k *Kernels) unload() error {
+	return k.d.Do(k.ctx, func() error {
+		return k.d.Check("cuModuleUnload", int(C.gkModuleUnload(k.d.Kernels().ModuleUnload, C.uintptr_t(k.mod))))
+	})
+}
+
 // Unload unloads the kernels Load loaded into ctx (cuModuleUnload), if
 // any, once no work queued with them is pending. Call it before the last reference to
 // ctx goes (a released primary context may come back with the same handle).
@@ -194,9 +245,7 @@ func Unload(d *driver.Driver, ctx driver.Context) error {
 	if k == nil {
 		return nil
 	}
-	return d.Do(ctx, func() error {
-		return d.Check("cuModuleUnload", int(C.gkModuleUnload(d.Kernels().ModuleUnload, C.uintptr_t(k.mod))))
-	})
+	return k.unload()
 }
 
 // ReduceInto enqueues on s: dst[i] = dst[i] op src[i], i < count, elements of dt, device

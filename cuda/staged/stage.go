@@ -571,33 +571,33 @@ func (s *Staging) recordLocked() error {
 	return nil
 }
 
-// waitDone polls ev until the copies it captured have completed or deadline passes.
+// waitDone polls ev until the copies it captured have completed or deadline passes,
+// with the staging's context current and the thread in relaxed capture mode for the
+// whole wait (made so once, not once per query).
 func (s *Staging) waitDone(deadline time.Time) error {
-	var w driver.Waiter
-	for {
-		s.mu.Lock()
-		if s.done || !s.inFlight {
+	return s.d.DoRelaxed(s.ctx, func() error {
+		var w driver.Waiter
+		for {
+			s.mu.Lock()
+			if s.done || !s.inFlight {
+				s.mu.Unlock()
+				return nil
+			}
+			if !s.recorded {
+				s.mu.Unlock()
+				return fmt.Errorf("cuda: staging copies on stream %#x could not be tracked by an event", uintptr(s.stream))
+			}
+			ok, err := s.d.EventDoneRelaxed(s.ev)
 			s.mu.Unlock()
-			return nil
+			if err != nil || ok {
+				return err
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("cuda: staging copies on stream %#x did not finish in time (is the stream's earlier work stuck?)", uintptr(s.stream))
+			}
+			w.Wait()
 		}
-		if !s.recorded {
-			s.mu.Unlock()
-			return fmt.Errorf("cuda: staging copies on stream %#x could not be tracked by an event", uintptr(s.stream))
-		}
-		var ok bool
-		err := s.d.Do(s.ctx, func() (err error) {
-			ok, err = s.d.EventDone(s.ev)
-			return err
-		})
-		s.mu.Unlock()
-		if err != nil || ok {
-			return err
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("cuda: staging copies on stream %#x did not finish in time (is the stream's earlier work stuck?)", uintptr(s.stream))
-		}
-		w.Wait()
-	}
+	})
 }
 
 // reclaim returns the staging's blocks if it has finished and its copies are done,

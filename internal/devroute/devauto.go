@@ -7,7 +7,6 @@ import (
 
 	"github.com/gonccl/gonccl/core"
 	"github.com/gonccl/gonccl/cuda"
-	"github.com/gonccl/gonccl/cuda/kernels"
 	"github.com/gonccl/gonccl/cuda/samegpu"
 	"github.com/gonccl/gonccl/cuda/topology"
 	"github.com/gonccl/gonccl/internal/route"
@@ -31,7 +30,7 @@ import (
 func (v *Views) setupAuto(c *core.Comm, scratch int, detect func(bus string) topology.MPSStatus, nvlink func(bus string) bool) error {
 	e := v.e
 	gather := route.HostGather(c)
-	k, kerr := kernels.Load(v.drv, v.ctx)
+	k, kerr := v.kernels()
 	me := route.Record{Costs: e.devCosts.Hash()}
 	bus, err := v.drv.BusID(v.dev)
 	me.Bus = bus

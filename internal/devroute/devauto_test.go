@@ -27,6 +27,11 @@ func autoRanks(t *testing.T, mode devMode, devs [2]int, cost string) []*Comm {
 func autoRanksFault(t *testing.T, mode devMode, devs [2]int, cost string, fault func(r int, p route.Path) error) []*Comm {
 	path, err := cudatest.BuildIn(t.TempDir())
 	require.NoError(t, err)
+	return autoRanksOn(t, path, mode, devs, cost, fault)
+}
+
+// autoRanksOn is autoRanksFault on the fake driver at path.
+func autoRanksOn(t *testing.T, path string, mode devMode, devs [2]int, cost string, fault func(r int, p route.Path) error) []*Comm {
 	d, err := driver.Open(path)
 	require.NoError(t, err)
 	f, err := cudatest.Open(path)
@@ -100,30 +105,25 @@ func TestModelSetsUpWhatTheModelChooses(t *testing.T) {
 	}
 }
 
-// TestAutoSetsUpOnlyProvenPaths: auto sets up only what the GPU check has proven on
-// the ranks' setup, however cheap the model makes the rest: one rank per GPU (nothing
-// proven: staged, the fallback) and two ranks sharing a GPU without MPS (staged,
-// proven) stage every operation of every size, unpipelined. Before, auto set up the
-// device path on GPUs of their own and the same-GPU path on a shared one.
+// TestAutoSetsUpOnlyProvenPaths: auto sets up only what the GPU check has proven,
+// however cheap the model makes the rest. While the table proves nothing but
+// unpipelined staging on any setup of several ranks, auto does not even find the
+// ranks' setup: one rank per GPU and two ranks sharing a GPU stage every operation
+// of every size, unpipelined, with no path set up and no agreement step run. Before,
+// auto set up the device path on GPUs of their own and the same-GPU path on a shared
+// one; then (until route.StagedOnly) it ran the agreement and loaded the kernels first.
 func TestAutoSetsUpOnlyProvenPaths(t *testing.T) {
 	const cheap = "device.latency=0,device.busbw=100000,samegpu.latency=0,samegpu.busbw=100000,staged.latency=100000"
-	for _, c := range []struct {
-		devs  [2]int
-		setup route.Setup
-	}{{[2]int{0, 1}, route.GPUPerRank}, {[2]int{0, 0}, route.SharedGPU}} {
-		for _, p := range []route.Path{route.Device, route.SameGPU} {
-			require.False(t, route.IsProven(c.setup, route.RouteOf(p, false)), "the table proves %s on %s now: this test's premise is gone", p, c.setup)
-		}
-		es := autoRanks(t, devAuto, c.devs, cheap)
+	require.True(t, route.StagedOnly(), "the table proves a path other than staging now: this test's premise is gone")
+	for _, devs := range [][2]int{{0, 1}, {0, 0}} {
+		es := autoRanks(t, devAuto, devs, cheap)
 		for r, e := range es {
-			require.True(t, e.devShared == nil, "rank %d (%s): auto set up the device path", r, c.setup)
-			require.True(t, e.devSame == nil, "rank %d (%s): auto set up the same-GPU path", r, c.setup)
-			require.True(t, e.devSetupKnown)
-			require.Equal(t, c.setup, e.devSetup, "rank %d", r)
-			require.False(t, e.pipelined(), "rank %d (%s): auto pipelines staging", r, c.setup)
-			for _, k := range route.ChosenKinds {
-				require.Equal(t, route.Staged, e.devChoice.Pick(k, 64<<20), "rank %d (%s): %s", r, c.setup, k)
-			}
+			require.True(t, e.devShared == nil, "rank %d (devices %v): auto set up the device path", r, devs)
+			require.True(t, e.devSame == nil, "rank %d (devices %v): auto set up the same-GPU path", r, devs)
+			require.True(t, e.devKernels == nil, "rank %d (devices %v): auto loaded the kernels", r, devs)
+			require.False(t, e.devSetupKnown, "rank %d (devices %v): auto ran the agreement step", r, devs)
+			require.Nil(t, e.devChoice, "rank %d (devices %v)", r, devs)
+			require.False(t, e.pipelined(), "rank %d (devices %v): auto pipelines staging", r, devs)
 		}
 	}
 }
@@ -167,4 +167,37 @@ func TestSetupIsAllOrNothing(t *testing.T) {
 			require.NotEqual(t, route.SameGPU, e.devChoice.Pick(k, 64<<20), "rank %d: %s", r, k)
 		}
 	}
+}
+
+// TestDestroyUnloadsTheKernels: a communicator that loaded the reduction kernels (the
+// device path under model, on a GPU per rank) unloads them once destroyed, the module of
+// each context with its last holder, so a context released afterwards (and one that
+// comes back with the same handle) never meets a stale module; the next communicator
+// loads them again. Before, the module stayed cached for the process's life: no
+// cuModuleUnload ever.
+func TestDestroyUnloadsTheKernels(t *testing.T) {
+	path, err := cudatest.BuildIn(t.TempDir())
+	require.NoError(t, err)
+	es := autoRanksOn(t, path, devModel, [2]int{0, 1}, "staged.latency=1", nil)
+	for r, e := range es {
+		require.NotNil(t, e.devShared, "rank %d: no device path", r)
+	}
+	before, err := cudatest.CallsAt(path)
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	errs := make([]error, len(es))
+	for r, e := range es {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = errors.Join(e.closeDevice(false), e.closePool())
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		require.NoError(t, err, "rank %d", r)
+	}
+	after, err := cudatest.CallsAt(path)
+	require.NoError(t, err)
+	require.Equal(t, 2, after.Sub(before)["cuModuleUnload"], "one module per context, unloaded at destroy")
 }

@@ -25,7 +25,9 @@ import (
 // Which paths a communicator has is decided once, at its first operation on device
 // buffers, from the settings read when it was created (devMode). By default (auto,
 // devauto.go) it sets up only the paths the GPU check has proven on its ranks' setup
-// (package route's table), which today is staging alone, unpipelined; model sets up the
+// (package route's table), which today is staging alone, unpipelined: while the table
+// proves nothing else on any setup of several ranks, auto does not even look for the
+// setup (route.StagedOnly) and sets up nothing; model sets up the
 // paths its ranks' GPUs allow that the cost model (route/cost.go) chooses for some
 // operation, and each collective takes the one the model prices lowest for its kind and
 // size; there a communicator of one rank copies (onerank.go).
@@ -103,6 +105,61 @@ type devState struct {
 	devSide       map[sideKey]driver.Stream // async point-to-point's streams (devp2p.go)
 	set           core.DeviceSettings       // parsed when the communicator was created
 	sameGPUState
+	kernelState
+}
+
+// kernelState is the reduction kernels a communicator holds (kernels.Acquire), one
+// module per context it used them in, given back by closePool once no work queued with
+// them can be pending.
+type kernelState struct {
+	kernMu   sync.Mutex
+	kernHeld map[driver.Context]*kernels.Kernels
+	kernKeep bool // an abort, or a device path left open: queued work may still launch them
+}
+
+// kernels returns the reduction kernels in the stream's context, held by the
+// communicator from its first use there until closePool.
+func (v *Views) kernels() (*kernels.Kernels, error) {
+	e := v.e
+	e.kernMu.Lock()
+	defer e.kernMu.Unlock()
+	if k := e.kernHeld[v.ctx]; k != nil {
+		return k, nil
+	}
+	k, err := kernels.Acquire(v.drv, v.ctx)
+	if err != nil {
+		return nil, err
+	}
+	if e.kernHeld == nil {
+		e.kernHeld = make(map[driver.Context]*kernels.Kernels)
+	}
+	e.kernHeld[v.ctx] = k
+	return k, nil
+}
+
+// keepKernels marks the communicator's kernels as possibly still in use by queued work
+// (an abort, a path that did not close): closePool then does not unload them.
+func (e *Comm) keepKernels() {
+	e.kernMu.Lock()
+	e.kernKeep = true
+	e.kernMu.Unlock()
+}
+
+// releaseKernels gives back the kernels the communicator holds (the last holder of a
+// context's module unloads it), unless keepKernels was called.
+func (e *Comm) releaseKernels() error {
+	e.kernMu.Lock()
+	held, keep := e.kernHeld, e.kernKeep
+	e.kernHeld = nil
+	e.kernMu.Unlock()
+	if keep {
+		return nil
+	}
+	var errs []error
+	for _, k := range held {
+		errs = append(errs, k.Release())
+	}
+	return errors.Join(errs...)
 }
 
 // devicePath returns the communicator's shared scratch and kernels if operations
@@ -127,6 +184,14 @@ func (v *Views) devicePath(c *core.Comm) (*cuda.Shared, *kernels.Kernels, error)
 			logDevice(c, "one rank: "+route.Verdict(route.OneRank, route.RouteOf(route.Staged, e.pipelined())))
 			return nil, nil, nil
 		}
+		if e.devMode == devAuto && route.StagedOnly() {
+			// Nothing auto could choose but staging on any setup: the default path makes
+			// the driver calls that ran on hardware, and none of a setup it cannot use
+			// (docs/gpu.md lists them; TestAutoDefaultPathDriverCalls holds them).
+			e.devChoice = nil
+			logDevice(c, "auto: "+route.StagedOnlyVerdict())
+			return nil, nil, nil
+		}
 		scratch, ringFrom := e.set.Scratch, e.set.RingThreshold
 		e.devRingTo = ringFrom
 		if e.devMode.byModel() {
@@ -140,7 +205,7 @@ func (v *Views) devicePath(c *core.Comm) (*cuda.Shared, *kernels.Kernels, error)
 		if e.devMode == devSameGPU {
 			opts = append(opts, cuda.StageWhenDeviceShared())
 		}
-		k, kerr := kernels.Load(v.drv, v.ctx)
+		k, kerr := v.kernels()
 		sh, err := cuda.NewShared(v.drv, v.ctx, c.Rank(), c.Size(), scratch, func(rec []byte) ([]byte, error) {
 			if kerr != nil { // tell the others this rank cannot take the device path
 				rec = make([]byte, len(rec))
@@ -441,7 +506,11 @@ func (v *Views) checkDevice(b buf, size int) error {
 // still waiting on the device path's flags (their operations' outputs are not valid)
 // and leaves the scratch mapped, as peers' streams may still read it.
 func (e *Comm) closeDevice(abort bool) error {
+	if abort || e.comm.Err() != nil {
+		e.keepKernels() // streams may still hold kernels queued with them
+	}
 	if err := e.closeSameGPU(); err != nil && !abort {
+		e.keepKernels()
 		return err
 	}
 	e.devMu.Lock()
@@ -467,6 +536,8 @@ func (e *Comm) closeDevice(abort bool) error {
 	err := sh.Close(e.comm.Timeout())
 	if err == nil {
 		returnStreams(side)
+	} else {
+		e.keepKernels()
 	}
 	return err
 }

@@ -30,7 +30,7 @@ type sameGPUState struct {
 // the same-GPU path or stages, together. devMu held.
 func (v *Views) setupSameGPU(c *core.Comm, why error) error {
 	e := v.e
-	k, kerr := kernels.Load(v.drv, v.ctx)
+	k, kerr := v.kernels()
 	g, err := samegpu.NewSameGPU(v.drv, v.ctx, c.Rank(), c.Size(), e.comm.Timeout(), func(rec []byte) ([]byte, error) {
 		if kerr != nil { // tell the others this rank cannot take the path
 			rec = make([]byte, len(rec))

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/gonccl/gonccl/core"
-	"github.com/gonccl/gonccl/cuda/kernels"
 	"github.com/gonccl/gonccl/cuda/staged"
 	"github.com/gonccl/gonccl/internal/route"
 )
@@ -218,7 +217,7 @@ func (v *Views) reductionStaged(c *core.Comm, kind staged.GPUReduceKind, d core.
 		return onHost()
 	}
 	limit := v.e.set.StagedPinned
-	k, err := kernels.Load(v.drv, v.ctx)
+	k, err := v.kernels()
 	if err != nil {
 		return nil, fmt.Errorf("the staged path reduces on the GPU (GONCCL_STAGED_REDUCE=cpu reduces on the host): %w", err)
 	}

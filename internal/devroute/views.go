@@ -1,6 +1,7 @@
 package devroute
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -59,6 +60,13 @@ func NewViews(r *Comm, stream driver.Stream) (*Views, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: stream given but CUDA is not available: %w", errUsage, err)
 	}
+	return newViews(r, drv, stream)
+}
+
+// newViews is NewViews with the driver drv and a stream.
+func newViews(r *Comm, drv *driver.Driver, stream driver.Stream) (*Views, error) {
+	v := &Views{e: r}
+	var err error
 	v.drv, v.stream = drv, stream
 	if v.stream == driver.StreamPerThread {
 		return nil, errPerThread
@@ -248,6 +256,7 @@ func (e *Comm) stagingPool(d *driver.Driver) (*staged.Pool, error) {
 // closePool frees the pinned staging memory once every operation has finished.
 // The wait happens after poolMu is released: an issuer that takes poolMu meanwhile
 // finds the pool closed at once instead of waiting out the timeout.
+// Then it gives back the reduction kernels the communicator held (releaseKernels).
 func (e *Comm) closePool() error {
 	e.poolMu.Lock()
 	e.poolClosed = true
@@ -255,9 +264,13 @@ func (e *Comm) closePool() error {
 	e.pool = nil
 	e.poolMu.Unlock()
 	if pool == nil {
-		return nil
+		return e.releaseKernels()
 	}
-	return pool.Close(e.comm.Timeout())
+	if err := pool.Close(e.comm.Timeout()); err != nil {
+		e.keepKernels() // operations that did not finish may still launch them
+		return errors.Join(err, e.releaseKernels())
+	}
+	return e.releaseKernels()
 }
 
 // poolState is the part of Comm that belongs to the CUDA path.

@@ -1,6 +1,9 @@
 package route
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // Setup is how a communicator's ranks sit on their GPUs, as auto's agreement step
 // finds it: what the GPU check proves a path on.
@@ -210,4 +213,46 @@ func Verdict(s Setup, r Route) string {
 		v += "; GONCCL_DEVICE_PATH=model lets the cost model choose among all of them)"
 	}
 	return v
+}
+
+// StagedOnly reports whether the table proves nothing but unpipelined staging on every
+// setup of several ranks. auto then stages whatever the ranks' setup is, so it needs
+// neither to find the setup (no agreement step, no NVML, no kernel module) nor to set up
+// a path it could not choose.
+func StagedOnly() bool {
+	for s := range NumSetups {
+		if s == OneRank {
+			continue
+		}
+		for r := range NumRoutes {
+			if r != RouteStaged && IsProven(s, r) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// StagedOnlyVerdict is the INIT log's word under auto where StagedOnly holds: the staged
+// path, the setups the GPU check has proven it on (with their reports), and how to ask
+// for the routes auto does not take.
+func StagedOnlyVerdict() string {
+	var on []string
+	for s := range NumSetups {
+		if p := Proven[s][RouteStaged]; s != OneRank && p != nil {
+			on = append(on, fmt.Sprintf("for %s (%s)", s.Words(), p.Cite()))
+		}
+	}
+	v := "staged path, unpipelined, whatever the ranks' setup: the only path the GPU check has proven for several ranks"
+	if len(on) > 0 {
+		v += ", proven on hardware " + strings.Join(on, "; ") + ", the fallback elsewhere"
+	}
+	v += "; no GPU path is set up (no kernel module, no NVML, no agreement between the ranks)"
+	var opt []string
+	for r := range NumRoutes {
+		if r != RouteStaged {
+			opt = append(opt, fmt.Sprintf("%s: %s", r, r.OptIn()))
+		}
+	}
+	return v + "; unproven paths run only by name (" + strings.Join(opt, ", ") + "; GONCCL_DEVICE_PATH=model lets the cost model choose among all of them)"
 }

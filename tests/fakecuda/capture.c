@@ -38,6 +38,7 @@ static __thread int t_mode = MODE_GLOBAL;
 __thread int t_hook; /* inside a test hook: its calls never invalidate a capture */
 
 CUresult cuThreadExchangeStreamCaptureMode(int* mode) {
+  CALLED();
   if (mode == NULL || *mode < MODE_GLOBAL || *mode > MODE_RELAXED) return CUDA_ERROR_INVALID_VALUE;
   int old = t_mode;
   t_mode = *mode;

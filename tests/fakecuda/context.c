@@ -77,6 +77,7 @@ CUresult stream_ctx_ok(fakeStream* s) {
 /* ---- driver entry points ---- */
 
 CUresult cuInit(unsigned int flags) {
+  CALLED();
   (void)flags;
   const char* fail = getenv("FAKECUDA_INIT_ERROR");
   if (fail && *fail) return CUDA_ERROR_NO_DEVICE;
@@ -94,6 +95,7 @@ CUresult cuInit(unsigned int flags) {
 }
 
 CUresult cuGetErrorName(CUresult r, const char** out) {
+  CALLED();
   switch (r) {
     case CUDA_SUCCESS: *out = "CUDA_SUCCESS"; return 0;
     case CUDA_ERROR_INVALID_VALUE: *out = "CUDA_ERROR_INVALID_VALUE"; return 0;
@@ -111,17 +113,20 @@ CUresult cuGetErrorName(CUresult r, const char** out) {
 }
 
 CUresult cuCtxGetCurrent(void** ctx) {
+  CALLED();
   *ctx = t_current;
   return CUDA_SUCCESS;
 }
 
 CUresult cuCtxSetCurrent(void* ctx) {
+  CALLED();
   if (ctx != NULL && ((fakeCtx*)ctx < g_ctx || (fakeCtx*)ctx >= g_ctx + NDEV)) return CUDA_ERROR_INVALID_CONTEXT;
   t_current = ctx;
   return CUDA_SUCCESS;
 }
 
 CUresult cuCtxGetDevice(int* dev) {
+  CALLED();
   CUresult r = need_ctx();
   if (r) return r;
   *dev = t_current->dev;
@@ -129,6 +134,7 @@ CUresult cuCtxGetDevice(int* dev) {
 }
 
 CUresult cuDevicePrimaryCtxRetain(void** ctx, int dev) {
+  CALLED();
   if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED;
   if (dev < 0 || dev >= NDEV) return CUDA_ERROR_INVALID_VALUE;
   pthread_mutex_lock(&mu);
@@ -140,6 +146,7 @@ CUresult cuDevicePrimaryCtxRetain(void** ctx, int dev) {
 }
 
 CUresult cuDevicePrimaryCtxRelease_v2(int dev) {
+  CALLED();
   if (dev < 0 || dev >= NDEV) return CUDA_ERROR_INVALID_VALUE;
   pthread_mutex_lock(&mu);
   CUresult r = CUDA_SUCCESS;

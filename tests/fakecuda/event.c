@@ -22,6 +22,7 @@ static fakeEvent* event(void* h, const char* fn) {
 }
 
 CUresult cuEventCreate(void** ev, unsigned int flags) {
+  CALLED();
   CUresult r = need_ctx();
   if (r) return r;
   fakeEvent* e = calloc(1, sizeof *e);
@@ -44,6 +45,7 @@ CUresult cuEventCreate(void** ev, unsigned int flags) {
 }
 
 CUresult cuEventRecord(void* ev, void* stream) {
+  CALLED();
   pthread_mutex_lock(&mu);
   fakeEvent* e = event(ev, "cuEventRecord");
   fakeStream* s = NULL;
@@ -68,6 +70,7 @@ CUresult cuEventRecord(void* ev, void* stream) {
 }
 
 CUresult cuEventQuery(void* ev) {
+  CALLED();
   CUresult c = capture_unsafe("cuEventQuery");
   if (c) return c;
   pthread_mutex_lock(&mu);
@@ -79,6 +82,7 @@ CUresult cuEventQuery(void* ev) {
 }
 
 CUresult cuEventSynchronize(void* ev) {
+  CALLED();
   CUresult c = capture_unsafe("cuEventSynchronize");
   if (c) return c;
   pthread_mutex_lock(&mu);
@@ -100,6 +104,7 @@ CUresult cuEventSynchronize(void* ev) {
 }
 
 CUresult cuEventDestroy_v2(void* ev) {
+  CALLED();
   pthread_mutex_lock(&mu);
   fakeEvent* e = event(ev, "cuEventDestroy");
   /* Kept (never freed): a queued wait may still read it, as the real driver allows. */
@@ -110,6 +115,7 @@ CUresult cuEventDestroy_v2(void* ev) {
 }
 
 CUresult cuStreamWaitEvent(void* stream, void* ev, unsigned int flags) {
+  CALLED();
   (void)flags;
   pthread_mutex_lock(&mu);
   fakeEvent* e = event(ev, "cuStreamWaitEvent");

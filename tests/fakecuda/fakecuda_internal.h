@@ -262,6 +262,11 @@ int capture_end(void* s);
 CUresult capture_unsafe(const char* fn);
 extern __thread int t_hook;
 
+/* calls.c: fake_called(fn) counts a call of entry point fn; every entry point calls it
+ * first, through CALLED. */
+void fake_called(const char* fn);
+#define CALLED() fake_called(__func__)
+
 /* ipcevent.c: inter-process events. ev_sync brings an inter-process event's counts up
  * to date: an exporter publishes its own, an importer reads the exporter's (no-op for
  * an ordinary event). ipc_event_create makes e inter-process (0, or a CUresult).

@@ -26,6 +26,10 @@ typedef struct {
   long dead_peer_reads;  /* stream reads of a dead exporter's memory */
 } fakecudaStrictCounters;
 void fakecudaGetStrictCounters(fakecudaStrictCounters* out);
+/* The calls of each driver entry point so far (calls.c), as "name count" lines, written
+ * into buf (at most n bytes, NUL-terminated where there is room); returns the bytes the
+ * whole text needs, its NUL included. */
+int fakecudaCallCounts(char* buf, size_t n);
 
 #ifdef __cplusplus
 }

@@ -26,6 +26,7 @@ enum {
 typedef struct reg {
   char* p;
   size_t n;
+  unsigned flags; /* CU_MEMHOSTREGISTER_*: only DEVICEMAP (0x2) ranges have a device address */
   struct reg* next;
 } reg;
 
@@ -41,9 +42,11 @@ static reg* find_reg(const void* p, size_t n) {
 int hostreg_live(const void* p, size_t n) { return find_reg(p, n) != NULL; }
 
 CUresult cuMemHostRegister_v2(void* p, size_t n, unsigned int flags) {
-  (void)flags;
+  CALLED();
   CUresult r = need_ctx();
   if (r) return r;
+  /* PORTABLE 0x1, DEVICEMAP 0x2, IOMEMORY 0x4, READ_ONLY 0x8: anything else is refused. */
+  if ((flags & ~0xfu) != 0) return CUDA_ERROR_INVALID_VALUE;
   if (p == NULL || n == 0 || ((uintptr_t)p % (uintptr_t)sysconf(_SC_PAGESIZE)) != 0) return CUDA_ERROR_INVALID_VALUE;
   drain_ctx("cuMemHostRegister");
   pthread_mutex_lock(&mu);
@@ -56,6 +59,7 @@ CUresult cuMemHostRegister_v2(void* p, size_t n, unsigned int flags) {
   reg* g = calloc(1, sizeof *g);
   g->p = p;
   g->n = n;
+  g->flags = flags;
   g->next = g_regs;
   g_regs = g;
   pthread_mutex_unlock(&mu);
@@ -63,6 +67,7 @@ CUresult cuMemHostRegister_v2(void* p, size_t n, unsigned int flags) {
 }
 
 CUresult cuMemHostUnregister(void* p) {
+  CALLED();
   CUresult r = need_ctx();
   if (r) return r;
   drain_ctx("cuMemHostUnregister");
@@ -81,11 +86,14 @@ CUresult cuMemHostUnregister(void* p) {
 }
 
 CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr* out, void* p, unsigned int flags) {
+  CALLED();
   CUresult r = need_ctx();
   if (r) return r;
   if (out == NULL || flags != 0) return CUDA_ERROR_INVALID_VALUE;
   pthread_mutex_lock(&mu);
-  int ok = find_reg(p, 1) != NULL;
+  const reg* g = find_reg(p, 1);
+  /* Registered without CU_MEMHOSTREGISTER_DEVICEMAP: no device address for it. */
+  int ok = g != NULL && (g->flags & 0x2) != 0;
   pthread_mutex_unlock(&mu);
   if (!ok) return CUDA_ERROR_INVALID_VALUE;
   *out = (CUdeviceptr)(uintptr_t)p;

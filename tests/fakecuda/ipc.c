@@ -106,6 +106,7 @@ static CUresult stream_for(void* stream, fakeStream** s) {
 /* ---- allocation and IPC handles ---- */
 
 CUresult cuMemAlloc_v2(CUdeviceptr* out, size_t n) {
+  CALLED();
   CUresult r = need_ctx();
   if (r || (r = capture_unsafe("cuMemAlloc"))) return r;
   if (out == NULL || n == 0) return CUDA_ERROR_INVALID_VALUE;
@@ -141,6 +142,7 @@ CUresult cuMemAlloc_v2(CUdeviceptr* out, size_t n) {
 }
 
 CUresult cuMemFree_v2(CUdeviceptr ptr) {
+  CALLED();
   CUresult r = need_ctx();
   if (r || (r = capture_unsafe("cuMemFree"))) return r;
   char* p = (char*)(uintptr_t)ptr;
@@ -171,6 +173,7 @@ CUresult cuMemFree_v2(CUdeviceptr ptr) {
 }
 
 CUresult cuIpcGetMemHandle(void* handle, CUdeviceptr ptr) {
+  CALLED();
   CUresult r = need_ctx();
   if (r) return r;
   pthread_mutex_lock(&mu);
@@ -193,6 +196,7 @@ typedef struct {
 } CUipcMemHandle;
 
 CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* out, CUipcMemHandle handle, unsigned int flags) {
+  CALLED();
   (void)flags;
   CUresult r = need_ctx();
   if (r) return r;
@@ -245,6 +249,7 @@ CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* out, CUipcMemHandle handle, unsigned
 }
 
 CUresult cuIpcCloseMemHandle(CUdeviceptr ptr) {
+  CALLED();
   CUresult r = need_ctx();
   if (r) return r;
   drain_ctx("cuIpcCloseMemHandle"); /* as the driver: it waits for the context's work */
@@ -269,6 +274,7 @@ CUresult cuIpcCloseMemHandle(CUdeviceptr ptr) {
 }
 
 CUresult cuDeviceCanAccessPeer(int* can, int dev, int peer) {
+  CALLED();
   if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED;
   if (dev < 0 || dev >= NDEV || peer < 0 || peer >= NDEV) return CUDA_ERROR_INVALID_DEVICE;
   *can = physical(dev) != physical(peer) && getenv("FAKECUDA_NO_PEER") == NULL;
@@ -278,6 +284,7 @@ CUresult cuDeviceCanAccessPeer(int* can, int dev, int peer) {
 /* The fake devices' bus ids: 0000:1N:00.0 for physical GPU N, the same in every
  * process, whatever ordinal CUDA_VISIBLE_DEVICES gives it there (visible.c). */
 CUresult cuDeviceGetPCIBusId(char* id, int len, int dev) {
+  CALLED();
   if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED;
   if (dev < 0 || dev >= NDEV) return CUDA_ERROR_INVALID_DEVICE;
   if (id == NULL || len < 13) return CUDA_ERROR_INVALID_VALUE;
@@ -304,6 +311,7 @@ static void run_dtod(op* o) {
 }
 
 CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, void* stream) {
+  CALLED();
   pthread_mutex_lock(&mu);
   fakeStream* s = NULL;
   CUresult r = stream_for(stream, &s);
@@ -389,6 +397,7 @@ static CUresult mem_op(void* stream, CUdeviceptr addr, unsigned value, unsigned 
 }
 
 CUresult cuStreamWaitValue32_v2(void* stream, CUdeviceptr addr, unsigned value, unsigned flags) {
+  CALLED();
   unsigned how = flags & ~(unsigned)WAIT_FLUSH;
   if (how > WAIT_NOR) return CUDA_ERROR_INVALID_VALUE;
   CUresult r = mem_op(stream, addr, value, how, run_wait);
@@ -397,6 +406,7 @@ CUresult cuStreamWaitValue32_v2(void* stream, CUdeviceptr addr, unsigned value, 
 }
 
 CUresult cuStreamWriteValue32_v2(void* stream, CUdeviceptr addr, unsigned value, unsigned flags) {
+  CALLED();
   if (flags & ~1u) return CUDA_ERROR_INVALID_VALUE; /* only CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER */
   return mem_op(stream, addr, value, 0, run_write);
 }
@@ -404,6 +414,7 @@ CUresult cuStreamWriteValue32_v2(void* stream, CUdeviceptr addr, unsigned value,
 /* ---- synchronous helpers ---- */
 
 CUresult cuMemsetD32_v2(CUdeviceptr ptr, unsigned value, size_t n) {
+  CALLED();
   CUresult r = need_ctx();
   if (r) return r;
   pthread_mutex_lock(&mu);

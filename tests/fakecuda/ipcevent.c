@@ -119,6 +119,7 @@ CUresult ipc_event_create(fakeEvent* e) {
 }
 
 CUresult cuIpcGetEventHandle(void* handle, void* ev) {
+  CALLED();
   CUresult r = need_ctx();
   if (r) return r;
   pthread_mutex_lock(&mu);
@@ -140,6 +141,7 @@ typedef struct {
 } CUipcEventHandle;
 
 CUresult cuIpcOpenEventHandle(void** out, CUipcEventHandle handle) {
+  CALLED();
   CUresult r = need_ctx();
   if (r) return r;
   ipcEventHandle h;

@@ -68,6 +68,11 @@ static void check_races(fakeStream* s, char* host, size_t n, int writes) {
 /* ---- driver entry points ---- */
 
 CUresult cuPointerGetAttribute(void* data, int attr, CUdeviceptr ptr) {
+  CALLED();
+  /* Like the driver: a context must be current (CUDA_ERROR_INVALID_CONTEXT), though with
+   * unified addressing any context answers for a pointer of any device. */
+  CUresult c = need_ctx();
+  if (c) return c;
   pthread_mutex_lock(&mu);
   alloc* a = find((void*)(uintptr_t)ptr, 1, 1);
   CUresult r = CUDA_SUCCESS;
@@ -115,6 +120,7 @@ void kill_allocs(fakeCtx* ctx) {
 }
 
 CUresult cuMemHostAlloc(void** pp, size_t n, unsigned int flags) {
+  CALLED();
   (void)flags;
   CUresult r = need_ctx();
   if (r || (r = capture_unsafe("cuMemHostAlloc"))) return r;
@@ -136,6 +142,7 @@ CUresult cuMemHostAlloc(void** pp, size_t n, unsigned int flags) {
 }
 
 CUresult cuMemFreeHost(void* p) {
+  CALLED();
   CUresult r = need_ctx();
   if (r || (r = capture_unsafe("cuMemFreeHost"))) return r;
   drain_ctx("cuMemFreeHost");
@@ -185,10 +192,12 @@ static CUresult copy(void* dst, void* src, size_t n, void* stream, int dtoh) {
 }
 
 CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, void* stream) {
+  CALLED();
   return copy(dst, (void*)(uintptr_t)src, n, stream, 1);
 }
 
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, void* stream) {
+  CALLED();
   return copy((void*)(uintptr_t)dst, (void*)src, n, stream, 0);
 }
 

@@ -167,6 +167,7 @@ static void* runner(void* arg) {
 /* ---- driver entry points ---- */
 
 CUresult cuModuleLoadData(void** module, const void* image) {
+  CALLED();
   CUresult r = need_ctx();
   if (r) return r;
   if (module == NULL || image == NULL) return CUDA_ERROR_INVALID_VALUE;
@@ -194,6 +195,7 @@ CUresult cuModuleLoadData(void** module, const void* image) {
 }
 
 CUresult cuModuleUnload(void* module) {
+  CALLED();
   pthread_mutex_lock(&mu);
   fakeModule* m = module;
   CUresult r = CUDA_SUCCESS;
@@ -209,6 +211,7 @@ CUresult cuModuleUnload(void* module) {
 }
 
 CUresult cuModuleGetFunction(void** function, void* module, const char* name) {
+  CALLED();
   CUresult r = need_ctx();
   if (r) return r;
   if (function == NULL || name == NULL) return CUDA_ERROR_INVALID_VALUE;
@@ -235,6 +238,7 @@ CUresult cuModuleGetFunction(void** function, void* module, const char* name) {
 
 /* cuFuncLoad loads a function now (CUDA 12.4), so that its first launch does not. */
 CUresult cuFuncLoad(void* function) {
+  CALLED();
   CUresult r = need_ctx();
   if (r) return r;
   pthread_mutex_lock(&mu);
@@ -253,6 +257,7 @@ CUresult cuFuncLoad(void* function) {
 
 CUresult cuLaunchKernel(void* function, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                         unsigned bz, unsigned shared, void* stream, void** params, void** extra) {
+  CALLED();
   (void)shared;
   unsigned long long blocks = (unsigned long long)gx * gy * gz, threads = (unsigned long long)bx * by * bz;
   if (blocks == 0 || threads == 0 || threads > 1024 || params == NULL || extra != NULL)

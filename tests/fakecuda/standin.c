@@ -29,12 +29,14 @@
 #define CUDA_ERROR_ILLEGAL_STATE 401
 
 WEAK CUresult cuDeviceGetCount(int* n) {
+  CALLED();
   if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED;
   *n = NDEV;
   return CUDA_SUCCESS;
 }
 
 WEAK CUresult cuDeviceGet(int* dev, int ordinal) {
+  CALLED();
   if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED;
   if (ordinal < 0 || ordinal >= NDEV) return CUDA_ERROR_INVALID_VALUE;
   *dev = ordinal;
@@ -42,6 +44,7 @@ WEAK CUresult cuDeviceGet(int* dev, int ordinal) {
 }
 
 WEAK CUresult cuStreamCreate(void** stream, unsigned int flags) {
+  CALLED();
   CUresult r = need_ctx();
   if (r) return r;
   pthread_mutex_lock(&mu);
@@ -51,6 +54,7 @@ WEAK CUresult cuStreamCreate(void** stream, unsigned int flags) {
 }
 
 WEAK CUresult cuMemAllocManaged(CUdeviceptr* p, size_t n, unsigned int flags) {
+  CALLED();
   (void)flags;
   CUresult r = need_ctx();
   if (r) return r;
@@ -69,6 +73,7 @@ static CUresult stream_of(void* stream, fakeStream** s) {
 }
 
 WEAK CUresult cuMemsetD32Async(CUdeviceptr p, unsigned int bits, size_t n, void* stream) {
+  CALLED();
   pthread_mutex_lock(&mu);
   fakeStream* s = NULL;
   CUresult r = stream_of(stream, &s);
@@ -114,6 +119,7 @@ static void* hostcall_thread(void* arg) {
 }
 
 WEAK CUresult cuLaunchHostFunc(void* stream, void (*fn)(void*), void* arg) {
+  CALLED();
   if (fn == NULL) return CUDA_ERROR_INVALID_VALUE;
   pthread_mutex_lock(&mu);
   fakeStream* s = NULL;
@@ -156,6 +162,7 @@ typedef struct fakeGraph {
 } fakeGraph;
 
 WEAK CUresult cuStreamBeginCapture_v2(void* stream, int mode) {
+  CALLED();
   (void)mode;
   pthread_mutex_lock(&mu);
   fakeStream* s = NULL;
@@ -167,6 +174,7 @@ WEAK CUresult cuStreamBeginCapture_v2(void* stream, int mode) {
 }
 
 WEAK CUresult cuStreamEndCapture(void* stream, void** graph) {
+  CALLED();
   pthread_mutex_lock(&mu);
   fakeStream* s = NULL;
   CUresult r = stream_of(stream, &s);
@@ -182,6 +190,7 @@ WEAK CUresult cuStreamEndCapture(void* stream, void** graph) {
 }
 
 WEAK CUresult cuGraphDestroy(void* graph) {
+  CALLED();
   if (graph == NULL) return CUDA_ERROR_INVALID_VALUE;
   free(graph);
   return CUDA_SUCCESS;

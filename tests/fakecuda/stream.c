@@ -238,6 +238,7 @@ void push(fakeStream* s, op* o) {
 /* ---- driver entry points ---- */
 
 CUresult cuStreamGetCtx(void* stream, void** ctx) {
+  CALLED();
   if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED;
   pthread_mutex_lock(&mu);
   fakeStream* s = NULL;
@@ -248,6 +249,7 @@ CUresult cuStreamGetCtx(void* stream, void** ctx) {
 }
 
 CUresult cuStreamCreate(void** out, unsigned int flags) {
+  CALLED();
   CUresult r = need_ctx();
   if (r) return r;
   pthread_mutex_lock(&mu);
@@ -260,6 +262,7 @@ CUresult cuStreamCreate(void** out, unsigned int flags) {
  * the real driver; the handle must not be used again (resolve faults). The struct is
  * kept, since other streams' ops may depend on its progress. */
 CUresult cuStreamDestroy_v2(void* stream) {
+  CALLED();
   if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED;
   if (stream == NULL || stream == STREAM_LEGACY || stream == STREAM_PER_THREAD) return CUDA_ERROR_INVALID_HANDLE;
   pthread_mutex_lock(&mu);
@@ -271,6 +274,7 @@ CUresult cuStreamDestroy_v2(void* stream) {
 }
 
 CUresult cuStreamSynchronize(void* stream) {
+  CALLED();
   CUresult c = capture_unsafe("cuStreamSynchronize");
   if (c) return c;
   pthread_mutex_lock(&mu);
@@ -286,6 +290,7 @@ CUresult cuStreamSynchronize(void* stream) {
 }
 
 CUresult cuStreamIsCapturing(void* stream, int* status) {
+  CALLED();
   pthread_mutex_lock(&mu);
   fakeStream* s = NULL;
   CUresult r = resolve(stream, &s);

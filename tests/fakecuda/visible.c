@@ -53,6 +53,7 @@ int ordinal_of(int phys) {
 }
 
 CUresult cuDeviceGetByPCIBusId(int* dev, const char* bus) {
+  CALLED();
   if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED;
   unsigned domain, b, slot, fn;
   if (dev == NULL || bus == NULL || sscanf(bus, "%x:%x:%x.%x", &domain, &b, &slot, &fn) != 4)
