@@ -31,8 +31,11 @@ var Params = []settings.Param[config]{
 		Help:  "`0`: turn the small-op latency paths off: a waiter never runs its own op or completes its Work itself, and waits sleep at once instead of polling briefly (for comparisons, or hosts so oversubscribed that a bounded poll hurts). With `1`, a wait without a timeout of its own (a blocking C ABI call, `goncclRequestWait(-1)`, `Work.wait()` off Python's main thread) may run its op on the calling thread until the op ends; Python's main thread still waits in slices, so Ctrl-C gets through",
 		Parse: zeroOne(func(c *config, on bool) { c.slowPath = !on })},
 	{Name: "GONCCL_SOCKET_IFNAME", Unset: "(auto)",
-		Help:  "interfaces to use, NCCL's syntax: `eth` (prefix), `^docker,lo` (exclude), `=eth0` (exact). Auto: first up interface that is not loopback or a container bridge, else loopback",
+		Help:  "interfaces to use, NCCL's syntax: `eth` (prefix), `^docker,lo` (exclude), `=eth0` (exact). Auto: first up interface that is not loopback or a container bridge, else loopback.",
 		Parse: text(func(c *config, v string) { c.socketIfname = v })},
+	{Name: "GONCCL_PORT_RANGE", Unset: "(ports the kernel picks)",
+		Help:  "`lo-hi`: every port gonccl listens on (each rank's listener for its peers, and the bootstrap listener of the process that makes the unique id) is taken from these ports, inclusive, so a firewall or network policy between hosts need only open them. The processes of a host share the range, each passing over ports in use, so it needs at least one port per rank on the host, and one more on the host that makes the unique id; when every port is taken, init fails naming this setting. Connections a rank makes to others still leave from ports the kernel picks. Unset: ports the kernel picks",
+		Parse: parsePortRange},
 	{Name: "GONCCL_TIMEOUT_MS", Default: "1800000",
 		Help:  "timeout for init and each operation when the caller gives none (torch passes its process-group timeout)",
 		Parse: integer(1, 0, func(c *config, v int64) { c.timeout = time.Duration(v) * time.Millisecond })},
@@ -179,6 +182,7 @@ type config struct {
 	debugHops          bool   // GONCCL_DEBUG_HOPS
 	slowPath           bool   // GONCCL_FAST_PATH=0
 	socketIfname       string
+	portRange          tcp.PortRange // GONCCL_PORT_RANGE; zero: ports the kernel picks
 	timeout            time.Duration
 	chunkBytes         int
 	llThreshold        int

@@ -9,6 +9,8 @@ shared memory and the two hosts over TCP, with 2 connections per peer here
   torch, and rank 0's INIT log showing shm to rank 1 and tcp to ranks 2 and 3 over 2
   connections each; again with GONCCL_TLS=1 (each host's certificate signed by a CA
   the test makes with the openssl CLI), the log showing TLS on every TCP link;
+* ports: with GONCCL_PORT_RANGE of 8 ports, every listener in either namespace is in
+  the range (but torch's store);
 * windows: one-sided windows (workers/window_worker.py): puts into a peer on the same
   host are copies into its mapped window, into one on the other host frames over TCP;
   map_remote_tensor works for the former and is refused, saying why, for the latter;
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 
@@ -95,7 +98,7 @@ class TwoHostRun(_harness.WorkerRun):
                  during=None, per_host: int = 2, host_env: list[dict] | None = None):
         ws = 2 * per_host
         self.worker, self.world_size, self.report_dir = "two_hosts_worker.py", ws, report_dir
-        port = _harness.free_port()
+        port = self.port = _harness.free_port()
         argvs, envs = [], []
         for rank in range(ws):
             argvs.append([SCRIPT, "run", str(rank // per_host),
@@ -200,6 +203,47 @@ def test_ddp_example_across_two_hosts(hosts, tmp_path):
     wr.section("checksums")
     wr.run.assert_ok("2 hosts x 2 ranks: ddp_example")
     assert os.path.isfile(tmp_path / "trace_ddp_example.json")
+
+
+@pytest.mark.timeout(TIMEOUT + 60)
+def test_port_range_across_two_hosts(hosts, tmp_path):
+    """GONCCL_PORT_RANGE of 8 ports on each host: while 2 hosts x 2 ranks run
+    all_reduce, every TCP port listening in either namespace (sampled with ss) is one
+    of the range, but torch's store on host 0; each rank's INIT log names its port."""
+    import threading
+    import time
+
+    lo, hi = 29600, 29607
+    seen: dict[int, set[int]] = {0: set(), 1: set()}
+    done = threading.Event()
+
+    def sample():
+        while not done.is_set():
+            for h in (0, 1):
+                out = subprocess.run(["ip", "netns", "exec", f"{hosts}{h}", "ss", "-ltnH"],
+                                     capture_output=True, text=True).stdout
+                for line in out.splitlines():
+                    fields = line.split()
+                    if len(fields) >= 4:
+                        seen[h].add(int(fields[3].rsplit(":", 1)[1]))
+            time.sleep(0.1)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        wr = TwoHostRun(hosts, str(tmp_path), ["all_reduce"], extra_env=dict(GONCCL_PORT_RANGE=f"{lo}-{hi}"))
+    finally:
+        done.set()
+        sampler.join(timeout=10)
+    wr.section("all_reduce")
+    wr.run.assert_ok("2 hosts x 2 ranks in a port range: all_reduce")
+    for r in range(4):
+        log = wr.run.procs[r].stderr
+        m = re.search(r"init done in \S+; interface \S+ port (\d+);", log)
+        assert m and lo <= int(m.group(1)) <= hi, f"rank {r}'s INIT log names no port in {lo}-{hi}:\n{log[-4000:]}"
+    outside = {h: sorted(p for p in seen[h] - {wr.port} if not lo <= p <= hi) for h in (0, 1)}
+    assert outside == {0: [], 1: []}, f"listening outside {lo}-{hi}: {outside} (seen: {seen})"
+    assert len(seen[0] - {wr.port}) >= 2 and len(seen[1]) >= 2, f"ss saw too few listeners: {seen}"
 
 
 def _strike(report_dir: str, action) -> None:
