@@ -61,6 +61,15 @@ static long peak_rss_kib(void) {
 
 static int fail(int rank, const char* what, goncclResult_t r, goncclComm_t comm) {
   fprintf(stderr, "rank %d: %s: %s: %s\n", rank, what, goncclGetErrorString(r), goncclGetLastError(comm));
+  /* SCALE_HOLD_MS=N: stay N ms before leaving, as a survivor that goes on (by shrinking
+   * its group) would, so that its peers learn of a loss from the rank that saw it, not
+   * from this one leaving. Then abort, as an application should after a failed
+   * operation: its peers hear why it leaves. */
+  if (comm) {
+    const char* hold = getenv("SCALE_HOLD_MS");
+    if (hold) usleep((useconds_t)atoi(hold) * 1000);
+    goncclCommAbort(comm);
+  }
   return 1;
 }
 
@@ -160,6 +169,13 @@ int main(int argc, char** argv) {
   int loop = getenv("SCALE_LOOP") ? atoi(getenv("SCALE_LOOP")) : 0;
   double t_loop = 0;
   if (loop > 0) {
+    /* SCALE_LOOP_STARTED=PATH: rank 0 creates PATH as the loop starts (for tests that
+     * strike while it runs). */
+    const char* started = getenv("SCALE_LOOP_STARTED");
+    if (started && rank == 0) {
+      FILE* f = fopen(started, "w");
+      if (f) fclose(f);
+    }
     double t_one, l0 = now();
     for (int k = 0; k < loop; k++) {
       if ((r = timed_sum(big, BIG_COUNT, rank, comm, &t_one)) != goncclSuccess)
