@@ -170,7 +170,7 @@ func NewComm(id UniqueID, nranks, rank int, opts Options) (*Comm, error) {
 		return fail(err)
 	}
 	deadline := start.Add(timeout)
-	me := rankInfo{Rank: rank, NRanks: nranks, Addr: l.Addr().String(), Host: hostIdentity(), Hostname: hostname(), Pid: os.Getpid(), Shm: !cfg.shmDisable, Epoch: opts.Epoch,
+	me := rankInfo{Rank: rank, NRanks: nranks, Addr: l.Addr().String(), Host: hostIdentity(), Hostname: hostname(), Pid: os.Getpid(), PidNS: pidNamespace(), Shm: !cfg.shmDisable, Epoch: opts.Epoch,
 		TimeoutMs: timeout.Milliseconds()}
 	if opts.Algo != "" || opts.ChunkBytes != 0 {
 		me.Opts = fmt.Sprintf("algorithm %q, chunk size %d", opts.Algo, opts.ChunkBytes)

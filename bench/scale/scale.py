@@ -50,7 +50,7 @@ def build(lib, out):
     subprocess.run(cmd, check=True)
 
 
-def run(exe, n, timeout, alloc=False, staggered=False, loop=0, hosts=None):
+def run(exe, n, timeout, alloc=False, staggered=False, loop=0, hosts=None, pidns=False):
     """Runs n ranks (spread over hosts, a hosts.Hosts, if given); returns their JSON rows
     and the errors of those that failed."""
     with tempfile.TemporaryDirectory() as d:
@@ -70,6 +70,8 @@ def run(exe, n, timeout, alloc=False, staggered=False, loop=0, hosts=None):
             env["SCALE_START_FIFO"] = fifo
         def argv(r):
             a = [exe, str(r), str(n), idf, "1" if alloc else "0"]
+            if pidns:
+                a = ["unshare", "--pid", "--fork", "--mount-proc", *a]
             return hosts.wrap(r // per_host, a) if hosts else a
 
         procs = [subprocess.Popen(argv(r), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -133,6 +135,9 @@ def main():
     ap.add_argument("--hosts", type=int, default=0, metavar="H",
                     help="spread the ranks over H network namespaces on one bridge (root); -np must be a multiple of H")
     ap.add_argument("--ipv6", action="store_true", help="with --hosts: the hosts have IPv6 (ULA) addresses only")
+    ap.add_argument("--pid-namespaces", action="store_true",
+                    help="start each rank in a pid namespace of its own, with its own /proc (unshare; root), as "
+                         "containers sharing a network namespace but not a pid namespace")
     a = ap.parse_args()
     if a.hosts:
         bad = [n for n in a.np if n % a.hosts]
@@ -154,7 +159,7 @@ def main():
         summary = []
         for n in a.np:
             t0 = time.time()
-            rows, errs = run(exe, n, a.timeout, a.alloc, a.staggered, a.loop, hosts)
+            rows, errs = run(exe, n, a.timeout, a.alloc, a.staggered, a.loop, hosts, a.pid_namespaces)
             wall = time.time() - t0
             if errs or len(rows) != n:
                 # The earliest logged line of any rank is closest to the cause.
