@@ -259,6 +259,20 @@ bench-scale: lib
 	mkdir -p build/bench
 	$(PY) bench/scale/scale.py -np $(SCALE_NP) --alloc --loop 10 --json build/bench/scale.json
 
+# make bench-many-hosts: HOSTS_H "hosts" (network namespaces on one bridge, bench/scale/hosts.py;
+# needs root) of HOSTS_R plain C ranks each (bench/scale), one communicator over all:
+# init, fds and peak RSS per rank, all_reduces of 8 B and 1 MiB, then the time per operation of
+# 10 more 1 MiB all_reduces back to back, and exactness. Table on stdout, JSON in build/bench/.
+# (make test runs 8 x 8 of them: tests/test_many_hosts.py.)
+HOSTS_H ?= 16
+HOSTS_R ?= 16
+
+.PHONY: bench-many-hosts
+bench-many-hosts: lib
+	mkdir -p build/bench
+	$(PY) bench/scale/scale.py --hosts $(HOSTS_H) -np $$(($(HOSTS_H) * $(HOSTS_R))) --loop 10 \
+	  --json build/bench/many_hosts_$(HOSTS_H)x$(HOSTS_R).json
+
 # make bench-2hosts: all_reduce 8 B..64 MiB, gonccl against Gloo, on 2 "hosts" x 2 ranks
 # (network namespaces joined by a veth: scripts/two-hosts.sh; needs root). Ranks of one
 # namespace use shared memory, the namespaces talk TCP over the veth. Tables on stdout,

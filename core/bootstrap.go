@@ -29,8 +29,9 @@ type rankInfo struct {
 	Host     string `json:"host"`     // hostIdentity()
 	Hostname string `json:"hostname"` // for logs
 	Pid      int    `json:"pid"`
-	Shm      bool   `json:"shm"`   // willing to use shared memory with ranks on its host
-	Epoch    uint32 `json:"epoch"` // the communicator generation it joins (see epoch.go)
+	PidNS    string `json:"pidns,omitempty"` // pidNamespace(): Pid means this process only inside it
+	Shm      bool   `json:"shm"`             // willing to use shared memory with ranks on its host
+	Epoch    uint32 `json:"epoch"`           // the communicator generation it joins (see epoch.go)
 	// The per-communicator options that every rank must share (Options.Algo and
 	// ChunkBytes), compared after the join.
 	Opts string `json:"opts,omitempty"`

@@ -22,7 +22,7 @@ import (
 
 // replyVersion is the reply format's first byte; a rank that reads another refuses
 // the answer with a message naming a version mismatch between ranks.
-const replyVersion = 1
+const replyVersion = 2
 
 // minRankBytes is the fewest bytes one rank of the table takes: 13 one-byte fields.
 // The decoder bounds the rank count by the bytes that arrived before allocating.
@@ -41,10 +41,10 @@ func encodeReply(r rootReply) []byte {
 		}
 		return i
 	}
-	type refs struct{ addr, host, hostname, opts uint64 }
+	type refs struct{ addr, host, hostname, opts, pidns uint64 }
 	rs := make([]refs, len(r.Ranks))
 	for i, ri := range r.Ranks {
-		rs[i] = refs{ref(ri.Addr), ref(ri.Host), ref(ri.Hostname), ref(ri.Opts)}
+		rs[i] = refs{ref(ri.Addr), ref(ri.Host), ref(ri.Hostname), ref(ri.Opts), ref(ri.PidNS)}
 	}
 	b := make([]byte, 4, 64+len(r.Ranks)*48)
 	b = append(b, replyVersion)
@@ -57,7 +57,7 @@ func encodeReply(r rootReply) []byte {
 	}
 	for i, ri := range r.Ranks {
 		for _, v := range []uint64{uint64(ri.Rank), uint64(ri.NRanks), rs[i].addr, rs[i].host, rs[i].hostname, rs[i].opts,
-			uint64(ri.Pid), boolByte(ri.Shm), uint64(ri.Epoch), uint64(ri.SockThreads), uint64(ri.SocksPerThread)} {
+			uint64(ri.Pid), rs[i].pidns, boolByte(ri.Shm), uint64(ri.Epoch), uint64(ri.SockThreads), uint64(ri.SocksPerThread)} {
 			b = binary.AppendUvarint(b, v)
 		}
 		b = binary.AppendVarint(b, ri.DeadlineMs)
@@ -192,6 +192,7 @@ func decodeReply(b []byte) (rootReply, error) {
 		ri.Rank, ri.NRanks = d.int("rank", MaxRanks), d.int("nranks", MaxRanks)
 		ri.Addr, ri.Host, ri.Hostname, ri.Opts = str("address"), str("host"), str("hostname"), str("options")
 		ri.Pid = d.int("pid", 1<<31)
+		ri.PidNS = str("pid namespace")
 		ri.Shm = d.int("shm", 1) == 1
 		ri.Epoch = uint32(d.int("epoch", 1<<32-1))
 		ri.SockThreads, ri.SocksPerThread = d.int("socket threads", 1<<16), d.int("sockets per thread", 1<<16)

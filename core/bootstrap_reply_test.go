@@ -15,7 +15,7 @@ func TestReplyRoundTrip(t *testing.T) {
 	table := make([]rankInfo, 300)
 	for i := range table {
 		table[i] = rankInfo{Rank: i, NRanks: len(table), Addr: fmt.Sprintf("10.0.%d.%d:%d", i/256, i%256, 40000+i),
-			Host: fmt.Sprintf("boot-id-%d", i/8), Hostname: fmt.Sprintf("node%d", i/8), Pid: 1000 + i, Shm: i%3 != 0,
+			Host: fmt.Sprintf("boot-id-%d", i/8), Hostname: fmt.Sprintf("node%d", i/8), Pid: 1000 + i, PidNS: fmt.Sprintf("pid:[%d]", 4026531836+i%2), Shm: i%3 != 0,
 			Epoch: 7, Opts: `algorithm "ring", chunk size 0`, SockThreads: 2, SocksPerThread: 4,
 			DeadlineMs: 1_800_000_000_000 + int64(i), TimeoutMs: 600_000}
 	}

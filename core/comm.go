@@ -3,6 +3,7 @@ package core
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"runtime"
 	"sort"
@@ -170,12 +171,12 @@ func NewComm(id UniqueID, nranks, rank int, opts Options) (*Comm, error) {
 	if err != nil {
 		return fail(err)
 	}
-	l, err := tcp.Listen(ifc)
+	l, err := listen(ifc, cfg.portRange)
 	if err != nil {
 		return fail(err)
 	}
 	deadline := start.Add(timeout)
-	me := rankInfo{Rank: rank, NRanks: nranks, Addr: l.Addr().String(), Host: hostIdentity(), Hostname: hostname(), Pid: os.Getpid(), Shm: !cfg.shmDisable, Epoch: opts.Epoch,
+	me := rankInfo{Rank: rank, NRanks: nranks, Addr: l.Addr().String(), Host: hostIdentity(), Hostname: hostname(), Pid: os.Getpid(), PidNS: pidNamespace(), Shm: !cfg.shmDisable, Epoch: opts.Epoch,
 		TimeoutMs: timeout.Milliseconds()}
 	if opts.Algo != "" || opts.ChunkBytes != 0 {
 		me.Opts = fmt.Sprintf("algorithm %q, chunk size %d", opts.Algo, opts.ChunkBytes)
@@ -285,8 +286,8 @@ func (c *Comm) logInit(ifc tcp.Interface, ranks []rankInfo, procs int, took time
 	if len(peers) == 0 && c.nranks > 1 {
 		peers = []string{"none (GONCCL_RUNTIME_CONNECT)"}
 	}
-	c.logs.init.Info(fmt.Sprintf("gonccl %s rank %d/%d host %s pid %d: init done in %v; interface %s; ring %d -> %d -> %d; peers connected at init %s (the others on first use); GOMAXPROCS %d (%d cores)",
-		Version, c.rank, c.nranks, hostname(), os.Getpid(), took.Round(time.Millisecond), ifc,
+	c.logs.init.Info(fmt.Sprintf("gonccl %s rank %d/%d host %s pid %d: init done in %v; interface %s port %d; ring %d -> %d -> %d; peers connected at init %s (the others on first use); GOMAXPROCS %d (%d cores)",
+		Version, c.rank, c.nranks, hostname(), os.Getpid(), took.Round(time.Millisecond), ifc, c.peers.l.Addr().(*net.TCPAddr).Port,
 		(c.rank-1+c.nranks)%c.nranks, c.rank, (c.rank+1)%c.nranks, strings.Join(peers, " "), procs, runtime.NumCPU()))
 	restrict := ""
 	if len(c.cfg.algo) > 0 {

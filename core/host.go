@@ -16,6 +16,13 @@ func hostIdentity() string {
 	return name + "/" + strings.TrimSpace(string(boot)) + "/" + netns
 }
 
+// pidNamespace names this process's pid namespace ("pid:[4026531836]"): ranks in one
+// can reach each other's files through /proc/PID/fd, which zero-copy needs.
+func pidNamespace() string {
+	ns, _ := os.Readlink("/proc/self/ns/pid")
+	return ns
+}
+
 func hostname() string {
 	name, err := os.Hostname()
 	if err != nil {

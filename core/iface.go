@@ -1,6 +1,7 @@
 package core
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -45,4 +46,16 @@ func upInterfaces() string {
 		return "none"
 	}
 	return strings.Join(list, ", ")
+}
+
+// listen opens a rank's (or the bootstrap root's) listener on ifc, on a port of
+// GONCCL_PORT_RANGE when it is set; a range with every port taken is named with what
+// to do about it.
+func listen(ifc tcp.Interface, ports tcp.PortRange) (*net.TCPListener, error) {
+	l, err := tcp.ListenIn(ifc, ports)
+	if errors.Is(err, tcp.ErrPortsExhausted) {
+		return nil, fmt.Errorf("%w (GONCCL_PORT_RANGE=%s: each rank of a host listens on a port of the range, "+
+			"and the process that makes the unique id on one more; widen the range, or unset it to let the kernel pick)", err, ports)
+	}
+	return l, err
 }

@@ -34,8 +34,11 @@ var Params = []settings.Param[config]{
 		Help:  "what a `GONCCL_*` variable that is none of those on this page (a misspelt name, which would otherwise be ignored) does: `warn` (rank 0 logs a `WARN` naming it and the closest known name, such as `GONCCL_TIMOUT_MS is not a setting gonccl knows (did you mean GONCCL_TIMEOUT_MS?)`, once per process) or `error` (init fails, naming it)",
 		Parse: oneOf([]string{"warn", "error"}, func(c *config, v string) { c.unknownIsError = v == "error" })},
 	{Name: "GONCCL_SOCKET_IFNAME", Unset: "(auto)",
-		Help:  "interfaces to use, NCCL's syntax: `eth` (prefix), `^docker,lo` (exclude), `=eth0` (exact). Auto: first up interface that is not loopback or a container bridge, else loopback",
+		Help:  "interfaces to use, NCCL's syntax: `eth` (prefix), `^docker,lo` (exclude), `=eth0` (exact). Auto: first up interface that is not loopback or a container bridge, else loopback. On the interface chosen, gonccl listens on its first IPv4 address, else on its first IPv6 address that is not link-local (a global or unique local one, such as `fd00::5`), so IPv6-only hosts need no other setting; every rank must reach the others' addresses, so a job's hosts use one family. torch's store is reached at `MASTER_ADDR` as it is given (an IPv6 address there, without brackets: `MASTER_ADDR=fd00::1`)",
 		Parse: text(func(c *config, v string) { c.socketIfname = v })},
+	{Name: "GONCCL_PORT_RANGE", Unset: "(ports the kernel picks)",
+		Help:  "`lo-hi`: every port gonccl listens on (each rank's listener for its peers, and the bootstrap listener of the process that makes the unique id) is taken from these ports, inclusive, so a firewall or network policy between hosts need only open them. The processes of a host share the range, each passing over ports in use, so it needs at least one port per rank on the host, and one more on the host that makes the unique id; when every port is taken, init fails naming this setting. Connections a rank makes to others still leave from ports the kernel picks. Unset: ports the kernel picks",
+		Parse: parsePortRange},
 	{Name: "GONCCL_TIMEOUT_MS", Default: "1800000",
 		Help:  "the timeout of init and of each operation for a caller that gives none: the C ABI's `goncclCommInitRank` (and the bootstrap root that `goncclGetUniqueId` starts, until a rank says its own). Under torch it does not apply: torch always gives the group's timeout, `timeout=` of `init_process_group` or `new_group` (30 minutes unless given), which bounds the group's init and every operation; rank 0 warns when `GONCCL_TIMEOUT_MS` is set there. A timeout's error states the time actually waited",
 		Parse: integer(1, 0, func(c *config, v int64) { c.timeout = time.Duration(v) * time.Millisecond })},
@@ -182,6 +185,7 @@ type config struct {
 	debugHops          bool   // GONCCL_DEBUG_HOPS
 	slowPath           bool   // GONCCL_FAST_PATH=0
 	socketIfname       string
+	portRange          tcp.PortRange // GONCCL_PORT_RANGE; zero: ports the kernel picks
 	timeout            time.Duration
 	chunkBytes         int
 	llThreshold        int

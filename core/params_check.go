@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	settings "github.com/gonccl/gonccl/internal/config"
+	"github.com/gonccl/gonccl/transport/tcp"
 )
 
 // The parsers of Params' rows that no kind in settings.Parsers covers. Each refuses a
@@ -29,6 +30,23 @@ func parseDebugFile(c *config, name, v string) error {
 			Want: fmt.Sprintf("a file name, in which %%h stands for the host name, %%p for the process id and %%%% for a percent sign (%v)", err)}
 	}
 	c.debugFile = v
+	return nil
+}
+
+// parsePortRange reads GONCCL_PORT_RANGE: "lo-hi", 1 <= lo <= hi <= 65535.
+func parsePortRange(c *config, name, v string) error {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return nil
+	}
+	los, his, ok := strings.Cut(v, "-")
+	lo, err1 := strconv.Atoi(strings.TrimSpace(los))
+	hi, err2 := strconv.Atoi(strings.TrimSpace(his))
+	if !ok || err1 != nil || err2 != nil || lo < 1 || hi > 65535 || lo > hi {
+		return &settings.SettingError{Name: name, Value: v, Invalid: ErrInvalidArgument,
+			Want: "two port numbers lo-hi with 1 <= lo <= hi <= 65535, e.g. 29500-29599"}
+	}
+	c.portRange = tcp.PortRange{Lo: lo, Hi: hi}
 	return nil
 }
 

@@ -41,6 +41,7 @@ func envGroupOf(name string) string {
 		"GONCCL_UNKNOWN_ENV":          "debug",
 		"GONCCL_NSOCKS_PERTHREAD":     "network",
 		"GONCCL_RUNTIME_CONNECT":      "network",
+		"GONCCL_PORT_RANGE":           "network",
 		"GONCCL_P2P_DISABLE":          "gpu",
 		"GONCCL_CUDA_LIBRARY":         "gpu",
 		"GONCCL_TIMEOUT_MS":           "fault",

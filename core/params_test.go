@@ -89,6 +89,10 @@ func TestConfigRefusesBadValues(t *testing.T) {
 		{"GONCCL_STAGED_REDUCE", "tpu", `GONCCL_STAGED_REDUCE="tpu" is not a valid setting: it takes gpu or cpu`},
 		{"GONCCL_DEVICE_PATH_COST", "staged.latency", `GONCCL_DEVICE_PATH_COST="staged.latency" is not a valid setting: it takes key=value pairs`},
 		{"GONCCL_TIMEOUT_MS", "0", `GONCCL_TIMEOUT_MS="0" is not a valid setting: it takes an integer of at least 1`},
+		{"GONCCL_PORT_RANGE", "29500", `GONCCL_PORT_RANGE="29500" is not a valid setting: it takes two port numbers lo-hi`},
+		{"GONCCL_PORT_RANGE", "29600-29500", `GONCCL_PORT_RANGE="29600-29500" is not a valid setting`},
+		{"GONCCL_PORT_RANGE", "0-10", `GONCCL_PORT_RANGE="0-10" is not a valid setting`},
+		{"GONCCL_PORT_RANGE", "60000-70000", `GONCCL_PORT_RANGE="60000-70000" is not a valid setting`},
 	}
 	for _, c := range cases {
 		t.Run(c.name+"="+c.value, func(t *testing.T) {
@@ -99,7 +103,7 @@ func TestConfigRefusesBadValues(t *testing.T) {
 		})
 	}
 	for name, value := range map[string]string{"GONCCL_DEBUG": "info", "GONCCL_DEVICE_PATH": "SameGPU", "GONCCL_STAGED_CHUNK": "4m",
-		"GONCCL_DEVICE_PATH_COST": "staged.latency=300, samegpu.busbw=400", "GONCCL_DEBUG_SUBSYS": "^coll"} {
+		"GONCCL_DEVICE_PATH_COST": "staged.latency=300, samegpu.busbw=400", "GONCCL_DEBUG_SUBSYS": "^coll", "GONCCL_PORT_RANGE": " 29500 - 29507 "} {
 		t.Setenv(name, value)
 	}
 	_, err := loadConfig()

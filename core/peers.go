@@ -540,6 +540,21 @@ func (s *peerSet) allShm() bool {
 	return true
 }
 
+// onePidNamespace reports whether every rank is in this rank's pid namespace (ranks
+// that did not say, in-process tests, count as in it).
+func (s *peerSet) onePidNamespace() bool {
+	if s.ranks == nil {
+		return true
+	}
+	me := s.ranks[s.rank]
+	for _, ri := range s.ranks {
+		if ri.PidNS != me.PidNS {
+			return false
+		}
+	}
+	return true
+}
+
 // runtimeConnect is GONCCL_RUNTIME_CONNECT: "0", "1" or "auto".
 type runtimeConnect string
 

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"net"
 	"time"
-
-	"github.com/gonccl/gonccl/transport/tcp"
 )
 
 // UniqueIDSize is the size of a UniqueID, the same as NCCL's.
@@ -44,7 +42,7 @@ func newUniqueID(hooks *testHooks) (UniqueID, error) {
 	if err != nil {
 		return id, err
 	}
-	l, err := tcp.Listen(ifc)
+	l, err := listen(ifc, cfg.portRange)
 	if err != nil {
 		return id, err
 	}

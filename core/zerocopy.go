@@ -99,11 +99,12 @@ func (c *Comm) zcBytes(o *op) (int, bool) {
 }
 
 // zcCandidate says whether o may run zero-copy: a decision every rank makes alike,
-// from the settings (the same on every rank), the host layout and the operation's
+// from the settings (the same on every rank), the host layout (ranks in one pid
+// namespace: a buffer is mapped through its owner's /proc/PID/fd) and the operation's
 // kind and size.
 func (c *Comm) zcCandidate(e *exec, o *op) bool {
 	if c.cfg == nil || !c.cfg.zeroCopy || e.group != nil || c.nranks < 2 || c.nranks > zcMaxRanks ||
-		len(c.hosts) != 1 || !c.peers.allShm() {
+		len(c.hosts) != 1 || !c.peers.allShm() || !c.peers.onePidNamespace() {
 		return false
 	}
 	n, ok := c.zcBytes(o)

@@ -12,8 +12,10 @@
 #                                           torchrun, 2 hosts x 2 ranks; down (always)
 #
 # Host I is namespace ${GONCCL_2H_PREFIX}I with interface $IFNAME (the same name on
-# both), address 10.77.0.(I+1)/24, loopback up. Environment:
+# both), address 10.77.0.(I+1)/24 (with GONCCL_2H_IPV6=1: fd77::(I+1)/64 and no IPv4
+# address but loopback's), loopback up. Environment:
 #   GONCCL_2H_PREFIX   namespace name prefix (default gonccl2h): several sets may exist
+#   GONCCL_2H_IPV6     1: IPv6-only hosts (ULA addresses)
 #   GONCCL_2H_NPROC    ranks per host for `bench` (default 2)
 #   GONCCL_PYTHON      interpreter for `bench` (default: scripts/python-env.sh)
 set -euo pipefail
@@ -21,11 +23,13 @@ set -euo pipefail
 PREFIX="${GONCCL_2H_PREFIX:-gonccl2h}"
 IFNAME=gnc
 SUBNET=10.77.0
+IPV6="${GONCCL_2H_IPV6:-0}"
 NPROC="${GONCCL_2H_NPROC:-2}"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 ns() { echo "${PREFIX}$1"; }
-ip_of() { echo "${SUBNET}.$(($1 + 1))"; }
+ip_of() { if [[ $IPV6 == 1 ]]; then echo "fd77::$(($1 + 1))"; else echo "${SUBNET}.$(($1 + 1))"; fi; }
+cidr_of() { if [[ $IPV6 == 1 ]]; then echo "$(ip_of "$1")/64"; else echo "$(ip_of "$1")/24"; fi; }
 have_ns() { ip netns list | awk '{print $1}' | grep -qx "$1"; }
 
 die() { echo "two-hosts: $*" >&2; exit 1; }
@@ -62,7 +66,8 @@ make_hosts() {
   local i
   for i in 0 1; do
     ip -n "$(ns "$i")" link set lo up || return 1
-    ip -n "$(ns "$i")" addr add "$(ip_of "$i")/24" dev "$IFNAME" || return 1
+    # nodad: no duplicate address detection, so an IPv6 address is usable at once
+    ip -n "$(ns "$i")" addr add "$(cidr_of "$i")" dev "$IFNAME" $([[ $IPV6 == 1 ]] && echo nodad) || return 1
     ip -n "$(ns "$i")" link set "$IFNAME" up || return 1
   done
   for i in $(seq 40); do
@@ -78,7 +83,7 @@ linked() {
   local i
   for i in 0 1; do
     ip -n "$(ns "$i")" addr show dev "$IFNAME" 2>/dev/null | grep -q "LOWER_UP" || return 1
-    ip -n "$(ns "$i")" addr show dev "$IFNAME" 2>/dev/null | grep -q "inet $(ip_of "$i")/24" || return 1
+    ip -n "$(ns "$i")" addr show dev "$IFNAME" 2>/dev/null | grep -q "inet6\? $(cidr_of "$i")" || return 1
   done
 }
 
@@ -145,5 +150,5 @@ case "${1:-}" in
   status) status ;;
   run) shift; run "$@" ;;
   bench) shift; bench "$@" ;;
-  *) sed -n '2,20p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,21p' "$0" >&2; exit 2 ;;
 esac

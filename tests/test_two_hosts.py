@@ -9,6 +9,9 @@ shared memory and the two hosts over TCP, with 2 connections per peer here
   torch, and rank 0's INIT log showing shm to rank 1 and tcp to ranks 2 and 3 over 2
   connections each; again with GONCCL_TLS=1 (each host's certificate signed by a CA
   the test makes with the openssl CLI), the log showing TLS on every TCP link;
+* IPv6: the collectives on IPv6-only hosts (ULA addresses), plain and over TLS;
+* ports: with GONCCL_PORT_RANGE of 8 ports, every listener in either namespace is in
+  the range (but torch's store);
 * windows: one-sided windows (workers/window_worker.py): puts into a peer on the same
   host are copies into its mapped window, into one on the other host frames over TCP;
   map_remote_tensor works for the former and is refused, saying why, for the latter;
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 
@@ -54,8 +58,8 @@ def _why_not() -> str | None:
 pytestmark = [pytest.mark.requires("netns"), pytest.mark.skipif(_why_not() is not None, reason=_why_not() or "")]
 
 
-def _script(prefix: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    env = dict(os.environ, GONCCL_2H_PREFIX=prefix)
+def _script(prefix: str, *args: str, check: bool = True, ipv6: bool = False) -> subprocess.CompletedProcess:
+    env = dict(os.environ, GONCCL_2H_PREFIX=prefix, GONCCL_2H_IPV6="1" if ipv6 else "0")
     res = subprocess.run([SCRIPT, *args], env=env, capture_output=True, text=True, timeout=60)
     if check and res.returncode != 0:
         raise AssertionError(f"two-hosts.sh {' '.join(args)} failed ({res.returncode}):\n{res.stdout}\n{res.stderr}")
@@ -67,7 +71,7 @@ def _remove_stale() -> None:
     names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
     for name in names:
         if name.startswith(PREFIX) and name[-2:] in ("h0", "h1"):
-            pid = name[len(PREFIX):-2]
+            pid = name[len(PREFIX):-2].removesuffix("v6")
             if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
                 subprocess.run(["ip", "netns", "del", name], capture_output=True)
 
@@ -86,22 +90,36 @@ def hosts():
         assert prefix not in left, f"two-hosts.sh down left namespaces behind:\n{left}"
 
 
+@pytest.fixture(scope="module")
+def hosts6():
+    """Two IPv6-only hosts (fd77::1 and fd77::2, no IPv4 address but loopback's)."""
+    _remove_stale()
+    prefix = f"{PREFIX}{os.getpid()}v6h"
+    try:
+        _script(prefix, "up", ipv6=True)
+        yield prefix
+    finally:
+        _script(prefix, "down", check=False, ipv6=True)
+        left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        assert prefix not in left, f"two-hosts.sh down left namespaces behind:\n{left}"
+
+
 class TwoHostRun(_harness.WorkerRun):
     """A WorkerRun whose ranks 0, 1 run in host 0 and 2, 3 in host 1, each as
     `two-hosts.sh run I python two_hosts_worker.py ...` (which execs, so the harness
     kills the rank itself)."""
 
     def __init__(self, prefix: str, report_dir: str, args: list[str], extra_env: dict | None = None,
-                 during=None, per_host: int = 2, host_env: list[dict] | None = None):
+                 during=None, per_host: int = 2, host_env: list[dict] | None = None, master_addr: str = "10.77.0.1"):
         ws = 2 * per_host
         self.worker, self.world_size, self.report_dir = "two_hosts_worker.py", ws, report_dir
-        port = _harness.free_port()
+        port = self.port = _harness.free_port()
         argvs, envs = [], []
         for rank in range(ws):
             argvs.append([SCRIPT, "run", str(rank // per_host),
                           *_harness.worker_argv("two_hosts_worker.py", report_dir, *args)])
             envs.append(_harness.rank_env(rank, ws, port, extra=dict(
-                MASTER_ADDR="10.77.0.1", LOCAL_RANK=str(rank % per_host), LOCAL_WORLD_SIZE=str(per_host),
+                MASTER_ADDR=master_addr, LOCAL_RANK=str(rank % per_host), LOCAL_WORLD_SIZE=str(per_host),
                 GONCCL_2H_PREFIX=prefix, GONCCL_SOCKET_IFNAME="=gnc", GLOO_SOCKET_IFNAME="gnc",
                 GONCCL_SOCKET_NTHREADS="1", GONCCL_NSOCKS_PERTHREAD="2",
                 GONCCL_DEBUG="INFO", GONCCL_DEBUG_SUBSYS="INIT,NET") | (extra_env or {})
@@ -164,6 +182,27 @@ def test_collectives_across_two_hosts(hosts, tmp_path, request, tls):
 
 
 @pytest.mark.timeout(TIMEOUT + 60)
+@pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
+def test_collectives_across_two_ipv6_hosts(hosts6, tmp_path, request, tls):
+    """The collectives on IPv6-only hosts: torch's store, gonccl's bootstrap, links and
+    TLS all over fd77::/64. Plain, the interface is found without GONCCL_SOCKET_IFNAME
+    (the first up one but loopback, and its global address)."""
+    host_env = request.getfixturevalue("tls_env") if tls else None
+    extra = {} if tls else {"GONCCL_SOCKET_IFNAME": ""}
+    wr = TwoHostRun(hosts6, str(tmp_path), ["collectives"], host_env=host_env, master_addr="fd77::1", extra_env=extra)
+    for name in ("all_reduce", "all_gather", "send_recv", "broadcast"):
+        wr.section(name)
+    wr.run.assert_ok(f"2 IPv6-only hosts x 2 ranks: collectives{' over TLS' if tls else ''}")
+    for r in range(4):
+        log = wr.run.procs[r].stderr
+        assert f"interface gnc:fd77::{r // 2 + 1} port" in log, f"rank {r} is not on gnc's IPv6 address:\n{log[-4000:]}"
+    log0 = wr.run.procs[0].stderr
+    assert "1:shm(" in log0 and "2:tcp(" in log0 and "3:tcp(" in log0, log0[-4000:]
+    if tls:
+        assert "rank 2: TLS 1.3 on its 3 connections, peer certificate CN=host1" in log0, log0[-4000:]
+
+
+@pytest.mark.timeout(TIMEOUT + 60)
 @pytest.mark.parametrize("per_host,algo", [(1, ""), (2, "allreduce:hier"), (3, "allreduce:hier")])
 def test_hierarchical_all_reduce_across_two_hosts(hosts, tmp_path, per_host, algo):
     """all_reduce (sum and avg, 1 to ~1M elements) on 2 hosts x 1-3 ranks against plain
@@ -200,6 +239,47 @@ def test_ddp_example_across_two_hosts(hosts, tmp_path):
     wr.section("checksums")
     wr.run.assert_ok("2 hosts x 2 ranks: ddp_example")
     assert os.path.isfile(tmp_path / "trace_ddp_example.json")
+
+
+@pytest.mark.timeout(TIMEOUT + 60)
+def test_port_range_across_two_hosts(hosts, tmp_path):
+    """GONCCL_PORT_RANGE of 8 ports on each host: while 2 hosts x 2 ranks run
+    all_reduce, every TCP port listening in either namespace (sampled with ss) is one
+    of the range, but torch's store on host 0; each rank's INIT log names its port."""
+    import threading
+    import time
+
+    lo, hi = 29600, 29607
+    seen: dict[int, set[int]] = {0: set(), 1: set()}
+    done = threading.Event()
+
+    def sample():
+        while not done.is_set():
+            for h in (0, 1):
+                out = subprocess.run(["ip", "netns", "exec", f"{hosts}{h}", "ss", "-ltnH"],
+                                     capture_output=True, text=True).stdout
+                for line in out.splitlines():
+                    fields = line.split()
+                    if len(fields) >= 4:
+                        seen[h].add(int(fields[3].rsplit(":", 1)[1]))
+            time.sleep(0.1)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        wr = TwoHostRun(hosts, str(tmp_path), ["all_reduce"], extra_env=dict(GONCCL_PORT_RANGE=f"{lo}-{hi}"))
+    finally:
+        done.set()
+        sampler.join(timeout=10)
+    wr.section("all_reduce")
+    wr.run.assert_ok("2 hosts x 2 ranks in a port range: all_reduce")
+    for r in range(4):
+        log = wr.run.procs[r].stderr
+        m = re.search(r"init done in \S+; interface \S+ port (\d+);", log)
+        assert m and lo <= int(m.group(1)) <= hi, f"rank {r}'s INIT log names no port in {lo}-{hi}:\n{log[-4000:]}"
+    outside = {h: sorted(p for p in seen[h] - {wr.port} if not lo <= p <= hi) for h in (0, 1)}
+    assert outside == {0: [], 1: []}, f"listening outside {lo}-{hi}: {outside} (seen: {seen})"
+    assert len(seen[0] - {wr.port}) >= 2 and len(seen[1]) >= 2, f"ss saw too few listeners: {seen}"
 
 
 def _strike(report_dir: str, action) -> None:

@@ -4,7 +4,7 @@
  * and second all_reduce of 8 bytes and of 1 MiB in ordinary (calloc) memory (the first
  * of each includes the connections made on demand); with ALLOC=1 the same two sizes
  * again in buffers from goncclMemAlloc (the zero-copy path's memory); the fds it holds
- * at the end; and whether every result was exact.
+ * at the end, its peak resident set; and whether every result was exact.
  * Usage: scale RANK NRANKS ID_FILE [ALLOC]
  * With SCALE_START_FIFO set, every rank waits until the launcher closes its end of that
  * FIFO (it does once all ranks exist) before it starts init: so init is timed from a
@@ -47,8 +47,29 @@ static int count_fds(void) {
   return n - 1; /* the directory's own fd */
 }
 
+/* The process's peak resident set (VmHWM in /proc/self/status), in KiB; -1 if unknown. */
+static long peak_rss_kib(void) {
+  FILE* f = fopen("/proc/self/status", "r");
+  if (!f) return -1;
+  char line[256];
+  long kib = -1;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "VmHWM: %ld kB", &kib) == 1) break;
+  fclose(f);
+  return kib;
+}
+
 static int fail(int rank, const char* what, goncclResult_t r, goncclComm_t comm) {
   fprintf(stderr, "rank %d: %s: %s: %s\n", rank, what, goncclGetErrorString(r), goncclGetLastError(comm));
+  /* SCALE_HOLD_MS=N: stay N ms before leaving, as a survivor that goes on (by shrinking
+   * its group) would, so that its peers learn of a loss from the rank that saw it, not
+   * from this one leaving. Then abort, as an application should after a failed
+   * operation: its peers hear why it leaves. */
+  if (comm) {
+    const char* hold = getenv("SCALE_HOLD_MS");
+    if (hold) usleep((useconds_t)atoi(hold) * 1000);
+    goncclCommAbort(comm);
+  }
   return 1;
 }
 
@@ -148,6 +169,13 @@ int main(int argc, char** argv) {
   int loop = getenv("SCALE_LOOP") ? atoi(getenv("SCALE_LOOP")) : 0;
   double t_loop = 0;
   if (loop > 0) {
+    /* SCALE_LOOP_STARTED=PATH: rank 0 creates PATH as the loop starts (for tests that
+     * strike while it runs). */
+    const char* started = getenv("SCALE_LOOP_STARTED");
+    if (started && rank == 0) {
+      FILE* f = fopen(started, "w");
+      if (f) fclose(f);
+    }
     double t_one, l0 = now();
     for (int k = 0; k < loop; k++) {
       if ((r = timed_sum(big, BIG_COUNT, rank, comm, &t_one)) != goncclSuccess)
@@ -180,9 +208,9 @@ int main(int argc, char** argv) {
   printf("{\"rank\": %d, \"init_s\": %.6f, \"fds_init\": %d, \"first_allreduce_s\": %.6f, "
          "\"second_allreduce_s\": %.6f, \"first_1mib_s\": %.6f, \"second_1mib_s\": %.6f, "
          "\"alloc_first_8b_s\": %.6f, \"alloc_second_8b_s\": %.6f, \"alloc_first_1mib_s\": %.6f, "
-         "\"alloc_second_1mib_s\": %.6f, \"loop_1mib_s\": %.6f, \"fds_after\": %d, \"exact\": %s}\n",
+         "\"alloc_second_1mib_s\": %.6f, \"loop_1mib_s\": %.6f, \"fds_after\": %d, \"rss_peak_mib\": %.1f, \"exact\": %s}\n",
          rank, init, fds, t_small[0], t_small[1], t_big[0], t_big[1], t_asmall[0], t_asmall[1], t_abig[0], t_abig[1], t_loop,
-         fds_after, ok ? "true" : "false");
+         fds_after, peak_rss_kib() / 1024.0, ok ? "true" : "false");
   fflush(stdout);
   r = goncclCommDestroy(comm);
   if (r != goncclSuccess) return fail(rank, "destroy", r, NULL);

@@ -1,6 +1,7 @@
 """Scale benchmark: N ranks as separate C ABI processes on this machine.
 
     python bench/scale/scale.py [-np 64 128 256] [--lib build/lib/libgonccl.so]
+    python bench/scale/scale.py --hosts 16 -np 256 --loop 10    (root: 16 hosts x 16 ranks)
 
 Compiles bench/scale/scale.c against gonccl.h and the library, starts N processes per
 size (each a plain C program: no torch, no Python per rank), and prints per size the
@@ -9,7 +10,13 @@ end (max), the first and second all_reduce of 8 bytes and of 1 MiB in ordinary m
 (max over ranks; the first of each includes the connections made on demand), with
 --alloc the same again in buffers from goncclMemAlloc (the zero-copy path's memory),
 with --loop N the mean time of N more 1 MiB all_reduces back to back, and whether every
-result was exact. Every child dies with this script (timeout 600 s).
+result was exact, and the peak RSS of a rank (max). Every child dies with this script
+(timeout 600 s).
+
+--hosts H spreads the N ranks over H "hosts", network namespaces on one bridge
+(bench/scale/hosts.py; needs root): ranks r*N/H.. of host r, ranks of one host sharing
+memory, hosts talking TCP over the bridge (GONCCL_SOCKET_IFNAME==gnh); --ipv6 gives the
+hosts IPv6 addresses only. The namespaces are removed however the run ends.
 
 The ranks start init together, once every process exists (they wait on a FIFO this
 script opens after starting the last), as in a job whose launcher hands the unique id out
@@ -20,6 +27,7 @@ spawning of all the others).
 """
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -30,6 +38,8 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import hosts as hosts_mod  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
 
@@ -40,11 +50,16 @@ def build(lib, out):
     subprocess.run(cmd, check=True)
 
 
-def run(exe, n, timeout, alloc=False, staggered=False, loop=0):
+def run(exe, n, timeout, alloc=False, staggered=False, loop=0, hosts=None, pidns=False):
+    """Runs n ranks (spread over hosts, a hosts.Hosts, if given); returns their JSON rows
+    and the errors of those that failed."""
     with tempfile.TemporaryDirectory() as d:
         idf = os.path.join(d, "id")
         env = dict(os.environ)
         env["SCALE_LOOP"] = str(loop)
+        per_host = n // hosts.n if hosts else n
+        if hosts:
+            env["GONCCL_SOCKET_IFNAME"] = "=" + hosts_mod.IFNAME
         fifo = os.path.join(d, "start")
         start = None
         if not staggered:
@@ -53,7 +68,13 @@ def run(exe, n, timeout, alloc=False, staggered=False, loop=0):
             os.mkfifo(fifo)
             start = os.open(fifo, os.O_RDWR)
             env["SCALE_START_FIFO"] = fifo
-        procs = [subprocess.Popen([exe, str(r), str(n), idf, "1" if alloc else "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        def argv(r):
+            a = [exe, str(r), str(n), idf, "1" if alloc else "0"]
+            if pidns:
+                a = ["unshare", "--pid", "--fork", "--mount-proc", *a]
+            return hosts.wrap(r // per_host, a) if hosts else a
+
+        procs = [subprocess.Popen(argv(r), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   env=env, start_new_session=True) for r in range(n)]
         if start is not None:
             os.close(start)  # every rank's read of the FIFO ends: all start init
@@ -86,6 +107,7 @@ COLUMNS = [
     ("alloc_second_1mib_max_s", "alloc_second_1mib_s", "1M alloc 2nd", ".3f"),
     ("loop_1mib_max_s", "loop_1mib_s", "1M loop s/op", ".3f"),
     ("fds_after_max", "fds_after", "fds end", "d"),
+    ("rss_peak_max_mib", "rss_peak_mib", "RSS MiB", ".1f"),
 ]
 
 
@@ -110,18 +132,34 @@ def main():
     ap.add_argument("--loop", type=int, default=0, metavar="N",
                     help="then N more 1 MiB all_reduces back to back: the column '1M loop s/op' is their mean time "
                          "(max over ranks), where one operation's skew between ranks is not paid again by the next")
+    ap.add_argument("--hosts", type=int, default=0, metavar="H",
+                    help="spread the ranks over H network namespaces on one bridge (root); -np must be a multiple of H")
+    ap.add_argument("--ipv6", action="store_true", help="with --hosts: the hosts have IPv6 (ULA) addresses only")
+    ap.add_argument("--pid-namespaces", action="store_true",
+                    help="start each rank in a pid namespace of its own, with its own /proc (unshare; root), as "
+                         "containers sharing a network namespace but not a pid namespace")
     a = ap.parse_args()
+    if a.hosts:
+        bad = [n for n in a.np if n % a.hosts]
+        if bad:
+            ap.error(f"-np {bad} is not a multiple of --hosts {a.hosts}")
+        if hosts_mod.why_not():
+            ap.error(f"--hosts: {hosts_mod.why_not()}")
     cols = [c for c in COLUMNS if (a.alloc or not c[0].startswith("alloc_")) and (a.loop or not c[0].startswith("loop_"))]
-    with tempfile.TemporaryDirectory() as d:
+    with tempfile.TemporaryDirectory() as d, (
+            hosts_mod.Hosts(a.hosts, prefix="gncs", ipv6=a.ipv6) if a.hosts else contextlib.nullcontext()) as hosts:
         exe = os.path.join(d, "scale")
         build(a.lib, exe)
+        if hosts:
+            print(f"# {a.hosts} hosts (network namespaces on one bridge, IPv{6 if a.ipv6 else 4}), "
+                  "ranks spread evenly, consecutive ranks on one host")
         print("# times: seconds, max over ranks; fds: max over ranks; 1st includes connections made on demand; "
               + ("each rank starts init once it has the unique id" if a.staggered else "ranks start init together, once all exist"))
         print(f"{'ranks':>6} " + " ".join(f"{c[2]:>12}" for c in cols) + f" {'wall s':>7} exact")
         summary = []
         for n in a.np:
             t0 = time.time()
-            rows, errs = run(exe, n, a.timeout, a.alloc, a.staggered, a.loop)
+            rows, errs = run(exe, n, a.timeout, a.alloc, a.staggered, a.loop, hosts, a.pid_namespaces)
             wall = time.time() - t0
             if errs or len(rows) != n:
                 # The earliest logged line of any rank is closest to the cause.
@@ -140,6 +178,7 @@ def main():
                 continue
             s = summarize(n, rows)
             s["wall_s"] = wall
+            s["hosts"] = a.hosts or 1
             summary.append(s)
             print(f"{n:>6} " + " ".join(f"{s[c[0]]:>12{c[3]}}" for c in cols) + f" {wall:>7.1f} {s['exact']}")
             sys.stdout.flush()

@@ -62,10 +62,17 @@ func child(addr string) int {
 // spawn starts a child process that opens this process's segment through /proc.
 func spawn(t *testing.T, ring, size int, hang bool) (*Link, *exec.Cmd) {
 	t.Helper()
+	return spawnUnder(t, ring, size, hang)
+}
+
+// spawnUnder is spawn with the child started by the command wrap (none: directly).
+func spawnUnder(t *testing.T, ring, size int, hang bool, wrap ...string) (*Link, *exec.Cmd) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer ln.Close()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	argv := append(wrap, os.Args[0], "-test.run=^$")
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), "GONCCL_SHM_TEST_ADDR="+ln.Addr().String(),
 		"GONCCL_SHM_TEST_RING="+strconv.Itoa(ring), "GONCCL_SHM_TEST_SIZE="+strconv.Itoa(size))
 	if hang {
@@ -117,4 +124,32 @@ func TestPeerProcessKilled(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the receiver still waits on a killed peer")
 	}
+}
+
+// A child in a pid namespace of its own, with its own /proc (unshare --pid --fork
+// --mount-proc), cannot open this process's /proc/<pid>/fd: the segment is handed
+// over an abstract unix socket instead, and the pair shares memory all the same.
+func TestAcrossPidNamespaces(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for unshare --pid")
+	}
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		t.Skip("needs unshare (util-linux)")
+	}
+	noLeaks(t)
+	size := 1<<20 + 3
+	l, cmd := spawnUnder(t, 1<<16, size, false, unshare, "--pid", "--fork", "--mount-proc")
+	defer l.Close()
+	for seq := uint64(1); seq <= 3; seq++ {
+		h := transport.Header{Seq: seq, Root: -1}
+		p := pattern(size, byte(seq))
+		errc := make(chan error, 1)
+		go func() { errc <- l.Send(&h, p, time.Now().Add(10*time.Second)) }()
+		got := make([]byte, size)
+		require.NoError(t, l.Recv(&h, got, time.Now().Add(10*time.Second)))
+		require.NoError(t, <-errc)
+		require.Equal(t, p, got)
+	}
+	require.NoError(t, cmd.Wait())
 }

@@ -79,16 +79,36 @@ func createSegment(ringSize uint64) (seg *segment, fd int, token [tokenSize]byte
 // openSegment maps the segment that process pid holds open as fd, through
 // /proc/pid/fd (same host, same user), and checks that it carries token.
 func openSegment(pid, fd int, ringSize uint64, token [tokenSize]byte) (*segment, error) {
-	mem, err := mapPeerFile(pid, fd, segmentSize(ringSize), nil)
+	path := fmt.Sprintf("/proc/%d/fd/%d", pid, fd)
+	f, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	defer unix.Close(f)
+	return mapSegment(f, path, ringSize, token)
+}
+
+// mapSegment maps the segment open as fd here (what names it in errors) and checks
+// that it carries token.
+func mapSegment(fd int, what string, ringSize uint64, token [tokenSize]byte) (*segment, error) {
+	size := segmentSize(ringSize)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("stat %s: %w", what, err)
+	}
+	if st.Size != int64(size) {
+		return nil, fmt.Errorf("%s has %d bytes, expected %d: not the peer's", what, st.Size, size)
+	}
+	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("mapping %s: %w", what, err)
 	}
 	s := &segment{mem: mem, ringSize: ringSize}
 	if (*atomic.Uint64)(unsafe.Pointer(&mem[offMagic])).Load() != segMagic ||
 		binary.LittleEndian.Uint64(mem[offRingSize:]) != ringSize ||
 		[tokenSize]byte(mem[offToken:offToken+tokenSize]) != token {
 		s.unmap()
-		return nil, fmt.Errorf("/proc/%d/fd/%d is not the peer's segment (magic, size or token differ)", pid, fd)
+		return nil, fmt.Errorf("%s is not the peer's segment (magic, size or token differ)", what)
 	}
 	return s, nil
 }

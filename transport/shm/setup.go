@@ -15,7 +15,7 @@ import (
 )
 
 // ErrUnavailable means shared memory could not be set up between the pair (no memfd,
-// no access to the peer's /proc, different pid namespaces, ...). The connection is
+// neither the peer's /proc nor a unix socket to hand the segment over, ...). The connection is
 // still in step and usable, so the caller keeps using it as a TCP link.
 var ErrUnavailable = errors.New("shared memory unavailable")
 
@@ -26,8 +26,10 @@ var ErrUnavailable = errors.New("shared memory unavailable")
 // then both close their fds. A memfd has no name anywhere, so nothing can leak: the
 // kernel frees it when the last mapping goes, whether the ranks close or die, at any
 // point of the setup. (A named file in /dev/shm would outlive a rank killed between
-// creating and unlinking it.) When /proc/<pid> is another process, in another pid
-// namespace, the token check fails and the pair keeps TCP.
+// creating and unlinking it.) When /proc/<pid> cannot be opened or is another process
+// (the ranks are in different pid namespaces), the opener asks for the segment over an
+// abstract Unix socket instead (handover.go) and answers again once it has it or not;
+// if that fails too, the pair keeps TCP.
 const (
 	setupMagic = 0x48534e47 // "GNSH"
 	offerSize  = 4 + 4 + 4 + 4 + 8 + tokenSize
@@ -52,10 +54,10 @@ func Connect(conn net.Conn, peer int, create bool, ringSize int, deadline time.T
 	var err error
 	side := 0
 	if create {
-		seg, err = offer(conn, peer, uint64(ringSize))
+		seg, err = offer(conn, peer, uint64(ringSize), deadline)
 	} else {
 		side = 1
-		seg, err = accept(conn, peer, uint64(ringSize))
+		seg, err = accept(conn, peer, uint64(ringSize), deadline)
 	}
 	if err == nil {
 		err = conn.SetDeadline(time.Time{})
@@ -71,7 +73,7 @@ func Connect(conn net.Conn, peer int, create bool, ringSize int, deadline time.T
 }
 
 // offer creates the segment and hands it to the peer.
-func offer(conn net.Conn, peer int, ringSize uint64) (*segment, error) {
+func offer(conn net.Conn, peer int, ringSize uint64, deadline time.Time) (*segment, error) {
 	var msg [offerSize]byte
 	binary.LittleEndian.PutUint32(msg[0:], setupMagic)
 	seg, fd, token, cerr := createSegment(ringSize)
@@ -97,14 +99,26 @@ func offer(conn net.Conn, peer int, ringSize uint64) (*segment, error) {
 	if binary.LittleEndian.Uint32(ans[0:]) != setupMagic {
 		return nil, failSetup(seg, fmt.Errorf("rank %d answered the shared-memory offer with garbage", peer))
 	}
+	var herr error
+	if binary.LittleEndian.Uint32(ans[4:]) == answerHandover {
+		// The peer could not open it through /proc and waits for it on a unix socket;
+		// its second answer says whether it got it (also when this send failed).
+		herr = handoverSend(fd, token, handoverDeadline(deadline))
+		if _, err := io.ReadFull(conn, ans[:]); err != nil {
+			return nil, failSetup(seg, fmt.Errorf("waiting for rank %d to map shared memory handed over: %w", peer, err))
+		}
+	}
 	if binary.LittleEndian.Uint32(ans[4:]) != 0 {
+		if herr != nil {
+			return nil, failSetup(seg, fmt.Errorf("%w: rank %d could not map this rank's segment (%v)", ErrUnavailable, peer, herr))
+		}
 		return nil, failSetup(seg, fmt.Errorf("%w: rank %d could not map this rank's segment", ErrUnavailable, peer))
 	}
 	return seg, nil
 }
 
 // accept maps the segment the peer offers.
-func accept(conn net.Conn, peer int, ringSize uint64) (*segment, error) {
+func accept(conn net.Conn, peer int, ringSize uint64, deadline time.Time) (*segment, error) {
 	var msg [offerSize]byte
 	if _, err := io.ReadFull(conn, msg[:]); err != nil {
 		return nil, fmt.Errorf("waiting for rank %d's shared-memory offer: %w", peer, err)
@@ -123,6 +137,29 @@ func accept(conn net.Conn, peer int, ringSize uint64) (*segment, error) {
 	}
 	var ans [answerSize]byte
 	binary.LittleEndian.PutUint32(ans[0:], setupMagic)
+	if oerr != nil && binary.LittleEndian.Uint64(msg[16:]) == ringSize {
+		token := [tokenSize]byte(msg[24 : 24+tokenSize])
+		if l, lerr := handoverListen(token); lerr != nil {
+			oerr = fmt.Errorf("%v; %v", oerr, lerr)
+		} else {
+			binary.LittleEndian.PutUint32(ans[4:], answerHandover)
+			_, werr := conn.Write(ans[:])
+			if werr == nil {
+				var herr error
+				seg, herr = handoverReceive(l, ringSize, token, handoverDeadline(deadline))
+				if herr == nil {
+					oerr = nil
+				} else {
+					oerr = fmt.Errorf("%v; %v", oerr, herr)
+				}
+			}
+			l.Close()
+			if werr != nil {
+				return nil, fmt.Errorf("answering rank %d's shared-memory offer: %w", peer, werr)
+			}
+		}
+	}
+	binary.LittleEndian.PutUint32(ans[4:], 0)
 	if oerr != nil {
 		binary.LittleEndian.PutUint32(ans[4:], 1)
 	}
@@ -133,6 +170,16 @@ func accept(conn net.Conn, peer int, ringSize uint64) (*segment, error) {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, oerr)
 	}
 	return seg, nil
+}
+
+// handoverDeadline bounds the wait for a segment handed over a unix socket: a few
+// seconds, not the whole of init's time, since a pair that gets that far is in one
+// network namespace and the creator sends at once.
+func handoverDeadline(deadline time.Time) time.Time {
+	if d := time.Now().Add(5 * time.Second); d.Before(deadline) {
+		return d
+	}
+	return deadline
 }
 
 // failSetup unmaps seg (if any) and returns err.
