@@ -441,15 +441,7 @@ func TestCorruptedReconnectIsRetried(t *testing.T) {
 // still brings the dialler back when the acceptor calls, never waits out the window.
 func TestAcceptorsCallAfterALostAnswer(t *testing.T) {
 	var attempts atomic.Int64
-	redial := func(real func() (net.Conn, uint64, error)) (net.Conn, uint64, error) {
-		c, n, err := real()
-		if attempts.Add(1) == 1 && err == nil {
-			abort(c) // the acceptor installed it; the dialler never sees its answer
-			return nil, 0, errors.New("not a reconnect answer (bad magic)")
-		}
-		return c, n, err
-	}
-	dial, acc, _, _ := sessionPairWith(t, sessOpts{retry: 3 * time.Second, redial: redial}, nil, nil)
+	dial, acc, _, _ := sessionPairWith(t, sessOpts{retry: 3 * time.Second, redial: loseFirstAnswer(&attempts)}, nil, nil)
 	roundTrip := func(from, to *Session) {
 		msg := bytes.Repeat([]byte("x"), 1000)
 		go func() { _, _ = from.Write(msg) }()
@@ -671,15 +663,7 @@ func (r *recorder) SetWriteDeadline(time.Time) error { return nil }
 // window.
 func TestAcceptorOnlyBreakAfterALostAnswer(t *testing.T) {
 	var attempts atomic.Int64
-	redial := func(real func() (net.Conn, uint64, error)) (net.Conn, uint64, error) {
-		c, n, err := real()
-		if attempts.Add(1) == 1 && err == nil {
-			abort(c) // the acceptor installed it; the dialler never sees its answer
-			return nil, 0, errors.New("not a reconnect answer (bad magic)")
-		}
-		return c, n, err
-	}
-	dial, acc, _, _ := sessionPairWith(t, sessOpts{retry: 4 * time.Second, redial: redial}, nil, nil)
+	dial, acc, _, _ := sessionPairWith(t, sessOpts{retry: 4 * time.Second, redial: loseFirstAnswer(&attempts)}, nil, nil)
 	msg := bytes.Repeat([]byte("y"), 1000)
 	abort(dial.Conn()) // seen by the dialler: it reconnects twice (the first answer lost)
 	go func() { _, _ = dial.Write(msg) }()
@@ -730,4 +714,17 @@ func lingerOne(s *Session, peer *sessRank, sec *TLS, deadline time.Time) {
 	LingerPeer([]*Session{s}, func(links []uint64, dl time.Time) ([]uint64, error) {
 		return AskLinger(addr, tlsSecret, sec, Hello{From: 1 - peer.rank, To: peer.rank}, links, dl)
 	}, deadline)
+}
+
+// loseFirstAnswer is a sessOpts.redial whose first reconnect the acceptor installs but
+// whose answer the dialler never sees (it tries again); attempts counts reconnects.
+func loseFirstAnswer(attempts *atomic.Int64) func(real func() (net.Conn, uint64, error)) (net.Conn, uint64, error) {
+	return func(real func() (net.Conn, uint64, error)) (net.Conn, uint64, error) {
+		c, n, err := real()
+		if attempts.Add(1) == 1 && err == nil {
+			abort(c)
+			return nil, 0, errors.New("not a reconnect answer (bad magic)")
+		}
+		return c, n, err
+	}
 }

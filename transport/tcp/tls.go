@@ -113,28 +113,32 @@ func (t *TLS) config(server bool) *tls.Config {
 // PeerName is the verified certificate name of the peer at the other end of c ("" for
 // a plain connection), for logs.
 func PeerName(c net.Conn) string {
-	var tc *tls.Conn
-	if s, ok := c.(*Session); ok {
-		c = s.Conn()
+	if cert := peerCert(c); cert != nil {
+		return certName(cert)
 	}
-	switch c := c.(type) {
-	case *tlsConn:
-		tc = c.Conn
-	case *tls.Conn:
-		tc = c
-	default:
-		return ""
-	}
-	certs := tc.ConnectionState().PeerCertificates
-	if len(certs) == 0 {
-		return ""
-	}
-	return certName(certs[0])
+	return ""
 }
 
 // PeerFingerprint is the SHA-256 of the peer's leaf certificate on c, in hex ("" over
 // plain TCP): what a reconnect must show again.
 func PeerFingerprint(c net.Conn) string {
+	cert := peerCert(c)
+	if cert == nil {
+		return ""
+	}
+	sum := sha256.Sum256(cert.Raw)
+	return hex.EncodeToString(sum[:])
+}
+
+// peerCert is the peer's verified leaf certificate on c (a session's current
+// connection, through a test's wrapper), or nil over plain TCP.
+func peerCert(c net.Conn) *x509.Certificate {
+	if s, ok := c.(*Session); ok {
+		c = s.Conn()
+	}
+	if w, ok := c.(interface{ raw() net.Conn }); ok { // a test's wrapper
+		c = w.raw()
+	}
 	var tc *tls.Conn
 	switch c := c.(type) {
 	case *tlsConn:
@@ -142,17 +146,13 @@ func PeerFingerprint(c net.Conn) string {
 	case *tls.Conn:
 		tc = c
 	default:
-		if w, ok := c.(interface{ raw() net.Conn }); ok { // a test's wrapper
-			return PeerFingerprint(w.raw())
-		}
-		return ""
+		return nil
 	}
 	certs := tc.ConnectionState().PeerCertificates
 	if len(certs) == 0 {
-		return ""
+		return nil
 	}
-	sum := sha256.Sum256(certs[0].Raw)
-	return hex.EncodeToString(sum[:])
+	return certs[0]
 }
 
 // certName is a certificate's subject and DNS names, for messages.
