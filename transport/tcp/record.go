@@ -163,13 +163,15 @@ type recordReader struct {
 	want    uint32 // its payload CRC (checksums)
 	rec     []byte // checksums: the record's payload read so far, where it is buffered
 	checked []byte // checksums: matched bytes not yet handed out
+	full    []byte // checksums: the buffer checked is in
+	spare   []byte // checksums: a drained record's buffer, for the next
 	gen     uint64 // the connection these are of
 }
 
 // on starts reading connection gen: records start afresh on a new connection.
 func (r *recordReader) on(gen uint64) {
 	if r.gen != gen {
-		*r = recordReader{buf: r.buf, gen: gen}
+		*r = recordReader{buf: r.buf, spare: r.spare, gen: gen}
 	}
 }
 
@@ -230,6 +232,9 @@ func (s *Session) readFrom(c net.Conn, p []byte) (int, error) {
 		if len(r.checked) > 0 {
 			n := copy(p, r.checked)
 			r.checked = r.checked[n:]
+			if len(r.checked) == 0 {
+				r.spare, r.full, r.checked = r.full[:0], nil, nil // the next record's buffer
+			}
 			return n, nil
 		}
 		if r.left == 0 {
@@ -249,11 +254,12 @@ func (s *Session) readFrom(c net.Conn, p []byte) (int, error) {
 			r.left -= n
 			return n, err
 		}
-		if len(r.rec) == 0 && r.buffered() == 0 && len(p) >= r.left { // the whole record straight into p
-			got, err := io.ReadFull(c, p[:r.left])
+		if len(r.rec) == 0 && len(p) >= r.left { // the whole record straight into p
+			k := r.take(p[:min(r.left, r.buffered())])
+			got, err := io.ReadFull(c, p[k:r.left])
 			if err != nil {
-				r.rec = append(r.rec, p[:got]...) // go on from there after a timeout
-				r.left -= got
+				r.rec = append(r.rec, p[:k+got]...) // go on from there after a timeout
+				r.left -= k + got
 				return 0, err
 			}
 			if crc32.Checksum(p[:r.n], castagnoli()) != r.want {
@@ -272,7 +278,11 @@ func (s *Session) readFrom(c net.Conn, p []byte) (int, error) {
 				continue
 			}
 			if cap(r.rec) < r.n {
-				r.rec = append(make([]byte, 0, r.n), r.rec...)
+				if cap(r.spare) >= r.n {
+					r.rec, r.spare = append(r.spare[:0], r.rec...), nil
+				} else {
+					r.rec = append(make([]byte, 0, r.n), r.rec...)
+				}
 			}
 			k, err := c.Read(r.rec[len(r.rec) : len(r.rec)+r.left])
 			r.rec = r.rec[:len(r.rec)+k]
@@ -284,6 +294,6 @@ func (s *Session) readFrom(c net.Conn, p []byte) (int, error) {
 		if crc32.Checksum(r.rec, castagnoli()) != r.want {
 			return 0, ErrChecksum
 		}
-		r.checked, r.rec = r.rec, nil
+		r.checked, r.full, r.rec = r.rec, r.rec, nil
 	}
 }
