@@ -69,7 +69,7 @@ def _pytest(tmp_path, *args: str, **env: str) -> subprocess.CompletedProcess:
 def test_a_required_skip_fails(tmp_path, required):
     no_ip = tmp_path / "bin"
     no_ip.mkdir()
-    p = _pytest(tmp_path, "tests/test_two_hosts.py", "-k", "collectives_across and plain", PATH=str(no_ip),
+    p = _pytest(tmp_path, "tests/test_two_hosts.py", "-k", "collectives_across_two_hosts and plain", PATH=str(no_ip),
                 **({"GONCCL_REQUIRE": required} if required else {}))
     out = p.stdout + p.stderr
     if required:
