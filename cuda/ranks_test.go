@@ -127,19 +127,21 @@ type rankScript func(d *driver.Driver, f *cudatest.Fake, id core.UniqueID, rank 
 // rankScripts are the scripts a child runs, by GONCCL_DEVTEST_SCRIPT (devRank when it is
 // unset): a new multi-process test is a row here, its script, and a ranks{} run.
 var rankScripts = map[string]rankScript{
-	"p2p":              devP2PRank,         // devp2p_test.go
-	"samegpu":          sameGPURank,        // samegpu_test.go
-	"samegpu-mismatch": sameGPURank,        //
-	"gpuwaits":         sameGPURank,        //
-	"timesliced":       timeSlicedRank,     // samegpu_bench_test.go
-	"window":           windowRank,         // window_test.go
-	"window-dead":      windowRank,         //
-	"window-mixed":     windowRank,         //
-	"samegpu-hotpath":  sameGPUHotPathRank, // samegpu_hotpath_test.go
-	"one-context":      oneContextRanks,    // hwqueue_test.go
-	"ipc-refcount":     ipcRefcountRank,    // fakeipc_test.go
-	"samegpu-fault":    sameGPUFaultRank,   // samegpu_fault_test.go
-	"samegpu-refused":  sameGPUFaultRank,   //
+	"p2p":                   devP2PRank,         // devp2p_test.go
+	"samegpu":               sameGPURank,        // samegpu_test.go
+	"samegpu-mismatch":      sameGPURank,        //
+	"gpuwaits":              sameGPURank,        //
+	"timesliced":            timeSlicedRank,     // samegpu_bench_test.go
+	"window":                windowRank,         // window_test.go
+	"window-dead":           windowRank,         //
+	"window-mixed":          windowRank,         //
+	"samegpu-hotpath":       sameGPUHotPathRank, // samegpu_hotpath_test.go
+	"one-context":           oneContextRanks,    // hwqueue_test.go
+	"ipc-refcount":          ipcRefcountRank,    // fakeipc_test.go
+	"samegpu-fault":         sameGPUFaultRank,   // samegpu_fault_test.go
+	"samegpu-refused":       sameGPUFaultRank,   //
+	"samegpu-overlap":       sameGPUOverlapRank, // samegpu_overlap_test.go
+	"samegpu-overlap-fault": sameGPUOverlapRank, //
 }
 
 // devChild is a child process's main: one rank of a ranks{} run, running the script

@@ -50,10 +50,10 @@ func getSameOp(p []byte) sameOp {
 
 // AllReduce runs recv = the reduction of every rank's send over the ranks, with s the
 // caller's stream: one launch of a one-pass kernel when k has them (Kernels.ReduceMany)
-// and there are at most kernels.MaxReduceOperands ranks. It returns once this rank's part is on its stream: the launcher
-// once its kernels are enqueued, the other ranks once the launcher's kernels have run
-// (their later stream work then sees the result without waiting on the GPU). send
-// and recv may be the same buffer.
+// and there are at most kernels.MaxReduceOperands ranks. It returns once this rank's
+// part is on its stream, before any of the operation's GPU work has run: the
+// launcher's kernels wait on its stream for the other ranks' streams, and the other
+// ranks' streams for the kernels (overlap.go). send and recv may be the same buffer.
 func (g *SameGPU) AllReduce(s driver.Stream, k kernels.Reducer, send, recv uintptr, count int, dt reduce.DataType, op reduce.RedOp) error {
 	n := count * dt.Size()
 	return g.run(s, sameOp{kind: sameAllReduce, dt: dt, op: op, count: count}, send, n, recv, n, func(ins, outs []uintptr) error {
@@ -156,6 +156,11 @@ func (g *SameGPU) run(s driver.Stream, o sameOp, send uintptr, sendBytes int, re
 	defer g.mu.Unlock()
 	if g.closed {
 		return fmt.Errorf("cuda: the same-GPU path is closed")
+	}
+	if g.failed == nil {
+		if err := g.watchErr(); err != nil {
+			g.failed = fmt.Errorf("cuda: same-GPU operations on the GPU were released without their inputs: %w", err)
+		}
 	}
 	if g.failed != nil {
 		return fmt.Errorf("cuda: the same-GPU path failed earlier, and its ranks may no longer agree on which operation is which: %w", g.failed)
@@ -262,7 +267,8 @@ func (g *SameGPU) follow(s driver.Stream, n uint64, deadline time.Time, o sameOp
 			return err
 		}
 	}
-	if err := g.d.StreamWriteValue32(s, g.own.dev+seqStream, uint32(n)); err != nil {
+	lead := g.peers[launcher]
+	if err := g.d.StreamWriteValue32(s, lead.dev+uintptr(seqArrive+4*g.rank), uint32(n)); err != nil {
 		return err
 	}
 	o.put(g.own.mem[seqDesc:])
@@ -270,7 +276,6 @@ func (g *SameGPU) follow(s driver.Stream, n uint64, deadline time.Time, o sameOp
 	out.put(g.own.mem[seqOut:])
 	g.own.word(seqReady).Store(n)
 
-	lead := g.peers[launcher]
 	if err := g.wait(deadline, func() string {
 		return fmt.Sprintf("rank %d waited for rank %d to enqueue same-GPU %s %d", g.rank, launcher, sameNames[o.kind], n)
 	}, func() (bool, error) { return lead.word(seqDone).Load() >= n, nil }); err != nil {
@@ -279,19 +284,25 @@ func (g *SameGPU) follow(s driver.Stream, n uint64, deadline time.Time, o sameOp
 	if st := lead.word(seqStatus).Load(); st == statusMismatch {
 		return fmt.Errorf("%w: same-GPU %s %d: rank %d reports that the ranks called different operations, or could not enqueue this one", ErrSameGPUMismatch, sameNames[o.kind], n, launcher)
 	}
-	if err := g.wait(deadline, func() string {
-		return fmt.Sprintf("rank %d waited for rank %d's same-GPU %s %d to run on the GPU", g.rank, launcher, sameNames[o.kind], n)
-	}, func() (bool, error) { return lead.streamReached(n), nil }); err != nil {
+	// The rest is stream-ordered: the launcher's stream says when its kernels have run.
+	if err := g.d.StreamWaitValue32(s, g.own.dev+seqGo, uint32(n)); err != nil {
 		return err
 	}
 	if outStaged {
-		return g.d.MemcpyDtoD(recv, g.xbuf+uintptr(sendBytes), recvBytes, s)
+		if err := g.d.MemcpyDtoD(recv, g.xbuf+uintptr(sendBytes), recvBytes, s); err != nil {
+			return err
+		}
 	}
+	if err := g.d.StreamWriteValue32(s, g.own.dev+seqStream, uint32(n)); err != nil {
+		return err
+	}
+	g.enqueued(n)
 	return nil
 }
 
-// lead is the launcher's part: it waits for every peer's input on the host, then
-// enqueues the whole operation on its own stream.
+// lead is the launcher's part: it waits on the host for every peer's description of
+// its buffers, then enqueues the whole operation on its own stream, behind waits for
+// every peer's stream to reach it (overlap.go).
 func (g *SameGPU) lead(s driver.Stream, n uint64, deadline time.Time, o sameOp, send uintptr, sendBytes int, recv uintptr, recvBytes int, enqueue func(ins, outs []uintptr) error) error {
 	ins := make([]uintptr, g.nranks)
 	outs := make([]uintptr, g.nranks)
@@ -307,24 +318,6 @@ func (g *SameGPU) lead(s driver.Stream, n uint64, deadline time.Time, o sameOp, 
 			return fmt.Sprintf("rank %d waited for rank %d's input of same-GPU %s %d", g.rank, p, name, n)
 		}, func() (bool, error) { return pg.word(seqReady).Load() >= n, nil }); err != nil {
 			return err
-		}
-		if driver.TestFault("samegpu-stream-wait") {
-			// The alternative to polling: the launcher's stream waits on the GPU for
-			// the peer's stream word, a wait across contexts that keeps the GPU's turn.
-			if pg.dev == 0 {
-				if err := pg.register(g.d); err != nil {
-					return err
-				}
-			}
-			if err := g.d.StreamWaitValue32(s, pg.dev+seqStream, uint32(n)); err != nil {
-				return err
-			}
-		} else if !driver.TestFault("samegpu-skip-stream-wait") {
-			if err := g.wait(deadline, func() string {
-				return fmt.Sprintf("rank %d waited for rank %d's stream to reach same-GPU %s %d", g.rank, p, name, n)
-			}, func() (bool, error) { return pg.streamReached(n), nil }); err != nil {
-				return err
-			}
 		}
 		if getSameOp(pg.mem[seqDesc:]) != o {
 			if mismatch < 0 {
@@ -348,14 +341,28 @@ func (g *SameGPU) lead(s driver.Stream, n uint64, deadline time.Time, o sameOp, 
 		return fmt.Errorf("%w: same-GPU %s %d: rank %d called another operation than rank %d (collective, count, type, reduction or root)", ErrSameGPUMismatch, name, n, mismatch, g.rank)
 	}
 	err := g.evict(n)
+	if err == nil && !driver.TestFault("samegpu-skip-stream-wait") {
+		// Each follower's stream has run up to the operation: its input is in place,
+		// and it no longer uses its output.
+		for p := range g.nranks {
+			if p != g.rank && err == nil {
+				err = g.d.StreamWaitValue32(s, g.own.dev+uintptr(seqArrive+4*p), uint32(n))
+			}
+		}
+	}
 	if err == nil {
 		err = enqueue(ins, outs)
 	}
 	if err == nil {
 		err = g.d.StreamWriteValue32(s, g.own.dev+seqStream, uint32(n))
 	}
+	for p := range g.nranks {
+		if p != g.rank && err == nil {
+			err = g.d.StreamWriteValue32(s, g.peers[p].dev+seqGo, uint32(n))
+		}
+	}
 	if err == nil {
-		g.written = n
+		g.enqueued(n)
 	}
 	if err != nil {
 		// The peers must not take the outputs for a result: the work may be
@@ -445,7 +452,7 @@ func (g *SameGPU) enqueueAllReduce(s driver.Stream, k kernels.Reducer, ins, outs
 // peerPtr is rank p's buffer described by b (bytes long) as this process addresses
 // it, mapping its allocation on first use. A new allocation over the range of one
 // mapped before means the old one was freed: its mapping is closed (every operation
-// that used it has finished, since the peer published this one).
+// that used it has finished: the peer's stream waited for their kernels before its free).
 func (g *SameGPU) peerPtr(p int, b bufDesc, bytes int) (uintptr, error) {
 	if b.off < 0 || b.off+bytes > b.size {
 		return 0, fmt.Errorf("cuda: rank %d's same-GPU buffer (%d bytes at offset %d) lies outside its allocation of %d bytes", p, bytes, b.off, b.size)
@@ -478,15 +485,16 @@ func (g *SameGPU) peerPtr(p int, b bufDesc, bytes int) (uintptr, error) {
 }
 
 // evict closes, for each peer with more than maxMappings allocations mapped, the
-// mappings operation n does not use. That is safe once every peer has published n:
-// each did so only after the launcher's operation n-1 had run, and so every earlier one.
+// mappings operation n does not use and whose last operation has run on the
+// launcher's stream (the calls return before their kernels run, so an earlier
+// operation's kernels may still use one).
 func (g *SameGPU) evict(n uint64) error {
 	for _, m := range g.maps {
 		if len(m) <= maxMappings {
 			continue
 		}
 		for id, mp := range m {
-			if mp.used == n {
+			if mp.used == n || !g.own.streamReached(mp.used) {
 				continue
 			}
 			if mp.opened {

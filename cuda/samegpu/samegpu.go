@@ -66,7 +66,6 @@ type SameGPU struct {
 	timeout  time.Duration
 	mu       sync.Mutex
 	n        uint64
-	written  uint64 // launcher: the last operation whose stream word its stream was given to write
 	own      *seqPage
 	ownFD    int
 	peers    []*seqPage // every rank's page (own included)
@@ -81,6 +80,7 @@ type SameGPU struct {
 	errf     atomic.Pointer[func() error] // the communicator's error (Watch)
 	closed   bool
 	failed   error // the first operation that failed: the ranks' sequence numbers may disagree since
+	sync     streamSync
 }
 
 // mapping is a peer's allocation as this process addresses it.
@@ -197,6 +197,7 @@ func NewSameGPU(d *driver.Driver, ctx driver.Context, rank, nranks int, timeout 
 		g.Close()
 		return nil, fmt.Errorf("%w: rank %d: %w", ErrRefused, rank, err)
 	}
+	g.startWatch()
 	return g, nil
 }
 
@@ -223,6 +224,9 @@ func (g *SameGPU) setupOwn(me *sameRecord) error {
 		return err
 	}
 	g.own, g.ownFD, me.fd = page, fd, fd
+	if g.nranks > maxRanks {
+		return fmt.Errorf("the same-GPU path takes at most %d ranks, not %d", maxRanks, g.nranks)
+	}
 	return g.d.Do(g.ctx, func() error {
 		dev, err := g.d.ContextDevice(g.ctx)
 		if err != nil {
@@ -257,7 +261,18 @@ func (g *SameGPU) connect(recs []sameRecord) error {
 		g.peers[r] = p
 		g.maps[r] = map[uint64]mapping{}
 	}
-	return nil
+	// The streams write into the pages of the ranks they order (overlap.go): every
+	// follower into the launcher's, the launcher into every follower's.
+	return g.d.Do(g.ctx, func() error {
+		for r, p := range g.peers {
+			if r != g.rank && (g.rank == launcher || r == launcher) {
+				if err := p.register(g.d); err != nil {
+					return fmt.Errorf("rank %d's page: %w", r, err)
+				}
+			}
+		}
+		return nil
+	})
 }
 
 // Close unmaps the peers' pages and buffers and frees the exchange buffers (the
@@ -279,12 +294,11 @@ func (g *SameGPU) Close() error {
 		}
 	}
 	keep(g.d.Do(g.ctx, func() error {
-		if g.rank == launcher && g.written > 0 {
-			// Its last kernels may still read and write through the mappings.
-			keep(g.waitGPU(time.Now().Add(g.timeout), func() string {
-				return fmt.Sprintf("rank %d waited for its last same-GPU operation to finish before closing", g.rank)
-			}, func() (bool, error) { return g.own.streamReached(g.written), nil }))
-		}
+		// The stream's part of the last operations may still use the mappings, the
+		// exchange buffers and the pages: released if the communicator has failed.
+		keep(g.drainOwn(time.Now().Add(g.timeout)))
+		g.stopWatch()
+		keep(g.watchErr())
 		for _, m := range g.maps {
 			for _, mp := range m {
 				if mp.opened {

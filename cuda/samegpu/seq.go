@@ -15,12 +15,15 @@ import (
 
 // seqPage is a rank's page of host shared memory on the same-GPU path (a memfd the
 // peers map through /proc/<pid>/fd): the sequence numbers that order the ranks on the
-// host, and the description of the rank's buffers for the current operation. Only its
-// owner writes it, its host or its stream: the descriptor is written before the
-// sequence number that publishes it, and the stream word (seqStream) by a stream
-// memory operation on the owner's stream, the page being registered with the GPU
-// (cuMemHostRegister) in the owner's process (and, under the stream-wait test fault,
-// in the launcher's).
+// host, the description of the rank's buffers for the current operation, and the
+// words streams wait on (overlap.go). The owner's host writes the sequence numbers and
+// the descriptor (written before the sequence number that publishes it); streams write
+// the stream words with stream memory operations: the owner's its own progress
+// (seqStream), the launcher's a follower's seqGo, and each follower its arrival word in
+// the launcher's page (seqArrive). A stream waits only on words of its own rank's page,
+// so that its host can release it (overlap.go). The page is registered with the GPU
+// (cuMemHostRegister) in its owner's process, the launcher's page in every follower's,
+// and every follower's in the launcher's.
 type seqPage struct {
 	mem []byte
 	dev uintptr // its device address where registered here, else 0
@@ -35,9 +38,14 @@ const (
 	seqIn     = 48 // the input buffer (bufDesc)
 	seqOut    = 48 + bufDescBytes
 	seqClosed = seqOut + bufDescBytes // uint64 (launcher): 1 once Close has closed its mappings of the others' memory
-	seqStream = seqClosed + 8         // uint32, written by the owner's stream: the last operation it has run up to (a follower: its input in place; the launcher: its kernels)
+	seqStream = seqClosed + 8         // uint32, written by the owner's stream: the last operation it has run all of its part of
+	seqGo     = seqStream + 4         // uint32 (a follower's page), written by the launcher's stream: the last operation whose kernels have run
+	seqArrive = seqStream + 8         // uint32 per rank (the launcher's page), rank r's at seqArrive+4r, written by rank r's stream: the last operation whose input is in place
 	seqBytes  = 4096
 )
+
+// maxRanks is how many ranks one page has arrival words for.
+const maxRanks = (seqBytes - seqArrive) / 4
 
 // statusMismatch: the ranks called different operations.
 const statusMismatch = 1
@@ -105,10 +113,15 @@ func (p *seqPage) word(off int) *atomic.Uint64 { return (*atomic.Uint64)(unsafe.
 
 // streamReached says whether the owner's stream has run up to operation n (the word
 // wraps at 2^32, compared as the driver's stream waits compare).
-func (p *seqPage) streamReached(n uint64) bool {
-	v := (*atomic.Uint32)(unsafe.Pointer(&p.mem[seqStream])).Load()
-	return int32(v-uint32(n)) >= 0
+func (p *seqPage) streamReached(n uint64) bool { return reached(p.word32(seqStream).Load(), n) }
+
+func (p *seqPage) word32(off int) *atomic.Uint32 {
+	return (*atomic.Uint32)(unsafe.Pointer(&p.mem[off]))
 }
+
+// reached compares a 32-bit stream word with operation n as the driver's
+// CU_STREAM_WAIT_VALUE_GEQ does: (int32_t)(word - n) >= 0.
+func reached(v uint32, n uint64) bool { return int32(v-uint32(n)) >= 0 }
 
 // hostRegFlags: CU_MEMHOSTREGISTER_PORTABLE (every context) and
 // CU_MEMHOSTREGISTER_DEVICEMAP (a device address for it).

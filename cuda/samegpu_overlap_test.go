@@ -1,0 +1,256 @@
+package cuda_test
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/gonccl/gonccl/core"
+	"github.com/gonccl/gonccl/cuda"
+	"github.com/gonccl/gonccl/cuda/cudatest"
+	"github.com/gonccl/gonccl/cuda/driver"
+	"github.com/gonccl/gonccl/cuda/samegpu"
+)
+
+// The same-GPU path overlaps the callers' compute: every rank's call returns once its
+// part is on its stream, before any kernel of the operation ran, as the staged path's
+// do. Three processes on one fake GPU; one rank's stream is held by a gate (a
+// cuStreamWaitValue32 on host memory the test opens) queued before the operations, as
+// a backward pass still running would hold it: the launcher's (rank 0), whose kernels
+// then cannot run, or a follower's (rank 1), whose input is then not in place. Every
+// rank runs two all_reduces (a buffer the driver exports, mapped by the launcher, and one
+// it does not, through the exchange buffer) and must return from both with the
+// launcher's kernels not run and every output untouched; only then is the gate opened,
+// and the results must be the sums. Before, a follower returned only once the
+// launcher's kernels had run, and the launcher waited on the host for every peer's
+// stream: with a gate, the calls ran into the path's timeout.
+func TestSameGPUReturnsBeforeTheKernelsRan(t *testing.T) {
+	open(t)
+	for _, gated := range []int{0, 1} {
+		t.Run(fmt.Sprintf("gate-rank-%d", gated), func(t *testing.T) {
+			res := ranks{layout: "0,0,0", env: []string{"GONCCL_DEVTEST_SCRIPT=samegpu-overlap", "FAKECUDA_DELAY_US=0,50",
+				"GONCCL_DEVTEST_GATED=" + strconv.Itoa(gated)}, limit: 60 * time.Second}.run(t)
+			require.NoError(t, res.err(), "%s", res.all())
+			for r := range 3 {
+				require.Contains(t, res.outs[r], fmt.Sprintf("rank %d: RETURNED BEFORE THE KERNELS", r), "%s", res.all())
+			}
+		})
+	}
+}
+
+// TestSameGPUReleasesStreamsOfADeadPeer: the survivors' calls returned with their
+// streams waiting, stream-ordered, for a rank that then dies (SIGKILL) or stops
+// (SIGSTOP) without its stream ever getting to the operation (its gate stays shut).
+// Those waits must not hold the survivors' streams for ever: once the communicator
+// has failed (heartbeats, 2 s here), each survivor's watcher writes into its own
+// page the values its stream waits for, so its stream drains, its next operation is
+// refused with an error naming the dead rank, and Close returns. When a follower is the
+// victim, the launcher's released kernel still reads and writes the other follower's
+// buffers through IPC mappings, memory that dies with its exporter: that follower stays
+// alive until the launcher has closed (on a GPU, the memory must outlive its exporter).
+func TestSameGPUReleasesStreamsOfADeadPeer(t *testing.T) {
+	open(t)
+	for _, c := range []struct {
+		name   string
+		victim int
+		how    string
+	}{
+		{"launcher-killed", 0, "kill"},  // the followers' streams wait for its kernels
+		{"follower-stopped", 1, "stop"}, // the launcher's stream waits for its input, rank 2's for the launcher
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			res := ranks{layout: "0,0,0", env: []string{"GONCCL_DEVTEST_SCRIPT=samegpu-overlap-fault", "FAKECUDA_DELAY_US=0,50",
+				"GONCCL_DEVTEST_GATED=" + strconv.Itoa(c.victim), "GONCCL_DEVTEST_VICTIM=" + strconv.Itoa(c.victim),
+				"GONCCL_DEVTEST_HOW=" + c.how, "GONCCL_DEVTEST_DONE=" + t.TempDir() + "/launcher-closed",
+				"GONCCL_HEARTBEAT_TIMEOUT_MS=" + strconv.Itoa(int(sameFaultHeartbeat.Milliseconds()))},
+				victims: []int{c.victim}, limit: sameFaultTimeout + 30*time.Second}.run(t)
+			require.False(t, res.timeout, "%s", res.all())
+			require.NoError(t, res.err(), "%s", res.all())
+			for r, out := range res.outs {
+				if r == c.victim {
+					continue
+				}
+				require.Contains(t, out, fmt.Sprintf("rank %d: RETURNED BEFORE THE KERNELS", r), "%s", res.all())
+				require.Contains(t, out, "STREAM RELEASED", "%s", res.all())
+				require.Regexp(t, fmt.Sprintf(`NEXT OP REFUSED: .*rank %d\b`, c.victim), out, "%s", res.all())
+				took := afterLine(t, out)
+				require.Less(t, took, sameFaultWithin, "rank %d's stream waited %v for rank %d", r, took, c.victim)
+			}
+		})
+	}
+}
+
+// gate is a word of host memory registered with the GPU: a stream that waits on it
+// (cuStreamWaitValue32 >= 1) is held until the host opens it.
+type gate struct {
+	mem []byte
+	dev uintptr
+}
+
+func newGate(d *driver.Driver, ctx driver.Context) (*gate, error) {
+	mem, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return nil, err
+	}
+	g := &gate{mem: mem}
+	err = d.Do(ctx, func() error {
+		if err := d.HostRegister(unsafe.Pointer(&mem[0]), len(mem), 0x1|0x2); err != nil {
+			return err
+		}
+		g.dev, err = d.HostDevicePointer(unsafe.Pointer(&mem[0]))
+		return err
+	})
+	return g, err
+}
+
+func (g *gate) hold(d *driver.Driver, ctx driver.Context, s driver.Stream) error {
+	return d.Do(ctx, func() error { return d.StreamWaitValue32(s, g.dev, 1) })
+}
+
+func (g *gate) open() { (*atomic.Uint32)(unsafe.Pointer(&g.mem[0])).Store(1) }
+
+// sameGPUOverlapRank is a rank of the two tests above (GONCCL_DEVTEST_SCRIPT=
+// samegpu-overlap or samegpu-overlap-fault).
+func sameGPUOverlapRank(d *driver.Driver, f *cudatest.Fake, id core.UniqueID, rank int, devs []int, log *os.File) error {
+	nranks := len(devs)
+	fault := os.Getenv("GONCCL_DEVTEST_SCRIPT") == "samegpu-overlap-fault"
+	timeout := 20 * time.Second
+	if fault {
+		timeout = sameFaultTimeout
+	}
+	r, err := openRank(d, f, id, rank, devs, timeout)
+	if err != nil {
+		return err
+	}
+	defer r.c.Abort()
+	c, dev, s, ctx := r.c, r.dev, r.s, r.ctx
+	g, err := samegpu.NewSameGPU(d, ctx, rank, nranks, timeout, hostExchange(c))
+	if err != nil {
+		return err
+	}
+	g.Watch(c.Err)
+	red, err := reducerFor(d, ctx)
+	if err != nil {
+		return err
+	}
+	gt, err := newGate(d, ctx)
+	if err != nil {
+		return err
+	}
+	const count = 1000
+	exported, err := d.MemAllocIn(ctx, 4*count)
+	if err != nil {
+		return err
+	}
+	bufs := []uintptr{exported, f.Malloc(dev, 4*count)}
+	in := make([]float32, count)
+	for i := range in {
+		in[i] = float32(rank + 1)
+	}
+	// The first round allocates the exchange buffer and maps the buffers (allocations
+	// wait for the context's work: nothing is allocated once the sizes have been seen).
+	for _, b := range bufs {
+		if err := g.AllReduce(s, red, b, b, count, core.Float32, core.Sum); err != nil {
+			return fmt.Errorf("rank %d: the first all_reduce: %w", rank, err)
+		}
+	}
+	f.Drain(uintptr(s))
+	for _, b := range bufs {
+		f.SetFloats(b, in)
+	}
+	if _, err := c.Barrier(); err != nil {
+		return err
+	}
+	gated, _ := strconv.Atoi(os.Getenv("GONCCL_DEVTEST_GATED"))
+	if rank == gated {
+		if err := gt.hold(d, ctx, s); err != nil {
+			return err
+		}
+	}
+	k0 := f.Counters().Kernels
+	for i, b := range bufs {
+		if err := g.AllReduce(s, red, b, b, count, core.Float32, core.Sum); err != nil {
+			return fmt.Errorf("rank %d: all_reduce %d: %w", rank, i+1, err)
+		}
+	}
+	if n := f.Counters().Kernels - k0; n != 0 {
+		return fmt.Errorf("rank %d: %d kernels ran before the gate opened", rank, n)
+	}
+	for i, b := range bufs {
+		if got := f.Floats(b, count); got[0] != in[0] || got[count-1] != in[0] {
+			return fmt.Errorf("rank %d: all_reduce %d's output changed before the gate opened: %v", rank, i+1, got[0])
+		}
+	}
+	fmt.Fprintf(log, "rank %d: RETURNED BEFORE THE KERNELS\n", rank)
+	if fault {
+		return sameGPUOverlapFault(g, f, s, red, bufs[0], count, rank, log)
+	}
+	// Every rank has looked: the gate opens, and the operations run.
+	if _, err := c.Barrier(); err != nil {
+		return err
+	}
+	if rank == gated {
+		gt.open()
+	}
+	f.Drain(uintptr(s))
+	want := float32(nranks * (nranks + 1) / 2)
+	for i, b := range bufs {
+		if got := f.Floats(b, count); got[0] != want || got[count-1] != want {
+			return fmt.Errorf("rank %d: all_reduce %d gave %v, want %v", rank, i+1, got[0], want)
+		}
+	}
+	if n := f.Counters().Kernels - k0; rank == 0 && n != 2 {
+		return fmt.Errorf("rank 0: %d kernels ran, want 2", n)
+	}
+	if _, err := c.Barrier(); err != nil {
+		return err
+	}
+	if err := g.Close(); err != nil {
+		return err
+	}
+	return d.MemFreeIn(ctx, exported)
+}
+
+// sameGPUOverlapFault is the fault test's end of the script: the victim dies or stops
+// with its gate shut; a survivor's stream must drain once the communicator has failed.
+func sameGPUOverlapFault(g *samegpu.SameGPU, f *cudatest.Fake, s driver.Stream, red cuda.Reducer, buf uintptr, count, rank int, log *os.File) error {
+	if victim, _ := strconv.Atoi(os.Getenv("GONCCL_DEVTEST_VICTIM")); rank == victim {
+		sig := syscall.SIGKILL
+		if os.Getenv("GONCCL_DEVTEST_HOW") == "stop" {
+			sig = syscall.SIGSTOP
+		}
+		fmt.Fprintf(log, "victim: %v\n", sig)
+		_ = syscall.Kill(os.Getpid(), sig)
+		time.Sleep(time.Hour) // the parent kills it
+	}
+	start := time.Now()
+	f.Drain(uintptr(s))
+	fmt.Fprintf(log, "STREAM RELEASED\nAFTER %v\n", time.Since(start))
+	err := g.AllReduce(s, red, buf, buf, count, core.Float32, core.Sum)
+	if err == nil {
+		return fmt.Errorf("rank %d: an operation after the failure ran", rank)
+	}
+	fmt.Fprintf(log, "NEXT OP REFUSED: %v\n", err)
+	fmt.Fprintf(log, "close: %v\n", g.Close())
+	done := os.Getenv("GONCCL_DEVTEST_DONE")
+	if rank == 0 {
+		return os.WriteFile(done, nil, 0o600)
+	}
+	if victim, _ := strconv.Atoi(os.Getenv("GONCCL_DEVTEST_VICTIM")); victim != 0 {
+		for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+			if _, err := os.Stat(done); err == nil {
+				return nil
+			}
+		}
+		return fmt.Errorf("rank %d: the launcher never closed", rank)
+	}
+	return nil
+}
