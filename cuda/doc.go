@@ -9,7 +9,7 @@
 // cuda/ is split into packages, each with a doc that says what it is for and what it
 // must not do; imports only go down:
 //
-//	cuda/samegpu    the same-GPU path: ranks on one GPU, ordered on the host, one kernel
+//	cuda/samegpu    the same-GPU path: ranks on one GPU, ordered by their streams, one kernel
 //	cuda            the device path (this package)
 //	cuda/staged     the staged path: device buffers through a pinned host pool
 //	cuda/kernels    the reduction kernels (sources, fatbin, launches)

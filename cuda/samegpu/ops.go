@@ -262,13 +262,21 @@ func (g *SameGPU) follow(s driver.Stream, n uint64, deadline time.Time, o sameOp
 	}
 	inStaged := sendBytes > 0 && in.base+uintptr(in.off) != send
 	outStaged := out.base+uintptr(out.off) != recv
+	if inStaged || outStaged {
+		if err := g.exchangeFree(s, n, deadline); err != nil {
+			return err
+		}
+	}
 	if inStaged {
 		if err := g.d.MemcpyDtoD(g.xbuf, send, sendBytes, s); err != nil {
 			return err
 		}
 	}
+	if err := g.slotFree(n, deadline); err != nil {
+		return err
+	}
 	lead := g.peers[launcher]
-	if err := g.d.StreamWriteValue32(s, lead.dev+uintptr(seqArrive+4*g.rank), uint32(n)); err != nil {
+	if err := g.d.StreamWriteValue32(s, lead.dev+uintptr(arriveAt(g.rank, n)), uint32(n)); err != nil {
 		return err
 	}
 	o.put(g.own.mem[seqDesc:])
@@ -282,10 +290,11 @@ func (g *SameGPU) follow(s driver.Stream, n uint64, deadline time.Time, o sameOp
 		return err
 	}
 	if st := lead.word(seqStatus).Load(); st == statusMismatch {
+		g.own.word32(doneAt(n)).Store(uint32(n)) // nothing of it is on the stream
 		return fmt.Errorf("%w: same-GPU %s %d: rank %d reports that the ranks called different operations, or could not enqueue this one", ErrSameGPUMismatch, sameNames[o.kind], n, launcher)
 	}
 	// The rest is stream-ordered: the launcher's stream says when its kernels have run.
-	if err := g.d.StreamWaitValue32(s, g.own.dev+seqGo, uint32(n)); err != nil {
+	if err := g.d.StreamWaitValue32(s, g.own.dev+uintptr(goAt(n)), uint32(n)); err != nil {
 		return err
 	}
 	if outStaged {
@@ -293,7 +302,7 @@ func (g *SameGPU) follow(s driver.Stream, n uint64, deadline time.Time, o sameOp
 			return err
 		}
 	}
-	if err := g.d.StreamWriteValue32(s, g.own.dev+seqStream, uint32(n)); err != nil {
+	if err := g.d.StreamWriteValue32(s, g.own.dev+uintptr(doneAt(n)), uint32(n)); err != nil {
 		return err
 	}
 	g.enqueued(n)
@@ -335,7 +344,11 @@ func (g *SameGPU) lead(s driver.Stream, n uint64, deadline time.Time, o sameOp, 
 			return err
 		}
 	}
+	if err := g.slotFree(n, deadline); err != nil {
+		return err
+	}
 	if mismatch >= 0 {
+		g.own.word32(doneAt(n)).Store(uint32(n)) // nothing of it is on the stream
 		g.own.word(seqStatus).Store(statusMismatch)
 		g.own.word(seqDone).Store(n)
 		return fmt.Errorf("%w: same-GPU %s %d: rank %d called another operation than rank %d (collective, count, type, reduction or root)", ErrSameGPUMismatch, name, n, mismatch, g.rank)
@@ -346,7 +359,7 @@ func (g *SameGPU) lead(s driver.Stream, n uint64, deadline time.Time, o sameOp, 
 		// and it no longer uses its output.
 		for p := range g.nranks {
 			if p != g.rank && err == nil {
-				err = g.d.StreamWaitValue32(s, g.own.dev+uintptr(seqArrive+4*p), uint32(n))
+				err = g.d.StreamWaitValue32(s, g.own.dev+uintptr(arriveAt(p, n)), uint32(n))
 			}
 		}
 	}
@@ -354,12 +367,14 @@ func (g *SameGPU) lead(s driver.Stream, n uint64, deadline time.Time, o sameOp, 
 		err = enqueue(ins, outs)
 	}
 	if err == nil {
-		err = g.d.StreamWriteValue32(s, g.own.dev+seqStream, uint32(n))
-	}
-	for p := range g.nranks {
-		if p != g.rank && err == nil {
-			err = g.d.StreamWriteValue32(s, g.peers[p].dev+seqGo, uint32(n))
+		for p := range g.nranks {
+			if p != g.rank && err == nil {
+				err = g.d.StreamWriteValue32(s, g.peers[p].dev+uintptr(goAt(n)), uint32(n))
+			}
 		}
+	}
+	if err == nil {
+		err = g.d.StreamWriteValue32(s, g.own.dev+uintptr(doneAt(n)), uint32(n))
 	}
 	if err == nil {
 		g.enqueued(n)
@@ -494,7 +509,7 @@ func (g *SameGPU) evict(n uint64) error {
 			continue
 		}
 		for id, mp := range m {
-			if mp.used == n || !g.own.streamReached(mp.used) {
+			if mp.used == n || !g.own.done(mp.used, g.sync.enqueued.Load()) {
 				continue
 			}
 			if mp.opened {

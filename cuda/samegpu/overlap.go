@@ -4,26 +4,32 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
+
+	"github.com/gonccl/gonccl/cuda/driver"
 )
 
 // The ranks' streams order each other, so that a call returns once its part is on its
 // stream, before any of the operation's GPU work has run (DDP's bucket all_reduces then
 // overlap the backward pass, as on the staged path). Operation n:
 //
-//	follower r's stream:  [copy in] | write launcher.arrive[r] = n |
-//	                      wait own.go >= n | [copy out] | write own.stream = n
-//	launcher's stream:    for each follower r: wait own.arrive[r] >= n |
-//	                      kernels | write own.stream = n | for each follower r: write r.go = n
+//	follower r's stream:  [copy in] | write launcher.arrive[r][n] = n |
+//	                      wait own.go[n] >= n | [copy out] | write own.done[n] = n
+//	launcher's stream:    for each follower r: wait own.arrive[r][n] >= n |
+//	                      kernels | for each follower r: write r.go[n] = n | write own.done[n] = n
+//
+// where [n] is operation n's slot (n % seqSlots): a rank may run operations on several
+// streams, so each operation in flight has words of its own, and a rank reuses a slot
+// only once its own part of the slot's previous operation has run (slotFree).
 //
 // The hosts still meet: a follower publishes its buffers and waits (on the host) until
 // the launcher has read them and enqueued the operation, so that every rank sees a
 // mismatch in the same operation, and the launcher waits for every follower's
 // description before it can map its buffers. Neither waits for GPU work.
 //
-// A stream waits only on words of its own rank's page (arrive[] in the launcher's,
-// go in a follower's), written by another rank's stream. So a rank can release its own
-// stream, and only its own: a watcher goroutine per rank follows its stream's word
-// (own.stream) while operations are on the GPU, and gives up when the communicator
+// A stream waits only on words of its own rank's page (arrive in the launcher's, go in
+// a follower's), written by another rank's stream. So a rank can release its own
+// streams, and only its own: a watcher goroutine per rank follows its done words
+// while operations are on the GPU, and gives up when the communicator
 // fails (Watch: a dead or stopped peer, an abort) or when its stream has made no
 // progress for the path's timeout. It then writes, from the host, a value that
 // satisfies every wait its stream has queued (the last operation enqueued plus 2^30,
@@ -39,11 +45,13 @@ import (
 
 // streamSync is a rank's part of the stream ordering above.
 type streamSync struct {
-	enqueued atomic.Uint64         // the last operation whose whole part is on this rank's stream
-	failed   atomic.Pointer[error] // why the watcher gave up: the next operation and Close return it
-	kick     chan struct{}         // an operation was enqueued
-	stop     chan struct{}
-	done     chan struct{}
+	enqueued   atomic.Uint64         // the last operation whose whole part is on this rank's stream
+	failed     atomic.Pointer[error] // why the watcher gave up: the next operation and Close return it
+	xbufOp     uint64                // the last operation that used the exchange buffer
+	xbufStream driver.Stream         // and its stream
+	kick       chan struct{}         // an operation was enqueued
+	stop       chan struct{}
+	done       chan struct{}
 }
 
 // startWatch starts the watcher of this rank's stream (after connect).
@@ -78,12 +86,13 @@ const watchPause = time.Millisecond
 
 func (g *SameGPU) watchStream() {
 	defer close(g.sync.done)
-	var seen uint32
-	var since time.Time // when the stream word last moved, while operations are pending
+	var seen uint64
+	var since time.Time // when the stream last finished an operation, while operations are pending
 	var stopAt time.Time
 	for {
 		n := g.sync.enqueued.Load()
-		if n == 0 || g.own.streamReached(n) {
+		first := g.pending(n)
+		if first == 0 {
 			since = time.Time{}
 			select {
 			case <-g.sync.stop:
@@ -92,11 +101,11 @@ func (g *SameGPU) watchStream() {
 			}
 			continue
 		}
-		if v := g.own.word32(seqStream).Load(); since.IsZero() || v != seen {
-			seen, since = v, time.Now()
+		if since.IsZero() || first != seen {
+			seen, since = first, time.Now()
 		}
 		if g.sync.failed.Load() == nil {
-			g.check(n, since)
+			g.check(n, first, since)
 		}
 		if g.sync.failed.Load() != nil {
 			if stopAt.IsZero() {
@@ -114,46 +123,78 @@ func (g *SameGPU) watchStream() {
 	}
 }
 
+// pending is the first operation up to n whose part this rank's streams have not run,
+// or 0 if none.
+func (g *SameGPU) pending(n uint64) uint64 {
+	for m := n - min(n, seqSlots-1); m <= n; m++ {
+		if !g.own.done(m, n) {
+			return m
+		}
+	}
+	return 0
+}
+
 // check gives up on the path if the communicator has failed or this rank's stream has
-// been stuck at operation n's part (or before it) since since for the path's timeout.
-func (g *SameGPU) check(n uint64, since time.Time) {
+// been stuck at operation first (up to n enqueued) since since for the path's timeout.
+func (g *SameGPU) check(n, first uint64, since time.Time) {
 	var why error
 	if err := g.commErr(); err != nil {
-		why = fmt.Errorf("%s, and gave up: the communicator failed: %w", g.stuck(n), err)
+		why = fmt.Errorf("%s, and gave up: the communicator failed: %w", g.stuck(n, first), err)
 	} else if time.Since(since) > g.timeout {
-		why = fmt.Errorf("%w: %s for %v", ErrSameGPUTimeout, g.stuck(n), g.timeout)
+		why = fmt.Errorf("%w: %s for %v", ErrSameGPUTimeout, g.stuck(n, first), g.timeout)
 	}
 	if why != nil {
 		g.sync.failed.CompareAndSwap(nil, &why)
 	}
 }
 
-// stuck says what this rank's stream waits for, operations up to n being enqueued.
-func (g *SameGPU) stuck(n uint64) string {
-	at := uint64(g.own.word32(seqStream).Load()) + 1 // the operation the stream is in (mod 2^32)
+// stuck says what this rank's stream waits for in operation m (up to n enqueued).
+func (g *SameGPU) stuck(n, m uint64) string {
 	if g.rank != launcher {
-		return fmt.Sprintf("rank %d's stream waited for rank %d's same-GPU operation %d to run on the GPU", g.rank, launcher, at)
+		return fmt.Sprintf("rank %d's stream waited for rank %d's same-GPU operation %d to run on the GPU", g.rank, launcher, m)
 	}
 	for p := range g.nranks {
-		if p != g.rank && !reached(g.own.word32(seqArrive+4*p).Load(), at) {
-			return fmt.Sprintf("rank %d's stream waited for rank %d's stream to reach same-GPU operation %d", g.rank, p, at)
+		if p != g.rank && !reached(g.own.word32(arriveAt(p, m)).Load(), m) {
+			return fmt.Sprintf("rank %d's stream waited for rank %d's stream to reach same-GPU operation %d", g.rank, p, m)
 		}
 	}
-	return fmt.Sprintf("rank %d's stream did not finish same-GPU operation %d (up to %d enqueued)", g.rank, at, n)
+	return fmt.Sprintf("rank %d's stream did not finish same-GPU operation %d (up to %d enqueued)", g.rank, m, n)
 }
 
-// release satisfies every wait this rank's stream has queued for operations up to n.
+// release satisfies every wait this rank's streams have queued for operations up to n
+// (all within the last seqSlots).
 func (g *SameGPU) release(n uint64) {
 	v := uint32(n) + 1<<30
-	if g.rank != launcher {
-		g.own.word32(seqGo).Store(v)
-		return
-	}
-	for p := range g.nranks {
-		if p != g.rank {
-			g.own.word32(seqArrive + 4*p).Store(v)
+	for i := range uint64(seqSlots) {
+		if g.rank != launcher {
+			g.own.word32(goAt(i)).Store(v)
+			continue
+		}
+		for p := range g.nranks {
+			if p != g.rank {
+				g.own.word32(arriveAt(p, i)).Store(v)
+			}
 		}
 	}
+}
+
+// slotFree waits until operation n's slot is free: this rank's streams have run their
+// part of operation n - seqSlots (at most seqSlots operations of a rank are on the GPU
+// at once). Its host thread, not the GPU: the operations it waits for were enqueued by
+// every rank before.
+func (g *SameGPU) slotFree(n uint64, deadline time.Time) error {
+	if n <= seqSlots || g.own.done(n-seqSlots, n-1) {
+		return nil
+	}
+	return g.wait(deadline, func() string {
+		return fmt.Sprintf("rank %d waited for its same-GPU operation %d to run before enqueuing operation %d (%d on the GPU at most): %s",
+			g.rank, n-seqSlots, n, seqSlots, g.stuck(n-1, n-seqSlots))
+	}, func() (bool, error) {
+		if err := g.watchErr(); err != nil {
+			return false, err
+		}
+		return g.own.done(n-seqSlots, n-1), nil
+	})
 }
 
 // watchErr is why the watcher gave up on the path, or nil.
@@ -175,14 +216,15 @@ func (g *SameGPU) drainOwn(deadline time.Time) error {
 	}
 	hard := deadline.Add(max(g.timeout, time.Second)) // after a release, how long to wait for the stream
 	return g.waitGPU(hard, func() string {
-		return fmt.Sprintf("rank %d waited for its stream to finish its same-GPU operations before closing (%s)", g.rank, g.stuck(n))
+		return fmt.Sprintf("rank %d waited for its streams to finish their same-GPU operations before closing (%s)", g.rank, g.stuck(n, g.pending(n)))
 	}, func() (bool, error) {
-		if g.own.streamReached(n) {
+		first := g.pending(n)
+		if first == 0 {
 			return true, nil
 		}
 		if g.sync.failed.Load() == nil {
 			if err := g.commErr(); err != nil || time.Now().After(deadline) {
-				why := fmt.Errorf("%s before closing, and gave up: %w", g.stuck(n), orTimeout(err))
+				why := fmt.Errorf("%s before closing, and gave up: %w", g.stuck(n, first), orTimeout(err))
 				g.sync.failed.CompareAndSwap(nil, &why)
 			}
 		}
@@ -198,4 +240,24 @@ func orTimeout(err error) error {
 		return fmt.Errorf("the communicator failed: %w", err)
 	}
 	return ErrSameGPUTimeout
+}
+
+// exchangeFree waits until operation n, on stream s, may use the exchange buffer: the
+// last operation that used it is done, when it ran on another stream (on s, stream
+// order suffices).
+func (g *SameGPU) exchangeFree(s driver.Stream, n uint64, deadline time.Time) error {
+	prev, ps := g.sync.xbufOp, g.sync.xbufStream
+	g.sync.xbufOp, g.sync.xbufStream = n, s
+	if prev == 0 || ps == s || g.own.done(prev, n-1) {
+		return nil
+	}
+	return g.wait(deadline, func() string {
+		return fmt.Sprintf("rank %d waited for its same-GPU operation %d, on another stream, to leave the exchange buffer to operation %d: %s",
+			g.rank, prev, n, g.stuck(n-1, prev))
+	}, func() (bool, error) {
+		if err := g.watchErr(); err != nil {
+			return false, err
+		}
+		return g.own.done(prev, n-1), nil
+	})
 }

@@ -16,29 +16,25 @@ import (
 )
 
 // SameGPU is the same-GPU path: collectives among ranks (processes, or communicators
-// of one process) whose streams all run on one GPU. Without MPS the contexts of
-// several processes take turns on a GPU, and a stream that waits on the GPU for a flag
-// another context writes keeps its turn while it waits: the device path (Shared)
-// would then lose about a time slice per round. So here no stream ever waits on the
-// GPU for another rank. The ranks order each other on the host, and an operation is
-// one launch by one rank, the launcher (rank 0):
+// of one process) whose streams all run on one GPU. An operation is one launch by one
+// rank, the launcher (rank 0), of kernels that read every rank's input and write every
+// rank's output, so the operation is one round however many ranks take part:
 //
-//	every rank:  [copy the input into its exchange buffer] | stream writes stream_r = n;
-//	             host writes readySeq_r = n (shared memory)
-//	launcher:    for each peer p: wait readySeq_p >= n, then stream_p >= n (its stream
-//	             has run up to the operation)
-//	             enqueue on its stream one kernel: every recv_p = send_0 op send_1 op ...
-//	             | stream writes stream_0 = n; host writes doneSeq = n
-//	other ranks: wait doneSeq >= n, then stream_0 >= n
-//	             [copy the output out of the exchange buffer] and return
+//	every rank:  [copy the input into its exchange buffer]; host publishes its buffers
+//	             (readySeq_r = n, shared memory)
+//	launcher:    host waits for every peer's readySeq_p >= n (the peers' hosts, not
+//	             their GPU work), maps their buffers; enqueues on its stream: wait for
+//	             every peer's stream to reach n | kernels | tell every peer's stream
+//	other ranks: host waits for the launcher to have enqueued n (doneSeq >= n);
+//	             enqueues on its stream: wait for the launcher's kernels |
+//	             [copy the output out of the exchange buffer]
 //
-// stream_r is a word of rank r's page that its own stream writes with a stream memory
-// operation (the page is host memory registered with the GPU), read by the host: the
-// word is the stream's progress itself. An inter-process event would say less: the
-// driver does not bound how soon another process's query sees a newer record, so a
-// query just after the record may still report the previous one, completed, and the
-// launcher would read an input not yet in place (the fake driver's event lag shows
-// it). Polls spin briefly, then back off (wait), and give up once the communicator has
+// Every call returns once its part is on its stream, before any kernel of the
+// operation has run: the streams order each other with stream memory operations on
+// words of host memory every rank maps (overlap.go says which, and how a rank whose
+// peer died releases its own stream). Without MPS a stream that waits for another
+// context's write keeps the GPU's turn while the wait is not met (up to a time slice).
+// Host waits spin briefly, then back off (wait), and give up once the communicator has
 // failed (Watch).
 //
 // The launcher reads and writes the other ranks' buffers through cached IPC mappings

@@ -18,9 +18,9 @@ import (
 // host, the description of the rank's buffers for the current operation, and the
 // words streams wait on (overlap.go). The owner's host writes the sequence numbers and
 // the descriptor (written before the sequence number that publishes it); streams write
-// the stream words with stream memory operations: the owner's its own progress
-// (seqStream), the launcher's a follower's seqGo, and each follower its arrival word in
-// the launcher's page (seqArrive). A stream waits only on words of its own rank's page,
+// the stream words with stream memory operations, one set per operation slot: the
+// owner's its own progress (seqDoneAt), the launcher's a follower's seqGo, and each
+// follower its arrival word in the launcher's page (seqArrive). A stream waits only on words of its own rank's page,
 // so that its host can release it (overlap.go). The page is registered with the GPU
 // (cuMemHostRegister) in its owner's process, the launcher's page in every follower's,
 // and every follower's in the launcher's.
@@ -37,15 +37,28 @@ const (
 	seqDesc   = 24 // the operation (sameOp): kind, dtype, reduction, root (4 bytes each), count (8)
 	seqIn     = 48 // the input buffer (bufDesc)
 	seqOut    = 48 + bufDescBytes
-	seqClosed = seqOut + bufDescBytes // uint64 (launcher): 1 once Close has closed its mappings of the others' memory
-	seqStream = seqClosed + 8         // uint32, written by the owner's stream: the last operation it has run all of its part of
-	seqGo     = seqStream + 4         // uint32 (a follower's page), written by the launcher's stream: the last operation whose kernels have run
-	seqArrive = seqStream + 8         // uint32 per rank (the launcher's page), rank r's at seqArrive+4r, written by rank r's stream: the last operation whose input is in place
-	seqBytes  = 4096
+	seqClosed = seqOut + bufDescBytes  // uint64 (launcher): 1 once Close has closed its mappings of the others' memory
+	seqDoneAt = 256                    // uint32 per slot, written by the owner's stream: operation n once it has run all of its part of n (slot n % seqSlots)
+	seqGo     = seqDoneAt + 4*seqSlots // uint32 per slot (a follower's page), written by the launcher's stream: operation n once its kernels have run
+	seqArrive = seqGo + 4*seqSlots     // uint32 per rank and slot (the launcher's page), rank r's slot i at seqArrive+4(r*seqSlots+i), written by rank r's stream: operation n once its input is in place
+	seqBytes  = 64 << 10
 )
 
+// seqSlots is how many operations of a rank may be on the GPU at once: each has its
+// own stream words (slot n % seqSlots), since a rank may run operations on several
+// streams, whose words would otherwise overtake each other. A rank reuses a slot only
+// once its own stream has run its part of the operation before in that slot.
+const seqSlots = 32
+
 // maxRanks is how many ranks one page has arrival words for.
-const maxRanks = (seqBytes - seqArrive) / 4
+const maxRanks = (seqBytes - seqArrive) / (4 * seqSlots)
+
+func slot(n uint64) int { return int(n % seqSlots) }
+
+// goAt, doneAt and arriveAt are the offsets of operation n's words.
+func goAt(n uint64) int            { return seqGo + 4*slot(n) }
+func doneAt(n uint64) int          { return seqDoneAt + 4*slot(n) }
+func arriveAt(r int, n uint64) int { return seqArrive + 4*(r*seqSlots+slot(n)) }
 
 // statusMismatch: the ranks called different operations.
 const statusMismatch = 1
@@ -111,9 +124,12 @@ func openSeqPage(pid, fd int) (*seqPage, error) {
 
 func (p *seqPage) word(off int) *atomic.Uint64 { return (*atomic.Uint64)(unsafe.Pointer(&p.mem[off])) }
 
-// streamReached says whether the owner's stream has run up to operation n (the word
-// wraps at 2^32, compared as the driver's stream waits compare).
-func (p *seqPage) streamReached(n uint64) bool { return reached(p.word32(seqStream).Load(), n) }
+// done says whether the owner's stream has run its part of operation n, enqueued
+// operations up to last: its slot's word has reached n, or the slot has been reused
+// since (n + seqSlots <= last), which the owner did only once n was done.
+func (p *seqPage) done(n, last uint64) bool {
+	return n == 0 || n+seqSlots <= last || reached(p.word32(doneAt(n)).Load(), n)
+}
 
 func (p *seqPage) word32(off int) *atomic.Uint32 {
 	return (*atomic.Uint32)(unsafe.Pointer(&p.mem[off]))

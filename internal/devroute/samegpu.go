@@ -12,8 +12,7 @@ import (
 
 // The same-GPU path of the C ABI: when every rank of the communicator runs on one GPU,
 // all_reduce, all_gather, reduce_scatter and broadcast can run through samegpu.SameGPU (the
-// ranks order each other on the host and the launcher enqueues the whole operation; no
-// stream waits on the GPU for another rank, which would hold the GPU for a time slice).
+// launcher enqueues the whole operation; the hosts meet, the streams order each other).
 // GONCCL_DEVICE_PATH=samegpu takes it for those four at every size and stages the other
 // operations; under auto (devauto.go) it is set up when the cost model chooses it for
 // some size, and each operation takes it where the model says. Ranks spread over
@@ -66,7 +65,7 @@ func (v *Views) setupSameGPU(c *core.Comm, why error) error {
 	}
 	g.Watch(c.Err) // a dead, stopped or aborted rank ends every wait, not the timeout
 	e.devSame, e.devKernels, e.devCtx = g, k, v.ctx
-	logDevice(c, fmt.Sprintf("same-GPU path: all %d ranks run on one GPU (%v; GONCCL_DEVICE_PATH=samegpu); all_reduce, all_gather, reduce_scatter and broadcast are ordered on the host (each rank's stream posts its progress to a shared page) and enqueued by rank 0 through IPC mappings of the ranks' buffers, so no stream waits on the GPU for another rank's context (without MPS they take turns on the GPU); other operations stage", c.Size(), why))
+	logDevice(c, fmt.Sprintf("same-GPU path: all %d ranks run on one GPU (%v; GONCCL_DEVICE_PATH=samegpu); all_reduce, all_gather, reduce_scatter and broadcast are enqueued by rank 0 through IPC mappings of the ranks' buffers, the hosts meeting once per operation and the streams ordering each other (stream waits on shared pages: calls return before the kernels run; without MPS a waiting stream may keep the GPU's turn up to a time slice); other operations stage", c.Size(), why))
 	return nil
 }
 

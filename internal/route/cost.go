@@ -40,7 +40,7 @@ type Path uint8
 const (
 	Staged  Path = iota // through pinned host memory and core's host algorithm
 	Device              // cuda.Shared: IPC-mapped scratch, GPU-side flag waits
-	SameGPU             // samegpu.SameGPU: ranks on one GPU ordered on the host, one launch
+	SameGPU             // samegpu.SameGPU: ranks on one GPU, one launch, the streams ordering each other
 	NumPaths
 )
 

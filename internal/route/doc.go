@@ -1,7 +1,7 @@
 // Package route chooses the path an operation on CUDA device buffers takes: staged
 // through pinned host memory (unpipelined, or pipelined by chunk), the device path
-// (ranks map each other's device scratch) or the same-GPU path (ranks on one GPU
-// ordered on the host). It holds the table of which path has passed the GPU check on
+// (ranks map each other's device scratch) or the same-GPU path (ranks on one GPU,
+// one launch). It holds the table of which path has passed the GPU check on
 // real hardware for which setup (proven.go), the cost model that ranks the paths for
 // an operation's kind and size (cost.go), and auto's agreement step, by which every
 // rank of a communicator derives the same setup and the same set of paths (agree.go).
