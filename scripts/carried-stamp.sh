@@ -9,14 +9,20 @@
 #
 # The sources' hash is the sha256 of the sorted "sha256  path" lines of every *.go file
 # of the tree (build/ and .git/ left out), go.mod, go.sum, capi/gonccl.h and the kernels'
-# fatbin: what `make lib` and `make gpu-check-kernels` compile. No git needed (the GPU
+# fatbin: what `make lib` and `make gpu-check-kernels` compile. A wheel (*.whl, built by
+# the GPU check's build step against the GPU machine's torch) also covers what it
+# packages: csrc/, setup.py, pyproject.toml and python/gonccl/. No git needed (the GPU
 # machine gets a copy of the tree).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
-sources_hash() {
+sources_hash() {  # [wheel]
   (cd "$ROOT" && { find . \( -path ./build -o -path ./.git -o -path ./dist \) -prune -o -name '*.go' -print;
-    ls ./go.mod ./go.sum ./capi/gonccl.h ./cuda/kernels/*.fatbin; } | LC_ALL=C sort | xargs -d '\n' sha256sum) |
+    ls ./go.mod ./go.sum ./capi/gonccl.h ./cuda/kernels/*.fatbin
+    if [[ "${1:-}" == wheel ]]; then
+      ls ./setup.py ./pyproject.toml
+      find ./csrc ./python/gonccl -type f \( -name '*.py' -o -name '*.cpp' -o -name '*.cc' -o -name '*.h' \) -print
+    fi; } | LC_ALL=C sort | xargs -d '\n' sha256sum) |
     sha256sum | cut -d' ' -f1
 }
 
@@ -28,9 +34,15 @@ shift || true
   echo "usage: $0 write|check FILE..." >&2
   exit 2
 }
-src="$(sources_hash)"
+src_go="$(sources_hash)"
+src_wheel=""
 bad=0
 for f in "$@"; do
+  src="$src_go"
+  if [[ "$f" == *.whl ]]; then
+    [[ -z "$src_wheel" ]] && src_wheel="$(sources_hash wheel)"
+    src="$src_wheel"
+  fi
   if [[ "$cmd" == write ]]; then
     printf 'sources %s\nsha256 %s\n' "$src" "$(file_hash "$f")" >"$f.stamp"
     continue

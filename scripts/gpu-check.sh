@@ -95,6 +95,10 @@ PART=""
 CRASHTRACE=""
 KTEST=""
 declare -A PART_BUDGET=([A]=240 [B]=300)
+ONE_CALL=540       # both parts in one call: a GPU machine's command runs at most 600 s
+CARRY_MAX_MIB=64   # what a GPU machine takes besides the tracked files
+CARRY_MAX_PATHS=8
+PLANNED=0
 
 usage() { sed -n '2,83p' "$0" | sed 's/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
@@ -484,17 +488,65 @@ plan() {
     echo "part $part planned: ${total}s of its ${budget}s budget on $n GPU(s), with a ${MARGIN_PCT}% margin: DOES NOT FIT"
   fi
   [[ $EXTENDED -eq 0 ]] && echo "left out to fit: $(for s in "${!EXTRA[@]}"; do in_part "$s" && echo -n "$s "; done)(--extended, or --only, runs them)"
+  PLANNED=$total
   [[ $total -le $budget ]]
 }
 
-# plans NGPUS: the plan of each part --part names (both without it); 1 if one does not fit.
+# plans NGPUS: the plan of each part --part names (both without it); 1 if one does not
+# fit, or if both parts together, run in one call, exceed ONE_CALL seconds.
 plans() {
-  local p rc=0
+  local p rc=0 all=0
   for p in A B; do
     [[ -n "$PART" && "$p" != "$PART" ]] && continue
     plan "$1" "$p" || rc=1
+    all=$((all + PLANNED))
     echo
   done
+  if [[ -z "$PART" ]]; then
+    if [[ $all -le $ONE_CALL ]]; then
+      echo "both parts in one call: ${all}s planned of at most ${ONE_CALL}s: fits"
+    else
+      echo "both parts in one call: ${all}s planned of at most ${ONE_CALL}s: DOES NOT FIT"
+      rc=1
+    fi
+  fi
+  return $rc
+}
+
+# carry_plan: the files built elsewhere that the GPU machine needs besides the tree's
+# tracked files (the library, the kernels' test binary, a wheel built by an earlier
+# run), each with its stamp, as paths under the tree, their size against CARRY_MAX_MIB,
+# and the command that runs both parts from them. 1 if one is missing, outside the
+# tree, stale, or if they are too many or too large.
+carry_plan() {
+  local f paths=() bytes=0 rc=0 why
+  local files=("${LIB:-$ROOT/build/lib/libgonccl.so}" "$KTEST")
+  [[ -n "$WHEEL" ]] && files+=("$WHEEL")
+  echo "| carried file | size (MiB) | stamp |"
+  echo "|---|---|---|"
+  for f in "${files[@]}"; do
+    if [[ ! -f "$f" ]]; then
+      echo "| $f | - | missing: build it here (make lib gpu-check-kernels) |"; rc=1; continue
+    fi
+    if [[ "$f" != "$ROOT"/* ]]; then
+      echo "| $f | - | outside the tree: only paths under it can be carried |"; rc=1; continue
+    fi
+    why="$("$ROOT/scripts/carried-stamp.sh" check "$f" 2>&1)" || rc=1
+    why="${why#carried-stamp: }" why="${why//"$ROOT"\//}"
+    bytes=$((bytes + $(stat -c %s "$f") + $(stat -c %s "$f.stamp" 2>/dev/null || echo 0)))
+    echo "| ${f#"$ROOT"/} | $(( ($(stat -c %s "$f") + 1048575) / 1048576 )) | ${why//|/-} |"
+    paths+=("${f#"$ROOT"/}" "${f#"$ROOT"/}.stamp")
+  done
+  [[ "${LIB:-$ROOT/build/lib/libgonccl.so}" == "$ROOT"/* ]] && paths+=("$(dirname "${LIB:-$ROOT/build/lib/libgonccl.so}" | sed "s|^$ROOT/||")/gonccl.h")
+  echo
+  local mib=$(( (bytes + 1048575) / 1048576 )) list
+  list="$(printf '"%s", ' "${paths[@]}")"
+  echo "carry: [${list%, }] (${#paths[@]} paths, ${mib} MiB of at most ${CARRY_MAX_PATHS} paths and ${CARRY_MAX_MIB} MiB)"
+  if [[ ${#paths[@]} -gt $CARRY_MAX_PATHS || $mib -gt $CARRY_MAX_MIB ]]; then
+    echo "carry: DOES NOT FIT"; rc=1
+  fi
+  echo "one call: scripts/gpu-check.sh --library ${LIB#"$ROOT"/}${WHEEL:+ --wheel ${WHEEL#"$ROOT"/}} --kernels-test ${KTEST#"$ROOT"/} --report OUT/gpu-check (both parts, at most ${ONE_CALL}s; bring back OUT/gpu-check/)"
+  [[ $rc -eq 0 ]] && echo "carry: every carried file matches this tree" || echo "carry: NOT READY"
   return $rc
 }
 
@@ -509,10 +561,11 @@ build() {
     "$PY" "${pip[@]}" wheel -v --no-build-isolation --no-deps --no-index -w "$WHEELDIR" . || return 1
   fi
   local whl; whl=$(ls "$WHEELDIR"/gonccl-*.whl) || return 1
+  bash "$ROOT/scripts/carried-stamp.sh" write "$whl" || return 1  # a later run may carry it (--wheel)
   "$PY" "${pip[@]}" install --no-deps --no-index --force-reinstall "$whl" || return 1
   local keep="$ROOT/build/gpu-check/wheel"  # survives on the machine between runs
   if [[ "$(abspath "$keep")" != "$WHEELDIR" ]]; then
-    rm -rf "$keep" && mkdir -p "$keep" && cp "$whl" "$keep/"
+    rm -rf "$keep" && mkdir -p "$keep" && cp "$whl" "$whl.stamp" "$keep/"
   fi
 }
 install_wheel() {
@@ -585,12 +638,20 @@ else
   plans "$gpus" >"$LOGS/plan.md" || PLAN_OK=0
 fi
 sed 's/^/  /' "$LOGS/plan.md"
+CARRY_OK=1
+if [[ -z "$ONLY" || -n "$LIB" || -n "$WHEEL" ]]; then
+  echo "gpu-check: what to carry to the GPU machine (built here, checked against this tree):"
+  carry_plan >"$LOGS/carry.md" || CARRY_OK=0
+  sed 's/^/  /' "$LOGS/carry.md"
+fi
 
 # ---- build or install ----
 pkg_dir() { pyq 'import gonccl, os; print(os.path.dirname(gonccl.__file__))'; }
 PKG=""
 [[ -n "$ONLY" && -z "$WHEEL" ]] && ! selected build && PKG="$(pkg_dir)"
-if [[ -n "$WHEEL" ]]; then
+if [[ -n "$WHEEL" ]] && ! stale="$("$ROOT/scripts/carried-stamp.sh" check "$WHEEL" 2>&1)"; then
+  record install-wheel fail 0 "--wheel: $stale"
+elif [[ -n "$WHEEL" ]]; then
   always install-wheel - install_wheel
 elif [[ -n "$PKG" ]]; then
   skip build "--only leaves it out and gonccl is installed: $PKG"
@@ -825,7 +886,8 @@ else
   done
 fi
 
-[[ $PLAN_OK -eq 0 ]] && record plan fail 0 "a part's steps do not fit its budget (the plan)"
+[[ $PLAN_OK -eq 0 ]] && record plan fail 0 "a part's steps do not fit its budget, or both parts one call (the plan)"
+[[ $DRY -eq 1 && $CARRY_OK -eq 0 ]] && record carry fail 0 "a carried file is missing, stale or too large (the carry plan)"
 
 # paths_table: the report's paths table: per setup and path the steps ran, "passed" when
 # every one of them passed, "failed" when one failed (skipped steps do not count).
@@ -873,6 +935,12 @@ paths_table() {
   echo "## The plan$([[ $DRY -eq 1 ]] && echo ' on one GPU')"
   echo
   cat "$LOGS/plan.md"
+  if [[ -f "$LOGS/carry.md" ]]; then
+    echo
+    echo "## What to carry"
+    echo
+    cat "$LOGS/carry.md"
+  fi
   paths_table
   initlog=$(ls "$LOGS"/stream-cuda.log "$LOGS"/stream-cpu.log 2>/dev/null | head -1)
   if [[ -n "$initlog" ]]; then

@@ -179,6 +179,84 @@ def test_stale_carried_file_fails(tmp_path, package_dir, stale):
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("stale", ["other-sources"])
+def test_stale_carried_wheel_fails(tmp_path, package_dir, stale):
+    """A wheel carried from an earlier run on a GPU machine (--wheel) is installed only if
+    its stamp, written by the build step that made it, says it was built from this tree's
+    library and extension sources; else install-wheel fails saying so, and pip never
+    sees it. Before, any wheel was installed."""
+    wheels = tmp_path / "wheel"
+    wheels.mkdir()
+    whl = wheels / "gonccl-0.1.0-cp311-cp311-linux_x86_64.whl"
+    whl.write_bytes(b"not a wheel")
+    if stale == "other-sources":
+        subprocess.run([STAMP, "write", str(whl)], check=True, timeout=60)
+        stamp = wheels / (whl.name + ".stamp")
+        stamp.write_text(re.sub(r"^sources .*$", "sources " + "0" * 64, stamp.read_text(), flags=re.M))
+    proc, report = gpu_check(tmp_path, "--only", "import", "--wheel", str(wheels))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out + report
+    why = {"no-stamp": "has no stamp", "other-sources": "is stale: it was built from other sources"}[stale]
+    assert re.search(r"\| install-wheel \| fail \| 0 \| --wheel: carried-stamp: .*" + why, report), report
+    assert "pip" not in (tmp_path / "report" / "report.md").read_text().split("## The plan")[0], report
+
+
+@pytest.fixture
+def carried(tmp_path):
+    """A folder under the tree's build/ (only paths under the tree can be carried) for a
+    library and a kernels' test binary, removed afterwards."""
+    d = os.path.join(ROOT, "build", f"test-carry-{os.getpid()}-{tmp_path.name}")
+    os.makedirs(d)
+    yield d
+    subprocess.run(["rm", "-rf", d], check=True)
+
+
+@pytest.mark.timeout(120)
+def test_dry_run_checks_what_is_carried(tmp_path, package_dir, carried):
+    """The dry run lists what to carry to the GPU machine (the library, the kernels' test
+    binary, each with its stamp, as paths under the tree) with their size, and the one
+    command that runs both parts from them; it fails when a carried file is stale or they
+    exceed what the machine takes (64 MiB): here a library changed since its stamp and a
+    70 MiB test binary. Before, a stale library passed a dry run that did not build, and
+    nothing said what to carry. (make gpu-check-dry runs the case that fits.)"""
+    lib = os.path.join(carried, "libgonccl.so")
+    ktest = os.path.join(carried, "kernels-gpu.test")
+    with open(lib, "wb") as f:
+        f.write(b"\0" * 1024)
+    with open(ktest, "wb") as f:
+        f.truncate(70 << 20)
+    subprocess.run([STAMP, "write", lib, ktest], check=True, timeout=60)
+    with open(lib, "ab") as f:
+        f.write(b"rebuilt")
+    proc, report = gpu_check(tmp_path, "--only", "import", "--library", lib, "--kernels-test", ktest)
+    out = proc.stdout + proc.stderr
+    rel = os.path.relpath(carried, ROOT)
+    assert f'carry: ["{rel}/libgonccl.so", "{rel}/libgonccl.so.stamp", "{rel}/kernels-gpu.test", ' \
+           f'"{rel}/kernels-gpu.test.stamp", "{rel}/gonccl.h"] (5 paths, ' in out, out
+    assert f"one call: scripts/gpu-check.sh --library {rel}/libgonccl.so --kernels-test {rel}/kernels-gpu.test" in out, out
+    assert "## What to carry" in report, report
+    assert proc.returncode == 1, out + report
+    assert "| carry | fail | 0 | a carried file is missing, stale or too large" in report, report
+    assert f"| {rel}/libgonccl.so | 1 | {rel}/libgonccl.so changed since it was built" in out, out
+    assert f"| {rel}/kernels-gpu.test | 70 | {rel}/kernels-gpu.test matches this tree's sources" in out, out
+    assert re.search(r"\(5 paths, 7[0-9] MiB of at most 8 paths and 64 MiB\)\n.*carry: DOES NOT FIT", out), out
+
+
+@pytest.mark.timeout(120)
+def test_dry_run_fails_when_both_parts_exceed_one_call(tmp_path, package_dir):
+    """Both parts run in one call of at most 540 s (a GPU machine's command runs at most
+    600 s): a plan whose parts each fit their budgets but not that together fails. Here
+    --extended with budgets large enough for each part."""
+    proc, report = gpu_check(tmp_path, "--extended", "--part-budget", "A=1000", "--part-budget", "B=2000",
+                             "--only", "import")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out + report
+    assert "part A planned:" in out and "DOES NOT FIT" not in out.split("both parts in one call")[0], out
+    assert re.search(r"both parts in one call: \d+s planned of at most 540s: DOES NOT FIT", out), out
+    assert "| plan | fail | 0 | a part's steps do not fit its budget, or both parts one call" in report, report
+
+
+@pytest.mark.timeout(120)
 def test_part_b_plans_only_its_steps(tmp_path, package_dir):
     """--part B --only stream: part B has no stream step, so nothing runs; its plan alone is
     printed and fits."""
