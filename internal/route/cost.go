@@ -95,7 +95,7 @@ var CostParams = []CostParam{
 		func(c *Costs) *float64 { return &c.slicedRound }},
 	{"device.sliced_hold", "us", 4000, "derived: DDP step 164.2 ms on the device path against 55.6 ms staged, over its 24 rounds (the GPU a stream waiting for a peer keeps from the other ranks' compute), per round and peer",
 		func(c *Costs) *float64 { return &c.slicedHold }},
-	{"samegpu.latency", "us", 25, "estimate: a launch, an event record and two host polls (15-30 us)",
+	{"samegpu.latency", "us", 25, "estimate: a launch, the hosts meeting once and one stream wait per rank already met (15-30 us; a wait not yet met may cost a time slice without MPS)",
 		func(c *Costs) *float64 { return &c.sameGPULatency }},
 	{"samegpu.busbw", "GB/s", 600, "estimate: one pass, 2N bytes of memory per byte at the H100's ~2.9 TB/s, less kernel efficiency",
 		func(c *Costs) *float64 { return &c.sameGPUBusbw }},
