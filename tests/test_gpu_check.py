@@ -86,7 +86,7 @@ def test_dry_run_only_capi_links_and_runs_over_the_fake(tmp_path, package_dir):
     plan = report.split("## The plan on one GPU")[1]
     assert "| capi-memcheck | yes | no | 60 | 30 | 36 |" in plan, plan
     assert "| capi-link | yes | yes (fake libcuda.so.1) |" in plan, plan
-    # Two parts, each within its budget on one GPU (240 s and 300 s, of a lent machine's
+    # Two parts, each within its budget on one GPU (245 s and 295 s, of a lent machine's
     # 15 minutes with its start and transfers), planned from the last real run's step
     # times plus a 20% margin and the script's own time; what does not fit is left to
     # --extended, and the plan says so.
@@ -98,7 +98,7 @@ def test_dry_run_only_capi_links_and_runs_over_the_fake(tmp_path, package_dir):
     assert "| build | yes | yes | 300 | 67 | 81 | measured (run 2) |" in part_a, part_a
     assert "| bench-ddp | yes | no | 75 | 49 | 59 | measured (run 2: 49 s with three backends" in part_b, part_b
     assert "| (the script itself) | yes | yes | - | 16 | 20 |" in part_a, part_a
-    for part, budget, text in (("A", 240, part_a), ("B", 300, part_b)):
+    for part, budget, text in (("A", 245, part_a), ("B", 295, part_b)):
         m = re.search(rf"part {part} planned: (\d+)s of its {budget}s budget on 1 GPU\(s\), with a 20% margin: fits", text)
         assert m and int(m.group(1)) <= budget, text
         cols = [[c.strip() for c in r.strip().strip("|").split("|")] for r in text.splitlines() if r.startswith("| ")]
@@ -235,6 +235,10 @@ def test_dry_run_checks_what_is_carried(tmp_path, package_dir, carried):
            f'"{rel}/kernels-gpu.test.stamp", "{rel}/gonccl.h"] (5 paths, ' in out, out
     assert f"one call: scripts/gpu-check.sh --library {rel}/libgonccl.so --kernels-test {rel}/kernels-gpu.test" in out, out
     assert "## What to carry" in report, report
+    # Both parts fit one call, on one GPU and with the one-rank-per-GPU steps of 2+ GPUs.
+    assert re.search(r"both parts in one call: \d+s planned of at most 540s: fits", out), out
+    assert re.search(r"both parts in one call on 2\+ GPUs \(the one-rank-per-GPU steps included\): "
+                     r"\d+s planned of at most 540s: fits", out), out
     assert proc.returncode == 1, out + report
     assert "| carry | fail | 0 | a carried file is missing, stale or too large" in report, report
     assert f"| {rel}/libgonccl.so | 1 | {rel}/libgonccl.so changed since it was built" in out, out
