@@ -411,23 +411,6 @@ CUresult cuStreamWriteValue32_v2(void* stream, CUdeviceptr addr, unsigned value,
   return mem_op(stream, addr, value, 0, run_write);
 }
 
-/* ---- synchronous helpers ---- */
-
-CUresult cuMemsetD32_v2(CUdeviceptr ptr, unsigned value, size_t n) {
-  CALLED();
-  CUresult r = need_ctx();
-  if (r) return r;
-  pthread_mutex_lock(&mu);
-  if (!live_dev((void*)(uintptr_t)ptr, n * 4)) {
-    pthread_mutex_unlock(&mu);
-    return CUDA_ERROR_INVALID_VALUE;
-  }
-  unsigned* w = (unsigned*)(uintptr_t)ptr;
-  for (size_t i = 0; i < n; i++) __atomic_store_n(&w[i], value, __ATOMIC_RELEASE);
-  pthread_mutex_unlock(&mu);
-  return CUDA_SUCCESS;
-}
-
 int describe_wait(const op* o, char* buf, size_t n) {
   if (o->kind != OP_CALL || o->call != run_wait) return 0;
   unsigned* flag = (unsigned*)o->dst;
