@@ -337,7 +337,7 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const accessDesc* desc, si
   for (char* q = p; q < p + size && r == CUDA_SUCCESS;) {
     vrange* x = find_range(q, 1);
     if (x == NULL) r = CUDA_ERROR_INVALID_VALUE;
-    else if (rw != 0 && x->m->phys != physical(dev) && getenv("FAKECUDA_NO_PEER") != NULL) r = 101; /* INVALID_DEVICE */
+    else if (rw != 0 && !peer_ok(physical(dev), x->m->phys)) r = 101; /* CUDA_ERROR_INVALID_DEVICE */
     else q = x->p + x->n;
   }
   for (char* q = p; q < p + size && r == CUDA_SUCCESS;) {
