@@ -311,8 +311,14 @@ func NewShared(d *Driver, ctx Context, rank, nranks, dataBytes int, exchange fun
 			case r == rank:
 				s.bases[r] = s.own
 			case rec.proc == me.proc:
-				// a rank of this process: the same address space
+				// a rank of this process: the same address space, but a kernel of this
+				// rank's device needs access to memory of another's (sharedmem.go)
 				s.bases[r], s.flags[r].dev = rec.base, rec.flags
+				if rec.bus != me.bus {
+					if err := s.grantScratch(rec.base, rec.handle); err != nil {
+						errs = append(errs, fmt.Errorf("rank %d: %w", r, err))
+					}
+				}
 			default:
 				p, n, err := s.importScratch(rec.handle)
 				if err != nil {

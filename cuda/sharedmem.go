@@ -72,6 +72,16 @@ func (s *Shared) importScratch(h [ipcHandleSize]byte) (uintptr, int, error) {
 	return p, n, err
 }
 
+// grantScratch gives this rank's device access to the scratch another rank of this
+// process made on its own device, at p, as its record's handle field h describes it.
+// Context current.
+func (s *Shared) grantScratch(p uintptr, h [ipcHandleSize]byte) error {
+	if binary.LittleEndian.Uint32(h[0:]) != scratchMagic {
+		return fmt.Errorf("cuda: the peer's scratch record names no shareable memory")
+	}
+	return s.d.MemGrantAccess(p, int(binary.LittleEndian.Uint64(h[8:])), s.dev)
+}
+
 // stopServing stops handing this rank's scratch descriptor out (NewShared's end).
 func (s *Shared) stopServing() {
 	if s.server != nil {

@@ -303,3 +303,14 @@ func (d *Driver) MemUnmapShared(p uintptr, n int) error {
 	return errors.Join(d.check("cuMemUnmap", C.gvUnmap(t.f, C.uintptr_t(p), C.size_t(n))),
 		d.check("cuMemAddressFree", C.gvAddressFree(t.f, C.uintptr_t(p), C.size_t(n))))
 }
+
+// MemGrantAccess gives device dev read and write access to the n bytes at p, mapped
+// in this process by MemCreateExported or MemImportFD for another device: a kernel of
+// dev may then touch them (a copy needs no access; a kernel without it faults).
+func (d *Driver) MemGrantAccess(p uintptr, n, dev int) error {
+	t := d.vmm()
+	if t.missing != "" {
+		return fmt.Errorf("%w: the driver has no %s", ErrNoVMM, t.missing)
+	}
+	return d.check("cuMemSetAccess", C.gvSetAccess(t.f, C.uintptr_t(p), C.size_t(n), C.int(dev)))
+}

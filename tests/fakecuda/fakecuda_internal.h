@@ -138,6 +138,8 @@ typedef struct alloc {
   int dev;      /* -1: pinned host memory */
   int live;
   int vmm;        /* mapped with cuMemMap (vmm.c): no context owns it */
+  unsigned access; /* vmm: the ordinals cuMemSetAccess gave access (bit per ordinal) */
+  int lazy_peer;  /* opened with cuIpcOpenMemHandle: peer access enabled for the opener */
   size_t mapped;  /* pinned: the mmap'ed length (page multiple) */
   fakeCtx* ctx;   /* pinned: the context it was allocated in */
   unsigned long long id; /* CU_POINTER_ATTRIBUTE_BUFFER_ID: unique in the process */

@@ -271,7 +271,7 @@ CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* out, CUipcMemHandle handle, unsigned
   g_strict.ipc_opens++;
   mapping_opened(p, h.size, h.pid, ctl);
   int local = ordinal_of(h.dev); /* a GPU this process does not see: its own, as near enough */
-  track(p, h.size, local >= 0 ? local : t_current->dev);
+  track(p, h.size, local >= 0 ? local : t_current->dev)->lazy_peer = 1; /* CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS */
   s->next = g_shared;
   g_shared = s;
   pthread_mutex_unlock(&mu);

@@ -19,7 +19,8 @@
  * - cuMemAddressReserve reserves addresses (PROT_NONE), cuMemMap maps a handle's memory
  *   there, still inaccessible: only cuMemSetAccess makes it device memory that stream
  *   operations may touch (a host access or a queued copy before that faults), as an
- *   access to mapped memory without access rights faults on a GPU; cuMemUnmap takes the
+ *   access to mapped memory without access rights faults on a GPU (each device has its
+ *   own rights: a kernel of a device not given access faults, module.c); cuMemUnmap takes the
  *   mapping back (the range must be a whole mapping), cuMemAddressFree the addresses
  *   (nothing may be mapped in them any more);
  * - sizes, offsets and addresses must be multiples of the granularity;
@@ -80,7 +81,7 @@ typedef struct vrange {
   char* p;
   size_t n;
   vmem* m;    /* a mapping: its memory; NULL: a reservation */
-  int access; /* a mapping: cuMemSetAccess made it device memory */
+  alloc* a;   /* a mapping: its entry in memory.c's table, once cuMemSetAccess gave access */
   struct vrange* next;
 } vrange;
 
@@ -343,15 +344,17 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const accessDesc* desc, si
   for (char* q = p; q < p + size && r == CUDA_SUCCESS;) {
     vrange* x = find_range(q, 1);
     mprotect(x->p, x->n, rw == 3 ? PROT_READ | PROT_WRITE : rw == 1 ? PROT_READ : PROT_NONE);
-    alloc* a = x->access ? find(x->p, x->n, 1) : NULL;
+    alloc* a = x->a;
     if (rw != 0 && a == NULL) {
       int home = ordinal_of(x->m->phys); /* the GPU the memory is on, as this process numbers it */
-      a = track(x->p, x->n, home >= 0 ? home : dev);
+      a = x->a = track(x->p, x->n, home >= 0 ? home : dev);
       a->vmm = 1;
-    } else if (a != NULL) {
-      a->live = rw != 0;
     }
-    x->access = rw != 0;
+    if (a != NULL) {
+      if (rw != 0) a->access |= 1u << dev;
+      else a->access &= ~(1u << dev);
+      a->live = a->access != 0;
+    }
     q = x->p + x->n;
   }
   pthread_mutex_unlock(&mu);
@@ -367,8 +370,7 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
   if (x == NULL || x->p != p || x->n != size) { /* as the driver: whole mappings only */
     r = CUDA_ERROR_INVALID_VALUE;
   } else {
-    alloc* a = find(p, size, 1);
-    if (a != NULL && a->p == p) a->live = 0; /* queued work that reaches it counts bad_access */
+    if (x->a != NULL) x->a->live = 0; /* queued work that reaches it counts bad_access */
     /* Back to a bare reservation: a later touch faults. */
     mmap(p, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
     vmem* m = x->m;
