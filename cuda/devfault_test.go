@@ -120,12 +120,10 @@ func errLine(out string) string {
 func runFaultRanks(t *testing.T, layout, what string) ([]string, time.Duration) {
 	t.Helper()
 	// A rank's released streams still run the copies and kernels that read its peers'
-	// scratch, after a peer was killed or, once the ranks gave up, exited: on a GPU that
-	// can fault (legacy IPC memory dies with its exporter's context), and the fake
-	// reports it as a fault. Counted only here (FAKECUDA_DEAD_PEER_READS=allow), until
-	// the device path's scratch outlives its exporter (cuMemCreate with fd handles) or
-	// its released rounds skip their reads.
-	rs := ranks{layout: layout, env: []string{"GONCCL_FAULTTEST=" + what, "FAKECUDA_DELAY_US=0,100", "FAKECUDA_DEAD_PEER_READS=allow"},
+	// scratch, after a peer was killed or, once the ranks gave up, exited: the scratch
+	// outlives its maker (sharedmem.go), so those reads see memory that is there; the
+	// fake faults on any read of memory that went with a dead process.
+	rs := ranks{layout: layout, env: []string{"GONCCL_FAULTTEST=" + what, "FAKECUDA_DELAY_US=0,100"},
 		limit: 60 * time.Second}
 	if what == "kill" || what == "p2p-kill" {
 		rs.victims = []int{len(strings.Split(layout, ",")) - 1}

@@ -75,3 +75,31 @@ func setUpShared(d *driver.Driver, f *cudatest.Fake, devs []int, exchange func(r
 func stageWhenShared(int) []cuda.SharedOption {
 	return []cuda.SharedOption{cuda.StageWhenDeviceShared()}
 }
+
+// TestSharedRefusedWithoutShareableMemory: where the device cannot make memory that
+// outlives its maker (no virtual memory management, or no POSIX file descriptor
+// handles), the device path is refused at setup, every rank together, naming the
+// device attribute, and no scratch is allocated.
+func TestSharedRefusedWithoutShareableMemory(t *testing.T) {
+	for _, c := range []struct{ env, attr string }{
+		{"FAKECUDA_NO_VMM", "CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED = 0"},
+		{"FAKECUDA_NO_POSIX_FD", "CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED = 0"},
+	} {
+		t.Run(c.env, func(t *testing.T) {
+			d, f := open(t)
+			t.Setenv(c.env, "1")
+			devs := []int{0, 1}
+			ex := &memExchange{recs: make([][]byte, len(devs)), done: make(chan struct{})}
+			before, err := cudatest.StrictCountersAt(cudatest.Path(t))
+			require.NoError(t, err)
+			errs := setUpShared(d, f, devs, ex.rank, func(int) []cuda.SharedOption { return nil }, nil)
+			for r, err := range errs {
+				require.ErrorIs(t, err, cuda.ErrNotShared, "rank %d", r)
+				require.ErrorContains(t, err, c.attr, "rank %d", r)
+			}
+			after, err := cudatest.StrictCountersAt(cudatest.Path(t))
+			require.NoError(t, err)
+			require.Zero(t, after.Sub(before).DevAllocs, "device scratch allocated")
+		})
+	}
+}

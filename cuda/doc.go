@@ -1,7 +1,8 @@
 // Package cuda is the device path: collectives among the ranks of one host whose
 // bytes stay on the GPU. Go plans each step and enqueues it on the caller's stream:
-// device-to-device copies into and out of a scratch the ranks share (Shared, mapped
-// with IPC handles), the reduction kernels, and the flags that order the ranks (stream
+// device-to-device copies into and out of a scratch the ranks share (Shared: memory
+// that outlives its maker, passed as file descriptors, sharedmem.go), the reduction
+// kernels, and the flags that order the ranks (stream
 // memory operations on host-mapped flag pages); a watcher on the host (devfault.go)
 // turns a dead or wrong peer into an error. Point-to-point (devp2p*.go) and one-sided
 // windows (window.go) use the same scratch and flags.

@@ -7,14 +7,18 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/gonccl/gonccl/internal/fdpass"
 )
 
 // Shared is a communicator's device scratch, shared with the other ranks of its host:
-// each rank allocates one device buffer (a page, unused, then the data area) and a flag
-// region in host memory the GPUs map (hostflags.go),
-// exports it once with cuIpcGetMemHandle, and maps every peer's with
-// cuIpcOpenMemHandle (a rank of the same process uses the pointer itself, as CUDA
-// refuses to open a handle in the process that exported it). The mappings are cached
+// each rank makes one device buffer (a page, unused, then the data area) and a flag
+// region in host memory the GPUs map (hostflags.go). The buffer is memory that outlives
+// its maker (cuMemCreate, exported as a file descriptor: sharedmem.go), which every
+// rank of another process fetches over a Unix socket and maps once (a rank of the same
+// process uses the pointer itself); so a rank that dies takes nothing from under the
+// survivors' queued reads, which see its memory until they unmap it. Where the device or
+// driver cannot share memory so, NewShared refuses and says why. The mappings are cached
 // for the communicator's life and closed by Close.
 //
 // The flags order the ranks' device work without the host: each step of a device
@@ -35,10 +39,13 @@ type Shared struct {
 	cap    int // bytes of the data area of each rank
 	hdr    int // bytes of the header (the inboxes) before each rank's data area
 
-	own    uintptr      // this rank's allocation
-	bases  []uintptr    // every rank's allocation, as this process addresses it
-	opened []bool       // bases[r] was mapped with cuIpcOpenMemHandle
-	flags  []flagRegion // every rank's flag region, as this process maps it (hostflags.go); a rank of this process's is its own
+	own     uintptr        // this rank's allocation
+	ownSize int            // its mapped bytes (a multiple of the device's granularity)
+	server  *fdpass.Server // hands own's file descriptor to the peers during NewShared
+	bases   []uintptr      // every rank's allocation, as this process addresses it
+	opened  []bool         // bases[r] was imported and mapped here (sharedmem.go)
+	sizes   []int          // the mapped bytes at bases[r], where opened
+	flags   []flagRegion   // every rank's flag region, as this process maps it (hostflags.go); a rank of this process's is its own
 
 	exchange func([]byte) ([]byte, error) // the host all-gather of NewShared
 
@@ -214,7 +221,8 @@ func NewShared(d *Driver, ctx Context, rank, nranks, dataBytes int, exchange fun
 		return nil, fmt.Errorf("%w: %d ranks; the device path takes at most %d", ErrNotShared, nranks, maxRanks)
 	}
 	s := &Shared{d: d, ctx: ctx, rank: rank, nranks: nranks, cap: dataBytes &^ 255, hdr: headerBytes(nranks),
-		bases: make([]uintptr, nranks), opened: make([]bool, nranks), flags: make([]flagRegion, nranks), exchange: exchange}
+		bases: make([]uintptr, nranks), opened: make([]bool, nranks), sizes: make([]int, nranks), flags: make([]flagRegion, nranks), exchange: exchange}
+	defer s.stopServing() // every peer has fetched the scratch, or given up, by the last round
 	for r := range s.flags {
 		s.flags[r].fd = -1
 	}
@@ -303,15 +311,21 @@ func NewShared(d *Driver, ctx Context, rank, nranks, dataBytes int, exchange fun
 			case r == rank:
 				s.bases[r] = s.own
 			case rec.proc == me.proc:
-				// a rank of this process: the same address space
+				// a rank of this process: the same address space, but a kernel of this
+				// rank's device needs access to memory of another's (sharedmem.go)
 				s.bases[r], s.flags[r].dev = rec.base, rec.flags
+				if rec.bus != me.bus {
+					if err := s.grantScratch(rec.base, rec.handle); err != nil {
+						errs = append(errs, fmt.Errorf("rank %d: %w", r, err))
+					}
+				}
 			default:
-				p, err := d.IpcOpenMemHandle(rec.handle)
+				p, n, err := s.importScratch(rec.handle)
 				if err != nil {
 					errs = append(errs, fmt.Errorf("rank %d: %w", r, err))
 					continue
 				}
-				s.bases[r], s.opened[r] = p, true
+				s.bases[r], s.opened[r], s.sizes[r] = p, true, n
 				if s.flags[r], err = openFlagRegion(d, rec.pid, rec.flagsFD, flagRegionBytes(s.hdr, nranks)); err != nil {
 					errs = append(errs, fmt.Errorf("rank %d: %w", r, err))
 				}
@@ -338,7 +352,7 @@ func sameContextRank(recs []peerRecord, rank int, proc uint64, dev int) int {
 func (s *Shared) allocate(me *peerRecord) func() error {
 	return func() (err error) {
 		d := s.d
-		if s.own, err = d.MemAlloc(s.hdr + s.cap + p2pBytes(s.cap, s.nranks)); err != nil {
+		if me.handle, err = s.exportScratch(s.hdr + s.cap + p2pBytes(s.cap, s.nranks)); err != nil {
 			return err
 		}
 		// The flags start at 0 (a new memfd is zeroed).
@@ -346,8 +360,7 @@ func (s *Shared) allocate(me *peerRecord) func() error {
 			return err
 		}
 		me.flagsFD, me.flags = s.flags[s.rank].fd, s.flags[s.rank].dev
-		me.handle, err = d.IpcGetMemHandle(s.own)
-		return err
+		return nil
 	}
 }
 
@@ -453,7 +466,7 @@ func (s *Shared) unmapPeers() error {
 	var errs []error
 	for r, p := range s.bases {
 		if s.opened[r] {
-			errs = append(errs, s.d.IpcCloseMemHandle(p))
+			errs = append(errs, s.d.MemUnmapShared(p, s.sizes[r]))
 			s.opened[r] = false
 		}
 		s.bases[r] = 0
@@ -474,7 +487,7 @@ func (s *Shared) release() error {
 	err := s.d.Do(s.ctx, func() error {
 		errs = append(errs, s.unmapPeers())
 		if s.own != 0 {
-			errs = append(errs, s.d.MemFree(s.own))
+			errs = append(errs, s.d.MemUnmapShared(s.own, s.ownSize))
 			s.own = 0
 		}
 		if f := &s.flags[s.rank]; f.host != nil || f.fd >= 0 {

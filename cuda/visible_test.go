@@ -60,3 +60,27 @@ func TestSharedGPUDecidedBeforeAllocating(t *testing.T) {
 	require.Zero(t, delta.IpcExports, "device scratch exported before deciding")
 	require.Zero(t, f.Counters().HostAllocs-hostBefore, "pinned memory allocated before deciding")
 }
+
+// TestDevicePathPeerAccessPerPair: peer access is a property of a pair of GPUs (two
+// NVLink islands: FAKECUDA_PEER_GROUPS=0,1;2,3), not of the machine: ranks on GPUs 0
+// and 1 set up the device path and check it end to end, ranks on GPUs 0 and 2 are
+// refused at setup, naming both GPUs. Before, the fake let every pair of GPUs access
+// each other, so the refusal was never exercised with other pairs that could.
+func TestDevicePathPeerAccessPerPair(t *testing.T) {
+	d, _ := open(t)
+	t.Setenv("FAKECUDA_PEER_GROUPS", "0,1;2,3")
+	for _, c := range []struct {
+		a, b int
+		can  bool
+	}{{0, 1, true}, {2, 3, true}, {0, 2, false}, {1, 3, false}, {3, 0, false}} {
+		can, err := d.CanAccessPeer(c.a, c.b)
+		require.NoError(t, err)
+		require.Equal(t, c.can, can, "GPUs %d and %d", c.a, c.b)
+	}
+	env := func(int) []string { return []string{"FAKECUDA_PEER_GROUPS=0,1;2,3"} }
+	out, err := runDevRanksEnv(t, "0,1", "", "0,200", env)
+	require.NoError(t, err, "%s", out)
+	out, err = runDevRanksEnv(t, "0,2", "", "0,200", env)
+	require.Error(t, err)
+	require.Contains(t, out, "GPUs 0000:10:00.0 (rank 0) and 0000:12:00.0 (rank 1) cannot access each other's memory", out)
+}

@@ -229,7 +229,8 @@ func (w *DevWindow) export(ptr uintptr, bytes int, me *winRecord) error {
 		}
 		me.off = int(ptr - base)
 		if me.handle, err = w.d.IpcGetMemHandle(base); err != nil {
-			return fmt.Errorf("CUDA will not export the allocation holding the window (memory from cuMemCreate, e.g. PyTorch's expandable segments, cannot be shared through CUDA IPC; allocate it with cudaMalloc): %w", err)
+			// Short: the reason travels in a record of 160 bytes.
+			return fmt.Errorf("CUDA IPC cannot export the window's allocation (cuMemCreate memory, e.g. PyTorch's expandable segments; use cudaMalloc): %w", err)
 		}
 		return nil
 	})

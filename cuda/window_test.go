@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/gonccl/gonccl/core"
 	"github.com/gonccl/gonccl/cuda"
@@ -254,4 +256,42 @@ func firstFloatDiff(got, want []float32) int {
 		}
 	}
 	return -1
+}
+
+// TestDevWindowOverCuMemCreateMemoryRefused: memory from cuMemCreate (PyTorch's
+// expandable segments; the fake now has it) cannot be exported through CUDA IPC: a
+// window over it is refused on every rank, saying why and what to allocate instead,
+// before anything is mapped.
+func TestDevWindowOverCuMemCreateMemoryRefused(t *testing.T) {
+	d, f := open(t)
+	devs := []int{0, 1}
+	ex := &memExchange{recs: make([][]byte, len(devs)), done: make(chan struct{})}
+	errs := make([]error, len(devs))
+	var wg sync.WaitGroup
+	for r, dev := range devs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var e driver.Exported
+			ctx := driver.Context(f.Context(dev))
+			if errs[r] = d.Do(ctx, func() (err error) { e, err = d.MemCreateExported(dev, 1<<20); return err }); errs[r] != nil {
+				return
+			}
+			defer func() {
+				_ = unix.Close(e.FD)
+				_ = d.Do(ctx, func() error { return d.MemUnmapShared(e.Ptr, e.Size) })
+			}()
+			w, err := cuda.NewDevWindow(d, dev, r, len(devs), e.Ptr, 4096, time.Minute, nil, ex.rank(r))
+			if w != nil {
+				_ = w.Close()
+			}
+			errs[r] = err
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		require.ErrorIs(t, err, cuda.ErrWindowRefused, "rank %d", r)
+		require.ErrorContains(t, err, "expandable segments", "rank %d", r)
+		require.ErrorContains(t, err, "use cudaMalloc", "rank %d", r)
+	}
 }

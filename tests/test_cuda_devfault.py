@@ -32,16 +32,15 @@ def devfault_binary(package_dir, tmp_path_factory):
 
 
 # A rank's released stream still runs the copies and kernels that read its peers'
-# scratch, after a peer was killed or, once the ranks gave up, exited: that can fault on a
-# GPU (legacy IPC memory dies with its exporter's context), and the fake reports it as a
-# fault. These cases count such reads only (FAKECUDA_DEAD_PEER_READS=allow), until the
-# device path's scratch outlives its exporter or its released rounds skip their reads.
-DEAD_PEER_READS = {"FAKECUDA_DEAD_PEER_READS": "allow"}
+# scratch, after a peer was killed or, once the ranks gave up, exited: the scratch is
+# memory that outlives its maker (cuMemCreate, shared as a file descriptor), so those
+# reads see memory that is there; the fake faults on any read of memory that went with a
+# dead process (as legacy IPC memory goes with its exporter's context on a GPU).
 
 
 def _run(devfault_binary, nranks, case, tmp_path, extra=None):
     fake, binary = devfault_binary
-    env = base._env(fake, {"GONCCL_DEVICE_PATH": "1", **DEAD_PEER_READS, **(extra or {})})
+    env = base._env(fake, {"GONCCL_DEVICE_PATH": "1", **(extra or {})})
     id_file = str(tmp_path / "unique_id")
     return _harness.run_processes(
         [[binary, str(r), str(nranks), id_file, case] for r in range(nranks)],

@@ -45,7 +45,6 @@ typedef struct {
   // device memory, IPC and stream memory operations
   CUresult (*MemAlloc)(CUdeviceptr*, size_t);
   CUresult (*MemFree)(CUdeviceptr);
-  CUresult (*MemsetD32)(CUdeviceptr, unsigned int, size_t);
   CUresult (*IpcGetMemHandle)(CUipcMemHandle*, CUdeviceptr);
   CUresult (*IpcOpenMemHandle)(CUdeviceptr*, CUipcMemHandle, unsigned int);
   CUresult (*IpcCloseMemHandle)(CUdeviceptr);
@@ -70,7 +69,7 @@ static const char* gcSymbols[] = {
   // module loading and kernel launch
   "cuModuleLoadData", "cuModuleUnload", "cuModuleGetFunction", "cuLaunchKernel",
   // device memory, IPC and stream memory operations
-  "cuMemAlloc_v2", "cuMemFree_v2", "cuMemsetD32_v2", "cuIpcGetMemHandle",
+  "cuMemAlloc_v2", "cuMemFree_v2", "cuIpcGetMemHandle",
   "cuIpcOpenMemHandle_v2", "cuIpcCloseMemHandle", "cuMemcpyDtoDAsync_v2", "cuStreamWaitValue32_v2",
   "cuStreamWriteValue32_v2", "cuDeviceCanAccessPeer",
   "cuDeviceGetPCIBusId", "cuStreamDestroy_v2",
@@ -209,10 +208,6 @@ static CUresult gcMemAlloc(gcFns* f, uintptr_t* p, size_t n) {
 static CUresult gcMemFree(gcFns* f, uintptr_t p) {
   if (f->MemFree == NULL) return gcMissing;
   return f->MemFree((CUdeviceptr)p);
-}
-static CUresult gcMemsetD32(gcFns* f, uintptr_t p, unsigned v, size_t n) {
-  if (f->MemsetD32 == NULL) return gcMissing;
-  return f->MemsetD32((CUdeviceptr)p, v, n);
 }
 static CUresult gcIpcGetMemHandle(gcFns* f, void* h, uintptr_t p) {
   if (f->IpcGetMemHandle == NULL) return gcMissing;
@@ -696,11 +691,6 @@ func (d *Driver) MemAlloc(n int) (uintptr, error) {
 
 func (d *Driver) MemFree(p uintptr) error {
 	return d.check("cuMemFree", d.relaxed(func() C.CUresult { return C.gcMemFree(d.fns, C.uintptr_t(p)) }))
-}
-
-// MemsetD32 sets n 32-bit words at p to v, ordered on the legacy default stream.
-func (d *Driver) MemsetD32(p uintptr, v uint32, n int) error {
-	return d.check("cuMemsetD32", d.relaxed(func() C.CUresult { return C.gcMemsetD32(d.fns, C.uintptr_t(p), C.uint(v), C.size_t(n)) }))
 }
 
 func (d *Driver) IpcGetMemHandle(p uintptr) ([IPCHandleSize]byte, error) {

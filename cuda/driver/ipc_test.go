@@ -60,3 +60,27 @@ func ipcRoundTrip(d *driver.Driver, ctx driver.Context, p uintptr) error {
 		return err
 	})
 }
+
+// TestFakeIpcOpenTakesOnlyTheLazyPeerFlag: cuIpcOpenMemHandle's flags must be
+// CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS, as the driver documents: 0 is refused
+// (CUDA_ERROR_INVALID_VALUE) before anything else is looked at, while with the flag
+// the same handle gets as far as the exporting process's refusal
+// (CUDA_ERROR_INVALID_CONTEXT). Before, the fake ignored the flags.
+func TestFakeIpcOpenTakesOnlyTheLazyPeerFlag(t *testing.T) {
+	d, f := cudatest.Load(t)
+	ctx := driver.Context(f.Context(0))
+	p, err := d.MemAllocIn(ctx, 4096)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, d.MemFreeIn(ctx, p)) }()
+	require.NoError(t, d.Do(ctx, func() error {
+		h, err := d.IpcGetMemHandle(p)
+		require.NoError(t, err)
+		_, r := cudatest.IpcOpenRaw(cudatest.Path(t), h, 0)
+		require.Equal(t, 1, r, "flags 0")
+		_, r = cudatest.IpcOpenRaw(cudatest.Path(t), h, 3)
+		require.Equal(t, 1, r, "an unknown flag")
+		_, r = cudatest.IpcOpenRaw(cudatest.Path(t), h, 1)
+		require.Equal(t, 201, r, "CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS, in the exporting process")
+		return nil
+	}))
+}

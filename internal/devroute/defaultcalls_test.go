@@ -186,10 +186,14 @@ func describeCalls(c cudatest.Calls) string {
 // call (or that it can do without: the capture mode exchange).
 var optionalEntries = []string{
 	"cuModuleLoadData", "cuModuleUnload", "cuModuleGetFunction", "cuLaunchKernel",
-	"cuMemAlloc_v2", "cuMemFree_v2", "cuMemsetD32_v2", "cuIpcGetMemHandle", "cuIpcOpenMemHandle_v2",
+	"cuMemAlloc_v2", "cuMemFree_v2", "cuIpcGetMemHandle", "cuIpcOpenMemHandle_v2",
 	"cuIpcCloseMemHandle", "cuMemcpyDtoDAsync_v2", "cuStreamWaitValue32_v2", "cuStreamWriteValue32_v2",
 	"cuDeviceCanAccessPeer", "cuDeviceGetPCIBusId", "cuStreamDestroy_v2", "cuThreadExchangeStreamCaptureMode",
 	"cuMemHostRegister_v2", "cuMemHostUnregister", "cuMemHostGetDevicePointer_v2",
+	// the device path's scratch, shared as file descriptors (cuda/driver/vmm.go)
+	"cuDeviceGetAttribute", "cuMemGetAllocationGranularity", "cuMemCreate", "cuMemExportToShareableHandle",
+	"cuMemImportFromShareableHandle", "cuMemAddressReserve", "cuMemAddressFree", "cuMemMap", "cuMemSetAccess",
+	"cuMemUnmap", "cuMemRelease",
 }
 
 // TestAutoDefaultPathOnADriverWithoutTheOthers: a driver that has only the staged
@@ -215,4 +219,5 @@ func TestAutoDefaultPathOnADriverWithoutTheOthers(t *testing.T) {
 		require.ErrorContains(t, err, "cuMemAlloc: not in this CUDA driver")
 		return nil
 	}))
+	require.ErrorContains(t, d.VMMSupported(0), "the driver has no cuDeviceGetAttribute")
 }

@@ -240,7 +240,7 @@ func (v *Views) devicePath(c *core.Comm) (*cuda.Shared, *kernels.Kernels, error)
 
 // deviceLine is the INIT log's line for a device path set up on sh among n ranks.
 func deviceLine(sh *cuda.Shared, n, ringFrom int) string {
-	msg := fmt.Sprintf("device path: same-host ranks share device memory through CUDA IPC; %d bytes of scratch on device %d; flags in host memory the GPU maps; %s", sh.Cap(), sh.Device(), cuda.HardwareQueues())
+	msg := fmt.Sprintf("device path: same-host ranks share device memory that outlives its maker (cuMemCreate, passed as file descriptors); %d bytes of scratch on device %d; flags in host memory the GPU maps; %s", sh.Cap(), sh.Device(), cuda.HardwareQueues())
 	if ringFrom > 0 && n >= 3 {
 		msg += fmt.Sprintf("; all_reduce and reduce_scatter of %d bytes or more by the ring (GONCCL_DEVICE_RING_THRESHOLD)", ringFrom)
 	}

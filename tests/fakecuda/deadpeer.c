@@ -10,12 +10,11 @@
  *   a kernel's output) into a mapping whose exporter has died, when queued or when it
  *   runs, faults (and is counted in dead_peer_writes); so does a read (a device copy's
  *   source, a kernel's input, a stream wait's flag: dead_peer_reads), as a survivor's
- *   released stream that reads a dead peer's buffer can fault on a GPU. A test of a
- *   path known to read so (the device path's released streams read the dead peer's
- *   scratch) sets FAKECUDA_DEAD_PEER_READS=allow, which counts such reads only; gonccl's streams post their flags into host
- *   memory every rank maps (cuda/hostflags.go), which outlives any one process, so a
- *   survivor's queued posts to a dead peer land safely; before that, the device
- *   path's kill tests died here;
+ *   released stream that reads a dead peer's buffer can fault on a GPU. gonccl's
+ *   streams post their flags into host memory every rank maps (cuda/hostflags.go), and
+ *   the device path's scratch is memory that outlives its maker (vmm.c), so a
+ *   survivor's queued posts to and reads of a dead peer land safely; before each, the
+ *   device path's kill tests died here;
  * - cuMemFree of exported memory that a live process still maps: each allocation has a
  *   page after it (in the same memfd) listing the processes that opened it, which the
  *   exporter checks when it frees.
@@ -100,8 +99,6 @@ static void check_access(const void* p, size_t n, const char* what, int queued, 
       g_strict.dead_peer_writes++;
     } else {
       g_strict.dead_peer_reads++;
-      const char* allow = getenv("FAKECUDA_DEAD_PEER_READS");
-      if (allow != NULL && strcmp(allow, "allow") == 0) return; /* counted only */
     }
     fault("%s %s device memory %p mapped (cuIpcOpenMemHandle) from process %d, which has died: "
           "on a GPU that memory went with its context, and the access leaves a sticky error in this one",

@@ -12,6 +12,8 @@
  * cuStreamWaitEvent), module.c (modules, cuLaunchKernel of gonccl's kernels, whose
  * host implementations kernels_host.cc compiles from cuda/kernels/reduce.cuh), ipc.c
  * (shareable device memory, IPC handles, device copies, stream memory operations),
+ * vmm.c (cuMemCreate memory exported as file descriptors, which outlives its maker,
+ * mapped with cuMemAddressReserve/cuMemMap/cuMemSetAccess),
  * hwqueue.c (the hardware queues a context's streams share), capture.c (capture modes),
  * hostreg.c (host memory registered for the device), standin.c (what
  * tests/capi/realcuda.c calls beyond that, so the fake can stand in for libcuda.so.1
@@ -135,6 +137,9 @@ typedef struct alloc {
   size_t n;
   int dev;      /* -1: pinned host memory */
   int live;
+  int vmm;        /* mapped with cuMemMap (vmm.c): no context owns it */
+  unsigned access; /* vmm: the ordinals cuMemSetAccess gave access (bit per ordinal) */
+  int lazy_peer;  /* opened with cuIpcOpenMemHandle: peer access enabled for the opener */
   size_t mapped;  /* pinned: the mmap'ed length (page multiple) */
   fakeCtx* ctx;   /* pinned: the context it was allocated in */
   unsigned long long id; /* CU_POINTER_ATTRIBUTE_BUFFER_ID: unique in the process */

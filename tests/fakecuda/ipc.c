@@ -18,8 +18,13 @@
  * - cuStreamWaitValue32 / cuStreamWriteValue32: stream memory operations on 32-bit
  *   flags in device memory, run in stream order by the stream's thread; a wait holds
  *   only its own stream, polling the shared memory (a peer process writes it);
- * - cuDeviceCanAccessPeer: every pair of fake devices can, unless FAKECUDA_NO_PEER is
- *   set.
+ * - cuDeviceCanAccessPeer: every pair of distinct fake GPUs can, unless FAKECUDA_NO_PEER
+ *   is set (none can) or FAKECUDA_PEER_GROUPS lists the groups of physical GPUs that can
+ *   ("0,1;2,3": 0 and 1 can, 2 and 3 can, no other pair), as on a machine of two NVLink
+ *   islands; cuIpcOpenMemHandle and cuMemSetAccess (vmm.c) refuse memory of a GPU the
+ *   caller's cannot access;
+ * - cuIpcOpenMemHandle takes only CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as its flags, as
+ *   the driver documents.
  */
 #define _GNU_SOURCE
 #include "fakecuda_internal.h"
@@ -195,16 +200,42 @@ typedef struct {
   char reserved[64];
 } CUipcMemHandle;
 
+/* group_of returns the FAKECUDA_PEER_GROUPS group of physical GPU phys (-1: none). */
+static int group_of(const char* groups, int phys) {
+  int g = 0;
+  for (const char* c = groups; *c;) {
+    char* end;
+    long v = strtol(c, &end, 10);
+    if (end == c) {
+      if (*c == ';') g++;
+      c++;
+      continue;
+    }
+    if (v == phys) return g;
+    c = end;
+  }
+  return -1;
+}
+
+int peer_ok(int phys, int peer) {
+  if (phys == peer) return 1;
+  if (getenv("FAKECUDA_NO_PEER") != NULL) return 0;
+  const char* groups = getenv("FAKECUDA_PEER_GROUPS");
+  if (groups == NULL) return 1;
+  int g = group_of(groups, phys);
+  return g >= 0 && g == group_of(groups, peer);
+}
+
 CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* out, CUipcMemHandle handle, unsigned int flags) {
   CALLED();
-  (void)flags;
+  if (flags != 1) return CUDA_ERROR_INVALID_VALUE; /* must be CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS */
   CUresult r = need_ctx();
   if (r) return r;
   ipcHandle h;
   memcpy(&h, &handle, sizeof h);
   if (h.magic != IPC_MAGIC || h.size == 0 || h.dev < 0 || h.dev >= NDEV) return CUDA_ERROR_INVALID_VALUE;
   if (h.pid == getpid()) return CUDA_ERROR_INVALID_CONTEXT; /* as the real driver: not in the exporter */
-  if (h.dev != physical(t_current->dev) && getenv("FAKECUDA_NO_PEER") != NULL) return CUDA_ERROR_INVALID_DEVICE;
+  if (!peer_ok(physical(t_current->dev), h.dev)) return CUDA_ERROR_INVALID_DEVICE;
   /* As the driver documents: a handle this context has open already gives the same
    * pointer, its reference count raised (one cuIpcCloseMemHandle no longer unmaps it). */
   pthread_mutex_lock(&mu);
@@ -240,7 +271,7 @@ CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* out, CUipcMemHandle handle, unsigned
   g_strict.ipc_opens++;
   mapping_opened(p, h.size, h.pid, ctl);
   int local = ordinal_of(h.dev); /* a GPU this process does not see: its own, as near enough */
-  track(p, h.size, local >= 0 ? local : t_current->dev);
+  track(p, h.size, local >= 0 ? local : t_current->dev)->lazy_peer = 1; /* CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS */
   s->next = g_shared;
   g_shared = s;
   pthread_mutex_unlock(&mu);
@@ -277,7 +308,7 @@ CUresult cuDeviceCanAccessPeer(int* can, int dev, int peer) {
   CALLED();
   if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED;
   if (dev < 0 || dev >= NDEV || peer < 0 || peer >= NDEV) return CUDA_ERROR_INVALID_DEVICE;
-  *can = physical(dev) != physical(peer) && getenv("FAKECUDA_NO_PEER") == NULL;
+  *can = physical(dev) != physical(peer) && peer_ok(physical(dev), physical(peer));
   return CUDA_SUCCESS;
 }
 
@@ -409,23 +440,6 @@ CUresult cuStreamWriteValue32_v2(void* stream, CUdeviceptr addr, unsigned value,
   CALLED();
   if (flags & ~1u) return CUDA_ERROR_INVALID_VALUE; /* only CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER */
   return mem_op(stream, addr, value, 0, run_write);
-}
-
-/* ---- synchronous helpers ---- */
-
-CUresult cuMemsetD32_v2(CUdeviceptr ptr, unsigned value, size_t n) {
-  CALLED();
-  CUresult r = need_ctx();
-  if (r) return r;
-  pthread_mutex_lock(&mu);
-  if (!live_dev((void*)(uintptr_t)ptr, n * 4)) {
-    pthread_mutex_unlock(&mu);
-    return CUDA_ERROR_INVALID_VALUE;
-  }
-  unsigned* w = (unsigned*)(uintptr_t)ptr;
-  for (size_t i = 0; i < n; i++) __atomic_store_n(&w[i], value, __ATOMIC_RELEASE);
-  pthread_mutex_unlock(&mu);
-  return CUDA_SUCCESS;
 }
 
 int describe_wait(const op* o, char* buf, size_t n) {

@@ -112,7 +112,7 @@ void kill_allocs(fakeCtx* ctx) {
     if (a->dev < 0 && a->ctx == ctx) {
       unpin(a);
       g_count.host_live--;
-    } else if (a->dev == ctx->dev) {
+    } else if (a->dev == ctx->dev && !a->vmm) {
       a->live = 0;
       memset(a->p, POISON, a->n);
     }

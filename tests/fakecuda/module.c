@@ -103,6 +103,25 @@ static int multi_ok(const launch* l) {
   return 1;
 }
 
+/* check_device faults where a kernel on a stream of device dev touches device memory
+ * [p, p+n) that dev may not access: memory of another GPU from cuMemAlloc (that needs
+ * cuCtxEnablePeerAccess, which gonccl never calls, or a mapping opened with
+ * CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS), or cuMemMap'ed memory without cuMemSetAccess for
+ * dev. On a GPU that is an illegal-address fault, sticky. Pinned and registered host
+ * memory is every device's. mu held. */
+static void check_device(const void* p, size_t n, int dev, const char* what) {
+  alloc* a = find(p, n, 1);
+  if (a == NULL || !a->live) return; /* host memory, or counted as bad_access */
+  if (a->vmm) {
+    if (!(a->access & (1u << dev)))
+      fault("%s on device %d touches memory %p that cuMemSetAccess gave device %d no access to", what, dev, p, dev);
+    return;
+  }
+  if (physical(a->dev) == physical(dev) || (a->lazy_peer && peer_ok(physical(dev), physical(a->dev)))) return;
+  fault("%s on device %d touches device memory %p of device %d without peer access (cuCtxEnablePeerAccess)", what,
+        dev, p, a->dev);
+}
+
 /* execute runs l's kernel: mu held on entry and exit, released while it computes. */
 static void execute(launch* l) {
   size_t bytes = (size_t)l->count * l->k->elem;
@@ -110,6 +129,14 @@ static void execute(launch* l) {
   if (!ok) {
     g_count.bad_access++;
     return;
+  }
+  int dev = l->s->ctx->dev;
+  if (l->k->multi) {
+    for (int i = 0; i < l->m.nin; i++) check_device(l->m.in[i], bytes, dev, "a kernel (its input)");
+    for (int i = 0; i < l->m.nout; i++) check_device(l->m.out[i], bytes, dev, "a kernel (its output)");
+  } else {
+    check_device(l->a, bytes, dev, "a kernel");
+    if (l->k->reduce) check_device(l->b, bytes, dev, "a kernel (its input)");
   }
   if (l->k->multi) {
     for (int i = 0; i < l->m.nin; i++) check_read(l->m.in[i], bytes, "a kernel launch (its input)", 0);

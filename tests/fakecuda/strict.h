@@ -52,6 +52,10 @@ void check_no_mappers(const unsigned* ctl, const void* p);
 int physical(int ordinal);
 int ordinal_of(int phys);
 
+/* ipc.c: whether physical GPU phys can access peer's memory (FAKECUDA_NO_PEER,
+ * FAKECUDA_PEER_GROUPS). */
+int peer_ok(int phys, int peer);
+
 #pragma GCC visibility pop
 
 #endif

@@ -1,14 +1,14 @@
 package shm
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gonccl/gonccl/internal/fdpass"
 )
 
 // Handing a segment over a Unix socket, for a pair that cannot open each other's
@@ -27,18 +27,11 @@ import (
 const answerHandover = 2
 
 // handoverName is the abstract socket name for the segment with token.
-func handoverName(token [tokenSize]byte) string {
-	sum := sha256.Sum256(append([]byte("gonccl shm handover "), token[:]...))
-	return "@gonccl-shm-" + hex.EncodeToString(sum[:16])
-}
+func handoverName(token [tokenSize]byte) string { return fdpass.Name("shm", token[:]) }
 
 // handoverListen starts the opener's side: a listener on handoverName(token).
 func handoverListen(token [tokenSize]byte) (*net.UnixListener, error) {
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: handoverName(token), Net: "unix"})
-	if err != nil {
-		return nil, fmt.Errorf("listening for the segment on an abstract unix socket: %w", err)
-	}
-	return l, nil
+	return fdpass.Listen(handoverName(token))
 }
 
 // handoverReceive accepts senders on l until one hands over a segment carrying token
@@ -65,61 +58,23 @@ func handoverReceive(l *net.UnixListener, ringSize uint64, token [tokenSize]byte
 // receiveSegment reads one fd from c, a sender with this process's uid, and maps it if
 // it is the segment with token.
 func receiveSegment(c *net.UnixConn, ringSize uint64, token [tokenSize]byte, deadline time.Time) (*segment, error) {
-	raw, err := c.SyscallConn()
-	if err != nil {
-		return nil, err
-	}
-	var cred *unix.Ucred
-	var cerr error
-	if err := raw.Control(func(fd uintptr) { cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) }); err != nil {
-		return nil, err
-	}
-	if cerr != nil {
-		return nil, fmt.Errorf("the sender's credentials: %w", cerr)
-	}
-	if int(cred.Uid) != unix.Getuid() {
-		return nil, fmt.Errorf("a process of uid %d offered a segment", cred.Uid)
-	}
-	if err := c.SetDeadline(deadline); err != nil {
-		return nil, err
-	}
-	buf := make([]byte, 1)
-	oob := make([]byte, unix.CmsgSpace(4))
-	_, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
+	fd, err := fdpass.Receive(c, deadline)
 	if err != nil {
 		return nil, fmt.Errorf("receiving the segment: %w", err)
 	}
-	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
-	if err != nil {
-		return nil, fmt.Errorf("receiving the segment: %w", err)
-	}
-	var fds []int
-	for _, m := range msgs {
-		got, err := unix.ParseUnixRights(&m)
-		if err == nil {
-			fds = append(fds, got...)
-		}
-	}
-	if len(fds) == 0 {
-		return nil, errors.New("the sender passed no file")
-	}
-	for _, fd := range fds[1:] {
-		unix.Close(fd)
-	}
-	defer unix.Close(fds[0])
-	return mapSegment(fds[0], fmt.Sprintf("the segment handed over (fd %d)", fds[0]), ringSize, token)
+	defer unix.Close(fd)
+	return mapSegment(fd, fmt.Sprintf("the segment handed over (fd %d)", fd), ringSize, token)
 }
 
 // handoverSend is the creator's side: it passes fd to the opener listening on
 // handoverName(token).
 func handoverSend(fd int, token [tokenSize]byte, deadline time.Time) error {
-	d := net.Dialer{Deadline: deadline}
-	c, err := d.Dial("unix", handoverName(token))
+	c, err := fdpass.Dial(handoverName(token), deadline)
 	if err != nil {
 		return fmt.Errorf("handing the segment over a unix socket: %w", err)
 	}
 	defer c.Close()
-	if _, _, err := c.(*net.UnixConn).WriteMsgUnix([]byte{0}, unix.UnixRights(fd), nil); err != nil {
+	if err := fdpass.Send(c, fd); err != nil {
 		return fmt.Errorf("handing the segment over a unix socket: %w", err)
 	}
 	return nil
