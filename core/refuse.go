@@ -201,8 +201,9 @@ func (e *p2pEngine) readRefused(pp *p2pPeer, h transport.MsgHeader) error {
 	return nil
 }
 
-// refused records that this rank refused seq (Comm.Refuse): failed, saying why. It is
-// not the communicator's first failure, whose dump it leaves to a real one.
+// refused records that this rank refused seq (Comm.Refuse), saying why. It is not a
+// failure of the communicator, whose first dump it leaves to a real one, nor an
+// operation a rank can be stuck in: python -m gonccl.trace takes it as done.
 func (f *flightRecorder) refused(seq uint64, reason string) {
 	if f == nil {
 		return
@@ -210,7 +211,7 @@ func (f *flightRecorder) refused(seq uint64, reason string) {
 	now := time.Now().UnixNano()
 	f.mu.Lock()
 	if s := f.slot(seq); s != nil {
-		s.state, s.started, s.finished, s.err = TraceFailed, now, now, "refused here: "+reason
+		s.state, s.started, s.finished, s.err = TraceRefused, now, now, "refused here: "+reason
 	}
 	f.mu.Unlock()
 }

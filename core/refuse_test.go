@@ -141,6 +141,11 @@ func TestRefuseChecksItsArguments(t *testing.T) {
 	_, err = req.Wait(-1)
 	require.NoError(t, err)
 	require.Equal(t, uint64(2), comms[0].status().Issued, "the refusal used up #1")
+	tr := comms[0].Trace()
+	require.Len(t, tr, 2)
+	require.Equal(t, TraceRefused, tr[0].State)
+	require.Equal(t, "refused here: alone, nobody to tell", tr[0].Err)
+	require.Equal(t, TraceCompleted, tr[1].State)
 	require.NoError(t, comms[0].Destroy())
 	require.ErrorIs(t, comms[0].Refuse(KindBarrier, "x"), ErrClosed)
 }
