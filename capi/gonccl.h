@@ -293,6 +293,18 @@ const char* goncclGetLastError(goncclComm_t comm);
  * gonccl_trace_<comm>_rank<r>_pid<pid>.json inside it. `python -m gonccl.trace DIR`
  * reads every rank's file and names the rank that is behind or stuck. */
 goncclResult_t goncclCommDumpTrace(goncclComm_t comm, const char* path);
+/* gonccl extension: tells comm's peers that this rank will not make its next
+ * collective call on comm, of kind (goncclOpAllReduce ... goncclOpAlltoAll), because a
+ * check of its arguments failed before the call; reason says which (a binding passes
+ * the message of the error it raises). Without it, peers that made the call wait for
+ * this rank until their timeout, or see only "lost rank" once its process exits; with
+ * it, their operation of that number fails at once (goncclMismatch) with
+ * "rank R refused <kind> #N: <reason>". The call uses up the collective's sequence
+ * number, so ranks that all refuse the same call stay in step and comm stays usable.
+ * It waits until the word is written to every peer's connection, at most 2 s, and is
+ * best effort: a peer this rank has no connection to is not told. Fails only for a
+ * destroyed comm, a NULL reason or a kind that is no collective. */
+goncclResult_t goncclCommRefuse(goncclComm_t comm, goncclOpKind_t kind, const char* reason);
 
 /* Blocking collectives (stream == NULL: host buffers). */
 goncclResult_t goncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,

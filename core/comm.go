@@ -96,16 +96,18 @@ type Comm struct {
 	closed      bool  // no more operations may be enqueued
 	broken      error // first failure; later operations fail at once with it
 	aborted     bool
-	issuedOp    string // the last operation enqueued, described (for status reports)
-	running     *op    // the operation the executor runs now
-	finishedSeq uint64 // the last operation the executor finished
-	brokenText  string // what broke the communicator, without peers' diagnoses
-	lost        error  // a rank is gone (see lost.go)
-	lostRank    int    // which, once lost is set
-	lostCause   error  // how it was lost (lost without the rank's name)
-	lostNow     bool   // the loss broke the communicator at once, or will no longer wait
-	suspended   bool   // Suspend ran, Resume not yet: operations are refused (suspend.go)
-	released    bool   // its memory is freed (under runMu too)
+	issuedOp    string                   // the last operation enqueued, described (for status reports)
+	running     *op                      // the operation the executor runs now
+	finishedSeq uint64                   // the last operation the executor finished
+	brokenText  string                   // what broke the communicator, without peers' diagnoses
+	lost        error                    // a rank is gone (see lost.go)
+	lostRank    int                      // which, once lost is set
+	lostCause   error                    // how it was lost (lost without the rank's name)
+	lostNow     bool                     // the loss broke the communicator at once, or will no longer wait
+	suspended   bool                     // Suspend ran, Resume not yet: operations are refused (suspend.go)
+	ownRefused  map[uint64]bool          // numbers this rank refused (refuse.go)
+	refusals    map[uint64]*refusalError // peers' refusals of numbers not finished here
+	released    bool                     // its memory is freed (under runMu too)
 }
 
 // DeviceTopology, if set, returns lines describing this process's GPUs (names, PCI bus
@@ -433,11 +435,13 @@ func (c *Comm) runOne(o *op, laterCallback bool) {
 func (c *Comm) execute(o *op) error {
 	c.mu.Lock()
 	broken, aborted := c.broken, c.aborted
+	refused := c.takeRefusalLocked(o.seq)
 	c.running = o
 	c.mu.Unlock()
 	defer func() {
 		c.mu.Lock()
 		c.running, c.finishedSeq = nil, o.seq
+		c.skipRefusedLocked()
 		c.mu.Unlock()
 	}()
 	if aborted {
@@ -446,6 +450,9 @@ func (c *Comm) execute(o *op) error {
 	if broken != nil {
 		return &OpError{Rank: c.rank, Op: o.String(), Peer: -1,
 			Err: fmt.Errorf("communicator failed earlier and cannot be used: %w", broken)}
+	}
+	if refused != nil { // a peer will not make this call: nothing to wait for
+		return c.failed(o, refused)
 	}
 	start := time.Now()
 	e := &exec{
@@ -475,16 +482,29 @@ func (c *Comm) execute(o *op) error {
 		c.logs.coll.Debug(o.String(), zap.String("algo", Algo(e.hdr.Algo).String()), zap.Duration("took", time.Since(start)))
 		return nil
 	}
+	return c.failed(o, err)
+}
+
+// failed ends o, which failed with err: the communicator breaks (with the lost rank,
+// if one is, as its cause), its links fail, and the error says where the other ranks
+// stood. A peer's refusal of o's number (refuse.go), even one that arrives while the
+// peers are asked where they stand, is the cause rather than the links it failed.
+func (c *Comm) failed(o *op, err error) error {
 	c.mu.Lock()
 	hurry := c.lost != nil && !c.lostNow && !c.aborted
-	if c.lost != nil && !errors.Is(err, ErrInvalidArgument) {
+	if r := c.takeRefusalLocked(o.seq); r != nil {
+		err = r
+	}
+	var refused *refusalError
+	isRefusal := errors.As(err, &refused)
+	if c.lost != nil && !errors.Is(err, ErrInvalidArgument) && !isRefusal {
 		err = c.lost // the links were failed because of it: name the cause
 	}
 	if c.aborted {
 		err = ErrAborted
 	}
-	aborted = c.aborted
-	if c.broken == nil {
+	aborted, breaks := c.aborted, c.broken == nil
+	if breaks {
 		c.broken = err
 		c.brokenText = truncate(fmt.Sprintf("%s: %v", o, err), 1024)
 	}
@@ -494,8 +514,20 @@ func (c *Comm) execute(o *op) error {
 	}
 	c.failLinks()
 	oe := &OpError{Rank: c.rank, Op: o.String(), Peer: -1, Err: err}
-	if !aborted && !errors.Is(err, ErrInvalidArgument) && !errors.Is(err, ErrNotSupported) {
+	if !aborted && !errors.Is(err, ErrInvalidArgument) && !errors.Is(err, ErrNotSupported) && !isRefusal {
 		oe.Diagnosis = c.diagnose(o, err)
+		// The refusing rank's word comes on its channel, which the diagnosis has just
+		// read up to its answer or its end: if it was behind the links' failure, it is
+		// here now.
+		c.mu.Lock()
+		if r := c.takeRefusalLocked(o.seq); r != nil {
+			oe.Err, oe.Diagnosis = r, ""
+			if breaks {
+				c.broken = r
+				c.brokenText = truncate(fmt.Sprintf("%s: %v", o, r), 1024)
+			}
+		}
+		c.mu.Unlock()
 	}
 	c.logs.coll.Warn(oe.logText())
 	return oe

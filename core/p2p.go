@@ -143,6 +143,7 @@ type p2pEngine struct {
 	onLost        func(rank, from int, reason string, now, silent bool) // a peer says rank is lost (see lost.go)
 	onFailed      func(from, by int, reason string, class uint64)       // a peer says from's communicator failed (see devreport.go)
 	onDevSize     func(from int, msg, bytes uint64)                     // a peer's device-path send to this rank (see devp2psize.go)
+	onRefused     func(from int, kind Kind, seq uint64, reason string)  // a peer refused a collective (see refuse.go)
 	stop          chan struct{}                                         // closed by close: ends the heartbeat goroutine
 	statusAnswers chan statusAnswer                                     // where peers' answers go while this rank asks
 	wins          windowTable                                           // one-sided windows, for frames that write into them (see window.go)
@@ -171,7 +172,7 @@ func (cs completions) run() {
 // a nil slice for none yet: peers join later through addPeer).
 func (c *Comm) startP2P(msgs []*transport.MsgConn) {
 	e := &p2pEngine{rank: c.rank, nranks: c.nranks, timeout: c.timeout, log: c.logs.net, guard: c.cfg.guard(c.logs.net),
-		peers: make([]*p2pPeer, c.nranks), status: c.status, onDead: c.peerDead, onLost: c.lossReported, onFailed: c.failureReported, onDevSize: c.devSizeAnnounced, stop: make(chan struct{})}
+		peers: make([]*p2pPeer, c.nranks), status: c.status, onDead: c.peerDead, onLost: c.lossReported, onFailed: c.failureReported, onDevSize: c.devSizeAnnounced, onRefused: c.refusalReported, stop: make(chan struct{})}
 	if c.cfg != nil && c.peers != nil {
 		e.linkDown, e.linkRetry = c.peers.linkDown, c.cfg.linkRetry
 	}

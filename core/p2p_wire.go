@@ -127,6 +127,8 @@ func (e *p2pEngine) handle(pp *p2pPeer, h transport.MsgHeader) error {
 		return e.readWinPut(pp, h)
 	case transport.MsgWinSignal:
 		e.readWinSignal(pp, h)
+	case transport.MsgRefused:
+		return e.readRefused(pp, h)
 	}
 	return nil
 }

@@ -32,6 +32,7 @@ const (
 	TraceStarted                     // the executor is running it
 	TraceCompleted                   // finished without error
 	TraceFailed                      // finished with an error
+	TraceRefused                     // this rank refused the call (Comm.Refuse): it never ran
 )
 
 func (s TraceState) String() string {
@@ -44,6 +45,8 @@ func (s TraceState) String() string {
 		return "completed"
 	case TraceFailed:
 		return "failed"
+	case TraceRefused:
+		return "refused"
 	}
 	return fmt.Sprintf("state(%d)", uint8(s))
 }

@@ -414,6 +414,28 @@ class GoncclBackend : public c10d::Backend {
     std::chrono::milliseconds previous_;
   };
 
+  // Declared first in every collective, before its checks: should the
+  // collective throw before issue() has handed any of it to Go, this rank
+  // refuses the call on the way out (goncclCommRefuse). Its peers, which made
+  // the call, then fail at once, naming this rank and the message of the
+  // exception (lastFailure), instead of waiting for it until their timeout or
+  // its exit. A collective that calls another leaves it to the outermost.
+  class Checking {
+   public:
+    Checking(GoncclBackend& backend, goncclOpKind_t kind);
+    ~Checking();
+    Checking(const Checking&) = delete;
+    Checking& operator=(const Checking&) = delete;
+    // The collective this thread is in has been handed to Go (issue()).
+    static void issued();
+
+   private:
+    GoncclBackend& backend_;
+    goncclOpKind_t kind_;
+    int uncaught_;
+    Checking* outer_;
+  };
+
   // Issues one op under issueMutex_: checks that its tensors share one device,
   // builds the Work, runs start, hands each request to the completion queue.
   // For CUDA tensors, start runs with parts.stream set to the device's gonccl
@@ -445,6 +467,11 @@ class GoncclBackend : public c10d::Backend {
   // Throws if the backend is shut down or this process is a fork; returns the
   // communicator.
   goncclComm_t liveComm(const char* op);
+
+  // Tells the peers that this rank will not make its next collective, of
+  // kind, and why (goncclCommRefuse), unless the backend is shut down, has
+  // no communicator, is estimating or this process is a fork. Never throws.
+  void refuse(goncclOpKind_t kind, const std::string& reason) noexcept;
 
   void close(bool abort);
 

@@ -114,7 +114,8 @@ goncclDataType_t checkTensor(
         op, "sparse tensors are not supported (got layout ", t.layout(), ")");
   }
   if (t.is_cuda() && !cuda::support()) {
-    C10_THROW_ERROR(ValueError, cuda::noCudaMessage(op));
+    lastFailure() = cuda::noCudaMessage(op);
+    C10_THROW_ERROR(ValueError, lastFailure());
   }
   if (!t.is_cpu() && !t.is_cuda()) {
     fail<c10::ValueError>(

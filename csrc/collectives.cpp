@@ -53,6 +53,7 @@ InOut denseInOut(
 
 c10::intrusive_ptr<c10d::Work> GoncclBackend::allreduce(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
+  Checking checking(*this, goncclOpAllReduce);
   constexpr OpName op = GONCCL_OP("all_reduce");
   checkCount(tensors, 1, op);
   if (tensors[0].layout() == c10::kSparse) {
@@ -79,6 +80,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::allreduce(
 c10::intrusive_ptr<c10d::Work> GoncclBackend::allreduce_coalesced(
     std::vector<at::Tensor>& tensors,
     const c10d::AllreduceCoalescedOptions& opts) {
+  Checking checking(*this, goncclOpAllReduce);
   CallTimeout callTimeout(opts.timeout);
   constexpr OpName op = GONCCL_OP("all_reduce_coalesced");
   if (tensors.empty()) {
@@ -110,6 +112,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::allreduce_coalesced(
 
 c10::intrusive_ptr<c10d::Work> GoncclBackend::reduce(
     std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
+  Checking checking(*this, goncclOpReduce);
   CallTimeout callTimeout(opts.timeout);
   constexpr OpName op = GONCCL_OP("reduce");
   checkCount(tensors, 1, op);
@@ -135,6 +138,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::reduce(
 
 c10::intrusive_ptr<c10d::Work> GoncclBackend::broadcast(
     std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
+  Checking checking(*this, goncclOpBroadcast);
   CallTimeout callTimeout(opts.timeout);
   constexpr OpName op = GONCCL_OP("broadcast");
   checkCount(tensors, 1, op);
@@ -158,6 +162,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::allgather(
     std::vector<std::vector<at::Tensor>>& outputTensors,
     std::vector<at::Tensor>& inputTensors,
     const c10d::AllgatherOptions& opts) {
+  Checking checking(*this, goncclOpAllGather);
   CallTimeout callTimeout(opts.timeout);
   constexpr OpName op = GONCCL_OP("all_gather");
   checkCount(inputTensors, 1, op, "input tensor");
@@ -189,6 +194,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::_allgather_base(
     at::Tensor& outputBuffer,
     at::Tensor& inputBuffer,
     const c10d::AllgatherOptions& opts) {
+  Checking checking(*this, goncclOpAllGather);
   CallTimeout callTimeout(opts.timeout);
   constexpr OpName op = GONCCL_OP("all_gather_into_tensor");
   Staging staging;
@@ -227,6 +233,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& outputTensorLists,
     std::vector<at::Tensor>& inputTensors,
     const c10d::AllgatherOptions& opts) {
+  Checking checking(*this, goncclOpAllGather);
   CallTimeout callTimeout(opts.timeout);
   constexpr OpName op = GONCCL_OP("all_gather_coalesced");
   if (inputTensors.empty()) {
@@ -280,6 +287,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs,
     std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
+  Checking checking(*this, goncclOpAllGather);
   CallTimeout callTimeout(opts.timeout);
   constexpr OpName op = GONCCL_OP("all_gather_into_tensor_coalesced");
   checkCount(outputs, inputs.size(), op, "output tensor");
@@ -312,6 +320,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::gather(
     std::vector<std::vector<at::Tensor>>& outputTensors,
     std::vector<at::Tensor>& inputTensors,
     const c10d::GatherOptions& opts) {
+  Checking checking(*this, goncclOpGather);
   CallTimeout callTimeout(opts.timeout);
   constexpr OpName op = GONCCL_OP("gather");
   checkCount(inputTensors, 1, op, "input tensor");
@@ -345,6 +354,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::gather_into_tensor(
     at::Tensor& outputBuffer,
     at::Tensor& inputBuffer,
     const c10d::GatherOptions& opts) {
+  Checking checking(*this, goncclOpGather);
   CallTimeout callTimeout(opts.timeout);
   constexpr OpName op = GONCCL_OP("gather_into_tensor");
   checkRoot(opts.rootRank, size_, op);
@@ -377,6 +387,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::scatter(
     std::vector<at::Tensor>& outputTensors,
     std::vector<std::vector<at::Tensor>>& inputTensors,
     const c10d::ScatterOptions& opts) {
+  Checking checking(*this, goncclOpScatter);
   CallTimeout callTimeout(opts.timeout);
   constexpr OpName op = GONCCL_OP("scatter");
   checkCount(outputTensors, 1, op, "output tensor");
@@ -408,6 +419,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::reduce_scatter(
     std::vector<at::Tensor>& outputTensors,
     std::vector<std::vector<at::Tensor>>& inputTensors,
     const c10d::ReduceScatterOptions& opts) {
+  Checking checking(*this, goncclOpReduceScatter);
   CallTimeout callTimeout(opts.timeout);
   constexpr OpName op = GONCCL_OP("reduce_scatter");
   checkCount(outputTensors, 1, op, "output tensor");
@@ -470,6 +482,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::_reduce_scatter_base(
     at::Tensor& outputBuffer,
     at::Tensor& inputBuffer,
     const c10d::ReduceScatterOptions& opts) {
+  Checking checking(*this, goncclOpReduceScatter);
   CallTimeout callTimeout(opts.timeout);
   constexpr OpName op = GONCCL_OP("reduce_scatter_tensor");
   Staging staging;
@@ -502,6 +515,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs,
     std::vector<at::Tensor>& inputs,
     const c10d::ReduceScatterOptions& opts) {
+  Checking checking(*this, goncclOpReduceScatter);
   CallTimeout callTimeout(opts.timeout);
   constexpr OpName op = GONCCL_OP("reduce_scatter_tensor_coalesced");
   checkCount(outputs, inputs.size(), op, "output tensor");
@@ -544,6 +558,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::alltoall_base(
     std::vector<int64_t>& outputSplitSizes,
     std::vector<int64_t>& inputSplitSizes,
     const c10d::AllToAllOptions& opts) {
+  Checking checking(*this, goncclOpAlltoAll);
   CallTimeout callTimeout(opts.timeout);
   constexpr OpName op = GONCCL_OP("all_to_all_single");
   goncclDataType_t type = checkTensor(inputBuffer, op);
@@ -599,6 +614,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::alltoall(
     std::vector<at::Tensor>& outputTensors,
     std::vector<at::Tensor>& inputTensors,
     const c10d::AllToAllOptions& opts) {
+  Checking checking(*this, goncclOpAlltoAll);
   CallTimeout callTimeout(opts.timeout);
   constexpr OpName op = GONCCL_OP("all_to_all");
   checkCount(inputTensors, size_, op, "input tensor");
@@ -637,6 +653,7 @@ c10::intrusive_ptr<c10d::Work> GoncclBackend::alltoall(
 
 c10::intrusive_ptr<c10d::Work> GoncclBackend::barrier(
     const c10d::BarrierOptions& opts) {
+  Checking checking(*this, goncclOpBarrier);
   CallTimeout callTimeout(opts.timeout);
   return issueCall(
       {c10d::OpType::BARRIER, GONCCL_OP("barrier"), {}, {}},

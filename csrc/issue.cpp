@@ -2,7 +2,9 @@
 // and stream of its tensors, its time limit, its Work, and the requests that
 // the op's start function hands to Go, tracked until they complete.
 #include <algorithm>
+#include <exception>
 #include <optional>
+#include <string>
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
@@ -19,7 +21,56 @@ namespace {
 // The per-call time limit of the ops this thread issues (CallTimeout).
 thread_local std::chrono::milliseconds callTimeout = c10d::kUnsetTimeout;
 
+// The outermost collective this thread is checking, and whether any of it has
+// been handed to Go (Checking).
+thread_local GoncclBackend::Checking* checking = nullptr;
+thread_local bool handedToGo = false;
+
 }  // namespace
+
+GoncclBackend::Checking::Checking(GoncclBackend& backend, goncclOpKind_t kind)
+    : backend_(backend),
+      kind_(kind),
+      uncaught_(std::uncaught_exceptions()),
+      outer_(checking) {
+  checking = this;
+  if (outer_ == nullptr) {
+    handedToGo = false;
+    lastFailure().clear();
+  }
+}
+
+GoncclBackend::Checking::~Checking() {
+  checking = outer_;
+  if (outer_ == nullptr && !handedToGo &&
+      std::uncaught_exceptions() > uncaught_) {
+    backend_.refuse(kind_, lastFailure());
+  }
+}
+
+void GoncclBackend::Checking::issued() {
+  handedToGo = true;
+}
+
+void GoncclBackend::refuse(
+    goncclOpKind_t kind, const std::string& reason) noexcept {
+  try {
+    if (!libraryLoaded() || isForkedChild()) {
+      return;
+    }
+    GilRelease noGil;  // it waits (briefly) for the word to go out
+    std::lock_guard<std::mutex> guard(issueMutex_);
+    if (closed_ || comm_ == nullptr || estimating_) {
+      return;
+    }
+    const std::string why =
+        reason.empty() ? "a check of its arguments failed before the call"
+                       : reason;
+    lib().commRefuse(comm_, kind, why.c_str());
+  } catch (...) {
+    // Best effort: the caller's own exception is what matters here.
+  }
+}
 
 GoncclBackend::CallTimeout::CallTimeout(std::chrono::milliseconds timeout)
     : previous_(callTimeout) {
@@ -80,6 +131,9 @@ c10::intrusive_ptr<GoncclWork> GoncclBackend::issue(Op op, Start start) {
   work->setErrorNote(rankNote_);
   setCommTimeout(parts.comm, timeout, op.name);
   goncclResult_t rc = start(parts);
+  if (rc == goncclSuccess || !parts.requests.empty()) {
+    Checking::issued();
+  }
   if (holds) {
     // The copy-out comes after the op on the gonccl stream, and the next op
     // (issued after this returns) must queue its copies after it: the Work
@@ -98,6 +152,7 @@ c10::intrusive_ptr<GoncclWork> GoncclBackend::issue(Op op, Start start) {
   if (parts.requests.empty()) {
     if (!error.empty()) {
       work->fail(error);
+      lastFailure() = error;  // nothing reached Go: the peers hear it
       C10_THROW_ERROR(DistBackendError, error);
     }
     ++seq_;

@@ -26,6 +26,7 @@ namespace gonccl {
   X(commInitRankConfig, goncclCommInitRankConfig)     \
   X(commInitRankEpoch, goncclCommInitRankEpoch)       \
   X(commEpoch, goncclCommEpoch)                       \
+  X(commRefuse, goncclCommRefuse)                     \
   X(commSetTimeout, goncclCommSetTimeout)             \
   X(commDestroy, goncclCommDestroy)                   \
   X(commAbort, goncclCommAbort)                       \

@@ -125,6 +125,7 @@ void sumInto(
 
 c10::intrusive_ptr<c10d::Work> GoncclBackend::allreduce_sparse(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
+  Checking checking(*this, goncclOpAllGather);
   CallTimeout callTimeout(opts.timeout);
   constexpr OpName op{"all_reduce (sparse)", "gonccl:all_reduce_sparse"};
   checkCount(tensors, 1, op);

@@ -3,7 +3,8 @@ against the header and libgonccl.so shipped in the installed package, runs as 2,
 4 separate processes (rank 0 writes the unique id to a file the others read) and every
 rank's self-checks pass: all_reduce (sizes 0..1M, in place, MIN/PROD/AVG), broadcast
 from every root, all_gather (also in place), async requests with a completion
-callback, error codes for bad arguments, use after destroy.
+callback, error codes for bad arguments, a rank refusing a call its peers made
+(goncclCommRefuse), use after destroy.
 
 Linking an executable with plain `-lgonccl` also proves the library has no unresolved
 symbols (ld refuses those for executables by default).

@@ -111,6 +111,41 @@ def test_dtype_mismatch_says_it_once():
 
 
 @pytest.mark.timeout(150)
+def test_shape_mismatch_says_what_to_check():
+    for rank, (secs, kind, msg) in enumerate(first_errors("shape_mismatch")):
+        assert kind == "DistBackendError", (rank, kind, msg)
+        assert "float32 x 1024" in msg and "float32 x 512" in msg, (rank, msg)
+        assert "every rank must pass tensors of the same number of elements" in msg, (rank, msg)
+        assert "check the shapes each rank builds" in msg, (rank, msg)  # the next step
+        said_once(msg)
+        assert secs < scaled(15), (rank, secs, msg)
+
+
+REFUSALS = [
+    ("uneven_all_gather", "all_gather #2", "all_gather: output tensor 0 has 5 elements, expected 4"),
+    ("uneven_reduce_scatter_alive", "reduce_scatter #2",
+     "reduce_scatter_tensor: the input tensor (world_size * output) has 9 elements, expected 8"),
+]
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("case,call,reason", REFUSALS, ids=[c for c, _, _ in REFUSALS])
+def test_rank_that_fails_a_local_check_tells_its_peers(case, call, reason):
+    """Rank 1's own check of its tensors fails before the call; it raises its own
+    ValueError and tells rank 0 why, whose call fails at once naming rank 1 and the
+    check: not "lost rank 1" once rank 1 exits (uneven_all_gather), nor a timeout while
+    it lives on (uneven_reduce_scatter_alive)."""
+    (secs0, kind0, msg0), (_, kind1, msg1) = first_errors(case)
+    assert kind1 == "ValueError", (kind1, msg1)
+    assert msg1 == "gonccl: " + reason, msg1
+    assert kind0 == "DistBackendError", (kind0, msg0)
+    assert f"rank 1 refused {call}: {reason}" in msg0, msg0
+    assert "lost rank" not in msg0 and "Timed out" not in msg0, msg0
+    said_once(msg0)
+    assert secs0 < scaled(15), (secs0, msg0)
+
+
+@pytest.mark.timeout(150)
 def test_timeout_is_stated_once_and_matches_torch():
     secs, kind, msg = first_errors("timeout", ranks=1)[0]
     assert kind == "DistBackendError", (kind, msg)

@@ -196,3 +196,25 @@ def test_trace_names_the_rank_torchrun_terminated(tmp_path):
     findings = [line.strip()[3:] for line in text.splitlines() if line.strip().startswith("=>")]
     assert findings[0].startswith("rank 1 is behind: its last op is seq 2 all_reduce"), text
     assert "no rank is behind" not in text, text
+
+
+def test_trace_takes_a_refused_call_as_done(tmp_path):
+    """A call a rank refused (its own check failed: Comm.Refuse) is no operation it can
+    be stuck in: after every rank refused seq 2, a hang at seq 4 is still found at seq 4;
+    and a call only rank 1 refused shows as such beside rank 0's failure."""
+    d = str(tmp_path)
+    refused = dict(state="refused", dtype="int8", count=0, error="refused here: all_reduce: bad dtype")
+    for r in range(2):
+        _write(d, "a", r, 2, [_op(1), _op(2, **refused), _op(3)] +
+               ([_op(4, state="started")] if r == 0 else []))
+    _write(d, "b", 0, 2, [_op(1), _op(2, op="all_gather", count=4, state="failed",
+                                      error="rank 1 refused all_gather #2: all_gather: output tensor 0 has 5 elements")])
+    _write(d, "b", 1, 2, [_op(1), _op(2, op="all_gather", **refused)])
+    text, _ = trace.report(d)
+    a = text[text.index("communicator a"):text.index("communicator b")]
+    assert "rank 1 is behind: its last op is seq 3" in a, a
+    assert "seq 2" not in a.split("=>", 1)[1], a
+    b = text[text.index("communicator b"):]
+    assert ("ranks disagree at seq 2: rank 0 called all_gather(float32, 4); "
+            "rank 1 called all_gather, refused by this rank's own check") in b, b
+    assert "rank 0 failed: rank 1 refused all_gather #2" in b, b

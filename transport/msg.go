@@ -65,8 +65,13 @@ const (
 	// sender; no payload. It travels behind the sender's earlier puts, so a rank that
 	// sees the signal sees their data.
 	MsgWinSignal MsgKind = 15
+	// MsgRefused tells the peer that this rank will not make its collective number Seq
+	// (of kind Tag): a check of its arguments on this rank failed before the call, and
+	// the payload (Len bytes, at most MaxStatusBytes) says why. The number is used up on
+	// the sender, so ranks that all refused the same call stay in step.
+	MsgRefused MsgKind = 16
 	// msgKindMax is the highest kind a reader accepts.
-	msgKindMax = MsgWinSignal
+	msgKindMax = MsgRefused
 )
 
 // MaxStatusBytes bounds a MsgStatus payload.
@@ -104,6 +109,8 @@ func (k MsgKind) String() string {
 		return "win-put"
 	case MsgWinSignal:
 		return "win-signal"
+	case MsgRefused:
+		return "refused"
 	}
 	return fmt.Sprintf("msg(%d)", uint8(k))
 }
@@ -119,7 +126,8 @@ type MsgHeader struct {
 
 // HasPayload reports whether Len payload bytes follow the header on the wire.
 func (h *MsgHeader) HasPayload() bool {
-	return h.Kind == MsgEager || h.Kind == MsgData || h.Kind == MsgStatus || h.Kind == MsgBye || h.Kind == MsgLost || h.Kind == MsgFailed || h.Kind == MsgWinPut
+	return h.Kind == MsgEager || h.Kind == MsgData || h.Kind == MsgStatus || h.Kind == MsgBye || h.Kind == MsgLost || h.Kind == MsgFailed || h.Kind == MsgWinPut ||
+		h.Kind == MsgRefused
 }
 
 // MaxMsgLen bounds the length a point-to-point header may carry, so that no length read

@@ -52,7 +52,7 @@ class RankTrace:
     def current(self) -> dict | None:
         """The oldest operation that did not complete (the one the rank is in)."""
         for o in self.ops:
-            if o["state"] != "completed":
+            if o["state"] not in ("completed", "refused"):  # refused: the rank never made the call
                 return o
         return None
 
@@ -129,6 +129,8 @@ def describe(o: dict | None) -> str:
     all_reduce(float32, 300001) in 64 chunks (seq 5-133)."""
     if o is None:
         return "-"
+    if o.get("state") == "refused":  # its dtype and count are not known
+        return f"{o['op']}, refused by this rank's own check"
     if o["op"] == "barrier":
         return "barrier"
     args = [o["dtype"], str(o["count"])]

@@ -469,6 +469,43 @@ static void test_alltoallv_mismatch(const char* id_path) {
   free(counts), free(rcounts), free(displs), free(send), free(recv);
 }
 
+/* On a communicator of its own (a refusal by one rank breaks the others'): ranks that
+ * all refuse a call stay in step; then rank 1 alone refuses all_gather #3, and its ring
+ * neighbours' all_gather fails at once with goncclMismatch, naming rank 1 and its
+ * reason; the others' fails too, not at the timeout. */
+static void test_refuse(const char* id_path) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s.refuse", id_path);
+  goncclUniqueId id;
+  share_id(path, &id);
+  goncclComm_t comm;
+  OK(goncclCommInitRankTimeout(&comm, nranks, id, rank, 60000), NULL);
+  goncclResult_t r = goncclCommRefuse(comm, goncclOpSendRecv, "not a collective");
+  CHECK(r == goncclInvalidArgument, "refusing a send/recv -> %d", r);
+  r = goncclCommRefuse(comm, goncclOpAllReduce, NULL);
+  CHECK(r == goncclInvalidArgument, "NULL reason -> %d", r);
+  OK(goncclCommRefuse(comm, goncclOpAllReduce, "gonccl: all_reduce: the same bad tensor on every rank"), comm);
+  float x = (float)(rank + 1);
+  OK(goncclAllReduce(&x, &x, 1, goncclFloat32, goncclSum, comm, NULL), comm);
+  CHECK(x == (float)(nranks * (nranks + 1) / 2), "all_reduce after every rank refused #1: %f", x);
+  float* buf = calloc((size_t)nranks, sizeof(float));
+  if (rank == 1) {
+    OK(goncclCommRefuse(comm, goncclOpAllGather, "gonccl: all_gather: my check failed"), comm);
+  } else {
+    time_t start = time(NULL);
+    r = goncclAllGather(buf + rank, buf, 1, goncclFloat32, comm, NULL);
+    CHECK(r != goncclSuccess, "an all_gather that rank 1 refused succeeded");
+    CHECK(time(NULL) - start < 30, "the refused all_gather failed only after %lds", (long)(time(NULL) - start));
+    if (rank == 0 || rank == 2) {
+      CHECK(r == goncclMismatch, "refused all_gather -> %s: %s", goncclGetErrorString(r), goncclGetLastError(comm));
+      CHECK(strstr(goncclGetLastError(comm), "rank 1 refused all_gather #3: all_gather: my check failed") != NULL,
+            "message: %s", goncclGetLastError(comm));
+    }
+  }
+  OK(goncclCommAbort(comm), NULL);
+  free(buf);
+}
+
 /* One-sided windows: every rank puts its slot into the next rank's window and signals
  * it; the window (read through goncclWinMemory) must hold the previous rank's slot and
  * the initial values elsewhere. Same-host peers are mapped: writing through a peer's
@@ -567,6 +604,7 @@ int main(int argc, char** argv) {
   test_alltoallv(comm);
   test_windows(comm);
   test_alltoallv_mismatch(argv[3]);
+  test_refuse(argv[3]);
   OK(goncclCommDestroy(comm), NULL);
   float x = 0;
   goncclResult_t res = goncclAllReduce(&x, &x, 1, goncclFloat32, goncclSum, comm, NULL);

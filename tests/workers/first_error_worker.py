@@ -56,6 +56,42 @@ def dtype_mismatch():
     dist.all_reduce(t)
 
 
+def shape_mismatch():
+    init()
+    dist.all_reduce(torch.ones(1024 if dist.get_rank() == 0 else 512))
+
+
+def uneven_all_gather():
+    """Rank 1 hands all_gather outputs of another size than its input: its own check
+    fails before the call, which rank 0 makes. Rank 1 then exits (main's os._exit)."""
+    init()
+    dist.all_reduce(torch.ones(4))
+    out = [torch.empty(4 if dist.get_rank() == 0 else 5) for _ in range(2)]
+    dist.all_gather(out, torch.ones(4))
+
+
+def uneven_reduce_scatter_alive():
+    """As uneven_all_gather, for reduce_scatter_tensor, but rank 1 lives on after its
+    error until rank 0 has had its own, so rank 0 cannot learn of it from an exit."""
+    init()
+    store = dist.distributed_c10d._get_default_store()
+    dist.all_reduce(torch.ones(4))
+    if dist.get_rank() == 1:
+        try:
+            dist.reduce_scatter_tensor(torch.empty(4), torch.ones(9))
+        except ValueError:
+            try:
+                store.wait(["rank 0 failed"], TIMEOUT * 3)
+            except Exception:  # noqa: BLE001 - rank 0, the store's host, may be gone
+                pass
+            raise
+    try:
+        dist.reduce_scatter_tensor(torch.empty(4), torch.ones(8))
+    finally:
+        store.set("rank 0 failed", "1")
+        time.sleep(0.5)  # rank 1 reads the key before this process, the store's host, ends
+
+
 def timeout():
     """Rank 1 never calls the collective rank 0 waits in."""
     init()
@@ -103,7 +139,8 @@ def debug_file():
     dist.destroy_process_group()
 
 
-CASES = {f.__name__: f for f in (settings, missing_rank, late_group, dtype_mismatch, timeout, peer_exited, debug_file, sigterm_behind)}
+CASES = {f.__name__: f for f in (settings, missing_rank, late_group, dtype_mismatch, shape_mismatch, uneven_all_gather,
+                                  uneven_reduce_scatter_alive, timeout, peer_exited, debug_file, sigterm_behind)}
 
 
 def main():
