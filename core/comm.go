@@ -106,6 +106,8 @@ type Comm struct {
 	lostNow     bool   // the loss broke the communicator at once, or will no longer wait
 	suspended   bool   // Suspend ran, Resume not yet: operations are refused (suspend.go)
 	released    bool   // its memory is freed (under runMu too)
+	// news is closed when a cause is heard (see awaitCause); nil: nobody waits.
+	news chan struct{}
 }
 
 // DeviceTopology, if set, returns lines describing this process's GPUs (names, PCI bus
@@ -475,6 +477,7 @@ func (c *Comm) execute(o *op) error {
 		c.logs.coll.Debug(o.String(), zap.String("algo", Algo(e.hdr.Algo).String()), zap.Duration("took", time.Since(start)))
 		return nil
 	}
+	c.awaitCause(err)
 	c.mu.Lock()
 	hurry := c.lost != nil && !c.lostNow && !c.aborted
 	if c.lost != nil && !errors.Is(err, ErrInvalidArgument) {

@@ -162,10 +162,4 @@ def test_lost_host_among_many(package_dir, tmp_path, how):
             misnamed.append(f"rank {r} names no rank of {'the lost host' if r not in lost else 'another host'}: "
                             f"{err[-600:]}")
     assert not problems, f"{len(problems)} problems ({how}):\n" + "\n".join(problems[:12])
-    if misnamed and how == "cut":
-        # Known: the ranks next to the cut host see it first and fail their links to
-        # everyone else; a peer whose reconnect to one of them is refused ("stale link
-        # id") before the news of the loss reaches it records that rank as the lost one.
-        pytest.xfail(f"{len(misnamed)} ranks blame a rank that failed on the cut, not the cut host:\n"
-                     + "\n".join(misnamed[:4]))
     assert not misnamed, f"{len(misnamed)} ranks misname the loss ({how}):\n" + "\n".join(misnamed[:12])
