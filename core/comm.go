@@ -108,6 +108,8 @@ type Comm struct {
 	ownRefused  map[uint64]bool          // numbers this rank refused (refuse.go)
 	refusals    map[uint64]*refusalError // peers' refusals of numbers not finished here
 	released    bool                     // its memory is freed (under runMu too)
+	// news is closed when a cause is heard (see awaitCause); nil: nobody waits.
+	news chan struct{}
 }
 
 // DeviceTopology, if set, returns lines describing this process's GPUs (names, PCI bus
@@ -482,6 +484,7 @@ func (c *Comm) execute(o *op) error {
 		c.logs.coll.Debug(o.String(), zap.String("algo", Algo(e.hdr.Algo).String()), zap.Duration("took", time.Since(start)))
 		return nil
 	}
+	c.awaitCause(err)
 	return c.failed(o, err)
 }
 

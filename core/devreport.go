@@ -90,6 +90,9 @@ func (c *Comm) failureReported(from, by int, reason string, class uint64) {
 	c.mu.Lock()
 	hurry := c.lost != nil && !c.lostNow && !c.aborted
 	changed := c.setCauseLocked("peer", err)
+	if changed {
+		c.heardLocked()
+	}
 	c.mu.Unlock()
 	if !changed {
 		return

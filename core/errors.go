@@ -91,9 +91,20 @@ func (e *timeoutError) Unwrap() error { return ErrTimeout }
 // lostRankError is the error of losing rank to err: for a connection that closed
 // (not one that fell silent), it says what that usually means, that the rank's
 // process exited or its program closed the group, before how it was seen.
-func lostRankError(rank int, err error) error {
-	if errors.Is(err, ErrPeerClosed) && !errors.Is(err, ErrTimeout) {
-		return fmt.Errorf("lost rank %d: it exited or closed its group (%w)", rank, err)
-	}
-	return fmt.Errorf("lost rank %d: %w", rank, err)
+func lostRankError(rank int, err error) error { return &lostRank{rank: rank, err: err} }
+
+// lostRank is lostRankError's error; the rank it names is for attributing a failure
+// (see Comm.awaitCause).
+type lostRank struct {
+	rank int
+	err  error
 }
+
+func (e *lostRank) Error() string {
+	if errors.Is(e.err, ErrPeerClosed) && !errors.Is(e.err, ErrTimeout) {
+		return fmt.Sprintf("lost rank %d: it exited or closed its group (%v)", e.rank, e.err)
+	}
+	return fmt.Sprintf("lost rank %d: %v", e.rank, e.err)
+}
+
+func (e *lostRank) Unwrap() error { return e.err }

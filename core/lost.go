@@ -26,6 +26,17 @@ import (
 // peer that learns it first passes it on in turn: the news floods the channels, which
 // connect every survivor (ring neighbours always have one), and every survivor names
 // the lost rank, not the neighbour whose failure reached it first.
+//
+// The news can be slower than the failure it explains. A rank that breaks its
+// communicator fails its links at once (and closes them failGrace later), whether it
+// knows the cause yet or not, so a peer may see a link end (closed, or a reconnect
+// refused: the rank gave that link up) before the news arrives on the channel beside
+// it; on a crowded host the reader of that channel may not run for a while. An
+// operation that fails on such a link waits for the cause (awaitCause), up to
+// causeWait: a loss recorded meanwhile (the peer's news, or this rank's own channel
+// to the rank finding it dead), a failure a peer reported, or the channel to the rank
+// ending (a goodbye, or death). Only a link that proves its peer gone (a reconnect
+// that gave up: gaveUp) records the loss at once, and so starts the news.
 
 // peerLost records that rank fell silent (err says how) and breaks the communicator
 // with the loss at once (breakWith, which fails every link), unless a loss was
@@ -84,6 +95,7 @@ func (c *Comm) lose(rank int, err error, now bool) {
 	first := c.lost == nil
 	if first {
 		c.lost, c.lostRank, c.lostCause = lostRankError(rank, err), rank, err
+		c.heardLocked()
 	}
 	lost, rank, cause := c.lost, c.lostRank, c.lostCause
 	hurry := now && !c.lostNow
@@ -117,6 +129,64 @@ func (c *Comm) lossFailedOp() {
 	if cause != nil {
 		c.lose(rank, cause, true)
 	}
+}
+
+// causeWait bounds how long an operation that failed on a link a peer closed waits
+// for the cause (see awaitCause). The news left the peer before, or as, its links
+// closed, so it is late only by the scheduling of a crowded host: with 32 ranks on 2
+// cores, a channel's reader waited up to a few hundred milliseconds for a core.
+const causeWait = time.Second
+
+// awaitCause waits, for an operation that failed with err, until this rank knows why
+// (see above), up to causeWait, where err is a link to a peer that ended without
+// proving the peer gone and no loss is recorded yet. Where err proves the peer gone
+// (gaveUp), the loss is recorded at once instead. The caller then names the loss
+// recorded, if any (c.lost).
+func (c *Comm) awaitCause(err error) {
+	var lr *lostRank
+	if c.p2p == nil || !errors.As(err, &lr) || errors.Is(err, ErrTimeout) {
+		return
+	}
+	if gaveUp(lr.err) {
+		c.lose(lr.rank, lr.err, true)
+		return
+	}
+	t := time.NewTimer(causeWait)
+	defer t.Stop()
+	for {
+		c.mu.Lock()
+		_, reported := c.broken.(*failureReport)
+		known := c.lost != nil || c.aborted || reported || len(c.refusals) > 0
+		if c.news == nil {
+			c.news = make(chan struct{})
+		}
+		news := c.news
+		c.mu.Unlock()
+		if known || c.p2p.ended(lr.rank) {
+			return
+		}
+		select {
+		case <-news:
+		case <-t.C:
+			return
+		}
+	}
+}
+
+// heardLocked wakes awaitCause: a loss was recorded, a peer reported a failure, or a
+// point-to-point channel ended. c.mu held.
+func (c *Comm) heardLocked() {
+	if c.news != nil {
+		close(c.news)
+		c.news = nil
+	}
+}
+
+// heard is heardLocked for callers without c.mu.
+func (c *Comm) heard() {
+	c.mu.Lock()
+	c.heardLocked()
+	c.mu.Unlock()
 }
 
 // isDeath reports whether err, which ended the point-to-point channel to a peer, means

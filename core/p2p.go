@@ -144,10 +144,12 @@ type p2pEngine struct {
 	onFailed      func(from, by int, reason string, class uint64)       // a peer says from's communicator failed (see devreport.go)
 	onDevSize     func(from int, msg, bytes uint64)                     // a peer's device-path send to this rank (see devp2psize.go)
 	onRefused     func(from int, kind Kind, seq uint64, reason string)  // a peer refused a collective (see refuse.go)
+	onEnded       func()                                                // a peer's channel failed or closed (see awaitCause)
 	stop          chan struct{}                                         // closed by close: ends the heartbeat goroutine
 	statusAnswers chan statusAnswer                                     // where peers' answers go while this rank asks
 	wins          windowTable                                           // one-sided windows, for frames that write into them (see window.go)
 	byeDelay      time.Duration                                         // testHooks.byeDelay
+	lostDelay     time.Duration                                         // testHooks.lostDelay
 }
 
 // completion is a request to finish once mu is released.
@@ -172,12 +174,12 @@ func (cs completions) run() {
 // a nil slice for none yet: peers join later through addPeer).
 func (c *Comm) startP2P(msgs []*transport.MsgConn) {
 	e := &p2pEngine{rank: c.rank, nranks: c.nranks, timeout: c.timeout, log: c.logs.net, guard: c.cfg.guard(c.logs.net),
-		peers: make([]*p2pPeer, c.nranks), status: c.status, onDead: c.peerDead, onLost: c.lossReported, onFailed: c.failureReported, onDevSize: c.devSizeAnnounced, onRefused: c.refusalReported, stop: make(chan struct{})}
+		peers: make([]*p2pPeer, c.nranks), status: c.status, onDead: c.peerDead, onLost: c.lossReported, onFailed: c.failureReported, onDevSize: c.devSizeAnnounced, onRefused: c.refusalReported, onEnded: c.heard, stop: make(chan struct{})}
 	if c.cfg != nil && c.peers != nil {
 		e.linkDown, e.linkRetry = c.peers.linkDown, c.cfg.linkRetry
 	}
 	if c.cfg != nil {
-		e.byeDelay = c.cfg.test.byeDelay
+		e.byeDelay, e.lostDelay = c.cfg.test.byeDelay, c.cfg.test.lostDelay
 	}
 	c.p2p = e // before its goroutines start: a panic handler may use it
 	for r, m := range msgs {

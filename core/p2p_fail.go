@@ -100,12 +100,24 @@ func (e *p2pEngine) failPeer(pp *p2pPeer, err error) bool {
 	}
 	e.mu.Unlock()
 	pp.conn.Close()
+	if e.onEnded != nil {
+		e.onEnded()
+	}
 	if len(done) > 0 && !closed {
 		e.log.Warn(fmt.Sprintf("point-to-point channel to rank %d failed with %d operations pending: %v",
 			pp.rank, len(done), err))
 	}
 	done.run()
 	return true
+}
+
+// ended reports whether the channel to r has failed or closed (false where there is
+// none).
+func (e *p2pEngine) ended(r int) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	pp := e.peers[r]
+	return pp != nil && pp.err != nil
 }
 
 // drainPeer collects every request pending on pp, to fail with err. mu held.

@@ -50,6 +50,9 @@ func (e *p2pEngine) writer(pp *p2pPeer) {
 		if f.h.Kind == transport.MsgBye && e.byeDelay > 0 {
 			time.Sleep(e.byeDelay)
 		}
+		if f.h.Kind == transport.MsgLost && e.lostDelay > 0 {
+			time.Sleep(e.lostDelay)
+		}
 		if err := pp.conn.Write(&f.h, f.payload, f.deadline); err != nil {
 			e.failPeer(pp, err)
 			if f.written != nil { // it will never go out: nothing is left to wait for

@@ -130,6 +130,7 @@ func (c *Comm) refusalReported(from int, kind Kind, seq uint64, reason string) {
 			c.refusals = map[uint64]*refusalError{}
 		}
 		c.refusals[seq] = err
+		c.heardLocked() // a failure waiting for its cause (awaitCause) has it
 		running := c.running != nil && c.running.seq == seq
 		c.mu.Unlock()
 		c.logs.coll.Warn(err.Error())

@@ -3,6 +3,7 @@ package core
 import (
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"time"
@@ -163,4 +164,13 @@ func (s *peerSet) settle(deadline time.Time) error {
 		}
 	}
 	return first
+}
+
+// gaveUp reports whether err, which ended a link to a peer, proves the peer (or the
+// network to it) gone: a reconnect that did not come back within the retry window, or
+// whose every attempt the peer's host refused (no process listens there). A link the
+// peer closed, or whose reconnect the peer refused (it is alive and gave the link up),
+// proves nothing of the kind: see Comm.awaitCause.
+func gaveUp(err error) bool {
+	return errors.Is(err, tcp.ErrLinkDown) || errors.Is(err, tcp.ErrPeerGone)
 }

@@ -28,6 +28,9 @@ type testHooks struct {
 	// byeDelay holds every goodbye frame this long before its writer sends it, as a
 	// writer waiting for a core on a crowded host would.
 	byeDelay time.Duration
+	// lostDelay holds every lost-rank report (MsgLost) this long before its writer
+	// sends it, so that the end of a peer's links can arrive before the news of why.
+	lostDelay time.Duration
 }
 
 // apply puts the hooks (nil: none) into cfg.

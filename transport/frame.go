@@ -62,8 +62,9 @@ func DecodeHeader(b []byte) (Header, error) {
 
 // WrapConnErr turns an error from reading or writing a connection to peer into one
 // that matches the sentinels: ErrTimeout for a passed deadline, ErrPeerClosed for
-// anything else (the cause kept in the message). what says which way the bytes went
-// ("send to", "receive from"). A nil err stays nil.
+// anything else, the cause kept too (in the message, and for errors.Is: a reconnect
+// that gave up, tcp.ErrLinkDown, says more than a closed connection). what says which
+// way the bytes went ("send to", "receive from"). A nil err stays nil.
 func WrapConnErr(peer int, what string, err error) error {
 	switch {
 	case err == nil:
@@ -71,6 +72,6 @@ func WrapConnErr(peer int, what string, err error) error {
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		return fmt.Errorf("%s rank %d: %w", what, peer, ErrTimeout)
 	default:
-		return fmt.Errorf("%s rank %d: %w (%v)", what, peer, ErrPeerClosed, err)
+		return fmt.Errorf("%s rank %d: %w (%w)", what, peer, ErrPeerClosed, err)
 	}
 }

@@ -1,6 +1,9 @@
 package transport
 
 import (
+	"errors"
+	"fmt"
+	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -36,4 +39,18 @@ func TestMatchesIgnoresOnlyFlags(t *testing.T) {
 		change(&g)
 		require.False(t, g.Matches(&want), "%+v matched %+v", g, want)
 	}
+}
+
+// A connection's error keeps its cause for errors.Is, besides the sentinel: core tells
+// a reconnect that gave up (the peer's host is gone) from a link the peer closed.
+func TestWrapConnErrKeepsTheCause(t *testing.T) {
+	gone := errors.New("link down past the retry window")
+	err := WrapConnErr(3, "receive from", fmt.Errorf("rank 3: %w", gone))
+	require.ErrorIs(t, err, ErrPeerClosed)
+	require.ErrorIs(t, err, gone)
+	require.NotErrorIs(t, err, ErrTimeout)
+	require.EqualError(t, err, "receive from rank 3: connection closed (rank 3: link down past the retry window)")
+	err = WrapConnErr(3, "send to", fmt.Errorf("write: %w", os.ErrDeadlineExceeded))
+	require.ErrorIs(t, err, ErrTimeout)
+	require.NotErrorIs(t, err, ErrPeerClosed)
 }

@@ -9,7 +9,10 @@
  * With SCALE_START_FIFO set, every rank waits until the launcher closes its end of that
  * FIFO (it does once all ranks exist) before it starts init: so init is timed from a
  * common start, as in a job whose launcher hands the unique id out after starting every
- * process (MPI_Bcast), not from when each process happened to be spawned. */
+ * process (MPI_Bcast), not from when each process happened to be spawned.
+ * With SCALE_SHRINK=R1,R2,... (the ranks of a host a test takes away), a rank not
+ * listed whose all_reduce fails goes on as torch's shrink_group does on gonccl: see
+ * shrink. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -19,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -35,6 +39,12 @@ static double now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static double wall(void) {
+  struct timeval tv;
+  gettimeofday(&tv, NULL);
+  return tv.tv_sec + tv.tv_usec * 1e-6;
 }
 
 static int count_fds(void) {
@@ -94,6 +104,111 @@ static goncclResult_t timed_sum(int64_t* buf, size_t count, int rank, goncclComm
   return r;
 }
 
+/* Whether rank is listed in SCALE_SHRINK (the ranks the survivors exclude); *below
+ * gets how many listed ranks are below rank, *n how many are listed. */
+static int shrink_listed(int rank, int* below, int* n) {
+  const char* list = getenv("SCALE_SHRINK");
+  int listed = 0;
+  *below = *n = 0;
+  for (const char* p = list; p && *p;) {
+    char* end;
+    long r = strtol(p, &end, 10);
+    if (end == p) break;
+    ++*n;
+    if (r < rank) ++*below;
+    if (r == rank) listed = 1;
+    p = *end == ',' ? end + 1 : end;
+  }
+  return listed;
+}
+
+/* Reads (or, as new rank 0, makes and writes) the unique id in path; 0 on success. */
+static int share_id(int rank, const char* path, goncclUniqueId* id) {
+  if (rank == 0) {
+    goncclResult_t r = goncclGetUniqueId(id);
+    if (r != goncclSuccess) {
+      fprintf(stderr, "rank 0: goncclGetUniqueId: %s\n", goncclGetErrorString(r));
+      return 1;
+    }
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE* f = fopen(tmp, "wb");
+    if (!f || fwrite(id, sizeof *id, 1, f) != 1 || fclose(f) != 0 || rename(tmp, path) != 0) {
+      fprintf(stderr, "rank 0: writing %s: %s\n", path, strerror(errno));
+      return 1;
+    }
+    return 0;
+  }
+  for (int i = 0; i < 12000; i++) { /* up to 120 s */
+    FILE* f = fopen(path, "rb");
+    if (f) {
+      int got = fread(id, sizeof *id, 1, f) == 1;
+      fclose(f);
+      if (got) return 0;
+    }
+    usleep(10000);
+  }
+  fprintf(stderr, "rank %d: no unique id in %s\n", rank, path);
+  return 1;
+}
+
+/* An all_reduce (what) failed with r on comm. Without SCALE_SHRINK, or on a rank it
+ * lists, that is the end (fail). Otherwise the rank goes on as torch's shrink_group
+ * does on gonccl (csrc/shrink.cpp): the ranks not listed make a fresh communicator, one
+ * generation (epoch) after comm's, numbered in their old order, whose new rank 0 hands
+ * its unique id out through ID_FILE.shrink; then SCALE_SHRINK_OPS (default 3)
+ * all_reduces of 1 MiB on it, each of which must be exact. It prints one line of JSON:
+ * its old and new rank, the new size, the wall-clock times (seconds since the epoch) of
+ * the failure and of the new communicator being ready, the time of each operation,
+ * and whether all were exact; and exits 0 only if they were. comm stays until then, as
+ * torch's old group does, so that its peers learn of the loss from the rank that saw
+ * it, not from this one leaving; it is aborted at the end. */
+static int op_failed(int rank, int nranks, const char* idfile, const char* what, goncclResult_t r, goncclComm_t comm) {
+  int below, n;
+  if (!getenv("SCALE_SHRINK") || shrink_listed(rank, &below, &n)) return fail(rank, what, r, comm);
+  double t_error = wall();
+  fprintf(stderr, "rank %d: %s: %s: %s\n", rank, what, goncclGetErrorString(r), goncclGetLastError(comm));
+  uint32_t epoch = 0;
+  goncclCommEpoch(comm, &epoch, NULL);
+  int new_rank = rank - below, new_size = nranks - n;
+  char path[4096];
+  snprintf(path, sizeof path, "%s.shrink", idfile);
+  goncclUniqueId id;
+  if (share_id(new_rank, path, &id) != 0) return fail(rank, "shrink: unique id", goncclSystemError, comm);
+  goncclComm_t nc;
+  goncclResult_t nr = goncclCommInitRankEpoch(&nc, new_size, id, new_rank, 120000, epoch + 1);
+  if (nr != goncclSuccess) return fail(rank, "shrink: init", nr, comm);
+  double t_ready = wall();
+  int ops = getenv("SCALE_SHRINK_OPS") ? atoi(getenv("SCALE_SHRINK_OPS")) : 3;
+  int64_t* big = calloc(BIG_COUNT, sizeof(int64_t));
+  if (!big) return fail(rank, "calloc", goncclSystemError, comm);
+  int ok = 1;
+  double t_ops = 0;
+  for (int k = 0; k < ops; k++) {
+    double t;
+    if ((nr = timed_sum(big, BIG_COUNT, new_rank, nc, &t)) != goncclSuccess) {
+      fprintf(stderr, "rank %d (new rank %d): all_reduce 1 MiB after the shrink: %s: %s\n", rank, new_rank,
+              goncclGetErrorString(nr), goncclGetLastError(nc));
+      goncclCommAbort(nc);
+      return fail(rank, "after the shrink", nr, comm);
+    }
+    ok &= exact(big, BIG_COUNT, new_size);
+    t_ops += t;
+  }
+  free(big);
+  printf("{\"rank\": %d, \"new_rank\": %d, \"new_size\": %d, \"epoch\": %u, \"t_error\": %.6f, \"t_ready\": %.6f, "
+         "\"ops\": %d, \"ops_s\": %.6f, \"exact\": %s}\n",
+         rank, new_rank, new_size, epoch + 1, t_error, t_ready, ops, t_ops, ok ? "true" : "false");
+  fflush(stdout);
+  nr = goncclCommDestroy(nc);
+  goncclCommAbort(comm);
+  if (nr != goncclSuccess) {
+    fprintf(stderr, "rank %d: destroy after the shrink: %s\n", rank, goncclGetErrorString(nr));
+    return 1;
+  }
+  return ok ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
   if (argc != 4 && argc != 5) {
     fprintf(stderr, "usage: %s RANK NRANKS ID_FILE [ALLOC]\n", argv[0]);
@@ -111,31 +226,7 @@ int main(int argc, char** argv) {
   int rank = atoi(argv[1]), nranks = atoi(argv[2]);
   int alloc = argc == 5 && atoi(argv[4]) != 0;
   goncclUniqueId id;
-  if (rank == 0) {
-    goncclResult_t r = goncclGetUniqueId(&id);
-    if (r != goncclSuccess) return fail(rank, "goncclGetUniqueId", r, NULL);
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", argv[3]);
-    FILE* f = fopen(tmp, "wb");
-    if (!f || fwrite(&id, sizeof id, 1, f) != 1 || fclose(f) != 0 || rename(tmp, argv[3]) != 0) {
-      fprintf(stderr, "rank 0: writing %s: %s\n", argv[3], strerror(errno));
-      return 1;
-    }
-  } else {
-    int got = 0;
-    for (int i = 0; i < 12000 && !got; i++) { /* up to 120 s */
-      FILE* f = fopen(argv[3], "rb");
-      if (f) {
-        got = fread(&id, sizeof id, 1, f) == 1;
-        fclose(f);
-      }
-      if (!got) usleep(10000);
-    }
-    if (!got) {
-      fprintf(stderr, "rank %d: no unique id in %s\n", rank, argv[3]);
-      return 1;
-    }
-  }
+  if (share_id(rank, argv[3], &id) != 0) return 1;
   if (start_fd >= 0) { /* blocks until the launcher closes its end: end-of-file */
     int fl = fcntl(start_fd, F_GETFL);
     fcntl(start_fd, F_SETFL, fl & ~O_NONBLOCK);
@@ -154,14 +245,15 @@ int main(int argc, char** argv) {
   int64_t small[1];
   double t_small[2], t_big[2], t_asmall[2] = {0, 0}, t_abig[2] = {0, 0};
   for (int k = 0; k < 2; k++) {
-    if ((r = timed_sum(small, 1, rank, comm, &t_small[k])) != goncclSuccess) return fail(rank, "all_reduce 8 B", r, comm);
+    if ((r = timed_sum(small, 1, rank, comm, &t_small[k])) != goncclSuccess)
+      return op_failed(rank, nranks, argv[3], "all_reduce 8 B", r, comm);
     ok &= exact(small, 1, nranks);
   }
   int64_t* big = calloc(BIG_COUNT, sizeof(int64_t));
   if (!big) return fail(rank, "calloc", goncclSystemError, NULL);
   for (int k = 0; k < 2; k++) {
     if ((r = timed_sum(big, BIG_COUNT, rank, comm, &t_big[k])) != goncclSuccess)
-      return fail(rank, "all_reduce 1 MiB", r, comm);
+      return op_failed(rank, nranks, argv[3], "all_reduce 1 MiB", r, comm);
     ok &= exact(big, BIG_COUNT, nranks);
   }
   /* SCALE_LOOP=N: N more back to back, timed together: the time per operation of a
@@ -179,7 +271,7 @@ int main(int argc, char** argv) {
     double t_one, l0 = now();
     for (int k = 0; k < loop; k++) {
       if ((r = timed_sum(big, BIG_COUNT, rank, comm, &t_one)) != goncclSuccess)
-        return fail(rank, "all_reduce 1 MiB (loop)", r, comm);
+        return op_failed(rank, nranks, argv[3], "all_reduce 1 MiB (loop)", r, comm);
       ok &= exact(big, BIG_COUNT, nranks);
     }
     t_loop = (now() - l0) / loop;
