@@ -49,7 +49,8 @@ const (
 	// lie (zerocopy.go). Not the cost model's choice: the buffers decide it.
 	AlgoZeroCopy Algo = 9
 	// AlgoHalving: all_reduce by recursive halving then doubling (Rabenseifner): the
-	// ring's bytes in 2 log2(n) steps instead of 2(n-1), for many ranks.
+	// ring's bytes in 2 log2(n) steps instead of 2(n-1), for many ranks; reduce_scatter
+	// by recursive halving alone, log2(n) steps instead of n-1.
 	AlgoHalving Algo = 10
 )
 
@@ -120,7 +121,7 @@ var collectives = [...]collective{
 	KindAllGather: {name: "AllGather", label: "all_gather", run: (*Comm).runAllGather,
 		algos: []algorithm{{AlgoDirect, (*model).allGatherDirectCost}, {AlgoRing, (*model).allGatherRingCost}}},
 	KindReduceScatter: {name: "ReduceScatter", label: "reduce_scatter", reduces: true, run: (*Comm).runReduceScatter,
-		algos: []algorithm{{AlgoRing, (*model).reduceScatterRingCost}}},
+		algos: []algorithm{{AlgoRing, (*model).reduceScatterRingCost}, {AlgoHalving, (*model).reduceScatterHalvingCost}}},
 	KindGather: {name: "Gather", label: "gather", run: (*Comm).runGather,
 		algos: []algorithm{{AlgoDirect, (*model).perPeerCost}}},
 	KindScatter: {name: "Scatter", label: "scatter", run: (*Comm).runScatter,

@@ -154,11 +154,19 @@ func (c *Comm) runReduceScatter(e *exec, o *op) error {
 	if n == 1 {
 		return reduceAlone(o.recv[:block], o.send[:block], o)
 	}
-	if _, err := c.pick(e, KindReduceScatter, block); err != nil {
+	algo, err := c.pick(e, KindReduceScatter, block)
+	if err != nil {
 		return err
 	}
 	if done, err := c.zeroCopy(e, o); done {
 		return err
+	}
+	if algo == AlgoHalving {
+		work, err := c.workBuf(n * block)
+		if err != nil {
+			return err
+		}
+		return e.reduceScatterHalving(o.send[:n*block], o.recv, o.count, o.dtype, o.redop, work)
 	}
 	work, err := c.workBuf(reduceWindow * (c.cfg.chunkBytes + es))
 	if err != nil {
