@@ -435,6 +435,13 @@ func (l *Link) wait(recv bool, deadline time.Time) error {
 		}
 	}
 	*spin = max(*spin/2, minSpin)
+	if l.remote {
+		// A raw sleep keeps this P: first let the goroutines queued on it run (the other
+		// half of a sendrecv, just started, is on this P's queue; a spin whose budget
+		// ran out before its first yield never let it run), or the peer waits for what
+		// they would have sent until another P steals them.
+		runtime.Gosched()
+	}
 	defer flag.Store(0)
 	for {
 		flag.Store(1)
