@@ -16,8 +16,8 @@ func TestParseAlgoNCCLSyntax(t *testing.T) {
 		{"ALLREDUCE:Ring", algoAllow{KindAllReduce: {AlgoRing}}},
 		{"allreduce:ring,rd;broadcast:chain", algoAllow{KindAllReduce: {AlgoRecDoubling, AlgoRing}, KindBroadcast: {AlgoChain}}},
 		{"allreduce:ring,broadcast:chain", algoAllow{KindAllReduce: {AlgoRing}, KindBroadcast: {AlgoChain}}},
-		{"allreduce:^direct", algoAllow{KindAllReduce: {AlgoRecDoubling, AlgoRing, AlgoHalving, AlgoHier}}},
-		{"^direct", algoAllow{KindAllReduce: {AlgoRecDoubling, AlgoRing, AlgoHalving, AlgoHier}, KindAllGather: {AlgoRing}}},
+		{"allreduce:^direct", algoAllow{KindAllReduce: {AlgoRecDoubling, AlgoRing, AlgoHalving, AlgoChain, AlgoHier}}},
+		{"^direct", algoAllow{KindAllReduce: {AlgoRecDoubling, AlgoRing, AlgoHalving, AlgoChain, AlgoHier}, KindAllGather: {AlgoRing}}},
 		{"ring", algoAllow{KindAllReduce: {AlgoRing}, KindAllGather: {AlgoRing}, KindReduceScatter: {AlgoRing}}},
 		{"tree;allreduce:rd", algoAllow{KindBroadcast: {AlgoTree}, KindReduce: {AlgoTree}, KindAllReduce: {AlgoRecDoubling}}},
 		{" allgather : direct ", nil}, // spaces inside an entry are not NCCL's syntax either

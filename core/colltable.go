@@ -39,7 +39,7 @@ const (
 	AlgoRing          Algo = 1 // all_reduce, all_gather, reduce_scatter: ring, pipelined in chunks
 	AlgoRecDoubling   Algo = 2 // all_reduce: recursive doubling, for small messages
 	AlgoTree          Algo = 3 // broadcast, reduce: binomial tree, for small messages
-	AlgoChain         Algo = 4 // broadcast, reduce: pipelined chain in ring order from/to the root
+	AlgoChain         Algo = 4 // broadcast, reduce: pipelined chain in ring order from/to the root; all_reduce: both, rooted at rank 0
 	AlgoDissemination Algo = 5 // barrier
 	AlgoDirect        Algo = 6 // gather, scatter: every rank to or from the root directly
 	AlgoPairwise      Algo = 7 // alltoall(v): step s sends to rank r+s, receives from r-s
@@ -112,6 +112,7 @@ var collectives = [...]collective{
 			{AlgoDirect, (*model).allReduceDirectCost},
 			{AlgoRing, (*model).allReduceRingCost},
 			{AlgoHalving, (*model).allReduceHalvingCost},
+			{AlgoChain, (*model).allReduceChainCost},
 			{AlgoHier, (*model).allReduceHierCost},
 		}},
 	KindBroadcast: {name: "Broadcast", label: "broadcast", run: (*Comm).runBroadcast,

@@ -25,7 +25,8 @@ func (c *Comm) pick(e *exec, k Kind, bytes int) (Algo, error) {
 	return algo, nil
 }
 
-// runAllReduce runs all_reduce: recursive doubling, direct, ring or hierarchical (see tuning.go).
+// runAllReduce runs all_reduce: recursive doubling, direct, ring, halving, chain or
+// hierarchical (see tuning.go).
 func (c *Comm) runAllReduce(e *exec, o *op) error {
 	n, es := c.nranks, o.dtype.Size()
 	e.hdr.Op = uint8(o.redop)
@@ -52,6 +53,12 @@ func (c *Comm) runAllReduce(e *exec, o *op) error {
 		return e.allReduceRD(buf, o.dtype, o.redop)
 	case AlgoHalving:
 		return e.allReduceHalving(buf, o.count, o.dtype, o.redop)
+	case AlgoChain:
+		work, err := c.workBuf(reduceWindow * (c.cfg.chunkBytes + es))
+		if err != nil {
+			return err
+		}
+		return e.allReduceChain(buf, o.count, o.dtype, o.redop, work)
 	case AlgoDirect:
 		work, err := c.workBuf(2 * len(buf))
 		if err != nil {

@@ -214,6 +214,15 @@ func (m *model) allReduceHalvingCost(bytes int) (float64, string) {
 	return us, ""
 }
 
+// allReduceChainCost: a pipelined chain reduce into rank 0, then a pipelined chain
+// broadcast from it (allReduceChain): the ring's 2(n-1) hops on the way, but each rank
+// sends about two messages (per chunk) where the ring's send 2(n-1), each carrying the
+// whole buffer instead of 1/n of it.
+func (m *model) allReduceChainCost(bytes int) (float64, string) {
+	b := float64(bytes)
+	return m.pipelined(m.n-1, b, true) + m.pipelined(m.n-1, b, false), ""
+}
+
 // allReduceHierCost: the hierarchical all_reduce (allReduceHier), for ranks on several
 // hosts with several on a host.
 func (m *model) allReduceHierCost(bytes int) (float64, string) {
