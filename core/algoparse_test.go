@@ -16,9 +16,9 @@ func TestParseAlgoNCCLSyntax(t *testing.T) {
 		{"ALLREDUCE:Ring", algoAllow{KindAllReduce: {AlgoRing}}},
 		{"allreduce:ring,rd;broadcast:chain", algoAllow{KindAllReduce: {AlgoRecDoubling, AlgoRing}, KindBroadcast: {AlgoChain}}},
 		{"allreduce:ring,broadcast:chain", algoAllow{KindAllReduce: {AlgoRing}, KindBroadcast: {AlgoChain}}},
-		{"allreduce:^direct", algoAllow{KindAllReduce: {AlgoRecDoubling, AlgoRing, AlgoHalving, AlgoHier}}},
-		{"^direct", algoAllow{KindAllReduce: {AlgoRecDoubling, AlgoRing, AlgoHalving, AlgoHier}, KindAllGather: {AlgoRing}}},
-		{"ring", algoAllow{KindAllReduce: {AlgoRing}, KindAllGather: {AlgoRing}}}, // reducescatter has only the ring anyway
+		{"allreduce:^direct", algoAllow{KindAllReduce: {AlgoRecDoubling, AlgoRing, AlgoHalving, AlgoChain, AlgoHier}}},
+		{"^direct", algoAllow{KindAllReduce: {AlgoRecDoubling, AlgoRing, AlgoHalving, AlgoChain, AlgoHier}, KindAllGather: {AlgoRing}}},
+		{"ring", algoAllow{KindAllReduce: {AlgoRing}, KindAllGather: {AlgoRing}, KindReduceScatter: {AlgoRing}}},
 		{"tree;allreduce:rd", algoAllow{KindBroadcast: {AlgoTree}, KindReduce: {AlgoTree}, KindAllReduce: {AlgoRecDoubling}}},
 		{" allgather : direct ", nil}, // spaces inside an entry are not NCCL's syntax either
 	}
@@ -31,7 +31,7 @@ func TestParseAlgoNCCLSyntax(t *testing.T) {
 		require.NoError(t, err, c.in)
 		require.Equal(t, c.want, got, c.in)
 	}
-	for _, bad := range []string{"allreduce:magic", "magic", "allgather:rd", "warp:ring", "allreduce:ring,^rd", "reducescatter:^ring", "barrier:^dissemination"} {
+	for _, bad := range []string{"allreduce:magic", "magic", "allgather:rd", "warp:ring", "allreduce:ring,^rd", "reducescatter:^ring,^halving", "barrier:^dissemination"} {
 		_, err := parseAlgo(bad)
 		require.ErrorIs(t, err, ErrInvalidArgument, bad)
 		require.ErrorContains(t, err, "GONCCL_ALGO", bad)

@@ -39,7 +39,7 @@ const (
 	AlgoRing          Algo = 1 // all_reduce, all_gather, reduce_scatter: ring, pipelined in chunks
 	AlgoRecDoubling   Algo = 2 // all_reduce: recursive doubling, for small messages
 	AlgoTree          Algo = 3 // broadcast, reduce: binomial tree, for small messages
-	AlgoChain         Algo = 4 // broadcast, reduce: pipelined chain in ring order from/to the root
+	AlgoChain         Algo = 4 // broadcast, reduce: pipelined chain in ring order from/to the root; all_reduce: both, rooted at rank 0
 	AlgoDissemination Algo = 5 // barrier
 	AlgoDirect        Algo = 6 // gather, scatter: every rank to or from the root directly
 	AlgoPairwise      Algo = 7 // alltoall(v): step s sends to rank r+s, receives from r-s
@@ -49,7 +49,8 @@ const (
 	// lie (zerocopy.go). Not the cost model's choice: the buffers decide it.
 	AlgoZeroCopy Algo = 9
 	// AlgoHalving: all_reduce by recursive halving then doubling (Rabenseifner): the
-	// ring's bytes in 2 log2(n) steps instead of 2(n-1), for many ranks.
+	// ring's bytes in 2 log2(n) steps instead of 2(n-1), for many ranks; reduce_scatter
+	// by recursive halving alone, log2(n) steps instead of n-1.
 	AlgoHalving Algo = 10
 )
 
@@ -111,6 +112,7 @@ var collectives = [...]collective{
 			{AlgoDirect, (*model).allReduceDirectCost},
 			{AlgoRing, (*model).allReduceRingCost},
 			{AlgoHalving, (*model).allReduceHalvingCost},
+			{AlgoChain, (*model).allReduceChainCost},
 			{AlgoHier, (*model).allReduceHierCost},
 		}},
 	KindBroadcast: {name: "Broadcast", label: "broadcast", run: (*Comm).runBroadcast,
@@ -120,7 +122,7 @@ var collectives = [...]collective{
 	KindAllGather: {name: "AllGather", label: "all_gather", run: (*Comm).runAllGather,
 		algos: []algorithm{{AlgoDirect, (*model).allGatherDirectCost}, {AlgoRing, (*model).allGatherRingCost}}},
 	KindReduceScatter: {name: "ReduceScatter", label: "reduce_scatter", reduces: true, run: (*Comm).runReduceScatter,
-		algos: []algorithm{{AlgoRing, (*model).reduceScatterRingCost}}},
+		algos: []algorithm{{AlgoRing, (*model).reduceScatterRingCost}, {AlgoHalving, (*model).reduceScatterHalvingCost}}},
 	KindGather: {name: "Gather", label: "gather", run: (*Comm).runGather,
 		algos: []algorithm{{AlgoDirect, (*model).perPeerCost}}},
 	KindScatter: {name: "Scatter", label: "scatter", run: (*Comm).runScatter,

@@ -285,7 +285,7 @@ func requireClose(t *testing.T, dt DataType, n int, want, got []byte, count int,
 
 func TestAllReduce(t *testing.T) {
 	for _, n := range []int{1, 2, 3, 4, 5, 7, 8, 11} {
-		for _, algo := range []Algo{AlgoRing, AlgoRecDoubling, AlgoHalving} {
+		for _, algo := range []Algo{AlgoRing, AlgoRecDoubling, AlgoHalving, AlgoChain} {
 			comms := memComms(t, n, func(c *config) { c.algo[KindAllReduce] = []Algo{algo}; c.llThreshold = 1 << 16 })
 			for ci, count := range []int{0, 1, 7, 3*n + 1, 1000} {
 				for _, dt := range allTypes {
@@ -326,10 +326,34 @@ func TestAllReduce(t *testing.T) {
 	}
 }
 
+// The chain over up to 16 ranks, with frames cut into many chunks.
+func TestAllReduceChain(t *testing.T) {
+	for n := 1; n <= 16; n++ {
+		comms := memComms(t, n, func(c *config) { c.algo[KindAllReduce] = []Algo{AlgoChain}; c.chunkBytes = 1 << 10 })
+		for _, count := range []int{0, 1, 7, 1000, 3001} {
+			for _, op := range []RedOp{Sum, Avg, Max} {
+				ins, outs := make([][]byte, n), make([][]byte, n)
+				for r := range ins {
+					ins[r] = inputs(Int64, op, count, r, int64(count))
+					outs[r] = make([]byte, len(ins[r]))
+				}
+				errs := onAll(t, comms, func(c *Comm) (*Request, error) {
+					return c.AllReduce(ins[c.rank], outs[c.rank], count, Int64, op)
+				})
+				want := reference(Int64, op, ins, count)
+				for r := 0; r < n; r++ {
+					require.NoError(t, errs[r])
+					require.Equal(t, want, outs[r], "n=%d count=%d %s rank %d", n, count, op, r)
+				}
+			}
+		}
+	}
+}
+
 func TestAllReduceLarge(t *testing.T) {
 	count := 3<<20/4 + 5 // several MiB of float32, not divisible by the rank count
 	for _, n := range []int{2, 3, 4} {
-		for _, algo := range []Algo{AlgoRing, AlgoHalving} {
+		for _, algo := range []Algo{AlgoRing, AlgoHalving, AlgoChain} {
 			comms := memComms(t, n, func(c *config) { c.chunkBytes = 128 << 10; c.algo[KindAllReduce] = []Algo{algo} })
 			errs, outs, want := allReduceFloat32(t, comms, count, 7)
 			for r := 0; r < n; r++ {

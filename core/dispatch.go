@@ -25,7 +25,8 @@ func (c *Comm) pick(e *exec, k Kind, bytes int) (Algo, error) {
 	return algo, nil
 }
 
-// runAllReduce runs all_reduce: recursive doubling, direct, ring or hierarchical (see tuning.go).
+// runAllReduce runs all_reduce: recursive doubling, direct, ring, halving, chain or
+// hierarchical (see tuning.go).
 func (c *Comm) runAllReduce(e *exec, o *op) error {
 	n, es := c.nranks, o.dtype.Size()
 	e.hdr.Op = uint8(o.redop)
@@ -52,6 +53,12 @@ func (c *Comm) runAllReduce(e *exec, o *op) error {
 		return e.allReduceRD(buf, o.dtype, o.redop)
 	case AlgoHalving:
 		return e.allReduceHalving(buf, o.count, o.dtype, o.redop)
+	case AlgoChain:
+		work, err := c.workBuf(reduceWindow * (c.cfg.chunkBytes + es))
+		if err != nil {
+			return err
+		}
+		return e.allReduceChain(buf, o.count, o.dtype, o.redop, work)
 	case AlgoDirect:
 		work, err := c.workBuf(2 * len(buf))
 		if err != nil {
@@ -154,11 +161,19 @@ func (c *Comm) runReduceScatter(e *exec, o *op) error {
 	if n == 1 {
 		return reduceAlone(o.recv[:block], o.send[:block], o)
 	}
-	if _, err := c.pick(e, KindReduceScatter, block); err != nil {
+	algo, err := c.pick(e, KindReduceScatter, block)
+	if err != nil {
 		return err
 	}
 	if done, err := c.zeroCopy(e, o); done {
 		return err
+	}
+	if algo == AlgoHalving {
+		work, err := c.workBuf(n * block)
+		if err != nil {
+			return err
+		}
+		return e.reduceScatterHalving(o.send[:n*block], o.recv, o.count, o.dtype, o.redop, work)
 	}
 	work, err := c.workBuf(reduceWindow * (c.cfg.chunkBytes + es))
 	if err != nil {

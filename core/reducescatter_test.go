@@ -9,15 +9,36 @@ import (
 
 func TestReduceScatter(t *testing.T) {
 	for n := 1; n <= sweepRanks(); n++ {
-		comms := memComms(t, n, nil)
-		for ci, count := range []int{0, 1, 7, 1000, 3001} { // 3001: several uneven chunks for 4- and 8-byte types
-			for _, dt := range allTypes {
-				for _, op := range allOps {
+		for _, algo := range []Algo{AlgoRing, AlgoHalving} {
+			comms := memComms(t, n, func(c *config) { c.algo[KindReduceScatter] = []Algo{algo} })
+			for ci, count := range []int{0, 1, 7, 1000, 3001} { // 3001: several uneven chunks for 4- and 8-byte types
+				for _, dt := range allTypes {
+					for _, op := range allOps {
+						if !reducible(dt, op) {
+							continue
+						}
+						seed := int64(ci*1000 + int(dt)*10 + int(op))
+						runReduceScatter(t, comms, count, dt, op, seed, fmt.Sprintf("n=%d %s count=%d %s %s", n, algo, count, dt, op))
+					}
+				}
+			}
+		}
+	}
+}
+
+// Recursive halving up to 16 ranks (powers of two and the ranks beyond them that fold
+// in), with frames cut into many chunks.
+func TestReduceScatterHalving(t *testing.T) {
+	for n := 1; n <= 16; n++ {
+		comms := memComms(t, n, func(c *config) { c.algo[KindReduceScatter] = []Algo{AlgoHalving}; c.chunkBytes = 1 << 10 })
+		for ci, count := range []int{0, 1, 7, 1000, 3001} {
+			for _, dt := range []DataType{Float32, Int64, Bfloat16} {
+				for _, op := range []RedOp{Sum, Avg, Max} {
 					if !reducible(dt, op) {
 						continue
 					}
 					seed := int64(ci*1000 + int(dt)*10 + int(op))
-					runReduceScatter(t, comms, count, dt, op, seed, fmt.Sprintf("n=%d count=%d %s %s", n, count, dt, op))
+					runReduceScatter(t, comms, count, dt, op, seed, fmt.Sprintf("n=%d halving count=%d %s %s", n, count, dt, op))
 				}
 			}
 		}
@@ -58,9 +79,11 @@ func runReduceScatter(t *testing.T, comms []*Comm, count int, dt DataType, op Re
 func TestReduceScatterLarge(t *testing.T) {
 	count := 1<<20 + 3 // 4 MiB of float32 per rank
 	for _, n := range []int{2, 3, 4} {
-		comms := memComms(t, n, func(c *config) { c.chunkBytes = 128 << 10 })
-		runReduceScatter(t, comms, count, Float32, Sum, 3, fmt.Sprintf("n=%d", n))
-		runReduceScatter(t, comms, count/n, Int32, Max, 4, fmt.Sprintf("n=%d", n))
+		for _, algo := range []Algo{AlgoRing, AlgoHalving} {
+			comms := memComms(t, n, func(c *config) { c.chunkBytes = 128 << 10; c.algo[KindReduceScatter] = []Algo{algo} })
+			runReduceScatter(t, comms, count, Float32, Sum, 3, fmt.Sprintf("n=%d %s", n, algo))
+			runReduceScatter(t, comms, count/n, Int32, Max, 4, fmt.Sprintf("n=%d %s", n, algo))
+		}
 	}
 }
 

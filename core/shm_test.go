@@ -54,7 +54,7 @@ func TestCollectivesOverShm(t *testing.T) {
 			name := fmt.Sprintf("n=%d ring=%d", n, ring)
 			for ci, count := range []int{0, 1, 7, 1000, 40000} {
 				for _, dt := range []DataType{Int32, Float32, Float64, Bfloat16} {
-					for _, algo := range []Algo{AlgoRing, AlgoRecDoubling, AlgoDirect, AlgoHalving} {
+					for _, algo := range []Algo{AlgoRing, AlgoRecDoubling, AlgoDirect, AlgoHalving, AlgoChain} {
 						if algo == AlgoRecDoubling && count*dt.Size() > 8192 || algo == AlgoDirect && count*dt.Size() > 1024 {
 							continue
 						}
@@ -76,7 +76,12 @@ func TestCollectivesOverShm(t *testing.T) {
 							require.Equal(t, want, outs[r], "%s all_reduce %s %s count=%d rank %d", name, algo, dt, count, r)
 						}
 					}
-					runReduceScatter(t, comms, count, dt, Sum, int64(ci), fmt.Sprintf("%s reduce_scatter %s count=%d", name, dt, count))
+					for _, algo := range []Algo{AlgoRing, AlgoHalving} {
+						for _, c := range comms {
+							c.cfg.algo[KindReduceScatter] = []Algo{algo}
+						}
+						runReduceScatter(t, comms, count, dt, Sum, int64(ci), fmt.Sprintf("%s reduce_scatter %s %s count=%d", name, algo, dt, count))
+					}
 					runReduce(t, comms, count, dt, Max, ci%n, int64(ci), ci%2 == 0, fmt.Sprintf("%s reduce %s count=%d", name, dt, count))
 				}
 				// broadcast and all_gather move bytes only

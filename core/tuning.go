@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"runtime"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -52,7 +54,25 @@ type model struct {
 	scratch     int     // bytes the latency algorithms may hold in scratch memory
 	llThreshold int     // largest message the latency algorithms are chosen for by default
 	reduceGBs   float64 // speed of the reduction kernels (reduceGBs, or a calibration's)
+	cores       int     // cores this process may run on (0: unknown, taken as plenty)
+	local       int     // ranks on this rank's host, this one included (0: unknown)
 }
+
+// crowd is how many ranks of this host share each core, at least 1. Where ranks
+// outnumber cores, a message's latency is no longer the link's: the receiver, woken,
+// waits for a core behind the others (every rank of the host takes part in every step
+// of the ring, recursive doubling and halving), so each step costs about crowd times
+// the link's latency, and algorithms with fewer steps win at larger sizes (256 ranks on
+// 2 cores: a step costs milliseconds, not microseconds).
+func (m *model) crowd() float64 {
+	if m.cores <= 0 || m.local <= m.cores {
+		return 1
+	}
+	return float64(m.local) / float64(m.cores)
+}
+
+// latencyUS is one message's latency on the communicator's links, crowding included.
+func (m *model) latencyUS() float64 { return m.link.latencyUS * m.crowd() }
 
 // costModel describes this communicator to the model: its size and its links (shared
 // memory only when every peer is on this host and reached through it).
@@ -67,6 +87,12 @@ func (c *Comm) costModel() model {
 		m.maxLocal = max(m.maxLocal, len(h))
 	}
 	m.equalHosts = rails(c.hosts)
+	m.cores = runtime.NumCPU() // the CPUs of this process's affinity mask at start
+	for _, h := range c.hosts {
+		if slices.Contains(h, c.rank) {
+			m.local = len(h)
+		}
+	}
 	return m
 }
 
@@ -96,7 +122,7 @@ func (r *collective) estimate(m *model, a Algo, bytes int) estimate {
 func (m *model) log2n() float64 { return float64(bits.Len(uint(m.n - 1))) } // ceil(log2 n)
 
 // xfer is the time to move b bytes over one link, latency included.
-func (m *model) xfer(b float64) float64 { return m.link.latencyUS + b/(m.link.bwGBs*1e3) }
+func (m *model) xfer(b float64) float64 { return m.latencyUS() + b/(m.link.bwGBs*1e3) }
 
 // red is the time to reduce b bytes.
 func (m *model) red(b float64) float64 { return b / (m.reduceGBs * 1e3) }
@@ -153,7 +179,7 @@ func (m *model) directWhy(bytes int, what string) string {
 func (m *model) allReduceRingCost(bytes int) (float64, string) {
 	n := float64(m.n)
 	seg := float64(bytes) / n
-	return opOverheadUS + 2*(n-1)*(m.link.latencyUS+seg/(m.link.bwGBs*1e3)) + (n-1)*m.red(seg), ""
+	return opOverheadUS + 2*(n-1)*(m.latencyUS()+seg/(m.link.bwGBs*1e3)) + (n-1)*m.red(seg), ""
 }
 
 // halvingBandwidthCost is how much slower than the ring recursive halving and doubling
@@ -181,11 +207,20 @@ func (m *model) allReduceHalvingCost(bytes int) (float64, string) {
 		p2 *= 2
 	}
 	b, steps, frac := float64(bytes), float64(bits.Len(uint(p2))-1), float64(p2-1)/float64(p2)
-	us := opOverheadUS + 2*steps*m.link.latencyUS + bwCost*(2*frac*b/(m.link.bwGBs*1e3)+frac*m.red(b))
+	us := opOverheadUS + 2*steps*m.latencyUS() + bwCost*(2*frac*b/(m.link.bwGBs*1e3)+frac*m.red(b))
 	if p2 != m.n {
 		us += 2*m.xfer(b) + m.red(b)
 	}
 	return us, ""
+}
+
+// allReduceChainCost: a pipelined chain reduce into rank 0, then a pipelined chain
+// broadcast from it (allReduceChain): the ring's 2(n-1) hops on the way, but each rank
+// sends about two messages (per chunk) where the ring's send 2(n-1), each carrying the
+// whole buffer instead of 1/n of it.
+func (m *model) allReduceChainCost(bytes int) (float64, string) {
+	b := float64(bytes)
+	return m.pipelined(m.n-1, b, true) + m.pipelined(m.n-1, b, false), ""
 }
 
 // allReduceHierCost: the hierarchical all_reduce (allReduceHier), for ranks on several
@@ -234,7 +269,7 @@ func (m *model) allReduceDirectCost(bytes int) (float64, string) {
 		return 0, why
 	}
 	b, n := float64(bytes), float64(m.n)
-	return m.link.latencyUS + (n-1)*b/(m.link.bwGBs*1e3) + (n-1)*m.red(b), ""
+	return m.latencyUS() + (n-1)*b/(m.link.bwGBs*1e3) + (n-1)*m.red(b), ""
 }
 
 func (m *model) broadcastTreeCost(bytes int) (float64, string) {
@@ -258,7 +293,7 @@ func (m *model) allGatherDirectCost(bytes int) (float64, string) {
 	if why := m.directWhy(bytes, "the direct all_gather"); why != "" {
 		return 0, why
 	}
-	return m.link.latencyUS + float64(m.n-1)*float64(bytes)/(m.link.bwGBs*1e3), ""
+	return m.latencyUS() + float64(m.n-1)*float64(bytes)/(m.link.bwGBs*1e3), ""
 }
 
 func (m *model) allGatherRingCost(bytes int) (float64, string) {
@@ -270,12 +305,34 @@ func (m *model) reduceScatterRingCost(bytes int) (float64, string) {
 	return opOverheadUS + float64(m.n-1)*(m.xfer(b)+m.red(b)), ""
 }
 
+// reduceScatterHalvingCost: recursive halving, log2(p2) steps moving and reducing the
+// ring's (n-1) blocks at halvingBandwidthCost (whole halves swapped, not pipelined
+// chunks), plus a copy of the input into work memory; beyond p2 the extra ranks fold
+// their whole input in and get their block back.
+func (m *model) reduceScatterHalvingCost(bytes int) (float64, string) {
+	bwCost := halvingBandwidthCost
+	if !m.oneHost {
+		bwCost = 2
+	}
+	p2 := 1
+	for p2*2 <= m.n {
+		p2 *= 2
+	}
+	b, n := float64(bytes), float64(m.n)
+	steps := float64(bits.Len(uint(p2)) - 1)
+	us := opOverheadUS + steps*m.latencyUS() + bwCost*(n-1)*(b/(m.link.bwGBs*1e3)+m.red(b)) + n*b/(memcpyGBs*1e3)
+	if p2 != m.n {
+		us += m.xfer(n*b) + m.red(n*b) + m.xfer(b)
+	}
+	return us, ""
+}
+
 // perPeerCost is one message to or from each peer (gather, scatter, alltoall).
 func (m *model) perPeerCost(bytes int) (float64, string) {
 	return float64(m.n-1) * m.xfer(float64(bytes)), ""
 }
 
-func (m *model) barrierCost(int) (float64, string) { return m.log2n() * m.link.latencyUS, "" }
+func (m *model) barrierCost(int) (float64, string) { return m.log2n() * m.latencyUS(), "" }
 
 // selector chooses algorithms for one communicator and logs each choice once.
 type selector struct {

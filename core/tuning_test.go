@@ -17,6 +17,42 @@ func testSelector(n int, link linkCost, allow algoAllow) (*selector, *observer.O
 	return newSelector(m, allow, loggers{tune: zap.New(obs)}), logs
 }
 
+// Where the ranks of a host outnumber its cores, every step waits for a core: the model
+// counts a step crowd times dearer and prefers fewer steps (halving over the ring) at
+// larger sizes; where they do not, nothing changes.
+func TestModelKnowsCores(t *testing.T) {
+	choose := func(n, cores, local int, k Kind, bytes int) Algo {
+		s, _ := testSelector(n, shmCost, algoAllow{})
+		s.m.cores, s.m.local = cores, local
+		a, err := s.choose(k, bytes)
+		require.NoError(t, err)
+		return a
+	}
+	for _, c := range []struct {
+		n, cores, local int
+		k               Kind
+		bytes           int
+		uncrowded       Algo
+		crowded         Algo
+	}{
+		{256, 2, 256, KindAllReduce, 10 << 20, AlgoRing, AlgoHalving},
+		{256, 2, 256, KindReduceScatter, 64 << 10, AlgoRing, AlgoHalving},
+		{64, 2, 64, KindAllReduce, 4 << 20, AlgoRing, AlgoHalving},
+		{8, 2, 8, KindAllReduce, 512 << 10, AlgoRing, AlgoHalving},
+		{2, 2, 2, KindAllReduce, 64 << 20, AlgoRing, AlgoRing},
+		{4, 2, 4, KindAllReduce, 64 << 20, AlgoRing, AlgoRing},
+		{16, 64, 16, KindAllReduce, 1 << 20, AlgoRing, AlgoRing}, // as many cores as ranks: not crowded
+	} {
+		name := fmt.Sprintf("%s of %d bytes, %d ranks, %d on %d cores", c.k, c.bytes, c.n, c.local, c.cores)
+		require.Equal(t, c.uncrowded, choose(c.n, 0, 0, c.k, c.bytes), name+", cores unknown")
+		require.Equal(t, c.crowded, choose(c.n, c.cores, c.local, c.k, c.bytes), name)
+	}
+	m := model{cores: 2, local: 2}
+	require.Equal(t, 1.0, m.crowd())
+	m.local = 256
+	require.Equal(t, 128.0, m.crowd())
+}
+
 // The model's choices where they are clear-cut: latency algorithms for small messages,
 // the ring for large ones, the one-shot path only on one host.
 func TestModelChoices(t *testing.T) {
@@ -49,7 +85,10 @@ func TestModelChoices(t *testing.T) {
 		{4, shmCost, KindAllGather, 8, AlgoDirect},
 		{4, shmCost, KindAllGather, 64 << 20, AlgoRing},
 		{4, tcpCost, KindAllGather, 8, AlgoRing},
-		{4, shmCost, KindReduceScatter, 8, AlgoRing},
+		{4, shmCost, KindReduceScatter, 8, AlgoHalving},
+		{4, shmCost, KindReduceScatter, 64 << 20, AlgoRing},
+		{256, shmCost, KindReduceScatter, 4 << 10, AlgoHalving},
+		{256, shmCost, KindReduceScatter, 64 << 10, AlgoRing},
 		{4, shmCost, KindBarrier, 0, AlgoDissemination},
 	}
 	for _, c := range cases {

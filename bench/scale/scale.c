@@ -4,7 +4,8 @@
  * and second all_reduce of 8 bytes and of 1 MiB in ordinary (calloc) memory (the first
  * of each includes the connections made on demand); with ALLOC=1 the same two sizes
  * again in buffers from goncclMemAlloc (the zero-copy path's memory); the fds it holds
- * at the end, its peak resident set; and whether every result was exact.
+ * at the end, its peak resident set; with SCALE_LOOP=N the time per operation of N more
+ * all_reduces of 1 MiB, then of N of 8 bytes, back to back; and whether every result was exact.
  * Usage: scale RANK NRANKS ID_FILE [ALLOC]
  * With SCALE_START_FIFO set, every rank waits until the launcher closes its end of that
  * FIFO (it does once all ranks exist) before it starts init: so init is timed from a
@@ -259,7 +260,7 @@ int main(int argc, char** argv) {
   /* SCALE_LOOP=N: N more back to back, timed together: the time per operation of a
    * loop, where the ranks' skew on entering one operation is paid once, not per op. */
   int loop = getenv("SCALE_LOOP") ? atoi(getenv("SCALE_LOOP")) : 0;
-  double t_loop = 0;
+  double t_loop = 0, t_loop8 = 0;
   if (loop > 0) {
     /* SCALE_LOOP_STARTED=PATH: rank 0 creates PATH as the loop starts (for tests that
      * strike while it runs). */
@@ -275,6 +276,13 @@ int main(int argc, char** argv) {
       ok &= exact(big, BIG_COUNT, nranks);
     }
     t_loop = (now() - l0) / loop;
+    /* And N of 8 bytes: the time per operation where latency, not bandwidth, counts. */
+    l0 = now();
+    for (int k = 0; k < loop; k++) {
+      if ((r = timed_sum(small, 1, rank, comm, &t_one)) != goncclSuccess) return fail(rank, "all_reduce 8 B (loop)", r, comm);
+      ok &= exact(small, 1, nranks);
+    }
+    t_loop8 = (now() - l0) / loop;
   }
   free(big);
   if (alloc && !goncclMemAlloc) {
@@ -300,8 +308,8 @@ int main(int argc, char** argv) {
   printf("{\"rank\": %d, \"init_s\": %.6f, \"fds_init\": %d, \"first_allreduce_s\": %.6f, "
          "\"second_allreduce_s\": %.6f, \"first_1mib_s\": %.6f, \"second_1mib_s\": %.6f, "
          "\"alloc_first_8b_s\": %.6f, \"alloc_second_8b_s\": %.6f, \"alloc_first_1mib_s\": %.6f, "
-         "\"alloc_second_1mib_s\": %.6f, \"loop_1mib_s\": %.6f, \"fds_after\": %d, \"rss_peak_mib\": %.1f, \"exact\": %s}\n",
-         rank, init, fds, t_small[0], t_small[1], t_big[0], t_big[1], t_asmall[0], t_asmall[1], t_abig[0], t_abig[1], t_loop,
+         "\"alloc_second_1mib_s\": %.6f, \"loop_1mib_s\": %.6f, \"loop_8b_s\": %.6f, \"fds_after\": %d, \"rss_peak_mib\": %.1f, \"exact\": %s}\n",
+         rank, init, fds, t_small[0], t_small[1], t_big[0], t_big[1], t_asmall[0], t_asmall[1], t_abig[0], t_abig[1], t_loop, t_loop8,
          fds_after, peak_rss_kib() / 1024.0, ok ? "true" : "false");
   fflush(stdout);
   r = goncclCommDestroy(comm);

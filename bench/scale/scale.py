@@ -9,7 +9,7 @@ init time (max and median over ranks), the fds each rank holds after init and at
 end (max), the first and second all_reduce of 8 bytes and of 1 MiB in ordinary memory
 (max over ranks; the first of each includes the connections made on demand), with
 --alloc the same again in buffers from goncclMemAlloc (the zero-copy path's memory),
-with --loop N the mean time of N more 1 MiB all_reduces back to back, and whether every
+with --loop N the mean time of N more 1 MiB all_reduces back to back, then of N of 8 B, and whether every
 result was exact, and the peak RSS of a rank (max). Every child dies with this script
 (timeout 600 s).
 
@@ -106,6 +106,7 @@ COLUMNS = [
     ("alloc_first_1mib_max_s", "alloc_first_1mib_s", "1M alloc 1st", ".3f"),
     ("alloc_second_1mib_max_s", "alloc_second_1mib_s", "1M alloc 2nd", ".3f"),
     ("loop_1mib_max_s", "loop_1mib_s", "1M loop s/op", ".3f"),
+    ("loop_8b_max_s", "loop_8b_s", "8B loop s/op", ".4f"),
     ("fds_after_max", "fds_after", "fds end", "d"),
     ("rss_peak_max_mib", "rss_peak_mib", "RSS MiB", ".1f"),
 ]
@@ -130,7 +131,8 @@ def main():
     ap.add_argument("--staggered", action="store_true",
                     help="each rank starts init when it has the unique id, not all together once every rank exists")
     ap.add_argument("--loop", type=int, default=0, metavar="N",
-                    help="then N more 1 MiB all_reduces back to back: the column '1M loop s/op' is their mean time "
+                    help="then N more 1 MiB all_reduces back to back, then N of 8 B: the columns '1M loop s/op' and "
+                         "'8B loop s/op' are their mean times "
                          "(max over ranks), where one operation's skew between ranks is not paid again by the next")
     ap.add_argument("--hosts", type=int, default=0, metavar="H",
                     help="spread the ranks over H network namespaces on one bridge (root); -np must be a multiple of H")

@@ -45,9 +45,10 @@ var (
 // Link is a transport.Link over a shared-memory segment. One goroutine may send while
 // another receives.
 type Link struct {
-	peer int
-	side int // 0: created the segment, 1: opened it
-	conn net.Conn
+	peer   int
+	side   int  // 0: created the segment, 1: opened it
+	remote bool // the peer is another process: waits sleep raw (see futexSleepRaw)
+	conn   net.Conn
 
 	mu  sync.RWMutex // read-held by every call; Close write-holds it to unmap
 	seg *segment     // nil once closed
@@ -79,7 +80,7 @@ type Link struct {
 func (l *Link) OnStale(h transport.StaleHandler) { l.stale.Store(&h) }
 
 func newLink(peer, side int, seg *segment, conn net.Conn, g safego.Guard) *Link {
-	l := &Link{peer: peer, side: side, conn: conn, seg: seg,
+	l := &Link{peer: peer, side: side, remote: !seg.samePeerProcess(side), conn: conn, seg: seg,
 		tx: seg.ring(side), rx: seg.ring(1 - side), sendSpin: maxSpin, recvSpin: maxSpin}
 	l.head = l.tx.head.Load()
 	l.pub = l.head
@@ -434,6 +435,13 @@ func (l *Link) wait(recv bool, deadline time.Time) error {
 		}
 	}
 	*spin = max(*spin/2, minSpin)
+	if l.remote {
+		// A raw sleep keeps this P: first let the goroutines queued on it run (the other
+		// half of a sendrecv, just started, is on this P's queue; a spin whose budget
+		// ran out before its first yield never let it run), or the peer waits for what
+		// they would have sent until another P steals them.
+		runtime.Gosched()
+	}
 	defer flag.Store(0)
 	for {
 		flag.Store(1)
@@ -452,7 +460,24 @@ func (l *Link) wait(recv bool, deadline time.Time) error {
 			}
 			d = min(d, left)
 		}
+		l.sleep(ev, seq, d)
+	}
+}
+
+// sleep sleeps on ev while it holds seq, at most d (<= maxSleep): raw, keeping this
+// goroutine's P, where the peer is another process and a P is left for the others;
+// the runtime's way otherwise, so that a peer in this process gets the P it needs to
+// wake this one.
+func (l *Link) sleep(ev *atomic.Uint32, seq uint32, d time.Duration) {
+	if !l.remote || !rawSleepBegin() {
 		futexSleep(ev, seq, d)
+		return
+	}
+	timedOut := futexSleepRaw(ev, seq, d)
+	rawSleepEnd()
+	if timedOut {
+		// A long wait: let this P's other goroutines run before sleeping again.
+		runtime.Gosched()
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -16,6 +17,8 @@ import (
 //	0      magic u64, ring size u64, token [16]byte (proves the opener mapped the right file)
 //	64     closed[0] u32: side 0 closed its end      (own cache line)
 //	128    closed[1] u32: side 1 closed its end      (own cache line)
+//	192    process[0] u64, process[1] u64: each side's process nonce (see procNonce),
+//	       written once at setup, before the side answers or is answered
 //	256    ring 0 control (side 0 -> side 1), 6 cache lines:
 //	         head      u64  bytes ever written; written by the producer only
 //	         tail      u64  bytes ever read; written by the consumer only
@@ -34,7 +37,8 @@ const (
 	offMagic    = 0
 	offRingSize = 8
 	offToken    = 16
-	offClosed   = 64 // + side*cacheLine
+	offClosed   = 64  // + side*cacheLine
+	offProcess  = 192 // + side*8
 	offRings    = 256
 	ringCtrl    = 6 * cacheLine
 	ctrlSize    = 4096
@@ -72,6 +76,7 @@ func createSegment(ringSize uint64) (seg *segment, fd int, token [tokenSize]byte
 	}
 	binary.LittleEndian.PutUint64(mem[offRingSize:], ringSize)
 	copy(mem[offToken:], token[:])
+	binary.LittleEndian.PutUint64(mem[offProcess:], procNonce)
 	(*atomic.Uint64)(unsafe.Pointer(&mem[offMagic])).Store(segMagic)
 	return &segment{mem: mem, ringSize: ringSize}, fd, token, nil
 }
@@ -110,7 +115,24 @@ func mapSegment(fd int, what string, ringSize uint64, token [tokenSize]byte) (*s
 		s.unmap()
 		return nil, fmt.Errorf("%s is not the peer's segment (magic, size or token differ)", what)
 	}
+	binary.LittleEndian.PutUint64(mem[offProcess+8:], procNonce)
 	return s, nil
+}
+
+// procNonce names this process among those that share segments: a pid would not do,
+// since ranks in different pid namespaces can have the same one.
+var procNonce = func() uint64 {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(fmt.Sprintf("shm: no randomness for the process nonce: %v", err))
+	}
+	return binary.LittleEndian.Uint64(b[:]) | 1 // never 0: 0 is a side that has not written
+}()
+
+// samePeerProcess reports whether the other side of the segment (whose setup has
+// finished) is this process.
+func (s *segment) samePeerProcess(side int) bool {
+	return binary.LittleEndian.Uint64(s.mem[offProcess+8*(1-side):]) == procNonce
 }
 
 func (s *segment) unmap() error { return unix.Munmap(s.mem) }
@@ -149,6 +171,11 @@ const (
 
 // futexSleep sleeps while *w == val, at most d (d < 0: no limit). It returns on a
 // wake-up, a change of *w, a signal or the timeout; callers re-check their condition.
+//
+// It tells the Go runtime it is in a system call, so that the runtime's monitor
+// (sysmon) hands this goroutine's processor (P) to other goroutines while it sleeps:
+// the right wait where the one that wakes it is a goroutine of this process, which may
+// need that very P to run.
 func futexSleep(w *atomic.Uint32, val uint32, d time.Duration) {
 	var tsp unsafe.Pointer
 	var ts unix.Timespec
@@ -158,6 +185,68 @@ func futexSleep(w *atomic.Uint32, val uint32, d time.Duration) {
 	}
 	_, _, _ = unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWait, uintptr(val), uintptr(tsp), 0, 0)
 }
+
+// futexSleepRaw is futexSleep without telling the runtime: the goroutine keeps its P
+// while it sleeps, and d must be short (at most maxSleep).
+//
+// Where the peer is another process, handing the P around is pure cost: sysmon wakes
+// to retake the P from a thread that has slept past 20us, hands it off (waking another
+// thread, which finds nothing to do and sleeps again), and the sleeper, woken, must win
+// a P back before it can run. With hundreds of ranks on a few cores that is most of
+// the CPU a collective gets (256 ranks on 2 cores: under a tenth of the time went to
+// copying and reducing). Sleeping raw keeps the sleeper's P and thread as they are.
+//
+// What a thread blocked in a raw system call holding its P costs the rest of its
+// process, and why d is short:
+//   - The other goroutines cannot use that P. rawSleepers keeps at least one P free
+//     of raw sleepers (see rawSleepBegin), so the process's other goroutines (the
+//     other half of a sendrecv, heartbeats, the liveness watcher, timers) still run.
+//   - A stop-the-world (GC's start and end, a stack dump) waits for every P: it waits
+//     for this one until the sleep ends, at most d. Signals do not shorten the sleep
+//     (Go installs its handlers with SA_RESTART, and the kernel restarts a timed
+//     FUTEX_WAIT), so d is the bound of that pause: maxSleep, 10 ms, one GC pause in
+//     a process that rarely collects.
+//   - Preemption: sysmon asks a goroutine that has held its P for 10 ms to yield with
+//     a signal (SIGURG), which ends a timed FUTEX_WAIT with EINTR (the kernel restarts
+//     only an untimed one); the caller, back in Go, yields at its next function call.
+//     So a raw sleeper gives its P up every 10-20 ms even without the bound; the bound
+//     is what holds where that signal does not come (a runtime that stops sending it,
+//     a stop-the-world that already began). The caller yields after every raw sleep
+//     that timed out, too.
+//
+// It reports whether the sleep lasted the whole of d.
+func futexSleepRaw(w *atomic.Uint32, val uint32, d time.Duration) (timedOut bool) {
+	ts := unix.NsecToTimespec(int64(d))
+	_, _, errno := unix.RawSyscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWait, uintptr(val), uintptr(unsafe.Pointer(&ts)), 0, 0)
+	if errno == 0 {
+		rawWakes.Add(1)
+	}
+	return errno == unix.ETIMEDOUT
+}
+
+var (
+	rawSleepers atomic.Int32 // goroutines of this process in futexSleepRaw
+	rawWakes    atomic.Int64 // raw sleeps ended by a FUTEX_WAKE (for tests)
+)
+
+// rawSleepBegin reports whether the caller may sleep raw, and if so counts it in until
+// rawSleepEnd: only while the raw sleepers, this one included, leave at least one P of
+// GOMAXPROCS free for the process's other goroutines. A caller that may not sleeps the
+// ordinary way (futexSleep).
+func rawSleepBegin() bool {
+	limit := int32(runtime.GOMAXPROCS(0)) - 1
+	for {
+		n := rawSleepers.Load()
+		if n >= limit {
+			return false
+		}
+		if rawSleepers.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+func rawSleepEnd() { rawSleepers.Add(-1) }
 
 // futexWakeAll wakes every thread sleeping on w.
 func futexWakeAll(w *atomic.Uint32) {
