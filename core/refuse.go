@@ -157,39 +157,13 @@ func (c *Comm) takeRefusalLocked(seq uint64) *refusalError {
 // kind, and why, and waits until the words are written, at most statusWait, so that
 // they go out even if this process ends right after.
 func (e *p2pEngine) tellRefused(kind Kind, seq uint64, reason string) {
-	b := []byte(truncate(reason, transport.MaxStatusBytes-16))
-	var sent []chan struct{}
-	e.mu.Lock()
-	if e.closed == nil && e.leaving == nil {
-		for _, pp := range e.peers {
-			if pp == nil || pp.err != nil {
-				continue
-			}
-			f := &p2pFrame{h: transport.MsgHeader{Kind: transport.MsgRefused, Tag: int64(kind), Seq: seq, Len: uint64(len(b))},
-				payload: b, deadline: time.Now().Add(statusWait), written: make(chan struct{})}
-			e.enqueue(pp, f, true)
-			sent = append(sent, f.written)
-		}
-	}
-	e.mu.Unlock()
-	timer := time.NewTimer(statusWait)
-	defer timer.Stop()
-	for _, ch := range sent {
-		select {
-		case <-ch:
-		case <-timer.C:
-			return
-		}
-	}
+	e.tellEveryPeer(transport.MsgHeader{Kind: transport.MsgRefused, Tag: int64(kind), Seq: seq}, reason, statusWait, false)
 }
 
 // readRefused reads a peer's refusal and hands it to onRefused.
 func (e *p2pEngine) readRefused(pp *p2pPeer, h transport.MsgHeader) error {
-	if h.Len > transport.MaxStatusBytes {
-		return fmt.Errorf("rank %d sent a refusal of %d bytes, above the %d-byte limit", pp.rank, h.Len, transport.MaxStatusBytes)
-	}
-	b := make([]byte, h.Len)
-	if err := pp.conn.ReadPayload(b, time.Now().Add(statusWait)); err != nil {
+	reason, err := e.readNote(pp, h, "a refusal")
+	if err != nil {
 		return err
 	}
 	kind := Kind(h.Tag)
@@ -197,7 +171,7 @@ func (e *p2pEngine) readRefused(pp *p2pPeer, h transport.MsgHeader) error {
 		return fmt.Errorf("rank %d sent a refusal of collective #%d of kind %d: not a collective", pp.rank, h.Seq, h.Tag)
 	}
 	if e.onRefused != nil {
-		e.onRefused(pp.rank, kind, h.Seq, string(b))
+		e.onRefused(pp.rank, kind, h.Seq, reason)
 	}
 	return nil
 }

@@ -245,22 +245,30 @@ func (e *peerLeftError) Unwrap() error { return transport.ErrPeerClosed }
 // sayBye tells every live peer that this rank is leaving and why, waiting briefly for
 // the frames to go out, so that peers can tell a rank that left from one that died.
 func (e *p2pEngine) sayBye(reason string) {
-	b := []byte(truncate(reason, transport.MaxStatusBytes-16))
+	e.tellEveryPeer(transport.MsgHeader{Kind: transport.MsgBye}, reason, byeWait, true)
+}
+
+// tellEveryPeer sends every live peer a control frame h carrying a short text (cut to
+// fit a status frame) and waits until the frames are written, at most wait, so that
+// they go out even if this process ends right after. Nothing is sent once the engine
+// closed, nor, unless evenLeaving, while it is saying goodbye.
+func (e *p2pEngine) tellEveryPeer(h transport.MsgHeader, text string, wait time.Duration, evenLeaving bool) {
+	b := []byte(truncate(text, transport.MaxStatusBytes-16))
+	h.Len = uint64(len(b))
 	var sent []chan struct{}
 	e.mu.Lock()
-	if e.closed == nil {
+	if e.closed == nil && (evenLeaving || e.leaving == nil) {
 		for _, pp := range e.peers {
 			if pp == nil || pp.err != nil {
 				continue
 			}
-			f := &p2pFrame{h: transport.MsgHeader{Kind: transport.MsgBye, Len: uint64(len(b))}, payload: b,
-				deadline: time.Now().Add(byeWait), written: make(chan struct{})}
+			f := &p2pFrame{h: h, payload: b, deadline: time.Now().Add(wait), written: make(chan struct{})}
 			e.enqueue(pp, f, true)
 			sent = append(sent, f.written)
 		}
 	}
 	e.mu.Unlock()
-	timer := time.NewTimer(byeWait)
+	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for _, ch := range sent {
 		select {
@@ -271,17 +279,27 @@ func (e *p2pEngine) sayBye(reason string) {
 	}
 }
 
-// readBye reads a peer's goodbye; the channel then ends, failing what is pending on
-// it with the peer's reason.
-func (e *p2pEngine) readBye(pp *p2pPeer, h transport.MsgHeader) error {
+// readNote reads the short text that follows a peer's control frame h (a goodbye, a
+// refusal), refusing one longer than a status frame; what names the frame in errors.
+func (e *p2pEngine) readNote(pp *p2pPeer, h transport.MsgHeader, what string) (string, error) {
 	if h.Len > transport.MaxStatusBytes {
-		return fmt.Errorf("rank %d sent a goodbye of %d bytes, above the %d-byte limit", pp.rank, h.Len, transport.MaxStatusBytes)
+		return "", fmt.Errorf("rank %d sent %s of %d bytes, above the %d-byte limit", pp.rank, what, h.Len, transport.MaxStatusBytes)
 	}
 	b := make([]byte, h.Len)
 	if err := pp.conn.ReadPayload(b, time.Now().Add(statusWait)); err != nil {
+		return "", err
+	}
+	return string(b), nil
+}
+
+// readBye reads a peer's goodbye; the channel then ends, failing what is pending on
+// it with the peer's reason.
+func (e *p2pEngine) readBye(pp *p2pPeer, h transport.MsgHeader) error {
+	reason, err := e.readNote(pp, h, "a goodbye")
+	if err != nil {
 		return err
 	}
-	return &peerLeftError{reason: string(b)}
+	return &peerLeftError{reason: reason}
 }
 
 // Flags of a MsgLost frame (in its Seq).
