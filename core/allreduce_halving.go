@@ -63,18 +63,9 @@ func (e *exec) allReduceHalving(buf []byte, count int, dt DataType, op RedOp) er
 			}
 			return elemRange{a, b}
 		}
-		lo, hi := 0, p2
-		for d := p2 / 2; d >= 1; d /= 2 {
-			keep, give := blocks(lo, lo+d), blocks(lo+d, hi)
-			if vr&d != 0 {
-				keep, give = give, keep
-				lo += d
-			} else {
-				hi -= d
-			}
-			if err := e.swapRanges(peerOf(vr^d), buf, es, give, keep, true, dt, op); err != nil {
-				return err
-			}
+		lo, err := e.halve(vr, p2, peerOf, blocks, buf, es, dt, op)
+		if err != nil {
+			return err
 		}
 		if op == Avg {
 			mine := blocks(vr, vr+1)
@@ -137,4 +128,27 @@ func (e *exec) swapRanges(peer int, buf []byte, es int, give, take elemRange, re
 	}
 	wg.Wait()
 	return e.result()
+}
+
+// halve runs the halving steps of virtual rank vr among p2 (a power of two): at step
+// d = p2/2, ..., 1, vr and vr^d (real rank peerOf(vr^d)) split the virtual ranks
+// lo..hi-1 whose blocks they both still reduce: the one with bit d clear keeps the
+// lower half and sends the upper, the other the reverse, each reducing the half it
+// keeps. blocks(a, b) is virtual ranks a..b-1's part of buf, as elements. It returns
+// lo: after the last step vr holds virtual block lo (= vr) finished.
+func (e *exec) halve(vr, p2 int, peerOf func(int) int, blocks func(lo, hi int) elemRange, buf []byte, es int, dt DataType, op RedOp) (int, error) {
+	lo, hi := 0, p2
+	for d := p2 / 2; d >= 1; d /= 2 {
+		keep, give := blocks(lo, lo+d), blocks(lo+d, hi)
+		if vr&d != 0 {
+			keep, give = give, keep
+			lo += d
+		} else {
+			hi -= d
+		}
+		if err := e.swapRanges(peerOf(vr^d), buf, es, give, keep, true, dt, op); err != nil {
+			return lo, err
+		}
+	}
+	return lo, nil
 }

@@ -67,18 +67,8 @@ func (e *exec) reduceScatterHalving(send, recv []byte, recvCount int, dt DataTyp
 		return v + rem
 	}
 	blocks := func(lo, hi int) elemRange { return elemRange{first(lo) * recvCount, first(hi) * recvCount} }
-	lo, hi := 0, p2
-	for d := p2 / 2; d >= 1; d /= 2 {
-		keep, give := blocks(lo, lo+d), blocks(lo+d, hi)
-		if vr&d != 0 {
-			keep, give = give, keep
-			lo += d
-		} else {
-			hi -= d
-		}
-		if err := e.swapRanges(peerOf(vr^d), buf, es, give, keep, true, dt, op); err != nil {
-			return err
-		}
+	if _, err := e.halve(vr, p2, peerOf, blocks, buf, es, dt, op); err != nil {
+		return err
 	}
 	if r < 2*rem { // standing for r-1 too: hand it its block
 		if err := e.swapRanges(r-1, buf, es, elemRange{(r - 1) * recvCount, r * recvCount}, elemRange{}, false, dt, op); err != nil {

@@ -198,14 +198,7 @@ const halvingBandwidthCost = 1.5
 // its bytes count twice the ring's, so it is chosen there only where latency clearly
 // dominates.
 func (m *model) allReduceHalvingCost(bytes int) (float64, string) {
-	bwCost := halvingBandwidthCost
-	if !m.oneHost {
-		bwCost = 2
-	}
-	p2 := 1
-	for p2*2 <= m.n {
-		p2 *= 2
-	}
+	bwCost, p2 := m.halvingShape()
 	b, steps, frac := float64(bytes), float64(bits.Len(uint(p2))-1), float64(p2-1)/float64(p2)
 	us := opOverheadUS + 2*steps*m.latencyUS() + bwCost*(2*frac*b/(m.link.bwGBs*1e3)+frac*m.red(b))
 	if p2 != m.n {
@@ -305,19 +298,28 @@ func (m *model) reduceScatterRingCost(bytes int) (float64, string) {
 	return opOverheadUS + float64(m.n-1)*(m.xfer(b)+m.red(b)), ""
 }
 
+// halvingShape is what the recursive-halving costs share: the factor on their bytes
+// (whole halves swapped; twice the ring's across hosts, where it was not measured, so
+// that it is chosen there only where latency clearly dominates) and p2, the largest
+// power of two <= n.
+func (m *model) halvingShape() (bwCost float64, p2 int) {
+	bwCost = halvingBandwidthCost
+	if !m.oneHost {
+		bwCost = 2
+	}
+	p2 = 1
+	for p2*2 <= m.n {
+		p2 *= 2
+	}
+	return bwCost, p2
+}
+
 // reduceScatterHalvingCost: recursive halving, log2(p2) steps moving and reducing the
 // ring's (n-1) blocks at halvingBandwidthCost (whole halves swapped, not pipelined
 // chunks), plus a copy of the input into work memory; beyond p2 the extra ranks fold
 // their whole input in and get their block back.
 func (m *model) reduceScatterHalvingCost(bytes int) (float64, string) {
-	bwCost := halvingBandwidthCost
-	if !m.oneHost {
-		bwCost = 2
-	}
-	p2 := 1
-	for p2*2 <= m.n {
-		p2 *= 2
-	}
+	bwCost, p2 := m.halvingShape()
 	b, n := float64(bytes), float64(m.n)
 	steps := float64(bits.Len(uint(p2)) - 1)
 	us := opOverheadUS + steps*m.latencyUS() + bwCost*(n-1)*(b/(m.link.bwGBs*1e3)+m.red(b)) + n*b/(memcpyGBs*1e3)
