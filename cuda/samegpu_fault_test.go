@@ -180,15 +180,7 @@ func sameGPUFaultRank(d *driver.Driver, f *cudatest.Fake, id core.UniqueID, rank
 	if got := f.Floats(buf, 1)[0]; got != float32(nranks) {
 		return fmt.Errorf("rank %d: the agreed all_reduce gave %v, want %d", rank, got, nranks)
 	}
-	if victim, _ := strconv.Atoi(os.Getenv("GONCCL_DEVTEST_VICTIM")); rank == victim {
-		sig := syscall.SIGKILL
-		if os.Getenv("GONCCL_DEVTEST_HOW") == "stop" {
-			sig = syscall.SIGSTOP
-		}
-		fmt.Fprintf(log, "victim: %v\n", sig)
-		_ = syscall.Kill(os.Getpid(), sig)
-		time.Sleep(time.Hour) // the parent kills it
-	}
+	fallIfVictim(rank, log)
 	start := time.Now()
 	err = g.AllReduce(s, red, buf, buf, count, core.Float32, core.Sum)
 	if err == nil {
@@ -203,4 +195,19 @@ func sameGPUFaultRank(d *driver.Driver, f *cudatest.Fake, id core.UniqueID, rank
 	f.Drain(uintptr(s))
 	fmt.Fprintf(log, "close: %v\n", g.Close())
 	return nil
+}
+
+// fallIfVictim kills (GONCCL_DEVTEST_HOW unset or "kill") or stops ("stop") this
+// process where rank is GONCCL_DEVTEST_VICTIM, after saying so in log; the parent
+// kills a stopped one.
+func fallIfVictim(rank int, log *os.File) {
+	if victim, _ := strconv.Atoi(os.Getenv("GONCCL_DEVTEST_VICTIM")); rank == victim {
+		sig := syscall.SIGKILL
+		if os.Getenv("GONCCL_DEVTEST_HOW") == "stop" {
+			sig = syscall.SIGSTOP
+		}
+		fmt.Fprintf(log, "victim: %v\n", sig)
+		_ = syscall.Kill(os.Getpid(), sig)
+		time.Sleep(time.Hour)
+	}
 }

@@ -5,7 +5,6 @@ import (
 	"os"
 	"strconv"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 	"unsafe"
@@ -222,15 +221,7 @@ func sameGPUOverlapRank(d *driver.Driver, f *cudatest.Fake, id core.UniqueID, ra
 // sameGPUOverlapFault is the fault test's end of the script: the victim dies or stops
 // with its gate shut; a survivor's stream must drain once the communicator has failed.
 func sameGPUOverlapFault(g *samegpu.SameGPU, f *cudatest.Fake, s driver.Stream, red cuda.Reducer, buf uintptr, count, rank int, log *os.File) error {
-	if victim, _ := strconv.Atoi(os.Getenv("GONCCL_DEVTEST_VICTIM")); rank == victim {
-		sig := syscall.SIGKILL
-		if os.Getenv("GONCCL_DEVTEST_HOW") == "stop" {
-			sig = syscall.SIGSTOP
-		}
-		fmt.Fprintf(log, "victim: %v\n", sig)
-		_ = syscall.Kill(os.Getpid(), sig)
-		time.Sleep(time.Hour) // the parent kills it
-	}
+	fallIfVictim(rank, log)
 	start := time.Now()
 	f.Drain(uintptr(s))
 	fmt.Fprintf(log, "STREAM RELEASED\nAFTER %v\n", time.Since(start))
