@@ -47,10 +47,23 @@ func TestModelKnowsCores(t *testing.T) {
 		require.Equal(t, c.uncrowded, choose(c.n, 0, 0, c.k, c.bytes), name+", cores unknown")
 		require.Equal(t, c.crowded, choose(c.n, c.cores, c.local, c.k, c.bytes), name)
 	}
-	m := model{cores: 2, local: 2}
+	m := model{cores: 2, local: 2, oneHost: true}
 	require.Equal(t, 1.0, m.crowd())
 	m.local = 256
 	require.Equal(t, 128.0, m.crowd())
+
+	// Across hosts the crowded prices are not used (16 simulated hosts x 16 ranks on 2
+	// cores measured them choosing worse: see crowd).
+	for _, c := range []struct {
+		bytes int
+		want  Algo
+	}{{8, AlgoRecDoubling}, {1 << 20, AlgoHier}} {
+		s, _ := testSelector(256, tcpCost, algoAllow{})
+		s.m.hosts, s.m.maxLocal, s.m.equalHosts, s.m.cores, s.m.local = 16, 16, true, 2, 16
+		a, err := s.choose(KindAllReduce, c.bytes)
+		require.NoError(t, err)
+		require.Equal(t, c.want, a, "all_reduce of %d bytes, 16 hosts x 16 ranks on 2 cores", c.bytes)
+	}
 }
 
 // The model's choices where they are clear-cut: latency algorithms for small messages,
