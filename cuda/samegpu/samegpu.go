@@ -68,11 +68,13 @@ type SameGPU struct {
 	samePID  []bool     // rank r is in this process: its pointers are usable as they are
 	exported map[uint64][driver.IPCHandleSize]byte
 	maps     []map[uint64]mapping // launcher: per peer, its allocations mapped here
-	xbuf     uintptr              // the exchange buffer (0: none yet)
+	dev      int                  // the context's device
+	xmem     *cuda.SharedMem      // the exchange buffer (nil: none yet), memory peers map as a file descriptor
+	xbuf     uintptr              // xmem.Ptr, or 0
 	xcap     int
-	retired  []uintptr                    // exchange buffers outgrown, freed at Close (the launcher may map them)
+	xid      uint64                       // the exchange buffer's id in its descriptors (xbufID | a count)
+	retired  []*cuda.SharedMem            // exchange buffers outgrown, unmapped here at Close (the launcher may map them)
 	noExport map[uint64]bool              // allocations the driver would not export (asked once)
-	leadPID  int                          // the launcher's process, to stop waiting in Close if it is gone
 	errf     atomic.Pointer[func() error] // the communicator's error (Watch)
 	closed   bool
 	failed   error // the first operation that failed: the ranks' sequence numbers may disagree since
@@ -85,6 +87,7 @@ type mapping struct {
 	size   int
 	here   uintptr
 	opened bool   // by cuIpcOpenMemHandle (closed by Close, when replaced, or when evicted)
+	vmm    bool   // imported from a file descriptor (a peer's exchange buffer): unmapped likewise
 	used   uint64 // the last operation that used it
 }
 
@@ -228,8 +231,15 @@ func (g *SameGPU) setupOwn(me *sameRecord) error {
 		if err != nil {
 			return err
 		}
+		g.dev = dev
 		if me.bus, err = g.d.BusID(dev); err != nil {
 			return err
+		}
+		// The exchange buffers are memory that outlives its maker, so that the
+		// launcher's queued work on a dead follower's buffer does not fault
+		// (ops.go): without it the path is refused, with the reason.
+		if err := g.d.VMMSupported(dev); err != nil {
+			return fmt.Errorf("%w: the same-GPU path's exchange buffers need memory shared as file descriptors: %w", cuda.ErrNotShared, err)
 		}
 		return page.register(g.d)
 	})
@@ -237,7 +247,6 @@ func (g *SameGPU) setupOwn(me *sameRecord) error {
 
 // connect maps the peers' pages.
 func (g *SameGPU) connect(recs []sameRecord) error {
-	g.leadPID = recs[launcher].pid
 	for r, rec := range recs {
 		g.samePID[r] = rec.proc == driver.ProcessID
 		if r == g.rank {
@@ -271,11 +280,10 @@ func (g *SameGPU) connect(recs []sameRecord) error {
 	})
 }
 
-// Close unmaps the peers' pages and buffers and frees the exchange buffers (the
-// launcher first waits for its last operation's kernels, then closes its mappings and
-// says so on its page; the other ranks free their exchange buffers only once it has,
-// or once its process is gone). Call it once no rank will start another operation of
-// this path.
+// Close unmaps the peers' pages and buffers and this rank's exchange buffers (once
+// its stream's part of the last operation has run, or the communicator has failed);
+// an exchange buffer's memory is freed once the launcher has unmapped it too. Call it
+// once no rank will start another operation of this path.
 func (g *SameGPU) Close() error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -297,35 +305,19 @@ func (g *SameGPU) Close() error {
 		keep(g.watchErr())
 		for _, m := range g.maps {
 			for _, mp := range m {
-				if mp.opened {
-					keep(g.d.IpcCloseMemHandle(mp.here))
-				}
+				keep(g.unmap(mp))
 			}
 		}
-		if g.rank == launcher && g.own != nil {
-			g.own.word(seqClosed).Store(1)
+		// The exchange buffers: the launcher's mappings keep the memory while its
+		// stream may still use them (a dead or slow launcher's too), so this rank's
+		// own mappings go now.
+		for _, m := range g.retired {
+			keep(m.Free(g.d))
 		}
-		bufs := g.retired
-		if g.xbuf != 0 {
-			bufs = append(bufs, g.xbuf)
+		if g.xmem != nil {
+			keep(g.xmem.Free(g.d))
 		}
-		if len(bufs) == 0 {
-			return nil
-		}
-		if lead := g.peers[launcher]; g.rank != launcher && lead != nil && !g.samePID[launcher] {
-			err := g.wait(time.Now().Add(g.timeout), func() string {
-				return fmt.Sprintf("rank %d waited for rank %d to close its mappings of its exchange buffers (left allocated)", g.rank, launcher)
-			}, func() (bool, error) {
-				return lead.word(seqClosed).Load() != 0 || unix.Kill(g.leadPID, 0) == unix.ESRCH, nil
-			})
-			if err != nil {
-				return err // freeing memory the launcher still maps is undefined: leave it
-			}
-		}
-		for _, p := range bufs {
-			keep(g.d.MemFree(p))
-		}
-		g.xbuf, g.retired = 0, nil
+		g.xmem, g.xbuf, g.retired = nil, 0, nil
 		return nil
 	}))
 	keep(g.d.Do(g.ctx, func() error {
