@@ -87,6 +87,32 @@ func TestSameGPUReleasesStreamsOfADeadPeer(t *testing.T) {
 	}
 }
 
+// TestSameGPUDeadFollowersExchangeBufferOutlivesIt: a follower whose buffer the driver
+// does not export (fakecudaMalloc memory, as torch's expandable segments) goes through
+// its exchange buffer, which the launcher maps. The follower is killed (SIGKILL) with
+// its stream held, so the launcher's stream, released once the communicator has
+// failed, still runs the kernel that reads and writes the dead follower's exchange
+// buffer. That buffer is memory that outlives its maker (cuMemCreate, shared as a
+// file descriptor), so the access lands in memory that is there; with a buffer of
+// cuMemAlloc mapped by cuIpcOpenMemHandle, which dies with its exporter, the fake
+// faults as a GPU does (a sticky illegal-address error in the launcher's context).
+func TestSameGPUDeadFollowersExchangeBufferOutlivesIt(t *testing.T) {
+	open(t)
+	res := ranks{layout: "0,0,0", env: []string{"GONCCL_DEVTEST_SCRIPT=samegpu-overlap-fault", "FAKECUDA_DELAY_US=0,50",
+		"GONCCL_DEVTEST_GATED=1", "GONCCL_DEVTEST_VICTIM=1", "GONCCL_DEVTEST_HOW=kill", "GONCCL_DEVTEST_BUFS=exchange",
+		"GONCCL_DEVTEST_DONE=" + t.TempDir() + "/launcher-closed",
+		"GONCCL_HEARTBEAT_TIMEOUT_MS=" + strconv.Itoa(int(sameFaultHeartbeat.Milliseconds()))},
+		victims: []int{1}, limit: sameFaultTimeout + 30*time.Second}.run(t)
+	require.False(t, res.timeout, "%s", res.all())
+	require.NoError(t, res.err(), "%s", res.all())
+	for _, r := range []int{0, 2} {
+		out := res.outs[r]
+		require.NotContains(t, out, "FAULT", "%s", res.all())
+		require.Contains(t, out, "STREAM RELEASED", "%s", res.all())
+		require.Regexp(t, `NEXT OP REFUSED: .*rank 1\b`, out, "%s", res.all())
+	}
+}
+
 // gate is a word of host memory registered with the GPU: a stream that waits on it
 // (cuStreamWaitValue32 >= 1) is held until the host opens it.
 type gate struct {
@@ -150,6 +176,9 @@ func sameGPUOverlapRank(d *driver.Driver, f *cudatest.Fake, id core.UniqueID, ra
 		return err
 	}
 	bufs := []uintptr{exported, f.Malloc(dev, 4*count)}
+	if os.Getenv("GONCCL_DEVTEST_BUFS") == "exchange" {
+		bufs = bufs[1:] // only through the exchange buffers
+	}
 	in := make([]float32, count)
 	for i := range in {
 		in[i] = float32(rank + 1)
@@ -165,7 +194,7 @@ func sameGPUOverlapRank(d *driver.Driver, f *cudatest.Fake, id core.UniqueID, ra
 	for _, b := range bufs {
 		f.SetFloats(b, in)
 	}
-	if _, err := c.Barrier(); err != nil {
+	if err := barrier(c); err != nil {
 		return err
 	}
 	gated, _ := strconv.Atoi(os.Getenv("GONCCL_DEVTEST_GATED"))
@@ -193,7 +222,7 @@ func sameGPUOverlapRank(d *driver.Driver, f *cudatest.Fake, id core.UniqueID, ra
 		return sameGPUOverlapFault(g, f, s, red, bufs[0], count, rank, log)
 	}
 	// Every rank has looked: the gate opens, and the operations run.
-	if _, err := c.Barrier(); err != nil {
+	if err := barrier(c); err != nil {
 		return err
 	}
 	if rank == gated {
@@ -209,7 +238,7 @@ func sameGPUOverlapRank(d *driver.Driver, f *cudatest.Fake, id core.UniqueID, ra
 	if n := f.Counters().Kernels - k0; rank == 0 && n != 2 {
 		return fmt.Errorf("rank 0: %d kernels ran, want 2", n)
 	}
-	if _, err := c.Barrier(); err != nil {
+	if err := barrier(c); err != nil {
 		return err
 	}
 	if err := g.Close(); err != nil {

@@ -340,3 +340,38 @@ func runSameGPUCase(c *core.Comm, g *samegpu.SameGPU, d *driver.Driver, ctx driv
 	f.Drain(uintptr(s))
 	return append([]byte(nil), f.Bytes(recv, outN*es)...), want, nil
 }
+
+// TestSameGPURefusedWithoutShareableMemory: the same-GPU path's exchange buffers are
+// memory that outlives its maker, shared as file descriptors; where the device cannot
+// make it, the path is refused at setup on every rank, naming the device attribute
+// (the device path's rule), rather than falling back to memory that dies with a peer.
+func TestSameGPURefusedWithoutShareableMemory(t *testing.T) {
+	for _, c := range []struct{ env, attr string }{
+		{"FAKECUDA_NO_VMM", "CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED = 0"},
+		{"FAKECUDA_NO_POSIX_FD", "CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED = 0"},
+	} {
+		t.Run(c.env, func(t *testing.T) {
+			d, f := open(t)
+			t.Setenv(c.env, "1")
+			id, err := core.NewUniqueID()
+			require.NoError(t, err)
+			devs := []int{0, 0}
+			inProcessRanks(t, len(devs), func(rank int) error {
+				r, err := openRank(d, f, id, rank, devs, 30*time.Second)
+				if err != nil {
+					return err
+				}
+				defer r.c.Destroy()
+				g, err := samegpu.NewSameGPU(d, r.ctx, rank, len(devs), 30*time.Second, hostExchange(r.c))
+				if err == nil {
+					g.Close()
+					return fmt.Errorf("rank %d: the same-GPU path was set up without fd-shareable memory", rank)
+				}
+				if !errors.Is(err, cuda.ErrNotShared) || !strings.Contains(err.Error(), c.attr) {
+					return fmt.Errorf("rank %d: want a refusal naming %s, got: %w", rank, c.attr, err)
+				}
+				return nil
+			})
+		})
+	}
+}

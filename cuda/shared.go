@@ -7,8 +7,6 @@ import (
 	"os"
 	"sync"
 	"time"
-
-	"github.com/gonccl/gonccl/internal/fdpass"
 )
 
 // Shared is a communicator's device scratch, shared with the other ranks of its host:
@@ -39,13 +37,13 @@ type Shared struct {
 	cap    int // bytes of the data area of each rank
 	hdr    int // bytes of the header (the inboxes) before each rank's data area
 
-	own     uintptr        // this rank's allocation
-	ownSize int            // its mapped bytes (a multiple of the device's granularity)
-	server  *fdpass.Server // hands own's file descriptor to the peers during NewShared
-	bases   []uintptr      // every rank's allocation, as this process addresses it
-	opened  []bool         // bases[r] was imported and mapped here (sharedmem.go)
-	sizes   []int          // the mapped bytes at bases[r], where opened
-	flags   []flagRegion   // every rank's flag region, as this process maps it (hostflags.go); a rank of this process's is its own
+	own     uintptr      // this rank's allocation
+	ownSize int          // its mapped bytes (a multiple of the device's granularity)
+	server  *SharedMem   // hands own's file descriptor to the peers during NewShared
+	bases   []uintptr    // every rank's allocation, as this process addresses it
+	opened  []bool       // bases[r] was imported and mapped here (sharedmem.go)
+	sizes   []int        // the mapped bytes at bases[r], where opened
+	flags   []flagRegion // every rank's flag region, as this process maps it (hostflags.go); a rank of this process's is its own
 
 	exchange func([]byte) ([]byte, error) // the host all-gather of NewShared
 

@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gonccl/gonccl/cuda"
 	"github.com/gonccl/gonccl/cuda/driver"
 	"github.com/gonccl/gonccl/cuda/kernels"
 	"github.com/gonccl/gonccl/internal/reduce"
@@ -211,24 +212,39 @@ func (g *SameGPU) export(p uintptr) (d bufDesc, ok bool, err error) {
 }
 
 // growExchange makes the exchange buffer hold at least n bytes (at least twice its
-// old size, so it grows a few times at most). It runs on this rank's thread before the
-// rank publishes anything for the operation, so nobody reads the old buffer any more,
-// but the launcher may still map it: it is kept until Close, which frees it once the
-// launcher has closed its mappings (a free here would also wait for the whole context).
+// old size, so it grows a few times at most). The buffer is memory peers map from a
+// file descriptor (cuda.ExportMem), which outlives this rank: if it dies, the
+// launcher's queued kernels still read and write memory that is there. It runs on this
+// rank's thread before the rank publishes anything for the operation, so nobody
+// reads the old buffer any more (the launcher fetched its descriptor, if it used it,
+// before it finished the previous operation, which this rank waited for), but the
+// launcher may still map it and this rank's stream may still copy out of it: it stops
+// being served now and is unmapped here at Close.
 func (g *SameGPU) growExchange(n int) error {
 	if g.xcap >= n {
 		return nil
 	}
 	c := max(n, 2*g.xcap, 1<<20)
-	p, err := g.d.MemAlloc(c)
+	m, err := cuda.ExportMem(g.d, g.dev, c, "samegpu-xbuf")
 	if err != nil {
 		return err
 	}
-	if g.xbuf != 0 {
-		g.retired = append(g.retired, g.xbuf)
+	if g.xmem != nil {
+		g.xmem.StopServing()
+		g.retired = append(g.retired, g.xmem)
 	}
-	g.xbuf, g.xcap = p, c
+	g.xid++
+	g.xmem, g.xbuf, g.xcap = m, m.Ptr, m.Size
 	return nil
+}
+
+// xbufID marks the ids of exchange buffers in their descriptors, apart from the
+// driver's buffer ids (a count from 1 that never reaches it).
+const xbufID = 1 << 63
+
+// exportExchange describes the exchange buffer for the launcher.
+func (g *SameGPU) exportExchange() bufDesc {
+	return bufDesc{id: xbufID | g.xid, base: g.xbuf, size: g.xcap, handle: g.xmem.Handle}
 }
 
 // follow is a rank's part other than the launcher's.
@@ -247,14 +263,11 @@ func (g *SameGPU) follow(s driver.Stream, n uint64, deadline time.Time, o sameOp
 	if err == nil && (!inOK || !outOK) {
 		err = g.growExchange(sendBytes + recvBytes)
 		if err == nil && !inOK {
-			in, inOK, err = g.export(g.xbuf)
+			in, inOK = g.exportExchange(), true
 		}
 		if err == nil && !outOK {
-			out, outOK, err = g.export(g.xbuf)
+			out, outOK = g.exportExchange(), true
 			out.off += sendBytes
-		}
-		if err == nil && (!inOK || !outOK) {
-			err = fmt.Errorf("the driver exports neither the buffers nor the exchange buffer")
 		}
 	}
 	if err != nil {
@@ -483,13 +496,24 @@ func (g *SameGPU) peerPtr(p int, b bufDesc, bytes int) (uintptr, error) {
 	}
 	for id, mp := range m {
 		if mp.base < b.base+uintptr(b.size) && b.base < mp.base+uintptr(mp.size) {
-			if mp.opened {
-				if err := g.d.IpcCloseMemHandle(mp.here); err != nil {
-					return 0, err
-				}
+			if err := g.unmap(mp); err != nil {
+				return 0, err
 			}
 			delete(m, id)
 		}
+	}
+	if cuda.IsSharedMem(b.handle) {
+		// An exchange buffer: memory that stays until this mapping goes, whatever
+		// becomes of its maker.
+		if cuda.SharedMemSize(b.handle) != b.size {
+			return 0, fmt.Errorf("cuda: rank %d's same-GPU exchange buffer has %d bytes, its handle says %d", p, b.size, cuda.SharedMemSize(b.handle))
+		}
+		here, _, err := cuda.ImportMem(g.d, g.dev, b.handle)
+		if err != nil {
+			return 0, fmt.Errorf("cuda: mapping rank %d's exchange buffer for the same-GPU path: %w", p, err)
+		}
+		m[b.id] = mapping{base: b.base, size: b.size, here: here, vmm: true, used: g.n}
+		return here + uintptr(b.off), nil
 	}
 	here, err := g.d.IpcOpenMemHandle(b.handle)
 	if err != nil {
@@ -497,6 +521,17 @@ func (g *SameGPU) peerPtr(p int, b bufDesc, bytes int) (uintptr, error) {
 	}
 	m[b.id] = mapping{base: b.base, size: b.size, here: here, opened: true, used: g.n}
 	return here + uintptr(b.off), nil
+}
+
+// unmap closes a mapping of a peer's allocation made here.
+func (g *SameGPU) unmap(mp mapping) error {
+	switch {
+	case mp.opened:
+		return g.d.IpcCloseMemHandle(mp.here)
+	case mp.vmm:
+		return g.d.MemUnmapShared(mp.here, mp.size)
+	}
+	return nil
 }
 
 // evict closes, for each peer with more than maxMappings allocations mapped, the
@@ -512,10 +547,8 @@ func (g *SameGPU) evict(n uint64) error {
 			if mp.used == n || !g.own.done(mp.used, g.sync.enqueued.Load()) {
 				continue
 			}
-			if mp.opened {
-				if err := g.d.IpcCloseMemHandle(mp.here); err != nil {
-					return err
-				}
+			if err := g.unmap(mp); err != nil {
+				return err
 			}
 			delete(m, id)
 		}

@@ -44,12 +44,16 @@ import (
 // driver will not export (torch's expandable segments are cuMemCreate memory, which
 // cuIpcGetMemHandle refuses; so is the fake's fakecudaMalloc memory) goes through the
 // rank's own exchange buffer instead, as large as the largest message so far, so the
-// operation is still one round.
+// operation is still one round. Exchange buffers are memory that outlives its maker
+// (cuMemCreate, shared as a file descriptor: cuda.ExportMem), which the launcher maps
+// from the descriptor: if a follower dies, the launcher's kernels already queued on its
+// exchange buffer still find the memory there (with CUDA IPC it would go with the dead
+// process, and the access would fault, sticky, in the launcher's context). Without such
+// memory the path is refused at setup, naming the device attribute.
 //
 // Nothing is allocated or freed once the sizes have been seen: the exchange buffer
-// grows only for a larger message (geometrically), and a buffer it outgrew is freed
-// only at Close, once the launcher has closed its mapping of it (freeing memory another
-// process still maps is undefined). The mappings are cached per allocation: a rank must
+// grows only for a larger message (geometrically), and a buffer it outgrew is unmapped
+// here only at Close (its memory freed once the launcher has unmapped it too). The mappings are cached per allocation: a rank must
 // not free a buffer it gave this path while the path is open (torch's caching allocator
 // keeps its blocks; torch.cuda.empty_cache() would free them), as the launcher may
 // still map it.
@@ -68,9 +72,12 @@ type SameGPU struct {
 	samePID  []bool     // rank r is in this process: its pointers are usable as they are
 	exported map[uint64][driver.IPCHandleSize]byte
 	maps     []map[uint64]mapping // launcher: per peer, its allocations mapped here
-	xbuf     uintptr              // the exchange buffer (0: none yet)
+	dev      int                  // the context's device
+	xmem     *cuda.SharedMem      // the exchange buffer (nil: none yet), memory peers map as a file descriptor
+	xbuf     uintptr              // xmem.Ptr, or 0
 	xcap     int
-	retired  []uintptr                    // exchange buffers outgrown, freed at Close (the launcher may map them)
+	xid      uint64                       // the exchange buffer's id in its descriptors (xbufID | a count)
+	retired  []*cuda.SharedMem            // exchange buffers outgrown, unmapped here at Close (the launcher may map them)
 	noExport map[uint64]bool              // allocations the driver would not export (asked once)
 	leadPID  int                          // the launcher's process, to stop waiting in Close if it is gone
 	errf     atomic.Pointer[func() error] // the communicator's error (Watch)
@@ -85,6 +92,7 @@ type mapping struct {
 	size   int
 	here   uintptr
 	opened bool   // by cuIpcOpenMemHandle (closed by Close, when replaced, or when evicted)
+	vmm    bool   // imported from a file descriptor (a peer's exchange buffer): unmapped likewise
 	used   uint64 // the last operation that used it
 }
 
@@ -120,7 +128,7 @@ type sameRecord struct {
 	reason  string
 }
 
-const sameRecordBytes = 1 + 8 + 8 + 8 + driver.BusIDBytes + 96
+const sameRecordBytes = 1 + 8 + 8 + 8 + driver.BusIDBytes + 192
 
 // SameRecordBytes is the size of each rank's record in NewSameGPU's exchange.
 const SameRecordBytes = sameRecordBytes
@@ -228,8 +236,15 @@ func (g *SameGPU) setupOwn(me *sameRecord) error {
 		if err != nil {
 			return err
 		}
+		g.dev = dev
 		if me.bus, err = g.d.BusID(dev); err != nil {
 			return err
+		}
+		// The exchange buffers are memory that outlives its maker, so that the
+		// launcher's queued work on a dead follower's buffer does not fault
+		// (ops.go): without it the path is refused, with the reason.
+		if err := g.d.VMMSupported(dev); err != nil {
+			return fmt.Errorf("its exchange buffers need memory shared as file descriptors: %w", err)
 		}
 		return page.register(g.d)
 	})
@@ -271,11 +286,12 @@ func (g *SameGPU) connect(recs []sameRecord) error {
 	})
 }
 
-// Close unmaps the peers' pages and buffers and frees the exchange buffers (the
-// launcher first waits for its last operation's kernels, then closes its mappings and
-// says so on its page; the other ranks free their exchange buffers only once it has,
-// or once its process is gone). Call it once no rank will start another operation of
-// this path.
+// Close unmaps the peers' pages and buffers and this rank's exchange buffers (once
+// its stream's part of the last operation has run, or the communicator has failed);
+// an exchange buffer's memory is freed once the launcher has unmapped it too. The
+// launcher says on its page when it has closed its mappings; a rank that had an
+// exchange buffer returns only once it has, or once its process is gone. Call it once
+// no rank will start another operation of this path.
 func (g *SameGPU) Close() error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -297,35 +313,35 @@ func (g *SameGPU) Close() error {
 		keep(g.watchErr())
 		for _, m := range g.maps {
 			for _, mp := range m {
-				if mp.opened {
-					keep(g.d.IpcCloseMemHandle(mp.here))
-				}
+				keep(g.unmap(mp))
 			}
 		}
 		if g.rank == launcher && g.own != nil {
 			g.own.word(seqClosed).Store(1)
 		}
-		bufs := g.retired
-		if g.xbuf != 0 {
-			bufs = append(bufs, g.xbuf)
+		// The exchange buffers: the launcher's mappings keep the memory while its
+		// stream may still use them (a dead or slow launcher's too), so this rank's
+		// own mappings go now.
+		had := g.xmem != nil
+		for _, m := range g.retired {
+			keep(m.Free(g.d))
 		}
-		if len(bufs) == 0 {
-			return nil
+		if g.xmem != nil {
+			keep(g.xmem.Free(g.d))
 		}
-		if lead := g.peers[launcher]; g.rank != launcher && lead != nil && !g.samePID[launcher] {
-			err := g.wait(time.Now().Add(g.timeout), func() string {
-				return fmt.Sprintf("rank %d waited for rank %d to close its mappings of its exchange buffers (left allocated)", g.rank, launcher)
+		g.xmem, g.xbuf, g.retired = nil, 0, nil
+		// A rank that used this path with buffers of its own the launcher maps
+		// through CUDA IPC (memory that goes with this rank's free of it) returns only
+		// once the launcher has closed those mappings, or its process is gone, so
+		// that the caller may free them. (Only where it had an exchange buffer, as
+		// before it was shared as a file descriptor.)
+		if lead := g.peers[launcher]; had && g.rank != launcher && lead != nil && !g.samePID[launcher] {
+			return g.wait(time.Now().Add(g.timeout), func() string {
+				return fmt.Sprintf("rank %d waited for rank %d to close its mappings of its buffers", g.rank, launcher)
 			}, func() (bool, error) {
 				return lead.word(seqClosed).Load() != 0 || unix.Kill(g.leadPID, 0) == unix.ESRCH, nil
 			})
-			if err != nil {
-				return err // freeing memory the launcher still maps is undefined: leave it
-			}
 		}
-		for _, p := range bufs {
-			keep(g.d.MemFree(p))
-		}
-		g.xbuf, g.retired = 0, nil
 		return nil
 	}))
 	keep(g.d.Do(g.ctx, func() error {
