@@ -165,7 +165,7 @@ func sameGPUOverlapRank(d *driver.Driver, f *cudatest.Fake, id core.UniqueID, ra
 	for _, b := range bufs {
 		f.SetFloats(b, in)
 	}
-	if _, err := c.Barrier(); err != nil {
+	if err := barrier(c); err != nil {
 		return err
 	}
 	gated, _ := strconv.Atoi(os.Getenv("GONCCL_DEVTEST_GATED"))
@@ -193,7 +193,7 @@ func sameGPUOverlapRank(d *driver.Driver, f *cudatest.Fake, id core.UniqueID, ra
 		return sameGPUOverlapFault(g, f, s, red, bufs[0], count, rank, log)
 	}
 	// Every rank has looked: the gate opens, and the operations run.
-	if _, err := c.Barrier(); err != nil {
+	if err := barrier(c); err != nil {
 		return err
 	}
 	if rank == gated {
@@ -209,7 +209,7 @@ func sameGPUOverlapRank(d *driver.Driver, f *cudatest.Fake, id core.UniqueID, ra
 	if n := f.Counters().Kernels - k0; rank == 0 && n != 2 {
 		return fmt.Errorf("rank 0: %d kernels ran, want 2", n)
 	}
-	if _, err := c.Barrier(); err != nil {
+	if err := barrier(c); err != nil {
 		return err
 	}
 	if err := g.Close(); err != nil {
