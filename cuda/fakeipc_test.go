@@ -97,7 +97,8 @@ func ipcRefcountRank(d *driver.Driver, f *cudatest.Fake, id core.UniqueID, rank 
 	return barrier(c)
 }
 
-// barrier returns once every rank of c has called it.
+// barrier returns once every rank of c has called it. c.Barrier only enqueues the
+// barrier: a caller that drops its request goes on before the others have come.
 func barrier(c *core.Comm) error {
 	req, err := c.Barrier()
 	if err == nil {

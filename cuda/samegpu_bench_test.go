@@ -76,7 +76,7 @@ func timeSlicedRank(d *driver.Driver, f *cudatest.Fake, id core.UniqueID, rank i
 	}
 	defer g.Close()
 	run := func(op func() error) (float64, int, error) {
-		if _, err := c.Barrier(); err != nil {
+		if err := barrier(c); err != nil {
 			return 0, 0, err
 		}
 		w := f.Counters().GPUWaits
@@ -97,7 +97,7 @@ func timeSlicedRank(d *driver.Driver, f *cudatest.Fake, id core.UniqueID, rank i
 	if err != nil {
 		return err
 	}
-	if _, err := c.Barrier(); err != nil {
+	if err := barrier(c); err != nil {
 		return err
 	}
 	if rank == 0 {

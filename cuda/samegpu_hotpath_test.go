@@ -120,7 +120,7 @@ func sameGPUHotPathRank(d *driver.Driver, f *cudatest.Fake, id core.UniqueID, ra
 		return fmt.Errorf("rank %d: the same-GPU path's operations after the first called the driver's allocation, free or IPC entry points: %+v (host allocations %d, frees %d)",
 			rank, delta, hostAfter.HostAllocs-hostBefore.HostAllocs, hostAfter.HostFrees-hostBefore.HostFrees)
 	}
-	if _, err := c.Barrier(); err != nil {
+	if err := barrier(c); err != nil {
 		return err
 	}
 	return g.Close()

@@ -209,6 +209,12 @@ func sameGPUOverlapRank(d *driver.Driver, f *cudatest.Fake, id core.UniqueID, ra
 			return fmt.Errorf("rank %d: all_reduce %d: %w", rank, i+1, err)
 		}
 	}
+	if rank != gated {
+		// Work that wrongly runs without the gate has time to show; and a gated rank
+		// that opened its gate before every rank had looked (a barrier not waited
+		// for) would be caught here every time.
+		time.Sleep(20 * time.Millisecond)
+	}
 	if n := f.Counters().Kernels - k0; n != 0 {
 		return fmt.Errorf("rank %d: %d kernels ran before the gate opened", rank, n)
 	}

@@ -184,7 +184,7 @@ func sameGPURank(d *driver.Driver, f *cudatest.Fake, id core.UniqueID, rank int,
 			bad = append(bad, fmt.Sprintf("LAUNCHES case %d %+v: %d kernels, want %d", i+1, dc, n, w))
 		}
 	}
-	if _, err := c.Barrier(); err != nil {
+	if err := barrier(c); err != nil {
 		return err
 	}
 	if err := g.Close(); err != nil {
