@@ -19,6 +19,7 @@ import (
 	settings "github.com/gonccl/gonccl/internal/config"
 	"github.com/gonccl/gonccl/internal/safego"
 	"github.com/gonccl/gonccl/transport"
+	"github.com/gonccl/gonccl/transport/shm"
 	"github.com/gonccl/gonccl/transport/tcp"
 )
 
@@ -245,7 +246,9 @@ func newComm(rank, nranks int, cfg *config, logs loggers, peers *peerSet, timeou
 		closing: make(chan struct{}), finished: make(chan struct{}), kick: make(chan struct{}, 1),
 	}
 	c.hosts = hostGroups(peers.ranks)
-	c.sel = newSelector(c.costModel(), cfg.algo, logs)
+	m := c.costModel()
+	c.sel = newSelector(m, cfg.algo, logs)
+	shm.SetCrowded(m.crowded()) // waits on other processes keep their processor only where cores are short
 	if cfg.debugHops {
 		EnableHops()
 	}

@@ -77,6 +77,9 @@ func (m *model) crowd() float64 {
 	return float64(m.local) / float64(m.cores)
 }
 
+// crowded reports whether this host's ranks outnumber its cores (whatever the hosts).
+func (m *model) crowded() bool { return m.cores > 0 && m.local > m.cores }
+
 // latencyUS is one message's latency on the communicator's links, crowding included.
 func (m *model) latencyUS() float64 { return m.link.latencyUS * m.crowd() }
 

@@ -70,6 +70,7 @@ func child(addr string) int {
 // parent (which sends nothing) sleeps raw while this process collects garbage.
 func gcBesideRawSleeper(l *Link) int {
 	runtime.GOMAXPROCS(2) // one P for the raw sleeper, one for the rest
+	SetCrowded(true)
 	go func() { _ = l.Recv(&transport.Header{}, nil, time.Now().Add(10*time.Minute)) }()
 	for rawSleepers.Load() == 0 {
 		time.Sleep(100 * time.Microsecond)
@@ -189,6 +190,8 @@ func TestAcrossPidNamespaces(t *testing.T) {
 func TestCrossProcessWaitWakes(t *testing.T) {
 	noLeaks(t)
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(max(2, runtime.GOMAXPROCS(0))))
+	SetCrowded(true) // raw sleeps only where the host's ranks outnumber its cores
+	defer SetCrowded(false)
 	size := 1000
 	l, cmd := spawn(t, 1<<16, size, false, "GONCCL_SHM_TEST_DELAY_MS=100")
 	defer l.Close()

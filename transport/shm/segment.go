@@ -227,13 +227,25 @@ func futexSleepRaw(w *atomic.Uint32, val uint32, d time.Duration) (timedOut bool
 var (
 	rawSleepers atomic.Int32 // goroutines of this process in futexSleepRaw
 	rawWakes    atomic.Int64 // raw sleeps ended by a FUTEX_WAKE (for tests)
+	crowded     atomic.Bool  // see SetCrowded
 )
 
+// SetCrowded says whether the ranks of this host outnumber its cores (the engine knows
+// once its communicator has met its peers). Only then do waits on a peer in another
+// process sleep raw: with a core to spare for every rank, handing the P around costs
+// little, and keeping it cost 2 ranks on 2 cores 10-35% more per small all_reduce
+// (python -m gonccl.bench all_reduce -np 2, 512 B-32 KiB, three alternating rounds).
+// A process whose communicators differ takes the last word.
+func SetCrowded(on bool) { crowded.Store(on) }
+
 // rawSleepBegin reports whether the caller may sleep raw, and if so counts it in until
-// rawSleepEnd: only while the raw sleepers, this one included, leave at least one P of
+// rawSleepEnd: only where the host is crowded (SetCrowded), and only while the raw sleepers, this one included, leave at least one P of
 // GOMAXPROCS free for the process's other goroutines. A caller that may not sleeps the
 // ordinary way (futexSleep).
 func rawSleepBegin() bool {
+	if !crowded.Load() {
+		return false
+	}
 	limit := int32(runtime.GOMAXPROCS(0)) - 1
 	for {
 		n := rawSleepers.Load()
