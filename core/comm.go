@@ -510,7 +510,9 @@ func (c *Comm) failed(o *op, err error) error {
 		err = ErrAborted
 	}
 	aborted, breaks := c.aborted, c.broken == nil
-	if breaks {
+	// A refusal, not the loss of the rank that refused and left, is what broke the
+	// communicator, even where that loss was recorded first.
+	if breaks || isRefusal && !aborted && c.lost != nil && c.lostRank == refused.rank {
 		c.broken = err
 		c.brokenText = truncate(fmt.Sprintf("%s: %v", o, err), 1024)
 	}
@@ -528,7 +530,7 @@ func (c *Comm) failed(o *op, err error) error {
 		c.mu.Lock()
 		if r := c.takeRefusalLocked(o.seq); r != nil {
 			oe.Err, oe.Diagnosis = r, ""
-			if breaks {
+			if breaks || c.lost != nil && c.lostRank == r.rank {
 				c.broken = r
 				c.brokenText = truncate(fmt.Sprintf("%s: %v", o, r), 1024)
 			}
