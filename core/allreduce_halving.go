@@ -108,6 +108,20 @@ func (e *exec) swapRanges(peer int, buf []byte, es int, give, take elemRange, re
 		}
 		return nil
 	}
+	// Chunks the links take whole go out on this goroutine (see sendNow); a goroutine
+	// sends the rest, from the first that did not fit, while this one receives.
+	for give.hi > give.lo {
+		hi := min(give.lo+perChunk, give.hi)
+		sent, err := e.sendNow(peer, give.lo*es, buf[give.lo*es:hi*es])
+		if err != nil {
+			e.fail(err)
+			return e.result()
+		}
+		if !sent {
+			break
+		}
+		give.lo = hi
+	}
 	var wg sync.WaitGroup
 	defer e.joinOnPanic(nil, &wg)
 	if give.hi > give.lo {

@@ -68,7 +68,7 @@ func (e *exec) sub(group []int) *exec {
 	}
 	return &exec{
 		rank: slices.Index(group, e.rank), nranks: len(group), peers: e.peers, group: g,
-		hdr: e.hdr, deadline: e.deadline, timeout: e.timeout, scratch: e.scratch, chunkBytes: e.chunkBytes,
+		hdr: e.hdr, deadline: e.deadline, timeout: e.timeout, scratch: e.scratch, chunkBytes: e.chunkBytes, inlineMax: e.inlineMax,
 		breakLinks: e.breakLinks, guard: e.guard, sendHdrs: e.sendHdrs, recvHdrs: e.recvHdrs, sinks: e.sinks,
 	}
 }

@@ -59,6 +59,7 @@ type Comm struct {
 	scratchBytes int             // its size (Resume maps it again)
 	work         []byte          // mmap'd, grown on demand: see workBuf
 	sel          *selector       // the cost model: picks each operation's algorithm
+	inlineMax    int             // exec.inlineMax: see inlineSendMax
 	calOnce      sync.Once       // reads the estimator's calibration (calibration.go)
 	cal          *calibration    // the estimator's fitted rates; nil: the built-in ones
 	zc           *zcState        // zero-copy: peers' regions mapped here (see zerocopy.go); nil until used
@@ -249,6 +250,7 @@ func newComm(rank, nranks int, cfg *config, logs loggers, peers *peerSet, timeou
 	m := c.costModel()
 	c.sel = newSelector(m, cfg.algo, logs)
 	shm.SetCrowded(m.crowded()) // waits on other processes keep their processor only where cores are short
+	c.inlineMax = inlineSendMax(m.crowded())
 	if cfg.debugHops {
 		EnableHops()
 	}
@@ -465,7 +467,7 @@ func (c *Comm) execute(o *op) error {
 		hdr: transport.Header{Seq: o.seq, Kind: uint8(o.kind), DType: uint8(o.dtype), Root: int32(o.root),
 			Count: o.wireCount(), Epoch: c.epoch},
 		deadline: start.Add(o.timeout), timeout: o.timeout,
-		scratch: c.scratch, chunkBytes: c.cfg.chunkBytes, breakLinks: c.failLinks, guard: c.guard,
+		scratch: c.scratch, chunkBytes: c.cfg.chunkBytes, inlineMax: c.inlineMax, breakLinks: c.failLinks, guard: c.guard,
 		sendHdrs: c.sendHdrs, recvHdrs: c.recvHdrs, sinks: c.sinks,
 	}
 	err := c.guard.Run("collective", func() error {

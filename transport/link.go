@@ -105,6 +105,18 @@ type Link interface {
 	Close() error
 }
 
+// ImmediateSender is implemented by links with a buffer of their own (shared-memory
+// rings) that can take a frame whole without waiting for the peer: a caller that also
+// receives then does both on its own goroutine, one after the other, instead of
+// starting a goroutine to send (on a host with more ranks than cores, handing the
+// processor between those goroutines' threads cost more than the collective's work).
+type ImmediateSender interface {
+	// TrySend sends the frame as Send would if the link can take all of it now, and
+	// reports whether it did; when it reports false nothing was sent (the link is
+	// full, or failed or closed: Send then says why).
+	TrySend(h *Header, p []byte) (bool, error)
+}
+
 // Keeper is implemented by links that keep what they sent until the peer has
 // acknowledged it, to send it again after a broken connection (tcp sessions between
 // hosts). They can keep the caller's memory by reference instead of a copy, for a

@@ -3,6 +3,7 @@ package shm
 import (
 	"errors"
 	"fmt"
+	"golang.org/x/sys/unix"
 	"net"
 	"runtime"
 	"sync"
@@ -201,6 +202,31 @@ func (l *Link) Send(h *transport.Header, p []byte, deadline time.Time) error {
 	}
 	l.publish()
 	return nil
+}
+
+// TrySend implements transport.ImmediateSender: it sends the frame only if the tx
+// ring has room for all of it (header included), so it never waits.
+func (l *Link) TrySend(h *transport.Header, p []byte) (bool, error) {
+	if uint64(len(p)) > uint64(^uint32(0)) {
+		return false, nil
+	}
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.seg == nil || l.closing.Load() || l.failed.Load() || l.faulted() != nil {
+		return false, nil
+	}
+	if free := uint64(len(l.tx.data)) - (l.head - l.tx.tail.Load()); free < uint64(transport.HeaderSize+len(p)) {
+		return false, nil
+	}
+	transport.EncodeHeader(l.hb[:], h, uint32(len(p)))
+	if err := l.write(l.hb[:], time.Time{}); err != nil {
+		return false, l.wrap("send to", err)
+	}
+	if err := l.write(p, time.Time{}); err != nil {
+		return false, l.wrap("send to", err)
+	}
+	l.publish()
+	return true, nil
 }
 
 // write copies b into the tx ring, waiting for space as needed. It publishes what it
@@ -431,11 +457,11 @@ func (l *Link) wait(recv bool, deadline time.Time) error {
 			if time.Since(start) > *spin {
 				break
 			}
-			runtime.Gosched()
+			l.yield()
 		}
 	}
 	*spin = max(*spin/2, minSpin)
-	if l.remote {
+	if l.remote && !crowded.Load() {
 		// A raw sleep keeps this P: first let the goroutines queued on it run (the other
 		// half of a sendrecv, just started, is on this P's queue; a spin whose budget
 		// ran out before its first yield never let it run), or the peer waits for what
@@ -462,6 +488,21 @@ func (l *Link) wait(recv bool, deadline time.Time) error {
 		}
 		l.sleep(ev, seq, d)
 	}
+}
+
+// yield lets others run during a spin. Where the peer is another process on a
+// crowded host (SetCrowded), that is the kernel's sched_yield: the peer needs this
+// core, not a goroutine of this process, and runtime.Gosched from a goroutine locked to
+// its thread (a C caller's, in a cgo call back) hands the P to another thread and back,
+// two context switches per yield (a tenth of a 256-rank all_reduce's). There the
+// operation's sends go out on the caller's goroutine (core's sendNow) and the wait does
+// not yield to the runtime before it sleeps raw either. Otherwise runtime.Gosched.
+func (l *Link) yield() {
+	if l.remote && crowded.Load() {
+		_, _, _ = unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+		return
+	}
+	runtime.Gosched()
 }
 
 // sleep sleeps on ev while it holds seq, at most d (<= maxSleep): raw, keeping this

@@ -375,3 +375,42 @@ func TestRecvPiecesWholeElements(t *testing.T) {
 type sinkFunc func(off int, piece []byte) error
 
 func (f sinkFunc) Piece(off int, piece []byte) error { return f(off, piece) }
+
+// TrySend sends a frame only when the ring takes all of it at once: then the receiver
+// reads it as a Send's; when it does not fit (with the header), nothing is written and
+// a Send of the same frame still goes through once there is room. A failed link
+// reports false, leaving Send to say why.
+func TestTrySendOnlyWhatFitsWhole(t *testing.T) {
+	noLeaks(t)
+	const ring = 4096
+	a, b := pair(t, ring)
+	defer a.Close()
+	defer b.Close()
+	var _ transport.ImmediateSender = a
+	dl := time.Now().Add(testtime.D(20 * time.Second))
+	h := transport.Header{Seq: 1, Kind: 1, DType: 7, Root: -1, Count: 9}
+	first := pattern(ring-transport.HeaderSize, 1) // exactly fills the ring
+	sent, err := a.TrySend(&h, first)
+	require.NoError(t, err)
+	require.True(t, sent)
+	second := pattern(1, 2)
+	sent, err = a.TrySend(&h, second) // no room left, not even for its header
+	require.NoError(t, err)
+	require.False(t, sent)
+	got := make([]byte, len(first))
+	require.NoError(t, b.Recv(&h, got, dl))
+	require.Equal(t, first, got)
+	sent, err = a.TrySend(&h, pattern(ring, 3)) // never fits whole: the header too
+	require.NoError(t, err)
+	require.False(t, sent)
+	sent, err = a.TrySend(&h, second)
+	require.NoError(t, err)
+	require.True(t, sent)
+	got = make([]byte, 1)
+	require.NoError(t, b.Recv(&h, got, dl))
+	require.Equal(t, second, got)
+	a.Fail(0)
+	sent, err = a.TrySend(&h, second)
+	require.NoError(t, err)
+	require.False(t, sent, "a failed link takes nothing")
+}
