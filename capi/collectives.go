@@ -49,8 +49,13 @@ func run(h C.goncclComm_t, stream C.goncclStream_t, out *C.goncclRequest_t, asyn
 	if err != nil {
 		return fail(e, err)
 	}
+	var group *devroute.Group
 	if groupable { // point-to-point is the groupable kind
-		v.SetP2P(currentGroup())
+		group = currentGroup()
+		v.SetP2P(group)
+	}
+	if !async && group == nil {
+		v.WaitedAtOnce()
 	}
 	req, err := start(e.comm, v)
 	if err != nil {

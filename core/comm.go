@@ -386,7 +386,9 @@ func (c *Comm) enqueue(o *op, opts ...OpOption) (*Request, error) {
 		panic("gonccl: internal error: the operation queue is full although a slot was taken")
 	}
 	c.mu.Unlock()
-	c.kickExecutor()
+	if !o.waited || noSpin.Load() {
+		c.kickExecutor()
+	}
 	return o.req, nil
 }
 

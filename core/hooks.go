@@ -29,3 +29,13 @@ func WithHooks(h Hooks) OpOption { return func(o *op) { o.hooks = h } }
 // name the whole operation's count and an operation of a chunk's size on another rank
 // is still a mismatch.
 func WithWireCount(count int) OpOption { return func(o *op) { o.wire = uint64(count) } }
+
+// WaitedAtOnce says the caller will wait for the operation's request at once, without
+// a timeout, on the goroutine that issued it (a blocking C ABI call): that wait runs
+// the operation itself (see inline.go) unless another is running queued operations,
+// and whoever is ends with the queue empty or wakes the executor. So issuing it does
+// not wake the executor, whose wake-up is a thread's (on a host with more ranks than
+// cores, the executor woken for nothing by every small all_reduce was a third of its
+// context switches, and it sometimes took the operation from the waiter, whose own
+// wake-up then cost as much again).
+func WaitedAtOnce() OpOption { return func(o *op) { o.waited = true } }

@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"github.com/gonccl/gonccl/internal/testtime"
 	"sync"
 	"testing"
 	"time"
@@ -139,6 +140,63 @@ func TestTimedWaitNeverRunsOp(t *testing.T) {
 		require.False(t, done, "op %d: a wait with a 1 ms timeout returned only once the op had ended", k)
 		done, err = req.Wait(-1)
 		require.True(t, done)
+		require.NoError(t, err)
+	}
+}
+
+// TestWaitedAtOnceOpRunsWhileAnotherWaiterHoldsTheQueue: an operation issued with
+// WaitedAtOnce does not wake the executor, so it must still run when its waiter
+// cannot run it because another waiter is running the queue: that one, done with its
+// own operation, leaves the queue to the executor. On each rank goroutine X waits for
+// op A, which X runs and which is held in its Before hook until op B has been issued
+// (WaitedAtOnce) and its waiter Y has found the queue taken; then A goes on and B must
+// finish too.
+func TestWaitedAtOnceOpRunsWhileAnotherWaiterHoldsTheQueue(t *testing.T) {
+	comms := memComms(t, 2, func(cfg *config) { cfg.timeout = testtime.D(20 * time.Second) })
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for r, c := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			started, release := make(chan struct{}), make(chan struct{})
+			hold := Hooks{Before: func(time.Time) error { close(started); <-release; return nil }}
+			a := make([]byte, 8)
+			putElem(a, Float32, 0, float64(r))
+			reqA, err := c.AllReduce(a, a, 2, Float32, Sum, WithHooks(hold))
+			if err != nil {
+				errs <- err
+				return
+			}
+			doneA := make(chan error, 1)
+			go func() { _, err := reqA.Wait(-1); doneA <- err }() // X: runs A
+			<-started
+			b := make([]byte, 8)
+			putElem(b, Float32, 0, float64(10*r+1))
+			reqB, err := c.AllReduce(b, b, 2, Float32, Sum, WaitedAtOnce())
+			if err != nil {
+				errs <- err
+				return
+			}
+			doneB := make(chan error, 1)
+			go func() { _, err := reqB.Wait(-1); doneB <- err }() // Y: finds the queue taken
+			time.Sleep(20 * time.Millisecond)
+			close(release)
+			errs <- <-doneA
+			select {
+			case err := <-doneB:
+				if err == nil && getElem(b, Float32, 0) != 12 {
+					err = fmt.Errorf("rank %d: op B gave %v, want 12", r, getElem(b, Float32, 0))
+				}
+				errs <- err
+			case <-time.After(testtime.D(30 * time.Second)):
+				errs <- fmt.Errorf("rank %d: op B never ran", r)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
 		require.NoError(t, err)
 	}
 }

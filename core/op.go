@@ -9,20 +9,21 @@ import (
 
 // op is one enqueued operation.
 type op struct {
-	kind  Kind
-	seq   uint64
-	send  []byte // caller's send buffer (may alias recv)
-	recv  []byte // caller's receive buffer
-	count int    // elements: the whole op's, or per rank (all_gather, gather, scatter, reduce_scatter) or per peer (alltoall)
-	vargs *vArgs // alltoallv: per-peer counts and displacements
-	dtype DataType
-	redop RedOp
-	root  int
-	req   *Request
-	hooks Hooks  // optional: see WithHooks
-	wire  uint64 // the count its frames carry, if not count: see WithWireCount
-	algo  Algo   // the algorithm it ran with, once run
-	stamp int64  // hop timing: the end of its last hop so far (see hops.go)
+	kind   Kind
+	seq    uint64
+	send   []byte // caller's send buffer (may alias recv)
+	recv   []byte // caller's receive buffer
+	count  int    // elements: the whole op's, or per rank (all_gather, gather, scatter, reduce_scatter) or per peer (alltoall)
+	vargs  *vArgs // alltoallv: per-peer counts and displacements
+	dtype  DataType
+	redop  RedOp
+	root   int
+	req    *Request
+	hooks  Hooks  // optional: see WithHooks
+	wire   uint64 // the count its frames carry, if not count: see WithWireCount
+	waited bool   // see WaitedAtOnce
+	algo   Algo   // the algorithm it ran with, once run
+	stamp  int64  // hop timing: the end of its last hop so far (see hops.go)
 	// timeout is the communicator's when the operation was enqueued: its deadline is
 	// that long after the executor starts it.
 	timeout time.Duration

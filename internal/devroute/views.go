@@ -44,6 +44,15 @@ func (v *Views) SetP2P(g *Group) { v.p2p, v.group = true, g }
 // device paths but where a request's stream event comes from it).
 func (v *Views) Staging() *staged.Staging { return v.staging }
 
+// WaitedAtOnce says the caller waits for the call's request at once on its own
+// goroutine (a blocking C ABI call): for host buffers, core then leaves the executor
+// asleep (core.WaitedAtOnce).
+func (v *Views) WaitedAtOnce() {
+	if v.stream == 0 {
+		v.opts = append(v.opts, core.WaitedAtOnce())
+	}
+}
+
 // Opts are the options that hook a staged call's copies around core's operation.
 func (v *Views) Opts() []core.OpOption { return v.opts }
 
