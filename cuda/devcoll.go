@@ -310,7 +310,7 @@ func (s *Shared) allReduce(st Stream, k Reducer, send, recv uintptr, count int, 
 					if p == s.rank {
 						continue
 					}
-					if err := k.ReduceInto(st, mine, r.peerData(p, es)+uintptr(lo*es), hi-lo, dt, op); err != nil {
+					if err := k.ReduceIntoUnless(st, mine, r.peerData(p, es)+uintptr(lo*es), hi-lo, dt, op, s.abortWord()); err != nil {
 						return err
 					}
 				}
@@ -372,7 +372,7 @@ func (s *Shared) ReduceScatter(st Stream, k Reducer, send, recv uintptr, recvCou
 				if p == s.rank {
 					continue
 				}
-				if err := k.ReduceInto(st, out, r.peerData(p, es)+block, c, dt, op); err != nil {
+				if err := k.ReduceIntoUnless(st, out, r.peerData(p, es)+block, c, dt, op, s.abortWord()); err != nil {
 					return err
 				}
 			}

@@ -363,8 +363,9 @@ func (s *Shared) giveUp(w *watch, err error) {
 	}
 }
 
-// fail records err as why the device path of this rank stopped; false if it already
-// had.
+// fail records err as why the device path of this rank stopped, and sets the abort word
+// (shared.go) before any wait is released, so that the kernels queued on this rank's
+// streams read no peer's memory when they run; false if it already had.
 func (s *Shared) fail(err error) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -372,6 +373,7 @@ func (s *Shared) fail(err error) bool {
 		return false
 	}
 	s.failed, s.closed = err, true
+	s.setAbort()
 	return true
 }
 

@@ -39,6 +39,29 @@ func TestDevicePathPeerKilledMidOp(t *testing.T) {
 	requireSurvivorsNamed(t, outs, 2, took)
 }
 
+// TestDevicePathKernelsQueuedForADeadPeerTouchNothing: rank 2 dies after the survivors
+// enqueued a three-round all_reduce, never having enqueued its own part: the survivors'
+// reduction kernels wait behind their streams' waits for its ready flag. Once their
+// hosts learn of the death they release those waits, and the kernels run: each must
+// find its abort word set (the host sets it before the release) and touch nothing, not
+// reduce what the dead rank left in its scratch (memory that outlives its maker, still
+// mapped: the fake counts kernels that read such memory). The survivors still name the
+// rank, drain their streams (their contexts not faulted) and refuse the next operation.
+// The one-shot all_reduce, the ring's and reduce_scatter each queue such kernels.
+func TestDevicePathKernelsQueuedForADeadPeerTouchNothing(t *testing.T) {
+	open(t)
+	for _, op := range []string{"allreduce", "ring", "reducescatter"} {
+		t.Run(op, func(t *testing.T) {
+			outs, took := runFaultRanks(t, "0,0,1", "kill-queued-"+op)
+			requireSurvivorsNamed(t, outs, 2, took)
+			for r := range 2 {
+				require.Contains(t, outs[r], "DEAD MAKER KERNEL READS 0\n", "rank %d: a released kernel read the dead rank's memory:\n%s", r, outs[r])
+				require.Regexp(t, `KERNELS ABORTED [1-9]`, outs[r], "rank %d: no released kernel found its abort word set:\n%s", r, outs[r])
+			}
+		})
+	}
+}
+
 // requireSurvivorsNamed checks that every rank but dead, the last, erred naming it,
 // drained its stream and refused the next operation.
 func requireSurvivorsNamed(t *testing.T, outs []string, dead int, took time.Duration) {
@@ -125,7 +148,7 @@ func runFaultRanks(t *testing.T, layout, what string) ([]string, time.Duration) 
 	// fake faults on any read of memory that went with a dead process.
 	rs := ranks{layout: layout, env: []string{"GONCCL_FAULTTEST=" + what, "FAKECUDA_DELAY_US=0,100"},
 		limit: 60 * time.Second}
-	if what == "kill" || what == "p2p-kill" {
+	if what == "kill" || strings.HasPrefix(what, "kill-queued-") || what == "p2p-kill" {
 		rs.victims = []int{len(strings.Split(layout, ",")) - 1}
 	}
 	res := rs.run(t)
@@ -192,12 +215,45 @@ func faultRank(what string, d *driver.Driver, f *cudatest.Fake, id core.UniqueID
 	}
 	ones(3000)
 	issued := time.Now()
+	op, _ := strings.CutPrefix(what, "kill-queued-")
+	if op != what {
+		what = "kill-queued"
+	}
 	switch what {
 	case "kill":
 		err = sh.AllReduce(driver.Stream(s), red, buf, buf, 3000, core.Float32, core.Sum)
 		if rank == nranks-1 {
 			fmt.Println("victim: enqueued, dying")
 			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		}
+	case "kill-queued":
+		if rank == nranks-1 {
+			// The survivors enqueue at once; this rank enqueues nothing and dies while
+			// their kernels wait for its flags.
+			time.Sleep(500 * time.Millisecond)
+			fmt.Println("victim: dying without enqueuing")
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		}
+		before, cerr := cudatest.StrictCountersAt(os.Getenv("GONCCL_DEVTEST_FAKE"))
+		if cerr != nil {
+			return cerr
+		}
+		defer func() {
+			after, cerr := cudatest.StrictCountersAt(os.Getenv("GONCCL_DEVTEST_FAKE"))
+			if cerr == nil {
+				d := after.Sub(before)
+				fmt.Printf("DEAD MAKER KERNEL READS %d\nKERNELS ABORTED %d\n", d.DeadMakerKernelReads, d.KernelsAborted)
+			}
+		}()
+		switch op {
+		case "allreduce":
+			err = sh.AllReduce(driver.Stream(s), red, buf, buf, 3000, core.Float32, core.Sum)
+		case "ring":
+			err = sh.AllReduceRing(driver.Stream(s), red, buf, buf, 3000, core.Float32, core.Sum)
+		case "reducescatter":
+			err = sh.ReduceScatter(driver.Stream(s), red, buf, f.Malloc(dev, 1000*4), 1000, core.Float32, core.Sum)
+		default:
+			return fmt.Errorf("no kill-queued case %q", op)
 		}
 	case "stall":
 		if rank == 1 {

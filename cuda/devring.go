@@ -116,7 +116,7 @@ func (r round) ring(k Reducer, p ringplan.AllReduce, dt reduce.DataType, op redu
 		case !p.Reduces(t):
 			err = r.copy(dst, src, hi-lo)
 		default:
-			err = k.ReduceInto(r.st, dst, src, (hi-lo)/es, dt, op)
+			err = k.ReduceIntoUnless(r.st, dst, src, (hi-lo)/es, dt, op, s.abortWord())
 			if err == nil && p.Finishes(t) && op == reduce.Avg {
 				err = k.DivideBy(r.st, dst, (hi-lo)/es, dt, p.N)
 			}

@@ -36,10 +36,14 @@ type flagRegion struct {
 	fd   int     // the memfd, for the region this rank made; -1 otherwise
 }
 
-// flagRegionBytes is the size of a flag region of nranks ranks, in whole pages.
+// abortBytes is the room of the abort word after the point-to-point flags.
+const abortBytes = 256
+
+// flagRegionBytes is the size of a flag region of nranks ranks, in whole pages: the
+// header, the point-to-point flags, then the abort word (shared.go's abortWord).
 func flagRegionBytes(hdr, nranks int) int {
 	page := unix.Getpagesize()
-	return (hdr + p2pFlagsBytes(nranks) + page - 1) &^ (page - 1)
+	return (hdr + p2pFlagsBytes(nranks) + abortBytes + page - 1) &^ (page - 1)
 }
 
 // newFlagRegion makes this rank's zeroed flag region of n bytes and registers it.

@@ -481,6 +481,7 @@ func (s *Shared) unmapPeers() error {
 
 // release closes the mappings and frees the allocation.
 func (s *Shared) release() error {
+	s.setAbort()
 	var errs []error
 	err := s.d.Do(s.ctx, func() error {
 		errs = append(errs, s.unmapPeers())
@@ -547,6 +548,7 @@ func (s *Shared) Close(timeout time.Duration) error {
 	if _, err = s.exchange(peerRecord{ok: true}.encode()); err != nil {
 		return fmt.Errorf("cuda: device scratch left mapped: %w", err)
 	}
+	s.setAbort() // every stream is past its last read: only a stray kernel would see it
 	uerr := s.d.Do(s.ctx, s.unmapPeers)
 	if _, err = s.exchange(peerRecord{ok: true}.encode()); err != nil {
 		return errors.Join(uerr, fmt.Errorf("cuda: device scratch left allocated (the peers may still map it): %w", err))
@@ -565,6 +567,7 @@ func (s *Shared) releaseClose(why error, pending event) {
 	if s.failed == nil {
 		s.failed = fmt.Errorf("closing the device scratch: %w", why)
 	}
+	s.setAbort()
 	deadline := time.Now().Add(time.Second)
 	var w waiter
 	for s.releaseLocked() == nil && pending != 0 {
@@ -634,6 +637,27 @@ func (s *Shared) syncLegacy(f func() error, deadline time.Time, stop func() erro
 }
 
 func (s *Shared) data(r int) uintptr { return s.bases[r] + uintptr(s.hdr) }
+
+// abortWord is the device address of this rank's abort word, in its own flag region
+// (host memory the GPU maps: hostflags.go), after its point-to-point flags: the word
+// every kernel of this rank that reads a peer's memory reads first
+// (kernels.Reducer.ReduceIntoUnless), touching nothing once it is set.
+func (s *Shared) abortWord() uintptr {
+	return s.flags[s.rank].dev + uintptr(s.hdr+p2pFlagsBytes(s.nranks))
+}
+
+// setAbort sets this rank's abort word, from the host, so that the kernels still queued
+// on its streams touch no peer's memory when they run. It comes before anything that
+// lets a queued kernel run early (releaseLocked's writes) or takes a peer's memory away
+// (unmapPeers): a GPU that sees a released wait sees the word set before it (host
+// stores to the region are seen in order). Never cleared: the scratch is not used
+// again.
+func (s *Shared) setAbort() {
+	if s.own == 0 || s.flags[s.rank].host == nil {
+		return
+	}
+	s.storeOwn(s.abortWord(), 1)
+}
 
 // flag is where this rank's stream reads word off of rank r's slot: in its own header.
 func (s *Shared) flag(r, off int) uintptr { return s.inbox(s.rank, r, off) }

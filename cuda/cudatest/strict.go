@@ -7,6 +7,7 @@ package cudatest
 
 typedef struct {
   long dev_allocs, dev_frees, ipc_exports, ipc_opens, ipc_closes, drains, lazy_loads, dead_peer_writes, dead_peer_reads;
+  long dead_maker_kernel_reads, kernels_aborted;
 } strictCounters;
 
 static int strictCountersAt(const char* path, strictCounters* out) {
@@ -42,12 +43,15 @@ type StrictCounters struct {
 	IpcExports, IpcOpens, IpcCloses int // cuIpcGetMemHandle, cuIpcOpenMemHandle, cuIpcCloseMemHandle
 	Drains                          int // calls that waited for the whole context (allocations, frees, lazy loads)
 	LazyLoads                       int // first launches of kernels that were not loaded up front
+	DeadMakerKernelReads            int // kernels run on memory another process made and has died (still valid, a dead rank's bytes)
+	KernelsAborted                  int // kernels that found their abort word set and touched nothing
 }
 
 // Sub returns c - o, field by field.
 func (c StrictCounters) Sub(o StrictCounters) StrictCounters {
 	return StrictCounters{c.DevAllocs - o.DevAllocs, c.DevFrees - o.DevFrees, c.IpcExports - o.IpcExports,
-		c.IpcOpens - o.IpcOpens, c.IpcCloses - o.IpcCloses, c.Drains - o.Drains, c.LazyLoads - o.LazyLoads}
+		c.IpcOpens - o.IpcOpens, c.IpcCloses - o.IpcCloses, c.Drains - o.Drains, c.LazyLoads - o.LazyLoads,
+		c.DeadMakerKernelReads - o.DeadMakerKernelReads, c.KernelsAborted - o.KernelsAborted}
 }
 
 // StrictCountersAt reads the strict counters of the fake driver at path (the copy
@@ -60,7 +64,7 @@ func StrictCountersAt(path string) (StrictCounters, error) {
 		return StrictCounters{}, fmt.Errorf("reading the fake CUDA driver's strict counters in %s: %d", path, int(r))
 	}
 	return StrictCounters{int(c.dev_allocs), int(c.dev_frees), int(c.ipc_exports), int(c.ipc_opens),
-		int(c.ipc_closes), int(c.drains), int(c.lazy_loads)}, nil
+		int(c.ipc_closes), int(c.drains), int(c.lazy_loads), int(c.dead_maker_kernel_reads), int(c.kernels_aborted)}, nil
 }
 
 // Calls counts the calls of each driver entry point (tests/fakecuda/calls.c), by name.

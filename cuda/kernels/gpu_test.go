@@ -33,7 +33,8 @@ func (m realMem) free(p uintptr) {
 
 func (m realMem) drain(s driver.Stream) { require.NoError(m.t, m.d.Sync(s)) }
 
-// TestKernelsOnARealGPU runs the value sweeps (two-operand, division, one-pass) on GPU 0 through the real driver
+// TestKernelsOnARealGPU runs the value sweeps (two-operand, division, one-pass) and the
+// abort word's check on GPU 0 through the real driver
 // (libcuda.so.1), where there is one; elsewhere it skips. The GPU check's machines have
 // no Go: `make gpu-check-kernels` builds this package's test binary, and
 // scripts/gpu-check.sh runs it there (its kernels-gpu step, part A) for this test alone.
@@ -59,6 +60,7 @@ func TestKernelsOnARealGPU(t *testing.T) {
 		mb := newMultiBench(mem, k, driver.StreamLegacy, 4200)
 		defer mb.free()
 		require.Equal(t, 97, mb.sweepMulti(t), "the one-pass kernels")
+		checkAbortWord(t, mem, k, driver.StreamLegacy)
 		return nil
 	}))
 }

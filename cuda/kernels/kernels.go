@@ -27,11 +27,12 @@ static CUresult gkGetFunction(void* fn, uintptr_t mod, const char* name, uintptr
 }
 // The kernels' parameters, as reduce.cu declares them.
 static CUresult gkLaunchReduce(void* fn, uintptr_t f, unsigned grid, unsigned block, uintptr_t s,
-                               uintptr_t dst, uintptr_t src, unsigned long long count) {
+                               uintptr_t dst, uintptr_t src, unsigned long long count, uintptr_t abort) {
   void* d = (void*)dst;
   void* sp = (void*)src;
   unsigned long long c = count;
-  void* params[3] = {&d, &sp, &c};
+  const unsigned* w = (const unsigned*)abort;
+  void* params[4] = {&d, &sp, &c, &w};
   return ((gkLaunchFn)fn)((void*)f, grid, 1, 1, block, 1, 1, 0, (void*)s, params, NULL);
 }
 // gkMultiArgs is gk::MultiArgs of cuda/kernels/multi.cuh, the one-pass kernels' only
@@ -43,11 +44,12 @@ typedef struct {
   unsigned long long count;
   int nin, nout;
   long long div;
+  const unsigned* abort;
 } gkMultiArgs;
-_Static_assert(sizeof(gkMultiArgs) == 152, "gkMultiArgs is not multi.cuh's MultiArgs");
+_Static_assert(sizeof(gkMultiArgs) == 160, "gkMultiArgs is not multi.cuh's MultiArgs");
 static CUresult gkLaunchMulti(void* fn, uintptr_t f, unsigned grid, unsigned block, uintptr_t s,
                               const uintptr_t* ins, int nin, const uintptr_t* outs, int nout,
-                              unsigned long long count, long long div) {
+                              unsigned long long count, long long div, uintptr_t abort) {
   gkMultiArgs a = {0};
   for (int i = 0; i < nin; i++) a.in[i] = (const void*)ins[i];
   for (int i = 0; i < nout; i++) a.out[i] = (void*)outs[i];
@@ -55,6 +57,7 @@ static CUresult gkLaunchMulti(void* fn, uintptr_t f, unsigned grid, unsigned blo
   a.nin = nin;
   a.nout = nout;
   a.div = div;
+  a.abort = (const unsigned*)abort;
   void* params[1] = {&a};
   return ((gkLaunchFn)fn)((void*)f, grid, 1, 1, block, 1, 1, 0, (void*)s, params, NULL);
 }
@@ -255,6 +258,14 @@ func Unload(d *driver.Driver, ctx driver.Context) error {
 // caller has the kernels' context current (driver.Driver.Do). Unsupported (dt, op): an error
 // naming both, wrapping reduce's sentinel.
 func (k *Kernels) ReduceInto(s driver.Stream, dst, src uintptr, count int, dt reduce.DataType, op reduce.RedOp) error {
+	return k.ReduceIntoUnless(s, dst, src, count, dt, op, 0)
+}
+
+// ReduceIntoUnless is ReduceInto for a src (or dst) that is another rank's memory: the
+// kernel first reads the 32-bit abort word at device address abort (host memory the GPU
+// maps, which the host sets once the communicator has failed) and, if it is set, returns
+// without touching dst or src. abort 0 is a word never set (ReduceInto).
+func (k *Kernels) ReduceIntoUnless(s driver.Stream, dst, src uintptr, count int, dt reduce.DataType, op reduce.RedOp, abort uintptr) error {
 	if err := reduce.CheckReduction(dt, op); err != nil {
 		return fmt.Errorf("cuda: no %v reduction kernel for %v: %w", op, dt, err)
 	}
@@ -264,7 +275,7 @@ func (k *Kernels) ReduceInto(s driver.Stream, dst, src uintptr, count int, dt re
 	f := k.fns[reduceKey(dt, op)]
 	grid := gridFor(count, dt.Size())
 	return k.d.Check("cuLaunchKernel", int(C.gkLaunchReduce(k.d.Kernels().LaunchKernel, C.uintptr_t(f),
-		C.uint(grid), blockThreads, C.uintptr_t(s), C.uintptr_t(dst), C.uintptr_t(src), C.ulonglong(count))))
+		C.uint(grid), blockThreads, C.uintptr_t(s), C.uintptr_t(dst), C.uintptr_t(src), C.ulonglong(count), C.uintptr_t(abort))))
 }
 
 // DivideBy enqueues on s: buf[i] /= n, internal/reduce.DivideBy's semantics (floats
@@ -294,6 +305,12 @@ func (k *Kernels) DivideBy(s driver.Stream, buf uintptr, count int, dt reduce.Da
 // one of the inputs but must not partially overlap any other buffer. The caller has the
 // kernels' context current.
 func (k *Kernels) ReduceMany(s driver.Stream, outs, ins []uintptr, count int, dt reduce.DataType, op reduce.RedOp) error {
+	return k.ReduceManyUnless(s, outs, ins, count, dt, op, 0)
+}
+
+// ReduceManyUnless is ReduceMany for buffers of other ranks: the kernel touches none of
+// them once the abort word at abort is set (ReduceIntoUnless). abort 0: ReduceMany.
+func (k *Kernels) ReduceManyUnless(s driver.Stream, outs, ins []uintptr, count int, dt reduce.DataType, op reduce.RedOp, abort uintptr) error {
 	if err := reduce.CheckReduction(dt, op); err != nil {
 		return fmt.Errorf("cuda: no %v one-pass reduction kernel for %v: %w", op, dt, err)
 	}
@@ -318,7 +335,7 @@ func (k *Kernels) ReduceMany(s driver.Stream, outs, ins []uintptr, count int, dt
 	grid := gridFor(count, dt.Size())
 	return k.d.Check("cuLaunchKernel", int(C.gkLaunchMulti(k.d.Kernels().LaunchKernel, C.uintptr_t(f),
 		C.uint(grid), blockThreads, C.uintptr_t(s), &in[0], C.int(len(ins)), &out[0], C.int(len(outs)),
-		C.ulonglong(count), C.longlong(len(ins)))))
+		C.ulonglong(count), C.longlong(len(ins)), C.uintptr_t(abort))))
 }
 
 // checkRange refuses a negative count and, for a non-empty range, null pointers.

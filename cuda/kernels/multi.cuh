@@ -37,13 +37,15 @@ namespace gk {
 
 // MultiArgs is the one kernel parameter, passed by value (cuda/kernels.go lays out the
 // same struct): in[0..nin) are read, out[0..nout) written, count elements each; avg
-// kernels divide by div.
+// kernels divide by div. abort is the launch's abort word (reduce.cuh's aborted), or
+// null: once it is set the kernel touches no buffer.
 struct MultiArgs {
   const void* in[GK_MULTI_MAX];
   void* out[GK_MULTI_MAX];
   unsigned long long count;
   int nin, nout;
   long long div;
+  const unsigned* abort;
 };
 
 // multi_head returns how many leading elements go alone before every buffer reaches a

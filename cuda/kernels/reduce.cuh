@@ -261,6 +261,20 @@ template <class C, class F> struct ComplexElem {
 template <> struct Elem<c64_t> : ComplexElem<c64_t, float> {};
 template <> struct Elem<c128_t> : ComplexElem<c128_t, double> {};
 
+// ---- the abort word ---------------------------------------------------------------------
+//
+// A kernel that reads or writes another rank's memory takes an abort word: a 32-bit word in
+// host memory the GPU maps (the rank's own flag region, cuda/hostflags.go), which the host
+// sets once the communicator has failed, before it lets any released wait through and
+// before it unmaps a peer's memory. Such a kernel reads the word before it touches any
+// buffer and returns at once, touching nothing, when it is set. A null word is never set
+// (the kernels' callers that read only their own rank's memory pass none). No kernel waits
+// on a flag: the ranks' waits are stream memory operations, so the word is read once per
+// block and never in a loop.
+GK_FN bool aborted(const unsigned* word) {
+  return word != nullptr && *(const volatile unsigned*)word != 0;
+}
+
 // ---- the loops ------------------------------------------------------------------------
 //
 // One thread of a launch of nthreads threads handles elements tid, tid+nthreads, ... .

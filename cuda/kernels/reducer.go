@@ -9,5 +9,8 @@ import (
 // path, the same-GPU path and staging's reduction on the GPU.
 type Reducer interface {
 	ReduceInto(s driver.Stream, dst, src uintptr, count int, dt reduce.DataType, op reduce.RedOp) error
+	// ReduceIntoUnless is ReduceInto reading (or writing) another rank's memory: it
+	// touches nothing once the abort word at abort is set (Kernels.ReduceIntoUnless).
+	ReduceIntoUnless(s driver.Stream, dst, src uintptr, count int, dt reduce.DataType, op reduce.RedOp, abort uintptr) error
 	DivideBy(s driver.Stream, buf uintptr, count int, dt reduce.DataType, n int) error
 }

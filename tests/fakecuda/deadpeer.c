@@ -108,6 +108,11 @@ static void check_access(const void* p, size_t n, const char* what, int queued, 
   }
 }
 
+int maker_dead(const void* p, size_t n) {
+  alloc* a = find(p, n, 1);
+  return a != NULL && a->maker > 0 && !alive(a->maker);
+}
+
 void check_write(const void* p, size_t n, const char* what, int queued) { check_access(p, n, what, queued, 1); }
 
 void check_read(const void* p, size_t n, const char* what, int queued) { check_access(p, n, what, queued, 0); }

@@ -139,6 +139,7 @@ typedef struct alloc {
   int live;
   int vmm;        /* mapped with cuMemMap (vmm.c): no context owns it */
   unsigned access; /* vmm: the ordinals cuMemSetAccess gave access (bit per ordinal) */
+  int maker;       /* vmm, imported: the pid of the process that made the memory (cuMemCreate) */
   int lazy_peer;  /* opened with cuIpcOpenMemHandle: peer access enabled for the opener */
   size_t mapped;  /* pinned: the mmap'ed length (page multiple) */
   fakeCtx* ctx;   /* pinned: the context it was allocated in */

@@ -24,6 +24,8 @@ typedef struct {
   long lazy_loads;
   long dead_peer_writes; /* stream writes into a dead exporter's memory */
   long dead_peer_reads;  /* stream reads of a dead exporter's memory */
+  long dead_maker_kernel_reads; /* kernels run on memory another process made and has died (module.c) */
+  long kernels_aborted;         /* kernels that found their abort word set and touched nothing */
 } fakecudaStrictCounters;
 void fakecudaGetStrictCounters(fakecudaStrictCounters* out);
 /* The calls of each driver entry point so far (calls.c), as "name count" lines, written

@@ -17,12 +17,15 @@
 
 static_assert(sizeof(hostMultiArgs) == sizeof(gk::MultiArgs) && HOST_MULTI_MAX == GK_MULTI_MAX &&
                   offsetof(hostMultiArgs, count) == offsetof(gk::MultiArgs, count) &&
-                  offsetof(hostMultiArgs, div) == offsetof(gk::MultiArgs, div),
+                  offsetof(hostMultiArgs, div) == offsetof(gk::MultiArgs, div) &&
+                  offsetof(hostMultiArgs, abort) == offsetof(gk::MultiArgs, abort),
               "hostMultiArgs is not gk::MultiArgs");
 
 #define HOST_REDUCE(OP, NAME, T)                                                                 \
   static void host_reduce_##OP##_##NAME(void* dst, const void* src, unsigned long long count,   \
-                                        unsigned long long tid, unsigned long long nthreads) {  \
+                                        const unsigned* abort, unsigned long long tid,          \
+                                        unsigned long long nthreads) {                          \
+    if (gk::aborted(abort)) return;                                                             \
     gk::reduce_loop<T, gk::op_##OP>((T*)dst, (const T*)src, count, tid, nthreads);              \
   }
 GK_REDUCE_KERNELS(HOST_REDUCE)
@@ -37,6 +40,7 @@ GK_DIVIDE_KERNELS(HOST_DIVIDE)
 #define HOST_MULTI(OP, NAME, T)                                                                       \
   static void host_multi_##OP##_##NAME(const hostMultiArgs* a, unsigned long long tid,                \
                                        unsigned long long nthreads) {                                 \
+    if (gk::aborted(a->abort)) return;                                                                \
     gk::multi_loop<T, gk::op_##OP, false>(*(const gk::MultiArgs*)a, tid, nthreads);                   \
   }
 GK_REDUCE_KERNELS(HOST_MULTI)
@@ -44,6 +48,7 @@ GK_REDUCE_KERNELS(HOST_MULTI)
 #define HOST_MULTI_AVG(OP, NAME, T)                                                                   \
   static void host_multi_avg_##NAME(const hostMultiArgs* a, unsigned long long tid,                   \
                                     unsigned long long nthreads) {                                    \
+    if (gk::aborted(a->abort)) return;                                                                \
     gk::multi_loop<T, gk::op_sum, true>(*(const gk::MultiArgs*)a, tid, nthreads);                     \
   }
 GK_DIVIDE_KERNELS(HOST_MULTI_AVG)

@@ -22,16 +22,18 @@ typedef struct hostMultiArgs {
   unsigned long long count;
   int nin, nout;
   long long div;
+  const unsigned* abort; /* the abort word, or NULL (reduce.cuh's aborted) */
 } hostMultiArgs;
 
-/* One kernel: reduce(dst, src, count), divide(buf, count, n) or multi(args), the
+/* One kernel: reduce(dst, src, count, abort), divide(buf, count, n) or multi(args), the
  * kernel's parameters, run as thread tid of a launch of nthreads threads (the device's
- * grid-stride loop). Exactly one of the three is set. */
+ * grid-stride loop). Exactly one of the three is set. reduce and multi touch nothing
+ * once their abort word is set. */
 typedef struct hostKernel {
   const char* name;
   size_t elem; /* bytes per element */
-  void (*reduce)(void* dst, const void* src, unsigned long long count, unsigned long long tid,
-                 unsigned long long nthreads);
+  void (*reduce)(void* dst, const void* src, unsigned long long count, const unsigned* abort,
+                 unsigned long long tid, unsigned long long nthreads);
   void (*divide)(void* buf, unsigned long long count, long long n, unsigned long long tid,
                  unsigned long long nthreads);
   void (*multi)(const hostMultiArgs* args, unsigned long long tid, unsigned long long nthreads);

@@ -13,6 +13,13 @@
  * thread of its grid in turn, once the start event has completed, and then completes
  * the end event, which lets the stream go on. When it runs, a kernel whose buffers are
  * no longer live device memory counts as bad_access and touches nothing.
+ *
+ * A kernel that takes an abort word (reduce.cuh's aborted: the two-operand and one-pass
+ * reductions) reads it first, when it runs: set, the kernel touches no buffer and counts
+ * in kernels_aborted. One that reads memory another process made and has since died
+ * (vmm.c: memory that outlives its maker, still valid) counts in dead_maker_kernel_reads:
+ * it computes on what a dead rank left there, which gonccl's released operations must
+ * not do (the device path sets the abort word first).
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -49,6 +56,7 @@ typedef struct fakeFunction {
 typedef struct launch {
   const hostKernel* k;
   void *a, *b; /* reduce: dst, src; divide: buf */
+  const unsigned* abort; /* reduce: the abort word (multi: in m) */
   hostMultiArgs m; /* multi: the parameter struct, copied at launch as the driver does */
   unsigned long long count, nthreads;
   long long n;
@@ -125,6 +133,11 @@ static void check_device(const void* p, size_t n, int dev, const char* what) {
 /* execute runs l's kernel: mu held on entry and exit, released while it computes. */
 static void execute(launch* l) {
   size_t bytes = (size_t)l->count * l->k->elem;
+  const unsigned* word = l->k->multi ? l->m.abort : l->k->reduce ? l->abort : NULL;
+  if (word != NULL && __atomic_load_n(word, __ATOMIC_SEQ_CST) != 0) {
+    g_strict.kernels_aborted++;
+    return;
+  }
   int ok = l->k->multi ? multi_ok(l) : live_range(l->a, bytes) && (!l->k->reduce || live_range(l->b, bytes));
   if (!ok) {
     g_count.bad_access++;
@@ -138,6 +151,13 @@ static void execute(launch* l) {
     check_device(l->a, bytes, dev, "a kernel");
     if (l->k->reduce) check_device(l->b, bytes, dev, "a kernel (its input)");
   }
+  int dead = 0;
+  if (l->k->multi) {
+    for (int i = 0; i < l->m.nin; i++) dead |= maker_dead(l->m.in[i], bytes);
+  } else if (l->k->reduce) {
+    dead = maker_dead(l->a, bytes) || maker_dead(l->b, bytes);
+  }
+  if (dead) g_strict.dead_maker_kernel_reads++;
   if (l->k->multi) {
     for (int i = 0; i < l->m.nin; i++) check_read(l->m.in[i], bytes, "a kernel launch (its input)", 0);
     for (int i = 0; i < l->m.nout; i++) check_write(l->m.out[i], bytes, "a kernel launch (its output)", 0);
@@ -153,7 +173,7 @@ static void execute(launch* l) {
   pthread_mutex_unlock(&mu);
   for (unsigned long long tid = 0; tid < l->nthreads; tid++) {
     if (l->k->reduce)
-      l->k->reduce(l->a, l->b, count, tid, l->nthreads);
+      l->k->reduce(l->a, l->b, count, l->abort, tid, l->nthreads);
     else if (l->k->divide)
       l->k->divide(l->a, count, l->n, tid, l->nthreads);
     else
@@ -325,6 +345,7 @@ CUresult cuLaunchKernel(void* function, unsigned gx, unsigned gy, unsigned gz, u
     l->a = *(void**)params[0];
     l->b = *(void**)params[1];
     l->count = *(unsigned long long*)params[2];
+    l->abort = *(const unsigned**)params[3];
   } else {
     l->a = *(void**)params[0];
     l->count = *(unsigned long long*)params[1];

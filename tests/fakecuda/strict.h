@@ -45,6 +45,10 @@ void check_read(const void* p, size_t n, const char* what, int queued);
  * allocation whose mapper table is ctl: freeing it pulls the memory from under that
  * process's streams. mu held. */
 void check_no_mappers(const unsigned* ctl, const void* p);
+/* maker_dead reports whether [p, p+n) lies in memory imported from another process
+ * (vmm.c: cuMemImportFromShareableHandle) whose maker has died: the memory is still
+ * valid, but what is there is a dead rank's. mu held. */
+int maker_dead(const void* p, size_t n);
 
 /* visible.c: the physical fake GPU that ordinal names in this process
  * (CUDA_VISIBLE_DEVICES), and the ordinal of physical GPU phys here (-1: not

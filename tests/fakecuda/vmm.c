@@ -75,6 +75,7 @@ typedef struct vmem {
   int imported;   /* made by cuMemImportFromShareableHandle */
   int released;   /* cuMemRelease was called */
   int maps;       /* cuMemMap mappings not unmapped */
+  int maker;      /* the pid of the process that made it (its memfd's name says) */
 } vmem;
 
 typedef struct vrange {
@@ -138,7 +139,7 @@ CUresult cuMemCreate(unsigned long long* h, size_t size, const memProp* p, unsig
   if (no_vmm()) return 801;
   char name[64];
   int phys = physical(p->location.id);
-  snprintf(name, sizeof name, FD_NAME "%d", phys);
+  snprintf(name, sizeof name, FD_NAME "%d-pid%d", phys, (int)getpid());
   int fd = memfd_create(name, MFD_CLOEXEC);
   if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
   if (ftruncate(fd, (off_t)size) != 0) {
@@ -153,7 +154,7 @@ CUresult cuMemCreate(unsigned long long* h, size_t size, const memProp* p, unsig
   memset(tmp, POISON, size); /* as uninitialized device memory: never zero by luck */
   munmap(tmp, size);
   vmem* m = calloc(1, sizeof *m);
-  *m = (vmem){VMM_MAGIC, fd, size, phys, (p->requestedHandleTypes & HANDLE_POSIX_FD) != 0, 0, 0, 0};
+  *m = (vmem){VMM_MAGIC, fd, size, phys, (p->requestedHandleTypes & HANDLE_POSIX_FD) != 0, 0, 0, 0, getpid()};
   pthread_mutex_lock(&mu);
   g_strict.dev_allocs++;
   pthread_mutex_unlock(&mu);
@@ -198,8 +199,9 @@ CUresult cuMemExportToShareableHandle(void* out, unsigned long long h, int type,
 }
 
 /* fd_phys returns the physical GPU of a descriptor cuMemExportToShareableHandle gave
- * (its memfd's name says), or -1 for any other file. */
-static int fd_phys(int fd) {
+ * (its memfd's name says), and sets *maker to the pid of the process that made it, or
+ * returns -1 for any other file. */
+static int fd_phys(int fd, int* maker) {
   char path[64], target[256];
   snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
   ssize_t n = readlink(path, target, sizeof target - 1);
@@ -207,6 +209,8 @@ static int fd_phys(int fd) {
   target[n] = 0;
   const char* want = "/memfd:" FD_NAME;
   if (strncmp(target, want, strlen(want)) != 0) return -1;
+  const char* pid = strstr(target + strlen(want), "-pid");
+  *maker = pid != NULL ? atoi(pid + 4) : 0;
   return atoi(target + strlen(want));
 }
 
@@ -215,14 +219,15 @@ CUresult cuMemImportFromShareableHandle(unsigned long long* h, void* os, int typ
   if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED;
   if (h == NULL || type != HANDLE_POSIX_FD) return CUDA_ERROR_INVALID_VALUE;
   int fd = (int)(intptr_t)os;
-  int phys = fd_phys(fd);
+  int maker = 0;
+  int phys = fd_phys(fd, &maker);
   struct stat st;
   if (phys < 0 || fstat(fd, &st) != 0 || st.st_size <= 0 || (size_t)st.st_size % GRANULARITY != 0)
     return CUDA_ERROR_INVALID_VALUE; /* not a descriptor of exported device memory */
   int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
   if (own < 0) return CUDA_ERROR_OUT_OF_MEMORY;
   vmem* m = calloc(1, sizeof *m);
-  *m = (vmem){VMM_MAGIC, own, (size_t)st.st_size, phys, 1, 1, 0, 0};
+  *m = (vmem){VMM_MAGIC, own, (size_t)st.st_size, phys, 1, 1, 0, 0, maker};
   pthread_mutex_lock(&mu);
   g_strict.ipc_opens++;
   pthread_mutex_unlock(&mu);
@@ -349,6 +354,7 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const accessDesc* desc, si
       int home = ordinal_of(x->m->phys); /* the GPU the memory is on, as this process numbers it */
       a = x->a = track(x->p, x->n, home >= 0 ? home : dev);
       a->vmm = 1;
+      if (x->m->imported && x->m->maker != getpid()) a->maker = x->m->maker;
     }
     if (a != NULL) {
       if (rw != 0) a->access |= 1u << dev;
