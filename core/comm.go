@@ -507,8 +507,10 @@ func (c *Comm) failed(o *op, err error) error {
 	}
 	var refused *refusalError
 	isRefusal := errors.As(err, &refused)
+	lostKnown := false
 	if c.lost != nil && !errors.Is(err, ErrInvalidArgument) && !isRefusal {
 		err = c.lost // the links were failed because of it: name the cause
+		lostKnown = true
 	}
 	if c.aborted {
 		err = ErrAborted
@@ -527,7 +529,11 @@ func (c *Comm) failed(o *op, err error) error {
 	c.failLinks()
 	oe := &OpError{Rank: c.rank, Op: o.String(), Peer: -1, Err: err}
 	if !aborted && !errors.Is(err, ErrInvalidArgument) && !errors.Is(err, ErrNotSupported) && !isRefusal {
-		oe.Diagnosis = c.diagnose(o, err)
+		wait := statusWait
+		if lostKnown {
+			wait = lostStatusWait
+		}
+		oe.Diagnosis = c.diagnose(o, err, wait)
 		// The refusing rank's word comes on its channel, which the diagnosis has just
 		// read up to its answer or its end: if it was behind the links' failure, it is
 		// here now.

@@ -23,6 +23,13 @@ import (
 // statusWait bounds how long a failing rank waits for its peers' reports.
 const statusWait = 2 * time.Second
 
+// lostStatusWait bounds that wait where the failure's cause is already known (a lost
+// rank, which the error names): the reports only add detail, and a 16-host job whose
+// host was cut off waited the whole 2 s for the ranks busy with their own failure, so
+// that the last survivors reported the loss past the heartbeat timeout (5.1-5.4 s after
+// the cut, with a 5 s timeout; the first at 4.3 s).
+const lostStatusWait = 500 * time.Millisecond
+
 // statusReport is what a rank tells a peer that asks where it stands.
 type statusReport struct {
 	Issued     uint64 `json:"issued"`      // collectives issued on this communicator
@@ -47,12 +54,13 @@ func (c *Comm) status() statusReport {
 // diagnose asks every peer for its status and explains, for this rank's failed
 // operation o, which ranks are behind, gone, or running something else. It returns ""
 // when there is nothing to add (no point-to-point channels, or every peer is in o);
-// failed is o's error, whose own words are not repeated.
-func (c *Comm) diagnose(o *op, failed error) string {
+// failed is o's error, whose own words are not repeated; wait bounds the wait for the
+// peers' answers.
+func (c *Comm) diagnose(o *op, failed error, wait time.Duration) string {
 	if c.p2p == nil {
 		return ""
 	}
-	reports, errs := c.p2p.queryStatus(o.seq, statusWait)
+	reports, errs := c.p2p.queryStatus(o.seq, wait)
 	mine := o.String()
 	var missing, gone []int
 	var notes []string
@@ -76,7 +84,7 @@ func (c *Comm) diagnose(o *op, failed error) string {
 		}
 		r, ok := reports[p]
 		if !ok {
-			notes = append(notes, fmt.Sprintf("rank %d did not answer within %v (hung, stopped or overloaded?)", p, statusWait))
+			notes = append(notes, fmt.Sprintf("rank %d did not answer within %v (hung, stopped or overloaded?)", p, wait))
 			continue
 		}
 		theirs := "" // the peer's own description of operation #o.seq, where known
