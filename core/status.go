@@ -27,8 +27,8 @@ const statusWait = 2 * time.Second
 // rank, which the error names): the reports only add detail, and a 16-host job whose
 // host was cut off waited the whole 2 s for the ranks busy with their own failure, so
 // that the last survivors reported the loss past the heartbeat timeout (5.1-5.4 s after
-// the cut, with a 5 s timeout; the first at 4.3 s).
-const lostStatusWait = 500 * time.Millisecond
+// the cut, with a 5 s timeout; the first at 4.3 s; 4.8-5.2 s with a 500 ms wait).
+const lostStatusWait = 250 * time.Millisecond
 
 // statusReport is what a rank tells a peer that asks where it stands.
 type statusReport struct {
