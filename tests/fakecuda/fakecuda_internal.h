@@ -14,6 +14,7 @@
  * (shareable device memory, IPC handles, device copies, stream memory operations),
  * vmm.c (cuMemCreate memory exported as file descriptors, which outlives its maker,
  * mapped with cuMemAddressReserve/cuMemMap/cuMemSetAccess),
+ * pool.c (stream-ordered pool memory: cuMemAllocAsync, cuMemFreeAsync),
  * hwqueue.c (the hardware queues a context's streams share), capture.c (capture modes),
  * hostreg.c (host memory registered for the device), standin.c (what
  * tests/capi/realcuda.c calls beyond that, so the fake can stand in for libcuda.so.1
@@ -140,6 +141,8 @@ typedef struct alloc {
   int vmm;        /* mapped with cuMemMap (vmm.c): no context owns it */
   unsigned access; /* vmm: the ordinals cuMemSetAccess gave access (bit per ordinal) */
   int lazy_peer;  /* opened with cuIpcOpenMemHandle: peer access enabled for the opener */
+  void* pool;     /* stream-ordered pool memory (pool.c): its pool; NULL otherwise */
+  int freeing;    /* pool memory whose cuMemFreeAsync is queued */
   size_t mapped;  /* pinned: the mmap'ed length (page multiple) */
   fakeCtx* ctx;   /* pinned: the context it was allocated in */
   unsigned long long id; /* CU_POINTER_ATTRIBUTE_BUFFER_ID: unique in the process */
@@ -249,6 +252,9 @@ CUresult resolve(void* h, fakeStream** out);
 /* forget_streams drops the default and pool streams of a reset context. */
 void forget_streams(fakeCtx* ctx);
 void push(fakeStream* s, op* o);
+
+/* pool.c: whether stream-ordered pools are supported (FAKECUDA_NO_MEMPOOLS unset). */
+int pools_supported(void);
 
 /* hostreg.c: whether [p, p+n) is registered host memory (cuMemHostRegister). mu held. */
 int hostreg_live(const void* p, size_t n);

@@ -82,6 +82,11 @@ static shared* find_shared(const void* p) {
   return NULL;
 }
 
+int ipc_exportable(const void* base) {
+  shared* s = find_shared(base);
+  return s != NULL && !s->imported && s->live;
+}
+
 /* retire makes [p, p+n) inaccessible while keeping the addresses reserved, so a stray
  * host access faults instead of reaching whatever the address would be reused for. */
 static void retire(char* p, size_t n) {

@@ -55,6 +55,9 @@ int ordinal_of(int phys);
 /* ipc.c: whether physical GPU phys can access peer's memory (FAKECUDA_NO_PEER,
  * FAKECUDA_PEER_GROUPS). */
 int peer_ok(int phys, int peer);
+/* ipc.c: whether the allocation at base is cuMemAlloc memory cuIpcGetMemHandle exports
+ * (CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE). mu held. */
+int ipc_exportable(const void* base);
 
 #pragma GCC visibility pop
 
