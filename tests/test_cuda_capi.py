@@ -335,6 +335,8 @@ FAULTS = {
     "reset-stream": (signal.SIGABRT, "was reset"),
     "reset-current": (signal.SIGABRT, "was reset"),
     "reset-event": (signal.SIGABRT, "was reset"),
+    "memop-peer": (signal.SIGABRT, "without peer access"),
+    "ipc-freed": (signal.SIGABRT, "which freed it"),
 }
 
 

@@ -256,7 +256,8 @@ void push(fakeStream* s, op* o);
 /* pool.c: whether stream-ordered pools are supported (FAKECUDA_NO_MEMPOOLS unset). */
 int pools_supported(void);
 
-/* hostreg.c: whether [p, p+n) is registered host memory (cuMemHostRegister). mu held. */
+/* hostreg.c: whether [p, p+n) is registered host memory with a device address
+ * (cuMemHostRegister with CU_MEMHOSTREGISTER_DEVICEMAP). mu held. */
 int hostreg_live(const void* p, size_t n);
 
 /* hwqueue.c: the hardware queues the streams of a context share. mu held for all. */

@@ -17,7 +17,16 @@
  *   checked when queued and when it runs;
  * - cuStreamWaitValue32 / cuStreamWriteValue32: stream memory operations on 32-bit
  *   flags in device memory, run in stream order by the stream's thread; a wait holds
- *   only its own stream, polling the shared memory (a peer process writes it);
+ *   only its own stream, polling the shared memory (a peer process writes it). Their
+ *   pointers are device pointers (the driver's "Stream Memory Operations": registered
+ *   host memory by the address cuMemHostGetDevicePointer gives, so only memory
+ *   registered with CU_MEMHOSTREGISTER_DEVICEMAP; anything else is refused when queued),
+ *   and the GPU itself reads or writes them: memory of a device the stream's may not
+ *   access faults when the operation runs, as a kernel's does (module.c);
+ * - copies (cuMemcpyDtoDAsync and the host copies of memory.c) between devices need no
+ *   peer access: with unified addressing the driver copies between any two devices'
+ *   memory ("Peer-to-Peer Memory Copy" in the programming guide; without peer access it
+ *   stages them through the host);
  * - cuDeviceCanAccessPeer: every pair of distinct fake GPUs can, unless FAKECUDA_NO_PEER
  *   is set (none can) or FAKECUDA_PEER_GROUPS lists the groups of physical GPUs that can
  *   ("0,1;2,3": 0 and 1 can, 2 and 3 can, no other pair), as on a machine of two NVLink
@@ -180,6 +189,31 @@ CUresult cuMemFree_v2(CUdeviceptr ptr) {
   retire(p, s->n);
   pthread_mutex_unlock(&mu);
   return CUDA_SUCCESS;
+}
+
+/* fakecudaFreeExported frees cuMemAlloc memory as cuMemFree does, but while other
+ * processes still map it, as PyTorch's caching allocator frees a segment (cudaFree,
+ * torch.cuda.empty_cache) whatever a peer mapped: no fault here; the mapper table
+ * records the free, and a stream of an importer that then reads or writes the mapping
+ * faults (deadpeer.c). Returns 0, or -1 if p is not the base of live cuMemAlloc
+ * memory. */
+int fakecudaFreeExported(void* p) {
+  pthread_mutex_lock(&mu);
+  shared* s = find_shared(p);
+  if (s == NULL || s->imported || !s->live) {
+    pthread_mutex_unlock(&mu);
+    return -1;
+  }
+  g_strict.dev_frees++;
+  if (s->ctl != MAP_FAILED) mark_freed(s->ctl);
+  memset(p, POISON, s->n);
+  s->live = 0;
+  mark_dead(p);
+  close(s->fd);
+  s->fd = -1;
+  retire(p, s->n);
+  pthread_mutex_unlock(&mu);
+  return 0;
 }
 
 CUresult cuIpcGetMemHandle(void* handle, CUdeviceptr ptr) {
@@ -391,6 +425,7 @@ static void run_wait(op* o) {
       return;
     }
     check_read(flag, 4, "cuStreamWaitValue32", 0);
+    check_device(flag, 4, o->stream->ctx->dev, "cuStreamWaitValue32");
     ts_hold(o->stream->ctx->dev); /* a waiting stream keeps (or takes back) its turn */
     if (wait_met(__atomic_load_n(flag, __ATOMIC_ACQUIRE), (unsigned)o->arg[0], (unsigned)o->arg[1])) return;
     pthread_mutex_unlock(&mu);
@@ -406,6 +441,7 @@ static void run_write(op* o) {
     return;
   }
   check_write(flag, 4, "cuStreamWriteValue32", 0);
+  check_device(flag, 4, o->stream->ctx->dev, "cuStreamWriteValue32");
   __atomic_store_n(flag, (unsigned)o->arg[0], __ATOMIC_RELEASE);
 }
 
