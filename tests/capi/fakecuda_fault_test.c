@@ -15,6 +15,10 @@
  *   ipc-freed: a child process exports cuMemAlloc memory, this one maps it, the child
  *     frees it all the same (fakecudaFreeExported: as PyTorch's allocator frees a
  *     segment whatever a peer mapped), and this one's stream then reads it.
+ * Mode ipc-reset, like "ok", must exit 0: a child exports cuMemAlloc memory, this
+ * process maps it, and its primary context is reset: the mapping went with the
+ * context (a copy from it is refused), and opening the handle again in the new context
+ * maps it anew (a copy from it works).
  * Mode "ok" also checks that a stream memory operation takes registered host memory
  * only where it was registered with CU_MEMHOSTREGISTER_DEVICEMAP (it has a device
  * address only then), and refuses it otherwise.
@@ -61,27 +65,34 @@ int cuMemcpyDtoDAsync_v2(unsigned long long dst, unsigned long long src, size_t 
     }                                                           \
   } while (0)
 
+/* exporter is the child of the IPC modes: it exports cuMemAlloc memory, sends the
+ * handle, and once told frees it while this process maps it (free) or keeps it; it
+ * stays alive until the parent closes its pipe. */
+static void exporter(int to_parent, int to_child, int free_it) {
+  ipcHandle h;
+  unsigned long long p = 0;
+  char b = 0;
+  if (cuInit(0) != 0 || cuCtxSetCurrent(fakecudaContext(0)) != 0 || cuMemAlloc_v2(&p, 4096) != 0 ||
+      cuIpcGetMemHandle(&h, p) != 0)
+    _exit(3);
+  if (write(to_parent, &h, sizeof h) != sizeof h || read(to_child, &b, 1) != 1) _exit(3);
+  if (free_it && fakecudaFreeExported((void*)(size_t)p) != 0) _exit(3);
+  if (write(to_parent, &b, 1) != 1) _exit(3);
+  while (read(to_child, &b, 1) > 0) { /* alive until the parent is done */
+  }
+  _exit(0);
+}
+
 /* ipc_freed is mode ipc-freed: it returns only if the fake missed the read. */
 static int ipc_freed(void) {
   int to_parent[2], to_child[2];
   EXPECT(pipe(to_parent) == 0 && pipe(to_child) == 0);
   pid_t pid = fork();
   EXPECT(pid >= 0);
-  if (pid == 0) { /* the exporter */
+  if (pid == 0) {
     close(to_child[1]);
     close(to_parent[0]);
-    ipcHandle h;
-    unsigned long long p = 0;
-    char b = 0;
-    if (cuInit(0) != 0 || cuCtxSetCurrent(fakecudaContext(0)) != 0 || cuMemAlloc_v2(&p, 4096) != 0 ||
-        cuIpcGetMemHandle(&h, p) != 0)
-      _exit(3);
-    if (write(to_parent[1], &h, sizeof h) != sizeof h || read(to_child[0], &b, 1) != 1) _exit(3);
-    if (fakecudaFreeExported((void*)(size_t)p) != 0) _exit(3);
-    if (write(to_parent[1], &b, 1) != 1) _exit(3);
-    while (read(to_child[0], &b, 1) > 0) { /* alive until the parent is done */
-    }
-    _exit(0);
+    exporter(to_parent[1], to_child[0], 1);
   }
   close(to_child[0]);
   close(to_parent[1]);
@@ -105,6 +116,44 @@ static int ipc_freed(void) {
   return 1;
 }
 
+/* ipc_reset is mode ipc-reset: 0 if the fake behaved. */
+static int ipc_reset(void) {
+  int to_parent[2], to_child[2];
+  EXPECT(pipe(to_parent) == 0 && pipe(to_child) == 0);
+  pid_t pid = fork();
+  EXPECT(pid >= 0);
+  if (pid == 0) {
+    close(to_child[1]);
+    close(to_parent[0]);
+    exporter(to_parent[1], to_child[0], 0);
+  }
+  close(to_child[0]);
+  close(to_parent[1]);
+  ipcHandle h;
+  char b = 1;
+  EXPECT(read(to_parent[0], &h, sizeof h) == sizeof h);
+  EXPECT(cuInit(0) == 0);
+  EXPECT(cuCtxSetCurrent(fakecudaContext(0)) == 0);
+  unsigned long long mapped = 0, again = 0, dst = 0;
+  EXPECT(cuIpcOpenMemHandle_v2(&mapped, h, 1) == 0);
+  EXPECT(fakecudaRuntimeRelease(0) == 0); /* the last reference: the context resets */
+  EXPECT(cuCtxSetCurrent(fakecudaContext(0)) == 0); /* a new primary context */
+  EXPECT(cuMemAlloc_v2(&dst, 4096) == 0);
+  void* s = fakecudaStreamCreateWithFlags(0, 1);
+  EXPECT(cuMemcpyDtoDAsync_v2(dst, mapped, 4096, s) == 1); /* gone with the old context */
+  EXPECT(cuIpcOpenMemHandle_v2(&again, h, 1) == 0);
+  EXPECT(cuMemcpyDtoDAsync_v2(dst, again, 4096, s) == 0);
+  fakecudaStreamDrain(s);
+  fakecudaCounters c;
+  fakecudaGetCounters(&c);
+  EXPECT(c.bad_access == 0);
+  EXPECT(write(to_child[1], &b, 1) == 1);
+  EXPECT(read(to_parent[0], &b, 1) == 1);
+  close(to_child[1]);
+  EXPECT(waitpid(pid, NULL, 0) == pid);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: %s MODE\n", argv[0]);
@@ -112,6 +161,11 @@ int main(int argc, char** argv) {
   }
   const char* m = argv[1];
   int ok = strcmp(m, "ok") == 0;
+  if (strcmp(m, "ipc-reset") == 0) {
+    if (ipc_reset() != 0) return 3;
+    printf("ok\n");
+    return 0;
+  }
   if (strcmp(m, "ipc-freed") == 0) {
     ipc_freed();
     fprintf(stderr, "mode %s: survived a mistake the fake should have faulted on\n", m);

@@ -4,6 +4,7 @@
  */
 #define _GNU_SOURCE
 #include "fakecuda_internal.h"
+#include "strict.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -54,6 +55,7 @@ static void release(int dev) {
   c->runtime = 0;
   g_count.primary_resets++;
   kill_allocs(c);
+  ipc_forget(c);
   forget_streams(c);
 }
 

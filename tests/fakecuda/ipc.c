@@ -33,7 +33,12 @@
  *   islands; cuIpcOpenMemHandle and cuMemSetAccess (vmm.c) refuse memory of a GPU the
  *   caller's cannot access;
  * - cuIpcOpenMemHandle takes only CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as its flags, as
- *   the driver documents.
+ *   the driver documents; the driver also documents that a process may open the handles
+ *   of one exporting device in one context per device, which the fake cannot break (its
+ *   only contexts are the primary ones), but a primary context that is reset is a new
+ *   context: the mappings opened in the old one go with it (a later use faults, queued
+ *   work that reaches them counts bad_access), and opening the handle again maps it
+ *   anew.
  */
 #define _GNU_SOURCE
 #include "fakecuda_internal.h"
@@ -106,6 +111,17 @@ static void retire(char* p, size_t n) {
 static void mark_dead(const char* p) {
   alloc* a = find(p, 1, 1);
   if (a != NULL && a->p == p) a->live = 0;
+}
+
+void ipc_forget(const fakeCtx* ctx) {
+  for (shared* s = g_shared; s; s = s->next) {
+    if (!s->imported || !s->live || s->ctx != ctx) continue;
+    s->live = 0;
+    s->refs = 0;
+    mapping_closed(s->p);
+    mark_dead(s->p);
+    retire(s->p, s->n);
+  }
 }
 
 /* live_dev reports whether [p, p+n) lies in one live device allocation, or in host
@@ -223,7 +239,7 @@ CUresult cuIpcGetMemHandle(void* handle, CUdeviceptr ptr) {
   pthread_mutex_lock(&mu);
   shared* s = find_shared((void*)(uintptr_t)ptr);
   alloc* a = find((void*)(uintptr_t)ptr, 1, 1);
-  if (s == NULL || s->imported || !s->live || a == NULL) {
+  if (s == NULL || s->imported || !s->live || a == NULL || !a->live) {
     pthread_mutex_unlock(&mu);
     return CUDA_ERROR_INVALID_VALUE; /* not the base of a live cuMemAlloc allocation */
   }

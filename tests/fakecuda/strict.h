@@ -62,6 +62,9 @@ int peer_ok(int phys, int peer);
 /* ipc.c: whether the allocation at base is cuMemAlloc memory cuIpcGetMemHandle exports
  * (CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE). mu held. */
 int ipc_exportable(const void* base);
+/* ipc.c: ipc_forget unmaps the IPC mappings opened in ctx, which was reset: they died
+ * with it, as the driver's do. mu held. */
+void ipc_forget(const fakeCtx* ctx);
 /* module.c: check_device faults where an operation of a stream of device dev (a kernel,
  * a stream memory operation) touches device memory [p, p+n) dev may not access:
  * another GPU's cuMemAlloc memory (gonccl never enables peer access), or cuMemMap'ed
