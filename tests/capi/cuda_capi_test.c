@@ -121,7 +121,8 @@ static void test_allreduce(goncclComm_t comm) {
  * allocator frees a tensor whose last use is queued there: by then every copy of the
  * operation must be on the stream (a copy queued later touches freed memory, which the
  * final bad_access check counts), and a consumer queued before the free sees the
- * result. The second round gets the same addresses back from the pool. */
+ * result. The second round gets the same addresses back from the pool. CUDA IPC cannot
+ * export pool memory: the same-GPU path moves it through its exchange buffers. */
 int cuMemAllocAsync(unsigned long long* p, size_t n, void* stream);
 int cuMemFreeAsync(unsigned long long p, void* stream);
 static void test_pool_memory(goncclComm_t comm) {
@@ -713,9 +714,7 @@ int main(int argc, char** argv) {
   test_hold_orders_copy_outs(comm);
   test_p2p(comm);
   test_p2p_large(comm);
-  /* The same-GPU path maps the peers' buffers (pool memory through its exchange
-   * buffers): not tested here. */
-  if (!same_gpu) test_pool_memory(comm);
+  test_pool_memory(comm);
   test_bad(comm);
 
   fakecudaCounters c;
