@@ -82,6 +82,16 @@
  *   process that has died faults (and is counted in dead_peer_writes), as the real
  *   write poisons the context; gonccl's flags live in host memory every rank maps
  *   (cuda/hostflags.go), so a survivor's queued posts never hit a dead peer's memory;
+ *   an importer's stream access to memory its exporter freed while it was mapped
+ *   (fakecudaFreeExported, as PyTorch's allocator frees a segment a peer maps) faults
+ *   too; IPC mappings die with the primary context that opened them;
+ * - who may touch what (module.c, ipc.c): a kernel or stream memory operation of one
+ *   GPU that touches another GPU's memory without peer access, or cuMemMap'ed memory
+ *   without cuMemSetAccess for its GPU, faults; copies between GPUs are free (unified
+ *   addressing); stream memory operations take only device pointers (registered host
+ *   memory only with CU_MEMHOSTREGISTER_DEVICEMAP);
+ * - stream-ordered pool memory (pool.c): cuMemAllocAsync / cuMemFreeAsync, freed in
+ *   stream order, addresses reused, not exportable through CUDA IPC;
  * - several GPUs (visible.c): CUDA_VISIBLE_DEVICES numbers the physical fake GPUs a
  *   process sees from 0, as the driver does, so with a per-rank setting every rank's
  *   device 0 may be a different GPU; bus ids (cuDeviceGetPCIBusId,
