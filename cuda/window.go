@@ -228,6 +228,10 @@ func (w *DevWindow) export(ptr uintptr, bytes int, me *winRecord) error {
 			return fmt.Errorf("the window's %d bytes at %#x run past the end of the allocation holding them (%d bytes at %#x)", bytes, ptr, size, base)
 		}
 		me.off = int(ptr - base)
+		if pool, err := g.FromPool(base); err == nil && pool {
+			// Short: the reason travels in a record of 160 bytes.
+			return errors.New("CUDA IPC cannot export stream-ordered pool memory (PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync); use the native allocator")
+		}
 		if me.handle, err = w.d.IpcGetMemHandle(base); err != nil {
 			// Short: the reason travels in a record of 160 bytes.
 			return fmt.Errorf("CUDA IPC cannot export the window's allocation (cuMemCreate memory, e.g. PyTorch's expandable segments; use cudaMalloc): %w", err)

@@ -295,3 +295,47 @@ func TestDevWindowOverCuMemCreateMemoryRefused(t *testing.T) {
 		require.ErrorContains(t, err, "use cudaMalloc", "rank %d", r)
 	}
 }
+
+// TestDevWindowOverPoolMemoryRefused: memory of a stream-ordered pool (cudaMallocAsync,
+// what PyTorch allocates with PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync; the fake
+// now has it) cannot be exported through CUDA IPC either: a window over it is refused on
+// every rank, naming the allocator setting, not expandable segments.
+func TestDevWindowOverPoolMemoryRefused(t *testing.T) {
+	d, f := open(t)
+	p, err := cudatest.OpenPool(cudatest.Path(t))
+	require.NoError(t, err)
+	devs := []int{0, 1}
+	ex := &memExchange{recs: make([][]byte, len(devs)), done: make(chan struct{})}
+	errs := make([]error, len(devs))
+	var wg sync.WaitGroup
+	for r, dev := range devs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx := driver.Context(f.Context(dev))
+			s := f.Stream(dev)
+			var mem uintptr
+			if errs[r] = d.Do(ctx, func() error {
+				var res int
+				if mem, res = p.Alloc(1<<20, s); res != 0 {
+					return fmt.Errorf("cuMemAllocAsync: %d", res)
+				}
+				return nil
+			}); errs[r] != nil {
+				return
+			}
+			defer func() { _ = d.Do(ctx, func() error { p.Free(mem, s); f.Drain(s); return nil }) }()
+			w, err := cuda.NewDevWindow(d, dev, r, len(devs), mem, 4096, time.Minute, nil, ex.rank(r))
+			if w != nil {
+				_ = w.Close()
+			}
+			errs[r] = err
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		require.ErrorIs(t, err, cuda.ErrWindowRefused, "rank %d", r)
+		require.ErrorContains(t, err, "PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync", "rank %d", r)
+		require.NotContains(t, err.Error(), "expandable segments", "rank %d", r)
+	}
+}

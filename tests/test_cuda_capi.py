@@ -335,6 +335,8 @@ FAULTS = {
     "reset-stream": (signal.SIGABRT, "was reset"),
     "reset-current": (signal.SIGABRT, "was reset"),
     "reset-event": (signal.SIGABRT, "was reset"),
+    "memop-peer": (signal.SIGABRT, "without peer access"),
+    "ipc-freed": (signal.SIGABRT, "which freed it"),
 }
 
 
@@ -344,14 +346,14 @@ def fault_binary(fakecuda, tmp_path_factory):
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("mode", ["ok", *FAULTS])
+@pytest.mark.parametrize("mode", ["ok", "ipc-reset", *FAULTS])
 def test_fakecuda_faults(fault_binary, mode, tmp_path):
     """The fake kills the process where the real driver would crash: a test that passes
     against it cannot be hiding a use of a destroyed event, freed pinned memory or a
     reset context."""
     run = _harness.run_processes([[fault_binary, mode]], timeout=30, cwd=str(tmp_path), names=[mode])
     proc = run.procs[0]
-    if mode == "ok":
+    if mode in ("ok", "ipc-reset"):
         run.assert_ok("fakecuda_fault_test ok")
         return
     sig, says = FAULTS[mode]

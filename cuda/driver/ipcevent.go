@@ -68,6 +68,12 @@ static CUresult sgRange(sgFns* f, uintptr_t* base, size_t* size, uintptr_t p) {
   *base = (uintptr_t)b;
   return f->PointerGetAttribute(size, 12, (CUdeviceptr)p); // CU_POINTER_ATTRIBUTE_RANGE_SIZE
 }
+static CUresult sgPool(sgFns* f, uintptr_t* pool, uintptr_t p) {
+  void* h = NULL;
+  CUresult r = f->PointerGetAttribute(&h, 17, (CUdeviceptr)p); // CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE
+  *pool = (uintptr_t)h;
+  return r;
+}
 */
 import "C"
 
@@ -134,4 +140,16 @@ func (g *IPCEvents) Allocation(p uintptr) (id uint64, base uintptr, size int, er
 		return 0, 0, 0, err
 	}
 	return uint64(cid), uintptr(cb), int(cs), nil
+}
+
+// FromPool reports whether device pointer p is memory of a stream-ordered pool
+// (cuMemAllocAsync, cudaMallocAsync: PyTorch's backend:cudaMallocAsync), which CUDA IPC
+// cannot export (cuIpcGetMemHandle takes only cuMemAlloc memory). A driver older than
+// CUDA 11.3 does not know the attribute: the error says so.
+func (g *IPCEvents) FromPool(p uintptr) (bool, error) {
+	var pool C.uintptr_t
+	if err := g.d.check("cuPointerGetAttribute", C.sgPool(g.fns, &pool, C.uintptr_t(p))); err != nil {
+		return false, err
+	}
+	return pool != 0, nil
 }

@@ -13,6 +13,8 @@ typedef int CUresult;
 typedef struct {
   CUresult (*DeviceGetByPCIBusId)(int*, const char*); // every CUDA driver
   CUresult (*FuncLoad)(void*);                        // CUDA 12.4+
+  CUresult (*DeviceGetCount)(int*);                   // every CUDA driver
+  CUresult (*PrimaryCtxGetState)(int, unsigned*, int*); // every CUDA driver
 } goOptFns;
 
 static void goOptOpen(const char* path, goOptFns* f) {
@@ -20,10 +22,25 @@ static void goOptOpen(const char* path, goOptFns* f) {
   if (h == NULL) return;
   f->DeviceGetByPCIBusId = (CUresult(*)(int*, const char*))dlsym(h, "cuDeviceGetByPCIBusId");
   f->FuncLoad = (CUresult(*)(void*))dlsym(h, "cuFuncLoad");
+  f->DeviceGetCount = (CUresult(*)(int*))dlsym(h, "cuDeviceGetCount");
+  f->PrimaryCtxGetState = (CUresult(*)(int, unsigned*, int*))dlsym(h, "cuDevicePrimaryCtxGetState_v2");
+  if (f->PrimaryCtxGetState == NULL)
+    f->PrimaryCtxGetState = (CUresult(*)(int, unsigned*, int*))dlsym(h, "cuDevicePrimaryCtxGetState");
   dlclose(h); // driver.go's handle keeps the library loaded
 }
 static CUresult goDeviceByBusID(goOptFns* f, const char* bus, int* dev) { return f->DeviceGetByPCIBusId(dev, bus); }
 static CUresult goFuncLoad(goOptFns* f, uintptr_t fn) { return f->FuncLoad((void*)fn); }
+// goActiveDevice returns the first device whose primary context is active, or -1.
+static int goActiveDevice(goOptFns* f) {
+  int n = 0;
+  if (f->DeviceGetCount == NULL || f->PrimaryCtxGetState == NULL || f->DeviceGetCount(&n) != 0) return -1;
+  for (int dev = 0; dev < n; dev++) {
+    unsigned flags = 0;
+    int active = 0;
+    if (f->PrimaryCtxGetState(dev, &flags, &active) == 0 && active) return dev;
+  }
+  return -1;
+}
 */
 import "C"
 
@@ -71,6 +88,16 @@ func (d *Driver) DeviceByBusID(bus string) (int, bool) {
 		return 0, false
 	}
 	return int(dev), true
+}
+
+// activeDevice returns a device whose primary context is active (one the process
+// already uses: asking in it creates no context), or 0 where none is or the driver
+// cannot tell.
+func (d *Driver) activeDevice() int {
+	if dev := int(C.goActiveDevice(d.optional())); dev >= 0 {
+		return dev
+	}
+	return 0
 }
 
 // FuncLoad loads kernel fn now where the driver can (cuFuncLoad), so that its first

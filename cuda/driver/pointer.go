@@ -65,8 +65,11 @@ func (d *Driver) DevicePointer(p uintptr) (dev int, ok bool) {
 		return nil
 	}
 	// The driver answers only with a context current (any one: unified addressing).
-	// A thread that never made one current (a C ABI caller's) asks in device 0's
-	// primary context, holding a reference on it for the call.
+	// A thread that never made one current (a C ABI caller's) asks in the primary
+	// context of a device the process already uses (its context is active), holding a
+	// reference on it for the call: retaining an inactive one would create a context,
+	// GPU memory included, on a GPU the process may never use. Device 0's only where
+	// none is active.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if cur, err := d.currentContext(); err != nil {
@@ -74,12 +77,13 @@ func (d *Driver) DevicePointer(p uintptr) (dev int, ok bool) {
 	} else if cur != 0 {
 		_ = query()
 	} else {
-		ctx, err := d.RetainPrimary(0)
+		dev := d.activeDevice()
+		ctx, err := d.RetainPrimary(dev)
 		if err != nil {
 			return 0, false
 		}
 		_ = d.Do(ctx, query)
-		_ = d.ReleasePrimary(0)
+		_ = d.ReleasePrimary(dev)
 	}
 	if r != 0 || typ != 2 {
 		return 0, false

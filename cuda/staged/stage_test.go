@@ -195,3 +195,56 @@ func skipAtOneQueue(t *testing.T, f *cudatest.Fake, what string) {
 		t.Skipf("at one hardware queue per context (CUDA_DEVICE_MAX_CONNECTIONS=1) %s cannot happen", what)
 	}
 }
+
+// TestStagingPoolMemory: the staged path takes stream-ordered pool memory (cudaMallocAsync,
+// PyTorch's backend:cudaMallocAsync) as it takes cudaMalloc memory, and its copies are
+// queued on the caller's stream before After returns: a cuMemFreeAsync the caller
+// queues next on that stream (as that allocator frees a tensor once its stream is done
+// with it) runs after them, so no copy touches freed memory.
+func TestStagingPoolMemory(t *testing.T) {
+	d, f := cudatest.Load(t)
+	p, err := cudatest.OpenPool(cudatest.Path(t))
+	require.NoError(t, err)
+	f.SetDelay(0, 300)
+	const n = 1000
+	s := f.Stream(0)
+	ctx, err := d.StreamContext(driver.Stream(s))
+	require.NoError(t, err)
+	var in, out uintptr
+	require.NoError(t, d.Do(ctx, func() error {
+		var r1, r2 int
+		in, r1 = p.Alloc(4*n, s)
+		out, r2 = p.Alloc(4*n, s)
+		require.Zero(t, r1)
+		require.Zero(t, r2)
+		return nil
+	}))
+	require.NoError(t, f.Fill(s, in, n, 3, 20000))
+	before := f.Counters()
+
+	pool := staged.NewPool(d)
+	st, err := pool.Stage(ctx, driver.Stream(s), []staged.Region{
+		{Name: "sendbuff", Ptr: in, Bytes: 4 * n, In: true},
+		{Name: "recvbuff", Ptr: out, Bytes: 4 * n, Out: true},
+	})
+	require.NoError(t, err)
+	require.NoError(t, st.Before(time.Now().Add(10*time.Second)))
+	host := floats(st.Host[0])
+	res := floats(st.Host[1])
+	for i := range res {
+		res[i] = 2 * host[i]
+	}
+	require.NoError(t, st.After(nil))
+	require.NoError(t, f.Check(s, out, n, 6, 0))
+	require.NoError(t, d.Do(ctx, func() error {
+		require.Zero(t, p.Free(in, s))
+		require.Zero(t, p.Free(out, s))
+		return nil
+	}))
+	f.Drain(s)
+	c := f.Counters()
+	require.Equal(t, 1, c.HtoD-before.HtoD)
+	require.Zero(t, c.BadAccess-before.BadAccess, "a staging copy ran after the stream-ordered free")
+	require.Zero(t, c.StaleReads-before.StaleReads, "the result was not on the device when the stream went on")
+	require.NoError(t, pool.Close(10*time.Second))
+}

@@ -15,7 +15,9 @@
  * and checks stream handles; a real driver rounds allocations up, torch's caching
  * allocator keeps freed blocks mapped, and a bad handle may crash the driver. They
  * run only against the fake, not through realcuda.c (fake_driver()).
- * Ranks r and r+2 use the same device, as several ranks may share one GPU.
+ * Ranks r and r+2 use the same device, as several ranks may share one GPU. Buffers of
+ * a stream-ordered pool (cuMemAllocAsync, PyTorch's backend:cudaMallocAsync) freed on
+ * the stream right after the collective must work too (test_pool_memory).
  *
  * The stream-ordering checks use the fake's legacy default stream (which does not wait
  * for non-blocking streams, like torch's), per-thread streams, streams whose copies
@@ -112,6 +114,31 @@ static void test_allreduce(goncclComm_t comm) {
     fakecudaFree(send);
     fakecudaFree(recv);
   }
+}
+
+/* Memory of PyTorch's cudaMallocAsync backend (PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync):
+ * a stream-ordered pool, freed on the stream right after the collective, as that
+ * allocator frees a tensor whose last use is queued there: by then every copy of the
+ * operation must be on the stream (a copy queued later touches freed memory, which the
+ * final bad_access check counts), and a consumer queued before the free sees the
+ * result. The second round gets the same addresses back from the pool. CUDA IPC cannot
+ * export pool memory: the same-GPU path moves it through its exchange buffers. */
+int cuMemAllocAsync(unsigned long long* p, size_t n, void* stream);
+int cuMemFreeAsync(unsigned long long p, void* stream);
+static void test_pool_memory(goncclComm_t comm) {
+  size_t n = 100000;
+  for (int round = 0; round < 2; round++) {
+    unsigned long long s = 0, r = 0;
+    CHECK(cuMemAllocAsync(&s, n * sizeof(float), stream) == 0, "cuMemAllocAsync");
+    CHECK(cuMemAllocAsync(&r, n * sizeof(float), stream) == 0, "cuMemAllocAsync");
+    float *send = (float*)(uintptr_t)s, *recv = (float*)(uintptr_t)r;
+    CHECK(fakecudaFillF32(stream, send, n, (float)(rank + 1), SLOW_US) == 0, "fill");
+    OK(goncclAllReduce(send, recv, n, goncclFloat32, goncclSum, comm, stream), comm);
+    CHECK(fakecudaCheckF32(stream, recv, n, tri(), 0) == 0, "check");
+    CHECK(cuMemFreeAsync(s, stream) == 0, "cuMemFreeAsync");
+    CHECK(cuMemFreeAsync(r, stream) == 0, "cuMemFreeAsync");
+  }
+  fakecudaStreamDrain(stream);
 }
 
 /* Async: several operations in flight, each waited for by another stream. */
@@ -687,6 +714,7 @@ int main(int argc, char** argv) {
   test_hold_orders_copy_outs(comm);
   test_p2p(comm);
   test_p2p_large(comm);
+  test_pool_memory(comm);
   test_bad(comm);
 
   fakecudaCounters c;

@@ -4,6 +4,7 @@
  */
 #define _GNU_SOURCE
 #include "fakecuda_internal.h"
+#include "strict.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -54,6 +55,7 @@ static void release(int dev) {
   c->runtime = 0;
   g_count.primary_resets++;
   kill_allocs(c);
+  ipc_forget(c);
   forget_streams(c);
 }
 
@@ -158,6 +160,20 @@ CUresult cuDevicePrimaryCtxRelease_v2(int dev) {
   }
   pthread_mutex_unlock(&mu);
   return r;
+}
+
+/* cuDevicePrimaryCtxGetState: flags 0 (the fake takes none), active while the context
+ * has references. */
+CUresult cuDevicePrimaryCtxGetState(int dev, unsigned* flags, int* active) {
+  CALLED();
+  if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED;
+  if (dev < 0 || dev >= NDEV) return 101; /* CUDA_ERROR_INVALID_DEVICE */
+  if (flags == NULL || active == NULL) return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&mu);
+  *flags = 0;
+  *active = g_ctx[dev].refs > 0;
+  pthread_mutex_unlock(&mu);
+  return CUDA_SUCCESS;
 }
 
 /* ---- test hooks ---- */

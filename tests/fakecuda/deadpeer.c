@@ -17,7 +17,11 @@
  *   device path's kill tests died here;
  * - cuMemFree of exported memory that a live process still maps: each allocation has a
  *   page after it (in the same memfd) listing the processes that opened it, which the
- *   exporter checks when it frees.
+ *   exporter checks when it frees;
+ * - an exporter that frees such memory all the same, as PyTorch's caching allocator
+ *   frees a segment (cudaFree) whatever a peer mapped (the hook fakecudaFreeExported):
+ *   the page records it, and an importer's stream that then reads or writes the mapping
+ *   faults (counted as a dead-peer read or write), as the memory is gone on a GPU.
  */
 #define _GNU_SOURCE
 #include "strict.h"
@@ -89,10 +93,24 @@ void mapping_closed(char* p) {
   }
 }
 
+/* The word after the mapper table: set once the exporter freed the allocation while it
+ * was mapped (fakecudaFreeExported). */
+#define FREED MAPPERS
+
+void mark_freed(unsigned* ctl) { __atomic_store_n(&ctl[FREED], 1u, __ATOMIC_SEQ_CST); }
+
 /* check_access is check_write and check_read: write says which. */
 static void check_access(const void* p, size_t n, const char* what, int queued, int write) {
   for (mapping* m = g_mappings; m; m = m->next) {
     if ((const char*)p >= m->p + m->n || (const char*)p + n <= m->p) continue;
+    if (__atomic_load_n(&m->ctl[FREED], __ATOMIC_SEQ_CST)) {
+      if (write) g_strict.dead_peer_writes++;
+      else g_strict.dead_peer_reads++;
+      fault("%s %s device memory %p mapped (cuIpcOpenMemHandle) from process %d, which freed it (cudaFree: "
+            "its allocator released the segment while this process mapped it): on a GPU that memory is gone",
+            what, queued ? (write ? "is queued to write into" : "is queued to read") : (write ? "writes into" : "reads"),
+            p, m->pid);
+    }
     if (!m->dead && !alive(m->pid)) m->dead = 1;
     if (!m->dead) return;
     if (write) {

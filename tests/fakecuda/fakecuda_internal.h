@@ -14,6 +14,7 @@
  * (shareable device memory, IPC handles, device copies, stream memory operations),
  * vmm.c (cuMemCreate memory exported as file descriptors, which outlives its maker,
  * mapped with cuMemAddressReserve/cuMemMap/cuMemSetAccess),
+ * pool.c (stream-ordered pool memory: cuMemAllocAsync, cuMemFreeAsync),
  * hwqueue.c (the hardware queues a context's streams share), capture.c (capture modes),
  * hostreg.c (host memory registered for the device), standin.c (what
  * tests/capi/realcuda.c calls beyond that, so the fake can stand in for libcuda.so.1
@@ -81,6 +82,16 @@
  *   process that has died faults (and is counted in dead_peer_writes), as the real
  *   write poisons the context; gonccl's flags live in host memory every rank maps
  *   (cuda/hostflags.go), so a survivor's queued posts never hit a dead peer's memory;
+ *   an importer's stream access to memory its exporter freed while it was mapped
+ *   (fakecudaFreeExported, as PyTorch's allocator frees a segment a peer maps) faults
+ *   too; IPC mappings die with the primary context that opened them;
+ * - who may touch what (module.c, ipc.c): a kernel or stream memory operation of one
+ *   GPU that touches another GPU's memory without peer access, or cuMemMap'ed memory
+ *   without cuMemSetAccess for its GPU, faults; copies between GPUs are free (unified
+ *   addressing); stream memory operations take only device pointers (registered host
+ *   memory only with CU_MEMHOSTREGISTER_DEVICEMAP);
+ * - stream-ordered pool memory (pool.c): cuMemAllocAsync / cuMemFreeAsync, freed in
+ *   stream order, addresses reused, not exportable through CUDA IPC;
  * - several GPUs (visible.c): CUDA_VISIBLE_DEVICES numbers the physical fake GPUs a
  *   process sees from 0, as the driver does, so with a per-rank setting every rank's
  *   device 0 may be a different GPU; bus ids (cuDeviceGetPCIBusId,
@@ -141,6 +152,8 @@ typedef struct alloc {
   unsigned access; /* vmm: the ordinals cuMemSetAccess gave access (bit per ordinal) */
   int maker;       /* vmm, imported: the pid of the process that made the memory (cuMemCreate) */
   int lazy_peer;  /* opened with cuIpcOpenMemHandle: peer access enabled for the opener */
+  void* pool;     /* stream-ordered pool memory (pool.c): its pool; NULL otherwise */
+  int freeing;    /* pool memory whose cuMemFreeAsync is queued */
   size_t mapped;  /* pinned: the mmap'ed length (page multiple) */
   fakeCtx* ctx;   /* pinned: the context it was allocated in */
   unsigned long long id; /* CU_POINTER_ATTRIBUTE_BUFFER_ID: unique in the process */
@@ -251,7 +264,11 @@ CUresult resolve(void* h, fakeStream** out);
 void forget_streams(fakeCtx* ctx);
 void push(fakeStream* s, op* o);
 
-/* hostreg.c: whether [p, p+n) is registered host memory (cuMemHostRegister). mu held. */
+/* pool.c: whether stream-ordered pools are supported (FAKECUDA_NO_MEMPOOLS unset). */
+int pools_supported(void);
+
+/* hostreg.c: whether [p, p+n) is registered host memory with a device address
+ * (cuMemHostRegister with CU_MEMHOSTREGISTER_DEVICEMAP). mu held. */
 int hostreg_live(const void* p, size_t n);
 
 /* hwqueue.c: the hardware queues the streams of a context share. mu held for all. */

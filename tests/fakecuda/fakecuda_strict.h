@@ -32,6 +32,11 @@ void fakecudaGetStrictCounters(fakecudaStrictCounters* out);
  * into buf (at most n bytes, NUL-terminated where there is room); returns the bytes the
  * whole text needs, its NUL included. */
 int fakecudaCallCounts(char* buf, size_t n);
+/* Frees cuMemAlloc memory at p as cuMemFree does, but while other processes map it
+ * (cuIpcOpenMemHandle), as PyTorch's caching allocator frees a segment whatever a peer
+ * mapped: their streams' later reads and writes of it fault (deadpeer.c). 0, or -1 if p
+ * is not the base of live cuMemAlloc memory. */
+int fakecudaFreeExported(void* p);
 
 #ifdef __cplusplus
 }

@@ -38,8 +38,13 @@ static reg* find_reg(const void* p, size_t n) {
   return NULL;
 }
 
-/* hostreg_live reports whether [p, p+n) lies in one registered host range. mu held. */
-int hostreg_live(const void* p, size_t n) { return find_reg(p, n) != NULL; }
+/* hostreg_live reports whether [p, p+n) lies in one registered host range that has a
+ * device address (registered with CU_MEMHOSTREGISTER_DEVICEMAP): stream memory
+ * operations and device copies take only device pointers. mu held. */
+int hostreg_live(const void* p, size_t n) {
+  const reg* r = find_reg(p, n);
+  return r != NULL && (r->flags & 0x2) != 0;
+}
 
 CUresult cuMemHostRegister_v2(void* p, size_t n, unsigned int flags) {
   CALLED();

@@ -17,14 +17,28 @@
  *   checked when queued and when it runs;
  * - cuStreamWaitValue32 / cuStreamWriteValue32: stream memory operations on 32-bit
  *   flags in device memory, run in stream order by the stream's thread; a wait holds
- *   only its own stream, polling the shared memory (a peer process writes it);
+ *   only its own stream, polling the shared memory (a peer process writes it). Their
+ *   pointers are device pointers (the driver's "Stream Memory Operations": registered
+ *   host memory by the address cuMemHostGetDevicePointer gives, so only memory
+ *   registered with CU_MEMHOSTREGISTER_DEVICEMAP; anything else is refused when queued),
+ *   and the GPU itself reads or writes them: memory of a device the stream's may not
+ *   access faults when the operation runs, as a kernel's does (module.c);
+ * - copies (cuMemcpyDtoDAsync and the host copies of memory.c) between devices need no
+ *   peer access: with unified addressing the driver copies between any two devices'
+ *   memory ("Peer-to-Peer Memory Copy" in the programming guide; without peer access it
+ *   stages them through the host);
  * - cuDeviceCanAccessPeer: every pair of distinct fake GPUs can, unless FAKECUDA_NO_PEER
  *   is set (none can) or FAKECUDA_PEER_GROUPS lists the groups of physical GPUs that can
  *   ("0,1;2,3": 0 and 1 can, 2 and 3 can, no other pair), as on a machine of two NVLink
  *   islands; cuIpcOpenMemHandle and cuMemSetAccess (vmm.c) refuse memory of a GPU the
  *   caller's cannot access;
  * - cuIpcOpenMemHandle takes only CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as its flags, as
- *   the driver documents.
+ *   the driver documents; the driver also documents that a process may open the handles
+ *   of one exporting device in one context per device, which the fake cannot break (its
+ *   only contexts are the primary ones), but a primary context that is reset is a new
+ *   context: the mappings opened in the old one go with it (a later use faults, queued
+ *   work that reaches them counts bad_access), and opening the handle again maps it
+ *   anew.
  */
 #define _GNU_SOURCE
 #include "fakecuda_internal.h"
@@ -82,6 +96,11 @@ static shared* find_shared(const void* p) {
   return NULL;
 }
 
+int ipc_exportable(const void* base) {
+  shared* s = find_shared(base);
+  return s != NULL && !s->imported && s->live;
+}
+
 /* retire makes [p, p+n) inaccessible while keeping the addresses reserved, so a stray
  * host access faults instead of reaching whatever the address would be reused for. */
 static void retire(char* p, size_t n) {
@@ -92,6 +111,17 @@ static void retire(char* p, size_t n) {
 static void mark_dead(const char* p) {
   alloc* a = find(p, 1, 1);
   if (a != NULL && a->p == p) a->live = 0;
+}
+
+void ipc_forget(const fakeCtx* ctx) {
+  for (shared* s = g_shared; s; s = s->next) {
+    if (!s->imported || !s->live || s->ctx != ctx) continue;
+    s->live = 0;
+    s->refs = 0;
+    mapping_closed(s->p);
+    mark_dead(s->p);
+    retire(s->p, s->n);
+  }
 }
 
 /* live_dev reports whether [p, p+n) lies in one live device allocation, or in host
@@ -177,6 +207,31 @@ CUresult cuMemFree_v2(CUdeviceptr ptr) {
   return CUDA_SUCCESS;
 }
 
+/* fakecudaFreeExported frees cuMemAlloc memory as cuMemFree does, but while other
+ * processes still map it, as PyTorch's caching allocator frees a segment (cudaFree,
+ * torch.cuda.empty_cache) whatever a peer mapped: no fault here; the mapper table
+ * records the free, and a stream of an importer that then reads or writes the mapping
+ * faults (deadpeer.c). Returns 0, or -1 if p is not the base of live cuMemAlloc
+ * memory. */
+int fakecudaFreeExported(void* p) {
+  pthread_mutex_lock(&mu);
+  shared* s = find_shared(p);
+  if (s == NULL || s->imported || !s->live) {
+    pthread_mutex_unlock(&mu);
+    return -1;
+  }
+  g_strict.dev_frees++;
+  if (s->ctl != MAP_FAILED) mark_freed(s->ctl);
+  memset(p, POISON, s->n);
+  s->live = 0;
+  mark_dead(p);
+  close(s->fd);
+  s->fd = -1;
+  retire(p, s->n);
+  pthread_mutex_unlock(&mu);
+  return 0;
+}
+
 CUresult cuIpcGetMemHandle(void* handle, CUdeviceptr ptr) {
   CALLED();
   CUresult r = need_ctx();
@@ -184,7 +239,7 @@ CUresult cuIpcGetMemHandle(void* handle, CUdeviceptr ptr) {
   pthread_mutex_lock(&mu);
   shared* s = find_shared((void*)(uintptr_t)ptr);
   alloc* a = find((void*)(uintptr_t)ptr, 1, 1);
-  if (s == NULL || s->imported || !s->live || a == NULL) {
+  if (s == NULL || s->imported || !s->live || a == NULL || !a->live) {
     pthread_mutex_unlock(&mu);
     return CUDA_ERROR_INVALID_VALUE; /* not the base of a live cuMemAlloc allocation */
   }
@@ -386,6 +441,7 @@ static void run_wait(op* o) {
       return;
     }
     check_read(flag, 4, "cuStreamWaitValue32", 0);
+    check_device(flag, 4, o->stream->ctx->dev, "cuStreamWaitValue32");
     ts_hold(o->stream->ctx->dev); /* a waiting stream keeps (or takes back) its turn */
     if (wait_met(__atomic_load_n(flag, __ATOMIC_ACQUIRE), (unsigned)o->arg[0], (unsigned)o->arg[1])) return;
     pthread_mutex_unlock(&mu);
@@ -401,6 +457,7 @@ static void run_write(op* o) {
     return;
   }
   check_write(flag, 4, "cuStreamWriteValue32", 0);
+  check_device(flag, 4, o->stream->ctx->dev, "cuStreamWriteValue32");
   __atomic_store_n(flag, (unsigned)o->arg[0], __ATOMIC_RELEASE);
 }
 

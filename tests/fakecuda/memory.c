@@ -90,6 +90,12 @@ CUresult cuPointerGetAttribute(void* data, int attr, CUdeviceptr ptr) {
     *(CUdeviceptr*)data = (CUdeviceptr)(uintptr_t)a->p;
   } else if (attr == 12) { /* CU_POINTER_ATTRIBUTE_RANGE_SIZE */
     *(size_t*)data = a->n;
+  } else if (attr == 10) { /* CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE */
+    /* Only cuMemAlloc memory (ipc.c) is: not pool memory (pool.c), not cuMemMap'ed
+     * memory (vmm.c), not an IPC mapping, not pinned host memory. */
+    *(int*)data = ipc_exportable(a->p);
+  } else if (attr == 17) { /* CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE: NULL unless pool memory */
+    *(void**)data = a->pool;
   } else {
     r = CUDA_ERROR_INVALID_VALUE;
   }

@@ -111,13 +111,14 @@ static int multi_ok(const launch* l) {
   return 1;
 }
 
-/* check_device faults where a kernel on a stream of device dev touches device memory
+/* check_device faults where a kernel (or a stream memory operation, ipc.c) on a stream
+ * of device dev touches device memory
  * [p, p+n) that dev may not access: memory of another GPU from cuMemAlloc (that needs
  * cuCtxEnablePeerAccess, which gonccl never calls, or a mapping opened with
  * CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS), or cuMemMap'ed memory without cuMemSetAccess for
  * dev. On a GPU that is an illegal-address fault, sticky. Pinned and registered host
  * memory is every device's. mu held. */
-static void check_device(const void* p, size_t n, int dev, const char* what) {
+void check_device(const void* p, size_t n, int dev, const char* what) {
   alloc* a = find(p, n, 1);
   if (a == NULL || !a->live) return; /* host memory, or counted as bad_access */
   if (a->vmm) {

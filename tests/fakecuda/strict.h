@@ -49,6 +49,10 @@ void check_no_mappers(const unsigned* ctl, const void* p);
  * (vmm.c: cuMemImportFromShareableHandle) whose maker has died: the memory is still
  * valid, but what is there is a dead rank's. mu held. */
 int maker_dead(const void* p, size_t n);
+/* mark_freed records in the mapper table ctl that its exporter freed the allocation
+ * while others mapped it (fakecudaFreeExported): their streams' accesses fault. mu
+ * held. */
+void mark_freed(unsigned* ctl);
 
 /* visible.c: the physical fake GPU that ordinal names in this process
  * (CUDA_VISIBLE_DEVICES), and the ordinal of physical GPU phys here (-1: not
@@ -59,6 +63,19 @@ int ordinal_of(int phys);
 /* ipc.c: whether physical GPU phys can access peer's memory (FAKECUDA_NO_PEER,
  * FAKECUDA_PEER_GROUPS). */
 int peer_ok(int phys, int peer);
+/* ipc.c: whether the allocation at base is cuMemAlloc memory cuIpcGetMemHandle exports
+ * (CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE). mu held. */
+int ipc_exportable(const void* base);
+/* ipc.c: ipc_forget unmaps the IPC mappings opened in ctx, which was reset: they died
+ * with it, as the driver's do. mu held. */
+void ipc_forget(const fakeCtx* ctx);
+/* module.c: check_device faults where an operation of a stream of device dev (a kernel,
+ * a stream memory operation) touches device memory [p, p+n) dev may not access:
+ * another GPU's cuMemAlloc memory (gonccl never enables peer access), or cuMemMap'ed
+ * memory without cuMemSetAccess for dev; an illegal-address fault on a GPU. Copies are
+ * not checked: with unified addressing the driver copies between any two devices. mu
+ * held. */
+void check_device(const void* p, size_t n, int dev, const char* what);
 
 #pragma GCC visibility pop
 

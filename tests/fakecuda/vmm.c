@@ -26,7 +26,8 @@
  * - sizes, offsets and addresses must be multiples of the granularity;
  * - cuDeviceGetAttribute answers CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
  *   (0 with FAKECUDA_NO_VMM set) and _HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED (0
- *   with FAKECUDA_NO_VMM or FAKECUDA_NO_POSIX_FD set).
+ *   with FAKECUDA_NO_VMM or FAKECUDA_NO_POSIX_FD set), and
+ *   CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED for pool.c.
  */
 #define _GNU_SOURCE
 #include "fakecuda_internal.h"
@@ -45,7 +46,7 @@
 #define VMM_MAGIC 0x5e4d4d56u
 #define FD_NAME "fakecuda-vmm-gpu"
 
-enum { ATTR_VMM = 102, ATTR_POSIX_FD = 103, HANDLE_POSIX_FD = 1, TYPE_PINNED = 1, LOC_DEVICE = 1 };
+enum { ATTR_MEMPOOLS = 115, ATTR_VMM = 102, ATTR_POSIX_FD = 103, HANDLE_POSIX_FD = 1, TYPE_PINNED = 1, LOC_DEVICE = 1 };
 
 typedef struct {
   int type;
@@ -98,6 +99,7 @@ CUresult cuDeviceGetAttribute(int* v, int attr, int dev) {
   switch (attr) {
     case ATTR_VMM: *v = !no_vmm(); return CUDA_SUCCESS;
     case ATTR_POSIX_FD: *v = !no_vmm() && getenv("FAKECUDA_NO_POSIX_FD") == NULL; return CUDA_SUCCESS;
+    case ATTR_MEMPOOLS: *v = pools_supported(); return CUDA_SUCCESS; /* pool.c */
   }
   return CUDA_ERROR_INVALID_VALUE; /* an attribute the fake does not model */
 }
