@@ -37,7 +37,6 @@ const (
 	seqDesc   = 24 // the operation (sameOp): kind, dtype, reduction, root (4 bytes each), count (8)
 	seqIn     = 48 // the input buffer (bufDesc)
 	seqOut    = 48 + bufDescBytes
-	seqClosed = seqOut + bufDescBytes  // uint64 (launcher): 1 once Close has closed its mappings of the others' memory
 	seqDoneAt = 256                    // uint32 per slot, written by the owner's stream: operation n once it has run all of its part of n (slot n % seqSlots)
 	seqGo     = seqDoneAt + 4*seqSlots // uint32 per slot (a follower's page), written by the launcher's stream: operation n once its kernels have run
 	seqArrive = seqGo + 4*seqSlots     // uint32 per rank and slot (the launcher's page), rank r's slot i at seqArrive+4(r*seqSlots+i), written by rank r's stream: operation n once its input is in place
