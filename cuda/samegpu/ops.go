@@ -235,8 +235,9 @@ func stageLayout(send uintptr, sendBytes int, recv uintptr, recvBytes int) (inOf
 	return inOff, outOff, outOff + recvBytes
 }
 
-// xbufID marks the ids of exchange buffers in their descriptors, apart from the
-// driver's buffer ids (a count from 1 that never reaches it).
+// xbufID marks the ids of exchange buffers in their descriptors (the rest is the
+// rank's count of exchange buffers it made), apart from a rank's buffers described as
+// they are (id 0), which only a launcher of the same process takes.
 const xbufID = 1 << 63
 
 // exportExchange describes the exchange buffer for the launcher.

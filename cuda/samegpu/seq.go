@@ -62,8 +62,10 @@ func arriveAt(r int, n uint64) int { return seqArrive + 4*(r*seqSlots+slot(n)) }
 // statusMismatch: the ranks called different operations.
 const statusMismatch = 1
 
-// bufDesc is where a rank's buffer lives, for the launcher to map it: the allocation
-// (buffer id, base and size in the owner's process, its IPC handle) and the offset.
+// bufDesc is where a rank's buffer lives, for the launcher: the buffer as it is (a rank
+// of the launcher's process: id 0, its address and size), or the rank's exchange buffer
+// (xbufID | its count, address and size in the owner's process, its file-descriptor
+// handle), and the offset in it.
 type bufDesc struct {
 	id     uint64
 	base   uintptr
