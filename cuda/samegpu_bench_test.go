@@ -19,8 +19,8 @@ import (
 // turns on one device (FAKECUDA_TIMESLICE_US=500), the device path (whose streams wait
 // on the GPU for each other's flags, every round) with the same-GPU path (one round:
 // the launcher's stream waits for the others', theirs for its kernels): 2 rank
-// processes, 16 KiB fp32 all_reduces (GONCCL_BENCH_COUNT: another count of floats),
-// in place on cuMemAlloc buffers; GONCCL_BENCH_TIMESLICE_US: another slice, 0 none. It reports each path's time per operation and
+// processes, 16 KiB fp32 all_reduces (GONCCL_DEVTEST_COUNT: another count of floats),
+// in place on cuMemAlloc buffers; GONCCL_DEVTEST_TIMESLICE_US: another slice, 0 none. It reports each path's time per operation and
 // the GPU-side waits it issued, as rank 0 measured them. The fake's slices are not the
 // hardware's; the ratio is what it shows.
 func BenchmarkTimeSlicedAllReduce(b *testing.B) {
@@ -28,7 +28,7 @@ func BenchmarkTimeSlicedAllReduce(b *testing.B) {
 	b.Setenv("GONCCL_DEVTEST_SCRIPT", "timesliced")
 	b.Setenv("GONCCL_DEVTEST_OPS", strconv.Itoa(max(b.N, 20)))
 	slice := "500"
-	if v := os.Getenv("GONCCL_BENCH_TIMESLICE_US"); v != "" {
+	if v := os.Getenv("GONCCL_DEVTEST_TIMESLICE_US"); v != "" {
 		slice = v // 0: no turns (each context runs as if alone)
 	}
 	b.Setenv("FAKECUDA_TIMESLICE_US", slice)
@@ -65,7 +65,7 @@ func timeSlicedRank(d *driver.Driver, f *cudatest.Fake, id core.UniqueID, rank i
 		return err
 	}
 	count := 4096
-	if n, _ := strconv.Atoi(os.Getenv("GONCCL_BENCH_COUNT")); n > 0 {
+	if n, _ := strconv.Atoi(os.Getenv("GONCCL_DEVTEST_COUNT")); n > 0 {
 		count = n
 	}
 	buf, err := d.MemAllocIn(ctx, 4*count)
