@@ -141,6 +141,7 @@ var rankScripts = map[string]rankScript{
 	"samegpu-fault":         sameGPUFaultRank,   // samegpu_fault_test.go
 	"samegpu-refused":       sameGPUFaultRank,   //
 	"samegpu-overlap":       sameGPUOverlapRank, // samegpu_overlap_test.go
+	"samegpu-realloc":       sameGPURealloc,     // samegpu_realloc_test.go
 	"samegpu-overlap-fault": sameGPUOverlapRank, //
 }
 

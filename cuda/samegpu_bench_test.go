@@ -19,14 +19,19 @@ import (
 // turns on one device (FAKECUDA_TIMESLICE_US=500), the device path (whose streams wait
 // on the GPU for each other's flags, every round) with the same-GPU path (one round:
 // the launcher's stream waits for the others', theirs for its kernels): 2 rank
-// processes, 16 KiB fp32 all_reduces. It reports each path's time per operation and
+// processes, 16 KiB fp32 all_reduces (GONCCL_DEVTEST_COUNT: another count of floats),
+// in place on cuMemAlloc buffers; GONCCL_DEVTEST_TIMESLICE_US: another slice, 0 none. It reports each path's time per operation and
 // the GPU-side waits it issued, as rank 0 measured them. The fake's slices are not the
 // hardware's; the ratio is what it shows.
 func BenchmarkTimeSlicedAllReduce(b *testing.B) {
 	open(b)
 	b.Setenv("GONCCL_DEVTEST_SCRIPT", "timesliced")
 	b.Setenv("GONCCL_DEVTEST_OPS", strconv.Itoa(max(b.N, 20)))
-	b.Setenv("FAKECUDA_TIMESLICE_US", "500")
+	slice := "500"
+	if v := os.Getenv("GONCCL_DEVTEST_TIMESLICE_US"); v != "" {
+		slice = v // 0: no turns (each context runs as if alone)
+	}
+	b.Setenv("FAKECUDA_TIMESLICE_US", slice)
 	key := fmt.Sprintf("bench-%d-%d", os.Getpid(), time.Now().UnixNano())
 	b.Setenv("FAKECUDA_TIMESLICE_KEY", key)
 	defer os.Remove("/dev/shm/fakecuda-ts-" + key + "-0")
@@ -59,7 +64,10 @@ func timeSlicedRank(d *driver.Driver, f *cudatest.Fake, id core.UniqueID, rank i
 	if err != nil {
 		return err
 	}
-	const count = 4096
+	count := 4096
+	if n, _ := strconv.Atoi(os.Getenv("GONCCL_DEVTEST_COUNT")); n > 0 {
+		count = n
+	}
 	buf, err := d.MemAllocIn(ctx, 4*count)
 	if err != nil {
 		return err

@@ -17,9 +17,10 @@ import (
 // TestSameGPUHotPathAllocatesNothing: once an operation of each size has run, the
 // same-GPU path allocates, frees, exports and maps nothing more (a cuMemAlloc or
 // cuMemFree waits for the whole context on a real GPU, and would on every operation).
-// Three processes on one fake device, buffers the driver exports (mapped once by the
-// launcher) and buffers it does not (through each rank's exchange buffer, grown once),
-// all_reduce and all_gather; each rank reads its own process's strict counters.
+// Three processes on one fake device, buffers of cuMemAlloc and buffers the driver does
+// not export (both through each follower's exchange buffer, made once and mapped once
+// by the launcher), all_reduce and all_gather; each rank reads its own process's strict
+// counters.
 func TestSameGPUHotPathAllocatesNothing(t *testing.T) {
 	open(t)
 	t.Setenv("GONCCL_DEVTEST_SCRIPT", "samegpu-hotpath")

@@ -25,8 +25,8 @@ import (
 // cuStreamWaitValue32 on host memory the test opens) queued before the operations, as
 // a backward pass still running would hold it: the launcher's (rank 0), whose kernels
 // then cannot run, or a follower's (rank 1), whose input is then not in place. Every
-// rank runs two all_reduces (a buffer the driver exports, mapped by the launcher, and one
-// it does not, through the exchange buffer) and must return from both with the
+// rank runs two all_reduces (a buffer of cuMemAlloc and one the driver does not export:
+// both through the followers' exchange buffers) and must return from both with the
 // launcher's kernels not run and every output untouched; only then is the gate opened,
 // and the results must be the sums. Before, a follower returned only once the
 // launcher's kernels had run, and the launcher waited on the host for every peer's
@@ -51,10 +51,7 @@ func TestSameGPUReturnsBeforeTheKernelsRan(t *testing.T) {
 // Those waits must not hold the survivors' streams for ever: once the communicator
 // has failed (heartbeats, 2 s here), each survivor's watcher writes into its own
 // page the values its stream waits for, so its stream drains, its next operation is
-// refused with an error naming the dead rank, and Close returns. When a follower is the
-// victim, the launcher's released kernel still reads and writes the other follower's
-// buffers through IPC mappings, memory that dies with its exporter: that follower stays
-// alive until the launcher has closed (on a GPU, the memory must outlive its exporter).
+// refused with an error naming the dead rank, and Close returns.
 func TestSameGPUReleasesStreamsOfADeadPeer(t *testing.T) {
 	open(t)
 	for _, c := range []struct {
@@ -87,29 +84,37 @@ func TestSameGPUReleasesStreamsOfADeadPeer(t *testing.T) {
 	}
 }
 
-// TestSameGPUDeadFollowersExchangeBufferOutlivesIt: a follower whose buffer the driver
-// does not export (fakecudaMalloc memory, as torch's expandable segments) goes through
-// its exchange buffer, which the launcher maps. The follower is killed (SIGKILL) with
-// its stream held, so the launcher's stream, released once the communicator has
-// failed, still runs the kernel that reads and writes the dead follower's exchange
-// buffer. That buffer is memory that outlives its maker (cuMemCreate, shared as a
-// file descriptor), so the access lands in memory that is there; with a buffer of
-// cuMemAlloc mapped by cuIpcOpenMemHandle, which dies with its exporter, the fake
-// faults as a GPU does (a sticky illegal-address error in the launcher's context).
-func TestSameGPUDeadFollowersExchangeBufferOutlivesIt(t *testing.T) {
+// TestSameGPUDeadFollowersBuffersOutliveIt: the launcher reads and writes a follower
+// of another process only through that follower's exchange buffer, memory that
+// outlives its maker (cuMemCreate, shared as a file descriptor), whatever memory the
+// follower's tensor is: torch's caching allocator's (cuMemAlloc, which CUDA IPC could
+// export) or memory the driver will not export (fakecudaMalloc, as torch's expandable
+// segments). The follower is killed (SIGKILL) with its stream held, so the launcher's
+// stream, released once the communicator has failed, still runs the kernel over the
+// dead follower's buffer: it must land in memory that is there, and every survivor's
+// context must still work afterwards (a copy on its stream, synchronized). Where the
+// launcher mapped the follower's own cuMemAlloc buffer with cuIpcOpenMemHandle, that
+// memory went with the follower, and the fake faults as a GPU does (a sticky
+// illegal-address error in the launcher's context, which kills it).
+func TestSameGPUDeadFollowersBuffersOutliveIt(t *testing.T) {
 	open(t)
-	res := ranks{layout: "0,0,0", env: []string{"GONCCL_DEVTEST_SCRIPT=samegpu-overlap-fault", "FAKECUDA_DELAY_US=0,50",
-		"GONCCL_DEVTEST_GATED=1", "GONCCL_DEVTEST_VICTIM=1", "GONCCL_DEVTEST_HOW=kill", "GONCCL_DEVTEST_BUFS=exchange",
-		"GONCCL_DEVTEST_DONE=" + t.TempDir() + "/launcher-closed",
-		"GONCCL_HEARTBEAT_TIMEOUT_MS=" + strconv.Itoa(int(sameFaultHeartbeat.Milliseconds()))},
-		victims: []int{1}, limit: sameFaultTimeout + 30*time.Second}.run(t)
-	require.False(t, res.timeout, "%s", res.all())
-	require.NoError(t, res.err(), "%s", res.all())
-	for _, r := range []int{0, 2} {
-		out := res.outs[r]
-		require.NotContains(t, out, "FAULT", "%s", res.all())
-		require.Contains(t, out, "STREAM RELEASED", "%s", res.all())
-		require.Regexp(t, `NEXT OP REFUSED: .*rank 1\b`, out, "%s", res.all())
+	for _, bufs := range []string{"exported", "exchange"} {
+		t.Run(bufs, func(t *testing.T) {
+			res := ranks{layout: "0,0,0", env: []string{"GONCCL_DEVTEST_SCRIPT=samegpu-overlap-fault", "FAKECUDA_DELAY_US=0,50",
+				"GONCCL_DEVTEST_GATED=1", "GONCCL_DEVTEST_VICTIM=1", "GONCCL_DEVTEST_HOW=kill", "GONCCL_DEVTEST_BUFS=" + bufs,
+				"GONCCL_DEVTEST_DONE=" + t.TempDir() + "/launcher-closed",
+				"GONCCL_HEARTBEAT_TIMEOUT_MS=" + strconv.Itoa(int(sameFaultHeartbeat.Milliseconds()))},
+				victims: []int{1}, limit: sameFaultTimeout + 30*time.Second}.run(t)
+			require.False(t, res.timeout, "%s", res.all())
+			require.NoError(t, res.err(), "%s", res.all())
+			for _, r := range []int{0, 2} {
+				out := res.outs[r]
+				require.NotContains(t, out, "FAULT", "%s", res.all())
+				require.Contains(t, out, "STREAM RELEASED", "%s", res.all())
+				require.Regexp(t, `NEXT OP REFUSED: .*rank 1\b`, out, "%s", res.all())
+				require.Contains(t, out, fmt.Sprintf("rank %d: CONTEXT WORKS", r), "%s", res.all())
+			}
+		})
 	}
 }
 
@@ -176,8 +181,11 @@ func sameGPUOverlapRank(d *driver.Driver, f *cudatest.Fake, id core.UniqueID, ra
 		return err
 	}
 	bufs := []uintptr{exported, f.Malloc(dev, 4*count)}
-	if os.Getenv("GONCCL_DEVTEST_BUFS") == "exchange" {
-		bufs = bufs[1:] // only through the exchange buffers
+	switch os.Getenv("GONCCL_DEVTEST_BUFS") {
+	case "exchange":
+		bufs = bufs[1:] // only buffers the driver does not export
+	case "exported":
+		bufs = bufs[:1] // only cuMemAlloc memory, which CUDA IPC could map
 	}
 	in := make([]float32, count)
 	for i := range in {
@@ -225,7 +233,7 @@ func sameGPUOverlapRank(d *driver.Driver, f *cudatest.Fake, id core.UniqueID, ra
 	}
 	fmt.Fprintf(log, "rank %d: RETURNED BEFORE THE KERNELS\n", rank)
 	if fault {
-		return sameGPUOverlapFault(g, f, s, red, bufs[0], count, rank, log)
+		return sameGPUOverlapFault(d, ctx, g, f, s, red, bufs[0], count, rank, log)
 	}
 	// Every rank has looked: the gate opens, and the operations run.
 	if err := barrier(c); err != nil {
@@ -255,7 +263,7 @@ func sameGPUOverlapRank(d *driver.Driver, f *cudatest.Fake, id core.UniqueID, ra
 
 // sameGPUOverlapFault is the fault test's end of the script: the victim dies or stops
 // with its gate shut; a survivor's stream must drain once the communicator has failed.
-func sameGPUOverlapFault(g *samegpu.SameGPU, f *cudatest.Fake, s driver.Stream, red cuda.Reducer, buf uintptr, count, rank int, log *os.File) error {
+func sameGPUOverlapFault(d *driver.Driver, ctx driver.Context, g *samegpu.SameGPU, f *cudatest.Fake, s driver.Stream, red cuda.Reducer, buf uintptr, count, rank int, log *os.File) error {
 	fallIfVictim(rank, log)
 	start := time.Now()
 	f.Drain(uintptr(s))
@@ -266,6 +274,10 @@ func sameGPUOverlapFault(g *samegpu.SameGPU, f *cudatest.Fake, s driver.Stream, 
 	}
 	fmt.Fprintf(log, "NEXT OP REFUSED: %v\n", err)
 	fmt.Fprintf(log, "close: %v\n", g.Close())
+	if err := contextWorks(d, ctx, f, s, buf, count); err != nil {
+		return fmt.Errorf("rank %d: after the failure: %w", rank, err)
+	}
+	fmt.Fprintf(log, "rank %d: CONTEXT WORKS\n", rank)
 	done := os.Getenv("GONCCL_DEVTEST_DONE")
 	if rank == 0 {
 		return os.WriteFile(done, nil, 0o600)
@@ -277,6 +289,32 @@ func sameGPUOverlapFault(g *samegpu.SameGPU, f *cudatest.Fake, s driver.Stream, 
 			}
 		}
 		return fmt.Errorf("rank %d: the launcher never closed", rank)
+	}
+	return nil
+}
+
+// contextWorks checks that the context of a survivor still runs work: a copy of buf
+// (count floats) on s into new memory, waited for, gives the same floats.
+func contextWorks(d *driver.Driver, ctx driver.Context, f *cudatest.Fake, s driver.Stream, buf uintptr, count int) error {
+	want := f.Floats(buf, count)
+	dst, err := d.MemAllocIn(ctx, 4*count)
+	if err != nil {
+		return err
+	}
+	defer d.MemFreeIn(ctx, dst)
+	if err := d.Do(ctx, func() error {
+		if err := d.MemcpyDtoD(dst, buf, 4*count, s); err != nil {
+			return err
+		}
+		return d.Sync(s)
+	}); err != nil {
+		return fmt.Errorf("a copy on the stream: %w", err)
+	}
+	got := f.Floats(dst, count)
+	for i := range want {
+		if got[i] != want[i] {
+			return fmt.Errorf("a copy on the stream gave %v at %d, want %v", got[i], i, want[i])
+		}
 	}
 	return nil
 }

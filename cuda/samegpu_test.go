@@ -19,9 +19,9 @@ import (
 )
 
 // The same-GPU path (samegpu.SameGPU) against the fake driver, ranks in separate
-// processes on one fake device: all_reduce for every dtype x reduction, buffers the
-// driver exports (mapped by the launcher) and buffers it does not (through the rank's
-// exchange buffer), in and out of place, each result compared byte for byte with
+// processes on one fake device: all_reduce for every dtype x reduction, buffers of
+// cuMemAlloc and buffers the driver does not export (both through the followers'
+// exchange buffers), in and out of place, each result compared byte for byte with
 // core's host all_reduce on the same inputs. Each rank counts the GPU-side waits its
 // process issued that another context releases: the launcher's stream waits once per
 // operation for each other rank's stream, each other rank's once for the launcher's
@@ -158,8 +158,8 @@ func sameGPURank(d *driver.Driver, f *cudatest.Fake, id core.UniqueID, rank int,
 		return g.Close()
 	}
 	var bad []string
-	// The exported buffers are freed after Close: the launcher keeps its mappings of
-	// the ranks' allocations (the fake faults a free of memory another process maps).
+	// The cuMemAlloc buffers are freed after Close (the launcher maps none of them:
+	// TestSameGPUFollowerFreesItsTensors frees them between operations).
 	var frees []func()
 	defer func() {
 		for _, free := range frees {
@@ -257,9 +257,9 @@ func sameGPUCases(nranks int) []devCase {
 
 // runSameGPUCase runs one case on the same-GPU path and on the host. The input reaches
 // the device buffer through a copy on the rank's stream, so it is there only once the
-// stream has run up to the operation. Cases alternate between buffers the driver
-// exports and buffers it does not, differently on each rank; the exported ones are
-// freed by the caller, after the path's Close (frees).
+// stream has run up to the operation. Cases alternate between buffers of cuMemAlloc and
+// buffers the driver does not export, differently on each rank; the former are freed
+// by the caller, after the path's Close (frees).
 func runSameGPUCase(c *core.Comm, g *samegpu.SameGPU, d *driver.Driver, ctx driver.Context, red cuda.Reducer, f *cudatest.Fake,
 	dev int, s driver.Stream, rank, nranks, i int, dc devCase, frees *[]func()) (got, want []byte, err error) {
 	es := dc.dt.Size()

@@ -114,6 +114,7 @@ const MaxReduceOperands = 8
 type Kernels struct {
 	d   *driver.Driver
 	ctx driver.Context
+	key loadedKey
 	mod uintptr
 	fns map[kernelKey]uintptr // read-only once loaded
 	// refs counts the holders Acquire gave k to (loadedKernels.mu): the last Release
@@ -126,9 +127,19 @@ var loadedKernels struct {
 	m  map[loadedKey]*Kernels
 }
 
+// loadedKey is a context as the cache knows it: its handle and the driver's id of it
+// (cuCtxGetId), since a primary context reset and retained again comes back with the
+// same handle and none of its modules. Where the driver has no ids (before CUDA 12.0)
+// the handle alone, and the last Release or Unload, keep the cache right.
 type loadedKey struct {
 	d   *driver.Driver
 	ctx driver.Context
+	id  uint64
+}
+
+func keyOf(d *driver.Driver, ctx driver.Context) loadedKey {
+	id, _ := d.ContextID(ctx)
+	return loadedKey{d, ctx, id}
 }
 
 // Load loads the embedded fatbin (cuModuleLoadData) into ctx once and caches it
@@ -136,12 +147,13 @@ type loadedKey struct {
 // every kernel (cuModuleGetFunction) and loads it (cuFuncLoad, where the driver has
 // it) up front: under lazy loading a first launch may wait for the whole context.
 func Load(d *driver.Driver, ctx driver.Context) (*Kernels, error) {
+	key := keyOf(d, ctx)
 	loadedKernels.mu.Lock()
 	defer loadedKernels.mu.Unlock()
-	if k := loadedKernels.m[loadedKey{d, ctx}]; k != nil {
+	if k := loadedKernels.m[key]; k != nil {
 		return k, nil
 	}
-	k := &Kernels{d: d, ctx: ctx, fns: make(map[kernelKey]uintptr)}
+	k := &Kernels{d: d, ctx: ctx, key: key, fns: make(map[kernelKey]uintptr)}
 	e := d.Kernels()
 	for _, f := range []struct {
 		name string
@@ -193,7 +205,7 @@ func Load(d *driver.Driver, ctx driver.Context) (*Kernels, error) {
 	if loadedKernels.m == nil {
 		loadedKernels.m = make(map[loadedKey]*Kernels)
 	}
-	loadedKernels.m[loadedKey{d, ctx}] = k
+	loadedKernels.m[key] = k
 	driver.LogInfo(fmt.Sprintf("loaded %d reduction kernels (%d-byte fatbin) into context %#x", len(k.fns), len(fatbin), uintptr(ctx)))
 	return k, nil
 }
@@ -219,9 +231,9 @@ func Acquire(d *driver.Driver, ctx driver.Context) (*Kernels, error) {
 func (k *Kernels) Release() error {
 	loadedKernels.mu.Lock()
 	k.refs--
-	last := k.refs == 0 && loadedKernels.m[loadedKey{k.d, k.ctx}] == k
+	last := k.refs == 0 && loadedKernels.m[k.key] == k
 	if last {
-		delete(loadedKernels.m, loadedKey{k.d, k.ctx})
+		delete(loadedKernels.m, k.key)
 	}
 	loadedKernels.mu.Unlock()
 	if !last {
@@ -241,9 +253,10 @@ func (k *Kernels) unload() error {
 // any, once no work queued with them is pending. Call it before the last reference to
 // ctx goes (a released primary context may come back with the same handle).
 func Unload(d *driver.Driver, ctx driver.Context) error {
+	key := keyOf(d, ctx)
 	loadedKernels.mu.Lock()
-	k := loadedKernels.m[loadedKey{d, ctx}]
-	delete(loadedKernels.m, loadedKey{d, ctx})
+	k := loadedKernels.m[key]
+	delete(loadedKernels.m, key)
 	loadedKernels.mu.Unlock()
 	if k == nil {
 		return nil

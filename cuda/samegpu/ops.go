@@ -183,43 +183,15 @@ func (g *SameGPU) run(s driver.Stream, o sameOp, send uintptr, sendBytes int, re
 	return err
 }
 
-// export describes the allocation holding this rank's buffer p, exported once per
-// allocation: ok false if the driver will not export it.
-func (g *SameGPU) export(p uintptr) (d bufDesc, ok bool, err error) {
-	id, base, size, err := g.g.Allocation(p)
-	if err != nil {
-		return d, false, err
-	}
-	if g.noExport[id] {
-		return d, false, nil
-	}
-	h, ok := g.exported[id]
-	if !ok {
-		var herr error
-		if h, herr = g.d.IpcGetMemHandle(base); herr != nil {
-			if len(g.noExport) > 4096 { // ids of freed allocations never come back
-				g.noExport = map[uint64]bool{}
-			}
-			g.noExport[id] = true // asked once per allocation, not per operation
-			return d, false, nil
-		}
-		if len(g.exported) > 4096 {
-			g.exported = map[uint64][driver.IPCHandleSize]byte{}
-		}
-		g.exported[id] = h
-	}
-	return bufDesc{id: id, base: base, size: size, off: int(p - base), handle: h}, true, nil
-}
-
 // growExchange makes the exchange buffer hold at least n bytes (at least twice its
 // old size, so it grows a few times at most). The buffer is memory peers map from a
 // file descriptor (cuda.ExportMem), which outlives this rank: if it dies, the
 // launcher's queued kernels still read and write memory that is there. It runs on this
-// rank's thread before the rank publishes anything for the operation, so nobody
-// reads the old buffer any more (the launcher fetched its descriptor, if it used it,
-// before it finished the previous operation, which this rank waited for), but the
-// launcher may still map it and this rank's stream may still copy out of it: it stops
-// being served now and is unmapped here at Close.
+// rank's thread before the rank publishes anything for the operation: the launcher
+// learns of the new buffer from this operation's description, and releases its
+// mapping of the old one once its stream has run the last operation that used it
+// (evict); this rank's stream may still copy out of the old one, which it stops
+// serving now and unmaps at Close.
 func (g *SameGPU) growExchange(n int) error {
 	if g.xcap >= n {
 		return nil
@@ -238,8 +210,34 @@ func (g *SameGPU) growExchange(n int) error {
 	return nil
 }
 
-// xbufID marks the ids of exchange buffers in their descriptors, apart from the
-// driver's buffer ids (a count from 1 that never reaches it).
+// xAlign is the alignment, in bytes, that staging keeps: a buffer's place in the
+// exchange buffer has its address's remainder modulo xAlign, so the kernels see the
+// caller's alignment (their vector loads depend on it).
+const xAlign = 256
+
+// stageLayout places this rank's send (sendBytes, 0 if none) and recv (recvBytes) in
+// the exchange buffer: their offsets there, and the bytes the two take. Buffers that
+// overlap keep their places relative to each other (an all_reduce in place stays in
+// place, an all_gather's input stays its output's block), so the launcher's kernels
+// see the aliasing the caller made; apart, recv follows send.
+func stageLayout(send uintptr, sendBytes int, recv uintptr, recvBytes int) (inOff, outOff, total int) {
+	if sendBytes == 0 {
+		outOff = int(recv % xAlign)
+		return 0, outOff, outOff + recvBytes
+	}
+	if send < recv+uintptr(recvBytes) && recv < send+uintptr(sendBytes) {
+		lo, hi := min(send, recv), max(send+uintptr(sendBytes), recv+uintptr(recvBytes))
+		at := int(lo % xAlign)
+		return at + int(send-lo), at + int(recv-lo), at + int(hi-lo)
+	}
+	inOff = int(send % xAlign)
+	outOff = (inOff+sendBytes+xAlign-1)/xAlign*xAlign + int(recv%xAlign)
+	return inOff, outOff, outOff + recvBytes
+}
+
+// xbufID marks the ids of exchange buffers in their descriptors (the rest is the
+// rank's count of exchange buffers it made), apart from a rank's buffers described as
+// they are (id 0), which only a launcher of the same process takes.
 const xbufID = 1 << 63
 
 // exportExchange describes the exchange buffer for the launcher.
@@ -247,42 +245,34 @@ func (g *SameGPU) exportExchange() bufDesc {
 	return bufDesc{id: xbufID | g.xid, base: g.xbuf, size: g.xcap, handle: g.xmem.Handle}
 }
 
-// follow is a rank's part other than the launcher's.
+// follow is a rank's part other than the launcher's. A rank of the launcher's
+// process describes its buffers as they are. A rank of another process stages: its
+// input is copied into its exchange buffer and its output out of it, on its own
+// stream, so that the launcher reads and writes only memory that outlives this rank
+// (with a mapping of the caller's own buffer, a queued kernel of the launcher would
+// fault on it once this process died or its allocator freed the buffer).
 func (g *SameGPU) follow(s driver.Stream, n uint64, deadline time.Time, o sameOp, send uintptr, sendBytes int, recv uintptr, recvBytes int) error {
-	// Both buffers are described first: a failure comes before anything is
-	// published, and the launcher times out naming this rank.
-	var in, out bufDesc
-	inOK, outOK := true, false
-	var err error
-	if sendBytes > 0 {
-		in, inOK, err = g.export(send)
-	}
-	if err == nil {
-		out, outOK, err = g.export(recv)
-	}
-	if err == nil && (!inOK || !outOK) {
-		err = g.growExchange(sendBytes + recvBytes)
-		if err == nil && !inOK {
-			in, inOK = g.exportExchange(), true
+	in := bufDesc{base: send, size: sendBytes}
+	out := bufDesc{base: recv, size: recvBytes}
+	staged := !g.samePID[launcher]
+	var inOff, outOff int
+	if staged {
+		// Described first: a failure comes before anything is published, and the
+		// launcher times out naming this rank.
+		var total int
+		inOff, outOff, total = stageLayout(send, sendBytes, recv, recvBytes)
+		if err := g.growExchange(total); err != nil {
+			return fmt.Errorf("cuda: same-GPU %s on rank %d: %w", sameNames[o.kind], g.rank, err)
 		}
-		if err == nil && !outOK {
-			out, outOK = g.exportExchange(), true
-			out.off += sendBytes
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("cuda: same-GPU %s on rank %d: %w", sameNames[o.kind], g.rank, err)
-	}
-	inStaged := sendBytes > 0 && in.base+uintptr(in.off) != send
-	outStaged := out.base+uintptr(out.off) != recv
-	if inStaged || outStaged {
+		in, out = g.exportExchange(), g.exportExchange()
+		in.off, out.off = inOff, outOff
 		if err := g.exchangeFree(s, n, deadline); err != nil {
 			return err
 		}
-	}
-	if inStaged {
-		if err := g.d.MemcpyDtoD(g.xbuf, send, sendBytes, s); err != nil {
-			return err
+		if sendBytes > 0 {
+			if err := g.d.MemcpyDtoD(g.xbuf+uintptr(inOff), send, sendBytes, s); err != nil {
+				return err
+			}
 		}
 	}
 	if err := g.slotFree(n, deadline); err != nil {
@@ -310,8 +300,8 @@ func (g *SameGPU) follow(s driver.Stream, n uint64, deadline time.Time, o sameOp
 	if err := g.d.StreamWaitValue32(s, g.own.dev+uintptr(goAt(n)), uint32(n)); err != nil {
 		return err
 	}
-	if outStaged {
-		if err := g.d.MemcpyDtoD(recv, g.xbuf+uintptr(sendBytes), recvBytes, s); err != nil {
+	if staged {
+		if err := g.d.MemcpyDtoD(recv, g.xbuf+uintptr(outOff), recvBytes, s); err != nil {
 			return err
 		}
 	}
@@ -478,12 +468,12 @@ func (g *SameGPU) enqueueAllReduce(s driver.Stream, k kernels.Reducer, ins, outs
 }
 
 // peerPtr is rank p's buffer described by b (bytes long) as this process addresses
-// it, mapping its allocation on first use. A new allocation over the range of one
-// mapped before means the old one was freed: its mapping is closed (every operation
-// that used it has finished: the peer's stream waited for their kernels before its free).
+// it: as it is for a rank of this process, else in the rank's exchange buffer, mapped
+// on first use. A rank's new exchange buffer (it grew) retires the mappings of its old
+// ones, released once the operations that used them have run (evict).
 func (g *SameGPU) peerPtr(p int, b bufDesc, bytes int) (uintptr, error) {
 	if b.off < 0 || b.off+bytes > b.size {
-		return 0, fmt.Errorf("cuda: rank %d's same-GPU buffer (%d bytes at offset %d) lies outside its allocation of %d bytes", p, bytes, b.off, b.size)
+		return 0, fmt.Errorf("cuda: rank %d's same-GPU buffer (%d bytes at offset %d) lies outside its buffer of %d bytes", p, bytes, b.off, b.size)
 	}
 	if g.samePID[p] {
 		return b.base + uintptr(b.off), nil
@@ -494,56 +484,41 @@ func (g *SameGPU) peerPtr(p int, b bufDesc, bytes int) (uintptr, error) {
 		m[b.id] = mp
 		return mp.here + uintptr(b.off), nil
 	}
-	for id, mp := range m {
-		if mp.base < b.base+uintptr(b.size) && b.base < mp.base+uintptr(mp.size) {
-			if err := g.unmap(mp); err != nil {
-				return 0, err
-			}
-			delete(m, id)
-		}
+	// Only exchange buffers: memory that stays until this mapping goes, whatever
+	// becomes of its maker.
+	if !cuda.IsSharedMem(b.handle) || b.id&xbufID == 0 {
+		return 0, fmt.Errorf("cuda: rank %d's same-GPU buffer is not an exchange buffer shared as a file descriptor", p)
 	}
-	if cuda.IsSharedMem(b.handle) {
-		// An exchange buffer: memory that stays until this mapping goes, whatever
-		// becomes of its maker.
-		if cuda.SharedMemSize(b.handle) != b.size {
-			return 0, fmt.Errorf("cuda: rank %d's same-GPU exchange buffer has %d bytes, its handle says %d", p, b.size, cuda.SharedMemSize(b.handle))
-		}
-		here, _, err := cuda.ImportMem(g.d, g.dev, b.handle)
-		if err != nil {
-			return 0, fmt.Errorf("cuda: mapping rank %d's exchange buffer for the same-GPU path: %w", p, err)
-		}
-		m[b.id] = mapping{base: b.base, size: b.size, here: here, vmm: true, used: g.n}
-		return here + uintptr(b.off), nil
+	if cuda.SharedMemSize(b.handle) != b.size {
+		return 0, fmt.Errorf("cuda: rank %d's same-GPU exchange buffer has %d bytes, its handle says %d", p, b.size, cuda.SharedMemSize(b.handle))
 	}
-	here, err := g.d.IpcOpenMemHandle(b.handle)
+	here, _, err := cuda.ImportMem(g.d, g.dev, b.handle)
 	if err != nil {
-		return 0, fmt.Errorf("cuda: mapping rank %d's buffer for the same-GPU path: %w", p, err)
+		return 0, fmt.Errorf("cuda: mapping rank %d's exchange buffer for the same-GPU path: %w", p, err)
 	}
-	m[b.id] = mapping{base: b.base, size: b.size, here: here, opened: true, used: g.n}
+	for id, mp := range m {
+		mp.retired = true // the rank serves one exchange buffer at a time
+		m[id] = mp
+	}
+	m[b.id] = mapping{size: b.size, here: here, used: g.n}
 	return here + uintptr(b.off), nil
 }
 
-// unmap closes a mapping of a peer's allocation made here.
+// unmap releases a mapping of a peer's exchange buffer made here.
 func (g *SameGPU) unmap(mp mapping) error {
-	switch {
-	case mp.opened:
-		return g.d.IpcCloseMemHandle(mp.here)
-	case mp.vmm:
-		return g.d.MemUnmapShared(mp.here, mp.size)
-	}
-	return nil
+	return g.d.MemUnmapShared(mp.here, mp.size)
 }
 
-// evict closes, for each peer with more than maxMappings allocations mapped, the
-// mappings operation n does not use and whose last operation has run on the
-// launcher's stream (the calls return before their kernels run, so an earlier
-// operation's kernels may still use one).
+// evict releases the mappings of peers' retired exchange buffers, and for each peer
+// with more than maxMappings mapped any operation n does not use, once their last
+// operation has run on the launcher's stream (the calls return before their kernels
+// run, so an earlier operation's kernels may still use one).
 func (g *SameGPU) evict(n uint64) error {
 	for _, m := range g.maps {
-		if len(m) <= maxMappings {
-			continue
-		}
 		for id, mp := range m {
+			if !mp.retired && len(m) <= maxMappings {
+				continue
+			}
 			if mp.used == n || !g.own.done(mp.used, g.sync.enqueued.Load()) {
 				continue
 			}

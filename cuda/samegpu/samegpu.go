@@ -37,68 +37,60 @@ import (
 // Host waits spin briefly, then back off (wait), and give up once the communicator has
 // failed (Watch).
 //
-// The launcher reads and writes the other ranks' buffers through cached IPC mappings
-// of the allocations that hold them (keyed by CU_POINTER_ATTRIBUTE_BUFFER_ID: an
-// allocation freed and another made at the same address has a new id, and the old
-// mapping is closed once a rank names a new allocation over its range). A buffer the
-// driver will not export (torch's expandable segments are cuMemCreate memory, which
-// cuIpcGetMemHandle refuses; so is the fake's fakecudaMalloc memory) goes through the
-// rank's own exchange buffer instead, as large as the largest message so far, so the
-// operation is still one round. Exchange buffers are memory that outlives its maker
-// (cuMemCreate, shared as a file descriptor: cuda.ExportMem), which the launcher maps
-// from the descriptor: if a follower dies, the launcher's kernels already queued on its
-// exchange buffer still find the memory there (with CUDA IPC it would go with the dead
-// process, and the access would fault, sticky, in the launcher's context). Without such
-// memory the path is refused at setup, naming the device attribute.
+// The launcher reads and writes a rank of its own process's buffers as they are, and
+// a rank of another process's only through that rank's exchange buffer: the rank
+// copies its input in and its output out on its own stream (the steps in brackets
+// above), so the launcher never maps a caller's buffer. The exchange buffer is memory
+// that outlives its maker (cuMemCreate, shared as a file descriptor: cuda.ExportMem),
+// which the launcher maps from the descriptor: if a follower dies, or its allocator
+// frees the tensor it passed, the launcher's kernels already queued on its exchange
+// buffer still find the memory there (a CUDA IPC mapping of the tensor's allocation
+// would go with the dead process or its cuMemFree, and the access would fault, sticky,
+// in the launcher's context). Without such memory the path is refused at setup,
+// naming the device attribute.
 //
 // Nothing is allocated or freed once the sizes have been seen: the exchange buffer
-// grows only for a larger message (geometrically), and a buffer it outgrew is unmapped
-// here only at Close (its memory freed once the launcher has unmapped it too). The mappings are cached per allocation: a rank must
-// not free a buffer it gave this path while the path is open (torch's caching allocator
-// keeps its blocks; torch.cuda.empty_cache() would free them), as the launcher may
-// still map it.
+// grows only for a larger operation (geometrically); the launcher releases its mapping
+// of an outgrown one once the operations that used it have run (evict), and its maker
+// unmaps it at Close (its memory is freed once both have).
 type SameGPU struct {
-	d        *driver.Driver
-	g        *driver.IPCEvents // for the allocations' buffer ids
-	ctx      driver.Context
-	rank     int
-	nranks   int
-	timeout  time.Duration
-	mu       sync.Mutex
-	n        uint64
-	own      *seqPage
-	ownFD    int
-	peers    []*seqPage // every rank's page (own included)
-	samePID  []bool     // rank r is in this process: its pointers are usable as they are
-	exported map[uint64][driver.IPCHandleSize]byte
-	maps     []map[uint64]mapping // launcher: per peer, its allocations mapped here
-	dev      int                  // the context's device
-	xmem     *cuda.SharedMem      // the exchange buffer (nil: none yet), memory peers map as a file descriptor
-	xbuf     uintptr              // xmem.Ptr, or 0
-	xcap     int
-	xid      uint64                       // the exchange buffer's id in its descriptors (xbufID | a count)
-	retired  []*cuda.SharedMem            // exchange buffers outgrown, unmapped here at Close (the launcher may map them)
-	noExport map[uint64]bool              // allocations the driver would not export (asked once)
-	leadPID  int                          // the launcher's process, to stop waiting in Close if it is gone
-	errf     atomic.Pointer[func() error] // the communicator's error (Watch)
-	closed   bool
-	failed   error // the first operation that failed: the ranks' sequence numbers may disagree since
-	sync     streamSync
+	d       *driver.Driver
+	ctx     driver.Context
+	rank    int
+	nranks  int
+	timeout time.Duration
+	mu      sync.Mutex
+	n       uint64
+	own     *seqPage
+	ownFD   int
+	peers   []*seqPage           // every rank's page (own included)
+	samePID []bool               // rank r is in this process: its pointers are usable as they are
+	maps    []map[uint64]mapping // launcher: per peer of another process, its exchange buffers mapped here
+	dev     int                  // the context's device
+	xmem    *cuda.SharedMem      // the exchange buffer (nil: none yet), memory peers map as a file descriptor
+	xbuf    uintptr              // xmem.Ptr, or 0
+	xcap    int
+	xid     uint64                       // the exchange buffer's id in its descriptors (xbufID | a count)
+	retired []*cuda.SharedMem            // exchange buffers outgrown, unmapped here at Close (the launcher may map them)
+	errf    atomic.Pointer[func() error] // the communicator's error (Watch)
+	closed  bool
+	failed  error // the first operation that failed: the ranks' sequence numbers may disagree since
+	sync    streamSync
 }
 
-// mapping is a peer's allocation as this process addresses it.
+// mapping is a peer's exchange buffer as this process addresses it (imported from its
+// file descriptor).
 type mapping struct {
-	base   uintptr // in the peer's process
-	size   int
-	here   uintptr
-	opened bool   // by cuIpcOpenMemHandle (closed by Close, when replaced, or when evicted)
-	vmm    bool   // imported from a file descriptor (a peer's exchange buffer): unmapped likewise
-	used   uint64 // the last operation that used it
+	size    int
+	here    uintptr
+	used    uint64 // the last operation that used it
+	retired bool   // the peer has a newer exchange buffer: released once used has run
 }
 
-// maxMappings is how many of a peer's allocations the launcher keeps mapped: beyond it,
-// mappings the current operation does not use are closed (a mapping keeps a freed
-// allocation's memory alive).
+// maxMappings bounds how many of a peer's exchange buffers the launcher keeps mapped
+// (a peer serves one at a time; the ones it outgrew stay mapped only until the
+// operations that used them have run): beyond it, mappings the current operation does
+// not use are released once their operations have run (a mapping keeps the memory).
 const maxMappings = 16
 
 // ErrSameGPUTimeout means a rank of the same-GPU path waited past the communicator's
@@ -164,8 +156,7 @@ func decodeSameRecord(b []byte) sameRecord {
 // ErrNotShared when the ranks are not all on one GPU or one of them cannot take part.
 func NewSameGPU(d *driver.Driver, ctx driver.Context, rank, nranks int, timeout time.Duration, exchange func([]byte) ([]byte, error)) (*SameGPU, error) {
 	g := &SameGPU{d: d, ctx: ctx, rank: rank, nranks: nranks, timeout: timeout, ownFD: -1,
-		peers: make([]*seqPage, nranks), samePID: make([]bool, nranks),
-		exported: map[uint64][driver.IPCHandleSize]byte{}, noExport: map[uint64]bool{}, maps: make([]map[uint64]mapping, nranks)}
+		peers: make([]*seqPage, nranks), samePID: make([]bool, nranks), maps: make([]map[uint64]mapping, nranks)}
 	me := sameRecord{pid: os.Getpid(), proc: driver.ProcessID}
 	err := g.setupOwn(&me)
 	if err != nil {
@@ -218,11 +209,6 @@ func (g *SameGPU) Watch(commErr func() error) {
 
 // setupOwn makes this rank's page and registers it for its stream.
 func (g *SameGPU) setupOwn(me *sameRecord) error {
-	sg, err := driver.OpenIPCEvents(g.d)
-	if err != nil {
-		return fmt.Errorf("%w: %w", cuda.ErrNotShared, err)
-	}
-	g.g = sg
 	page, fd, err := newSeqPage()
 	if err != nil {
 		return err
@@ -252,7 +238,6 @@ func (g *SameGPU) setupOwn(me *sameRecord) error {
 
 // connect maps the peers' pages.
 func (g *SameGPU) connect(recs []sameRecord) error {
-	g.leadPID = recs[launcher].pid
 	for r, rec := range recs {
 		g.samePID[r] = rec.proc == driver.ProcessID
 		if r == g.rank {
@@ -286,12 +271,12 @@ func (g *SameGPU) connect(recs []sameRecord) error {
 	})
 }
 
-// Close unmaps the peers' pages and buffers and this rank's exchange buffers (once
-// its stream's part of the last operation has run, or the communicator has failed);
-// an exchange buffer's memory is freed once the launcher has unmapped it too. The
-// launcher says on its page when it has closed its mappings; a rank that had an
-// exchange buffer returns only once it has, or once its process is gone. Call it once
-// no rank will start another operation of this path.
+// Close unmaps the peers' pages and exchange buffers and this rank's exchange buffers
+// (once its stream's part of the last operation has run, or the communicator has
+// failed); an exchange buffer's memory is freed once the launcher has unmapped it too,
+// whenever that is: no rank waits for another's Close, and the callers' buffers were
+// never mapped by another process, so they may be freed as soon as Close returns. Call
+// it once no rank will start another operation of this path.
 func (g *SameGPU) Close() error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -316,13 +301,9 @@ func (g *SameGPU) Close() error {
 				keep(g.unmap(mp))
 			}
 		}
-		if g.rank == launcher && g.own != nil {
-			g.own.word(seqClosed).Store(1)
-		}
 		// The exchange buffers: the launcher's mappings keep the memory while its
 		// stream may still use them (a dead or slow launcher's too), so this rank's
 		// own mappings go now.
-		had := g.xmem != nil
 		for _, m := range g.retired {
 			keep(m.Free(g.d))
 		}
@@ -330,18 +311,6 @@ func (g *SameGPU) Close() error {
 			keep(g.xmem.Free(g.d))
 		}
 		g.xmem, g.xbuf, g.retired = nil, 0, nil
-		// A rank that used this path with buffers of its own the launcher maps
-		// through CUDA IPC (memory that goes with this rank's free of it) returns only
-		// once the launcher has closed those mappings, or its process is gone, so
-		// that the caller may free them. (Only where it had an exchange buffer, as
-		// before it was shared as a file descriptor.)
-		if lead := g.peers[launcher]; had && g.rank != launcher && lead != nil && !g.samePID[launcher] {
-			return g.wait(time.Now().Add(g.timeout), func() string {
-				return fmt.Sprintf("rank %d waited for rank %d to close its mappings of its buffers", g.rank, launcher)
-			}, func() (bool, error) {
-				return lead.word(seqClosed).Load() != 0 || unix.Kill(g.leadPID, 0) == unix.ESRCH, nil
-			})
-		}
 		return nil
 	}))
 	keep(g.d.Do(g.ctx, func() error {

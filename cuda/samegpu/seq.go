@@ -37,7 +37,6 @@ const (
 	seqDesc   = 24 // the operation (sameOp): kind, dtype, reduction, root (4 bytes each), count (8)
 	seqIn     = 48 // the input buffer (bufDesc)
 	seqOut    = 48 + bufDescBytes
-	seqClosed = seqOut + bufDescBytes  // uint64 (launcher): 1 once Close has closed its mappings of the others' memory
 	seqDoneAt = 256                    // uint32 per slot, written by the owner's stream: operation n once it has run all of its part of n (slot n % seqSlots)
 	seqGo     = seqDoneAt + 4*seqSlots // uint32 per slot (a follower's page), written by the launcher's stream: operation n once its kernels have run
 	seqArrive = seqGo + 4*seqSlots     // uint32 per rank and slot (the launcher's page), rank r's slot i at seqArrive+4(r*seqSlots+i), written by rank r's stream: operation n once its input is in place
@@ -63,8 +62,10 @@ func arriveAt(r int, n uint64) int { return seqArrive + 4*(r*seqSlots+slot(n)) }
 // statusMismatch: the ranks called different operations.
 const statusMismatch = 1
 
-// bufDesc is where a rank's buffer lives, for the launcher to map it: the allocation
-// (buffer id, base and size in the owner's process, its IPC handle) and the offset.
+// bufDesc is where a rank's buffer lives, for the launcher: the buffer as it is (a rank
+// of the launcher's process: id 0, its address and size), or the rank's exchange buffer
+// (xbufID | its count, address and size in the owner's process, its file-descriptor
+// handle), and the offset in it.
 type bufDesc struct {
 	id     uint64
 	base   uintptr

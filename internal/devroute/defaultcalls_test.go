@@ -194,6 +194,8 @@ var optionalEntries = []string{
 	"cuDeviceGetAttribute", "cuMemGetAllocationGranularity", "cuMemCreate", "cuMemExportToShareableHandle",
 	"cuMemImportFromShareableHandle", "cuMemAddressReserve", "cuMemAddressFree", "cuMemMap", "cuMemSetAccess",
 	"cuMemUnmap", "cuMemRelease",
+	// the kernels' module cache tells contexts apart by id (cuda/driver/ctxid.go)
+	"cuCtxGetId",
 }
 
 // TestAutoDefaultPathOnADriverWithoutTheOthers: a driver that has only the staged

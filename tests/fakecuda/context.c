@@ -176,6 +176,24 @@ CUresult cuDevicePrimaryCtxGetState(int dev, unsigned* flags, int* active) {
   return CUDA_SUCCESS;
 }
 
+/* cuCtxGetId: unique per context made, so a primary context reset and retained again
+ * (the same handle) has another id. */
+CUresult cuCtxGetId(void* ctx, unsigned long long* id) {
+  CALLED();
+  if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED;
+  fakeCtx* c = ctx;
+  if (id == NULL) return CUDA_ERROR_INVALID_VALUE;
+  if (c < &g_ctx[0] || c >= &g_ctx[NDEV]) return CUDA_ERROR_INVALID_CONTEXT;
+  pthread_mutex_lock(&mu);
+  CUresult r = CUDA_ERROR_INVALID_CONTEXT; /* inactive: nothing retains it */
+  if (c->refs > 0) {
+    *id = ((unsigned long long)(c->dev + 1) << 32) | c->gen;
+    r = CUDA_SUCCESS;
+  }
+  pthread_mutex_unlock(&mu);
+  return r;
+}
+
 /* ---- test hooks ---- */
 
 void* fakecudaContext(int dev) {

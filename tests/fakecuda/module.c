@@ -40,6 +40,7 @@ enum {
 
 typedef struct fakeModule {
   fakeCtx* ctx;
+  unsigned gen; /* its context's generation at the load: a reset unloads it */
   char* image;
   size_t size;
   int unloaded;
@@ -214,6 +215,10 @@ static void* runner(void* arg) {
 
 /* ---- driver entry points ---- */
 
+/* module_gone: m was unloaded, or died with its context (a primary context reset and
+ * retained again has the same handle, but none of its modules). mu held. */
+static int module_gone(const fakeModule* m) { return m->unloaded || m->gen != m->ctx->gen; }
+
 CUresult cuModuleLoadData(void** module, const void* image) {
   CALLED();
   CUresult r = need_ctx();
@@ -235,6 +240,7 @@ CUresult cuModuleLoadData(void** module, const void* image) {
   memcpy(m->image, image, m->size);
   m->ctx = t_current;
   pthread_mutex_lock(&mu);
+  m->gen = t_current->gen;
   m->next = g_modules;
   g_modules = m;
   pthread_mutex_unlock(&mu);
@@ -266,7 +272,7 @@ CUresult cuModuleGetFunction(void** function, void* module, const char* name) {
   pthread_mutex_lock(&mu);
   fakeModule* m = module;
   const hostKernel* k = host_kernel(name);
-  if (!is_module(m) || m->unloaded) {
+  if (!is_module(m) || module_gone(m)) {
     r = CUDA_ERROR_INVALID_HANDLE;
   } else if (k == NULL || memmem(m->image, m->size, name, strlen(name) + 1) == NULL) {
     r = CUDA_ERROR_NOT_FOUND; /* the name must be a kernel of the image, NUL included */
@@ -291,7 +297,7 @@ CUresult cuFuncLoad(void* function) {
   if (r) return r;
   pthread_mutex_lock(&mu);
   fakeFunction* f = function;
-  if (!is_function(f) || f->m->unloaded) {
+  if (!is_function(f) || module_gone(f->m)) {
     r = CUDA_ERROR_INVALID_HANDLE;
   } else if (!f->loaded) {
     pthread_mutex_unlock(&mu);
@@ -325,7 +331,7 @@ CUresult cuLaunchKernel(void* function, unsigned gx, unsigned gy, unsigned gz, u
   fakeStream* s = NULL;
   CUresult r = resolve(stream, &s);
   if (r == CUDA_SUCCESS) r = stream_ctx_ok(s);
-  if (r == CUDA_SUCCESS && (!is_function(f) || f->m->unloaded || f->m->ctx != s->ctx))
+  if (r == CUDA_SUCCESS && (!is_function(f) || module_gone(f->m) || f->m->ctx != s->ctx))
     r = CUDA_ERROR_INVALID_HANDLE;
   if (r != CUDA_SUCCESS) {
     pthread_mutex_unlock(&mu);
