@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -337,8 +339,30 @@ func (w *DevWindow) alive(peer int) bool {
 	if err != nil {
 		return unix.Kill(w.pids[peer], 0) != unix.ESRCH
 	}
-	i := bytes.LastIndexByte(b, ')')
-	return i < 0 || i+2 >= len(b) || (b[i+2] != 'Z' && b[i+2] != 'X')
+	return !exiting(b)
+}
+
+// pfExiting is the kernel's PF_EXITING task flag: set when a process starts to exit,
+// before it closes its files, so a peer that read the end of its connection already
+// sees it (the zombie state comes later: a put checked in between was let through).
+const pfExiting = 0x4
+
+// exiting reports whether a /proc/PID/stat line is a process that has begun to exit or
+// is gone (a zombie); an unreadable line counts as running.
+func exiting(stat []byte) bool {
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 || i+2 >= len(stat) {
+		return false
+	}
+	if stat[i+2] == 'Z' || stat[i+2] == 'X' {
+		return true
+	}
+	f := strings.Fields(string(stat[i+2:])) // state ppid pgrp session tty_nr tpgid flags ...
+	if len(f) < 7 {
+		return false
+	}
+	flags, err := strconv.ParseUint(f[6], 10, 64)
+	return err == nil && flags&pfExiting != 0
 }
 
 // Signal takes the next place in peer's order of signals and returns the function

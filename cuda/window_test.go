@@ -339,3 +339,26 @@ func TestDevWindowOverPoolMemoryRefused(t *testing.T) {
 		require.NotContains(t, err.Error(), "expandable segments", "rank %d", r)
 	}
 }
+
+// TestExitingReadsTheExitFlag: a process that has begun to exit (PF_EXITING in its
+// /proc/PID/stat flags: its sockets may already be closed) or is a zombie counts as
+// gone; a running one, and a line that cannot be read, do not.
+func TestExitingReadsTheExitFlag(t *testing.T) {
+	for _, c := range []struct {
+		stat string
+		want bool
+	}{
+		{"123 (a (b) c) R 1 123 123 0 -1 4194560 100 0 0 0", false},
+		{"123 (a (b) c) R 1 123 123 0 -1 4194564 100 0 0 0", true}, // PF_EXITING
+		{"123 (a) S 1 123 123 0 -1 4210752 100", false},
+		{"123 (a) Z 1 123 123 0 -1 4227084 100", true},
+		{"123 (a) X 1", true},
+		{"123 (a) R 1", false},
+		{"garbage", false},
+	} {
+		require.Equal(t, c.want, cuda.Exiting([]byte(c.stat)), c.stat)
+	}
+	b, err := os.ReadFile("/proc/self/stat")
+	require.NoError(t, err)
+	require.False(t, cuda.Exiting(b), "this process")
+}
