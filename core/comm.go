@@ -60,6 +60,7 @@ type Comm struct {
 	work         []byte          // mmap'd, grown on demand: see workBuf
 	sel          *selector       // the cost model: picks each operation's algorithm
 	inlineMax    int             // exec.inlineMax: see inlineSendMax
+	executorOnly bool            // waiters never run operations: see inline.go
 	calOnce      sync.Once       // reads the estimator's calibration (calibration.go)
 	cal          *calibration    // the estimator's fitted rates; nil: the built-in ones
 	zc           *zcState        // zero-copy: peers' regions mapped here (see zerocopy.go); nil until used
@@ -251,6 +252,7 @@ func newComm(rank, nranks int, cfg *config, logs loggers, peers *peerSet, timeou
 	c.sel = newSelector(m, cfg.algo, logs)
 	shm.SetCrowded(m.crowded()) // waits on other processes keep their processor only where cores are short
 	c.inlineMax = inlineSendMax(m.crowded())
+	c.executorOnly = m.waitsOutlastSleeps()
 	if cfg.debugHops {
 		EnableHops()
 	}
@@ -386,7 +388,7 @@ func (c *Comm) enqueue(o *op, opts ...OpOption) (*Request, error) {
 		panic("gonccl: internal error: the operation queue is full although a slot was taken")
 	}
 	c.mu.Unlock()
-	if !o.waited || noSpin.Load() {
+	if !o.waited || noSpin.Load() || c.executorOnly {
 		c.kickExecutor()
 	}
 	return o.req, nil

@@ -62,7 +62,19 @@ func TestSpinnerAdapts(t *testing.T) {
 // two at once would corrupt the shared scratch memory), then rank 0 waits newest first
 // (its waiter runs them all) while rank 1 waits oldest first, from two goroutines.
 func TestWaitersRunQueuedOpsInOrder(t *testing.T) {
+	for _, executorOnly := range []bool{false, true} {
+		t.Run(fmt.Sprintf("executorOnly=%v", executorOnly), func(t *testing.T) { waitersRunQueuedOpsInOrder(t, executorOnly) })
+	}
+}
+
+// waitersRunQueuedOpsInOrder is TestWaitersRunQueuedOpsInOrder; with executorOnly (a
+// host whose ranks outnumber its cores 8 to 1) the waiters leave every operation to
+// the executor, which must run them all though nobody kicks it for the waited ones.
+func waitersRunQueuedOpsInOrder(t *testing.T, executorOnly bool) {
 	comms := memComms(t, 2, nil)
+	for _, c := range comms {
+		c.executorOnly = executorOnly
+	}
 	const n = 60
 	bufs := make([][][]byte, 2)
 	reqs := make([][]*Request, 2)
@@ -72,7 +84,11 @@ func TestWaitersRunQueuedOpsInOrder(t *testing.T) {
 			for i := 0; i <= k; i++ {
 				putElem(b, Float32, i, float64(k+r))
 			}
-			req, err := c.AllReduce(b, b, k+1, Float32, Sum)
+			var opts []OpOption
+			if executorOnly { // said by blocking callers: the executor must be woken all the same
+				opts = append(opts, WaitedAtOnce())
+			}
+			req, err := c.AllReduce(b, b, k+1, Float32, Sum, opts...)
 			require.NoError(t, err)
 			bufs[r] = append(bufs[r], b)
 			reqs[r] = append(reqs[r], req)

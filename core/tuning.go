@@ -80,6 +80,11 @@ func (m *model) crowd() float64 {
 // crowded reports whether this host's ranks outnumber its cores (whatever the hosts).
 func (m *model) crowded() bool { return m.cores > 0 && m.local > m.cores }
 
+// waitsOutlastSleeps reports whether this host's ranks outnumber its cores so far
+// (8 or more to a core) that a rank's waits for its peers commonly outlast a raw sleep's
+// 10 ms bound: see Comm.executorOnly.
+func (m *model) waitsOutlastSleeps() bool { return m.cores > 0 && m.local >= 8*m.cores }
+
 // latencyUS is one message's latency on the communicator's links, crowding included.
 func (m *model) latencyUS() float64 { return m.link.latencyUS * m.crowd() }
 
